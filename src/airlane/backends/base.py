@@ -1,0 +1,82 @@
+"""The backend contract: where tokens come from.
+
+A backend turns a `GenerationRequest` into an async iterator of `Event`s (``delta``,
+``tool_call``, ``message``, ``usage``, ``status``), ending with one terminal event (``done`` or
+``error``). It knows nothing of hubs or transports: the gateway appends what it yields to the
+stream log. Cancelling the iteration (``aclose()`` or task cancellation) must stop the work and
+release the upstream request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from airlane.core.events import Event
+
+__all__ = ["Backend", "BackendError", "GenerationRequest", "LoadTestSpec"]
+
+
+class BackendError(Exception):
+    """A backend could not produce the stream; the message is shown to the client."""
+
+    def __init__(self, message: str, *, code: str = "backend_error", status: int = 502) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.status = status
+
+
+@dataclass(frozen=True, slots=True)
+class LoadTestSpec:
+    """The seed's benchmark workload: ``chunks`` chunks of 16 tokens (~1.2 KB of JSON)."""
+
+    chunks: int = 200
+    """How many chunks the stream carries."""
+    mode: Literal["burst", "paced"] = "burst"
+    """``burst``: as fast as possible; ``paced``: one chunk every ``interval_ms``."""
+    interval_ms: float = 20.0
+    """Pacing interval in paced mode."""
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    """A request for one generated stream, independent of the wire it arrived on."""
+
+    model: str
+    """Model name as the client sent it."""
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    """OpenAI-style chat messages."""
+    seed: int | None = None
+    """Selects the synthetic text; forwarded upstream."""
+    max_tokens: int | None = None
+    """Upper bound on completion tokens."""
+    temperature: float | None = None
+    """Forwarded upstream; ignored by the synthetic backend."""
+    tools: list[dict[str, Any]] | None = None
+    """OpenAI tool definitions; the synthetic backend calls the first one when asked to."""
+    tool_choice: Any = None
+    """Forwarded upstream."""
+    reasoning: bool = False
+    """Ask the synthetic backend for ``reasoning`` deltas before the content."""
+    loadtest: LoadTestSpec | None = None
+    """When set, the synthetic backend emits benchmark chunks instead of text."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Other request fields, forwarded to an upstream unchanged."""
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A source of generated events."""
+
+    name: str
+    """Short name for logs and metrics."""
+
+    def stream(self, request: GenerationRequest) -> AsyncIterator[Event]:
+        """Yield the events of one generation; the last one is ``done`` or ``error``."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections and other resources."""
+        ...

@@ -1,0 +1,189 @@
+"""Events: the unit of every Airlane stream.
+
+A stream is an append-only log of events (DESIGN.md section 1). An event is small and carries
+only what its kind needs:
+
+========== ============================================================ =========================
+kind       meaning                                                      payload
+========== ============================================================ =========================
+delta      a piece of generated text on a ``channel``                   ``text``
+tool_call  an argument delta of tool call number ``data["index"]``      ``text`` + ``data``
+message    any JSON payload (agent events, load-test chunks)            ``data`` or ``raw``
+status     progress / lifecycle information                             ``data``
+usage      token accounting reported by a backend                       ``data``
+error      the stream failed; terminal                                  ``data`` (``message``)
+done       the stream finished; terminal                                ``data``
+snapshot   everything folded so far; a reader *replaces* its state      ``data``
+========== ============================================================ =========================
+
+``seq`` is assigned by the stream log when the event is appended; events built by producers
+carry ``seq == 0``. ``encoded`` caches an event's bytes per wire format so that N subscribers on
+one format cost one encode ("encode once", DESIGN.md section 1).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "TERMINAL_KINDS",
+    "Channel",
+    "Event",
+    "Kind",
+    "Lane",
+]
+
+
+class Kind(enum.StrEnum):
+    """What an event means; see the module docstring for the payload of each kind."""
+
+    DELTA = "delta"
+    TOOL_CALL = "tool_call"
+    MESSAGE = "message"
+    STATUS = "status"
+    USAGE = "usage"
+    ERROR = "error"
+    DONE = "done"
+    SNAPSHOT = "snapshot"
+
+
+TERMINAL_KINDS = frozenset({Kind.DONE, Kind.ERROR})
+"""Kinds that end a stream: nothing may be appended after one of them."""
+
+
+class Lane(enum.IntEnum):
+    """Priority lane. A lower value is more urgent: writers send ``CONTROL`` first."""
+
+    CONTROL = 0
+    INTERACTIVE = 1
+    BULK = 2
+
+
+class Channel(enum.StrEnum):
+    """Which text a ``delta`` extends."""
+
+    CONTENT = "content"
+    REASONING = "reasoning"
+
+
+# The per-event overhead counted against byte retention, a rough figure for the object itself.
+EVENT_OVERHEAD_BYTES = 96
+
+
+@dataclass(slots=True, eq=False)
+class Event:
+    """One entry of a stream log.
+
+    Build events with the class methods (`Event.delta`, `Event.done`, ...) rather than by
+    hand: they fill in the lane and the payload shape each kind expects.
+    """
+
+    kind: Kind
+    """What the event means."""
+    text: str = ""
+    """Text of a ``delta``, or the argument delta of a ``tool_call``."""
+    data: dict[str, Any] | None = None
+    """JSON-compatible payload for every kind that is not plain text."""
+    channel: Channel = Channel.CONTENT
+    """Which text a ``delta`` extends."""
+    lane: Lane = Lane.INTERACTIVE
+    """Priority lane."""
+    tokens: int = 0
+    """How many completion tokens this event carries (for the usage ledger)."""
+    raw: bytes | None = None
+    """A ``message`` payload that is already JSON-encoded (load-test chunks): sent verbatim."""
+    seq: int = 0
+    """Position in the stream, assigned on append; 0 before."""
+    ts_ns: int = 0
+    """Monotonic time (ns) at which the log accepted the event; 0 before."""
+    encoded: dict[str, bytes] = field(default_factory=dict, repr=False)
+    """Cache of this event's bytes per wire format."""
+
+    # -- constructors -----------------------------------------------------------------------
+
+    @classmethod
+    def delta(
+        cls, text: str, *, channel: Channel = Channel.CONTENT, tokens: int = 1
+    ) -> Event:
+        """A piece of generated text."""
+        return cls(Kind.DELTA, text=text, channel=channel, tokens=tokens)
+
+    @classmethod
+    def tool_call(
+        cls,
+        index: int,
+        arguments: str = "",
+        *,
+        call_id: str | None = None,
+        name: str | None = None,
+        tokens: int = 1,
+    ) -> Event:
+        """An argument delta for tool call ``index``; the first delta names the call."""
+        data: dict[str, Any] = {"index": index}
+        if call_id is not None:
+            data["id"] = call_id
+        if name is not None:
+            data["name"] = name
+        return cls(Kind.TOOL_CALL, text=arguments, data=data, tokens=tokens)
+
+    @classmethod
+    def message(
+        cls, payload: Any = None, *, raw: bytes | None = None, lane: Lane = Lane.INTERACTIVE
+    ) -> Event:
+        """An application message: a JSON payload, or pre-encoded JSON bytes in ``raw``."""
+        return cls(Kind.MESSAGE, data={"payload": payload}, raw=raw, lane=lane)
+
+    @classmethod
+    def status(cls, **fields: Any) -> Event:
+        """Lifecycle or progress information; always on the control lane."""
+        return cls(Kind.STATUS, data=fields, lane=Lane.CONTROL)
+
+    @classmethod
+    def usage(cls, *, prompt_tokens: int = 0, completion_tokens: int = 0) -> Event:
+        """Token counts as reported by a backend."""
+        data = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}
+        return cls(Kind.USAGE, data=data, lane=Lane.CONTROL)
+
+    @classmethod
+    def done(cls, finish_reason: str = "stop", **fields: Any) -> Event:
+        """The stream finished normally (or was cancelled: ``finish_reason="cancelled"``)."""
+        return cls(Kind.DONE, data={"finish_reason": finish_reason, **fields}, lane=Lane.CONTROL)
+
+    @classmethod
+    def error(cls, message: str, *, code: str = "backend_error", **fields: Any) -> Event:
+        """The stream failed; ``message`` is meant for humans, ``code`` for programs."""
+        data = {"message": message, "code": code, **fields}
+        return cls(Kind.ERROR, data=data, lane=Lane.CONTROL)
+
+    # -- queries ----------------------------------------------------------------------------
+
+    @property
+    def terminal(self) -> bool:
+        """True for ``done`` and ``error``: the stream ends here."""
+        return self.kind in TERMINAL_KINDS
+
+    @property
+    def size(self) -> int:
+        """Approximate memory cost, counted against byte retention."""
+        size = EVENT_OVERHEAD_BYTES + len(self.text)
+        if self.raw is not None:
+            size += len(self.raw)
+        return size
+
+    def replace(self, **changes: Any) -> Event:
+        """A copy with ``changes`` applied and an empty encoding cache."""
+        values = {
+            "kind": self.kind,
+            "text": self.text,
+            "data": self.data,
+            "channel": self.channel,
+            "lane": self.lane,
+            "tokens": self.tokens,
+            "raw": self.raw,
+            "seq": self.seq,
+            "ts_ns": self.ts_ns,
+        }
+        values.update(changes)
+        return Event(**values)
