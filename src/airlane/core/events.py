@@ -23,6 +23,7 @@ one format cost one encode ("encode once", DESIGN.md section 1).
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass, field
 from typing import Any
@@ -98,15 +99,13 @@ class Event:
     """Position in the stream, assigned on append; 0 before."""
     ts_ns: int = 0
     """Monotonic time (ns) at which the log accepted the event; 0 before."""
-    encoded: dict[str, bytes] = field(default_factory=dict, repr=False)
+    encoded: dict[str, bytes] = field(default_factory=dict, init=False, repr=False)
     """Cache of this event's bytes per wire format."""
 
     # -- constructors -----------------------------------------------------------------------
 
     @classmethod
-    def delta(
-        cls, text: str, *, channel: Channel = Channel.CONTENT, tokens: int = 1
-    ) -> Event:
+    def delta(cls, text: str, *, channel: Channel = Channel.CONTENT, tokens: int = 1) -> Event:
         """A piece of generated text."""
         return cls(Kind.DELTA, text=text, channel=channel, tokens=tokens)
 
@@ -174,16 +173,4 @@ class Event:
 
     def replace(self, **changes: Any) -> Event:
         """A copy with ``changes`` applied and an empty encoding cache."""
-        values = {
-            "kind": self.kind,
-            "text": self.text,
-            "data": self.data,
-            "channel": self.channel,
-            "lane": self.lane,
-            "tokens": self.tokens,
-            "raw": self.raw,
-            "seq": self.seq,
-            "ts_ns": self.ts_ns,
-        }
-        values.update(changes)
-        return Event(**values)
+        return dataclasses.replace(self, **changes)

@@ -1,0 +1,300 @@
+"""The stream log: one stream's history, its readers' cursors, and its accounting.
+
+Theory of operation
+-------------------
+A `StreamLog` holds the retained events of one stream in sequence order, a `Folded` state for
+the events retention has dropped, the terminal event once there is one, and a `UsageLedger`.
+It has no clock and no I/O: every method that needs time takes ``now_ns`` (monotonic ns).
+
+Readers are `Cursor` objects: the last ``seq`` they were given plus a little bookkeeping.
+`StreamLog.read` hands a cursor what comes next, at most ``limit`` frames:
+
+1. if the cursor is behind the retained window (or was reset to another epoch), one
+   ``snapshot`` event first: the reader *replaces* its state with it;
+2. then the retained events after the cursor. Consecutive ``delta`` events of one channel are
+   coalesced into a single delta for a lagging cursor, up to ``max_coalesce_chars``; control,
+   tool-call, message and terminal events are never merged and never dropped;
+3. the terminal event is handed out as a per-reader copy whose ``usage`` is the ledger's
+   report, including the tokens delivered to that reader.
+
+An event that goes out alone is the stored object itself, so its per-format encoding cache is
+shared by every reader ("encode once").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airlane.core.events import Event, Kind
+from airlane.core.position import Position
+from airlane.core.retention import Folded, Retention
+from airlane.core.usage import UsageLedger
+
+__all__ = [
+    "DEFAULT_MAX_COALESCE_CHARS",
+    "Cursor",
+    "ResumeOutOfRange",
+    "StreamClosed",
+    "StreamLog",
+]
+
+DEFAULT_MAX_COALESCE_CHARS = 16384
+"""Upper bound on one coalesced delta, so a far-behind reader still gets bounded frames."""
+
+# Compact the backing list once this many trimmed slots have piled up at its head.
+_COMPACT_AFTER = 1024
+
+
+class StreamClosed(Exception):
+    """Local misuse: an append after the stream's terminal event."""
+
+
+class ResumeOutOfRange(ValueError):
+    """A client asked to resume after a sequence number the stream has not reached."""
+
+
+class Cursor:
+    """A reader's position in one stream, and what it has been given so far."""
+
+    __slots__ = ("after", "delivered_tokens", "finished", "reset", "subscriber")
+
+    def __init__(self, subscriber: str, after: int = 0, *, reset: bool = False) -> None:
+        self.subscriber = subscriber
+        """Who reads: the name the usage ledger reports."""
+        self.after = after
+        """The last ``seq`` handed to this reader."""
+        self.reset = reset
+        """True if the reader must start over with a snapshot (its epoch was stale)."""
+        self.delivered_tokens = 0
+        """Completion tokens handed to this reader (a snapshot counts as all it carries)."""
+        self.finished = False
+        """True once the terminal event was handed out."""
+
+
+class StreamLog:
+    """The history of one stream; see the module docstring."""
+
+    __slots__ = (
+        "_events",
+        "_head",
+        "_retained_bytes",
+        "epoch",
+        "folded",
+        "ledger",
+        "max_coalesce_chars",
+        "next_seq",
+        "retention",
+        "stream_id",
+        "terminal",
+    )
+
+    def __init__(
+        self,
+        stream_id: str,
+        epoch: str,
+        *,
+        now_ns: int,
+        retention: Retention | None = None,
+        max_coalesce_chars: int = DEFAULT_MAX_COALESCE_CHARS,
+    ) -> None:
+        self.stream_id = stream_id
+        self.epoch = epoch
+        self.retention = retention or Retention()
+        self.max_coalesce_chars = max_coalesce_chars
+        self.folded = Folded()
+        self.ledger = UsageLedger(created_ns=now_ns)
+        self.terminal: Event | None = None
+        self.next_seq = 1
+        # Retained events live in _events[_head:]; trimming advances _head, and the list is
+        # compacted in bulk, so both append and trim are amortised O(1).
+        self._events: list[Event] = []
+        self._head = 0
+        self._retained_bytes = 0
+
+    # -- writing ----------------------------------------------------------------------------
+
+    @property
+    def last_seq(self) -> int:
+        """The newest sequence number; 0 for an empty stream."""
+        return self.next_seq - 1
+
+    @property
+    def first_retained_seq(self) -> int:
+        """The oldest sequence number still held as an event."""
+        return self.folded.through_seq + 1
+
+    @property
+    def retained(self) -> int:
+        """How many events are held."""
+        return len(self._events) - self._head
+
+    @property
+    def retained_bytes(self) -> int:
+        """Bytes held, as counted by `Event.size`."""
+        return self._retained_bytes
+
+    def append(self, event: Event, now_ns: int) -> Event:
+        """Assign ``event`` the next ``seq``, store it, apply retention, and return it.
+
+        A terminal event gets the ledger's report as its ``usage``. Raises `StreamClosed` after
+        a terminal event; ``snapshot`` events are produced by the log, never appended.
+        """
+        if self.terminal is not None:
+            raise StreamClosed(f"stream {self.stream_id!r} has ended; nothing can be appended")
+        if event.kind is Kind.SNAPSHOT:
+            raise ValueError("snapshot events are made by the log, not appended")
+        event.seq = self.next_seq
+        event.ts_ns = now_ns
+        self.next_seq += 1
+        if event.kind is Kind.USAGE and event.data:
+            self.ledger.on_backend_usage(
+                int(event.data.get("prompt_tokens", 0)),
+                int(event.data.get("completion_tokens", 0)),
+            )
+        else:
+            self.ledger.on_append(event.tokens, now_ns)
+        if event.terminal:
+            event.data = {**(event.data or {}), "usage": self.ledger.report()}
+            self.terminal = event
+        self._events.append(event)
+        self._retained_bytes += event.size
+        self.trim(now_ns)
+        return event
+
+    def cancel(self, now_ns: int, finish_reason: str = "cancelled") -> Event | None:
+        """End the stream with ``done(finish_reason)``; None if it had already ended."""
+        if self.terminal is not None:
+            return None
+        return self.append(Event.done(finish_reason), now_ns)
+
+    def trim(self, now_ns: int) -> int:
+        """Fold the oldest events while a retention limit is exceeded; return how many."""
+        limits = self.retention
+        oldest_allowed = None if limits.ttl_s is None else now_ns - int(limits.ttl_s * 1e9)
+        trimmed = 0
+        # The newest event is always kept: it anchors the tail a reader resumes into.
+        while self.retained > 1:
+            oldest = self._events[self._head]
+            too_old = oldest_allowed is not None and oldest.ts_ns < oldest_allowed
+            if not (
+                too_old
+                or self.retained > limits.max_events
+                or self._retained_bytes > limits.max_bytes
+            ):
+                break
+            self.folded.fold(oldest)
+            self._retained_bytes -= oldest.size
+            self._head += 1
+            trimmed += 1
+        if self._head >= _COMPACT_AFTER and self._head * 2 >= len(self._events):
+            del self._events[: self._head]
+            self._head = 0
+        return trimmed
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def cursor(self, subscriber: str, resume: Position | None = None) -> Cursor:
+        """A cursor for a new reader, from the start or resuming after ``resume``.
+
+        A position from another epoch starts over with a snapshot flagged ``reset``, so the
+        client learns it must replace its state rather than silently missing events. A
+        position beyond the end of this epoch raises `ResumeOutOfRange`.
+        """
+        if resume is None:
+            return Cursor(subscriber)
+        if resume.epoch != self.epoch:
+            return Cursor(subscriber, 0, reset=True)
+        if resume.seq > self.last_seq:
+            raise ResumeOutOfRange(
+                f"stream {self.stream_id!r} has no event {resume.seq} yet (last is {self.last_seq})"
+            )
+        return Cursor(subscriber, resume.seq)
+
+    def pending(self, cursor: Cursor) -> bool:
+        """True if `read` would return something for ``cursor``."""
+        return cursor.reset or (not cursor.finished and cursor.after < self.last_seq)
+
+    def position(self, cursor: Cursor) -> Position:
+        """``cursor``'s position as a resume token."""
+        return Position(self.epoch, cursor.after)
+
+    def read(self, cursor: Cursor, limit: int = 64, *, coalesce: bool = True) -> list[Event]:
+        """Hand ``cursor`` up to ``limit`` frames that follow its position, and advance it."""
+        out: list[Event] = []
+        if cursor.reset or cursor.after < self.folded.through_seq:
+            out.append(self._snapshot_for(cursor))
+        index = self._head + (cursor.after - self.folded.through_seq)
+        events = self._events
+        end = len(events)
+        while index < end and len(out) < limit:
+            event = events[index]
+            if coalesce and event.kind is Kind.DELTA:
+                event, index = self._coalesce(index, end)
+            else:
+                index += 1
+            out.append(self._deliver(cursor, event))
+        return out
+
+    def _coalesce(self, index: int, end: int) -> tuple[Event, int]:
+        """Merge the run of same-channel deltas starting at ``index``; return it and the next
+        index. A run of one is returned as the stored event itself (shared encode cache)."""
+        events = self._events
+        first = events[index]
+        stop = index + 1
+        chars = len(first.text)
+        while stop < end:
+            nxt = events[stop]
+            if nxt.kind is not Kind.DELTA or nxt.channel is not first.channel:
+                break
+            chars += len(nxt.text)
+            if chars > self.max_coalesce_chars:
+                break
+            stop += 1
+        if stop == index + 1:
+            return first, stop
+        run = events[index:stop]
+        merged = first.replace(
+            text="".join(e.text for e in run),
+            tokens=sum(e.tokens for e in run),
+            seq=run[-1].seq,
+        )
+        return merged, stop
+
+    def _snapshot_for(self, cursor: Cursor) -> Event:
+        snapshot = self.folded.to_event(reset=cursor.reset)
+        cursor.reset = False
+        cursor.after = snapshot.seq
+        cursor.delivered_tokens = snapshot.tokens
+        return snapshot
+
+    def _deliver(self, cursor: Cursor, event: Event) -> Event:
+        cursor.after = event.seq
+        cursor.delivered_tokens += event.tokens
+        self.ledger.on_delivered(cursor.subscriber, event.tokens)
+        if event.terminal:
+            cursor.finished = True
+            return self._terminal_for(cursor, event)
+        return event
+
+    def _terminal_for(self, cursor: Cursor, event: Event) -> Event:
+        usage: dict[str, Any] = self.ledger.report()
+        usage["subscriber"] = cursor.subscriber
+        usage["subscriber_tokens"] = cursor.delivered_tokens
+        return event.replace(data={**(event.data or {}), "usage": usage})
+
+    # -- whole-stream views -----------------------------------------------------------------
+
+    def snapshot(self) -> Event:
+        """Everything so far (folded state plus retained events) as one ``snapshot`` event."""
+        retained = self._events[self._head :]
+        state = self.folded.extended(retained)
+        event = state.to_event()
+        event.seq = self.last_seq
+        return event
+
+    def record_write(self, events: list[Event], now_ns: int) -> None:
+        """A transport wrote ``events`` to a socket at ``now_ns``: record the added latency."""
+        histogram = self.ledger.gateway_latency
+        for event in events:
+            if event.seq and event.kind is not Kind.SNAPSHOT:
+                histogram.observe(now_ns - event.ts_ns)

@@ -1,0 +1,53 @@
+"""Stream positions and resume tokens.
+
+A reader's position in a stream is ``(epoch, seq)``: the last event it has seen. On the wire it
+is the token ``"<epoch>:<seq>"``, used verbatim as the SSE ``id:`` field, so a browser's
+``EventSource`` sends it back as ``Last-Event-ID`` when it reconnects.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["STREAM_ID_PATTERN", "BadResumeToken", "Position", "valid_stream_id"]
+
+STREAM_ID_PATTERN = re.compile(r"[A-Za-z0-9._:/-]{1,200}")
+"""DESIGN.md section 1: what a stream id may look like."""
+
+_EPOCH_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_MAX_SEQ = 2**63 - 1
+
+
+def valid_stream_id(stream_id: str) -> bool:
+    """True if ``stream_id`` follows the stream id syntax."""
+    return STREAM_ID_PATTERN.fullmatch(stream_id) is not None
+
+
+class BadResumeToken(ValueError):
+    """A resume token that is not ``<epoch>:<seq>``; the client sent garbage."""
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """The last event a reader has seen: ``seq`` 0 means "nothing yet"."""
+
+    epoch: str
+    """The history this position belongs to."""
+    seq: int
+    """The last sequence number seen."""
+
+    @property
+    def token(self) -> str:
+        """The wire form, ``"<epoch>:<seq>"``."""
+        return f"{self.epoch}:{self.seq}"
+
+    @classmethod
+    def parse(cls, token: str) -> Position:
+        """Parse a resume token; raise `BadResumeToken` with the reason if it is malformed."""
+        epoch, sep, seq_text = token.strip().rpartition(":")
+        if not sep or not _EPOCH_PATTERN.fullmatch(epoch):
+            raise BadResumeToken(f"resume token {token[:80]!r} is not '<epoch>:<seq>'")
+        if not seq_text.isdigit() or len(seq_text) > 19 or int(seq_text) > _MAX_SEQ:
+            raise BadResumeToken(f"resume token {token[:80]!r} has no valid sequence number")
+        return cls(epoch, int(seq_text))

@@ -1,0 +1,124 @@
+"""Retention: how much history a stream keeps, and what happens to what it drops.
+
+When a limit is exceeded the oldest events leave the log, and their content is folded into a
+`Folded` accumulator: text so far per channel and tool calls so far. A reader that has fallen
+behind the retained window gets that state as one ``snapshot`` event and then the tail, so it
+can resume from any point while the stream exists (DESIGN.md section 1, "Retention").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from airlane.core.events import Channel, Event, Kind, Lane
+
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "DEFAULT_MAX_EVENTS",
+    "DEFAULT_TTL_S",
+    "Folded",
+    "Retention",
+]
+
+DEFAULT_MAX_EVENTS = 4096
+"""Enough for a long chat completion without folding (one event per token)."""
+DEFAULT_MAX_BYTES = 4 << 20
+"""Per-stream cap on retained event bytes; 4 MiB keeps 10k streams within a few GB worst case."""
+DEFAULT_TTL_S = 3600.0
+"""Events older than an hour are folded."""
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """Limits on a stream's retained events. Exceeding any of them folds the oldest events."""
+
+    max_events: int = DEFAULT_MAX_EVENTS
+    """Most events kept (at least 1: the newest event is never folded)."""
+    max_bytes: int = DEFAULT_MAX_BYTES
+    """Most bytes kept, as counted by `Event.size`."""
+    ttl_s: float | None = DEFAULT_TTL_S
+    """Events older than this many seconds are folded; None keeps them regardless of age."""
+
+    def __post_init__(self) -> None:
+        if self.max_events < 1:
+            raise ValueError("Retention.max_events must be at least 1")
+        if self.max_bytes < 1:
+            raise ValueError("Retention.max_bytes must be at least 1")
+        if self.ttl_s is not None and self.ttl_s <= 0:
+            raise ValueError("Retention.ttl_s must be positive or None")
+
+
+@dataclass(slots=True)
+class Folded:
+    """The state carried by events that left the log: what a ``snapshot`` tells a reader."""
+
+    through_seq: int = 0
+    """The last sequence number folded in; 0 when nothing was folded."""
+    tokens: int = 0
+    """Completion tokens carried by the folded events."""
+    dropped: int = 0
+    """Folded events that carry no text (messages, status): counted, not kept."""
+    _text: dict[Channel, list[str]] = field(default_factory=dict)
+    _tool_calls: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    def fold(self, event: Event) -> None:
+        """Absorb ``event``, which is leaving the log."""
+        self.through_seq = event.seq
+        self.tokens += event.tokens
+        if event.kind is Kind.DELTA:
+            self._text.setdefault(event.channel, []).append(event.text)
+        elif event.kind is Kind.TOOL_CALL:
+            self._fold_tool_call(event)
+        else:
+            self.dropped += 1
+
+    def _fold_tool_call(self, event: Event) -> None:
+        data = event.data or {}
+        index = int(data.get("index", 0))
+        call = self._tool_calls.setdefault(index, {"index": index, "arguments": ""})
+        for key in ("id", "name"):
+            if key in data:
+                call[key] = data[key]
+        call["arguments"] += event.text
+
+    def text(self, channel: Channel) -> str:
+        """All folded text of ``channel``."""
+        parts = self._text.get(channel)
+        if not parts:
+            return ""
+        if len(parts) > 1:
+            # Join once and keep the result, so repeated snapshots stay linear.
+            parts[:] = ["".join(parts)]
+        return parts[0]
+
+    def tool_calls(self) -> list[dict[str, Any]]:
+        """Folded tool calls, by index."""
+        return [dict(self._tool_calls[i]) for i in sorted(self._tool_calls)]
+
+    def extended(self, events: list[Event]) -> Folded:
+        """A copy of this state with ``events`` folded in (for full-stream snapshots)."""
+        copy = Folded(self.through_seq, self.tokens, self.dropped)
+        for channel in self._text:
+            copy._text[channel] = [self.text(channel)]
+        copy._tool_calls = {i: dict(call) for i, call in self._tool_calls.items()}
+        for event in events:
+            if not event.terminal:
+                copy.fold(event)
+        return copy
+
+    def to_event(self, *, reset: bool = False) -> Event:
+        """The ``snapshot`` event a reader receives; it replaces the reader's state."""
+        data: dict[str, Any] = {
+            "text": {channel.value: self.text(channel) for channel in Channel},
+            "tool_calls": self.tool_calls(),
+            "dropped": self.dropped,
+            "reset": reset,
+        }
+        return Event(
+            Kind.SNAPSHOT,
+            data=data,
+            lane=Lane.CONTROL,
+            tokens=self.tokens,
+            seq=self.through_seq,
+        )

@@ -1,0 +1,123 @@
+"""The usage ledger: what a stream cost and how it was delivered.
+
+Every terminal event carries the ledger's report (DESIGN.md section 1, "Usage ledger"):
+prompt and completion tokens, tokens delivered to each subscriber, time to first token, and
+the gateway's own added latency (from the moment the log accepted an event to the moment a
+transport handed it to the socket), as a bounded histogram.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["MAX_TRACKED_SUBSCRIBERS", "LatencyHistogram", "UsageLedger"]
+
+MAX_TRACKED_SUBSCRIBERS = 256
+"""Subscribers reported by name; later ones are summed under ``"others"`` to stay bounded."""
+
+_BUCKETS_PER_DECADE = 20
+_MIN_NS = 1_000  # 1 us: anything faster lands in the first bucket
+_DECADES = 8  # 1 us .. 100 s
+
+
+@dataclass(slots=True)
+class LatencyHistogram:
+    """Log-bucketed latencies (1 us to 100 s, 20 buckets a decade): fixed memory, ~12% error."""
+
+    counts: list[int] = field(default_factory=lambda: [0] * (_BUCKETS_PER_DECADE * _DECADES + 1))
+    total: int = 0
+    sum_ns: int = 0
+    max_ns: int = 0
+
+    def observe(self, value_ns: int) -> None:
+        """Record one latency in nanoseconds (negative values count as zero)."""
+        value_ns = max(value_ns, 0)
+        if value_ns <= _MIN_NS:
+            index = 0
+        else:
+            index = int(math.log10(value_ns / _MIN_NS) * _BUCKETS_PER_DECADE) + 1
+            index = min(index, len(self.counts) - 1)
+        self.counts[index] += 1
+        self.total += 1
+        self.sum_ns += value_ns
+        self.max_ns = max(self.max_ns, value_ns)
+
+    def quantile_ns(self, q: float) -> int:
+        """The ``q`` quantile (0..1), as the upper edge of its bucket; 0 with no samples."""
+        if not self.total:
+            return 0
+        rank = max(1, math.ceil(q * self.total))
+        seen = 0
+        for index, count in enumerate(self.counts):
+            seen += count
+            if seen >= rank:
+                upper = int(_MIN_NS * 10 ** (index / _BUCKETS_PER_DECADE))
+                return min(upper, self.max_ns)
+        return self.max_ns
+
+    def summary_ms(self) -> dict[str, float]:
+        """p50 / p99 / max / mean in milliseconds, rounded to microseconds."""
+        mean = self.sum_ns / self.total if self.total else 0.0
+        return {
+            "p50": round(self.quantile_ns(0.50) / 1e6, 3),
+            "p99": round(self.quantile_ns(0.99) / 1e6, 3),
+            "max": round(self.max_ns / 1e6, 3),
+            "mean": round(mean / 1e6, 3),
+            "samples": self.total,
+        }
+
+
+@dataclass(slots=True)
+class UsageLedger:
+    """Token and latency accounting for one stream; all times are monotonic ns passed in."""
+
+    created_ns: int
+    """When the stream was created (the request arrived)."""
+    prompt_tokens: int = 0
+    """As reported by the backend."""
+    completion_tokens: int = 0
+    """As reported by the backend, or counted from appended events when it reports none."""
+    first_token_ns: int | None = None
+    """When the first text-carrying event was appended."""
+    reported: bool = False
+    """True once a backend reported its own token counts."""
+    delivered: dict[str, int] = field(default_factory=dict)
+    """Tokens delivered to each subscriber (bounded, see `MAX_TRACKED_SUBSCRIBERS`)."""
+    gateway_latency: LatencyHistogram = field(default_factory=LatencyHistogram)
+    """Time events spent inside the gateway before a transport wrote them."""
+
+    def on_append(self, tokens: int, now_ns: int) -> None:
+        """Account for an appended event carrying ``tokens`` completion tokens."""
+        if tokens and self.first_token_ns is None:
+            self.first_token_ns = now_ns
+        if not self.reported:
+            self.completion_tokens += tokens
+
+    def on_backend_usage(self, prompt_tokens: int, completion_tokens: int) -> None:
+        """The backend's own counts replace the gateway's estimate."""
+        self.prompt_tokens = prompt_tokens
+        self.completion_tokens = completion_tokens
+        self.reported = True
+
+    def on_delivered(self, subscriber: str, tokens: int) -> None:
+        """``tokens`` more tokens reached ``subscriber``."""
+        if subscriber in self.delivered or len(self.delivered) < MAX_TRACKED_SUBSCRIBERS:
+            self.delivered[subscriber] = self.delivered.get(subscriber, 0) + tokens
+        else:
+            self.delivered["others"] = self.delivered.get("others", 0) + tokens
+
+    def report(self) -> dict[str, Any]:
+        """The ledger as a JSON-compatible dict (OpenAI usage field names where they exist)."""
+        ttft = None
+        if self.first_token_ns is not None:
+            ttft = round((self.first_token_ns - self.created_ns) / 1e6, 3)
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+            "time_to_first_token_ms": ttft,
+            "delivered_tokens": dict(self.delivered),
+            "gateway_latency_ms": self.gateway_latency.summary_ms(),
+        }

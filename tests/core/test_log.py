@@ -1,0 +1,187 @@
+"""Unit tests of the stream log: coalescing, retention, usage, cancellation, positions."""
+
+from __future__ import annotations
+
+import pytest
+
+from airlane.core import (
+    BadResumeToken,
+    Channel,
+    Event,
+    Kind,
+    LatencyHistogram,
+    OrphanMode,
+    OrphanPolicy,
+    OrphanTracker,
+    Position,
+    ResumeOutOfRange,
+    Retention,
+    StreamClosed,
+    StreamLog,
+    valid_stream_id,
+)
+
+MS = 1_000_000
+
+
+def make_log(**retention: object) -> StreamLog:
+    return StreamLog("chat-1", "ep", now_ns=0, retention=Retention(**retention))  # type: ignore[arg-type]
+
+
+def test_append_assigns_consecutive_seq_and_time():
+    log = make_log()
+    events = [log.append(Event.delta(t), 5 * MS) for t in "abc"]
+    assert [e.seq for e in events] == [1, 2, 3]
+    assert all(e.ts_ns == 5 * MS for e in events)
+    assert log.last_seq == 3
+
+
+def test_lagging_reader_gets_consecutive_deltas_coalesced_but_never_across_other_kinds():
+    log = make_log()
+    for event in [
+        Event.delta("Hel"),
+        Event.delta("lo"),
+        Event.delta("hmm", channel=Channel.REASONING),
+        Event.tool_call(0, '{"a"', call_id="c1", name="f"),
+        Event.tool_call(0, ":1}"),
+        Event.delta(" world"),
+        Event.done(),
+    ]:
+        log.append(event, 0)
+    frames = log.read(log.cursor("r"), limit=100)
+    assert [(f.kind, f.text, f.seq) for f in frames] == [
+        (Kind.DELTA, "Hello", 2),
+        (Kind.DELTA, "hmm", 3),
+        (Kind.TOOL_CALL, '{"a"', 4),
+        (Kind.TOOL_CALL, ":1}", 5),
+        (Kind.DELTA, " world", 6),
+        (Kind.DONE, "", 7),
+    ]
+    assert frames[0].tokens == 2
+
+
+def test_a_reader_that_keeps_up_gets_the_stored_event_so_encodings_are_shared():
+    log = make_log()
+    stored = log.append(Event.delta("x"), 0)
+    a, b = log.cursor("a"), log.cursor("b")
+    assert log.read(a)[0] is stored
+    assert log.read(b)[0] is stored
+
+
+def test_coalescing_is_bounded():
+    log = StreamLog("s", "ep", now_ns=0, max_coalesce_chars=10)
+    for _ in range(10):
+        log.append(Event.delta("abcd"), 0)
+    frames = log.read(log.cursor("r"), limit=100)
+    assert [len(f.text) for f in frames] == [8, 8, 8, 8, 8]
+
+
+def test_count_retention_folds_old_deltas_into_a_snapshot():
+    log = make_log(max_events=2)
+    for text in ["a", "b", "c", "d"]:
+        log.append(Event.delta(text), 0)
+    assert log.retained == 2 and log.first_retained_seq == 3
+    frames = log.read(log.cursor("r", Position("ep", 1)), limit=10, coalesce=False)
+    assert frames[0].kind is Kind.SNAPSHOT
+    assert frames[0].data is not None and frames[0].data["text"]["content"] == "ab"
+    assert [f.text for f in frames[1:]] == ["c", "d"]
+
+
+def test_ttl_and_byte_retention():
+    log = make_log(ttl_s=1.0)
+    log.append(Event.delta("old"), 0)
+    log.append(Event.delta("new"), 2000 * MS)
+    assert log.retained == 1 and log.folded.text(Channel.CONTENT) == "old"
+    by_bytes = make_log(max_bytes=300)
+    for _ in range(5):
+        by_bytes.append(Event.delta("x" * 100), 0)
+    assert by_bytes.retained_bytes <= 300
+
+
+def test_whole_stream_snapshot_includes_retained_and_folded_state():
+    log = make_log(max_events=2)
+    for text in ["a", "b", "c"]:
+        log.append(Event.delta(text), 0)
+    log.append(Event.tool_call(0, "{}", call_id="c", name="f"), 0)
+    snap = log.snapshot()
+    assert snap.seq == 4 and snap.data is not None
+    assert snap.data["text"]["content"] == "abc"
+    assert snap.data["tool_calls"] == [{"index": 0, "id": "c", "name": "f", "arguments": "{}"}]
+
+
+def test_terminal_event_carries_usage_per_reader():
+    log = make_log()
+    log.append(Event.delta("hi", tokens=2), 10 * MS)
+    log.append(Event.usage(prompt_tokens=5, completion_tokens=2), 11 * MS)
+    log.append(Event.done(), 12 * MS)
+    frames = log.read(log.cursor("alice"))
+    done = frames[-1]
+    assert done.kind is Kind.DONE and done.data is not None
+    usage = done.data["usage"]
+    assert usage["prompt_tokens"] == 5 and usage["completion_tokens"] == 2
+    assert usage["time_to_first_token_ms"] == 10.0
+    assert usage["subscriber"] == "alice" and usage["subscriber_tokens"] == 2
+    assert usage["delivered_tokens"] == {"alice": 2}
+
+
+def test_append_after_terminal_is_refused_and_cancel_is_idempotent():
+    log = make_log()
+    log.append(Event.delta("a"), 0)
+    cancelled = log.cancel(0)
+    assert cancelled is not None and cancelled.data is not None
+    assert cancelled.data["finish_reason"] == "cancelled"
+    assert log.cancel(0) is None
+    with pytest.raises(StreamClosed):
+        log.append(Event.delta("b"), 0)
+
+
+def test_resume_beyond_the_end_is_refused():
+    log = make_log()
+    log.append(Event.delta("a"), 0)
+    with pytest.raises(ResumeOutOfRange):
+        log.cursor("r", Position("ep", 2))
+
+
+def test_record_write_feeds_the_latency_histogram():
+    log = make_log()
+    event = log.append(Event.delta("a"), 0)
+    log.record_write([event], 2 * MS)
+    summary = log.ledger.gateway_latency.summary_ms()
+    assert summary["samples"] == 1 and 1.8 <= summary["p50"] <= 2.0
+
+
+def test_latency_histogram_quantiles_are_within_bucket_error():
+    histogram = LatencyHistogram()
+    for value in range(1, 1001):
+        histogram.observe(value * 1000)  # 1 us .. 1 ms
+    assert 0.45 <= histogram.quantile_ns(0.5) / 1e6 <= 0.57
+    assert 0.95 <= histogram.quantile_ns(0.99) / 1e6 <= 1.0
+
+
+@pytest.mark.parametrize(
+    "token", ["", "abc", ":1", "ep:", "ep:-1", "ep:1.5", "e p:1", "ep:99999999999999999999"]
+)
+def test_bad_resume_tokens_are_rejected_with_a_reason(token):
+    with pytest.raises(BadResumeToken, match="resume token"):
+        Position.parse(token)
+
+
+def test_position_round_trip_and_stream_ids():
+    assert Position.parse(Position("a1-B_", 42).token) == Position("a1-B_", 42)
+    assert valid_stream_id("agents/42/events") and not valid_stream_id("a b")
+    assert not valid_stream_id("x" * 201)
+
+
+def test_orphan_policies():
+    grace = OrphanTracker(OrphanPolicy(OrphanMode.GRACE, grace_s=5), now=0)
+    assert grace.deadline == 5
+    grace.subscribe()
+    assert not grace.expired(100)
+    assert grace.unsubscribe(now=10) == 15
+    assert grace.expired(15)
+    now = OrphanTracker(OrphanPolicy(OrphanMode.CANCEL), now=0)
+    now.subscribe()
+    assert now.unsubscribe(now=1) == 1
+    keep = OrphanTracker(OrphanPolicy(OrphanMode.KEEP, keep_s=60), now=0)
+    keep.subscribe()
+    assert keep.unsubscribe(now=1) == 61
