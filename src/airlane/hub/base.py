@@ -1,0 +1,228 @@
+"""The hub contract: where streams live while they are produced and read.
+
+Every transport talks to a `Hub`; every hub implementation (the in-memory `MemoryHub`, the
+JetStream hub of a later release) passes one contract test suite (``tests/hub/contract.py``).
+
+Exceptions::
+
+    HubError                 base of everything a hub raises on purpose
+    ├── StreamNotFound       no stream by that id (HTTP 404)
+    ├── StreamExists         create() without exist_ok on an existing id (HTTP 409)
+    ├── StreamEnded          append() after the terminal event (HTTP 409)
+    ├── HubFull              a configured bound on streams or subscribers (HTTP 503)
+    └── InvalidResume        a resume position the stream cannot honour (HTTP 400 / 416)
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+from airlane.core import Event, OrphanPolicy, Position, Retention
+
+__all__ = [
+    "Hub",
+    "HubError",
+    "HubFull",
+    "HubStats",
+    "InvalidResume",
+    "StreamEnded",
+    "StreamExists",
+    "StreamInfo",
+    "StreamNotFound",
+    "Subscription",
+]
+
+
+class HubError(Exception):
+    """Base class of the hub's own errors; ``status`` is the matching HTTP status."""
+
+    status = 500
+    code = "hub_error"
+
+
+class StreamNotFound(HubError):
+    """No stream has that id (or it has expired)."""
+
+    status = 404
+    code = "stream_not_found"
+
+
+class StreamExists(HubError):
+    """A stream with that id already exists."""
+
+    status = 409
+    code = "stream_exists"
+
+
+class StreamEnded(HubError):
+    """The stream has ended; nothing more can be appended."""
+
+    status = 409
+    code = "stream_ended"
+
+
+class HubFull(HubError):
+    """A configured limit on streams or subscribers was reached."""
+
+    status = 503
+    code = "hub_full"
+
+
+class InvalidResume(HubError):
+    """The resume position is beyond the end of the stream."""
+
+    status = 416
+    code = "invalid_resume"
+
+
+@dataclass(frozen=True, slots=True)
+class StreamInfo:
+    """A stream's status, as the streams API reports it."""
+
+    stream_id: str
+    epoch: str
+    last_seq: int
+    first_retained_seq: int
+    ended: bool
+    finish_reason: str | None
+    subscribers: int
+    retained_events: int
+    retained_bytes: int
+    usage: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-compatible form."""
+        return {
+            "id": self.stream_id,
+            "epoch": self.epoch,
+            "last_seq": self.last_seq,
+            "first_retained_seq": self.first_retained_seq,
+            "resume_token": Position(self.epoch, self.last_seq).token,
+            "ended": self.ended,
+            "finish_reason": self.finish_reason,
+            "subscribers": self.subscribers,
+            "retained_events": self.retained_events,
+            "retained_bytes": self.retained_bytes,
+            "usage": self.usage,
+        }
+
+
+@dataclass(slots=True)
+class HubStats:
+    """Counters for ``/metrics``."""
+
+    streams: int = 0
+    subscribers: int = 0
+    events_appended: int = 0
+    events_delivered: int = 0
+    retained_bytes: int = 0
+    max_lag_events: int = 0
+
+
+class Subscription(abc.ABC):
+    """One reader's cursor on one stream, with a live tail. Close it when done."""
+
+    stream_id: str
+    subscriber: str
+
+    @property
+    @abc.abstractmethod
+    def position(self) -> Position:
+        """The last event handed out, as a resume position."""
+
+    @property
+    @abc.abstractmethod
+    def finished(self) -> bool:
+        """True once the terminal event has been handed out."""
+
+    @abc.abstractmethod
+    def poll(self, limit: int = 64) -> list[Event]:
+        """What is ready now, without waiting (possibly nothing)."""
+
+    @abc.abstractmethod
+    async def next_batch(self, limit: int = 64) -> list[Event]:
+        """Wait for and return the next frames; an empty list means the stream is over for
+        this reader (terminal delivered, subscription closed, or hub shut down)."""
+
+    @abc.abstractmethod
+    def mark_written(self, events: list[Event], now_ns: int) -> None:
+        """Tell the ledger that ``events`` reached the socket at ``now_ns``."""
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Remove the cursor; the stream's orphan policy may apply. Idempotent."""
+
+    async def __aenter__(self) -> Subscription:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class Hub(abc.ABC):
+    """Streams: append, read from a cursor with a live tail, cancel, close, retention."""
+
+    @abc.abstractmethod
+    async def start(self) -> None:
+        """Start background work (retention and orphan timers)."""
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Stop background work and release every subscriber."""
+
+    @abc.abstractmethod
+    async def create(
+        self,
+        stream_id: str,
+        *,
+        retention: Retention | None = None,
+        orphan: OrphanPolicy | None = None,
+        exist_ok: bool = False,
+    ) -> StreamInfo:
+        """Create a stream. ``orphan`` (for streams with a producer) enables the orphan
+        policy; named streams without one live until they are closed or expire."""
+
+    @abc.abstractmethod
+    async def append(self, stream_id: str, event: Event) -> Event:
+        """Append ``event`` (its ``seq`` and ``ts_ns`` are assigned) and wake readers."""
+
+    @abc.abstractmethod
+    async def subscribe(
+        self, stream_id: str, *, resume: Position | None = None, subscriber: str | None = None
+    ) -> Subscription:
+        """A new cursor, from the start or after ``resume``."""
+
+    @abc.abstractmethod
+    async def cancel(self, stream_id: str, finish_reason: str = "cancelled") -> bool:
+        """End the stream with ``done(finish_reason)`` and stop its producer; False if it had
+        already ended."""
+
+    @abc.abstractmethod
+    async def info(self, stream_id: str) -> StreamInfo:
+        """The stream's status."""
+
+    @abc.abstractmethod
+    async def snapshot(self, stream_id: str) -> Event:
+        """Everything so far as one ``snapshot`` event."""
+
+    @abc.abstractmethod
+    async def delete(self, stream_id: str) -> None:
+        """Forget the stream (ending it first); readers are released."""
+
+    @abc.abstractmethod
+    def on_cancel(self, stream_id: str, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once when the stream is cancelled (by a client or by its orphan
+        policy); producers use it to stop work promptly."""
+
+    @abc.abstractmethod
+    def stats(self) -> HubStats:
+        """Current counters."""

@@ -1,0 +1,339 @@
+"""`MemoryHub`: every stream in this process's memory (the embedded default).
+
+Each stream is a `StreamLog` plus a wake-up: an `asyncio.Event` that is set and replaced on
+every append, so readers waiting on the live tail wake once per append however many there are.
+One housekeeping task owned by the hub applies orphan deadlines, time-based retention and the
+expiry of ended streams; there is no timer per stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from airlane.core import (
+    BadResumeToken,
+    Event,
+    OrphanPolicy,
+    OrphanTracker,
+    Position,
+    ResumeOutOfRange,
+    Retention,
+    StreamClosed,
+    StreamLog,
+    valid_stream_id,
+)
+from airlane.core.log import Cursor
+from airlane.hub.base import (
+    Hub,
+    HubFull,
+    HubStats,
+    InvalidResume,
+    StreamEnded,
+    StreamExists,
+    StreamInfo,
+    StreamNotFound,
+    Subscription,
+)
+
+__all__ = ["MemoryHub", "MemoryHubConfig"]
+
+log = logging.getLogger("airlane.hub")
+
+DEFAULT_MAX_STREAMS = 100_000
+DEFAULT_MAX_SUBSCRIBERS = 200_000
+DEFAULT_ENDED_TTL_S = 300.0
+DEFAULT_TICK_S = 0.25
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryHubConfig:
+    """Limits and timers of the in-memory hub."""
+
+    max_streams: int = DEFAULT_MAX_STREAMS
+    """Streams held at once; creating one more raises `HubFull`."""
+    max_subscribers: int = DEFAULT_MAX_SUBSCRIBERS
+    """Cursors held at once, over all streams."""
+    ended_ttl_s: float = DEFAULT_ENDED_TTL_S
+    """How long an ended stream stays available for resume and snapshots."""
+    tick_s: float = DEFAULT_TICK_S
+    """Housekeeping period: the resolution of orphan deadlines."""
+    retention: Retention = field(default_factory=Retention)
+    """Default retention for streams created without one."""
+
+
+class _Stream:
+    __slots__ = ("cancel_callbacks", "changed", "ended_at", "log", "orphan", "readers")
+
+    def __init__(self, log: StreamLog, orphan: OrphanTracker | None) -> None:
+        self.log = log
+        self.orphan = orphan
+        self.changed = asyncio.Event()
+        self.cancel_callbacks: list[Callable[[], None]] = []
+        self.ended_at: float | None = None
+        self.readers = 0
+
+    def notify(self) -> None:
+        changed, self.changed = self.changed, asyncio.Event()
+        changed.set()
+
+
+class _MemorySubscription(Subscription):
+    def __init__(self, hub: MemoryHub, stream: _Stream, cursor: Cursor) -> None:
+        self.stream_id = stream.log.stream_id
+        self.subscriber = cursor.subscriber
+        self._hub = hub
+        self._stream = stream
+        self._cursor = cursor
+        self._closed = False
+
+    @property
+    def position(self) -> Position:
+        return self._stream.log.position(self._cursor)
+
+    @property
+    def finished(self) -> bool:
+        return self._cursor.finished
+
+    def poll(self, limit: int = 64) -> list[Event]:
+        if self._closed:
+            return []
+        events = self._stream.log.read(self._cursor, limit)
+        self._hub._delivered += len(events)
+        return events
+
+    async def next_batch(self, limit: int = 64) -> list[Event]:
+        stream = self._stream
+        while not self._closed and not self._cursor.finished:
+            if stream.log.pending(self._cursor):
+                return self.poll(limit)
+            if self._hub._closing or self._hub._streams.get(self.stream_id) is not stream:
+                break
+            await stream.changed.wait()
+        return []
+
+    def mark_written(self, events: list[Event], now_ns: int) -> None:
+        self._stream.log.record_write(events, now_ns)
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._hub._release(self._stream)
+
+
+class MemoryHub(Hub):
+    """The in-memory hub. See the module docstring."""
+
+    def __init__(self, config: MemoryHubConfig | None = None) -> None:
+        self.config = config or MemoryHubConfig()
+        self._streams: dict[str, _Stream] = {}
+        self._subscribers = 0
+        self._appended = 0
+        self._delivered = 0
+        self._closing = False
+        self._deadlines: list[tuple[float, int, str]] = []
+        self._order = itertools.count()
+        self._housekeeper: asyncio.Task[None] | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._housekeeper is None:
+            self._housekeeper = asyncio.create_task(self._housekeep(), name="hub-housekeeping")
+
+    async def aclose(self) -> None:
+        self._closing = True
+        if self._housekeeper is not None:
+            self._housekeeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._housekeeper
+            self._housekeeper = None
+        for stream in self._streams.values():
+            stream.notify()
+
+    # -- streams ----------------------------------------------------------------------------
+
+    async def create(
+        self,
+        stream_id: str,
+        *,
+        retention: Retention | None = None,
+        orphan: OrphanPolicy | None = None,
+        exist_ok: bool = False,
+    ) -> StreamInfo:
+        if not valid_stream_id(stream_id):
+            raise ValueError(f"invalid stream id {stream_id[:80]!r}")
+        existing = self._streams.get(stream_id)
+        if existing is not None:
+            if not exist_ok:
+                raise StreamExists(f"stream {stream_id!r} already exists")
+            return self._info(existing)
+        if len(self._streams) >= self.config.max_streams:
+            raise HubFull(f"the hub holds {self.config.max_streams} streams, its limit")
+        now = time.monotonic()
+        stream_log = StreamLog(
+            stream_id,
+            secrets.token_hex(4),
+            now_ns=time.monotonic_ns(),
+            retention=retention or self.config.retention,
+        )
+        tracker = OrphanTracker(orphan, now) if orphan is not None else None
+        stream = _Stream(stream_log, tracker)
+        self._streams[stream_id] = stream
+        if tracker is not None and tracker.deadline is not None:
+            self._schedule(tracker.deadline, stream_id)
+        return self._info(stream)
+
+    async def append(self, stream_id: str, event: Event) -> Event:
+        stream = self._get(stream_id)
+        try:
+            appended = stream.log.append(event, time.monotonic_ns())
+        except StreamClosed as exc:
+            raise StreamEnded(str(exc)) from None
+        self._appended += 1
+        if appended.terminal:
+            stream.ended_at = time.monotonic()
+            stream.cancel_callbacks.clear()
+        stream.notify()
+        return appended
+
+    async def subscribe(
+        self, stream_id: str, *, resume: Position | None = None, subscriber: str | None = None
+    ) -> Subscription:
+        stream = self._get(stream_id)
+        if self._subscribers >= self.config.max_subscribers:
+            raise HubFull(f"the hub holds {self.config.max_subscribers} subscribers, its limit")
+        try:
+            cursor = stream.log.cursor(subscriber or f"sub-{secrets.token_hex(4)}", resume)
+        except (ResumeOutOfRange, BadResumeToken) as exc:
+            raise InvalidResume(str(exc)) from None
+        self._subscribers += 1
+        stream.readers += 1
+        if stream.orphan is not None:
+            stream.orphan.subscribe()
+        return _MemorySubscription(self, stream, cursor)
+
+    async def cancel(self, stream_id: str, finish_reason: str = "cancelled") -> bool:
+        stream = self._get(stream_id)
+        return self._cancel(stream, finish_reason)
+
+    async def info(self, stream_id: str) -> StreamInfo:
+        return self._info(self._get(stream_id))
+
+    async def snapshot(self, stream_id: str) -> Event:
+        return self._get(stream_id).log.snapshot()
+
+    async def delete(self, stream_id: str) -> None:
+        stream = self._get(stream_id)
+        self._cancel(stream, "deleted")
+        del self._streams[stream_id]
+        stream.notify()
+
+    def on_cancel(self, stream_id: str, callback: Callable[[], None]) -> None:
+        stream = self._get(stream_id)
+        if stream.log.terminal is None:
+            stream.cancel_callbacks.append(callback)
+
+    def stats(self) -> HubStats:
+        return HubStats(
+            streams=len(self._streams),
+            subscribers=self._subscribers,
+            events_appended=self._appended,
+            events_delivered=self._delivered,
+            retained_bytes=sum(s.log.retained_bytes for s in self._streams.values()),
+        )
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _get(self, stream_id: str) -> _Stream:
+        stream = self._streams.get(stream_id)
+        if stream is None:
+            raise StreamNotFound(f"no stream {stream_id[:200]!r}")
+        return stream
+
+    def _info(self, stream: _Stream) -> StreamInfo:
+        stream_log = stream.log
+        terminal = stream_log.terminal
+        finish = None
+        if terminal is not None and terminal.data is not None:
+            finish = terminal.data.get("finish_reason", terminal.kind.value)
+        return StreamInfo(
+            stream_id=stream_log.stream_id,
+            epoch=stream_log.epoch,
+            last_seq=stream_log.last_seq,
+            first_retained_seq=stream_log.first_retained_seq,
+            ended=terminal is not None,
+            finish_reason=finish,
+            subscribers=stream.readers,
+            retained_events=stream_log.retained,
+            retained_bytes=stream_log.retained_bytes,
+            usage=stream_log.ledger.report(),
+        )
+
+    def _cancel(self, stream: _Stream, finish_reason: str) -> bool:
+        ended = stream.log.cancel(time.monotonic_ns(), finish_reason)
+        if ended is None:
+            return False
+        stream.ended_at = time.monotonic()
+        callbacks, stream.cancel_callbacks = stream.cancel_callbacks, []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                log.exception("cancel callback for %s failed", stream.log.stream_id)
+        stream.notify()
+        return True
+
+    def _release(self, stream: _Stream) -> None:
+        self._subscribers -= 1
+        stream.readers -= 1
+        if stream.orphan is None:
+            return
+        deadline = stream.orphan.unsubscribe(time.monotonic())
+        if deadline is not None and stream.log.terminal is None:
+            self._schedule(deadline, stream.log.stream_id)
+
+    def _schedule(self, deadline: float, stream_id: str) -> None:
+        heapq.heappush(self._deadlines, (deadline, next(self._order), stream_id))
+
+    async def _housekeep(self) -> None:
+        tick = self.config.tick_s
+        sweeps = 0
+        while True:
+            await asyncio.sleep(tick)
+            self._expire_orphans(time.monotonic())
+            sweeps += 1
+            # The full sweep costs O(streams): run it about once a second.
+            if sweeps * tick >= 1.0:
+                sweeps = 0
+                self._sweep(time.monotonic())
+
+    def _expire_orphans(self, now: float) -> None:
+        while self._deadlines and self._deadlines[0][0] <= now:
+            _, _, stream_id = heapq.heappop(self._deadlines)
+            stream = self._streams.get(stream_id)
+            # Entries are not removed when a subscriber returns; re-check the live tracker.
+            if stream is not None and stream.orphan is not None and stream.orphan.expired(now):
+                log.info("stream %s orphaned: cancelling", stream_id)
+                self._cancel(stream, "cancelled")
+
+    def _sweep(self, now: float) -> None:
+        now_ns = time.monotonic_ns()
+        expired = [
+            sid
+            for sid, stream in self._streams.items()
+            if stream.ended_at is not None and now - stream.ended_at >= self.config.ended_ttl_s
+        ]
+        for stream_id in expired:
+            stream = self._streams.pop(stream_id)
+            stream.notify()
+        for stream in self._streams.values():
+            stream.log.trim(now_ns)

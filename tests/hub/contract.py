@@ -1,0 +1,198 @@
+"""The hub contract suite: every `Hub` implementation must pass it.
+
+Subclass `HubContract` and provide an async ``hub`` fixture that yields a started hub whose
+housekeeping tick is short (tests wait on orphan deadlines).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from airlane.core import Event, Kind, OrphanMode, OrphanPolicy, Position, Retention
+from airlane.hub import (
+    Hub,
+    InvalidResume,
+    StreamEnded,
+    StreamExists,
+    StreamNotFound,
+    Subscription,
+)
+
+
+async def drain(sub: Subscription, timeout: float = 5.0) -> list[Event]:
+    """Everything ``sub`` receives until its stream is over for it."""
+    out: list[Event] = []
+    async with asyncio.timeout(timeout):
+        while batch := await sub.next_batch():
+            out.extend(batch)
+    return out
+
+
+def text_of(events: list[Event]) -> str:
+    """Rebuild the content text from frames the way a client does."""
+    text = ""
+    for event in events:
+        if event.kind is Kind.SNAPSHOT:
+            assert event.data is not None
+            text = event.data["text"]["content"]
+        elif event.kind is Kind.DELTA:
+            text += event.text
+    return text
+
+
+class HubContract:
+    """Behaviour every hub shares. Tests get a started ``hub`` fixture."""
+
+    async def test_append_assigns_seq_and_readers_get_events_in_order(self, hub: Hub):
+        await hub.create("s1")
+        seqs = [(await hub.append("s1", Event.delta(t))).seq for t in "abc"]
+        await hub.append("s1", Event.done())
+        assert seqs == [1, 2, 3]
+        async with await hub.subscribe("s1") as sub:
+            events = await drain(sub)
+        assert text_of(events) == "abc" and events[-1].kind is Kind.DONE
+        assert sub.finished and sub.position.seq == 4
+
+    async def test_create_twice_and_unknown_streams(self, hub: Hub):
+        info = await hub.create("agents/1/events")
+        with pytest.raises(StreamExists):
+            await hub.create("agents/1/events")
+        again = await hub.create("agents/1/events", exist_ok=True)
+        assert again.epoch == info.epoch
+        with pytest.raises(StreamNotFound):
+            await hub.append("nope", Event.delta("x"))
+        with pytest.raises(StreamNotFound):
+            await hub.subscribe("nope")
+        with pytest.raises(ValueError):
+            await hub.create("bad id with spaces")
+
+    async def test_live_tail_wakes_every_subscriber(self, hub: Hub):
+        await hub.create("live")
+        subs = [await hub.subscribe("live") for _ in range(5)]
+        readers = [asyncio.create_task(drain(s)) for s in subs]
+        await asyncio.sleep(0.01)
+        for i in range(20):
+            await hub.append("live", Event.delta(str(i % 10)))
+            if i % 5 == 0:
+                await asyncio.sleep(0)
+        await hub.append("live", Event.done())
+        results = await asyncio.gather(*readers)
+        assert all(text_of(r) == "01234567890123456789" for r in results)
+        for sub in subs:
+            await sub.aclose()
+
+    async def test_resume_from_a_position_gets_exactly_the_rest(self, hub: Hub):
+        info = await hub.create("r")
+        for t in "hello":
+            await hub.append("r", Event.delta(t))
+        await hub.append("r", Event.done())
+        for seq in range(6):
+            async with await hub.subscribe("r", resume=Position(info.epoch, seq)) as sub:
+                assert text_of(await drain(sub)) == "hello"[seq:]
+
+    async def test_bad_resume_positions(self, hub: Hub):
+        info = await hub.create("b")
+        await hub.append("b", Event.delta("x"))
+        with pytest.raises(InvalidResume):
+            await hub.subscribe("b", resume=Position(info.epoch, 5))
+        await hub.append("b", Event.done())
+        async with await hub.subscribe("b", resume=Position("stale", 1)) as sub:
+            events = await drain(sub)
+        assert events[0].kind is Kind.SNAPSHOT and events[0].data is not None
+        assert events[0].data["reset"] is True and text_of(events) == "x"
+
+    async def test_retention_gives_far_behind_readers_a_snapshot(self, hub: Hub):
+        info = await hub.create("ret", retention=Retention(max_events=3))
+        for t in "abcdefgh":
+            await hub.append("ret", Event.delta(t))
+        await hub.append("ret", Event.done())
+        async with await hub.subscribe("ret", resume=Position(info.epoch, 1)) as sub:
+            events = await drain(sub)
+        assert events[0].kind is Kind.SNAPSHOT
+        assert text_of(events) == "abcdefgh"
+        snapshot = await hub.snapshot("ret")
+        assert snapshot.data is not None and snapshot.data["text"]["content"] == "abcdefgh"
+
+    async def test_cancel_ends_the_stream_and_tells_the_producer(self, hub: Hub):
+        await hub.create("c")
+        stopped = asyncio.Event()
+        hub.on_cancel("c", stopped.set)
+        await hub.append("c", Event.delta("partial"))
+        sub = await hub.subscribe("c")
+        assert await hub.cancel("c") is True
+        assert stopped.is_set()
+        assert await hub.cancel("c") is False
+        with pytest.raises(StreamEnded):
+            await hub.append("c", Event.delta("late"))
+        events = await drain(sub)
+        assert events[-1].kind is Kind.DONE and events[-1].data is not None
+        assert events[-1].data["finish_reason"] == "cancelled"
+        info = await hub.info("c")
+        assert info.ended and info.finish_reason == "cancelled"
+        await sub.aclose()
+
+    async def test_orphan_policy_cancel_now_and_grace(self, hub: Hub):
+        await hub.create("o1", orphan=OrphanPolicy(OrphanMode.CANCEL))
+        await hub.create("o2", orphan=OrphanPolicy(OrphanMode.GRACE, grace_s=0.3))
+        for sid in ("o1", "o2"):
+            sub = await hub.subscribe(sid)
+            await sub.aclose()
+        sub2 = await hub.subscribe("o2")  # comes back within the grace period
+        await asyncio.sleep(0.6)
+        assert (await hub.info("o1")).finish_reason == "cancelled"
+        assert not (await hub.info("o2")).ended
+        await sub2.aclose()
+        await asyncio.sleep(0.6)
+        assert (await hub.info("o2")).finish_reason == "cancelled"
+
+    async def test_named_streams_without_policy_survive_without_readers(self, hub: Hub):
+        await hub.create("room")
+        sub = await hub.subscribe("room")
+        await sub.aclose()
+        await asyncio.sleep(0.3)
+        assert not (await hub.info("room")).ended
+
+    async def test_info_reports_usage_and_counts(self, hub: Hub):
+        await hub.create("u")
+        await hub.append("u", Event.delta("a", tokens=3))
+        sub = await hub.subscribe("u", subscriber="alice")
+        sub.poll()
+        info = await hub.info("u")
+        assert info.last_seq == 1 and info.subscribers == 1 and not info.ended
+        assert info.usage["completion_tokens"] == 3
+        assert info.usage["delivered_tokens"] == {"alice": 3}
+        await sub.aclose()
+        assert (await hub.info("u")).subscribers == 0
+
+    async def test_delete_releases_waiting_readers(self, hub: Hub):
+        await hub.create("d")
+        sub = await hub.subscribe("d")
+        waiter = asyncio.create_task(drain(sub))
+        await asyncio.sleep(0.01)
+        await hub.delete("d")
+        events = await waiter
+        assert events and events[-1].kind is Kind.DONE
+        with pytest.raises(StreamNotFound):
+            await hub.info("d")
+        await sub.aclose()
+
+    async def test_many_streams_concurrently(self, hub: Hub):
+        async def produce(sid: str) -> None:
+            for i in range(30):
+                await hub.append(sid, Event.delta(f"{i},"))
+                await asyncio.sleep(0)
+            await hub.append(sid, Event.done())
+
+        async def consume(sid: str) -> str:
+            async with await hub.subscribe(sid) as sub:
+                return text_of(await drain(sub))
+
+        ids = [f"gen-{i}" for i in range(50)]
+        for sid in ids:
+            await hub.create(sid)
+        consumers = [asyncio.create_task(consume(sid)) for sid in ids]
+        await asyncio.gather(*(produce(sid) for sid in ids))
+        expected = "".join(f"{i}," for i in range(30))
+        assert await asyncio.gather(*consumers) == [expected] * 50

@@ -1,0 +1,57 @@
+"""`MemoryHub` against the hub contract, plus its own limits."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from airlane.hub import HubFull, MemoryHub, MemoryHubConfig
+from tests.hub.contract import HubContract, drain
+
+
+@pytest.fixture
+async def hub() -> AsyncIterator[MemoryHub]:
+    hub = MemoryHub(MemoryHubConfig(tick_s=0.05, ended_ttl_s=60))
+    await hub.start()
+    yield hub
+    await hub.aclose()
+
+
+class TestMemoryHubContract(HubContract):
+    """The shared contract."""
+
+
+async def test_stream_and_subscriber_limits():
+    hub = MemoryHub(MemoryHubConfig(max_streams=2, max_subscribers=1))
+    await hub.create("a")
+    await hub.create("b")
+    with pytest.raises(HubFull):
+        await hub.create("c")
+    sub = await hub.subscribe("a")
+    with pytest.raises(HubFull):
+        await hub.subscribe("b")
+    await sub.aclose()
+    await hub.aclose()
+
+
+async def test_ended_streams_expire():
+    hub = MemoryHub(MemoryHubConfig(tick_s=0.05, ended_ttl_s=0.1))
+    await hub.start()
+    await hub.create("x")
+    await hub.cancel("x")
+    await asyncio.sleep(1.3)
+    assert hub.stats().streams == 0
+    await hub.aclose()
+
+
+async def test_aclose_releases_waiting_readers():
+    hub = MemoryHub()
+    await hub.start()
+    await hub.create("w")
+    sub = await hub.subscribe("w")
+    waiter = asyncio.create_task(drain(sub))
+    await asyncio.sleep(0.01)
+    await hub.aclose()
+    assert await asyncio.wait_for(waiter, 1) == []
