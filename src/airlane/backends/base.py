@@ -9,7 +9,7 @@ release the upstream request.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -73,7 +73,7 @@ class Backend(Protocol):
     name: str
     """Short name for logs and metrics."""
 
-    def stream(self, request: GenerationRequest) -> AsyncIterator[Event]:
+    def stream(self, request: GenerationRequest) -> AsyncGenerator[Event, None]:
         """Yield the events of one generation; the last one is ``done`` or ``error``."""
         ...
 

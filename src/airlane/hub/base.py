@@ -10,7 +10,8 @@ Exceptions::
     ├── StreamExists         create() without exist_ok on an existing id (HTTP 409)
     ├── StreamEnded          append() after the terminal event (HTTP 409)
     ├── HubFull              a configured bound on streams or subscribers (HTTP 503)
-    └── InvalidResume        a resume position the stream cannot honour (HTTP 400 / 416)
+    ├── InvalidResume        a resume position the stream cannot honour (HTTP 416)
+    └── InvalidStreamId      not a valid stream id (HTTP 400; also a ValueError)
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ __all__ = [
     "HubFull",
     "HubStats",
     "InvalidResume",
+    "InvalidStreamId",
     "StreamEnded",
     "StreamExists",
     "StreamInfo",
@@ -77,6 +79,13 @@ class InvalidResume(HubError):
 
     status = 416
     code = "invalid_resume"
+
+
+class InvalidStreamId(HubError, ValueError):
+    """The id does not match ``[A-Za-z0-9._:/-]{1,200}``."""
+
+    status = 400
+    code = "invalid_stream_id"
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,7 +228,7 @@ class Hub(abc.ABC):
         """Forget the stream (ending it first); readers are released."""
 
     @abc.abstractmethod
-    def on_cancel(self, stream_id: str, callback: Callable[[], None]) -> None:
+    def on_cancel(self, stream_id: str, callback: Callable[[], object]) -> None:
         """Call ``callback`` once when the stream is cancelled (by a client or by its orphan
         policy); producers use it to stop work promptly."""
 

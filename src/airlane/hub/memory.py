@@ -36,6 +36,7 @@ from airlane.hub.base import (
     HubFull,
     HubStats,
     InvalidResume,
+    InvalidStreamId,
     StreamEnded,
     StreamExists,
     StreamInfo,
@@ -76,7 +77,7 @@ class _Stream:
         self.log = log
         self.orphan = orphan
         self.changed = asyncio.Event()
-        self.cancel_callbacks: list[Callable[[], None]] = []
+        self.cancel_callbacks: list[Callable[[], object]] = []
         self.ended_at: float | None = None
         self.readers = 0
 
@@ -170,7 +171,9 @@ class MemoryHub(Hub):
         exist_ok: bool = False,
     ) -> StreamInfo:
         if not valid_stream_id(stream_id):
-            raise ValueError(f"invalid stream id {stream_id[:80]!r}")
+            raise InvalidStreamId(
+                f"invalid stream id {stream_id[:80]!r}: use 1-200 of A-Z a-z 0-9 . _ : / -"
+            )
         existing = self._streams.get(stream_id)
         if existing is not None:
             if not exist_ok:
@@ -237,7 +240,7 @@ class MemoryHub(Hub):
         del self._streams[stream_id]
         stream.notify()
 
-    def on_cancel(self, stream_id: str, callback: Callable[[], None]) -> None:
+    def on_cancel(self, stream_id: str, callback: Callable[[], object]) -> None:
         stream = self._get(stream_id)
         if stream.log.terminal is None:
             stream.cancel_callbacks.append(callback)

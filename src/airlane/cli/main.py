@@ -1,0 +1,91 @@
+"""The typer application and the ``airlane serve`` command."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from airlane import __version__
+from airlane.server import DEFAULT_HOST, DEFAULT_PORT, ServerConfig, load_config, serve
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="airlane",
+    help="Airlane: resumable LLM token streams over SSE and WebSocket.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+console = Console(stderr=True)
+
+
+def run_async(coro: object) -> None:
+    """Run a coroutine on uvloop when available (it is on Linux and macOS)."""
+    try:
+        import uvloop
+
+        uvloop.run(coro)  # type: ignore[arg-type]
+    except ImportError:  # pragma: no cover - Windows
+        import asyncio
+
+        asyncio.run(coro)  # type: ignore[arg-type]
+
+
+@app.command("serve")
+def serve_command(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = DEFAULT_HOST,
+    port: Annotated[int, typer.Option(help="Port; 0 picks a free one.")] = DEFAULT_PORT,
+    upstream: Annotated[
+        str | None, typer.Option(help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1")
+    ] = None,
+    upstream_key: Annotated[
+        str | None, typer.Option(envvar="AIRLANE_UPSTREAM_KEY", help="Bearer key for upstream.")
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="Model name to force upstream.")] = None,
+    api_key: Annotated[
+        list[str] | None,
+        typer.Option(help="Require this client API key (repeatable); NAME=KEY names it."),
+    ] = None,
+    config: Annotated[Path | None, typer.Option(help="TOML configuration file.")] = None,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Run the gateway (in-memory hub; synthetic backend unless --upstream is given)."""
+    settings = load_config(config) if config else ServerConfig()
+    keys = dict(settings.api_keys)
+    for item in api_key or []:
+        name, sep, key = item.partition("=")
+        keys[key if sep else name] = name if sep else f"key-{len(keys) + 1}"
+    settings = replace(
+        settings,
+        host=host,
+        port=port,
+        upstream=upstream or settings.upstream,
+        upstream_api_key=upstream_key or settings.upstream_api_key,
+        model=model or settings.model,
+        api_keys=keys,
+        log_level=log_level,
+    )
+    logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+
+    def ready(url: str) -> None:
+        backend = f"upstream {settings.upstream}" if settings.upstream else "synthetic backend"
+        # Printed on stdout, flushed: scripts and tests read the URL from this line.
+        print(f"airlane listening on {url} ({backend})", flush=True)
+
+    run_async(serve(settings, on_ready=ready))
+
+
+@app.command("version")
+def version_command() -> None:
+    """Print the version."""
+    print(__version__)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

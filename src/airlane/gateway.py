@@ -1,0 +1,194 @@
+"""The gateway service: what every transport calls.
+
+`Gateway` joins a hub, a backend and the security gate. Transports parse their wire, build a
+`Principal` and call these methods; the gateway checks the gate, runs producers (backend ->
+hub) as tasks it owns, and never knows which wire a request came from.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from dataclasses import dataclass, field
+
+from airlane.backends.base import Backend, BackendError, GenerationRequest
+from airlane.core import Event, OrphanMode, OrphanPolicy, Position, Retention
+from airlane.hub import Hub, HubFull, StreamEnded, StreamInfo, StreamNotFound, Subscription
+from airlane.security import Action, AllowAll, Principal, SecurityPolicy
+
+__all__ = ["DEFAULT_MAX_GENERATIONS", "Gateway", "GatewayConfig", "new_generation_id"]
+
+log = logging.getLogger("airlane.gateway")
+
+DEFAULT_MAX_GENERATIONS = 20_000
+"""Producers running at once; one more is refused with HTTP 503 rather than queued."""
+
+
+def new_generation_id() -> str:
+    """A fresh stream id for a chat completion, in OpenAI's ``chatcmpl-`` style."""
+    return f"chatcmpl-{secrets.token_hex(12)}"
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    """Gateway-wide defaults."""
+
+    orphan: OrphanPolicy = field(default_factory=OrphanPolicy)
+    """Orphan policy of generations that do not ask for another."""
+    retention: Retention | None = None
+    """Retention of new streams; None uses the hub's default."""
+    max_generations: int = DEFAULT_MAX_GENERATIONS
+    """Producers running at once."""
+
+
+class Gateway:
+    """Hub + backend + security gate. See the module docstring."""
+
+    def __init__(
+        self,
+        hub: Hub,
+        backend: Backend,
+        *,
+        security: SecurityPolicy | None = None,
+        config: GatewayConfig | None = None,
+    ) -> None:
+        self.hub = hub
+        self.backend = backend
+        self.security: SecurityPolicy = security or AllowAll()
+        self.config = config or GatewayConfig()
+        self._producers: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        """Start the hub's background work."""
+        await self.hub.start()
+
+    async def aclose(self) -> None:
+        """Stop every producer, then the hub and the backend."""
+        producers = list(self._producers)
+        for task in producers:
+            task.cancel()
+        for task in producers:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.hub.aclose()
+        await self.backend.aclose()
+
+    @property
+    def running_generations(self) -> int:
+        """Producers running now."""
+        return len(self._producers)
+
+    # -- the operations ---------------------------------------------------------------------
+
+    async def generate(
+        self,
+        principal: Principal,
+        request: GenerationRequest,
+        *,
+        stream_id: str | None = None,
+        orphan: OrphanPolicy | None = None,
+    ) -> StreamInfo:
+        """Create a stream and start producing it from the backend."""
+        stream_id = stream_id or new_generation_id()
+        self.security.authorize(principal, Action.GENERATE, stream_id)
+        if len(self._producers) >= self.config.max_generations:
+            raise HubFull(f"{self.config.max_generations} generations are running, the limit")
+        info = await self.hub.create(
+            stream_id, retention=self.config.retention, orphan=orphan or self.config.orphan
+        )
+        task = asyncio.create_task(self._produce(stream_id, request), name=f"produce {stream_id}")
+        self._producers.add(task)
+        task.add_done_callback(self._producers.discard)
+        self.hub.on_cancel(stream_id, task.cancel)
+        return info
+
+    async def subscribe(
+        self,
+        principal: Principal,
+        stream_id: str,
+        *,
+        resume: Position | None = None,
+        subscriber: str | None = None,
+    ) -> Subscription:
+        """A cursor on ``stream_id``, after ``resume`` if given."""
+        self.security.authorize(principal, Action.SUBSCRIBE, stream_id)
+        return await self.hub.subscribe(stream_id, resume=resume, subscriber=subscriber)
+
+    async def publish(self, principal: Principal, stream_id: str, event: Event) -> Event:
+        """Append an application event to a named stream, creating the stream if needed."""
+        self.security.authorize(principal, Action.PUBLISH, stream_id)
+        try:
+            return await self.hub.append(stream_id, event)
+        except StreamNotFound:
+            await self.hub.create(stream_id, retention=self.config.retention, exist_ok=True)
+            return await self.hub.append(stream_id, event)
+
+    async def create_named(
+        self, principal: Principal, stream_id: str, *, exist_ok: bool = False
+    ) -> StreamInfo:
+        """Create a named stream (agent events, rooms) that clients publish to."""
+        self.security.authorize(principal, Action.PUBLISH, stream_id)
+        return await self.hub.create(stream_id, retention=self.config.retention, exist_ok=exist_ok)
+
+    async def delete(self, principal: Principal, stream_id: str) -> None:
+        """End the stream if it is running, then forget it."""
+        self.security.authorize(principal, Action.CANCEL, stream_id)
+        await self.hub.delete(stream_id)
+
+    async def cancel(self, principal: Principal, stream_id: str) -> bool:
+        """Stop the producer and end the stream with ``done(cancelled)``."""
+        self.security.authorize(principal, Action.CANCEL, stream_id)
+        return await self.hub.cancel(stream_id)
+
+    async def info(self, principal: Principal, stream_id: str) -> StreamInfo:
+        """A stream's status."""
+        self.security.authorize(principal, Action.SUBSCRIBE, stream_id)
+        return await self.hub.info(stream_id)
+
+    async def snapshot(self, principal: Principal, stream_id: str) -> Event:
+        """Everything a stream carried so far, as one snapshot event."""
+        self.security.authorize(principal, Action.SUBSCRIBE, stream_id)
+        return await self.hub.snapshot(stream_id)
+
+    # -- producing --------------------------------------------------------------------------
+
+    async def _produce(self, stream_id: str, request: GenerationRequest) -> None:
+        """Copy the backend's events into the stream; always leave it ended."""
+        terminal_seen = False
+        try:
+            # aclosing: however we leave the loop, the backend's iterator is closed now, which
+            # is what aborts an upstream request.
+            async with contextlib.aclosing(self.backend.stream(request)) as events:
+                async for event in events:
+                    await self.hub.append(stream_id, event)
+                    if event.terminal:
+                        terminal_seen = True
+                        break
+            if not terminal_seen:
+                await self.hub.append(stream_id, Event.done("stop"))
+        except StreamEnded:
+            pass  # cancelled or deleted while producing: the stream already has its end
+        except BackendError as exc:
+            await self._end_with_error(stream_id, Event.error(exc.message, code=exc.code))
+        except asyncio.CancelledError:
+            # Cancel reached us through the hub (the stream has ended) or the gateway is
+            # shutting down; either way the backend iterator was closed, aborting upstream.
+            raise
+        except Exception:
+            log.exception("backend %s failed on stream %s", self.backend.name, stream_id)
+            await self._end_with_error(
+                stream_id, Event.error("the backend failed unexpectedly", code="internal_error")
+            )
+
+    async def _end_with_error(self, stream_id: str, event: Event) -> None:
+        with contextlib.suppress(StreamEnded, StreamNotFound):
+            await self.hub.append(stream_id, event)
+
+
+def orphan_policy_from(name: str | None, default: OrphanPolicy) -> OrphanPolicy:
+    """Parse a client's orphan policy choice (``keep``, ``grace``, ``cancel``)."""
+    if not name:
+        return default
+    return OrphanPolicy(OrphanMode(name), grace_s=default.grace_s, keep_s=default.keep_s)

@@ -1,0 +1,188 @@
+"""The composition root: configuration -> hub + backend + security -> gateway -> listeners.
+
+`ServerConfig` is what ``airlane serve`` builds from its flags and an optional TOML file.
+`serve` binds the listening socket itself (so TCP keepalive applies to every accepted socket
+and ``--port 0`` works), then runs the ASGI app under uvicorn with uvloop and httptools.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import sys
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from airlane.backends.base import Backend
+from airlane.backends.openai import OpenAIUpstreamBackend
+from airlane.backends.synthetic import SyntheticBackend, SyntheticConfig
+from airlane.core import OrphanMode, OrphanPolicy
+from airlane.gateway import Gateway, GatewayConfig
+from airlane.hub import MemoryHub
+from airlane.security import AllowAll, ApiKeyPolicy, SecurityPolicy
+from airlane.transports.http import AirlaneApp, HttpConfig
+
+__all__ = [
+    "DEFAULT_HOST",
+    "DEFAULT_PORT",
+    "ServerConfig",
+    "bind_socket",
+    "build_app",
+    "load_config",
+    "serve",
+]
+
+log = logging.getLogger("airlane.server")
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8420
+DEFAULT_TCP_KEEPALIVE_S = 45
+"""The seed's TCP keepalive on accepted sockets."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """Everything ``airlane serve`` can be told."""
+
+    host: str = DEFAULT_HOST
+    """Address to listen on (loopback by default)."""
+    port: int = DEFAULT_PORT
+    """Port to listen on; 0 picks a free one (printed at start)."""
+    upstream: str | None = None
+    """An OpenAI-compatible base URL (``http://host:8000/v1``); None: the synthetic backend."""
+    upstream_api_key: str | None = None
+    """Bearer key sent upstream."""
+    model: str | None = None
+    """Model name forced on upstream requests (None: the client's)."""
+    api_keys: dict[str, str] = field(default_factory=dict)
+    """Client API keys -> principal names; empty: no authentication (localhost default)."""
+    synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
+    """Timing of the synthetic backend."""
+    http: HttpConfig = field(default_factory=HttpConfig)
+    """HTTP transport limits and heartbeats."""
+    orphan: OrphanPolicy = field(default_factory=OrphanPolicy)
+    """Default orphan policy of generations."""
+    tcp_keepalive_s: int = DEFAULT_TCP_KEEPALIVE_S
+    """Idle seconds before TCP keepalive probes on accepted sockets."""
+    log_level: str = "info"
+    """Python logging level."""
+
+
+def load_config(path: Path, base: ServerConfig | None = None) -> ServerConfig:
+    """Read a TOML file: top-level keys of `ServerConfig`, plus ``[synthetic]``, ``[http]``,
+    ``[orphan]`` and ``[api_keys]`` tables. Unknown keys are an error, not ignored."""
+    with path.open("rb") as fh:
+        data = tomllib.load(fh)
+    config = base or ServerConfig()
+    nested: dict[str, Any] = {
+        "synthetic": (SyntheticConfig, config.synthetic),
+        "http": (HttpConfig, config.http),
+        "orphan": (OrphanPolicy, config.orphan),
+    }
+    changes: dict[str, Any] = {}
+    allowed = {f.name for f in fields(ServerConfig)}
+    for key, value in data.items():
+        if key not in allowed:
+            raise ValueError(f"{path}: unknown setting {key!r}")
+        if key not in nested:
+            changes[key] = value
+            continue
+        cls, current = nested[key]
+        section = dict(value)
+        if key == "orphan" and "mode" in section:
+            section["mode"] = OrphanMode(section["mode"])
+        if key == "http" and "models" in section:
+            section["models"] = tuple(section["models"])
+        unknown = set(section) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ValueError(f"{path}: unknown [{key}] settings {sorted(unknown)}")
+        changes[key] = replace(current, **section)
+    return replace(config, **changes)
+
+
+def build_backend(config: ServerConfig) -> Backend:
+    """The synthetic backend, or the upstream one when ``upstream`` is set."""
+    if config.upstream:
+        return OpenAIUpstreamBackend(
+            config.upstream, config.upstream_api_key, model=config.model
+        )
+    return SyntheticBackend(config.synthetic)
+
+
+def build_app(config: ServerConfig) -> AirlaneApp:
+    """Gateway and HTTP app for ``config`` (the gateway starts on ASGI lifespan startup)."""
+    security: SecurityPolicy = ApiKeyPolicy(config.api_keys) if config.api_keys else AllowAll()
+    gateway = Gateway(
+        MemoryHub(),
+        build_backend(config),
+        security=security,
+        config=GatewayConfig(orphan=config.orphan),
+    )
+    http = config.http
+    if config.model and config.model not in http.models:
+        http = replace(http, models=(config.model, *http.models))
+    return AirlaneApp(gateway, http)
+
+
+def bind_socket(host: str, port: int, keepalive_s: int) -> socket.socket:
+    """A listening socket whose accepted connections inherit TCP keepalive settings."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    if hasattr(socket, "TCP_KEEPIDLE"):  # Linux; accepted sockets inherit these options
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, keepalive_s)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, max(1, keepalive_s // 3))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
+    sock.bind((host, port))
+    sock.listen(4096)
+    sock.setblocking(False)
+    return sock
+
+
+def uvicorn_config(app: AirlaneApp, config: ServerConfig) -> uvicorn.Config:
+    """uvicorn settings: uvloop + httptools, WebSocket pings and size limit from ``http``."""
+    return uvicorn.Config(
+        app,
+        loop="uvloop" if sys.platform != "win32" else "asyncio",
+        http="httptools",
+        ws="websockets-sansio",
+        ws_ping_interval=config.http.ws_ping_s,
+        ws_ping_timeout=config.http.ws_ping_s,
+        ws_max_size=config.http.max_ws_message_bytes,
+        lifespan="on",
+        log_level=config.log_level,
+        access_log=False,
+        timeout_graceful_shutdown=5,
+    )
+
+
+async def serve(
+    config: ServerConfig, *, on_ready: Callable[[str], None] | None = None
+) -> None:
+    """Run the gateway until cancelled or signalled; ``on_ready`` gets the base URL."""
+    app = build_app(config)
+    sock = bind_socket(config.host, config.port, config.tcp_keepalive_s)
+    host, port = sock.getsockname()[:2]
+    url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
+    server = uvicorn.Server(uvicorn_config(app, config))
+
+    async def announce() -> None:
+        # uvicorn exposes readiness only as a flag, so poll it briefly.
+        while not server.started:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+        if on_ready is not None:
+            on_ready(url)
+
+    announcer = asyncio.create_task(announce())
+    try:
+        await server.serve(sockets=[sock])
+    finally:
+        announcer.cancel()
+        sock.close()

@@ -1,0 +1,208 @@
+"""The HTTP surface as one plain ASGI application.
+
+Mount it inside a FastAPI/Starlette app or serve it with any ASGI server. Routes:
+
+- ``POST /v1/chat/completions``        OpenAI-compatible, streaming and not
+- ``GET  /v1/models``                  the models this gateway answers for
+- ``/v1/streams...``                   the streams API (see `airlane.transports.http.streams`)
+- ``GET  /v1/ws``                      WebSocket, many streams per socket
+- ``GET  /v1/loadtest/sse|ws``         benchmark source
+- ``GET  /healthz``, ``GET /metrics``  liveness and Prometheus metrics
+
+Every failure becomes a JSON error body with a meaningful status (or a WebSocket close code
+with a reason); an unexpected exception is logged here and answered with 500, and the server
+keeps serving.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from airlane.core import BadResumeToken
+from airlane.gateway import Gateway
+from airlane.hub import HubError
+from airlane.security import Principal, SecurityError
+from airlane.transports.http.asgi import (
+    HttpError,
+    Receive,
+    Request,
+    Scope,
+    Send,
+    SSEPump,
+    send_body,
+    send_error,
+    send_json,
+)
+from airlane.transports.http.chat import handle_chat_completions
+from airlane.transports.http.config import HttpConfig
+from airlane.transports.http.context import AppContext
+from airlane.transports.http.loadtest import (
+    LOADTEST_ORPHAN,
+    loadtest_request,
+    render_loadtest_sse,
+)
+from airlane.transports.http.metrics import HttpMetrics
+from airlane.transports.http.streams import handle_streams
+from airlane.transports.http.websocket import serve_loadtest_ws, serve_websocket
+
+__all__ = ["AirlaneApp", "create_app"]
+
+log = logging.getLogger("airlane.http")
+
+
+class AirlaneApp:
+    """The ASGI application. Runs the gateway's lifecycle on ASGI ``lifespan`` events."""
+
+    def __init__(self, gateway: Gateway, config: HttpConfig | None = None) -> None:
+        self.gateway = gateway
+        self.config = config or HttpConfig()
+        self.metrics = HttpMetrics(gateway.hub.stats, lambda: gateway.running_generations)
+        self.context = AppContext(gateway, self.config, self.metrics)
+        self.started = time.monotonic()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            await self._http(scope, receive, send)
+        elif kind == "websocket":
+            await self._websocket(scope, receive, send)
+        elif kind == "lifespan":
+            await self._lifespan(receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await self.gateway.start()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.gateway.aclose()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request.from_scope(scope)
+        if request.path == "/v1/ws":
+            await serve_websocket(self.context, request, receive, send)
+        elif request.path == "/v1/loadtest/ws":
+            await serve_loadtest_ws(self.context, request, receive, send)
+        else:
+            await receive()  # websocket.connect
+            await send({"type": "websocket.close", "code": 1008, "reason": "no such endpoint"})
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request.from_scope(scope)
+        route = _route_label(request.path)
+        status = 200
+        try:
+            await self._dispatch(request, receive, send)
+        except HttpError as exc:
+            status = exc.status
+            await send_error(send, exc)
+        except (HubError, SecurityError) as exc:
+            status = exc.status
+            await send_error(send, HttpError(exc.status, str(exc), code=exc.code))
+        except BadResumeToken as exc:
+            status = 400
+            await send_error(send, HttpError(400, str(exc), code="bad_resume_token"))
+        except Exception:
+            # Reached only by a bug: log it with the traceback here, never send it out.
+            log.exception("unhandled error on %s %s", request.method, request.path)
+            status = 500
+            try:
+                await send_error(send, HttpError(500, "internal server error", type="server_error"))
+            except Exception:
+                log.debug("could not report the error: the response had started")
+        self.metrics.requests.labels(route, str(status)).inc()
+
+    async def _dispatch(self, request: Request, receive: Receive, send: Send) -> None:
+        path, method = request.path, request.method
+        if path == "/healthz":
+            await send_json(send, 200, self._health())
+            return
+        if path == "/metrics":
+            await send_body(send, 200, self.metrics.render(), b"text/plain; version=0.0.4")
+            return
+        principal = self.gateway.security.authenticate(request.bearer)
+        if path == "/v1/chat/completions":
+            _require(method, "POST")
+            await handle_chat_completions(self.context, principal, request, receive, send)
+        elif path == "/v1/models":
+            _require(method, "GET")
+            await send_json(send, 200, self._models())
+        elif path == "/v1/streams" or path.startswith("/v1/streams/"):
+            await handle_streams(self.context, principal, request, receive, send)
+        elif path == "/v1/loadtest/sse":
+            _require(method, "GET")
+            await self._loadtest_sse(principal, request, receive, send)
+        else:
+            raise HttpError(404, f"no route for {method} {path[:200]}", code="not_found")
+
+    async def _loadtest_sse(
+        self, principal: Principal, request: Request, receive: Receive, send: Send
+    ) -> None:
+        generation = loadtest_request(request)
+        info = await self.gateway.generate(principal, generation, orphan=LOADTEST_ORPHAN)
+        async with await self.gateway.subscribe(principal, info.stream_id) as subscription:
+            pump = SSEPump(
+                send,
+                receive,
+                ping_s=self.config.sse_ping_s,
+                batch_limit=self.config.batch_limit,
+                metrics=self.metrics,
+            )
+            await pump.start([(b"x-airlane-stream-id", info.stream_id.encode())])
+            await pump.pump(subscription, render_loadtest_sse)
+            await pump.finish()
+
+    def _health(self) -> dict[str, object]:
+        stats = self.gateway.hub.stats()
+        return {
+            "status": "ok",
+            "uptime_s": round(time.monotonic() - self.started, 3),
+            "streams": stats.streams,
+            "subscribers": stats.subscribers,
+            "generations": self.gateway.running_generations,
+            "backend": self.gateway.backend.name,
+        }
+
+    def _models(self) -> dict[str, object]:
+        return {
+            "object": "list",
+            "data": [
+                {"id": name, "object": "model", "created": 0, "owned_by": "airlane"}
+                for name in self.config.models
+            ],
+        }
+
+
+def _require(method: str, expected: str) -> None:
+    if method != expected:
+        raise HttpError(
+            405,
+            f"use {expected} on this endpoint",
+            code="method_not_allowed",
+            headers=[(b"allow", expected.encode())],
+        )
+
+
+def _route_label(path: str) -> str:
+    """A bounded label for metrics: stream ids are not part of it."""
+    if path.startswith("/v1/streams/"):
+        return "/v1/streams/{id}"
+    if path in (
+        "/healthz",
+        "/metrics",
+        "/v1/chat/completions",
+        "/v1/models",
+        "/v1/streams",
+        "/v1/loadtest/sse",
+    ):
+        return path
+    return "other"
+
+
+def create_app(gateway: Gateway, config: HttpConfig | None = None) -> AirlaneApp:
+    """The ASGI application for ``gateway``."""
+    return AirlaneApp(gateway, config)

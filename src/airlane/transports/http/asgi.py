@@ -1,0 +1,274 @@
+"""Small raw-ASGI helpers shared by the HTTP handlers: requests, JSON and error responses, and
+the SSE response pump (heartbeats, disconnect detection, flow control).
+
+Raw ASGI messages, not a framework: the streaming paths are hot and the surface is small.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl
+
+import orjson
+
+from airlane.core import Event
+from airlane.hub import Subscription
+from airlane.transports.http.metrics import HttpMetrics
+from airlane.wire.openai import error_body
+
+__all__ = [
+    "ASGIApp",
+    "HttpError",
+    "Receive",
+    "Request",
+    "SSEPump",
+    "Scope",
+    "Send",
+    "read_json",
+    "send_error",
+    "send_json",
+]
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    # Tell nginx-style proxies not to buffer the stream.
+    (b"x-accel-buffering", b"no"),
+]
+
+
+class HttpError(Exception):
+    """A request failed for a reason the client should be told: status, code and message."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        code: str | None = None,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        headers: Iterable[tuple[bytes, bytes]] = (),
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+        self.type = type
+        self.param = param
+        self.headers = list(headers)
+
+
+@dataclass(slots=True)
+class Request:
+    """The parts of an ASGI scope the handlers use."""
+
+    scope: Scope
+    method: str
+    path: str
+    query: dict[str, str]
+    headers: dict[bytes, bytes]
+
+    @classmethod
+    def from_scope(cls, scope: Scope) -> Request:
+        """Parse method, path, query string and headers (last value of a repeated header)."""
+        query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+        headers = {name.lower(): value for name, value in scope.get("headers", [])}
+        return cls(scope, scope.get("method", "GET"), scope["path"], query, headers)
+
+    def header(self, name: bytes) -> str | None:
+        """A header's value as text, or None."""
+        value = self.headers.get(name)
+        return None if value is None else value.decode("latin-1")
+
+    @property
+    def bearer(self) -> str | None:
+        """The token of an ``Authorization: Bearer`` header."""
+        value = self.header(b"authorization")
+        if value and value[:7].lower() == "bearer ":
+            return value[7:].strip()
+        return None
+
+    @property
+    def client_host(self) -> str | None:
+        """The peer's address."""
+        client = self.scope.get("client")
+        return client[0] if client else None
+
+    def query_int(self, name: str, default: int, low: int, high: int) -> int:
+        """An integer query parameter within ``[low, high]``, or a 400 that says why."""
+        raw = self.query.get(name)
+        if raw is None:
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            raise HttpError(400, f"query parameter {name!r} must be an integer") from None
+        if not low <= value <= high:
+            raise HttpError(400, f"query parameter {name!r} must be between {low} and {high}")
+        return value
+
+
+async def read_body(receive: Receive, limit: int) -> bytes:
+    """The whole request body, refusing (413) anything larger than ``limit`` bytes."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise HttpError(499, "client disconnected")
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise HttpError(413, f"request body exceeds {limit} bytes", code="body_too_large")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+async def read_json(receive: Receive, limit: int) -> Any:
+    """The request body parsed as JSON, or a 400 that says what is wrong."""
+    body = await read_body(receive, limit)
+    if not body:
+        raise HttpError(400, "request body is empty; send a JSON object")
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise HttpError(
+            400, f"request body is not valid JSON: {exc}", code="invalid_json"
+        ) from None
+
+
+async def send_body(
+    send: Send,
+    status: int,
+    body: bytes,
+    content_type: bytes,
+    headers: Iterable[tuple[bytes, bytes]] = (),
+) -> None:
+    """A complete response."""
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", content_type),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+async def send_json(
+    send: Send, status: int, obj: Any, headers: Iterable[tuple[bytes, bytes]] = ()
+) -> None:
+    """A JSON response."""
+    await send_body(send, status, orjson.dumps(obj), b"application/json", headers)
+
+
+async def send_error(send: Send, error: HttpError) -> None:
+    """An OpenAI-style JSON error response."""
+    body = error_body(error.message, type=error.type, code=error.code, param=error.param)
+    await send_body(send, error.status, body, b"application/json", error.headers)
+
+
+class SSEPump:
+    """Streams a subscription as an SSE response until it ends or the client leaves.
+
+    ``render`` turns a batch of events into SSE bytes (from the events' encode caches).
+    Heartbeat comments keep idle connections alive through proxies. ASGI servers drop writes
+    after a disconnect without telling the sender, so a watcher task reads ``receive`` and
+    stops the pump when ``http.disconnect`` arrives. ``send`` applies the server's flow
+    control: a slow reader blocks the pump, its cursor falls behind, and its next read is
+    coalesced, so memory per connection stays bounded by the server's write buffer plus one
+    batch.
+    """
+
+    def __init__(
+        self,
+        send: Send,
+        receive: Receive,
+        *,
+        ping_s: float,
+        batch_limit: int,
+        metrics: HttpMetrics,
+    ) -> None:
+        self.send = send
+        self.receive = receive
+        self.ping_s = ping_s
+        self.batch_limit = batch_limit
+        self.metrics = metrics
+        self.disconnected = False
+
+    async def start(
+        self, headers: Iterable[tuple[bytes, bytes]] = (), prelude: bytes = b""
+    ) -> None:
+        """Send the response head (and ``prelude``, e.g. a ``retry:`` field)."""
+        await self.send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [*SSE_HEADERS, *headers],
+            }
+        )
+        if prelude:
+            await self.write(prelude)
+
+    async def write(self, body: bytes) -> None:
+        """Send part of the body."""
+        await self.send({"type": "http.response.body", "body": body, "more_body": True})
+        self.metrics.count_sent(len(body))
+
+    async def finish(self, body: bytes = b"") -> None:
+        """End the response."""
+        if not self.disconnected:
+            await self.send({"type": "http.response.body", "body": body, "more_body": False})
+            self.metrics.count_sent(len(body))
+
+    async def pump(
+        self, subscription: Subscription, render: Callable[[list[Event]], bytes]
+    ) -> bool:
+        """Write the subscription's frames until it ends (True) or the client leaves (False)."""
+        task = asyncio.current_task()
+        assert task is not None
+        watcher = asyncio.create_task(self._watch(task), name="sse-disconnect-watch")
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout(self.ping_s):
+                        batch = await subscription.next_batch(self.batch_limit)
+                except TimeoutError:
+                    await self.write(b": ping\n\n")
+                    continue
+                if not batch:
+                    return True
+                await self.write(render(batch))
+                now_ns = time.monotonic_ns()
+                subscription.mark_written(batch, now_ns)
+                self.metrics.observe_written(batch, now_ns)
+        except asyncio.CancelledError:
+            if self.disconnected and task.uncancel() == 0:
+                return False
+            raise
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+
+    async def _watch(self, pumping: asyncio.Task[Any]) -> None:
+        while (await self.receive())["type"] != "http.disconnect":
+            pass
+        self.disconnected = True
+        pumping.cancel()

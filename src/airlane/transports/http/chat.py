@@ -1,0 +1,219 @@
+"""``POST /v1/chat/completions``: the OpenAI-compatible endpoint.
+
+Streaming responses are SSE in OpenAI's format (``chat.completion.chunk`` objects, then
+``data: [DONE]``), each event with an ``id:`` resume token; the ``x-airlane-stream-id`` header
+names the stream so that a client that lost the connection can resume it through the streams
+API. The request is turned into a `GenerationRequest`; the generation runs in the gateway, so
+the response is just one subscriber of it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+
+from airlane.backends.base import GenerationRequest
+from airlane.core import Event, Kind, OrphanMode
+from airlane.gateway import orphan_policy_from
+from airlane.security import Principal
+from airlane.transports.http.asgi import (
+    HttpError,
+    Receive,
+    Request,
+    Send,
+    SSEPump,
+    read_json,
+    send_json,
+)
+from airlane.transports.http.context import AppContext
+from airlane.wire.openai import DONE_SENTINEL, ChatStreamState, ChunkFactory
+from airlane.wire.sse import encode_event
+
+__all__ = ["handle_chat_completions", "parse_chat_request"]
+
+# Fields consumed here; every other field is forwarded to an upstream unchanged.
+_KNOWN = {
+    "model",
+    "messages",
+    "stream",
+    "stream_options",
+    "seed",
+    "max_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "tools",
+    "tool_choice",
+    "n",
+    "airlane",
+    "reasoning_effort",
+}
+
+
+def _expect(condition: bool, message: str, param: str) -> None:
+    if not condition:
+        raise HttpError(400, message, param=param, code="invalid_parameter")
+
+
+def parse_chat_request(body: Any) -> tuple[GenerationRequest, bool, bool, str | None]:
+    """Validate an OpenAI chat request; return (request, stream, include_usage, orphan mode)."""
+    _expect(isinstance(body, dict), "the request body must be a JSON object", "body")
+    model = body.get("model")
+    _expect(isinstance(model, str) and 0 < len(model) <= 256, "'model' must be a string", "model")
+    messages = body.get("messages")
+    _expect(
+        isinstance(messages, list)
+        and len(messages) > 0
+        and all(isinstance(m, dict) for m in messages),
+        "'messages' must be a non-empty array of message objects",
+        "messages",
+    )
+    stream = body.get("stream", False)
+    _expect(isinstance(stream, bool), "'stream' must be a boolean", "stream")
+    options = body.get("stream_options") or {}
+    _expect(isinstance(options, dict), "'stream_options' must be an object", "stream_options")
+    seed = body.get("seed")
+    _expect(
+        seed is None or (isinstance(seed, int) and not isinstance(seed, bool)),
+        "'seed' must be an integer",
+        "seed",
+    )
+    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    _expect(
+        max_tokens is None or (isinstance(max_tokens, int) and 0 < max_tokens <= 1 << 20),
+        "'max_tokens' must be a positive integer",
+        "max_tokens",
+    )
+    temperature = body.get("temperature")
+    _expect(
+        temperature is None or isinstance(temperature, int | float),
+        "'temperature' must be a number",
+        "temperature",
+    )
+    tools = body.get("tools")
+    _expect(tools is None or isinstance(tools, list), "'tools' must be an array", "tools")
+    _expect(body.get("n", 1) == 1, "only n=1 is supported", "n")
+    extension = body.get("airlane") or {}
+    _expect(isinstance(extension, dict), "'airlane' must be an object", "airlane")
+    orphan = extension.get("orphan")
+    _expect(
+        orphan is None or orphan in {m.value for m in OrphanMode},
+        "'airlane.orphan' must be 'keep', 'grace' or 'cancel'",
+        "airlane.orphan",
+    )
+    request = GenerationRequest(
+        model=model,
+        messages=messages,
+        seed=seed,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        tools=tools or None,
+        tool_choice=body.get("tool_choice"),
+        reasoning=bool(extension.get("reasoning")) or body.get("reasoning_effort") is not None,
+        extra={k: v for k, v in body.items() if k not in _KNOWN},
+    )
+    return request, stream, bool(options.get("include_usage")), orphan
+
+
+class _OpenAIRenderer:
+    """Renders events as OpenAI SSE frames, sharing the per-event encoding across readers."""
+
+    def __init__(self, factory: ChunkFactory, epoch: str, include_usage: bool) -> None:
+        self.factory = factory
+        self.epoch = epoch
+        self.include_usage = include_usage
+        self.state = ChatStreamState()
+        self.cache_key = "openai-sse"
+
+    def __call__(self, batch: list[Event]) -> bytes:
+        out: list[bytes] = []
+        for event in batch:
+            if event.kind in (Kind.DELTA, Kind.TOOL_CALL):
+                self.state.apply(event)
+                out.append(self._frame(event))
+            else:
+                for caught_up in self.state.apply(event):
+                    caught_up.seq = event.seq
+                    out.append(self._frame(caught_up))
+                out.append(self._terminal(event))
+        return b"".join(out)
+
+    def _frame(self, event: Event) -> bytes:
+        frame = event.encoded.get(self.cache_key)
+        if frame is None:
+            chunk = self.factory.event_chunk(event)
+            assert chunk is not None
+            frame = encode_event(chunk, id=f"{self.epoch}:{event.seq}")
+            event.encoded[self.cache_key] = frame
+        return frame
+
+    def _terminal(self, event: Event) -> bytes:
+        if event.kind is Kind.DONE:
+            frames = [
+                encode_event(
+                    self.factory.finish(self.state.finish_reason or "stop"),
+                    id=f"{self.epoch}:{event.seq}",
+                )
+            ]
+            if self.include_usage and self.state.usage is not None:
+                frames.append(encode_event(self.factory.usage(self.state.usage)))
+            frames.append(encode_event(DONE_SENTINEL))
+            return b"".join(frames)
+        if event.kind is Kind.ERROR:
+            error = self.state.error or {}
+            body = {
+                "error": {
+                    "message": error.get("message", "the stream failed"),
+                    "type": "server_error",
+                    "code": error.get("code"),
+                }
+            }
+            return encode_event(orjson.dumps(body))
+        return b""
+
+
+async def handle_chat_completions(
+    app: AppContext,
+    principal: Principal,
+    request: Request,
+    receive: Receive,
+    send: Send,
+) -> None:
+    """Serve one chat completion, streaming or not."""
+    gateway, config = app.gateway, app.config
+    body = await read_json(receive, config.max_body_bytes)
+    generation, stream, include_usage, orphan = parse_chat_request(body)
+    policy = orphan_policy_from(orphan, gateway.config.orphan)
+    info = await gateway.generate(principal, generation, orphan=policy)
+    factory = ChunkFactory(info.stream_id, generation.model, int(time.time()))
+    headers = [(b"x-airlane-stream-id", info.stream_id.encode())]
+    async with await gateway.subscribe(
+        principal, info.stream_id, subscriber=principal.name
+    ) as subscription:
+        if not stream:
+            state = ChatStreamState()
+            while batch := await subscription.next_batch(config.batch_limit):
+                for event in batch:
+                    state.apply(event)
+            if state.error is not None:
+                raise HttpError(
+                    502,
+                    str(state.error.get("message", "the backend failed")),
+                    type="server_error",
+                    code=str(state.error.get("code")),
+                    headers=headers,
+                )
+            await send_json(send, 200, state.completion(factory), headers)
+            return
+        pump = SSEPump(
+            send,
+            receive,
+            ping_s=config.sse_ping_s,
+            batch_limit=config.batch_limit,
+            metrics=app.metrics,
+        )
+        await pump.start(headers, encode_event(factory.role(), id=f"{info.epoch}:0"))
+        renderer = _OpenAIRenderer(factory, info.epoch, include_usage)
+        await pump.pump(subscription, renderer)
+        await pump.finish()

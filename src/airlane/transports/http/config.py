@@ -1,0 +1,47 @@
+"""Configuration of the HTTP transport (OpenAI API, streams API, SSE, WebSocket)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "DEFAULT_BATCH_LIMIT",
+    "DEFAULT_MAX_BODY_BYTES",
+    "DEFAULT_MAX_WS_MESSAGE_BYTES",
+    "DEFAULT_MAX_WS_SUBSCRIPTIONS",
+    "DEFAULT_PING_S",
+    "HttpConfig",
+]
+
+DEFAULT_PING_S = 30.0
+"""The seed's application heartbeat: every 30 s (SSE comment; WebSocket ping)."""
+DEFAULT_MAX_BODY_BYTES = 1 << 20
+"""1 MiB: a long chat history fits; anything larger is refused with 413."""
+DEFAULT_MAX_WS_MESSAGE_BYTES = 1 << 20
+"""Largest WebSocket message a client may send."""
+DEFAULT_MAX_WS_SUBSCRIPTIONS = 1024
+"""Streams one WebSocket may carry at once."""
+DEFAULT_BATCH_LIMIT = 64
+"""Frames taken from a cursor per write: one write per batch keeps syscalls down."""
+
+
+@dataclass(frozen=True, slots=True)
+class HttpConfig:
+    """Limits and timers of the HTTP transport."""
+
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    """Largest request body accepted."""
+    sse_ping_s: float = DEFAULT_PING_S
+    """Idle time after which an SSE response gets a ``: ping`` comment."""
+    sse_retry_ms: int = 1000
+    """The ``retry:`` hint sent to EventSource clients: reconnect after a second."""
+    ws_ping_s: float = DEFAULT_PING_S
+    """Idle time after which a WebSocket gets an application ``ping`` message."""
+    max_ws_message_bytes: int = DEFAULT_MAX_WS_MESSAGE_BYTES
+    """Largest WebSocket message accepted (larger: close 1009)."""
+    max_ws_subscriptions: int = DEFAULT_MAX_WS_SUBSCRIPTIONS
+    """Streams one WebSocket may carry at once."""
+    batch_limit: int = DEFAULT_BATCH_LIMIT
+    """Frames taken from a cursor per write."""
+    models: tuple[str, ...] = ("airlane-synthetic",)
+    """Model names listed by ``GET /v1/models``."""

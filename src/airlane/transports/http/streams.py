@@ -1,0 +1,185 @@
+"""The streams API: create, inspect, read (SSE with resume), publish to and cancel streams.
+
+=======  ===============================  ================================================
+method   path                             what
+=======  ===============================  ================================================
+POST     /v1/streams                      create a generation (chat request body) or a
+                                          named stream (``{"name": "agents/42/events"}``)
+GET      /v1/streams/{id}                 status, usage and the current resume token
+GET      /v1/streams/{id}/snapshot        everything so far as one snapshot event
+GET      /v1/streams/{id}/events          SSE; resumes from ``Last-Event-ID`` or ``?from=``
+POST     /v1/streams/{id}/events          publish one event, or ``{"events": [...]}``
+POST     /v1/streams/{id}/cancel          stop the producer; the stream ends ``cancelled``
+DELETE   /v1/streams/{id}                 forget the stream
+=======  ===============================  ================================================
+
+Every SSE event's ``id:`` is the resume token ``<epoch>:<seq>`` and its ``data:`` the event's
+native JSON (`airlane.wire.event_json`), so a plain browser ``EventSource`` resumes by itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airlane.core import BadResumeToken, Event, Position
+from airlane.gateway import orphan_policy_from
+from airlane.security import Principal
+from airlane.transports.http.asgi import (
+    HttpError,
+    Receive,
+    Request,
+    Send,
+    SSEPump,
+    read_json,
+    send_body,
+    send_json,
+)
+from airlane.transports.http.chat import parse_chat_request
+from airlane.transports.http.context import AppContext
+from airlane.wire.errors import DecodeError
+from airlane.wire.event_json import event_from_dict, event_to_dict, event_to_json
+from airlane.wire.sse import encode_event, encode_retry
+
+__all__ = ["handle_streams", "render_native_sse"]
+
+MAX_PUBLISH_BATCH = 1000
+"""Events one publish request may carry."""
+
+
+def render_native_sse(epoch: str, batch: list[Event]) -> bytes:
+    """SSE frames of native JSON events, cached on each event."""
+    out = []
+    for event in batch:
+        frame = event.encoded.get("sse")
+        if frame is None:
+            frame = encode_event(event_to_json(event), id=f"{epoch}:{event.seq}")
+            event.encoded["sse"] = frame
+        out.append(frame)
+    return b"".join(out)
+
+
+def resume_position(request: Request) -> Position | None:
+    """The position to resume after: ``Last-Event-ID`` (sent by a reconnecting
+    ``EventSource``) wins over ``?from=`` (which stays in the URL across reconnects)."""
+    token = request.header(b"last-event-id") or request.query.get("from")
+    if not token:
+        return None
+    try:
+        return Position.parse(token)
+    except BadResumeToken as exc:
+        raise HttpError(400, str(exc), code="bad_resume_token") from None
+
+
+async def handle_streams(
+    app: AppContext, principal: Principal, request: Request, receive: Receive, send: Send
+) -> None:
+    """Route a request under ``/v1/streams``."""
+    rest = request.path[len("/v1/streams") :]
+    if rest in ("", "/"):
+        if request.method != "POST":
+            raise HttpError(405, "use POST /v1/streams to create a stream")
+        await _create(app, principal, receive, send)
+        return
+    stream_id, action = _split(rest[1:])
+    method = request.method
+    if action == "events" and method == "GET":
+        await _events(app, principal, request, stream_id, receive, send)
+    elif action == "events" and method == "POST":
+        await _publish(app, principal, stream_id, receive, send)
+    elif action == "snapshot" and method == "GET":
+        snapshot = await app.gateway.snapshot(principal, stream_id)
+        info = await app.gateway.info(principal, stream_id)
+        body = {**event_to_dict(snapshot), "resume_token": Position(info.epoch, snapshot.seq).token}
+        await send_json(send, 200, body)
+    elif action == "cancel" and method == "POST":
+        cancelled = await app.gateway.cancel(principal, stream_id)
+        await send_json(send, 200, {"id": stream_id, "cancelled": cancelled})
+    elif action == "" and method == "GET":
+        await send_json(send, 200, (await app.gateway.info(principal, stream_id)).to_dict())
+    elif action == "" and method == "DELETE":
+        await app.gateway.delete(principal, stream_id)
+        await send_body(send, 204, b"", b"text/plain")
+    else:
+        raise HttpError(405, f"{method} is not supported on this stream resource")
+
+
+def _split(rest: str) -> tuple[str, str]:
+    """``agents/1/events`` -> (``agents/1``, ``events``); ids may contain slashes."""
+    for action in ("events", "snapshot", "cancel"):
+        suffix = "/" + action
+        if rest.endswith(suffix) and len(rest) > len(suffix):
+            return rest[: -len(suffix)], action
+    return rest, ""
+
+
+async def _create(app: AppContext, principal: Principal, receive: Receive, send: Send) -> None:
+    body = await read_json(receive, app.config.max_body_bytes)
+    if isinstance(body, dict) and "name" in body:
+        name = body["name"]
+        if not isinstance(name, str):
+            raise HttpError(400, "'name' must be a string", param="name")
+        info = await app.gateway.create_named(principal, name, exist_ok=bool(body.get("exist_ok")))
+    else:
+        generation, _, _, orphan = parse_chat_request(body)
+        policy = orphan_policy_from(orphan, app.gateway.config.orphan)
+        info = await app.gateway.generate(principal, generation, orphan=policy)
+    payload = {
+        **info.to_dict(),
+        "events_url": f"/v1/streams/{info.stream_id}/events",
+    }
+    await send_json(send, 201, payload, [(b"x-airlane-stream-id", info.stream_id.encode())])
+
+
+async def _events(
+    app: AppContext,
+    principal: Principal,
+    request: Request,
+    stream_id: str,
+    receive: Receive,
+    send: Send,
+) -> None:
+    resume = resume_position(request)
+    info = await app.gateway.info(principal, stream_id)
+    if info.ended and resume is not None and resume == Position(info.epoch, info.last_seq):
+        # Nothing left to send: 204 tells an EventSource to stop reconnecting (WHATWG HTML
+        # 9.2.3: a response other than 200 text/event-stream fails the connection).
+        await send_body(send, 204, b"", b"text/plain")
+        return
+    subscriber = request.query.get("subscriber") or principal.name
+    subscription = await app.gateway.subscribe(
+        principal, stream_id, resume=resume, subscriber=subscriber[:64]
+    )
+    async with subscription:
+        epoch = info.epoch
+        pump = SSEPump(
+            send,
+            receive,
+            ping_s=app.config.sse_ping_s,
+            batch_limit=app.config.batch_limit,
+            metrics=app.metrics,
+        )
+        headers = [(b"x-airlane-stream-id", stream_id.encode())]
+        app.metrics.connections.labels("sse").inc()
+        try:
+            await pump.start(headers, encode_retry(app.config.sse_retry_ms))
+            await pump.pump(subscription, lambda batch: render_native_sse(epoch, batch))
+            await pump.finish()
+        finally:
+            app.metrics.connections.labels("sse").dec()
+
+
+async def _publish(
+    app: AppContext, principal: Principal, stream_id: str, receive: Receive, send: Send
+) -> None:
+    body = await read_json(receive, app.config.max_body_bytes)
+    items: Any = body.get("events") if isinstance(body, dict) and "events" in body else [body]
+    if not isinstance(items, list) or not 0 < len(items) <= MAX_PUBLISH_BATCH:
+        raise HttpError(400, f"'events' must be an array of 1 to {MAX_PUBLISH_BATCH} events")
+    try:
+        events = [event_from_dict(item) for item in items]
+    except DecodeError as exc:
+        raise HttpError(400, str(exc), code="invalid_event") from None
+    seqs = [(await app.gateway.publish(principal, stream_id, event)).seq for event in events]
+    info = await app.gateway.info(principal, stream_id)
+    token = Position(info.epoch, seqs[-1]).token
+    await send_json(send, 200, {"id": stream_id, "seq": seqs, "resume_token": token})

@@ -1,0 +1,392 @@
+"""``GET /v1/ws``: many streams multiplexed on one WebSocket.
+
+Subprotocols: ``airlane.v1.json`` (text messages, the default when the client offers none) and
+``airlane.v1.msgpack`` (binary messages). Every message is one object with an ``op``.
+
+Client to server (``ref`` is optional and echoed in the reply)::
+
+    {"op": "subscribe", "stream": ID, "from": "<epoch>:<seq>"}    -> subscribed, then events
+    {"op": "unsubscribe", "stream": ID}                           -> unsubscribed
+    {"op": "generate", "request": {chat request}, "subscribe": true}  -> generated (+ events)
+    {"op": "publish", "stream": ID, "event": {...}}               -> published
+    {"op": "cancel", "stream": ID}                                -> cancelled
+    {"op": "ping"}                                                -> pong
+
+Server to client::
+
+    {"op": "event", "stream": ID, "id": "<epoch>:<seq>", "event": {native event JSON}}
+    {"op": "error", "ref": ..., "stream": ..., "code": ..., "message": ...}
+
+A request that cannot be honoured gets an ``error`` message and the socket stays open. Only a
+broken protocol closes it: 1003 for a frame of the wrong type, 1008 for refused credentials
+(4401 / 4403 with the reason), 1009 for an oversize message (enforced by the server), 1002 for
+an unsupported subprotocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+import orjson
+
+from airlane.core import BadResumeToken, Event, Kind, Position
+from airlane.gateway import orphan_policy_from
+from airlane.hub import HubError, Subscription
+from airlane.security import Principal, SecurityError
+from airlane.transports.http.asgi import HttpError, Receive, Request, Send
+from airlane.transports.http.chat import parse_chat_request
+from airlane.transports.http.context import AppContext
+from airlane.transports.http.loadtest import LOADTEST_ORPHAN, loadtest_request
+from airlane.wire.errors import DecodeError
+from airlane.wire.event_json import event_from_dict, event_to_dict, event_to_json
+
+__all__ = ["SUBPROTOCOLS", "WebSocketSession", "serve_loadtest_ws"]
+
+log = logging.getLogger("airlane.ws")
+
+JSON_PROTOCOL = "airlane.v1.json"
+MSGPACK_PROTOCOL = "airlane.v1.msgpack"
+SUBPROTOCOLS = (JSON_PROTOCOL, MSGPACK_PROTOCOL)
+"""The subprotocols ``/v1/ws`` speaks."""
+
+CLOSE_NORMAL = 1000
+CLOSE_PROTOCOL_ERROR = 1002
+CLOSE_UNSUPPORTED_DATA = 1003
+
+_msgpack_encoder = msgspec.msgpack.Encoder()
+_msgpack_decoder = msgspec.msgpack.Decoder()
+
+
+class _RequestFailed(Exception):
+    """One op could not be honoured: reported to the client, the socket stays open."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+async def accept(receive: Receive, send: Send, subprotocol: str | None) -> bool:
+    """Complete the handshake; False if the client left before it."""
+    message = await receive()
+    if message["type"] != "websocket.connect":
+        return False
+    await send({"type": "websocket.accept", "subprotocol": subprotocol})
+    return True
+
+
+async def close(send: Send, code: int, reason: str) -> None:
+    """Close with a code and a human-readable reason (at most 123 bytes, RFC 6455 5.5)."""
+    await send({"type": "websocket.close", "code": code, "reason": reason[:120]})
+
+
+class WebSocketSession:
+    """One client socket: its ops, its subscriptions (one pump task each), one send lock."""
+
+    def __init__(self, app: AppContext, principal: Principal, send: Send, subprotocol: str) -> None:
+        self.app = app
+        self.principal = principal
+        self._send = send
+        self.binary = subprotocol == MSGPACK_PROTOCOL
+        self._lock = asyncio.Lock()  # two writers never interleave on one socket
+        self._pumps: dict[str, tuple[Subscription, asyncio.Task[None]]] = {}
+        self._ops: dict[str, Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]] = {
+            "subscribe": self._op_subscribe,
+            "unsubscribe": self._op_unsubscribe,
+            "generate": self._op_generate,
+            "publish": self._op_publish,
+            "cancel": self._op_cancel,
+            "ping": self._op_ping,
+        }
+
+    # -- the receive loop -------------------------------------------------------------------
+
+    async def run(self, receive: Receive) -> None:
+        """Serve messages until the client disconnects; then release every cursor."""
+        try:
+            while True:
+                message = await receive()
+                if message["type"] == "websocket.disconnect":
+                    return
+                if message["type"] != "websocket.receive":
+                    continue
+                data = message.get("bytes") if self.binary else message.get("text")
+                if data is None:
+                    kind = "binary" if self.binary else "text"
+                    await close(
+                        self._send,
+                        CLOSE_UNSUPPORTED_DATA,
+                        f"this subprotocol expects {kind} messages",
+                    )
+                    return
+                await self._handle(data)
+        finally:
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop every pump and close every subscription."""
+        pumps, self._pumps = self._pumps, {}
+        for _, task in pumps.values():
+            task.cancel()
+        for subscription, task in pumps.values():
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await subscription.aclose()
+
+    async def _handle(self, data: str | bytes) -> None:
+        ref: Any = None
+        try:
+            obj = self._decode(data)
+            ref = obj.get("ref")
+            handler = self._ops.get(obj.get("op"))  # type: ignore[arg-type]
+            if handler is None:
+                raise _RequestFailed(
+                    "unknown_op",
+                    f"unknown op {str(obj.get('op'))[:40]!r}; use one of {', '.join(self._ops)}",
+                )
+            reply = await handler(obj)
+        except _RequestFailed as exc:
+            reply = {"op": "error", "code": exc.code, "message": exc.message}
+        except (HubError, SecurityError) as exc:
+            reply = {"op": "error", "code": exc.code, "message": str(exc)}
+        except HttpError as exc:
+            reply = {"op": "error", "code": exc.code or "invalid_request", "message": exc.message}
+        if ref is not None:
+            reply["ref"] = ref
+        await self._send_obj(reply)
+
+    def _decode(self, data: str | bytes) -> dict[str, Any]:
+        try:
+            if isinstance(data, bytes):
+                obj = _msgpack_decoder.decode(data)
+            else:
+                obj = orjson.loads(data)
+        except (orjson.JSONDecodeError, msgspec.DecodeError) as exc:
+            raise _RequestFailed("invalid_message", f"cannot decode message: {exc}") from None
+        if not isinstance(obj, dict):
+            raise _RequestFailed("invalid_message", "a message must be an object with an 'op'")
+        return obj
+
+    # -- ops --------------------------------------------------------------------------------
+
+    def _stream_id(self, obj: dict[str, Any]) -> str:
+        stream_id = obj.get("stream")
+        if not isinstance(stream_id, str):
+            raise _RequestFailed("invalid_message", "'stream' must be a stream id string")
+        return stream_id
+
+    async def _op_subscribe(self, obj: dict[str, Any]) -> dict[str, Any]:
+        stream_id = self._stream_id(obj)
+        resume = None
+        if obj.get("from"):
+            try:
+                resume = Position.parse(str(obj["from"]))
+            except BadResumeToken as exc:
+                raise _RequestFailed("bad_resume_token", str(exc)) from None
+        return await self._subscribe(stream_id, resume)
+
+    async def _subscribe(self, stream_id: str, resume: Position | None) -> dict[str, Any]:
+        if stream_id in self._pumps:
+            raise _RequestFailed("already_subscribed", f"already subscribed to {stream_id!r}")
+        if len(self._pumps) >= self.app.config.max_ws_subscriptions:
+            raise _RequestFailed(
+                "too_many_subscriptions",
+                f"at most {self.app.config.max_ws_subscriptions} per socket",
+            )
+        subscription = await self.app.gateway.subscribe(
+            self.principal, stream_id, resume=resume, subscriber=self.principal.name
+        )
+        epoch = subscription.position.epoch
+        task = asyncio.create_task(
+            self._pump(stream_id, epoch, subscription), name=f"ws-pump {stream_id}"
+        )
+        self._pumps[stream_id] = (subscription, task)
+        return {
+            "op": "subscribed",
+            "stream": stream_id,
+            "epoch": epoch,
+            "from": subscription.position.seq,
+        }
+
+    async def _op_unsubscribe(self, obj: dict[str, Any]) -> dict[str, Any]:
+        stream_id = self._stream_id(obj)
+        entry = self._pumps.pop(stream_id, None)
+        if entry is None:
+            raise _RequestFailed("not_subscribed", f"not subscribed to {stream_id!r}")
+        subscription, task = entry
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await subscription.aclose()
+        return {"op": "unsubscribed", "stream": stream_id, "id": subscription.position.token}
+
+    async def _op_generate(self, obj: dict[str, Any]) -> dict[str, Any]:
+        generation, _, _, orphan = parse_chat_request(obj.get("request"))
+        gateway = self.app.gateway
+        policy = orphan_policy_from(orphan, gateway.config.orphan)
+        info = await gateway.generate(self.principal, generation, orphan=policy)
+        reply = {"op": "generated", "stream": info.stream_id, "epoch": info.epoch}
+        if obj.get("subscribe", True):
+            await self._subscribe(info.stream_id, None)
+        return reply
+
+    async def _op_publish(self, obj: dict[str, Any]) -> dict[str, Any]:
+        stream_id = self._stream_id(obj)
+        try:
+            event = event_from_dict(obj.get("event"))
+        except DecodeError as exc:
+            raise _RequestFailed("invalid_event", str(exc)) from None
+        published = await self.app.gateway.publish(self.principal, stream_id, event)
+        return {"op": "published", "stream": stream_id, "seq": published.seq}
+
+    async def _op_cancel(self, obj: dict[str, Any]) -> dict[str, Any]:
+        stream_id = self._stream_id(obj)
+        cancelled = await self.app.gateway.cancel(self.principal, stream_id)
+        return {"op": "cancelled", "stream": stream_id, "cancelled": cancelled}
+
+    async def _op_ping(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return {"op": "pong"}
+
+    # -- writing ----------------------------------------------------------------------------
+
+    async def _pump(self, stream_id: str, epoch: str, subscription: Subscription) -> None:
+        limit = self.app.config.batch_limit
+        metrics = self.app.metrics
+        while batch := await subscription.next_batch(limit):
+            frames = [self._event_frame(stream_id, epoch, event) for event in batch]
+            async with self._lock:
+                for frame in frames:
+                    await self._send_frame(frame)
+            now_ns = time.monotonic_ns()
+            subscription.mark_written(batch, now_ns)
+            metrics.observe_written(batch, now_ns)
+        # The stream ended for this reader: release its cursor now, not at disconnect.
+        if self._pumps.get(stream_id, (None,))[0] is subscription:
+            del self._pumps[stream_id]
+            await subscription.aclose()
+
+    def _event_frame(self, stream_id: str, epoch: str, event: Event) -> bytes:
+        key = "ws.msgpack" if self.binary else "ws.json"
+        frame = event.encoded.get(key)
+        if frame is None:
+            token = f"{epoch}:{event.seq}"
+            if self.binary:
+                body = event_to_dict(event)
+                if event.kind is Kind.MESSAGE and event.raw is not None:
+                    body["payload"] = orjson.loads(event.raw)
+                frame = _msgpack_encoder.encode(
+                    {"op": "event", "stream": stream_id, "id": token, "event": body}
+                )
+            else:
+                frame = b"".join(
+                    (
+                        b'{"op":"event","stream":',
+                        orjson.dumps(stream_id),
+                        b',"id":"',
+                        token.encode(),
+                        b'","event":',
+                        event_to_json(event),
+                        b"}",
+                    )
+                )
+            event.encoded[key] = frame
+        return frame
+
+    async def _send_frame(self, frame: bytes) -> None:
+        if self.binary:
+            await self._send({"type": "websocket.send", "bytes": frame})
+        else:
+            await self._send({"type": "websocket.send", "text": frame.decode()})
+        self.app.metrics.count_sent(len(frame))
+
+    async def _send_obj(self, obj: dict[str, Any]) -> None:
+        frame = _msgpack_encoder.encode(obj) if self.binary else orjson.dumps(obj)
+        async with self._lock:
+            await self._send_frame(frame)
+
+
+async def serve_websocket(app: AppContext, request: Request, receive: Receive, send: Send) -> None:
+    """The ``/v1/ws`` endpoint: handshake, authentication, then a `WebSocketSession`."""
+    offered = request.scope.get("subprotocols") or []
+    chosen = next((p for p in offered if p in SUBPROTOCOLS), None)
+    if offered and chosen is None:
+        if await accept(receive, send, None):
+            await close(
+                send,
+                CLOSE_PROTOCOL_ERROR,
+                f"unsupported subprotocol; use {' or '.join(SUBPROTOCOLS)}",
+            )
+        return
+    # Browsers cannot set headers on a WebSocket: accept the key as ?access_token= too.
+    bearer = request.bearer or request.query.get("access_token")
+    try:
+        principal = app.gateway.security.authenticate(bearer)
+    except SecurityError as exc:
+        if await accept(receive, send, chosen):
+            await close(send, exc.close_code, str(exc))
+        return
+    if not await accept(receive, send, chosen):
+        return
+    session = WebSocketSession(app, principal, send, chosen or JSON_PROTOCOL)
+    app.metrics.connections.labels("ws").inc()
+    try:
+        await session.run(receive)
+    finally:
+        app.metrics.connections.labels("ws").dec()
+
+
+async def serve_loadtest_ws(
+    app: AppContext, request: Request, receive: Receive, send: Send
+) -> None:
+    """``/v1/loadtest/ws``: one stream of benchmark chunks, one text message per chunk."""
+    try:
+        generation = loadtest_request(request)
+        principal = app.gateway.security.authenticate(
+            request.bearer or request.query.get("access_token")
+        )
+    except HttpError as exc:
+        if await accept(receive, send, None):
+            await close(send, 1008, exc.message)
+        return
+    except SecurityError as exc:
+        if await accept(receive, send, None):
+            await close(send, exc.close_code, str(exc))
+        return
+    if not await accept(receive, send, None):
+        return
+    info = await app.gateway.generate(principal, generation, orphan=LOADTEST_ORPHAN)
+    metrics = app.metrics
+    async with await app.gateway.subscribe(principal, info.stream_id) as subscription:
+        pump = asyncio.current_task()
+        assert pump is not None
+        watcher = asyncio.create_task(_watch_disconnect(receive, pump))
+        try:
+            while batch := await subscription.next_batch(app.config.batch_limit):
+                for event in batch:
+                    if event.kind is Kind.MESSAGE and event.raw is not None:
+                        await send({"type": "websocket.send", "text": event.raw.decode()})
+                        metrics.count_sent(len(event.raw))
+                now_ns = time.monotonic_ns()
+                subscription.mark_written(batch, now_ns)
+                metrics.observe_written(batch, now_ns)
+            await close(send, CLOSE_NORMAL, "done")
+        except asyncio.CancelledError:
+            if watcher.done() and pump.uncancel() == 0:
+                return
+            raise
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+
+
+async def _watch_disconnect(receive: Receive, task: asyncio.Task[Any]) -> None:
+    while (await receive())["type"] != "websocket.disconnect":
+        pass
+    task.cancel()

@@ -1,0 +1,106 @@
+"""Real gateway processes for integration tests: ``python -m airlane serve --port 0``.
+
+Each server is a separate process on 127.0.0.1 with a free port, read from the line it prints
+when it is ready, so the tests talk to exactly what a user runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+READY = re.compile(r"airlane listening on (http://\S+)")
+
+FAST_SYNTHETIC = """
+[synthetic]
+ttft_ms = 5.0
+itl_ms = 1.0
+itl_jitter_ms = 0.5
+"""
+"""A config that makes the synthetic backend quick but still paced (tests)."""
+
+
+@dataclass
+class ServerProcess:
+    """A running gateway: its base URL and process."""
+
+    url: str
+    process: subprocess.Popen[str]
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def kill(self) -> None:
+        """Stop it hard (a crash, as far as clients can tell)."""
+        with contextlib.suppress(ProcessLookupError):
+            self.process.kill()
+        self.process.wait(10)
+
+
+@contextlib.contextmanager
+def run_server(
+    *args: str, config: str = FAST_SYNTHETIC, timeout: float = 20.0
+) -> Iterator[ServerProcess]:
+    """Start ``airlane serve --port 0 ARGS`` with ``config`` as its TOML file; stop it after."""
+    with tempfile.TemporaryDirectory() as tmp:
+        config_path = Path(tmp) / "airlane.toml"
+        config_path.write_text(config)
+        command = [
+            sys.executable,
+            "-m",
+            "airlane",
+            "serve",
+            "--port",
+            "0",
+            "--config",
+            str(config_path),
+            "--log-level",
+            "warning",
+            *args,
+        ]
+        process = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=None,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        try:
+            url = _wait_ready(process, timeout)
+            yield ServerProcess(url, process)
+        finally:
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)
+                try:
+                    process.wait(10)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(5)
+
+
+def _wait_ready(process: subprocess.Popen[str], timeout: float) -> str:
+    assert process.stdout is not None
+    selector = selectors.DefaultSelector()
+    selector.register(process.stdout, selectors.EVENT_READ)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"airlane serve exited with {process.returncode} before ready")
+        if selector.select(timeout=0.1):
+            line = process.stdout.readline()
+            match = READY.search(line)
+            if match:
+                return match.group(1)
+    process.kill()
+    raise RuntimeError("airlane serve did not print its URL in time")
