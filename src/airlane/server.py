@@ -22,9 +22,9 @@ import uvicorn
 from airlane.backends.base import Backend
 from airlane.backends.openai import OpenAIUpstreamBackend
 from airlane.backends.synthetic import SyntheticBackend, SyntheticConfig
-from airlane.core import OrphanMode, OrphanPolicy
+from airlane.core import OrphanMode, OrphanPolicy, Retention
 from airlane.gateway import Gateway, GatewayConfig
-from airlane.hub import MemoryHub
+from airlane.hub import MemoryHub, MemoryHubConfig
 from airlane.security import AllowAll, ApiKeyPolicy, SecurityPolicy
 from airlane.transports.http import AirlaneApp, HttpConfig
 
@@ -68,6 +68,8 @@ class ServerConfig:
     """HTTP transport limits and heartbeats."""
     orphan: OrphanPolicy = field(default_factory=OrphanPolicy)
     """Default orphan policy of generations."""
+    retention: Retention = field(default_factory=Retention)
+    """Default retention of every stream."""
     tcp_keepalive_s: int = DEFAULT_TCP_KEEPALIVE_S
     """Idle seconds before TCP keepalive probes on accepted sockets."""
     log_level: str = "info"
@@ -76,7 +78,7 @@ class ServerConfig:
 
 def load_config(path: Path, base: ServerConfig | None = None) -> ServerConfig:
     """Read a TOML file: top-level keys of `ServerConfig`, plus ``[synthetic]``, ``[http]``,
-    ``[orphan]`` and ``[api_keys]`` tables. Unknown keys are an error, not ignored."""
+    ``[orphan]``, ``[retention]`` and ``[api_keys]`` tables. Unknown keys are an error."""
     with path.open("rb") as fh:
         data = tomllib.load(fh)
     config = base or ServerConfig()
@@ -84,6 +86,7 @@ def load_config(path: Path, base: ServerConfig | None = None) -> ServerConfig:
         "synthetic": (SyntheticConfig, config.synthetic),
         "http": (HttpConfig, config.http),
         "orphan": (OrphanPolicy, config.orphan),
+        "retention": (Retention, config.retention),
     }
     changes: dict[str, Any] = {}
     allowed = {f.name for f in fields(ServerConfig)}
@@ -97,8 +100,9 @@ def load_config(path: Path, base: ServerConfig | None = None) -> ServerConfig:
         section = dict(value)
         if key == "orphan" and "mode" in section:
             section["mode"] = OrphanMode(section["mode"])
-        if key == "http" and "models" in section:
-            section["models"] = tuple(section["models"])
+        for name in ("models", "cors_origins"):
+            if key == "http" and name in section:
+                section[name] = tuple(section[name])
         unknown = set(section) - {f.name for f in fields(cls)}
         if unknown:
             raise ValueError(f"{path}: unknown [{key}] settings {sorted(unknown)}")
@@ -109,9 +113,7 @@ def load_config(path: Path, base: ServerConfig | None = None) -> ServerConfig:
 def build_backend(config: ServerConfig) -> Backend:
     """The synthetic backend, or the upstream one when ``upstream`` is set."""
     if config.upstream:
-        return OpenAIUpstreamBackend(
-            config.upstream, config.upstream_api_key, model=config.model
-        )
+        return OpenAIUpstreamBackend(config.upstream, config.upstream_api_key, model=config.model)
     return SyntheticBackend(config.synthetic)
 
 
@@ -119,10 +121,10 @@ def build_app(config: ServerConfig) -> AirlaneApp:
     """Gateway and HTTP app for ``config`` (the gateway starts on ASGI lifespan startup)."""
     security: SecurityPolicy = ApiKeyPolicy(config.api_keys) if config.api_keys else AllowAll()
     gateway = Gateway(
-        MemoryHub(),
+        MemoryHub(MemoryHubConfig(retention=config.retention)),
         build_backend(config),
         security=security,
-        config=GatewayConfig(orphan=config.orphan),
+        config=GatewayConfig(orphan=config.orphan, retention=config.retention),
     )
     http = config.http
     if config.model and config.model not in http.models:
@@ -163,9 +165,7 @@ def uvicorn_config(app: AirlaneApp, config: ServerConfig) -> uvicorn.Config:
     )
 
 
-async def serve(
-    config: ServerConfig, *, on_ready: Callable[[str], None] | None = None
-) -> None:
+async def serve(config: ServerConfig, *, on_ready: Callable[[str], None] | None = None) -> None:
     """Run the gateway until cancelled or signalled; ``on_ready`` gets the base URL."""
     app = build_app(config)
     sock = bind_socket(config.host, config.port, config.tcp_keepalive_s)

@@ -17,7 +17,10 @@ keeps serving.
 from __future__ import annotations
 
 import logging
+import os
 import time
+from collections.abc import MutableMapping
+from typing import Any
 
 from airlane.core import BadResumeToken
 from airlane.gateway import Gateway
@@ -95,6 +98,13 @@ class AirlaneApp:
         request = Request.from_scope(scope)
         route = _route_label(request.path)
         status = 200
+        origin = request.headers.get(b"origin")
+        if origin is not None and self.config.cors_origins:
+            allowed = self._cors_headers(origin)
+            if request.method == "OPTIONS":
+                await send_body(send, 204 if allowed else 403, b"", b"text/plain", allowed)
+                return
+            send = _with_headers(send, allowed)
         try:
             await self._dispatch(request, receive, send)
         except HttpError as exc:
@@ -156,10 +166,24 @@ class AirlaneApp:
             await pump.pump(subscription, render_loadtest_sse)
             await pump.finish()
 
+    def _cors_headers(self, origin: bytes) -> list[tuple[bytes, bytes]]:
+        origins = self.config.cors_origins
+        if "*" not in origins and origin.decode("latin-1") not in origins:
+            return []
+        return [
+            (b"access-control-allow-origin", b"*" if "*" in origins else origin),
+            (b"access-control-allow-headers", b"authorization, content-type, last-event-id"),
+            (b"access-control-allow-methods", b"GET, POST, DELETE, OPTIONS"),
+            (b"access-control-expose-headers", b"x-airlane-stream-id"),
+            (b"access-control-max-age", b"600"),
+            (b"vary", b"origin"),
+        ]
+
     def _health(self) -> dict[str, object]:
         stats = self.gateway.hub.stats()
         return {
             "status": "ok",
+            "pid": os.getpid(),
             "uptime_s": round(time.monotonic() - self.started, 3),
             "streams": stats.streams,
             "subscribers": stats.subscribers,
@@ -175,6 +199,19 @@ class AirlaneApp:
                 for name in self.config.models
             ],
         }
+
+
+def _with_headers(send: Send, headers: list[tuple[bytes, bytes]]) -> Send:
+    """``send`` that adds ``headers`` to the response start."""
+    if not headers:
+        return send
+
+    async def wrapped(message: MutableMapping[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), *headers]}
+        await send(message)
+
+    return wrapped
 
 
 def _require(method: str, expected: str) -> None:

@@ -238,17 +238,24 @@ class SSEPump:
             self.metrics.count_sent(len(body))
 
     async def pump(
-        self, subscription: Subscription, render: Callable[[list[Event]], bytes]
+        self,
+        subscription: Subscription,
+        render: Callable[[list[Event]], bytes],
+        *,
+        max_events: int | None = None,
     ) -> bool:
-        """Write the subscription's frames until it ends (True) or the client leaves (False)."""
+        """Write the subscription's frames until it ends (True), the client leaves (False) or
+        ``max_events`` frames were written (False; the client is expected to resume)."""
+        budget = max_events if max_events is not None else -1
         task = asyncio.current_task()
         assert task is not None
         watcher = asyncio.create_task(self._watch(task), name="sse-disconnect-watch")
         try:
             while True:
                 try:
+                    limit = self.batch_limit if budget < 0 else min(budget, self.batch_limit)
                     async with asyncio.timeout(self.ping_s):
-                        batch = await subscription.next_batch(self.batch_limit)
+                        batch = await subscription.next_batch(limit)
                 except TimeoutError:
                     await self.write(b": ping\n\n")
                     continue
@@ -258,6 +265,10 @@ class SSEPump:
                 now_ns = time.monotonic_ns()
                 subscription.mark_written(batch, now_ns)
                 self.metrics.observe_written(batch, now_ns)
+                if budget > 0:
+                    budget -= len(batch)
+                    if budget == 0:
+                        return False
         except asyncio.CancelledError:
             if self.disconnected and task.uncancel() == 0:
                 return False

@@ -43,5 +43,7 @@ class HttpConfig:
     """Streams one WebSocket may carry at once."""
     batch_limit: int = DEFAULT_BATCH_LIMIT
     """Frames taken from a cursor per write."""
+    cors_origins: tuple[str, ...] = ()
+    """Origins allowed to call from a browser page (``"*"`` for any); empty: no CORS."""
     models: tuple[str, ...] = ("airlane-synthetic",)
     """Model names listed by ``GET /v1/models``."""

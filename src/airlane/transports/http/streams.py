@@ -7,7 +7,9 @@ POST     /v1/streams                      create a generation (chat request body
                                           named stream (``{"name": "agents/42/events"}``)
 GET      /v1/streams/{id}                 status, usage and the current resume token
 GET      /v1/streams/{id}/snapshot        everything so far as one snapshot event
-GET      /v1/streams/{id}/events          SSE; resumes from ``Last-Event-ID`` or ``?from=``
+GET      /v1/streams/{id}/events          SSE; resumes from ``Last-Event-ID`` or ``?from=``;
+                                          ``?max_events=N`` ends each response after N
+                                          events (the client resumes: connection recycling)
 POST     /v1/streams/{id}/events          publish one event, or ``{"events": [...]}``
 POST     /v1/streams/{id}/cancel          stop the producer; the stream ends ``cancelled``
 DELETE   /v1/streams/{id}                 forget the stream
@@ -162,7 +164,11 @@ async def _events(
         app.metrics.connections.labels("sse").inc()
         try:
             await pump.start(headers, encode_retry(app.config.sse_retry_ms))
-            await pump.pump(subscription, lambda batch: render_native_sse(epoch, batch))
+            await pump.pump(
+                subscription,
+                lambda batch: render_native_sse(epoch, batch),
+                max_events=request.query_int("max_events", 0, 0, 1 << 30) or None,
+            )
             await pump.finish()
         finally:
             app.metrics.connections.labels("sse").dec()
