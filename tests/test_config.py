@@ -1,0 +1,38 @@
+"""Configuration files: the documented example loads, and mistakes are reported."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from airlane.core import OrphanMode
+from airlane.server import ServerConfig, load_config
+
+EXAMPLE = Path(__file__).parent.parent / "docs" / "airlane.example.toml"
+
+
+def test_the_documented_example_is_the_defaults():
+    config = load_config(EXAMPLE)
+    assert config == ServerConfig()
+
+
+def test_sections_override_defaults(tmp_path):
+    path = tmp_path / "a.toml"
+    path.write_text(
+        '[orphan]\nmode = "cancel"\n[http]\ncors_origins = ["*"]\n'
+        '[retention]\nmax_events = 8\n[api_keys]\nk = "alice"\n'
+    )
+    config = load_config(path)
+    assert config.orphan.mode is OrphanMode.CANCEL
+    assert config.http.cors_origins == ("*",)
+    assert config.retention.max_events == 8
+    assert config.api_keys == {"k": "alice"}
+
+
+@pytest.mark.parametrize("text", ["nope = 1\n", "[http]\nnope = 1\n", '[orphan]\nmode = "x"\n'])
+def test_mistakes_are_errors(tmp_path, text):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ValueError):
+        load_config(path)

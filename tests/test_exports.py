@@ -1,0 +1,67 @@
+"""The public surface is deliberate: every package's ``__all__`` names exist and are exactly
+what is documented here."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+import airlane
+
+PACKAGES = [
+    "airlane",
+    "airlane.core",
+    "airlane.wire",
+    "airlane.hub",
+    "airlane.backends",
+    "airlane.security",
+    "airlane.transports.http",
+    "airlane.gateway",
+    "airlane.server",
+]
+
+
+@pytest.mark.parametrize("name", PACKAGES)
+def test_every_exported_name_exists_and_is_documented(name):
+    module = importlib.import_module(name)
+    assert module.__all__, f"{name} exports nothing"
+    for attr in module.__all__:
+        value = getattr(module, attr)
+        if callable(value) and not attr.startswith("__"):
+            assert value.__doc__, f"{name}.{attr} has no docstring"
+
+
+def test_top_level_api():
+    assert set(airlane.__all__) == {
+        "AirlaneApp",
+        "ApiKeyPolicy",
+        "Backend",
+        "BackendError",
+        "Channel",
+        "Event",
+        "Gateway",
+        "GatewayConfig",
+        "GenerationRequest",
+        "HttpConfig",
+        "Hub",
+        "Kind",
+        "Lane",
+        "MemoryHub",
+        "OpenAIUpstreamBackend",
+        "OrphanMode",
+        "OrphanPolicy",
+        "Position",
+        "Principal",
+        "Retention",
+        "SyntheticBackend",
+        "SyntheticConfig",
+        "__version__",
+        "create_app",
+    }
+
+
+def test_embedding_in_another_asgi_app_needs_only_the_public_api():
+    gateway = airlane.Gateway(airlane.MemoryHub(), airlane.SyntheticBackend())
+    app = airlane.create_app(gateway, airlane.HttpConfig(cors_origins=("*",)))
+    assert callable(app)
