@@ -1,0 +1,479 @@
+"""The OpenAI-compatible upstream backend, against a real HTTP server on 127.0.0.1.
+
+The server is a small ASGI app served by uvicorn in a thread. Each test picks a scenario by
+the first path segment of ``base_url``; the app records what it received and when a client
+disconnected (the ``http.disconnect`` ASGI message).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+import uvicorn
+
+from airlane.backends.base import Backend, GenerationRequest
+from airlane.backends.openai import ChunkTranslator, OpenAIUpstreamBackend
+from airlane.core.events import Channel, Event, Kind
+
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+def sse(*payloads: object) -> bytes:
+    """An event stream carrying each payload as one ``data:`` event (strings verbatim)."""
+    parts = []
+    for payload in payloads:
+        data = payload if isinstance(payload, str) else orjson.dumps(payload).decode()
+        parts.append(f"data: {data}\n\n".encode())
+    return b"".join(parts)
+
+
+def chunk(delta: dict[str, Any] | None = None, finish_reason: str | None = None) -> dict[str, Any]:
+    choice = {"index": 0, "delta": delta or {}, "finish_reason": finish_reason}
+    return {"id": "chatcmpl-1", "object": "chat.completion.chunk", "choices": [choice]}
+
+
+USAGE = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion.chunk",
+    "choices": [],
+    "usage": {"prompt_tokens": 9, "completion_tokens": 4, "total_tokens": 13},
+}
+
+NORMAL = sse(
+    chunk({"role": "assistant", "content": ""}),
+    chunk({"reasoning_content": "Think"}),
+    chunk({"reasoning": "ing."}),
+    chunk({"content": "Hel"}),
+    chunk({"content": "lo, café"}),
+    chunk({"content": " 日本 🚀"}),
+    chunk({}, finish_reason="stop"),
+    USAGE,
+    "[DONE]",
+)
+
+TOOL_CALLS = sse(
+    chunk(
+        {
+            "role": "assistant",
+            "tool_calls": [
+                {
+                    "index": 0,
+                    "id": "call_abc",
+                    "type": "function",
+                    "function": {"name": "search", "arguments": ""},
+                }
+            ],
+        }
+    ),
+    chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"que'}}]}),
+    chunk({"tool_calls": [{"index": 0, "function": {"arguments": 'ry": "x"}'}}]}),
+    chunk(
+        {
+            "tool_calls": [
+                {"index": 1, "id": "call_def", "function": {"name": "lookup", "arguments": "{}"}}
+            ]
+        }
+    ),
+    chunk({}, finish_reason="tool_calls"),
+    USAGE,
+    "[DONE]",
+)
+
+SCENARIOS: dict[str, tuple[int, str, bytes]] = {
+    "normal": (200, "text/event-stream", NORMAL),
+    "tools": (200, "text/event-stream", TOOL_CALLS),
+    "unauthorized": (
+        401,
+        "application/json",
+        orjson.dumps(
+            {
+                "error": {
+                    "message": "Incorrect API key provided",
+                    "type": "invalid_request_error",
+                    "code": "invalid_api_key",
+                }
+            }
+        ),
+    ),
+    "crash": (500, "text/plain", b"Internal Server Error"),
+    "malformed": (200, "text/event-stream", sse(chunk({"content": "a"}), "{not json", "[DONE]")),
+    "wrongshape": (200, "text/event-stream", sse({"choices": "nope"}, "[DONE]")),
+    "nodone": (200, "text/event-stream", sse(chunk({"content": "a"}), chunk({}, "stop"))),
+    "midstream": (
+        200,
+        "text/event-stream",
+        sse(chunk({"content": "a"}), {"error": {"message": "model overloaded"}}),
+    ),
+    "json200": (200, "application/json", orjson.dumps({"object": "chat.completion"})),
+    "longline": (200, "text/event-stream", b"data: " + b"x" * (1 << 21)),
+}
+
+
+class Upstream:
+    """A canned OpenAI-compatible server (an ASGI app)."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.disconnected: defaultdict[str, threading.Event] = defaultdict(threading.Event)
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        assert scope["type"] == "http"
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        key = scope["path"].split("/")[1]
+        self.requests.append(
+            {
+                "key": key,
+                "path": scope["path"],
+                "headers": {k.decode(): v.decode() for k, v in scope["headers"]},
+                "body": orjson.loads(body),
+                "client": tuple(scope["client"]),
+            }
+        )
+        if key.startswith("stall"):
+            await self.stall(key, receive, send)
+            return
+        status, content_type, payload = SCENARIOS[key]
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [(b"content-type", content_type.encode())],
+            }
+        )
+        # Odd-sized pieces, so that events and UTF-8 characters straddle reads.
+        size = 7 if len(payload) < 4096 else 65536
+        for start in range(0, len(payload), size):
+            piece = payload[start : start + size]
+            await send({"type": "http.response.body", "body": piece, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def stall(self, key: str, receive: Receive, send: Send) -> None:
+        """Send one token, then nothing, until the client goes away."""
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/event-stream")],
+            }
+        )
+        await send(
+            {"type": "http.response.body", "body": sse(chunk({"content": "a"})), "more_body": True}
+        )
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        self.disconnected[key].set()
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[tuple[Upstream, str]]:
+    app = Upstream()
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(app, lifespan="off", log_level="warning", loop="asyncio")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.01)
+    yield app, f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=10)
+    sock.close()
+
+
+REQUEST = GenerationRequest(model="gpt-test", messages=[{"role": "user", "content": "hi"}])
+
+
+async def collect(backend: OpenAIUpstreamBackend, req: GenerationRequest = REQUEST) -> list[Event]:
+    try:
+        return [event async for event in backend.stream(req)]
+    finally:
+        await backend.aclose()
+
+
+def error_of(events: list[Event]) -> dict[str, Any]:
+    assert sum(e.terminal for e in events) == 1
+    assert events[-1].kind is Kind.ERROR
+    assert events[-1].data is not None
+    return events[-1].data
+
+
+async def wait_for_disconnect(app: Upstream, key: str) -> None:
+    assert await asyncio.to_thread(app.disconnected[key].wait, 5), "upstream saw no disconnect"
+
+
+def test_is_a_backend() -> None:
+    backend: Backend = OpenAIUpstreamBackend("http://127.0.0.1:1/v1")  # mypy checks this
+    assert isinstance(backend, Backend)
+    assert backend.name == "openai"
+
+
+@pytest.mark.parametrize("url", ["localhost:8000", "ftp://host/v1", "/v1", "http://h:99999/v1"])
+def test_base_url_is_validated(url: str) -> None:
+    with pytest.raises(ValueError):
+        OpenAIUpstreamBackend(url)
+
+
+# -- the happy paths -----------------------------------------------------------------------
+
+
+async def test_normal_stream(upstream: tuple[Upstream, str]) -> None:
+    _, url = upstream
+    events = await collect(OpenAIUpstreamBackend(f"{url}/normal/v1/"))
+    reasoning = [e.text for e in events if e.kind is Kind.DELTA and e.channel is Channel.REASONING]
+    content = [e.text for e in events if e.kind is Kind.DELTA and e.channel is Channel.CONTENT]
+    assert reasoning == ["Think", "ing."]
+    assert content == ["Hel", "lo, café", " 日本 🚀"]
+    assert [e.kind for e in events[-2:]] == [Kind.USAGE, Kind.DONE]
+    assert events[-2].data == {"prompt_tokens": 9, "completion_tokens": 4}
+    assert events[-1].data == {"finish_reason": "stop"}
+
+
+async def test_request_is_forwarded(upstream: tuple[Upstream, str]) -> None:
+    app, url = upstream
+    tools = [{"type": "function", "function": {"name": "search"}}]
+    req = GenerationRequest(
+        model="client-model",
+        messages=[{"role": "user", "content": "hi"}],
+        seed=3,
+        max_tokens=50,
+        temperature=0.5,
+        tools=tools,
+        tool_choice="auto",
+        reasoning=True,
+        extra={"top_p": 0.9, "stream": False, "stream_options": {"continuous_usage_stats": True}},
+    )
+    backend = OpenAIUpstreamBackend(f"{url}/normal/v1", "sk-secret", model="served-model")
+    await collect(backend, req)
+    received = app.requests[-1]
+    assert received["path"] == "/normal/v1/chat/completions"
+    assert received["headers"]["authorization"] == "Bearer sk-secret"
+    assert received["headers"]["content-type"] == "application/json"
+    assert received["body"] == {
+        "model": "served-model",
+        "messages": [{"role": "user", "content": "hi"}],
+        "stream": True,
+        "stream_options": {"continuous_usage_stats": True, "include_usage": True},
+        "seed": 3,
+        "max_tokens": 50,
+        "temperature": 0.5,
+        "tools": tools,
+        "tool_choice": "auto",
+        "top_p": 0.9,
+    }
+
+
+async def test_unset_fields_are_not_sent(upstream: tuple[Upstream, str]) -> None:
+    app, url = upstream
+    await collect(OpenAIUpstreamBackend(f"{url}/normal/v1"))
+    received = app.requests[-1]
+    assert "authorization" not in received["headers"]
+    assert set(received["body"]) == {"model", "messages", "stream", "stream_options"}
+    assert received["body"]["model"] == "gpt-test"
+
+
+async def test_tool_calls(upstream: tuple[Upstream, str]) -> None:
+    _, url = upstream
+    events = await collect(OpenAIUpstreamBackend(f"{url}/tools/v1"))
+    calls = [(e.data, e.text) for e in events if e.kind is Kind.TOOL_CALL]
+    assert calls == [
+        ({"index": 0, "id": "call_abc", "name": "search"}, ""),
+        ({"index": 0}, '{"que'),
+        ({"index": 0}, 'ry": "x"}'),
+        ({"index": 1, "id": "call_def", "name": "lookup"}, "{}"),
+    ]
+    assert events[-1].data == {"finish_reason": "tool_calls"}
+
+
+async def test_connection_is_reused_after_done(upstream: tuple[Upstream, str]) -> None:
+    app, url = upstream
+    backend = OpenAIUpstreamBackend(f"{url}/normal/v1")
+    try:
+        for _ in range(2):
+            events = [e async for e in backend.stream(REQUEST)]
+            assert events[-1].kind is Kind.DONE
+    finally:
+        await backend.aclose()
+    first, second = app.requests[-2:]
+    assert first["client"] == second["client"]
+
+
+# -- failures become error events ----------------------------------------------------------
+
+
+async def test_http_error_quotes_the_upstream_message(upstream: tuple[Upstream, str]) -> None:
+    _, url = upstream
+    error = error_of(await collect(OpenAIUpstreamBackend(f"{url}/unauthorized/v1", "bad")))
+    assert error["code"] == "upstream_http_error"
+    assert error["status"] == 401
+    assert "401" in error["message"]
+    assert "Incorrect API key provided" in error["message"]
+
+
+async def test_http_error_without_json(upstream: tuple[Upstream, str]) -> None:
+    _, url = upstream
+    error = error_of(await collect(OpenAIUpstreamBackend(f"{url}/crash/v1")))
+    assert error["status"] == 500
+    assert "Internal Server Error" in error["message"]
+
+
+@pytest.mark.parametrize(
+    ("key", "code", "words"),
+    [
+        ("malformed", "upstream_protocol_error", "malformed JSON"),
+        ("wrongshape", "upstream_protocol_error", "choices is not a list"),
+        ("nodone", "upstream_protocol_error", "without [DONE]"),
+        ("midstream", "upstream_error", "model overloaded"),
+        ("longline", "upstream_protocol_error", "limit"),
+        ("json200", "upstream_protocol_error", "instead of an event stream"),
+    ],
+)
+async def test_bad_streams(upstream: tuple[Upstream, str], key: str, code: str, words: str) -> None:
+    _, url = upstream
+    events = await collect(OpenAIUpstreamBackend(f"{url}/{key}/v1"))
+    error = error_of(events)
+    assert error["code"] == code
+    assert words in error["message"]
+
+
+async def test_connection_refused() -> None:
+    with socket.socket() as closed:  # bound but not listening: connecting is refused
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+        error = error_of(await collect(OpenAIUpstreamBackend(f"http://127.0.0.1:{port}/v1")))
+    assert error["code"] == "upstream_unavailable"
+    assert f"127.0.0.1:{port}" in error["message"]
+
+
+async def test_read_timeout(upstream: tuple[Upstream, str]) -> None:
+    app, url = upstream
+    timeout = httpx.Timeout(5.0, read=0.3)
+    events = await collect(OpenAIUpstreamBackend(f"{url}/stall-timeout/v1", timeout=timeout))
+    assert events[0].text == "a"
+    error = error_of(events)
+    assert error["code"] == "upstream_timeout"
+    assert "timed out" in error["message"]
+    await wait_for_disconnect(app, "stall-timeout")
+
+
+async def test_unencodable_request() -> None:
+    req = GenerationRequest(model="m", extra={"bad": object()})
+    error = error_of(await collect(OpenAIUpstreamBackend("http://127.0.0.1:1/v1"), req))
+    assert error["code"] == "invalid_request"
+
+
+# -- cancellation aborts the upstream request ----------------------------------------------
+
+
+async def test_cancelling_the_consumer_closes_the_upstream(upstream: tuple[Upstream, str]) -> None:
+    app, url = upstream
+    backend = OpenAIUpstreamBackend(f"{url}/stall-cancel/v1")
+    got: list[Event] = []
+
+    async def consume() -> None:
+        async for event in backend.stream(REQUEST):
+            got.append(event)
+
+    task = asyncio.create_task(consume())
+    deadline = time.monotonic() + 5
+    while not got:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert [e.text for e in got] == ["a"]
+    await wait_for_disconnect(app, "stall-cancel")
+    await backend.aclose()
+
+
+async def test_aclose_of_the_stream_closes_the_upstream(upstream: tuple[Upstream, str]) -> None:
+    app, url = upstream
+    backend = OpenAIUpstreamBackend(f"{url}/stall-aclose/v1")
+    stream = backend.stream(REQUEST)
+    assert (await anext(stream)).text == "a"
+    await stream.aclose()
+    await wait_for_disconnect(app, "stall-aclose")
+    await backend.aclose()
+
+
+# -- the translator alone ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("piece", [1, 3, 1 << 20])
+def test_translator_is_indifferent_to_read_sizes(piece: int) -> None:
+    translator = ChunkTranslator()
+    events: list[Event] = []
+    for start in range(0, len(NORMAL), piece):
+        events += translator.receive_data(NORMAL[start : start + piece])
+    assert translator.finished
+    assert translator.end_of_stream() == []
+    text = "".join(e.text for e in events if e.kind is Kind.DELTA)
+    assert text == "Thinking.Hello, café 日本 🚀"
+    assert events[-1].kind is Kind.DONE
+
+
+def test_translator_ignores_what_follows_done() -> None:
+    translator = ChunkTranslator()
+    events = translator.receive_data(sse("[DONE]", chunk({"content": "late"})))
+    assert [e.kind for e in events] == [Kind.DONE]
+    assert translator.receive_data(sse(chunk({"content": "later"}))) == []
+
+
+def test_translator_reports_a_truncated_stream() -> None:
+    translator = ChunkTranslator()
+    events = translator.receive_data(sse(chunk({"content": "a"})) + b"data: [DO")
+    assert [e.text for e in events] == ["a"]
+    (error,) = translator.end_of_stream()
+    assert error.kind is Kind.ERROR
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        [1, 2],
+        {"choices": [1]},
+        {"choices": [{"delta": "x"}]},
+        {"choices": [{"delta": {"tool_calls": {}}}]},
+        {"choices": [{"delta": {"tool_calls": [{"index": -1}]}}]},
+        {"choices": [], "usage": {"prompt_tokens": "9"}},
+    ],
+)
+def test_translator_rejects_malformed_chunks(payload: object) -> None:
+    translator = ChunkTranslator()
+    (error,) = translator.receive_data(sse(payload))
+    assert error.kind is Kind.ERROR
+    assert error.data is not None and error.data["code"] == "upstream_protocol_error"
+    assert translator.finished
+
+
+def test_translator_skips_empty_tool_call_items() -> None:
+    translator = ChunkTranslator()
+    items = [{"index": 0, "function": {"arguments": ""}}, {"index": 0, "type": "function"}]
+    assert translator.receive_data(sse(chunk({"tool_calls": items}))) == []
+    assert not translator.finished
+
+
+def test_translator_reports_an_error_event() -> None:
+    translator = ChunkTranslator()
+    (error,) = translator.receive_data(b"event: error\ndata: rate limited\n\n")
+    assert error.data is not None
+    assert error.data["code"] == "upstream_error"
+    assert "rate limited" in error.data["message"]
