@@ -161,6 +161,7 @@ class AirlaneApp:
                 ping_s=self.config.sse_ping_s,
                 batch_limit=self.config.batch_limit,
                 metrics=self.metrics,
+                compression=request.compression(),
             )
             await pump.start([(b"x-airlane-stream-id", info.stream_id.encode())])
             await pump.pump(subscription, render_loadtest_sse)

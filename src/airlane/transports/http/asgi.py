@@ -19,6 +19,13 @@ import orjson
 from airlane.core import Event
 from airlane.hub import Subscription
 from airlane.transports.http.metrics import HttpMetrics
+from airlane.wire.compression import (
+    Compression,
+    CompressionChoice,
+    classify_client,
+    make_compressor,
+    negotiate,
+)
 from airlane.wire.openai import error_body
 
 __all__ = [
@@ -98,6 +105,15 @@ class Request:
         if value and value[:7].lower() == "bearer ":
             return value[7:].strip()
         return None
+
+    def compression(self) -> CompressionChoice:
+        """The SSE compression for this client: its explicit choice (``?compress=`` or the
+        ``x-airlane-compression`` header), else the seed's default for its client class
+        (intranet: none, desktop browser: brotli 3, mobile: lz4) if ``Accept-Encoding`` allows
+        it (`airlane.wire.compression.negotiate`)."""
+        override = self.query.get("compress") or self.header(b"x-airlane-compression")
+        client = classify_client(self.header(b"user-agent"), self.client_host)
+        return negotiate(self.header(b"accept-encoding"), client, override)
 
     @property
     def client_host(self) -> str | None:
@@ -204,9 +220,16 @@ class SSEPump:
         ping_s: float,
         batch_limit: int,
         metrics: HttpMetrics,
+        compression: CompressionChoice | None = None,
     ) -> None:
         self.send = send
         self.receive = receive
+        self.compression = compression or CompressionChoice(Compression.NONE)
+        self._compressor = (
+            None
+            if self.compression.method is Compression.NONE
+            else make_compressor(self.compression)
+        )
         self.ping_s = ping_s
         self.batch_limit = batch_limit
         self.metrics = metrics
@@ -216,23 +239,31 @@ class SSEPump:
         self, headers: Iterable[tuple[bytes, bytes]] = (), prelude: bytes = b""
     ) -> None:
         """Send the response head (and ``prelude``, e.g. a ``retry:`` field)."""
+        extra = list(headers)
+        if self._compressor is not None:
+            extra.append((b"content-encoding", self.compression.method.value.encode()))
+            extra.append((b"vary", b"accept-encoding"))
         await self.send(
             {
                 "type": "http.response.start",
                 "status": 200,
-                "headers": [*SSE_HEADERS, *headers],
+                "headers": [*SSE_HEADERS, *extra],
             }
         )
         if prelude:
             await self.write(prelude)
 
     async def write(self, body: bytes) -> None:
-        """Send part of the body."""
+        """Send part of the body (compressed and flushed, if compression was negotiated)."""
+        if self._compressor is not None:
+            body = self._compressor.compress(body)
         await self.send({"type": "http.response.body", "body": body, "more_body": True})
         self.metrics.count_sent(len(body))
 
     async def finish(self, body: bytes = b"") -> None:
         """End the response."""
+        if self._compressor is not None:
+            body = self._compressor.compress(body) + self._compressor.finish()
         if not self.disconnected:
             await self.send({"type": "http.response.body", "body": body, "more_body": False})
             self.metrics.count_sent(len(body))

@@ -212,6 +212,7 @@ async def handle_chat_completions(
             ping_s=config.sse_ping_s,
             batch_limit=config.batch_limit,
             metrics=app.metrics,
+            compression=request.compression(),
         )
         await pump.start(headers, encode_event(factory.role(), id=f"{info.epoch}:0"))
         renderer = _OpenAIRenderer(factory, info.epoch, include_usage)

@@ -159,6 +159,7 @@ async def _events(
             ping_s=app.config.sse_ping_s,
             batch_limit=app.config.batch_limit,
             metrics=app.metrics,
+            compression=request.compression(),
         )
         headers = [(b"x-airlane-stream-id", stream_id.encode())]
         app.metrics.connections.labels("sse").inc()
