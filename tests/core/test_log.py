@@ -185,3 +185,34 @@ def test_orphan_policies():
     keep = OrphanTracker(OrphanPolicy(OrphanMode.KEEP, keep_s=60), now=0)
     keep.subscribe()
     assert keep.unsubscribe(now=1) == 61
+
+
+def test_a_live_reader_behind_retention_is_caught_up_with_text_not_resent_snapshots():
+    log = make_log(max_events=4)
+    reader = log.cursor("slow")
+    produced, received = "", ""
+    for i in range(200):
+        text = f"{i},"
+        produced += text
+        log.append(Event.delta(text), 0)
+        if i % 37 == 0:  # reads now and then: always far behind the retained window
+            frames = log.read(reader, limit=2)
+            assert all(f.kind is Kind.DELTA for f in frames)
+            received += "".join(f.text for f in frames)
+    log.append(Event.done(), 0)
+    while log.pending(reader):
+        received += "".join(f.text for f in log.read(reader, limit=3))
+    assert received == produced  # every character exactly once
+    assert log.ledger.delivered == {"slow": 200}
+
+
+def test_a_reader_that_missed_messages_gets_a_snapshot_and_the_ledger_counts_it():
+    log = make_log(max_events=2)
+    reader = log.cursor("r")
+    log.append(Event.delta("a"), 0)
+    log.append(Event.message({"x": 1}), 0)
+    for text in "bcd":
+        log.append(Event.delta(text), 0)
+    frames = log.read(reader, limit=10)
+    assert frames[0].kind is Kind.SNAPSHOT
+    assert log.ledger.delivered == {"r": 4}

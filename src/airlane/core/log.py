@@ -10,7 +10,9 @@ Readers are `Cursor` objects: the last ``seq`` they were given plus a little boo
 `StreamLog.read` hands a cursor what comes next, at most ``limit`` frames:
 
 1. if the cursor is behind the retained window (or was reset to another epoch), one
-   ``snapshot`` event first: the reader *replaces* its state with it;
+   ``snapshot`` event first: the reader *replaces* its state with it. A live reader that only
+   fell behind, and missed nothing but text, is caught up with the missing text as plain
+   ``delta`` events instead, so a slow reader never receives the same text twice;
 2. then the retained events after the cursor. Consecutive ``delta`` events of one channel are
    coalesced into a single delta for a lagging cursor, up to ``max_coalesce_chars``; control,
    tool-call, message and terminal events are never merged and never dropped;
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from airlane.core.events import Event, Kind
+from airlane.core.events import Channel, Event, Kind
 from airlane.core.position import Position
 from airlane.core.retention import Folded, Retention
 from airlane.core.usage import UsageLedger
@@ -56,7 +58,7 @@ class ResumeOutOfRange(ValueError):
 class Cursor:
     """A reader's position in one stream, and what it has been given so far."""
 
-    __slots__ = ("after", "delivered_tokens", "finished", "reset", "subscriber")
+    __slots__ = ("after", "delivered_tokens", "finished", "reset", "subscriber", "text_lengths")
 
     def __init__(self, subscriber: str, after: int = 0, *, reset: bool = False) -> None:
         self.subscriber = subscriber
@@ -69,6 +71,9 @@ class Cursor:
         """Completion tokens handed to this reader (a snapshot counts as all it carries)."""
         self.finished = False
         """True once the terminal event was handed out."""
+        self.text_lengths: dict[Channel, int] | None = {} if after == 0 and not reset else None
+        """Characters of text handed out per channel, when known (not for a cursor that
+        resumed mid-stream): what lets `StreamLog.read` catch it up with deltas."""
 
 
 class StreamLog:
@@ -222,7 +227,7 @@ class StreamLog:
         """Hand ``cursor`` up to ``limit`` frames that follow its position, and advance it."""
         out: list[Event] = []
         if cursor.reset or cursor.after < self.folded.through_seq:
-            out.append(self._snapshot_for(cursor))
+            out.extend(self._catch_up(cursor))
         index = self._head + (cursor.after - self.folded.through_seq)
         events = self._events
         end = len(events)
@@ -260,17 +265,46 @@ class StreamLog:
         )
         return merged, stop
 
-    def _snapshot_for(self, cursor: Cursor) -> Event:
-        snapshot = self.folded.to_event(reset=cursor.reset)
+    def _catch_up(self, cursor: Cursor) -> list[Event]:
+        """Bring a cursor that is behind the retained window up to the folded state."""
+        folded = self.folded
+        lengths = cursor.text_lengths
+        text_only = (
+            not cursor.reset and lengths is not None and folded.last_other_seq <= cursor.after
+        )
+        missing: list[Channel] = []
+        if lengths is not None and text_only:
+            missing = [ch for ch, n in folded.lengths.items() if n > lengths.get(ch, 0)]
+        if lengths is not None and text_only and len(missing) <= 1:
+            # Only text of one channel was folded since the cursor: send what it lacks as one
+            # delta (two would share a seq, and a resume between them would lose the second).
+            events = [
+                Event(
+                    Kind.DELTA,
+                    text=folded.text(channel)[lengths.get(channel, 0) :],
+                    channel=channel,
+                    seq=folded.through_seq,
+                )
+                for channel in missing
+            ]
+        else:
+            events = [folded.to_event(reset=cursor.reset)]
+        gained = folded.tokens - cursor.delivered_tokens
+        if gained > 0:
+            self.ledger.on_delivered(cursor.subscriber, gained)
+        cursor.delivered_tokens = folded.tokens
         cursor.reset = False
-        cursor.after = snapshot.seq
-        cursor.delivered_tokens = snapshot.tokens
-        return snapshot
+        cursor.after = folded.through_seq
+        cursor.text_lengths = dict(folded.lengths)
+        return events
 
     def _deliver(self, cursor: Cursor, event: Event) -> Event:
         cursor.after = event.seq
         cursor.delivered_tokens += event.tokens
         self.ledger.on_delivered(cursor.subscriber, event.tokens)
+        lengths = cursor.text_lengths
+        if lengths is not None and event.kind is Kind.DELTA:
+            lengths[event.channel] = lengths.get(event.channel, 0) + len(event.text)
         if event.terminal:
             cursor.finished = True
             return self._terminal_for(cursor, event)

@@ -59,6 +59,11 @@ class Folded:
     """Completion tokens carried by the folded events."""
     dropped: int = 0
     """Folded events that carry no text (messages, status): counted, not kept."""
+    last_other_seq: int = 0
+    """The last folded event that was not a ``delta``: a reader positioned after it can be
+    caught up with plain text deltas instead of a snapshot."""
+    lengths: dict[Channel, int] = field(default_factory=dict)
+    """Characters of folded text per channel."""
     _text: dict[Channel, list[str]] = field(default_factory=dict)
     _tool_calls: dict[int, dict[str, Any]] = field(default_factory=dict)
 
@@ -68,7 +73,10 @@ class Folded:
         self.tokens += event.tokens
         if event.kind is Kind.DELTA:
             self._text.setdefault(event.channel, []).append(event.text)
-        elif event.kind is Kind.TOOL_CALL:
+            self.lengths[event.channel] = self.lengths.get(event.channel, 0) + len(event.text)
+            return
+        self.last_other_seq = event.seq
+        if event.kind is Kind.TOOL_CALL:
             self._fold_tool_call(event)
         else:
             self.dropped += 1
@@ -98,7 +106,9 @@ class Folded:
 
     def extended(self, events: list[Event]) -> Folded:
         """A copy of this state with ``events`` folded in (for full-stream snapshots)."""
-        copy = Folded(self.through_seq, self.tokens, self.dropped)
+        copy = Folded(
+            self.through_seq, self.tokens, self.dropped, self.last_other_seq, dict(self.lengths)
+        )
         for channel in self._text:
             copy._text[channel] = [self.text(channel)]
         copy._tool_calls = {i: dict(call) for i, call in self._tool_calls.items()}
