@@ -48,6 +48,7 @@ from airlane.transports.http.loadtest import (
 from airlane.transports.http.metrics import HttpMetrics
 from airlane.transports.http.streams import handle_streams
 from airlane.transports.http.websocket import serve_loadtest_ws, serve_websocket
+from airlane.wire.openai import error_body
 
 __all__ = ["AirlaneApp", "create_app"]
 
@@ -91,8 +92,7 @@ class AirlaneApp:
         elif request.path == "/v1/loadtest/ws":
             await serve_loadtest_ws(self.context, request, receive, send)
         else:
-            await receive()  # websocket.connect
-            await send({"type": "websocket.close", "code": 1008, "reason": "no such endpoint"})
+            await _refuse_websocket(scope, receive, send, f"no WebSocket endpoint {request.path}")
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request.from_scope(scope)
@@ -112,7 +112,9 @@ class AirlaneApp:
             await send_error(send, exc)
         except (HubError, SecurityError) as exc:
             status = exc.status
-            await send_error(send, HttpError(exc.status, str(exc), code=exc.code))
+            # RFC 9110 11.6.1: a 401 names the scheme the client should use.
+            challenge = [(b"www-authenticate", b"Bearer")] if status == 401 else []
+            await send_error(send, HttpError(status, str(exc), code=exc.code, headers=challenge))
         except BadResumeToken as exc:
             status = 400
             await send_error(send, HttpError(400, str(exc), code="bad_resume_token"))
@@ -129,9 +131,11 @@ class AirlaneApp:
     async def _dispatch(self, request: Request, receive: Receive, send: Send) -> None:
         path, method = request.path, request.method
         if path == "/healthz":
+            _require(method, "GET")
             await send_json(send, 200, self._health())
             return
         if path == "/metrics":
+            _require(method, "GET")
             await send_body(send, 200, self.metrics.render(), b"text/plain; version=0.0.4")
             return
         principal = self.gateway.security.authenticate(request.bearer)
@@ -200,6 +204,29 @@ class AirlaneApp:
                 for name in self.config.models
             ],
         }
+
+
+async def _refuse_websocket(scope: Scope, receive: Receive, send: Send, reason: str) -> None:
+    """Refuse a handshake with a reason: an HTTP 404 where the server supports the ASGI
+    denial-response extension, else accept and close with 1008 and the reason."""
+    if (await receive())["type"] != "websocket.connect":
+        return
+    if "websocket.http.response" in scope.get("extensions", {}):
+        body = error_body(reason, code="not_found")
+        await send(
+            {
+                "type": "websocket.http.response.start",
+                "status": 404,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
+        await send({"type": "websocket.http.response.body", "body": body})
+        return
+    await send({"type": "websocket.accept"})
+    await send({"type": "websocket.close", "code": 1008, "reason": reason[:120]})
 
 
 def _with_headers(send: Send, headers: list[tuple[bytes, bytes]]) -> Send:

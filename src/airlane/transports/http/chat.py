@@ -10,12 +10,10 @@ the response is just one subscriber of it.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import orjson
 
-from airlane.backends.base import GenerationRequest
-from airlane.core import Event, Kind, OrphanMode
+from airlane.core import Event, Kind
 from airlane.gateway import orphan_policy_from
 from airlane.security import Principal
 from airlane.transports.http.asgi import (
@@ -27,93 +25,12 @@ from airlane.transports.http.asgi import (
     read_json,
     send_json,
 )
+from airlane.transports.http.chat_request import parse_chat_request
 from airlane.transports.http.context import AppContext
 from airlane.wire.openai import DONE_SENTINEL, ChatStreamState, ChunkFactory
 from airlane.wire.sse import encode_event
 
-__all__ = ["handle_chat_completions", "parse_chat_request"]
-
-# Fields consumed here; every other field is forwarded to an upstream unchanged.
-_KNOWN = {
-    "model",
-    "messages",
-    "stream",
-    "stream_options",
-    "seed",
-    "max_tokens",
-    "max_completion_tokens",
-    "temperature",
-    "tools",
-    "tool_choice",
-    "n",
-    "airlane",
-    "reasoning_effort",
-}
-
-
-def _expect(condition: bool, message: str, param: str) -> None:
-    if not condition:
-        raise HttpError(400, message, param=param, code="invalid_parameter")
-
-
-def parse_chat_request(body: Any) -> tuple[GenerationRequest, bool, bool, str | None]:
-    """Validate an OpenAI chat request; return (request, stream, include_usage, orphan mode)."""
-    _expect(isinstance(body, dict), "the request body must be a JSON object", "body")
-    model = body.get("model")
-    _expect(isinstance(model, str) and 0 < len(model) <= 256, "'model' must be a string", "model")
-    messages = body.get("messages")
-    _expect(
-        isinstance(messages, list)
-        and len(messages) > 0
-        and all(isinstance(m, dict) for m in messages),
-        "'messages' must be a non-empty array of message objects",
-        "messages",
-    )
-    stream = body.get("stream", False)
-    _expect(isinstance(stream, bool), "'stream' must be a boolean", "stream")
-    options = body.get("stream_options") or {}
-    _expect(isinstance(options, dict), "'stream_options' must be an object", "stream_options")
-    seed = body.get("seed")
-    _expect(
-        seed is None or (isinstance(seed, int) and not isinstance(seed, bool)),
-        "'seed' must be an integer",
-        "seed",
-    )
-    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-    _expect(
-        max_tokens is None or (isinstance(max_tokens, int) and 0 < max_tokens <= 1 << 20),
-        "'max_tokens' must be a positive integer",
-        "max_tokens",
-    )
-    temperature = body.get("temperature")
-    _expect(
-        temperature is None or isinstance(temperature, int | float),
-        "'temperature' must be a number",
-        "temperature",
-    )
-    tools = body.get("tools")
-    _expect(tools is None or isinstance(tools, list), "'tools' must be an array", "tools")
-    _expect(body.get("n", 1) == 1, "only n=1 is supported", "n")
-    extension = body.get("airlane") or {}
-    _expect(isinstance(extension, dict), "'airlane' must be an object", "airlane")
-    orphan = extension.get("orphan")
-    _expect(
-        orphan is None or orphan in {m.value for m in OrphanMode},
-        "'airlane.orphan' must be 'keep', 'grace' or 'cancel'",
-        "airlane.orphan",
-    )
-    request = GenerationRequest(
-        model=model,
-        messages=messages,
-        seed=seed,
-        max_tokens=max_tokens,
-        temperature=temperature,
-        tools=tools or None,
-        tool_choice=body.get("tool_choice"),
-        reasoning=bool(extension.get("reasoning")) or body.get("reasoning_effort") is not None,
-        extra={k: v for k, v in body.items() if k not in _KNOWN},
-    )
-    return request, stream, bool(options.get("include_usage")), orphan
+__all__ = ["handle_chat_completions"]
 
 
 class _OpenAIRenderer:
@@ -183,7 +100,9 @@ async def handle_chat_completions(
     """Serve one chat completion, streaming or not."""
     gateway, config = app.gateway, app.config
     body = await read_json(receive, config.max_body_bytes)
-    generation, stream, include_usage, orphan = parse_chat_request(body)
+    parsed = parse_chat_request(body)
+    generation, stream, include_usage = parsed.generation, parsed.stream, parsed.include_usage
+    orphan = parsed.orphan
     policy = orphan_policy_from(orphan, gateway.config.orphan)
     info = await gateway.generate(principal, generation, orphan=policy)
     factory = ChunkFactory(info.stream_id, generation.model, int(time.time()))

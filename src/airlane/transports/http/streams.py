@@ -22,8 +22,9 @@ native JSON (`airlane.wire.event_json`), so a plain browser ``EventSource`` resu
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import unquote
 
-from airlane.core import BadResumeToken, Event, Position
+from airlane.core import BadResumeToken, Event, Position, valid_stream_id
 from airlane.gateway import orphan_policy_from
 from airlane.security import Principal
 from airlane.transports.http.asgi import (
@@ -36,7 +37,7 @@ from airlane.transports.http.asgi import (
     send_body,
     send_json,
 )
-from airlane.transports.http.chat import parse_chat_request
+from airlane.transports.http.chat_request import parse_chat_request
 from airlane.transports.http.context import AppContext
 from airlane.wire.errors import DecodeError
 from airlane.wire.event_json import event_from_dict, event_to_dict, event_to_json
@@ -79,10 +80,18 @@ async def handle_streams(
     rest = request.path[len("/v1/streams") :]
     if rest in ("", "/"):
         if request.method != "POST":
-            raise HttpError(405, "use POST /v1/streams to create a stream")
+            raise HttpError(405, "use POST /v1/streams to create a stream", headers=_ALLOW_POST)
         await _create(app, principal, receive, send)
         return
-    stream_id, action = _split(rest[1:])
+    stream_id, action = stream_target(request)
+    if action not in _ALLOWED:
+        raise HttpError(404, f"no stream resource {action[:40]!r}", code="not_found")
+    if not valid_stream_id(stream_id):
+        raise HttpError(
+            400,
+            f"invalid stream id {stream_id[:80]!r}: use 1-200 of A-Z a-z 0-9 . _ : / -",
+            code="invalid_stream_id",
+        )
     method = request.method
     if action == "events" and method == "GET":
         await _events(app, principal, request, stream_id, receive, send)
@@ -102,16 +111,39 @@ async def handle_streams(
         await app.gateway.delete(principal, stream_id)
         await send_body(send, 204, b"", b"text/plain")
     else:
-        raise HttpError(405, f"{method} is not supported on this stream resource")
+        allowed = _ALLOWED[action]
+        raise HttpError(
+            405,
+            f"{method} is not supported here; use {allowed}",
+            code="method_not_allowed",
+            headers=[(b"allow", allowed.encode())],
+        )
 
 
-def _split(rest: str) -> tuple[str, str]:
-    """``agents/1/events`` -> (``agents/1``, ``events``); ids may contain slashes."""
-    for action in ("events", "snapshot", "cancel"):
+_ACTIONS = ("events", "snapshot", "cancel")
+_ALLOWED = {"": "GET, DELETE", "events": "GET, POST", "snapshot": "GET", "cancel": "POST"}
+_ALLOW_POST = [(b"allow", b"POST")]
+
+
+def stream_target(request: Request) -> tuple[str, str]:
+    """The stream id and action of a ``/v1/streams/...`` path.
+
+    Ids may contain ``/``, so ``/v1/streams/agents/42/events`` reads as the events of
+    ``agents/42``. An id that itself ends in an action word is written with its slashes
+    percent-encoded (``/v1/streams/agents%2F42%2Fevents``): an encoded path is split on its
+    literal slashes, which the raw path preserves.
+    """
+    raw = request.scope.get("raw_path") or request.path.encode()
+    rest = raw.split(b"?", 1)[0][len(b"/v1/streams/") :]
+    if b"%2f" in rest.lower():
+        segment, _, action = rest.partition(b"/")
+        return unquote(segment.decode("latin-1")), unquote(action.decode("latin-1"))
+    path = request.path[len("/v1/streams/") :]
+    for action in _ACTIONS:
         suffix = "/" + action
-        if rest.endswith(suffix) and len(rest) > len(suffix):
-            return rest[: -len(suffix)], action
-    return rest, ""
+        if path.endswith(suffix) and len(path) > len(suffix):
+            return path[: -len(suffix)], action
+    return path, ""
 
 
 async def _create(app: AppContext, principal: Principal, receive: Receive, send: Send) -> None:
@@ -122,7 +154,8 @@ async def _create(app: AppContext, principal: Principal, receive: Receive, send:
             raise HttpError(400, "'name' must be a string", param="name")
         info = await app.gateway.create_named(principal, name, exist_ok=bool(body.get("exist_ok")))
     else:
-        generation, _, _, orphan = parse_chat_request(body)
+        parsed = parse_chat_request(body)
+        generation, orphan = parsed.generation, parsed.orphan
         policy = orphan_policy_from(orphan, app.gateway.config.orphan)
         info = await app.gateway.generate(principal, generation, orphan=policy)
     payload = {
@@ -141,6 +174,8 @@ async def _events(
     send: Send,
 ) -> None:
     resume = resume_position(request)
+    # Parsed before the response starts: after that an error could no longer be reported.
+    max_events = request.query_int("max_events", 0, 0, 1 << 30) or None
     info = await app.gateway.info(principal, stream_id)
     if info.ended and resume is not None and resume == Position(info.epoch, info.last_seq):
         # Nothing left to send: 204 tells an EventSource to stop reconnecting (WHATWG HTML
@@ -168,7 +203,7 @@ async def _events(
             await pump.pump(
                 subscription,
                 lambda batch: render_native_sse(epoch, batch),
-                max_events=request.query_int("max_events", 0, 0, 1 << 30) or None,
+                max_events=max_events,
             )
             await pump.finish()
         finally:

@@ -40,7 +40,7 @@ from airlane.gateway import orphan_policy_from
 from airlane.hub import HubError, Subscription
 from airlane.security import Principal, SecurityError
 from airlane.transports.http.asgi import HttpError, Receive, Request, Send
-from airlane.transports.http.chat import parse_chat_request
+from airlane.transports.http.chat_request import parse_chat_request
 from airlane.transports.http.context import AppContext
 from airlane.transports.http.loadtest import LOADTEST_ORPHAN, loadtest_request
 from airlane.wire.errors import DecodeError
@@ -144,7 +144,8 @@ class WebSocketSession:
         try:
             obj = self._decode(data)
             ref = obj.get("ref")
-            handler = self._ops.get(obj.get("op"))  # type: ignore[arg-type]
+            op = obj.get("op")
+            handler = self._ops.get(op) if isinstance(op, str) else None
             if handler is None:
                 raise _RequestFailed(
                     "unknown_op",
@@ -227,7 +228,8 @@ class WebSocketSession:
         return {"op": "unsubscribed", "stream": stream_id, "id": subscription.position.token}
 
     async def _op_generate(self, obj: dict[str, Any]) -> dict[str, Any]:
-        generation, _, _, orphan = parse_chat_request(obj.get("request"))
+        parsed = parse_chat_request(obj.get("request"))
+        generation, orphan = parsed.generation, parsed.orphan
         gateway = self.app.gateway
         policy = orphan_policy_from(orphan, gateway.config.orphan)
         info = await gateway.generate(self.principal, generation, orphan=policy)
