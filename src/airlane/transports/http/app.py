@@ -32,7 +32,6 @@ from airlane.transports.http.asgi import (
     Request,
     Scope,
     Send,
-    SSEPump,
     send_body,
     send_error,
     send_json,
@@ -159,14 +158,7 @@ class AirlaneApp:
         generation = loadtest_request(request)
         info = await self.gateway.generate(principal, generation, orphan=LOADTEST_ORPHAN)
         async with await self.gateway.subscribe(principal, info.stream_id) as subscription:
-            pump = SSEPump(
-                send,
-                receive,
-                ping_s=self.config.sse_ping_s,
-                batch_limit=self.config.batch_limit,
-                metrics=self.metrics,
-                compression=request.compression(),
-            )
+            pump = self.context.sse_pump(request, receive, send)
             await pump.start([(b"x-airlane-stream-id", info.stream_id.encode())])
             await pump.pump(subscription, render_loadtest_sse)
             await pump.finish()

@@ -21,7 +21,6 @@ from airlane.transports.http.asgi import (
     Receive,
     Request,
     Send,
-    SSEPump,
     read_json,
     send_json,
 )
@@ -125,14 +124,7 @@ async def handle_chat_completions(
                 )
             await send_json(send, 200, state.completion(factory), headers)
             return
-        pump = SSEPump(
-            send,
-            receive,
-            ping_s=config.sse_ping_s,
-            batch_limit=config.batch_limit,
-            metrics=app.metrics,
-            compression=request.compression(),
-        )
+        pump = app.sse_pump(request, receive, send)
         await pump.start(headers, encode_event(factory.role(), id=f"{info.epoch}:0"))
         renderer = _OpenAIRenderer(factory, info.epoch, include_usage)
         await pump.pump(subscription, renderer)

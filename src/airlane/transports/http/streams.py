@@ -32,7 +32,6 @@ from airlane.transports.http.asgi import (
     Receive,
     Request,
     Send,
-    SSEPump,
     read_json,
     send_body,
     send_json,
@@ -188,14 +187,7 @@ async def _events(
     )
     async with subscription:
         epoch = info.epoch
-        pump = SSEPump(
-            send,
-            receive,
-            ping_s=app.config.sse_ping_s,
-            batch_limit=app.config.batch_limit,
-            metrics=app.metrics,
-            compression=request.compression(),
-        )
+        pump = app.sse_pump(request, receive, send)
         headers = [(b"x-airlane-stream-id", stream_id.encode())]
         app.metrics.connections.labels("sse").inc()
         try:
