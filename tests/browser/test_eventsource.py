@@ -24,7 +24,7 @@ import pytest
 
 from airlane.backends.synthetic import SyntheticConfig, SyntheticScript
 from airlane.core import Kind
-from airlane.transports.http.chat import parse_chat_request
+from airlane.transports.http.chat_request import parse_chat_request
 from tests.servers import ServerProcess, run_server
 
 pytestmark = pytest.mark.browser
@@ -114,7 +114,7 @@ def long_generation_body() -> dict[str, Any]:
             "max_tokens": 300,
             "seed": seed,
         }
-        request = parse_chat_request(body)[0]
+        request = parse_chat_request(body).generation
         script = SyntheticScript(request, SyntheticConfig())
         if sum(event.kind is Kind.DELTA for _, event in script) >= MIN_TOKENS:
             return body

@@ -92,6 +92,19 @@ class HubContract:
             async with await hub.subscribe("r", resume=Position(info.epoch, seq)) as sub:
                 assert text_of(await drain(sub)) == "hello"[seq:]
 
+    async def test_a_reader_resuming_at_the_end_of_an_ended_stream_is_exhausted(self, hub: Hub):
+        info = await hub.create("end")
+        await hub.append("end", Event.delta("x"))
+        async with await hub.subscribe("end", resume=Position(info.epoch, 1)) as live:
+            assert not live.exhausted
+            await hub.append("end", Event.done())
+            assert not live.exhausted
+            await drain(live)
+            assert live.exhausted
+        async with await hub.subscribe("end", resume=Position(info.epoch, 2)) as late:
+            assert late.exhausted
+            assert await drain(late) == []
+
     async def test_bad_resume_positions(self, hub: Hub):
         info = await hub.create("b")
         await hub.append("b", Event.delta("x"))

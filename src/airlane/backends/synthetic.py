@@ -396,6 +396,16 @@ async def _sleep_until(loop: asyncio.AbstractEventLoop, deadline: float) -> None
     await asyncio.sleep(max(0.0, deadline - loop.time()))
 
 
+async def _sleep_until_ns(deadline_ns: int) -> None:
+    """Sleep until ``time.monotonic_ns()`` reaches ``deadline_ns``; yields at least once."""
+    remaining = deadline_ns - time.monotonic_ns()
+    await asyncio.sleep(max(0.0, remaining / 1e9))
+    # Bounded: each round sleeps the whole remainder, so this repeats only while the loop's
+    # timer resolution leaves a sub-millisecond gap.
+    while (remaining := deadline_ns - time.monotonic_ns()) > 0:  # noqa: ASYNC110
+        await asyncio.sleep(remaining / 1e9)
+
+
 class SyntheticBackend:
     """A `Backend` that makes up deterministic text (or benchmark chunks); serves any model.
 
@@ -466,16 +476,14 @@ class SyntheticBackend:
     async def _paced(
         self, chunk: LoadTestChunk, spec: LoadTestSpec, usage: Event
     ) -> AsyncGenerator[Event, None]:
-        # Chunk i is due at start + i * interval. The loop's clock schedules the sleeps and
-        # monotonic_ns() stamps the chunks; each is read once, together, when iteration starts,
-        # so that every ts is exactly its scheduled time on CLOCK_MONOTONIC (uvloop's clock is
-        # cached and coarse, so ts is not derived from it) and late wake-ups do not add up.
-        loop = asyncio.get_running_loop()
-        start, start_ns = loop.time(), time.monotonic_ns()
-        interval_s = spec.interval_ms / 1000.0
+        # Chunk i is due at start + i * interval on CLOCK_MONOTONIC, and that is its ts. The
+        # loop's timers (uvloop: a cached, millisecond clock) may fire a little early, so a
+        # chunk is never released before its ts: after a timer, any remainder is slept again.
+        start_ns = time.monotonic_ns()
+        interval_ns = spec.interval_ms * 1_000_000
         for index in range(spec.chunks):
-            await _sleep_until(loop, start + index * interval_s)
-            ts_ns = start_ns + round(index * spec.interval_ms * 1_000_000)
+            ts_ns = start_ns + round(index * interval_ns)
+            await _sleep_until_ns(ts_ns)
             yield _chunk_event(chunk.encode(index + 1, ts_ns))
         yield usage
         yield Event.done("stop")

@@ -11,6 +11,9 @@ import typer
 from rich.console import Console
 
 from airlane import __version__
+from airlane.cli.bench import bench_command
+from airlane.cli.demo import demo_command
+from airlane.cli.stream import stream_command
 from airlane.server import DEFAULT_HOST, DEFAULT_PORT, ServerConfig, load_config, serve
 
 __all__ = ["app", "main"]
@@ -78,6 +81,11 @@ def serve_command(
         print(f"airlane listening on {url} ({backend})", flush=True)
 
     run_async(serve(settings, on_ready=ready))
+
+
+app.command("demo")(demo_command)
+app.command("stream")(stream_command)
+app.command("bench")(bench_command)
 
 
 @app.command("version")

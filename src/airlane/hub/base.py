@@ -148,6 +148,12 @@ class Subscription(abc.ABC):
     def finished(self) -> bool:
         """True once the terminal event has been handed out."""
 
+    @property
+    @abc.abstractmethod
+    def exhausted(self) -> bool:
+        """True if the stream has ended and nothing is left for this reader (it resumed at
+        the very end, or has been handed the terminal event)."""
+
     @abc.abstractmethod
     def poll(self, limit: int = 64) -> list[Event]:
         """What is ready now, without waiting (possibly nothing)."""

@@ -103,6 +103,11 @@ class _MemorySubscription(Subscription):
     def finished(self) -> bool:
         return self._cursor.finished
 
+    @property
+    def exhausted(self) -> bool:
+        log = self._stream.log
+        return self._cursor.finished or (log.terminal is not None and not log.pending(self._cursor))
+
     def poll(self, limit: int = 64) -> list[Event]:
         if self._closed:
             return []
@@ -112,7 +117,7 @@ class _MemorySubscription(Subscription):
 
     async def next_batch(self, limit: int = 64) -> list[Event]:
         stream = self._stream
-        while not self._closed and not self._cursor.finished:
+        while not self._closed and not self.exhausted:
             if stream.log.pending(self._cursor):
                 return self.poll(limit)
             if self._hub._closing or self._hub._streams.get(self.stream_id) is not stream:

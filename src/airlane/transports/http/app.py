@@ -40,8 +40,8 @@ from airlane.transports.http.chat import handle_chat_completions
 from airlane.transports.http.config import HttpConfig
 from airlane.transports.http.context import AppContext
 from airlane.transports.http.loadtest import (
-    LOADTEST_ORPHAN,
     loadtest_request,
+    loadtest_stream,
     render_loadtest_sse,
 )
 from airlane.transports.http.metrics import HttpMetrics
@@ -156,11 +156,10 @@ class AirlaneApp:
         self, principal: Principal, request: Request, receive: Receive, send: Send
     ) -> None:
         generation = loadtest_request(request)
-        info = await self.gateway.generate(principal, generation, orphan=LOADTEST_ORPHAN)
-        async with await self.gateway.subscribe(principal, info.stream_id) as subscription:
+        async with loadtest_stream(self.gateway, principal, generation) as (stream_id, sub):
             pump = self.context.sse_pump(request, receive, send)
-            await pump.start([(b"x-airlane-stream-id", info.stream_id.encode())])
-            await pump.pump(subscription, render_loadtest_sse)
+            await pump.start([(b"x-airlane-stream-id", stream_id.encode())])
+            await pump.pump(sub, render_loadtest_sse)
             await pump.finish()
 
     def _cors_headers(self, origin: bytes) -> list[tuple[bytes, bytes]]:

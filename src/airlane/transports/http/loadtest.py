@@ -11,11 +11,17 @@ Query: ``chunks`` (1..100000, default 200), ``mode`` (``burst`` | ``paced``),
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+
 from airlane.backends.base import GenerationRequest, LoadTestSpec
 from airlane.core import Event, Kind, OrphanMode, OrphanPolicy
+from airlane.gateway import Gateway
+from airlane.hub import StreamNotFound, Subscription
+from airlane.security import Principal
 from airlane.transports.http.asgi import HttpError, Request
 
-__all__ = ["LOADTEST_ORPHAN", "loadtest_request", "render_loadtest_sse"]
+__all__ = ["LOADTEST_ORPHAN", "loadtest_request", "loadtest_stream", "render_loadtest_sse"]
 
 LOADTEST_ORPHAN = OrphanPolicy(OrphanMode.CANCEL)
 """A load-test stream nobody reads is cancelled at once: it exists only for its reader."""
@@ -46,3 +52,18 @@ def render_loadtest_sse(batch: list[Event]) -> bytes:
         for event in batch
         if event.kind is Kind.MESSAGE and event.raw is not None
     )
+
+
+@contextlib.asynccontextmanager
+async def loadtest_stream(
+    gateway: Gateway, principal: Principal, generation: GenerationRequest
+) -> AsyncIterator[tuple[str, Subscription]]:
+    """A fresh load-test stream and its one reader; the stream is deleted afterwards, since
+    nobody else can want its chunks (keeping them would grow memory with every benchmark)."""
+    info = await gateway.generate(principal, generation, orphan=LOADTEST_ORPHAN)
+    try:
+        async with await gateway.subscribe(principal, info.stream_id) as subscription:
+            yield info.stream_id, subscription
+    finally:
+        with contextlib.suppress(StreamNotFound):
+            await gateway.delete(principal, info.stream_id)

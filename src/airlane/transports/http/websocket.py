@@ -42,7 +42,7 @@ from airlane.security import Principal, SecurityError
 from airlane.transports.http.asgi import HttpError, Receive, Request, Send
 from airlane.transports.http.chat_request import parse_chat_request
 from airlane.transports.http.context import AppContext
-from airlane.transports.http.loadtest import LOADTEST_ORPHAN, loadtest_request
+from airlane.transports.http.loadtest import loadtest_request, loadtest_stream
 from airlane.wire.errors import DecodeError
 from airlane.wire.event_json import event_from_dict, event_to_dict, event_to_json
 
@@ -204,6 +204,17 @@ class WebSocketSession:
             self.principal, stream_id, resume=resume, subscriber=self.principal.name
         )
         epoch = subscription.position.epoch
+        if subscription.exhausted:
+            # Resumed at the very end of a finished stream: nothing will ever come (SSE answers
+            # 204 here), so say so instead of leaving the client waiting.
+            await subscription.aclose()
+            return {
+                "op": "subscribed",
+                "stream": stream_id,
+                "epoch": epoch,
+                "from": subscription.position.seq,
+                "ended": True,
+            }
         task = asyncio.create_task(
             self._pump(stream_id, epoch, subscription), name=f"ws-pump {stream_id}"
         )
@@ -362,9 +373,8 @@ async def serve_loadtest_ws(
         return
     if not await accept(receive, send, None):
         return
-    info = await app.gateway.generate(principal, generation, orphan=LOADTEST_ORPHAN)
     metrics = app.metrics
-    async with await app.gateway.subscribe(principal, info.stream_id) as subscription:
+    async with loadtest_stream(app.gateway, principal, generation) as (_, subscription):
         pump = asyncio.current_task()
         assert pump is not None
         watcher = asyncio.create_task(_watch_disconnect(receive, pump))

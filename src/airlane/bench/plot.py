@@ -1,0 +1,68 @@
+"""``--plot``: one PNG with the distributions behind the table (matplotlib, Agg backend).
+
+Left: time to first chunk, as a cumulative distribution per transport (log axis). Right:
+delivery lag, likewise (symmetric log axis, since a lag can be slightly negative). CDFs rather
+than histograms: tails are what matter, and they stay readable on a log axis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from airlane.bench.config import BenchConfig
+from airlane.bench.stats import TransportResult
+
+__all__ = ["LAG_LINEAR_BELOW_MS", "MAX_PLOTTED_POINTS", "write_plot"]
+
+MAX_PLOTTED_POINTS = 5000
+"""Points per curve: a CDF of millions of samples looks the same thinned to this."""
+
+LAG_LINEAR_BELOW_MS = 0.1
+"""The lag axis is linear within +-0.1 ms (where negative lags live), logarithmic beyond."""
+
+
+def write_plot(path: Path, config: BenchConfig, results: Sequence[TransportResult]) -> None:
+    """Draw the CDFs of ``results`` into the PNG file ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5), constrained_layout=True)
+    try:
+        for result in results:
+            _cdf(left, [max(v, 1e-3) for v in result.ttfc_samples_ms], result.transport)
+            _cdf(right, result.lag_samples_ms, result.transport)
+        detail = f" every {config.interval_ms:g} ms" if config.mode == "paced" else ""
+        figure.suptitle(
+            f"airlane bench: {config.streams} streams x {config.chunks} chunks, "
+            f"{config.mode}{detail}"
+        )
+        left.set_xscale("log")
+        left.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        # Lag can be slightly negative (a chunk sent before its scheduled time): symlog.
+        right.set_xscale("symlog", linthresh=LAG_LINEAR_BELOW_MS)
+        for axes, title in ((left, "time to first chunk"), (right, "delivery lag")):
+            axes.set_title(title)
+            axes.set_xlabel("ms")
+            axes.set_ylabel("fraction of samples")
+            axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+            axes.xaxis.set_minor_formatter(NullFormatter())
+            axes.grid(True, which="both", alpha=0.3)
+            axes.legend()
+        figure.savefig(path, dpi=110)
+    finally:
+        plt.close(figure)
+
+
+def _cdf(axes: Any, ordered: Sequence[float], label: str) -> None:
+    values = list(ordered)
+    if not values:
+        return
+    step = max(1, len(values) // MAX_PLOTTED_POINTS)
+    xs = [*values[::step], values[-1]]
+    ys = [*(min(1.0, (i * step + 1) / len(values)) for i in range(len(xs) - 1)), 1.0]
+    axes.plot(xs, ys, label=f"{label} (n={len(values):,})", drawstyle="steps-post")

@@ -1,0 +1,115 @@
+"""Running a benchmark: each transport in turn, all streams at once, bounded in time.
+
+`run_bench` is what ``airlane bench`` calls once the gateway is up. For each transport it
+starts ``config.streams`` load-test requests at once, waits for all of them (each bounded by
+the run's deadline), measures CPU use around the run, and folds the tallies into a
+`TransportResult`. Nothing it starts outlives it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from array import array
+from collections.abc import AsyncIterator, Callable, Sequence
+
+import httpx
+
+from airlane.bench.config import BenchConfig, loopback_address
+from airlane.bench.cpu import CpuSampler
+from airlane.bench.sse_load import run_sse_stream
+from airlane.bench.stats import TransportResult, summarize
+from airlane.bench.tally import StreamTally, lag_sampling_stride
+from airlane.bench.ws_load import run_ws_stream
+
+__all__ = ["PROGRESS_INTERVAL_S", "Progress", "gateway_pid", "run_bench", "run_transport"]
+
+PROGRESS_INTERVAL_S = 0.2
+"""How often the progress callback is told the chunk count."""
+
+Progress = Callable[[str, int, int], None]
+"""``progress(transport, chunks received, chunks expected)``."""
+
+SETTLE_S = 0.5
+"""Pause between transports, so that one run's teardown does not load the next."""
+
+
+def gateway_pid(url: str, timeout_s: float = 5.0) -> int | None:
+    """The gateway's process id from ``GET /healthz`` (None if it does not say)."""
+    try:
+        response = httpx.get(url.rstrip("/") + "/healthz", timeout=timeout_s, trust_env=False)
+        pid = response.json().get("pid")
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    return pid if isinstance(pid, int) else None
+
+
+async def run_bench(
+    config: BenchConfig,
+    url: str,
+    *,
+    server_pid: int | None = None,
+    progress: Progress | None = None,
+) -> list[TransportResult]:
+    """Run ``config`` against the gateway at ``url`` (loopback only), transport by transport."""
+    results = []
+    for index, transport in enumerate(config.transports):
+        if index:
+            await asyncio.sleep(SETTLE_S)
+        results.append(await run_transport(config, url, transport, server_pid, progress))
+    return results
+
+
+async def run_transport(
+    config: BenchConfig,
+    url: str,
+    transport: str,
+    server_pid: int | None = None,
+    progress: Progress | None = None,
+) -> TransportResult:
+    """One transport's run."""
+    host, port = loopback_address(url)
+    lags: array[int] = array("q")
+    stride = lag_sampling_stride(config.expected_chunks)
+    tallies = [StreamTally(lags, stride) for _ in range(config.streams)]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + config.timeout_s
+    path = f"/v1/loadtest/{transport}?{config.query}"
+    authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    async with CpuSampler(server_pid) as cpu, _reporting(transport, config, tallies, progress):
+        started = time.monotonic_ns()
+        if transport == "sse":
+            runs = [run_sse_stream(host, port, path, t, deadline) for t in tallies]
+        else:
+            runs = [run_ws_stream(f"ws://{authority}{path}", t, deadline) for t in tallies]
+        await asyncio.gather(*runs)
+        wall_ns = time.monotonic_ns() - started
+    result = summarize(transport, config, tallies, lags, wall_ns)
+    result.server_cpu, result.client_cpu = cpu.server, cpu.client
+    return result
+
+
+@contextlib.asynccontextmanager
+async def _reporting(
+    transport: str, config: BenchConfig, tallies: Sequence[StreamTally], progress: Progress | None
+) -> AsyncIterator[None]:
+    """Tell ``progress`` the chunk count every `PROGRESS_INTERVAL_S` while the body runs."""
+    if progress is None:
+        yield
+        return
+    expected = config.expected_chunks
+
+    async def report() -> None:
+        while True:
+            progress(transport, sum(t.received for t in tallies), expected)
+            await asyncio.sleep(PROGRESS_INTERVAL_S)
+
+    task = asyncio.create_task(report(), name="bench-progress")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        progress(transport, sum(t.received for t in tallies), expected)

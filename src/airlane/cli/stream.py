@@ -1,0 +1,191 @@
+"""``airlane stream``: print a completion, or follow an existing stream, resuming by itself.
+
+Text deltas are printed as they arrive (reasoning dimmed); other events of a followed stream
+(agent ``message`` events, ``status``) are printed as JSON lines. When the connection drops,
+the client resumes from the last event it saw, so the printed text has no gap and no repeat.
+A summary (stream id, last resume token, reconnections) goes to stderr at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, TypeVar
+
+import orjson
+import typer
+from rich.console import Console
+
+from airlane.client import (
+    AirlaneClient,
+    ClientError,
+    StreamEvent,
+    StreamFailed,
+    TextAccumulator,
+    WsClient,
+)
+from airlane.server import DEFAULT_HOST, DEFAULT_PORT
+
+__all__ = ["StreamOutcome", "stream_command"]
+
+DEFAULT_URL = f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class StreamOutcome:
+    """How a stream ended, for the summary line."""
+
+    stream_id: str = "?"
+    last_id: str | None = None
+    finish_reason: str | None = None
+    reconnects: int = 0
+
+
+class _Printer:
+    """Writes events to the terminal as they come."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.state = TextAccumulator()
+
+    def text(self, text: str, channel: str = "content") -> None:
+        style = "dim" if channel == "reasoning" else None
+        self.console.print(text, end="", style=style, soft_wrap=True, markup=False, highlight=False)
+
+    def event(self, event: StreamEvent) -> None:
+        if event.kind == "snapshot":
+            # A snapshot replaces what a reader had; printing its text continues the output.
+            before = self.state.content
+            self.state.apply(event)
+            after = self.state.content
+            self.text(after[len(before) :] if after.startswith(before) else "\n" + after)
+            return
+        self.state.apply(event)
+        if event.kind == "delta":
+            self.text(event.text, event.channel)
+        elif event.kind in ("message", "status", "tool_call"):
+            self.console.print(orjson.dumps(event.data).decode(), markup=False, highlight=False)
+        elif event.kind == "error":
+            message = event.data.get("message", "the stream failed")
+            raise StreamFailed(str(message), code=event.data.get("code"))
+
+
+async def _follow_sse(
+    url: str, api_key: str | None, stream_id: str, resume: str | None, printer: _Printer
+) -> StreamOutcome:
+    async with AirlaneClient(url, api_key) as client:
+        async for event in client.events(stream_id, resume=resume):
+            printer.event(event)
+        return StreamOutcome(stream_id, client.last_id, printer.state.finish_reason, client.resumes)
+
+
+async def _follow_ws(
+    url: str, api_key: str | None, stream_id: str, resume: str | None, printer: _Printer
+) -> StreamOutcome:
+    async with WsClient(url, api_key) as ws:
+        subscription = await ws.subscribe(stream_id, resume)
+        async for event in subscription:
+            printer.event(event)
+        last = subscription.last_id
+        return StreamOutcome(stream_id, last, printer.state.finish_reason, ws.reconnects)
+
+
+async def _chat_sse(
+    url: str, api_key: str | None, request: dict[str, Any], printer: _Printer
+) -> StreamOutcome:
+    async with AirlaneClient(url, api_key) as client:
+        params = dict(request)
+        pieces = client.chat_stream(params.pop("model"), params.pop("messages"), **params)
+        async for piece in pieces:
+            printer.state.apply_delta(piece)
+            if piece.replace:
+                printer.text("\n")
+            printer.text(piece.text, piece.channel)
+        outcome = StreamOutcome(client.stream_id or "?", client.last_id)
+        outcome.finish_reason, outcome.reconnects = printer.state.finish_reason, client.resumes
+        return outcome
+
+
+async def _chat_ws(
+    url: str, api_key: str | None, request: dict[str, Any], printer: _Printer
+) -> StreamOutcome:
+    async with WsClient(url, api_key) as ws:
+        subscription = await ws.generate(request)
+        async for event in subscription:
+            printer.event(event)
+        last = subscription.last_id
+        stream_id = subscription.stream_id
+        return StreamOutcome(stream_id, last, printer.state.finish_reason, ws.reconnects)
+
+
+def stream_command(
+    url: Annotated[str, typer.Option(help="The gateway.")] = DEFAULT_URL,
+    transport: Annotated[
+        Literal["sse", "ws"], typer.Option(help="sse (HTTP) or ws (WebSocket).")
+    ] = "sse",
+    prompt: Annotated[str, typer.Option(help="The user message.")] = "Tell me a short story.",
+    model: Annotated[str, typer.Option(help="Model name.")] = "airlane-synthetic",
+    max_tokens: Annotated[int | None, typer.Option(help="Completion length.", min=1)] = None,
+    stream_id: Annotated[
+        str | None, typer.Option("--stream-id", help="Follow this existing stream instead.")
+    ] = None,
+    resume: Annotated[
+        str | None, typer.Option("--from", help="Resume token <epoch>:<seq> to start after.")
+    ] = None,
+    api_key: Annotated[
+        str | None, typer.Option(envvar="AIRLANE_API_KEY", help="Bearer key for the gateway.")
+    ] = None,
+) -> None:
+    """Print a completion (or follow --stream-id), resuming after dropped connections."""
+    if resume is not None and stream_id is None:
+        raise typer.BadParameter("--from needs --stream-id", param_hint="--from")
+    console, notes = Console(), Console(stderr=True)
+    printer = _Printer(console)
+    try:
+        outcome = _run(_stream(url, api_key, transport, stream_id, resume, printer, prompt, model,
+                               max_tokens))  # fmt: skip
+    except ClientError as exc:
+        console.print()
+        notes.print(f"[red]stream failed:[/red] {type(exc).__name__}: {exc}")
+        raise typer.Exit(1) from None
+    console.print()
+    finish = outcome.finish_reason or "-"
+    notes.print(
+        f"stream {outcome.stream_id}  last id {outcome.last_id}  finish {finish}  "
+        f"reconnections {outcome.reconnects}",
+        markup=False,
+        highlight=False,
+    )
+
+
+async def _stream(
+    url: str,
+    api_key: str | None,
+    transport: str,
+    stream_id: str | None,
+    resume: str | None,
+    printer: _Printer,
+    prompt: str,
+    model: str,
+    max_tokens: int | None,
+) -> StreamOutcome:
+    if stream_id is not None:
+        follow = _follow_ws if transport == "ws" else _follow_sse
+        return await follow(url, api_key, stream_id, resume, printer)
+    request: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": prompt}]}
+    if max_tokens is not None:
+        request["max_tokens"] = max_tokens
+    chat = _chat_ws if transport == "ws" else _chat_sse
+    return await chat(url, api_key, request, printer)
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` on uvloop where available."""
+    if sys.platform != "win32":
+        import uvloop
+
+        return uvloop.run(coro)
+    return asyncio.run(coro)  # pragma: no cover

@@ -1,0 +1,46 @@
+"""Python clients for an Airlane gateway.
+
+- `AirlaneClient`: OpenAI-style chat completions and stream events over HTTP + SSE; a dropped
+  connection is resumed from the last event seen, so callers get exact text.
+- `WsClient`: many streams over one WebSocket, re-subscribed after a reconnect.
+- `TextAccumulator`: a stream's text rebuilt from its events (snapshots replace, deltas append).
+
+Errors are described in `airlane.client.errors`.
+"""
+
+from airlane.client.accumulator import TextAccumulator
+from airlane.client.errors import (
+    ClientClosed,
+    ClientError,
+    ConnectFailed,
+    ConnectionLost,
+    ProtocolViolation,
+    RequestRejected,
+    ResumeFailed,
+    StreamFailed,
+    StreamNotFound,
+)
+from airlane.client.events import ChatDelta, StreamEvent
+from airlane.client.retry import RetryPolicy
+from airlane.client.sse import AirlaneClient
+from airlane.client.subscription import WsSubscription
+from airlane.client.ws import WsClient
+
+__all__ = [
+    "AirlaneClient",
+    "ChatDelta",
+    "ClientClosed",
+    "ClientError",
+    "ConnectFailed",
+    "ConnectionLost",
+    "ProtocolViolation",
+    "RequestRejected",
+    "ResumeFailed",
+    "RetryPolicy",
+    "StreamEvent",
+    "StreamFailed",
+    "StreamNotFound",
+    "TextAccumulator",
+    "WsClient",
+    "WsSubscription",
+]

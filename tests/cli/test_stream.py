@@ -1,0 +1,60 @@
+"""``airlane stream``: a completion over either transport, and following an existing stream
+from a resume token."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import pytest
+
+from tests.cli.conftest import airlane
+from tests.servers import ServerProcess
+
+PROMPT = "Tell me about resumable streams."
+
+
+def reference(url: str, max_tokens: int) -> str:
+    body = {
+        "model": "airlane-synthetic",
+        "max_tokens": max_tokens,
+        "messages": [{"role": "user", "content": PROMPT}],
+    }
+    response = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=30)
+    return str(response.json()["choices"][0]["message"]["content"])
+
+
+@pytest.mark.parametrize("transport", ["sse", "ws"])
+def test_stream_prints_the_completion(server: ServerProcess, transport: str) -> None:
+    result = airlane(
+        "stream", "--url", server.url, "--transport", transport, "--prompt", PROMPT,
+        "--max-tokens", "40",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == reference(server.url, 40)
+    assert re.search(r"stream chatcmpl-\S+ +last id \S+:\d+ +finish length", result.stderr)
+
+
+@pytest.mark.parametrize("transport", ["sse", "ws"])
+def test_stream_follows_an_existing_stream_from_a_token(
+    server: ServerProcess, transport: str
+) -> None:
+    name = f"tests/cli/follow-{transport}"
+    events = [{"kind": "delta", "text": word} for word in ("one ", "two ", "three ", "four")]
+    with httpx.Client(base_url=server.url) as http:
+        http.post("/v1/streams", json={"name": name}).raise_for_status()
+        published = http.post(f"/v1/streams/{name}/events", json={"events": events})
+        token_after_two = published.json()["resume_token"].rsplit(":", 1)[0] + ":2"
+        http.post(f"/v1/streams/{name}/events", json={"kind": "done"}).raise_for_status()
+    result = airlane(
+        "stream", "--url", server.url, "--transport", transport, "--stream-id", name,
+        "--from", token_after_two,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "three four"
+
+
+def test_stream_reports_an_unknown_stream(server: ServerProcess) -> None:
+    result = airlane("stream", "--url", server.url, "--stream-id", "nope")
+    assert result.returncode == 1
+    assert "StreamNotFound" in result.stderr
