@@ -490,6 +490,4 @@ class SyntheticBackend:
 
 
 def _chunk_event(raw: bytes) -> Event:
-    event = Event.message(raw=raw)
-    event.tokens = LOADTEST_TOKENS_PER_CHUNK
-    return event
+    return Event.message(raw=raw, tokens=LOADTEST_TOKENS_PER_CHUNK)

@@ -129,10 +129,18 @@ class Event:
 
     @classmethod
     def message(
-        cls, payload: Any = None, *, raw: bytes | None = None, lane: Lane = Lane.INTERACTIVE
+        cls,
+        payload: Any = None,
+        *,
+        raw: bytes | None = None,
+        lane: Lane = Lane.INTERACTIVE,
+        tokens: int = 0,
     ) -> Event:
-        """An application message: a JSON payload, or pre-encoded JSON bytes in ``raw``."""
-        return cls(Kind.MESSAGE, data={"payload": payload}, raw=raw, lane=lane)
+        """An application message: a JSON payload, or pre-encoded JSON bytes in ``raw`` (then
+        ``payload`` is ignored). ``tokens`` counts completion tokens it carries, if any."""
+        if raw is not None:
+            return cls(Kind.MESSAGE, raw=raw, lane=lane, tokens=tokens)
+        return cls(Kind.MESSAGE, data={"payload": payload}, lane=lane, tokens=tokens)
 
     @classmethod
     def status(cls, **fields: Any) -> Event:

@@ -76,14 +76,25 @@ class _Stream:
     def __init__(self, log: StreamLog, orphan: OrphanTracker | None) -> None:
         self.log = log
         self.orphan = orphan
-        self.changed = asyncio.Event()
+        # Created by the first reader that has to wait, set and dropped by the next append:
+        # an append nobody waits for costs nothing here (the common case under load).
+        self.changed: asyncio.Event | None = None
         self.cancel_callbacks: list[Callable[[], object]] = []
         self.ended_at: float | None = None
         self.readers = 0
 
     def notify(self) -> None:
-        changed, self.changed = self.changed, asyncio.Event()
-        changed.set()
+        changed = self.changed
+        if changed is not None:
+            self.changed = None
+            changed.set()
+
+    async def wait(self) -> None:
+        """Until the next append (or end, deletion, hub shutdown)."""
+        changed = self.changed
+        if changed is None:
+            changed = self.changed = asyncio.Event()
+        await changed.wait()
 
 
 class _MemorySubscription(Subscription):
@@ -122,7 +133,7 @@ class _MemorySubscription(Subscription):
                 return self.poll(limit)
             if self._hub._closing or self._hub._streams.get(self.stream_id) is not stream:
                 break
-            await stream.changed.wait()
+            await stream.wait()
         return []
 
     def mark_written(self, events: list[Event], now_ns: int) -> None:

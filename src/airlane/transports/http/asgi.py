@@ -283,15 +283,18 @@ class SSEPump:
         watcher = asyncio.create_task(self._watch(task), name="sse-disconnect-watch")
         try:
             while True:
-                try:
-                    limit = self.batch_limit if budget < 0 else min(budget, self.batch_limit)
-                    async with asyncio.timeout(self.ping_s):
-                        batch = await subscription.next_batch(limit)
-                except TimeoutError:
-                    await self.write(b": ping\n\n")
-                    continue
+                limit = self.batch_limit if budget < 0 else min(budget, self.batch_limit)
+                # What is ready goes out at once; only an idle stream arms the heartbeat timer.
+                batch = subscription.poll(limit)
                 if not batch:
-                    return True
+                    try:
+                        async with asyncio.timeout(self.ping_s):
+                            batch = await subscription.next_batch(limit)
+                    except TimeoutError:
+                        await self.write(b": ping\n\n")
+                        continue
+                    if not batch:
+                        return True
                 await self.write(render(batch))
                 now_ns = time.monotonic_ns()
                 subscription.mark_written(batch, now_ns)

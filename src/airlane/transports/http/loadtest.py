@@ -15,7 +15,7 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from airlane.backends.base import GenerationRequest, LoadTestSpec
-from airlane.core import Event, Kind, OrphanMode, OrphanPolicy
+from airlane.core import Event, OrphanMode, OrphanPolicy
 from airlane.gateway import Gateway
 from airlane.hub import StreamNotFound, Subscription
 from airlane.security import Principal
@@ -45,13 +45,17 @@ def loadtest_request(request: Request) -> GenerationRequest:
     return GenerationRequest(model="airlane-loadtest", loadtest=spec)
 
 
+_DATA = b"data: "
+_END = b"\n\n"
+
+
 def render_loadtest_sse(batch: list[Event]) -> bytes:
     """``data: <chunk>`` for each chunk; other events (usage, done) are not sent."""
-    return b"".join(
-        b"data: " + event.raw + b"\n\n"
-        for event in batch
-        if event.kind is Kind.MESSAGE and event.raw is not None
-    )
+    parts: list[bytes] = []
+    for event in batch:
+        if event.raw is not None:  # only load-test chunks carry raw JSON
+            parts += (_DATA, event.raw, _END)
+    return b"".join(parts)
 
 
 @contextlib.asynccontextmanager

@@ -189,7 +189,7 @@ async def _events(
         epoch = info.epoch
         pump = app.sse_pump(request, receive, send)
         headers = [(b"x-airlane-stream-id", stream_id.encode())]
-        app.metrics.connections.labels("sse").inc()
+        app.metrics.connections["sse"] += 1
         try:
             await pump.start(headers, encode_retry(app.config.sse_retry_ms))
             await pump.pump(
@@ -199,7 +199,7 @@ async def _events(
             )
             await pump.finish()
         finally:
-            app.metrics.connections.labels("sse").dec()
+            app.metrics.connections["sse"] -= 1
 
 
 async def _publish(

@@ -347,11 +347,11 @@ async def serve_websocket(app: AppContext, request: Request, receive: Receive, s
     if not await accept(receive, send, chosen):
         return
     session = WebSocketSession(app, principal, send, chosen or JSON_PROTOCOL)
-    app.metrics.connections.labels("ws").inc()
+    app.metrics.connections["ws"] += 1
     try:
         await session.run(receive)
     finally:
-        app.metrics.connections.labels("ws").dec()
+        app.metrics.connections["ws"] -= 1
 
 
 async def serve_loadtest_ws(
