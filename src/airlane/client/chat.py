@@ -9,11 +9,10 @@ caller has not seen yet (or, if it does not extend what was seen, a replacing pi
 
 from __future__ import annotations
 
-from typing import Any
-
 from airlane.client.accumulator import TextAccumulator
 from airlane.client.errors import StreamFailed
 from airlane.client.events import ChatDelta, StreamEvent
+from airlane.wire.openai import tool_call_delta
 
 __all__ = ["deltas_from_event"]
 
@@ -34,7 +33,7 @@ def deltas_from_event(event: StreamEvent, state: TextAccumulator) -> list[ChatDe
     if event.kind == "delta":
         return [ChatDelta(event.text, event.channel, event.id, resumed=True)]
     if event.kind == "tool_call":
-        call = _openai_call(data.get("index", 0), data.get("id"), data.get("name"), event.text)
+        call = tool_call_delta(data.get("index", 0), event.text, data.get("id"), data.get("name"))
         return [ChatDelta(id=event.id, tool_calls=(call,), resumed=True)]
     if event.kind == "done":
         finish = state.finish_reason
@@ -63,17 +62,7 @@ def _snapshot_deltas(event: StreamEvent, state: TextAccumulator) -> list[ChatDel
         extends = arguments.startswith(seen)
         suffix = arguments[len(seen) :] if extends else arguments
         if suffix or call["index"] not in calls:
-            piece = _openai_call(call["index"], call.get("id"), call.get("name"), suffix)
+            piece = tool_call_delta(call["index"], suffix, call.get("id"), call.get("name"))
             replace = not extends
             out.append(ChatDelta(id=event.id, tool_calls=(piece,), replace=replace, resumed=True))
     return out
-
-
-def _openai_call(index: Any, call_id: Any, name: Any, arguments: str) -> dict[str, Any]:
-    call: dict[str, Any] = {"index": index, "function": {"arguments": arguments}}
-    if call_id is not None:
-        call["id"] = call_id
-        call["type"] = "function"
-    if name is not None:
-        call["function"]["name"] = name
-    return call

@@ -14,7 +14,7 @@ import orjson
 
 from airlane.core.events import Channel, Event, Kind
 
-__all__ = ["DONE_SENTINEL", "ChatStreamState", "ChunkFactory", "error_body"]
+__all__ = ["DONE_SENTINEL", "ChatStreamState", "ChunkFactory", "error_body", "tool_call_delta"]
 
 DONE_SENTINEL = b"[DONE]"
 """The last ``data:`` of an OpenAI stream."""
@@ -29,6 +29,19 @@ def error_body(
 ) -> bytes:
     """An OpenAI-style error object: ``{"error": {"message", "type", "param", "code"}}``."""
     return orjson.dumps({"error": {"message": message, "type": type, "param": param, "code": code}})
+
+
+def tool_call_delta(
+    index: int, arguments: str, call_id: str | None = None, name: str | None = None
+) -> dict[str, Any]:
+    """One entry of a chunk's ``delta.tool_calls``: id, type and name only when known."""
+    call: dict[str, Any] = {"index": index, "function": {"arguments": arguments}}
+    if call_id is not None:
+        call["id"] = call_id
+        call["type"] = "function"
+    if name is not None:
+        call["function"]["name"] = name
+    return call
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,12 +80,7 @@ class ChunkFactory:
 
     def tool_call(self, index: int, arguments: str, call_id: str | None, name: str | None) -> bytes:
         """A tool-call delta; the first one of a call carries its id and name."""
-        call: dict[str, Any] = {"index": index, "function": {"arguments": arguments}}
-        if call_id is not None:
-            call["id"] = call_id
-            call["type"] = "function"
-        if name is not None:
-            call["function"]["name"] = name
+        call = tool_call_delta(index, arguments, call_id, name)
         return self._chunk([{"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": None}])
 
     def finish(self, finish_reason: str) -> bytes:
