@@ -5,8 +5,8 @@ cd "$(dirname "$0")/.."
 ./scripts/setup.sh --test
 
 echo "== ruff" >&2
-.venv/bin/ruff check src tests
-.venv/bin/ruff format --check src tests
+.venv/bin/ruff check src tests benchmarks
+.venv/bin/ruff format --check src tests benchmarks
 echo "== mypy (strict on airlane.core and airlane.wire)" >&2
 .venv/bin/mypy
 echo "== pytest" >&2

@@ -216,3 +216,17 @@ def test_a_reader_that_missed_messages_gets_a_snapshot_and_the_ledger_counts_it(
     frames = log.read(reader, limit=10)
     assert frames[0].kind is Kind.SNAPSHOT
     assert log.ledger.delivered == {"r": 4}
+
+
+def test_observe_many_matches_observe():
+    one, many = LatencyHistogram(), LatencyHistogram()
+    values = [-5, 0, 1, 1023, 1024, 5000, 10**6, 10**9, 10**13]
+    for value in values:
+        one.observe(value)
+    many.observe_many(values)
+    assert (one.counts, one.total, one.sum_ns, one.max_ns) == (
+        many.counts,
+        many.total,
+        many.sum_ns,
+        many.max_ns,
+    )

@@ -17,8 +17,9 @@ snapshot   everything folded so far; a reader *replaces* its state      ``data``
 ========== ============================================================ =========================
 
 ``seq`` is assigned by the stream log when the event is appended; events built by producers
-carry ``seq == 0``. ``encoded`` caches an event's bytes per wire format so that N subscribers on
-one format cost one encode ("encode once", DESIGN.md section 1).
+carry ``seq == 0``. Each event caches its bytes per wire format so that N subscribers on
+one format cost one encode ("encode once", DESIGN.md section 1): see `Event.cached` and
+`Event.cache`.
 """
 
 from __future__ import annotations
@@ -99,8 +100,9 @@ class Event:
     """Position in the stream, assigned on append; 0 before."""
     ts_ns: int = 0
     """Monotonic time (ns) at which the log accepted the event; 0 before."""
-    encoded: dict[str, bytes] = field(default_factory=dict, init=False, repr=False)
-    """Cache of this event's bytes per wire format."""
+    _encoded: dict[str, bytes] | None = field(default=None, init=False, repr=False)
+    # Created on first use: most events are encoded for one format, many never are, and every
+    # container allocated per event is work for the garbage collector.
 
     # -- constructors -----------------------------------------------------------------------
 
@@ -178,6 +180,17 @@ class Event:
         if self.raw is not None:
             size += len(self.raw)
         return size
+
+    def cached(self, wire_format: str) -> bytes | None:
+        """This event's bytes in ``wire_format`` if a transport already encoded it."""
+        return None if self._encoded is None else self._encoded.get(wire_format)
+
+    def cache(self, wire_format: str, frame: bytes) -> bytes:
+        """Keep ``frame`` as this event's bytes in ``wire_format``; return it."""
+        if self._encoded is None:
+            self._encoded = {}
+        self._encoded[wire_format] = frame
+        return frame
 
     def replace(self, **changes: Any) -> Event:
         """A copy with ``changes`` applied and an empty encoding cache."""

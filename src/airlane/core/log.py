@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from airlane.core.events import Channel, Event, Kind
+from airlane.core.events import TERMINAL_KINDS, Channel, Event, Kind
 from airlane.core.position import Position
 from airlane.core.retention import Folded, Retention
 from airlane.core.usage import UsageLedger
@@ -42,6 +42,9 @@ __all__ = [
 
 DEFAULT_MAX_COALESCE_CHARS = 16384
 """Upper bound on one coalesced delta, so a far-behind reader still gets bounded frames."""
+
+_DELTA = Kind.DELTA
+_SNAPSHOT = Kind.SNAPSHOT
 
 # Compact the backing list once this many trimmed slots have piled up at its head.
 _COMPACT_AFTER = 1024
@@ -231,13 +234,34 @@ class StreamLog:
         index = self._head + (cursor.after - self.folded.through_seq)
         events = self._events
         end = len(events)
+        lengths = cursor.text_lengths
+        tokens = 0
+        terminal: Event | None = None
+        # One pass, bookkeeping summed per read rather than per event: this is the hot path.
         while index < end and len(out) < limit:
             event = events[index]
-            if coalesce and event.kind is Kind.DELTA:
-                event, index = self._coalesce(index, end)
+            kind = event.kind
+            if kind is _DELTA:
+                if coalesce:
+                    event, index = self._coalesce(index, end)
+                else:
+                    index += 1
+                if lengths is not None:
+                    lengths[event.channel] = lengths.get(event.channel, 0) + len(event.text)
             else:
                 index += 1
-            out.append(self._deliver(cursor, event))
+                if kind in TERMINAL_KINDS:
+                    terminal = event
+            tokens += event.tokens
+            out.append(event)
+        if out:
+            cursor.after = out[-1].seq
+        if tokens:
+            cursor.delivered_tokens += tokens
+            self.ledger.on_delivered(cursor.subscriber, tokens)
+        if terminal is not None:
+            cursor.finished = True
+            out[-1] = self._terminal_for(cursor, terminal)
         return out
 
     def _coalesce(self, index: int, end: int) -> tuple[Event, int]:
@@ -298,18 +322,6 @@ class StreamLog:
         cursor.text_lengths = dict(folded.lengths)
         return events
 
-    def _deliver(self, cursor: Cursor, event: Event) -> Event:
-        cursor.after = event.seq
-        cursor.delivered_tokens += event.tokens
-        self.ledger.on_delivered(cursor.subscriber, event.tokens)
-        lengths = cursor.text_lengths
-        if lengths is not None and event.kind is Kind.DELTA:
-            lengths[event.channel] = lengths.get(event.channel, 0) + len(event.text)
-        if event.terminal:
-            cursor.finished = True
-            return self._terminal_for(cursor, event)
-        return event
-
     def _terminal_for(self, cursor: Cursor, event: Event) -> Event:
         usage: dict[str, Any] = self.ledger.report()
         usage["subscriber"] = cursor.subscriber
@@ -328,7 +340,6 @@ class StreamLog:
 
     def record_write(self, events: list[Event], now_ns: int) -> None:
         """A transport wrote ``events`` to a socket at ``now_ns``: record the added latency."""
-        histogram = self.ledger.gateway_latency
-        for event in events:
-            if event.seq and event.kind is not Kind.SNAPSHOT:
-                histogram.observe(now_ns - event.ts_ns)
+        self.ledger.gateway_latency.observe_many(
+            [now_ns - e.ts_ns for e in events if e.seq and e.kind is not _SNAPSHOT]
+        )

@@ -56,12 +56,12 @@ class _OpenAIRenderer:
         return b"".join(out)
 
     def _frame(self, event: Event) -> bytes:
-        frame = event.encoded.get(self.cache_key)
+        frame = event.cached(self.cache_key)
         if frame is None:
             chunk = self.factory.event_chunk(event)
             assert chunk is not None
             frame = encode_event(chunk, id=f"{self.epoch}:{event.seq}")
-            event.encoded[self.cache_key] = frame
+            event.cache(self.cache_key, frame)
         return frame
 
     def _terminal(self, event: Event) -> bytes:

@@ -52,10 +52,10 @@ def render_native_sse(epoch: str, batch: list[Event]) -> bytes:
     """SSE frames of native JSON events, cached on each event."""
     out = []
     for event in batch:
-        frame = event.encoded.get("sse")
+        frame = event.cached("sse")
         if frame is None:
             frame = encode_event(event_to_json(event), id=f"{epoch}:{event.seq}")
-            event.encoded["sse"] = frame
+            event.cache("sse", frame)
         out.append(frame)
     return b"".join(out)
 

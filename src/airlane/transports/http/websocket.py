@@ -286,7 +286,7 @@ class WebSocketSession:
 
     def _event_frame(self, stream_id: str, epoch: str, event: Event) -> bytes:
         key = "ws.msgpack" if self.binary else "ws.json"
-        frame = event.encoded.get(key)
+        frame = event.cached(key)
         if frame is None:
             token = f"{epoch}:{event.seq}"
             if self.binary:
@@ -308,7 +308,7 @@ class WebSocketSession:
                         b"}",
                     )
                 )
-            event.encoded[key] = frame
+            event.cache(key, frame)
         return frame
 
     async def _send_frame(self, frame: bytes) -> None:

@@ -1,0 +1,84 @@
+"""The gateway's own per-chunk cost, without sockets: N load-test streams served in-process.
+
+Drives the ASGI app directly (``GET /v1/loadtest/sse``) with an ASGI ``send`` that only counts
+bytes, so what it measures is Airlane's pipeline alone (synthetic backend -> hub -> SSE pump),
+not the kernel or an HTTP server. Compare with ``airlane bench`` (the full path over TCP) to
+see how the time splits.
+
+    .venv/bin/python benchmarks/pipeline.py --streams 500 --chunks 200
+    .venv/bin/python benchmarks/pipeline.py --profile      # cProfile, top functions
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import pstats
+import time
+
+import uvloop
+
+from airlane.server import ServerConfig, build_app
+from airlane.transports.http import AirlaneApp
+
+
+async def _one_stream(app: AirlaneApp, chunks: int) -> int:
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": "/v1/loadtest/sse",
+        "query_string": f"chunks={chunks}".encode(),
+        "headers": [],
+        "client": ("127.0.0.1", 1),
+    }
+    received = 0
+    finished = asyncio.Event()
+
+    async def receive() -> dict[str, str]:
+        await finished.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, object]) -> None:
+        nonlocal received
+        if message["type"] == "http.response.body":
+            received += len(message.get("body", b""))  # type: ignore[arg-type]
+            if not message.get("more_body"):
+                finished.set()
+
+    await app(scope, receive, send)
+    return received
+
+
+async def run(streams: int, chunks: int) -> None:
+    """Serve ``streams`` concurrent load-test streams and print the per-chunk cost."""
+    app = build_app(ServerConfig())
+    await app.gateway.start()
+    started = time.perf_counter()
+    sizes = await asyncio.gather(*(_one_stream(app, chunks) for _ in range(streams)))
+    elapsed = time.perf_counter() - started
+    total = streams * chunks
+    print(
+        f"{streams} streams x {chunks} chunks: {total / elapsed:,.0f} chunks/s, "
+        f"{elapsed / total * 1e6:.1f} us/chunk, {sum(sizes) / elapsed / 1e6:.1f} MB/s"
+    )
+    await app.gateway.aclose()
+
+
+def main() -> None:
+    """Command line."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--streams", type=int, default=500)
+    parser.add_argument("--chunks", type=int, default=200)
+    parser.add_argument("--profile", action="store_true", help="print a cProfile summary")
+    args = parser.parse_args()
+    if args.profile:
+        profiler = cProfile.Profile()
+        profiler.runcall(uvloop.run, run(args.streams, args.chunks))
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+    else:
+        uvloop.run(run(args.streams, args.chunks))
+
+
+if __name__ == "__main__":
+    main()
