@@ -16,10 +16,11 @@ import asyncio
 import cProfile
 import pstats
 import time
+from dataclasses import replace
 
 import uvloop
 
-from airlane.server import ServerConfig, build_app
+from airlane.server import ServerConfig, build_app, tune_gc
 from airlane.transports.http import AirlaneApp
 
 
@@ -50,9 +51,14 @@ async def _one_stream(app: AirlaneApp, chunks: int) -> int:
     return received
 
 
-async def run(streams: int, chunks: int) -> None:
+async def run(streams: int, chunks: int, *, tune: bool = True, yield_every: int = 0) -> None:
     """Serve ``streams`` concurrent load-test streams and print the per-chunk cost."""
-    app = build_app(ServerConfig())
+    config = ServerConfig()
+    if yield_every:
+        config = replace(config, synthetic=replace(config.synthetic, yield_every=yield_every))
+    app = build_app(config)
+    if tune:
+        tune_gc()  # as `airlane serve` does
     await app.gateway.start()
     started = time.perf_counter()
     sizes = await asyncio.gather(*(_one_stream(app, chunks) for _ in range(streams)))
@@ -71,13 +77,20 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=500)
     parser.add_argument("--chunks", type=int, default=200)
     parser.add_argument("--profile", action="store_true", help="print a cProfile summary")
+    parser.add_argument("--default-gc", action="store_true", help="skip `tune_gc`")
+    parser.add_argument("--yield-every", type=int, default=0, help="synthetic.yield_every")
     args = parser.parse_args()
     if args.profile:
         profiler = cProfile.Profile()
-        profiler.runcall(uvloop.run, run(args.streams, args.chunks))
+        profiler.runcall(
+            uvloop.run,
+            run(args.streams, args.chunks, tune=not args.default_gc, yield_every=args.yield_every),
+        )
         pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
     else:
-        uvloop.run(run(args.streams, args.chunks))
+        uvloop.run(
+            run(args.streams, args.chunks, tune=not args.default_gc, yield_every=args.yield_every)
+        )
 
 
 if __name__ == "__main__":
