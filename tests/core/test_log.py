@@ -230,3 +230,49 @@ def test_observe_many_matches_observe():
         many.sum_ns,
         many.max_ns,
     )
+
+
+def _mixed_events() -> list[Event]:
+    return [
+        Event.delta("ab", tokens=2),
+        Event.message(raw=b'{"x":1}', tokens=16),
+        Event.delta("c" * 200),
+        Event.tool_call(0, "{}", call_id="c", name="f"),
+        Event.usage(prompt_tokens=5, completion_tokens=40),
+        Event.delta("late", tokens=3),
+        Event.done(),
+    ]
+
+
+@pytest.mark.parametrize(
+    "retention",
+    [{}, {"max_events": 3}, {"max_bytes": 400}, {"ttl_s": 0.5}, {"max_events": 1}],
+)
+def test_append_many_is_the_same_as_appending_each(retention):
+    one_by_one, batched = make_log(**retention), make_log(**retention)
+    for log in (one_by_one, batched):
+        log.append(Event.delta("old"), 0)
+    for event in _mixed_events():
+        one_by_one.append(event, 1000 * MS)
+    batched.append_many(_mixed_events(), 1000 * MS)
+    for log in (one_by_one, batched):
+        assert log.retained_bytes == sum(e.size for e in log._events[log._head :])
+    assert batched.last_seq == one_by_one.last_seq == 8
+    assert batched.retained == one_by_one.retained
+    assert batched.retained_bytes == one_by_one.retained_bytes
+    assert batched.first_retained_seq == one_by_one.first_retained_seq
+    assert batched.snapshot().data == one_by_one.snapshot().data
+    assert batched.ledger.report() == one_by_one.ledger.report()
+    assert batched.terminal is not None and one_by_one.terminal is not None
+    assert batched.terminal.data == one_by_one.terminal.data
+
+
+def test_append_many_keeps_what_came_before_a_refused_event():
+    log = make_log(max_events=2)
+    with pytest.raises(StreamClosed):
+        log.append_many([Event.delta("a"), Event.delta("b"), Event.done(), Event.delta("x")], 0)
+    assert log.last_seq == 3 and log.terminal is not None and log.retained == 2
+    other = make_log()
+    with pytest.raises(ValueError, match="snapshot"):
+        other.append_many([Event.delta("a"), other.snapshot()], 0)
+    assert other.last_seq == 1 and other.retained == 1 and other.ledger.completion_tokens == 1

@@ -55,6 +55,34 @@ class HubContract:
         assert text_of(events) == "abc" and events[-1].kind is Kind.DONE
         assert sub.finished and sub.position.seq == 4
 
+    async def test_append_many_is_seen_as_one_append_per_event(self, hub: Hub):
+        await hub.create("batch", retention=Retention(max_events=3))
+        sub = await hub.subscribe("batch")
+        reader = asyncio.create_task(drain(sub))
+        await asyncio.sleep(0.01)
+        appended = await hub.append_many("batch", [Event.delta(t) for t in "abcde"])
+        assert [e.seq for e in appended] == [1, 2, 3, 4, 5]
+        assert all(e.ts_ns == appended[0].ts_ns > 0 for e in appended)
+        await hub.append_many("batch", [Event.usage(completion_tokens=9), Event.done()])
+        events = await reader
+        assert text_of(events) == "abcde" and events[-1].kind is Kind.DONE
+        info = await hub.info("batch")
+        assert info.last_seq == 7 and info.retained_events == 3 and info.first_retained_seq == 5
+        assert info.usage["completion_tokens"] == 9
+        await sub.aclose()
+
+    async def test_append_many_refuses_what_follows_the_end(self, hub: Hub):
+        await hub.create("batch-end")
+        with pytest.raises(StreamNotFound):
+            await hub.append_many("nope", [Event.delta("x")])
+        with pytest.raises(StreamEnded):
+            await hub.append_many("batch-end", [Event.delta("a"), Event.done(), Event.delta("b")])
+        info = await hub.info("batch-end")
+        assert info.last_seq == 2 and info.ended
+        with pytest.raises(StreamEnded):
+            await hub.append_many("batch-end", [Event.delta("c")])
+        assert await hub.append_many("batch-end", []) == []
+
     async def test_create_twice_and_unknown_streams(self, hub: Hub):
         info = await hub.create("agents/1/events")
         with pytest.raises(StreamExists):

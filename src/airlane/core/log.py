@@ -25,6 +25,7 @@ shared by every reader ("encode once").
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from airlane.core.events import TERMINAL_KINDS, Channel, Event, Kind
@@ -43,8 +44,10 @@ __all__ = [
 DEFAULT_MAX_COALESCE_CHARS = 16384
 """Upper bound on one coalesced delta, so a far-behind reader still gets bounded frames."""
 
+# Module constants, not enum attribute lookups, on the per-event path.
 _DELTA = Kind.DELTA
 _SNAPSHOT = Kind.SNAPSHOT
+_USAGE = Kind.USAGE
 
 # Compact the backing list once this many trimmed slots have piled up at its head.
 _COMPACT_AFTER = 1024
@@ -85,13 +88,16 @@ class StreamLog:
     __slots__ = (
         "_events",
         "_head",
+        "_max_bytes",
+        "_max_events",
         "_retained_bytes",
+        "_retention",
+        "_ttl_ns",
         "epoch",
         "folded",
         "ledger",
         "max_coalesce_chars",
         "next_seq",
-        "retention",
         "stream_id",
         "terminal",
     )
@@ -107,7 +113,12 @@ class StreamLog:
     ) -> None:
         self.stream_id = stream_id
         self.epoch = epoch
-        self.retention = retention or Retention()
+        self._retention = retention or Retention()
+        # The limits as append checks them: plain ints, the TTL already in nanoseconds.
+        self._max_events = self._retention.max_events
+        self._max_bytes = self._retention.max_bytes
+        ttl_s = self._retention.ttl_s
+        self._ttl_ns = None if ttl_s is None else int(ttl_s * 1e9)
         self.max_coalesce_chars = max_coalesce_chars
         self.folded = Folded()
         self.ledger = UsageLedger(created_ns=now_ns)
@@ -141,33 +152,77 @@ class StreamLog:
         """Bytes held, as counted by `Event.size`."""
         return self._retained_bytes
 
+    @property
+    def retention(self) -> Retention:
+        """The limits on this stream's history (fixed when the log is made)."""
+        return self._retention
+
     def append(self, event: Event, now_ns: int) -> Event:
         """Assign ``event`` the next ``seq``, store it, apply retention, and return it.
 
         A terminal event gets the ledger's report as its ``usage``. Raises `StreamClosed` after
         a terminal event; ``snapshot`` events are produced by the log, never appended.
         """
-        if self.terminal is not None:
-            raise StreamClosed(f"stream {self.stream_id!r} has ended; nothing can be appended")
-        if event.kind is Kind.SNAPSHOT:
-            raise ValueError("snapshot events are made by the log, not appended")
-        event.seq = self.next_seq
-        event.ts_ns = now_ns
-        self.next_seq += 1
-        if event.kind is Kind.USAGE and event.data:
-            self.ledger.on_backend_usage(
-                int(event.data.get("prompt_tokens", 0)),
-                int(event.data.get("completion_tokens", 0)),
-            )
-        else:
-            self.ledger.on_append(event.tokens, now_ns)
-        if event.terminal:
-            event.data = {**(event.data or {}), "usage": self.ledger.report()}
-            self.terminal = event
-        self._events.append(event)
-        self._retained_bytes += event.size
-        self.trim(now_ns)
+        self.append_many((event,), now_ns)
         return event
+
+    def append_many(self, events: Iterable[Event], now_ns: int) -> None:
+        """`append` each of ``events`` in order, all accepted at ``now_ns``.
+
+        The same as calling `append` for each, but retention is applied once, after the last
+        one (the retained window is the same: it is always the newest events that fit). If an
+        event is refused, the ones before it stay appended.
+        """
+        ledger = self.ledger
+        stored = self._events
+        seq = self.next_seq
+        added_bytes = 0
+        tokens = 0  # completion tokens not yet handed to the ledger
+        try:
+            for event in events:
+                if self.terminal is not None:
+                    raise StreamClosed(
+                        f"stream {self.stream_id!r} has ended; nothing can be appended"
+                    )
+                kind = event.kind
+                if kind is _SNAPSHOT:
+                    raise ValueError("snapshot events are made by the log, not appended")
+                event.seq = seq
+                event.ts_ns = now_ns
+                seq += 1
+                if kind is _USAGE and event.data:
+                    ledger.on_append(tokens, now_ns)
+                    tokens = 0
+                    ledger.on_backend_usage(
+                        int(event.data.get("prompt_tokens", 0)),
+                        int(event.data.get("completion_tokens", 0)),
+                    )
+                elif kind in TERMINAL_KINDS:
+                    ledger.on_append(tokens + event.tokens, now_ns)
+                    tokens = 0
+                    event.data = {**(event.data or {}), "usage": ledger.report()}
+                    self.terminal = event
+                else:
+                    tokens += event.tokens
+                stored.append(event)
+                added_bytes += event.size
+        finally:
+            self.next_seq = seq
+            if tokens:
+                ledger.on_append(tokens, now_ns)
+            self._retained_bytes += added_bytes
+            if self._over_limit(now_ns):
+                self.trim(now_ns)
+
+    def _over_limit(self, now_ns: int) -> bool:
+        """True if `trim` may have something to fold: a cheap test for the common case."""
+        retained = len(self._events) - self._head
+        if retained <= 1:
+            return False
+        if retained > self._max_events or self._retained_bytes > self._max_bytes:
+            return True
+        ttl_ns = self._ttl_ns
+        return ttl_ns is not None and self._events[self._head].ts_ns < now_ns - ttl_ns
 
     def cancel(self, now_ns: int, finish_reason: str = "cancelled") -> Event | None:
         """End the stream with ``done(finish_reason)``; None if it had already ended."""
@@ -177,8 +232,7 @@ class StreamLog:
 
     def trim(self, now_ns: int) -> int:
         """Fold the oldest events while a retention limit is exceeded; return how many."""
-        limits = self.retention
-        oldest_allowed = None if limits.ttl_s is None else now_ns - int(limits.ttl_s * 1e9)
+        oldest_allowed = None if self._ttl_ns is None else now_ns - self._ttl_ns
         trimmed = 0
         # The newest event is always kept: it anchors the tail a reader resumes into.
         while self.retained > 1:
@@ -186,8 +240,8 @@ class StreamLog:
             too_old = oldest_allowed is not None and oldest.ts_ns < oldest_allowed
             if not (
                 too_old
-                or self.retained > limits.max_events
-                or self._retained_bytes > limits.max_bytes
+                or self.retained > self._max_events
+                or self._retained_bytes > self._max_bytes
             ):
                 break
             self.folded.fold(oldest)

@@ -17,7 +17,7 @@ Exceptions::
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -209,6 +209,18 @@ class Hub(abc.ABC):
     @abc.abstractmethod
     async def append(self, stream_id: str, event: Event) -> Event:
         """Append ``event`` (its ``seq`` and ``ts_ns`` are assigned) and wake readers."""
+
+    async def append_many(self, stream_id: str, events: Sequence[Event]) -> Sequence[Event]:
+        """`append` each of ``events`` in order and return them (with ``seq`` and ``ts_ns``).
+
+        Producers hand over what they have ready in one call, so a hub can do its per-append
+        work (lookup, clock read, retention, wake-up) once per batch. Readers see the same
+        events as after one `append` per event. If one is refused (`StreamEnded` after a
+        terminal event), those before it stay appended.
+        """
+        for event in events:
+            await self.append(stream_id, event)
+        return events
 
     @abc.abstractmethod
     async def subscribe(

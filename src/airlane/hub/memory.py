@@ -15,7 +15,7 @@ import itertools
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from airlane.core import (
@@ -212,17 +212,30 @@ class MemoryHub(Hub):
         return self._info(stream)
 
     async def append(self, stream_id: str, event: Event) -> Event:
+        self._append(stream_id, (event,))
+        return event
+
+    async def append_many(self, stream_id: str, events: Sequence[Event]) -> Sequence[Event]:
+        self._append(stream_id, events)
+        return events
+
+    def _append(self, stream_id: str, events: Sequence[Event]) -> None:
+        # One lookup, one clock read, one retention check and one wake-up per batch.
         stream = self._get(stream_id)
+        stream_log = stream.log
+        before = stream_log.next_seq
         try:
-            appended = stream.log.append(event, time.monotonic_ns())
+            stream_log.append_many(events, time.monotonic_ns())
         except StreamClosed as exc:
             raise StreamEnded(str(exc)) from None
-        self._appended += 1
-        if appended.terminal:
-            stream.ended_at = time.monotonic()
-            stream.cancel_callbacks.clear()
-        stream.notify()
-        return appended
+        finally:
+            appended = stream_log.next_seq - before
+            if appended:
+                self._appended += appended
+                if stream_log.terminal is not None:
+                    stream.ended_at = time.monotonic()
+                    stream.cancel_callbacks.clear()
+                stream.notify()
 
     async def subscribe(
         self, stream_id: str, *, resume: Position | None = None, subscriber: str | None = None
