@@ -24,12 +24,12 @@ class EndlessBackend:
         self.closed = asyncio.Event()
         self.fail_with = fail_with
 
-    async def stream(self, request: GenerationRequest) -> AsyncGenerator[Event, None]:
+    async def stream(self, request: GenerationRequest) -> AsyncGenerator[list[Event], None]:
         try:
             for i in range(10_000):
                 if self.fail_with is not None and i == 3:
                     raise self.fail_with
-                yield Event.delta(f"{i} ")
+                yield [Event.delta(f"{i} ")]
                 await asyncio.sleep(0.002)
         finally:
             self.closed.set()
@@ -58,6 +58,45 @@ async def test_a_generation_runs_to_done_and_matches_its_snapshot(hub: MemoryHub
     assert events[-1].kind is Kind.DONE
     snapshot = await gateway.snapshot(ANONYMOUS, info.stream_id)
     assert snapshot.data is not None and text_of(events) == snapshot.data["text"]["content"]
+    await gateway.aclose()
+
+
+class ScriptedBackend:
+    """Yields the given batches as they are."""
+
+    name = "scripted"
+
+    def __init__(self, batches: list[list[Event]]) -> None:
+        self.batches = batches
+
+    async def stream(self, request: GenerationRequest) -> AsyncGenerator[list[Event], None]:
+        for batch in self.batches:
+            yield batch
+
+    async def aclose(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("batches", "expected"),
+    [
+        ([[Event.delta("a"), Event.delta("b")], [Event.done("length")]], "length"),
+        (
+            [[Event.delta("a")], [Event.delta("b"), Event.done("length"), Event.delta("late")]],
+            "length",
+        ),
+        ([[Event.delta("a"), Event.delta("b")]], "stop"),  # no terminal: the gateway ends it
+    ],
+)
+async def test_backend_batches_are_appended_in_order_up_to_the_end(hub, batches, expected):
+    gateway = Gateway(hub, ScriptedBackend(batches))
+    await gateway.start()
+    info = await gateway.generate(ANONYMOUS, request())
+    async with await gateway.subscribe(ANONYMOUS, info.stream_id) as sub:
+        events = await drain(sub)
+    assert text_of(events) == "ab" and events[-1].kind is Kind.DONE
+    assert events[-1].data is not None and events[-1].data["finish_reason"] == expected
+    assert (await gateway.info(ANONYMOUS, info.stream_id)).last_seq == 3
     await gateway.aclose()
 
 

@@ -160,16 +160,19 @@ class Gateway:
         try:
             # aclosing: however we leave the loop, the backend's iterator is closed now, which
             # is what aborts an upstream request.
-            async with contextlib.aclosing(self.backend.stream(request)) as events:
-                async for event in events:
-                    await self.hub.append(stream_id, event)
-                    if event.terminal:
+            async with contextlib.aclosing(self.backend.stream(request)) as batches:
+                async for batch in batches:
+                    # One hub call per batch: the per-append work is paid once per batch.
+                    await self.hub.append_many(stream_id, batch)
+                    if batch and batch[-1].terminal:
                         terminal_seen = True
                         break
             if not terminal_seen:
                 await self.hub.append(stream_id, Event.done("stop"))
         except StreamEnded:
-            pass  # cancelled or deleted while producing: the stream already has its end
+            # Cancelled or deleted while producing, or the backend put events after its
+            # terminal one (the hub refuses them): the stream already has its end.
+            pass
         except BackendError as exc:
             await self._end_with_error(stream_id, Event.error(exc.message, code=exc.code))
         except asyncio.CancelledError:

@@ -203,7 +203,7 @@ REQUEST = GenerationRequest(model="gpt-test", messages=[{"role": "user", "conten
 
 async def collect(backend: OpenAIUpstreamBackend, req: GenerationRequest = REQUEST) -> list[Event]:
     try:
-        return [event async for event in backend.stream(req)]
+        return [event async for batch in backend.stream(req) for event in batch]
     finally:
         await backend.aclose()
 
@@ -307,7 +307,7 @@ async def test_connection_is_reused_after_done(upstream: tuple[Upstream, str]) -
     backend = OpenAIUpstreamBackend(f"{url}/normal/v1")
     try:
         for _ in range(2):
-            events = [e async for e in backend.stream(REQUEST)]
+            events = [e async for batch in backend.stream(REQUEST) for e in batch]
             assert events[-1].kind is Kind.DONE
     finally:
         await backend.aclose()
@@ -388,8 +388,8 @@ async def test_cancelling_the_consumer_closes_the_upstream(upstream: tuple[Upstr
     got: list[Event] = []
 
     async def consume() -> None:
-        async for event in backend.stream(REQUEST):
-            got.append(event)
+        async for batch in backend.stream(REQUEST):
+            got.extend(batch)
 
     task = asyncio.create_task(consume())
     deadline = time.monotonic() + 5
@@ -408,7 +408,7 @@ async def test_aclose_of_the_stream_closes_the_upstream(upstream: tuple[Upstream
     app, url = upstream
     backend = OpenAIUpstreamBackend(f"{url}/stall-aclose/v1")
     stream = backend.stream(REQUEST)
-    assert (await anext(stream)).text == "a"
+    assert [e.text for e in await anext(stream)] == ["a"]
     await stream.aclose()
     await wait_for_disconnect(app, "stall-aclose")
     await backend.aclose()

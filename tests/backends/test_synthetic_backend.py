@@ -16,6 +16,7 @@ import pytest
 from airlane.backends import synthetic
 from airlane.backends.base import Backend, BackendError, GenerationRequest, LoadTestSpec
 from airlane.backends.synthetic import (
+    DEFAULT_YIELD_EVERY,
     LOADTEST_TOKENS_PER_CHUNK,
     SyntheticBackend,
     SyntheticConfig,
@@ -38,7 +39,7 @@ def request(**fields: object) -> GenerationRequest:
 
 
 async def collect(req: GenerationRequest, config: SyntheticConfig = FAST) -> list[Event]:
-    return [event async for event in SyntheticBackend(config).stream(req)]
+    return [event async for batch in SyntheticBackend(config).stream(req) for event in batch]
 
 
 def text_of(events: list[Event], channel: Channel = Channel.CONTENT) -> str:
@@ -255,9 +256,8 @@ async def test_stream_is_paced_by_absolute_deadlines() -> None:
     loop = asyncio.get_running_loop()
     start = loop.time()
     arrivals: list[float] = []
-    async for event in SyntheticBackend(config).stream(request(max_tokens=8, seed=3)):
-        if event.kind is Kind.DELTA:
-            arrivals.append(loop.time() - start)
+    async for batch in SyntheticBackend(config).stream(request(max_tokens=8, seed=3)):
+        arrivals += [loop.time() - start for event in batch if event.kind is Kind.DELTA]
     # Loose bounds only: never early, and not wildly late on a busy machine.
     for index, arrival in enumerate(arrivals):
         assert arrival >= 0.040 + 0.010 * index - 0.002
@@ -275,10 +275,11 @@ async def test_speed_zero_never_sleeps_but_shares_the_loop() -> None:
     order: list[int] = []
 
     async def consume(which: int) -> None:
-        async for _ in SyntheticBackend(SyntheticConfig(ttft_ms=10_000, speed=0)).stream(
+        async for batch in SyntheticBackend(SyntheticConfig(ttft_ms=10_000, speed=0)).stream(
             request(max_tokens=64, seed=which)
         ):
-            order.append(which)
+            assert 1 <= len(batch) <= DEFAULT_YIELD_EVERY
+            order.extend([which] * len(batch))
 
     start = time.monotonic()
     await asyncio.gather(consume(1), consume(2))
@@ -295,8 +296,8 @@ async def test_cancelling_the_consumer_stops_the_stream() -> None:
     config = SyntheticConfig(ttft_ms=10, itl_ms=5_000, itl_distribution="constant")
 
     async def consume() -> None:
-        async for event in SyntheticBackend(config).stream(request()):
-            got.append(event)
+        async for batch in SyntheticBackend(config).stream(request()):
+            got.extend(batch)
 
     task = asyncio.create_task(consume())
     while not got:
@@ -310,7 +311,7 @@ async def test_cancelling_the_consumer_stops_the_stream() -> None:
 async def test_aclose_stops_the_stream() -> None:
     config = SyntheticConfig(ttft_ms=0, itl_ms=5_000, itl_distribution="constant")
     stream = SyntheticBackend(config).stream(request())
-    first = await anext(stream)
+    (first,) = await anext(stream)
     assert first.kind is Kind.DELTA
     await asyncio.wait_for(stream.aclose(), timeout=2)
     with pytest.raises(StopAsyncIteration):
@@ -361,8 +362,8 @@ async def test_burst_streams_share_the_loop() -> None:
     order: list[int] = []
 
     async def consume(which: int) -> None:
-        async for _ in SyntheticBackend().stream(request(loadtest=LoadTestSpec(chunks=50))):
-            order.append(which)
+        async for batch in SyntheticBackend().stream(request(loadtest=LoadTestSpec(chunks=50))):
+            order.extend([which] * len(batch))
 
     await asyncio.gather(consume(1), consume(2))
     assert order.index(2) < 20
@@ -372,9 +373,11 @@ async def test_paced_load_test_stamps_scheduled_times() -> None:
     spec = LoadTestSpec(chunks=6, mode="paced", interval_ms=15)
     before = time.monotonic_ns()
     received: list[tuple[int, int]] = []
-    async for event in SyntheticBackend().stream(request(loadtest=spec)):
-        if event.kind is Kind.MESSAGE:
-            received.append((check_chunk(event.raw, len(received) + 1)["ts"], time.monotonic_ns()))
+    async for batch in SyntheticBackend().stream(request(loadtest=spec)):
+        for event in batch:
+            if event.kind is Kind.MESSAGE:
+                ts = check_chunk(event.raw, len(received) + 1)["ts"]
+                received.append((ts, time.monotonic_ns()))
     after = time.monotonic_ns()
     stamps = [ts for ts, _ in received]
     assert [ts - stamps[0] for ts in stamps] == [i * 15_000_000 for i in range(6)]

@@ -2,9 +2,11 @@
 
 A backend turns a `GenerationRequest` into an async iterator of `Event`s (``delta``,
 ``tool_call``, ``message``, ``usage``, ``status``), ending with one terminal event (``done`` or
-``error``). It knows nothing of hubs or transports: the gateway appends what it yields to the
-stream log. Cancelling the iteration (``aclose()`` or task cancellation) must stop the work and
-release the upstream request.
+``error``). It yields them in batches: each item is a non-empty list of the events it has ready
+now (one upstream read, one burst), so the gateway appends a batch with one hub call and wakes
+readers once for it; the terminal event ends the last batch. It knows nothing of hubs or
+transports: the gateway appends what it yields to the stream log. Cancelling the iteration
+(``aclose()`` or task cancellation) must stop the work and release the upstream request.
 """
 
 from __future__ import annotations
@@ -73,8 +75,9 @@ class Backend(Protocol):
     name: str
     """Short name for logs and metrics."""
 
-    def stream(self, request: GenerationRequest) -> AsyncGenerator[Event, None]:
-        """Yield the events of one generation; the last one is ``done`` or ``error``."""
+    def stream(self, request: GenerationRequest) -> AsyncGenerator[list[Event], None]:
+        """Yield the events of one generation in batches (non-empty lists, see the module
+        docstring); the last event is ``done`` or ``error``."""
         ...
 
     async def aclose(self) -> None:

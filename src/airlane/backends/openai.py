@@ -279,12 +279,14 @@ class OpenAIUpstreamBackend:
         )
         self._client = httpx.AsyncClient(headers=headers, timeout=timeout, limits=limits)
 
-    async def stream(self, request: GenerationRequest) -> AsyncGenerator[Event, None]:
-        """Yield the events of one upstream completion; the last is ``done`` or ``error``."""
+    async def stream(self, request: GenerationRequest) -> AsyncGenerator[list[Event], None]:
+        """Yield the events of one upstream completion, a batch per upstream read; the last is
+        ``done`` or ``error``."""
         try:
             content = orjson.dumps(self._body(request))
         except orjson.JSONEncodeError as exc:
-            yield Event.error(f"request cannot be encoded as JSON: {exc}", code="invalid_request")
+            message = f"request cannot be encoded as JSON: {exc}"
+            yield [Event.error(message, code="invalid_request")]
             return
         ended = False
         try:
@@ -295,12 +297,12 @@ class OpenAIUpstreamBackend:
                 self._client.stream("POST", self._url, content=content, headers=_JSON) as response,
                 aclosing(_response_events(response)) as events,
             ):
-                async for event in events:
-                    ended = event.terminal
-                    yield event
+                async for batch in events:
+                    ended = batch[-1].terminal
+                    yield batch
         except httpx.HTTPError as exc:
             if not ended:
-                yield _transport_error(exc, self._url)
+                yield [_transport_error(exc, self._url)]
         except Exception as exc:
             # httpx maps what it expects; anything else (an exception group out of the
             # connection layer, say) still ends the stream with an error, logged for the
@@ -308,7 +310,7 @@ class OpenAIUpstreamBackend:
             log.exception("upstream request to %s failed unexpectedly", self._url)
             if not ended:
                 message = f"upstream request failed: {type(exc).__name__}: {exc}"
-                yield Event.error(message, code="upstream_connection_error")
+                yield [Event.error(message, code="upstream_connection_error")]
 
     async def aclose(self) -> None:
         """Close the connection pool."""
@@ -333,16 +335,17 @@ class OpenAIUpstreamBackend:
         return body
 
 
-async def _response_events(response: httpx.Response) -> AsyncGenerator[Event, None]:
-    """The events of one upstream response, ending with a terminal one (or an httpx error)."""
+async def _response_events(response: httpx.Response) -> AsyncGenerator[list[Event], None]:
+    """The events of one upstream response, a non-empty batch per read that completed any,
+    ending with a terminal one (or an httpx error)."""
     if not response.is_success:
         problem = f"returned HTTP {response.status_code} {response.reason_phrase}"
-        yield await _unusable_response(response, problem, "upstream_http_error")
+        yield [await _unusable_response(response, problem, "upstream_http_error")]
         return
     if response.headers.get("content-type", "").startswith("application/json"):
         # The upstream ignored "stream": true and answered with one JSON document.
         problem = "answered with JSON instead of an event stream"
-        yield await _unusable_response(response, problem, _PROTOCOL_ERROR)
+        yield [await _unusable_response(response, problem, _PROTOCOL_ERROR)]
         return
     translator = ChunkTranslator()
     chunks = response.aiter_bytes()
@@ -350,12 +353,13 @@ async def _response_events(response: httpx.Response) -> AsyncGenerator[Event, No
         events = translator.receive_data(data)
         if translator.finished and events[-1].kind is Kind.DONE:
             await _drain(chunks)
-        for event in events:
-            yield event
+        if events:
+            yield events
         if translator.finished:
             return
-    for event in translator.end_of_stream():
-        yield event
+    events = translator.end_of_stream()
+    if events:
+        yield events
 
 
 async def _drain(chunks: AsyncIterator[bytes]) -> None:

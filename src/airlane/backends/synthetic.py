@@ -6,20 +6,22 @@ Two halves, kept apart so the text can be tested without a clock:
   generation and, for each, the time (seconds after the start, before `SyntheticConfig.speed`
   is applied) at which it is due. Its text depends only on ``(seed, model, messages)``, so two
   equal requests, one streamed and one not, read exactly the same; its timing is seeded too.
-* `SyntheticBackend` sleeps until each due time and yields the event. Sleeps target absolute
-  deadlines on the event loop's clock, so a late wake-up shortens the next gap instead of
-  pushing every later event back ("no drift").
+* `SyntheticBackend` sleeps until each due time and yields the event (a batch of one). Sleeps
+  target absolute deadlines on the event loop's clock, so a late wake-up shortens the next gap
+  instead of pushing every later event back ("no drift"). A stream that never sleeps
+  (``speed=0``, burst load tests) yields `SyntheticConfig.yield_every` events per batch.
 
 Load-test mode (``request.loadtest``) skips the text model and emits the seed's benchmark
 chunks: ``LoadTestSpec.chunks`` pre-encoded JSON messages of 16 tokens and about 1.2 KB each,
 built once per stream by `LoadTestChunk`; only the sequence number and timestamp are spliced in
-per chunk, because this path is what the benchmarks measure.
+per batch, because this path is what the benchmarks measure.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import math
 import random
 import time
@@ -63,8 +65,8 @@ DEFAULT_ITL_DISTRIBUTION: ItlDistribution = "gamma"
 DEFAULT_DEFAULT_MAX_TOKENS = 64
 DEFAULT_TOKENS_PER_DELTA = 1
 DEFAULT_SPEED = 1.0
-# Four events between forced yields keeps a never-sleeping stream from monopolising the loop
-# while costing one loop round-trip per four events, not per event.
+# Four events per batch, and a forced yield after each, keeps a never-sleeping stream from
+# monopolising the loop while costing one loop round-trip per four events, not per event.
 DEFAULT_YIELD_EVERY = 4
 
 LOADTEST_TOKENS_PER_CHUNK = 16
@@ -96,8 +98,8 @@ class SyntheticConfig:
     """Time multiplier: 2.0 runs twice as fast; 0 never sleeps (tests). Load-test pacing
     follows the `LoadTestSpec` and ignores it."""
     yield_every: int = DEFAULT_YIELD_EVERY
-    """When not sleeping (``speed=0``, burst load tests), yield to the event loop after this
-    many events so that other streams progress."""
+    """When not sleeping (``speed=0``, burst load tests), hand over this many events per
+    batch and yield to the event loop after each batch so that other streams progress."""
 
     def __post_init__(self) -> None:
         for name in ("ttft_ms", "itl_ms", "itl_jitter_ms", "speed"):
@@ -346,8 +348,9 @@ class LoadTestChunk:
 
     An encoded chunk is one JSON object whose first two keys are ``seq`` (1-based chunk number)
     and ``ts`` (the chunk's scheduled send time in CLOCK_MONOTONIC nanoseconds, comparable with
-    `time.monotonic_ns`), followed by an OpenAI ``chat.completion.chunk`` body carrying
-    `LOADTEST_TOKENS_PER_CHUNK` tokens with their log-probabilities, padded to about
+    `time.monotonic_ns`; in burst mode, when its batch was made), followed by an OpenAI
+    ``chat.completion.chunk`` body carrying `LOADTEST_TOKENS_PER_CHUNK` tokens with their
+    log-probabilities, padded to about
     `LOADTEST_CHUNK_BYTES`.
     """
 
@@ -419,8 +422,8 @@ class SyntheticBackend:
         self.config = config if config is not None else SyntheticConfig()
         """The pacing and sizing in effect."""
 
-    def stream(self, request: GenerationRequest) -> AsyncGenerator[Event, None]:
-        """Yield the events of one synthetic generation."""
+    def stream(self, request: GenerationRequest) -> AsyncGenerator[list[Event], None]:
+        """Yield the events of one synthetic generation, in batches."""
         if request.loadtest is not None:
             spec = request.loadtest
             if spec.chunks < 0 or not (math.isfinite(spec.interval_ms) and spec.interval_ms >= 0):
@@ -433,23 +436,23 @@ class SyntheticBackend:
     async def aclose(self) -> None:
         """Nothing to release: the synthetic backend holds no connections."""
 
-    async def _generate(self, script: SyntheticScript) -> AsyncGenerator[Event, None]:
+    async def _generate(self, script: SyntheticScript) -> AsyncGenerator[list[Event], None]:
         speed = self.config.speed
         if speed == 0:
-            for count, (_, event) in enumerate(script, start=1):
-                yield event
-                if count % self.config.yield_every == 0:
-                    await asyncio.sleep(0)
+            events = (event for _, event in script)
+            while batch := list(itertools.islice(events, self.config.yield_every)):
+                yield batch
+                await asyncio.sleep(0)
             return
         loop = asyncio.get_running_loop()
         start = loop.time()
         for due_s, event in script:
             await _sleep_until(loop, start + due_s / speed)
-            yield event
+            yield [event]
 
     def _loadtest(
         self, request: GenerationRequest, spec: LoadTestSpec
-    ) -> AsyncGenerator[Event, None]:
+    ) -> AsyncGenerator[list[Event], None]:
         # One generator per mode, not a shared one delegating to a per-mode one: a generator
         # hop per chunk is measurable on this path.
         ts_digits = len(str(time.monotonic_ns()))
@@ -464,18 +467,22 @@ class SyntheticBackend:
 
     async def _burst(
         self, chunk: LoadTestChunk, spec: LoadTestSpec, usage: Event
-    ) -> AsyncGenerator[Event, None]:
+    ) -> AsyncGenerator[list[Event], None]:
         yield_every = self.config.yield_every
-        for seq in range(1, spec.chunks + 1):
-            yield _chunk_event(chunk.encode(seq, time.monotonic_ns()))
-            if seq % yield_every == 0:
-                await asyncio.sleep(0)
-        yield usage
-        yield Event.done("stop")
+        end = spec.chunks + 1
+        for first in range(1, end, yield_every):
+            # One clock read per batch: its chunks are released together.
+            ts_ns, encode = time.monotonic_ns(), chunk.encode
+            yield [
+                _chunk_event(encode(seq, ts_ns))
+                for seq in range(first, min(first + yield_every, end))
+            ]
+            await asyncio.sleep(0)
+        yield [usage, Event.done("stop")]
 
     async def _paced(
         self, chunk: LoadTestChunk, spec: LoadTestSpec, usage: Event
-    ) -> AsyncGenerator[Event, None]:
+    ) -> AsyncGenerator[list[Event], None]:
         # Chunk i is due at start + i * interval on CLOCK_MONOTONIC, and that is its ts. The
         # loop's timers (uvloop: a cached, millisecond clock) may fire a little early, so a
         # chunk is never released before its ts: after a timer, any remainder is slept again.
@@ -484,9 +491,8 @@ class SyntheticBackend:
         for index in range(spec.chunks):
             ts_ns = start_ns + round(index * interval_ns)
             await _sleep_until_ns(ts_ns)
-            yield _chunk_event(chunk.encode(index + 1, ts_ns))
-        yield usage
-        yield Event.done("stop")
+            yield [_chunk_event(chunk.encode(index + 1, ts_ns))]
+        yield [usage, Event.done("stop")]
 
 
 def _chunk_event(raw: bytes) -> Event:
