@@ -53,6 +53,9 @@ SSE_HEADERS = [
     (b"x-accel-buffering", b"no"),
 ]
 
+# uvloop's timers have millisecond resolution and may fire up to that much early.
+_TIMER_SLACK_S = 0.001
+
 
 class HttpError(Exception):
     """A request failed for a reason the client should be told: status, code and message."""
@@ -210,6 +213,10 @@ class SSEPump:
     control: a slow reader blocks the pump, its cursor falls behind, and its next read is
     coalesced, so memory per connection stays bounded by the server's write buffer plus one
     batch.
+
+    A ping goes out once the pump has waited ``ping_s`` for the next batch. That deadline is
+    kept by one timer per ping period, re-armed only when it fires, not one ``asyncio.timeout``
+    per wait: under uvloop a timeout costs about 10 us, more than the rest of a batch's wait.
     """
 
     def __init__(
@@ -234,6 +241,10 @@ class SSEPump:
         self.batch_limit = batch_limit
         self.metrics = metrics
         self.disconnected = False
+        # Loop time at which the current wait for a batch began; None while not waiting.
+        self._waiting_since: float | None = None
+        self._ping_due = False
+        self._timer: asyncio.TimerHandle | None = None
 
     async def start(
         self, headers: Iterable[tuple[bytes, bytes]] = (), prelude: bytes = b""
@@ -280,19 +291,28 @@ class SSEPump:
         budget = max_events if max_events is not None else -1
         task = asyncio.current_task()
         assert task is not None
+        loop = asyncio.get_running_loop()
         watcher = asyncio.create_task(self._watch(task), name="sse-disconnect-watch")
+        self._timer = loop.call_at(loop.time() + self.ping_s, self._on_ping_timer, loop, task)
         try:
             while True:
                 limit = self.batch_limit if budget < 0 else min(budget, self.batch_limit)
-                # What is ready goes out at once; only an idle stream arms the heartbeat timer.
+                # What is ready goes out at once; only an idle stream can be due a heartbeat.
                 batch = subscription.poll(limit)
                 if not batch:
+                    self._waiting_since = loop.time()
                     try:
-                        async with asyncio.timeout(self.ping_s):
-                            batch = await subscription.next_batch(limit)
-                    except TimeoutError:
+                        batch = await subscription.next_batch(limit)
+                    except asyncio.CancelledError:
+                        if not self._ping_due:
+                            raise
+                        self._ping_due = False
+                        if task.uncancel() > 0:
+                            raise  # also cancelled by someone else
                         await self.write(b": ping\n\n")
                         continue
+                    finally:
+                        self._waiting_since = None
                     if not batch:
                         return True
                 await self.write(render(batch))
@@ -308,9 +328,25 @@ class SSEPump:
                 return False
             raise
         finally:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
+
+    def _on_ping_timer(self, loop: asyncio.AbstractEventLoop, pumping: asyncio.Task[Any]) -> None:
+        """Interrupt a wait that has lasted ``ping_s`` (the pump then pings); else re-arm for
+        when the current wait, or the next one, can first be due."""
+        now = loop.time()
+        since = self._waiting_since
+        if since is not None and now >= since + self.ping_s - _TIMER_SLACK_S:
+            if not self._ping_due:
+                self._ping_due = True
+                pumping.cancel()
+            since = None  # the pump pings, then waits afresh
+        due = (now if since is None else since) + self.ping_s
+        self._timer = loop.call_at(due, self._on_ping_timer, loop, pumping)
 
     async def _watch(self, pumping: asyncio.Task[Any]) -> None:
         while (await self.receive())["type"] != "http.disconnect":

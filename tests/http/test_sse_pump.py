@@ -1,0 +1,91 @@
+"""`SSEPump` in memory: heartbeats only on idle waits, every event delivered, disconnects."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import MutableMapping
+from typing import Any
+
+from airlane.core import Event
+from airlane.hub import MemoryHub
+from airlane.transports.http.asgi import SSEPump
+from airlane.transports.http.metrics import HttpMetrics
+
+PING = b": ping\n\n"
+
+
+def render(batch: list[Event]) -> bytes:
+    return b"".join(b"data: %b\n\n" % e.text.encode() for e in batch if e.text)
+
+
+class Peer:
+    """An ASGI client that records the body and can disconnect."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.gone = asyncio.Event()
+
+    async def send(self, message: MutableMapping[str, Any]) -> None:
+        self.parts.append(message["body"])
+
+    async def receive(self) -> MutableMapping[str, Any]:
+        await self.gone.wait()
+        return {"type": "http.disconnect"}
+
+
+async def pump_stream(ping_s: float, produce: Any) -> tuple[bool, list[bytes]]:
+    hub = MemoryHub()
+    await hub.create("s")
+    peer = Peer()
+    pump = SSEPump(
+        peer.send,
+        peer.receive,
+        ping_s=ping_s,
+        batch_limit=64,
+        metrics=HttpMetrics(hub.stats, lambda: 0),
+    )
+    async with await hub.subscribe("s") as sub:
+        producer = asyncio.create_task(produce(hub, peer))
+        result = await asyncio.wait_for(pump.pump(sub, render), timeout=10)
+        await producer
+    await hub.aclose()
+    return result, peer.parts
+
+
+async def test_pings_only_while_idle_and_every_event_arrives() -> None:
+    async def produce(hub: MemoryHub, peer: Peer) -> None:
+        for i in range(40):  # busy: an event every 5 ms, well within the ping interval
+            await hub.append("s", Event.delta(f"{i}"))
+            await asyncio.sleep(0.005)
+        busy = len(peer.parts)
+        assert PING not in peer.parts[:busy]
+        await asyncio.sleep(0.35)  # idle: about three pings
+        await hub.append_many("s", [Event.delta("last"), Event.done()])
+
+    ended, parts = await pump_stream(0.1, produce)
+    assert ended
+    assert 2 <= parts.count(PING) <= 4
+    data = b"".join(p for p in parts if p != PING)
+    assert data == b"".join(b"data: %b\n\n" % t.encode() for t in [*map(str, range(40)), "last"])
+
+
+async def test_a_ping_due_as_data_arrives_loses_nothing() -> None:
+    async def produce(hub: MemoryHub, peer: Peer) -> None:
+        for i in range(30):  # appends land around each ping deadline
+            await asyncio.sleep(0.02)
+            await hub.append("s", Event.delta(f"{i}"))
+        await hub.append("s", Event.done())
+
+    ended, parts = await pump_stream(0.02, produce)
+    assert ended
+    data = b"".join(p for p in parts if p != PING)
+    assert data == b"".join(b"data: %d\n\n" % i for i in range(30))
+
+
+async def test_a_disconnect_while_idle_ends_the_pump() -> None:
+    async def produce(hub: MemoryHub, peer: Peer) -> None:
+        await asyncio.sleep(0.15)
+        peer.gone.set()
+
+    ended, parts = await pump_stream(0.05, produce)
+    assert not ended and parts.count(PING) >= 1
