@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from airlane.core import Event
 from airlane.hub import HubFull, MemoryHub, MemoryHubConfig
 from tests.hub.contract import HubContract, drain
 
@@ -55,3 +56,23 @@ async def test_aclose_releases_waiting_readers():
     await asyncio.sleep(0.01)
     await hub.aclose()
     assert await asyncio.wait_for(waiter, 1) == []
+
+
+async def test_a_cancelled_wait_leaves_other_readers_waiting_and_nothing_behind(hub):
+    await hub.create("w")
+    quitter, stayer = await hub.subscribe("w"), await hub.subscribe("w")
+    for _ in range(3):  # as a heartbeat interrupts an idle reader
+        waiting = asyncio.create_task(quitter.next_batch())
+        await asyncio.sleep(0.01)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+    staying = asyncio.create_task(stayer.next_batch())
+    await asyncio.sleep(0.01)
+    assert len(hub._streams["w"].waiters) == 1
+    await hub.append("w", Event.delta("x"))
+    assert [e.text for e in await staying] == ["x"]
+    assert [e.text for e in quitter.poll()] == ["x"]
+    assert hub._streams["w"].waiters == []
+    await quitter.aclose()
+    await stayer.aclose()

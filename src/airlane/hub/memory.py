@@ -1,7 +1,8 @@
 """`MemoryHub`: every stream in this process's memory (the embedded default).
 
-Each stream is a `StreamLog` plus a wake-up: an `asyncio.Event` that is set and replaced on
-every append, so readers waiting on the live tail wake once per append however many there are.
+Each stream is a `StreamLog` plus a wake-up: the futures of the readers waiting on the live
+tail, resolved and dropped by the next append (or batch of appends), so a reader wakes once per
+append however many events it carried.
 One housekeeping task owned by the hub applies orphan deadlines, time-based retention and the
 expiry of ended streams; there is no timer per stream.
 """
@@ -71,30 +72,39 @@ class MemoryHubConfig:
 
 
 class _Stream:
-    __slots__ = ("cancel_callbacks", "changed", "ended_at", "log", "orphan", "readers")
+    __slots__ = ("cancel_callbacks", "ended_at", "log", "orphan", "readers", "waiters")
 
     def __init__(self, log: StreamLog, orphan: OrphanTracker | None) -> None:
         self.log = log
         self.orphan = orphan
-        # Created by the first reader that has to wait, set and dropped by the next append:
-        # an append nobody waits for costs nothing here (the common case under load).
-        self.changed: asyncio.Event | None = None
+        # One future per waiting reader, resolved and dropped by the next append: an append
+        # nobody waits for costs nothing here (the common case under load). A future each,
+        # not one shared: a reader whose wait is cancelled must not cancel the others'.
+        self.waiters: list[asyncio.Future[None]] = []
         self.cancel_callbacks: list[Callable[[], object]] = []
         self.ended_at: float | None = None
         self.readers = 0
 
     def notify(self) -> None:
-        changed = self.changed
-        if changed is not None:
-            self.changed = None
-            changed.set()
+        waiters = self.waiters
+        if waiters:
+            self.waiters = []
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
 
     async def wait(self) -> None:
         """Until the next append (or end, deletion, hub shutdown)."""
-        changed = self.changed
-        if changed is None:
-            changed = self.changed = asyncio.Event()
-        await changed.wait()
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.waiters.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            # Not left behind for the next append to find: an idle stream's reader is
+            # interrupted once per heartbeat, and the list must stay bounded.
+            with contextlib.suppress(ValueError):
+                self.waiters.remove(waiter)
+            raise
 
 
 class _MemorySubscription(Subscription):
@@ -120,18 +130,31 @@ class _MemorySubscription(Subscription):
         return self._cursor.finished or (log.terminal is not None and not log.pending(self._cursor))
 
     def poll(self, limit: int = 64) -> list[Event]:
-        if self._closed:
-            return []
+        if self._closed or not self._stream.log.pending(self._cursor):
+            return []  # without a read: a reader that keeps up polls an empty tail often
+        return self._read(limit)
+
+    def _read(self, limit: int) -> list[Event]:
         events = self._stream.log.read(self._cursor, limit)
         self._hub._delivered += len(events)
         return events
 
     async def next_batch(self, limit: int = 64) -> list[Event]:
         stream = self._stream
-        while not self._closed and not self.exhausted:
-            if stream.log.pending(self._cursor):
-                return self.poll(limit)
-            if self._hub._closing or self._hub._streams.get(self.stream_id) is not stream:
+        stream_log = stream.log
+        cursor = self._cursor
+        hub = self._hub
+        while not self._closed:
+            if stream_log.pending(cursor):
+                return self._read(limit)
+            # Nothing pending: over if the terminal event was handed out (or the stream
+            # ended before this reader's position), or the stream or hub is going away.
+            if (
+                cursor.finished
+                or stream_log.terminal is not None
+                or hub._closing
+                or hub._streams.get(self.stream_id) is not stream
+            ):
                 break
             await stream.wait()
         return []
