@@ -220,7 +220,7 @@ def test_a_reader_that_missed_messages_gets_a_snapshot_and_the_ledger_counts_it(
 
 def test_observe_many_matches_observe():
     one, many = LatencyHistogram(), LatencyHistogram()
-    values = [-5, 0, 1, 1023, 1024, 5000, 10**6, 10**9, 10**13]
+    values = [-5, -1, 0, 0, 1, 1023, 1024, 1024, 5000, 10**6, 10**6, 10**9, 10**13, 7, 7]
     for value in values:
         one.observe(value)
     many.observe_many(values)

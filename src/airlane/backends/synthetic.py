@@ -472,9 +472,9 @@ class SyntheticBackend:
         end = spec.chunks + 1
         for first in range(1, end, yield_every):
             # One clock read per batch: its chunks are released together.
-            ts_ns, encode = time.monotonic_ns(), chunk.encode
+            ts_ns, encode, message = time.monotonic_ns(), chunk.encode, Event.message
             yield [
-                _chunk_event(encode(seq, ts_ns))
+                message(raw=encode(seq, ts_ns), tokens=LOADTEST_TOKENS_PER_CHUNK)
                 for seq in range(first, min(first + yield_every, end))
             ]
             await asyncio.sleep(0)

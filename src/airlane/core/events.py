@@ -70,6 +70,10 @@ class Channel(enum.StrEnum):
     REASONING = "reasoning"
 
 
+# Module constants for the constructors, which run once per event.
+_MESSAGE = Kind.MESSAGE
+_CONTENT = Channel.CONTENT
+
 # The per-event overhead counted against byte retention, a rough figure for the object itself.
 EVENT_OVERHEAD_BYTES = 96
 
@@ -141,8 +145,9 @@ class Event:
         """An application message: a JSON payload, or pre-encoded JSON bytes in ``raw`` (then
         ``payload`` is ignored). ``tokens`` counts completion tokens it carries, if any."""
         if raw is not None:
-            return cls(Kind.MESSAGE, raw=raw, lane=lane, tokens=tokens)
-        return cls(Kind.MESSAGE, data={"payload": payload}, lane=lane, tokens=tokens)
+            # Positional arguments, in field order: the load-test path builds one per chunk.
+            return cls(_MESSAGE, "", None, _CONTENT, lane, tokens, raw)
+        return cls(_MESSAGE, data={"payload": payload}, lane=lane, tokens=tokens)
 
     @classmethod
     def status(cls, **fields: Any) -> Event:
