@@ -54,12 +54,18 @@ class HttpMetrics(Collector):
         """``size`` more bytes went out on a stream."""
         self.bytes_sent += size
 
-    def observe_written(self, batch: list[Event], now_ns: int) -> None:
-        """Record the delivery lag of the oldest event of a written batch."""
-        if batch and batch[0].ts_ns:
-            lag = max(0, now_ns - batch[0].ts_ns)
-            self._lag_counts[bisect_left(_LAG_BUCKETS_NS, lag)] += 1
-            self._lag_sum_ns += lag
+    def observe_written(self, batch: list[Event], now_ns: int, size: int = 0) -> None:
+        """Record the delivery lag of the oldest event of a written batch, and count ``size``
+        bytes sent (one call per batch where the writer knows both)."""
+        self.bytes_sent += size
+        if batch:
+            ts_ns = batch[0].ts_ns
+            if ts_ns:
+                lag = now_ns - ts_ns
+                if lag < 0:  # noqa: PLR1730 - a comparison is cheaper than max() here
+                    lag = 0
+                self._lag_counts[bisect_left(_LAG_BUCKETS_NS, lag)] += 1
+                self._lag_sum_ns += lag
 
     def collect(self) -> Iterator[Metric]:
         """The metric families, built at scrape time."""
