@@ -274,7 +274,8 @@ class StreamLog:
 
     def pending(self, cursor: Cursor) -> bool:
         """True if `read` would return something for ``cursor``."""
-        return cursor.reset or (not cursor.finished and cursor.after < self.last_seq)
+        # next_seq, not the last_seq property: this runs on every poll of a live tail.
+        return cursor.reset or (not cursor.finished and cursor.after < self.next_seq - 1)
 
     def position(self, cursor: Cursor) -> Position:
         """``cursor``'s position as a resume token."""
@@ -283,9 +284,10 @@ class StreamLog:
     def read(self, cursor: Cursor, limit: int = 64, *, coalesce: bool = True) -> list[Event]:
         """Hand ``cursor`` up to ``limit`` frames that follow its position, and advance it."""
         out: list[Event] = []
-        if cursor.reset or cursor.after < self.folded.through_seq:
+        folded_through = self.folded.through_seq
+        if cursor.reset or cursor.after < folded_through:
             out.extend(self._catch_up(cursor))
-        index = self._head + (cursor.after - self.folded.through_seq)
+        index = self._head + (cursor.after - folded_through)
         events = self._events
         end = len(events)
         lengths = cursor.text_lengths

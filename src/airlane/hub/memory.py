@@ -113,6 +113,7 @@ class _MemorySubscription(Subscription):
         self.subscriber = cursor.subscriber
         self._hub = hub
         self._stream = stream
+        self._log = stream.log  # the stream's log never changes; one lookup less per poll
         self._cursor = cursor
         self._closed = False
 
@@ -130,12 +131,10 @@ class _MemorySubscription(Subscription):
         return self._cursor.finished or (log.terminal is not None and not log.pending(self._cursor))
 
     def poll(self, limit: int = 64) -> list[Event]:
-        if self._closed or not self._stream.log.pending(self._cursor):
+        stream_log, cursor = self._log, self._cursor
+        if self._closed or not stream_log.pending(cursor):
             return []  # without a read: a reader that keeps up polls an empty tail often
-        return self._read(limit)
-
-    def _read(self, limit: int) -> list[Event]:
-        events = self._stream.log.read(self._cursor, limit)
+        events = stream_log.read(cursor, limit)
         self._hub._delivered += len(events)
         return events
 
@@ -146,7 +145,9 @@ class _MemorySubscription(Subscription):
         hub = self._hub
         while not self._closed:
             if stream_log.pending(cursor):
-                return self._read(limit)
+                events = stream_log.read(cursor, limit)
+                hub._delivered += len(events)
+                return events
             # Nothing pending: over if the terminal event was handed out (or the stream
             # ended before this reader's position), or the stream or hub is going away.
             if (
@@ -160,7 +161,7 @@ class _MemorySubscription(Subscription):
         return []
 
     def mark_written(self, events: list[Event], now_ns: int) -> None:
-        self._stream.log.record_write(events, now_ns)
+        self._log.record_write(events, now_ns)
 
     async def aclose(self) -> None:
         if self._closed:
