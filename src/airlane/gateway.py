@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from airlane.backends.base import Backend, BackendError, GenerationRequest
 from airlane.core import Event, OrphanMode, OrphanPolicy, Position, Retention
+from airlane.core.events import TERMINAL_KINDS
 from airlane.hub import Hub, HubFull, StreamEnded, StreamInfo, StreamNotFound, Subscription
 from airlane.security import Action, AllowAll, Principal, SecurityPolicy
 
@@ -160,11 +161,12 @@ class Gateway:
         try:
             # aclosing: however we leave the loop, the backend's iterator is closed now, which
             # is what aborts an upstream request.
+            append_many = self.hub.append_many
             async with contextlib.aclosing(self.backend.stream(request)) as batches:
                 async for batch in batches:
                     # One hub call per batch: the per-append work is paid once per batch.
-                    await self.hub.append_many(stream_id, batch)
-                    if batch and batch[-1].terminal:
+                    await append_many(stream_id, batch)
+                    if batch and batch[-1].kind in TERMINAL_KINDS:  # Event.terminal, inlined
                         terminal_seen = True
                         break
             if not terminal_seen:

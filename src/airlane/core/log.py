@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from airlane.core.events import TERMINAL_KINDS, Channel, Event, Kind
+from airlane.core.events import EVENT_OVERHEAD_BYTES, TERMINAL_KINDS, Channel, Event, Kind
 from airlane.core.position import Position
 from airlane.core.retention import Folded, Retention
 from airlane.core.usage import UsageLedger
@@ -205,7 +205,11 @@ class StreamLog:
                 else:
                     tokens += event.tokens
                 stored.append(event)
-                added_bytes += event.size
+                # Event.size, inlined (a property call per event costs more than the sum).
+                raw = event.raw
+                added_bytes += EVENT_OVERHEAD_BYTES + len(event.text)
+                if raw is not None:
+                    added_bytes += len(raw)
         finally:
             self.next_seq = seq
             if tokens:

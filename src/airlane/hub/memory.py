@@ -245,7 +245,9 @@ class MemoryHub(Hub):
 
     def _append(self, stream_id: str, events: Sequence[Event]) -> None:
         # One lookup, one clock read, one retention check and one wake-up per batch.
-        stream = self._get(stream_id)
+        stream = self._streams.get(stream_id)
+        if stream is None:
+            raise StreamNotFound(f"no stream {stream_id[:200]!r}")
         stream_log = stream.log
         before = stream_log.next_seq
         try:
