@@ -47,15 +47,17 @@ def loadtest_request(request: Request) -> GenerationRequest:
 
 _DATA = b"data: "
 _END = b"\n\n"
+_BETWEEN = _END + _DATA
 
 
 def render_loadtest_sse(batch: list[Event]) -> bytes:
     """``data: <chunk>`` for each chunk; other events (usage, done) are not sent."""
-    parts: list[bytes] = []
-    for event in batch:
-        if event.raw is not None:  # only load-test chunks carry raw JSON
-            parts += (_DATA, event.raw, _END)
-    return b"".join(parts)
+    # Only load-test chunks carry raw JSON. One join with the frame boundary as separator:
+    # cheaper than three parts per chunk.
+    chunks = [event.raw for event in batch if event.raw is not None]
+    if not chunks:
+        return b""
+    return b"".join((_DATA, _BETWEEN.join(chunks), _END))
 
 
 @contextlib.asynccontextmanager
