@@ -93,18 +93,19 @@ class _Stream:
                 if not waiter.done():
                     waiter.set_result(None)
 
-    async def wait(self) -> None:
-        """Until the next append (or end, deletion, hub shutdown)."""
+    def waiter(self) -> asyncio.Future[None]:
+        """A future resolved by the next append (or end, deletion, hub shutdown). The reader
+        awaits it directly, not through a coroutine: one frame fewer per wait."""
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.waiters.append(waiter)
-        try:
-            await waiter
-        except asyncio.CancelledError:
-            # Not left behind for the next append to find: an idle stream's reader is
-            # interrupted once per heartbeat, and the list must stay bounded.
-            with contextlib.suppress(ValueError):
-                self.waiters.remove(waiter)
-            raise
+        return waiter
+
+    def forget(self, waiter: asyncio.Future[None]) -> None:
+        """Drop the future of a cancelled wait. Not left behind for the next append to find:
+        an idle stream's reader is interrupted once per heartbeat, and the list must stay
+        bounded."""
+        with contextlib.suppress(ValueError):
+            self.waiters.remove(waiter)
 
 
 class _MemorySubscription(Subscription):
@@ -157,7 +158,12 @@ class _MemorySubscription(Subscription):
                 or hub._streams.get(self.stream_id) is not stream
             ):
                 break
-            await stream.wait()
+            waiter = stream.waiter()
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                stream.forget(waiter)
+                raise
         return []
 
     def mark_written(self, events: list[Event], now_ns: int) -> None:
