@@ -25,7 +25,8 @@ import itertools
 import math
 import random
 import time
-from collections.abc import AsyncGenerator, Iterator
+import types
+from collections.abc import AsyncGenerator, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -394,6 +395,14 @@ class LoadTestChunk:
 # -- the backend ---------------------------------------------------------------------------
 
 
+@types.coroutine
+def _yield_to_loop() -> Generator[None, None, None]:
+    """Let the other tasks run once, as ``asyncio.sleep(0)`` does (a bare yield makes the task
+    reschedule itself with call_soon), without sleep's own coroutine frame: the burst source
+    yields once per batch."""
+    yield
+
+
 async def _sleep_until(loop: asyncio.AbstractEventLoop, deadline: float) -> None:
     """Sleep until ``deadline`` on the loop's clock; a deadline already past still yields."""
     await asyncio.sleep(max(0.0, deadline - loop.time()))
@@ -470,14 +479,15 @@ class SyntheticBackend:
     ) -> AsyncGenerator[list[Event], None]:
         yield_every = self.config.yield_every
         end = spec.chunks + 1
+        encode, message = chunk.encode, Event.message
         for first in range(1, end, yield_every):
             # One clock read per batch: its chunks are released together.
-            ts_ns, encode, message = time.monotonic_ns(), chunk.encode, Event.message
+            ts_ns = time.monotonic_ns()
             yield [
                 message(raw=encode(seq, ts_ns), tokens=LOADTEST_TOKENS_PER_CHUNK)
                 for seq in range(first, min(first + yield_every, end))
             ]
-            await asyncio.sleep(0)
+            await _yield_to_loop()
         yield [usage, Event.done("stop")]
 
     async def _paced(
