@@ -242,15 +242,12 @@ class MemoryHub(Hub):
         return self._info(stream)
 
     async def append(self, stream_id: str, event: Event) -> Event:
-        self._append(stream_id, (event,))
+        await self.append_many(stream_id, (event,))
         return event
 
     async def append_many(self, stream_id: str, events: Sequence[Event]) -> Sequence[Event]:
-        self._append(stream_id, events)
-        return events
-
-    def _append(self, stream_id: str, events: Sequence[Event]) -> None:
-        # One lookup, one clock read, one retention check and one wake-up per batch.
+        # One lookup, one clock read, one retention check and one wake-up per batch; the
+        # body is here, not in a helper, since a producer calls this once per batch.
         stream = self._streams.get(stream_id)
         if stream is None:
             raise StreamNotFound(f"no stream {stream_id[:200]!r}")
@@ -268,6 +265,7 @@ class MemoryHub(Hub):
                     stream.ended_at = time.monotonic()
                     stream.cancel_callbacks.clear()
                 stream.notify()
+        return events
 
     async def subscribe(
         self, stream_id: str, *, resume: Position | None = None, subscriber: str | None = None
