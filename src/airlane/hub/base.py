@@ -129,7 +129,6 @@ class HubStats:
     events_appended: int = 0
     events_delivered: int = 0
     retained_bytes: int = 0
-    max_lag_events: int = 0
 
 
 class Subscription(abc.ABC):
