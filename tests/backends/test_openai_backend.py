@@ -15,14 +15,17 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
-import httpx
 import orjson
 import pytest
 import uvicorn
 
 from airlane.backends.base import Backend, GenerationRequest
 from airlane.backends.openai import ChunkTranslator, OpenAIUpstreamBackend
+from airlane.backends.openai_chunks import EventSplitter
+from airlane.backends.upstream_config import UpstreamTimeouts
 from airlane.core.events import Channel, Event, Kind
+from airlane.wire.errors import SSEError
+from airlane.wire.sse import SSEDecoder, SSEMessage
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -231,6 +234,12 @@ def test_base_url_is_validated(url: str) -> None:
         OpenAIUpstreamBackend(url)
 
 
+def test_api_key_that_would_split_the_request_is_refused() -> None:
+    with pytest.raises(ValueError, match="api_key") as caught:
+        OpenAIUpstreamBackend("http://127.0.0.1:1/v1", "sk-1\r\nX-Injected: 1")
+    assert "sk-1" not in str(caught.value), "the key is not echoed"
+
+
 # -- the happy paths -----------------------------------------------------------------------
 
 
@@ -364,8 +373,8 @@ async def test_connection_refused() -> None:
 
 async def test_read_timeout(upstream: tuple[Upstream, str]) -> None:
     app, url = upstream
-    timeout = httpx.Timeout(5.0, read=0.3)
-    events = await collect(OpenAIUpstreamBackend(f"{url}/stall-timeout/v1", timeout=timeout))
+    timeouts = UpstreamTimeouts(idle=0.3)
+    events = await collect(OpenAIUpstreamBackend(f"{url}/stall-timeout/v1", timeouts=timeouts))
     assert events[0].text == "a"
     error = error_of(events)
     assert error["code"] == "upstream_timeout"
@@ -477,3 +486,58 @@ def test_translator_reports_an_error_event() -> None:
     assert error.data is not None
     assert error.data["code"] == "upstream_error"
     assert "rate limited" in error.data["message"]
+
+
+# -- the event splitter: the shortcut agrees with the exact decoder --------------------------
+
+SPLITTER_STREAMS = [
+    NORMAL,
+    NORMAL.replace(b"\n", b"\r\n"),  # CRLF line ends: the decoder takes over
+    b"\xef\xbb\xbf" + NORMAL,  # a byte-order mark at the start
+    b": comment\n\nevent: ping\ndata: {}\n\nid: 7\ndata: [1]\n\n" + NORMAL,
+    b"data: line one\ndata: line two\n\n\n\ndata:no-space\n\ndata: \xff\xfe\n\n",
+    b"data: x\r\rdata: y\n\n",
+]
+
+
+def decoded(messages: list[bytes | SSEMessage]) -> list[tuple[str, str]]:
+    return [
+        ("message", m.decode("utf-8", "replace")) if isinstance(m, bytes) else (m.event, m.data)
+        for m in messages
+    ]
+
+
+@pytest.mark.parametrize("stream", SPLITTER_STREAMS)
+def test_splitter_matches_the_decoder_at_every_cut(stream: bytes) -> None:
+    expected = [(m.event, m.data) for m in SSEDecoder().feed(stream)]
+    assert expected, "a fixture with events"
+    for cut in range(len(stream) + 1):
+        splitter = EventSplitter()
+        got = decoded(splitter.feed(stream[:cut]) + splitter.feed(stream[cut:]))
+        assert got == expected, cut
+
+
+@pytest.mark.parametrize("stream", SPLITTER_STREAMS)
+def test_splitter_matches_the_decoder_byte_by_byte(stream: bytes) -> None:
+    splitter = EventSplitter()
+    got: list[bytes | SSEMessage] = []
+    for i in range(len(stream)):
+        got += splitter.feed(stream[i : i + 1])
+    assert decoded(got) == [(m.event, m.data) for m in SSEDecoder().feed(stream)]
+
+
+def test_splitter_hands_an_overlong_line_to_the_decoder_limit() -> None:
+    splitter = EventSplitter(SSEDecoder(max_line_bytes=100), max_line_bytes=100)
+    assert splitter.feed(b"data: " + b"x" * 60) == []
+    with pytest.raises(SSEError):  # held past the limit: the decoder judges it
+        splitter.feed(b"x" * 60)
+    splitter = EventSplitter(SSEDecoder(max_line_bytes=100), max_line_bytes=100)
+    with pytest.raises(SSEError):  # a complete block over the limit, in one read
+        splitter.feed(b"data: " + b"x" * 200 + b"\n\n")
+
+
+def test_translator_reads_invalid_utf8_as_the_decoder_does() -> None:
+    translator = ChunkTranslator()
+    payload = orjson.dumps(chunk({"content": "AB"})).replace(b"AB", b"A\xffB")
+    (event,) = translator.receive_data(b"data: " + payload + b"\n\n")
+    assert event.text == "A\ufffdB"

@@ -4,7 +4,10 @@
   `BackendError`).
 - `airlane.backends.synthetic`: deterministic text with realistic timing, and the benchmark
   workload.
-- `airlane.backends.openai`: any OpenAI-compatible ``/chat/completions`` server upstream.
+- `airlane.backends.openai`: any OpenAI-compatible ``/chat/completions`` server upstream;
+  `airlane.backends.openai_chunks` translates its stream (sans-I/O), and
+  `airlane.backends.upstream_http` is the lean HTTP/1.1 client it uses (with
+  `~.http11`, `~.upstream_connection`, `~.upstream_config` and `~.upstream_errors`).
 """
 
 from airlane.backends.base import Backend, BackendError, GenerationRequest, LoadTestSpec
