@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Create .venv and install Airlane into it. With --test, also install the test tools and the
-# Debian packages the test suite drives (Chromium for the browser tests). Idempotent.
+# Create .venv and install Airlane into it. With --test, also install the test tools, the
+# reference servers `airlane bench --compare` measures (the `bench` extra, and the Node peer's
+# packages when Node.js is here), and the Debian packages the test suite drives (Chromium for
+# the browser tests). Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,13 +18,29 @@ fi
 if [ ! -x .venv/bin/python ]; then
   "$python" -m venv .venv
 fi
-# The stamp records what was installed, so a second run with unchanged pyproject is instant.
-extras=$([ "$want_test" = 1 ] && echo "[test]" || echo "")
+# The stamp records what was installed (its name carries the extras, so changing them
+# reinstalls), so a second run with unchanged pyproject is instant.
+extras=$([ "$want_test" = 1 ] && echo "[test,bench]" || echo "")
 stamp=".venv/.airlane-installed$extras"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".$extras"
   touch "$stamp"
+fi
+
+# The Node peer of `airlane bench --compare`: npm ci when its node_modules is missing or older
+# than the lock file. Without Node.js the peer is skipped, except in CI, where the compare
+# test fails.
+node_peer=benchmarks/peers/node
+if [ "$want_test" = 1 ]; then
+  if command -v node >/dev/null && command -v npm >/dev/null; then
+    if [ ! -f "$node_peer/node_modules/.package-lock.json" ] ||
+       [ "$node_peer/package-lock.json" -nt "$node_peer/node_modules/.package-lock.json" ]; then
+      npm ci --prefix "$node_peer" --no-audit --no-fund --loglevel=error
+    fi
+  else
+    echo "Node.js/npm not found: the node peer of 'airlane bench --compare' is skipped" >&2
+  fi
 fi
 
 if [ "$want_test" = 1 ] && [ ! -x /usr/bin/chromium ]; then

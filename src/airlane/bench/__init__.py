@@ -5,6 +5,10 @@ an asyncio ``Protocol`` with a sans-I/O parser) and WebSocket (`airlane.bench.ws
 `run_bench` (each transport in turn, CPU sampled around it), `TransportResult` (the numbers),
 and the report: `results_table`, `bench_document` (JSON) and `write_plot` (PNG).
 `LocalGateway` starts a gateway subprocess to measure.
+
+``airlane bench --compare`` runs the same workload against reference servers too: the servers
+are in `airlane.bench.peers`, the runs in `airlane.bench.compare`, the table and JSON in
+`airlane.bench.compare_report` (imported from there, not re-exported here).
 """
 
 from airlane.bench.config import BenchConfig, loopback_address

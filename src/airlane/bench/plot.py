@@ -23,8 +23,17 @@ LAG_LINEAR_BELOW_MS = 0.1
 """The lag axis is linear within +-0.1 ms (where negative lags live), logarithmic beyond."""
 
 
-def write_plot(path: Path, config: BenchConfig, results: Sequence[TransportResult]) -> None:
-    """Draw the CDFs of ``results`` into the PNG file ``path``."""
+def write_plot(
+    path: Path,
+    config: BenchConfig,
+    results: Sequence[TransportResult],
+    labels: Sequence[str] | None = None,
+) -> None:
+    """Draw the CDFs of ``results`` into the PNG file ``path``, one curve each, labelled
+    ``labels`` (default: each result's transport)."""
+    names = list(labels) if labels is not None else [r.transport for r in results]
+    if len(names) != len(results):
+        raise ValueError("give one label per result")
     import matplotlib
 
     matplotlib.use("Agg")
@@ -33,9 +42,9 @@ def write_plot(path: Path, config: BenchConfig, results: Sequence[TransportResul
 
     figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5), constrained_layout=True)
     try:
-        for result in results:
-            _cdf(left, [max(v, 1e-3) for v in result.ttfc_samples_ms], result.transport)
-            _cdf(right, result.lag_samples_ms, result.transport)
+        for result, name in zip(results, names, strict=True):
+            _cdf(left, [max(v, 1e-3) for v in result.ttfc_samples_ms], name)
+            _cdf(right, result.lag_samples_ms, name)
         detail = f" every {config.interval_ms:g} ms" if config.mode == "paced" else ""
         figure.suptitle(
             f"airlane bench: {config.streams} streams x {config.chunks} chunks, "

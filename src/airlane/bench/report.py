@@ -1,4 +1,7 @@
-"""Presenting results: a rich table (one column per transport) and a JSON document."""
+"""Presenting results: a rich table (one column per transport) and a JSON document.
+
+``--compare`` lays the same rows out per implementation (`airlane.bench.compare_report`).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,7 @@ import math
 import os
 import platform
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rich.table import Table
@@ -15,7 +18,14 @@ from airlane.bench.config import BenchConfig
 from airlane.bench.cpu import CpuUsage
 from airlane.bench.stats import TransportResult
 
-__all__ = ["CLIENT_BOUND_PCT", "bench_document", "client_bound", "results_table"]
+__all__ = [
+    "CLIENT_BOUND_PCT",
+    "METRIC_ROWS",
+    "bench_document",
+    "client_bound",
+    "results_table",
+    "workload_title",
+]
 
 CLIENT_BOUND_PCT = 90.0
 """Client CPU (mean, % of one core) above which the client may be what limits the run."""
@@ -28,16 +38,19 @@ def client_bound(result: TransportResult) -> bool:
 
 def results_table(config: BenchConfig, results: Sequence[TransportResult]) -> Table:
     """The results side by side."""
-    title = f"airlane bench: {config.streams} streams x {config.chunks} chunks, {config.mode}" + (
-        f" every {config.interval_ms:g} ms" if config.mode == "paced" else ""
-    )
-    table = Table(title=title)
+    table = Table(title=f"airlane bench: {workload_title(config)}")
     table.add_column("metric")
     for result in results:
         table.add_column(result.transport, justify="right")
-    for label, cell in _ROWS:
+    for label, cell in METRIC_ROWS:
         table.add_row(label, *(cell(r) for r in results))
     return table
+
+
+def workload_title(config: BenchConfig) -> str:
+    """``N streams x M chunks, mode`` (with the interval when paced)."""
+    detail = f" every {config.interval_ms:g} ms" if config.mode == "paced" else ""
+    return f"{config.streams} streams x {config.chunks} chunks, {config.mode}{detail}"
 
 
 def _ms(value: float) -> str:
@@ -61,7 +74,7 @@ def _client(r: TransportResult) -> str:
     return _cpu(r.client_cpu) + (" (client-bound?)" if client_bound(r) else "")
 
 
-_ROWS = [
+METRIC_ROWS: list[tuple[str, Callable[[TransportResult], str]]] = [
     ("chunks received / expected", _chunks),
     ("errors", lambda r: f"{r.errors}" + (f" ({r.error_samples[0]})" if r.error_samples else "")),
     ("out-of-order chunks", lambda r: f"{r.out_of_order}"),
@@ -77,6 +90,7 @@ _ROWS = [
     ("client CPU", _client),
     ("wall time (s)", lambda r: f"{r.wall_s:.2f}"),
 ]
+"""The table's rows: a label and how to render one result's cell."""
 
 
 def bench_document(

@@ -1,10 +1,12 @@
-"""`LocalGateway`: an ``airlane serve`` subprocess on a free loopback port, for the demo and
-for ``airlane bench --spawn``; and CPU pinning of processes (`pin_process`).
+"""Server subprocesses for ``airlane demo`` and ``airlane bench``: `ServerProcess` (any server
+that prints ``listening on http://HOST:PORT`` when ready, such as the reference peers of
+``airlane bench --compare``), `LocalGateway` (``airlane serve`` on a free loopback port); and
+CPU pinning of processes (`pin_process`).
 
-The gateway is started as ``python -m airlane serve --port 0`` and its URL read from the line
-it prints when ready (``airlane listening on URL``). It is stopped with SIGINT (a graceful
-shutdown), then killed if it does not exit in time. Its stderr goes to a temporary file whose
-tail is quoted if it fails to start.
+A server is started with ``--port 0`` and its URL read from its ready line. It is stopped with
+SIGINT (a graceful shutdown), then killed if it does not exit in time. Its stdout and stderr go
+to one temporary file, never a pipe: a pipe nobody reads once the server is up would fill and
+block a chatty server. The file's tail is quoted if the server fails to start.
 """
 
 from __future__ import annotations
@@ -12,64 +14,75 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import select
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import IO
 
 __all__ = [
     "DEFAULT_READY_TIMEOUT_S",
+    "DEFAULT_STOP_TIMEOUT_S",
     "GatewayStartError",
     "LocalGateway",
+    "ServerProcess",
     "pin_process",
     "pinning_plan",
 ]
 
 DEFAULT_READY_TIMEOUT_S = 30.0
-"""How long a starting gateway may take to print its URL."""
+"""How long a starting server may take to print its URL."""
 DEFAULT_STOP_TIMEOUT_S = 10.0
 """How long a graceful shutdown may take before the process is killed."""
 
-_READY = re.compile(rb"airlane listening on (http://\S+)")
+READY_POLL_S = 0.02
+"""How often the output file is read for the ready line while a server starts."""
+
+_READY = re.compile(rb"listening on (http://\S+)")
 _MAX_READY_LINE = 4096
+_TAIL_BYTES = 2000
 
 
 class GatewayStartError(RuntimeError):
-    """The gateway subprocess exited or stayed silent instead of becoming ready."""
+    """A server subprocess (the gateway or a reference peer) exited or stayed silent instead of
+    becoming ready."""
 
 
-class LocalGateway:
-    """A gateway subprocess; use as ``with LocalGateway() as gateway: gateway.url``."""
+class ServerProcess:
+    """A server subprocess; use as ``with ServerProcess(command) as server: server.url``."""
 
     def __init__(
         self,
-        args: Sequence[str] = (),
+        command: Sequence[str],
         *,
-        log_level: str = "warning",
+        name: str = "server",
+        cwd: Path | None = None,
+        env: Mapping[str, str] | None = None,
         ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
     ) -> None:
-        self.command = [
-            sys.executable, "-m", "airlane", "serve", "--port", "0", "--log-level", log_level, *args
-        ]  # fmt: skip
+        self.command = list(command)
         """The command line run."""
+        self.name = name
+        """What the server is called in messages."""
         self.url: str | None = None
         """The base URL, once ready."""
+        self._cwd = cwd
+        self._env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         self._ready_timeout_s = ready_timeout_s
         self._process: subprocess.Popen[bytes] | None = None
-        self._stderr: IO[bytes] | None = None
+        self._output: IO[bytes] | None = None
 
     @property
     def pid(self) -> int:
-        """The gateway's process id."""
+        """The server's process id."""
         if self._process is None:
-            raise RuntimeError("the gateway is not running")
+            raise RuntimeError("the server is not running")
         return self._process.pid
 
-    def __enter__(self) -> LocalGateway:
+    def __enter__(self) -> ServerProcess:
         self.start()
         return self
 
@@ -80,16 +93,21 @@ class LocalGateway:
         """Start the process and wait for its URL.
 
         Raises:
-            GatewayStartError: it exited or did not become ready in time.
+            GatewayStartError: it could not be run, exited, or did not become ready in time.
         """
-        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed by stop()
-        self._process = subprocess.Popen(
-            self.command,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
+        self._output = tempfile.TemporaryFile()  # noqa: SIM115 - closed by stop()
+        try:
+            self._process = subprocess.Popen(
+                self.command,
+                stdin=subprocess.DEVNULL,
+                stdout=self._output,
+                stderr=subprocess.STDOUT,
+                cwd=self._cwd,
+                env=self._env,
+            )
+        except OSError as exc:
+            self.stop()
+            raise GatewayStartError(f"could not run {self.command[0]}: {exc}") from None
         try:
             self.url = self._wait_ready()
         except BaseException:
@@ -98,49 +116,71 @@ class LocalGateway:
         return self.url
 
     def stop(self) -> None:
-        """Stop the gateway (SIGINT, then SIGKILL after a grace period); idempotent."""
+        """Stop the server (SIGINT, then SIGKILL after a grace period); idempotent."""
         process, self._process = self._process, None
-        if process is not None:
-            if process.poll() is None:
-                process.send_signal(signal.SIGINT)
-                try:
-                    process.wait(DEFAULT_STOP_TIMEOUT_S)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
-            if process.stdout is not None:
-                process.stdout.close()
-        if self._stderr is not None:
-            self._stderr.close()
-            self._stderr = None
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(DEFAULT_STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if self._output is not None:
+            self._output.close()
+            self._output = None
 
     def _wait_ready(self) -> str:
-        process = self._process
-        assert process is not None and process.stdout is not None
+        process, output = self._process, self._output
+        assert process is not None and output is not None
         deadline = time.monotonic() + self._ready_timeout_s
+        offset = 0
         pending = b""
-        while (left := deadline - time.monotonic()) > 0:
-            readable, _, _ = select.select([process.stdout], [], [], min(left, 0.1))
-            if readable:
-                data = os.read(process.stdout.fileno(), 4096)
-                if not data:
-                    break
-                pending += data
-                match = _READY.search(pending)
-                if match:
-                    return match.group(1).decode()
-                pending = pending[-_MAX_READY_LINE:]
-            elif process.poll() is not None:
+        while True:
+            # pread leaves the file offset alone: the child shares it and writes at it.
+            data = os.pread(output.fileno(), 65536, offset)
+            offset += len(data)
+            pending = (pending + data)[-_MAX_READY_LINE:]
+            match = _READY.search(pending)
+            if match:
+                return match.group(1).decode()
+            if data:
+                continue
+            if process.poll() is not None or time.monotonic() >= deadline:
                 break
-        raise GatewayStartError(f"airlane serve did not become ready: {self._stderr_tail()}")
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(READY_POLL_S)
+        raise GatewayStartError(f"{self.name} did not become ready: {self.output_tail()}")
 
-    def _stderr_tail(self) -> str:
-        if self._stderr is None:
+    def output_tail(self) -> str:
+        """The last lines the server wrote (stdout and stderr), for error messages."""
+        if self._output is None:
             return ""
-        self._stderr.seek(0, os.SEEK_END)
-        size = self._stderr.tell()
-        self._stderr.seek(max(0, size - 2000))
-        return self._stderr.read().decode(errors="replace").strip() or "(no output)"
+        size = os.fstat(self._output.fileno()).st_size
+        start = max(0, size - _TAIL_BYTES)
+        tail = os.pread(self._output.fileno(), size - start, start)
+        return tail.decode(errors="replace").strip() or "(no output)"
+
+
+class LocalGateway(ServerProcess):
+    """An ``airlane serve`` subprocess on a free loopback port (synthetic backend)."""
+
+    def __init__(
+        self,
+        args: Sequence[str] = (),
+        *,
+        log_level: str = "warning",
+        ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
+    ) -> None:
+        super().__init__(
+            [sys.executable, "-m", "airlane", "serve", "--port", "0", "--log-level", log_level,
+             *args],
+            name="airlane serve",
+            ready_timeout_s=ready_timeout_s,
+        )  # fmt: skip
+
+    def __enter__(self) -> LocalGateway:
+        self.start()
+        return self
 
 
 def pinning_plan() -> tuple[set[int], set[int]] | None:

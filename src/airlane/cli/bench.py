@@ -3,6 +3,9 @@
 A thin command over `airlane.bench`: build the `BenchConfig`, find (or start, with
 ``--spawn``) the gateway, pin gateway and client to different cores when there are two,
 run each transport with a progress bar, then print the table and write ``--json`` / ``--plot``.
+With ``--compare`` (or ``--peers``), the same workload then runs against each reference server
+of ``benchmarks/peers`` (`airlane.bench.compare`), each started fresh on the gateway's core,
+and one table shows them all side by side.
 """
 
 from __future__ import annotations
@@ -41,8 +44,11 @@ from airlane.bench import (
     run_bench,
     write_plot,
 )
+from airlane.bench.compare import ImplementationRun, run_compare
+from airlane.bench.compare_report import compare_document, compare_table
 from airlane.bench.config import DEFAULT_CHUNKS, DEFAULT_INTERVAL_MS, DEFAULT_STREAMS
 from airlane.bench.config import DEFAULT_TIMEOUT_S as DEFAULT_BENCH_TIMEOUT_S
+from airlane.bench.peers import PEER_NAMES, Implementation, airlane_implementation, select_peers
 from airlane.server import DEFAULT_HOST, DEFAULT_PORT
 
 __all__ = ["bench_command"]
@@ -73,9 +79,25 @@ def bench_command(
     timeout: Annotated[float, typer.Option(help="Time limit per transport, seconds.")] = (
         DEFAULT_BENCH_TIMEOUT_S
     ),
+    compare: Annotated[
+        bool,
+        typer.Option(
+            "--compare",
+            help="Run the same workload against reference servers too (benchmarks/peers) and "
+            "compare; implies --spawn.",
+        ),
+    ] = False,
+    peers: Annotated[
+        str | None,
+        typer.Option(
+            help=f"Peers for --compare, comma-separated ({', '.join(PEER_NAMES)}); "
+            "implies --compare. Default: all."
+        ),
+    ] = None,
 ) -> None:
     """Drive N concurrent load-test streams over SSE and/or WebSocket and report."""
     console = Console()
+    compare = compare or peers is not None
     try:
         config = BenchConfig(
             streams=streams,
@@ -87,14 +109,21 @@ def bench_command(
         )
         if spawn and url is not None:
             raise ValueError("give --url or --spawn, not both")
+        if compare and url is not None:
+            raise ValueError("--compare starts every server itself: leave out --url")
         if url is not None:
             loopback_address(url)
+        selected = select_peers(peers) if compare else []
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
+    if compare:
+        _compare(console, config, selected, json_path, plot_path)
+        return
     gateway = LocalGateway() if spawn else None
     try:
         target, pinning = _prepare(console, gateway, url)
-        results = _run(_measure(console, config, target))
+        server_pid = gateway_pid(target)
+        results = _run(_measure(console, config, target, server_pid))
     except GatewayStartError as exc:
         console.print(f"[red]could not start the gateway:[/red] {exc}")
         raise typer.Exit(1) from None
@@ -124,8 +153,11 @@ def _prepare(
     return target, pinning
 
 
-async def _measure(console: Console, config: BenchConfig, url: str) -> list[TransportResult]:
-    server_pid = await asyncio.to_thread(gateway_pid, url)
+async def _measure(
+    console: Console, config: BenchConfig, url: str, server_pid: int | None, label: str = ""
+) -> list[TransportResult]:
+    """Run the workload against ``url`` with a progress bar per transport."""
+    prefix = f"{label} " if label else ""
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
@@ -134,7 +166,7 @@ async def _measure(console: Console, config: BenchConfig, url: str) -> list[Tran
     )
     with Progress(*columns, console=console, transient=False) as progress:
         tasks: dict[str, TaskID] = {
-            name: progress.add_task(f"{name} chunks", total=config.expected_chunks)
+            name: progress.add_task(f"{prefix}{name} chunks", total=config.expected_chunks)
             for name in config.transports
         }
 
@@ -142,6 +174,15 @@ async def _measure(console: Console, config: BenchConfig, url: str) -> list[Tran
             progress.update(tasks[transport], completed=received)
 
         return await run_bench(config, url, server_pid=server_pid, progress=update)
+
+
+def _client_bound_notes(console: Console, results: list[TransportResult], label: str = "") -> None:
+    for result in results:
+        if client_bound(result):
+            console.print(
+                f"[yellow]note:[/yellow] the client used a full core during the "
+                f"{label}{result.transport} run; it may be what limited it"
+            )
 
 
 def _report(
@@ -155,18 +196,69 @@ def _report(
     plot_path: Path | None,
 ) -> None:
     console.print(results_table(config, results))
-    for result in results:
-        if client_bound(result):
-            console.print(
-                f"[yellow]note:[/yellow] the client used a full core during the "
-                f"{result.transport} run; it may be what limited it"
-            )
+    _client_bound_notes(console, results)
     if json_path is not None:
         document = bench_document(config, results, url=url, spawned=spawned, pinning=pinning)
         json_path.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")
         console.print(f"results written to {json_path}")
     if plot_path is not None:
         write_plot(plot_path, config, results)
+        console.print(f"plot written to {plot_path}")
+
+
+def _compare(
+    console: Console,
+    config: BenchConfig,
+    peers: list[Implementation],
+    json_path: Path | None,
+    plot_path: Path | None,
+) -> None:
+    """``--compare``: Airlane, then each peer, each started fresh on the server core."""
+    plan = pinning_plan()
+    server_cpus, pinning = None, None
+    if plan is not None:
+        server_cpus, client_cpus = plan
+        pin_process(os.getpid(), client_cpus)
+        pinning = {"server": sorted(server_cpus), "client": sorted(client_cpus)}
+        console.print(f"servers on CPU {pinning['server']}, client on {pinning['client']}")
+
+    async def measure(name: str, url: str, pid: int | None) -> list[TransportResult]:
+        console.print(f"{name}: {url} (pid {pid})")
+        return await _measure(console, config, url, pid, label=name)
+
+    implementations = [airlane_implementation(), *peers]
+    runs = _run(run_compare(config, implementations, server_cpus=server_cpus, measure=measure))
+    if runs[0].status != "ran":
+        console.print(f"[red]could not start the gateway:[/red] {runs[0].reason}")
+        raise typer.Exit(1)
+    _compare_report(console, config, runs, pinning, json_path, plot_path)
+    if any(run.status == "failed" for run in runs):
+        raise typer.Exit(1)
+
+
+def _compare_report(
+    console: Console,
+    config: BenchConfig,
+    runs: list[ImplementationRun],
+    pinning: dict[str, list[int]] | None,
+    json_path: Path | None,
+    plot_path: Path | None,
+) -> None:
+    console.print(compare_table(config, runs))
+    for run in runs:
+        if run.status == "skipped":
+            console.print(f"[yellow]skipped {run.name}:[/yellow] {run.reason}")
+        elif run.status == "failed":
+            console.print(f"[red]{run.name} failed:[/red] {run.reason}")
+        _client_bound_notes(console, run.results, label=f"{run.name} ")
+    if json_path is not None:
+        document = compare_document(config, runs, pinning=pinning)
+        json_path.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")
+        console.print(f"results written to {json_path}")
+    if plot_path is not None:
+        results = [result for run in runs for result in run.results]
+        labels = [f"{run.name} {result.transport}" for run in runs for result in run.results]
+        write_plot(plot_path, config, results, labels)
         console.print(f"plot written to {plot_path}")
 
 

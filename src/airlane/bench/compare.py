@@ -1,0 +1,151 @@
+"""``airlane bench --compare``: one workload against Airlane and each reference peer in turn.
+
+For each `Implementation` (Airlane first): start its server fresh, pin it to the server core
+(the one the gateway gets with ``--spawn``), read its pid from ``/healthz`` for CPU sampling,
+run every transport of the workload, stop it. A peer that cannot run on this machine is
+recorded as skipped, with the reason; one that does not start, as failed. `ratios` then
+relates Airlane's numbers to each peer's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from airlane.bench.config import BenchConfig
+from airlane.bench.peers import Implementation
+from airlane.bench.runner import gateway_pid, run_bench
+from airlane.bench.spawn import GatewayStartError, pin_process
+from airlane.bench.stats import TransportResult
+
+__all__ = [
+    "RATIO_METRICS",
+    "ImplementationRun",
+    "Measure",
+    "Ratios",
+    "RunStatus",
+    "ratio",
+    "ratios",
+    "run_compare",
+    "run_implementation",
+]
+
+RunStatus = Literal["ran", "skipped", "failed"]
+"""``ran``; ``skipped``: its runtime is missing here; ``failed``: it did not start."""
+
+Measure = Callable[[str, str, int | None], Awaitable[list[TransportResult]]]
+"""``measure(name, url, server_pid)``: run the workload against the server at ``url``."""
+
+RATIO_METRICS: dict[str, Callable[[TransportResult], float | None]] = {
+    "payload_mb_s": lambda r: r.payload_mb_s,
+    "ttfc_p99_ms": lambda r: r.ttfc_ms.p99,
+    "lag_p99_ms": lambda r: r.lag_ms.p99,
+    "kept_up_pct": lambda r: r.kept_up_pct,
+}
+"""The metrics compared as Airlane / peer. Above 1 favours Airlane for MB/s and kept-up,
+below 1 for TTFC and lag."""
+
+Ratios = dict[str, dict[str, float | None]]
+"""``{transport: {metric: Airlane / peer, or None}}``."""
+
+
+@dataclass(slots=True)
+class ImplementationRun:
+    """What happened when one implementation was measured."""
+
+    implementation: Implementation
+    status: RunStatus
+    reason: str | None = None
+    """Why it was skipped or failed."""
+    url: str | None = None
+    server_pid: int | None = None
+    results: list[TransportResult] = field(default_factory=list)
+    """One per transport, in the workload's order (empty unless it ran)."""
+
+    @property
+    def name(self) -> str:
+        """The implementation's name."""
+        return self.implementation.name
+
+    def result(self, transport: str) -> TransportResult | None:
+        """The result of ``transport``, if it ran."""
+        return next((r for r in self.results if r.transport == transport), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "name": self.name,
+            "description": self.implementation.description,
+            "status": self.status,
+            "reason": self.reason,
+            "url": self.url,
+            "server_pid": self.server_pid,
+            "results": [result.to_dict() for result in self.results],
+        }
+
+
+def ratio(ours: float | None, theirs: float | None) -> float | None:
+    """``ours / theirs``, or None where it means nothing (a value missing, NaN or not
+    positive)."""
+    if ours is None or theirs is None or not (math.isfinite(ours) and math.isfinite(theirs)):
+        return None
+    if ours < 0 or theirs <= 0:
+        return None
+    return ours / theirs
+
+
+def ratios(airlane: ImplementationRun, peer: ImplementationRun) -> Ratios:
+    """Airlane / peer for each of `RATIO_METRICS`, per transport both ran."""
+    out: Ratios = {}
+    for ours in airlane.results:
+        theirs = peer.result(ours.transport)
+        if theirs is not None:
+            out[ours.transport] = {
+                name: ratio(metric(ours), metric(theirs)) for name, metric in RATIO_METRICS.items()
+            }
+    return out
+
+
+async def run_compare(
+    config: BenchConfig,
+    implementations: Sequence[Implementation],
+    *,
+    server_cpus: set[int] | None = None,
+    measure: Measure | None = None,
+) -> list[ImplementationRun]:
+    """Measure each implementation in turn (see the module docstring). ``measure`` defaults to
+    `run_bench` without progress reports."""
+
+    async def default_measure(name: str, url: str, pid: int | None) -> list[TransportResult]:
+        return await run_bench(config, url, server_pid=pid)
+
+    return [
+        await run_implementation(implementation, measure or default_measure, server_cpus)
+        for implementation in implementations
+    ]
+
+
+async def run_implementation(
+    implementation: Implementation, measure: Measure, server_cpus: set[int] | None = None
+) -> ImplementationRun:
+    """Start ``implementation``'s server, pin it to ``server_cpus``, measure it, stop it."""
+    reason = implementation.unavailable()
+    if reason is not None:
+        return ImplementationRun(implementation, "skipped", reason)
+    server = implementation.server()
+    try:
+        # Starting and stopping block (they wait on the child process): off the loop.
+        url = await asyncio.to_thread(server.start)
+    except GatewayStartError as exc:
+        return ImplementationRun(implementation, "failed", str(exc))
+    try:
+        if server_cpus:
+            pin_process(server.pid, server_cpus)
+        pid = await asyncio.to_thread(gateway_pid, url)
+        results = await measure(implementation.name, url, pid)
+    finally:
+        await asyncio.to_thread(server.stop)
+    return ImplementationRun(implementation, "ran", url=url, server_pid=pid, results=results)
