@@ -1,0 +1,710 @@
+"""Idle connections: the gateway's memory per idle SSE and WebSocket subscription, heartbeats on.
+
+A gateway is spawned with a short heartbeat period (``[http] sse_ping_s`` and ``ws_ping_s``,
+2 s by default) so that heartbeats really flow. Named streams are created (they never produce
+anything), a few connections of each kind are opened and closed to warm the gateway up, and its
+memory is measured: the baseline. Then ``--sse`` idle SSE subscriptions
+(``GET /v1/streams/{id}/events``) and ``--ws`` idle WebSocket subscriptions (``/v1/ws``, one
+``subscribe`` each) are opened, memory is measured after each kind, and all of them are held
+for ``--hold-s`` seconds while every connection's heartbeats are timed: ``: ping`` comment
+lines on SSE, WebSocket Ping frames (answered with Pong) on ``/v1/ws``.
+
+Reported: memory per connection (RSS delta / connections, in KB = 1024 bytes; PSS alike),
+per transport and overall, against the 30 KB target; whether every connection stayed open and
+heard a heartbeat at least every two periods; the gateway's CPU idle without and with the
+connections.
+
+    .venv/bin/python benchmarks/idle_connections.py --json bench-results/idle.json  # 10k, ~1 min
+    .venv/bin/python benchmarks/idle_connections.py --sse 20 --ws 20 --hold-s 3 --ping-s 1
+
+The client is this one process with lean asyncio protocols over sans-I/O parsers (h11 for
+HTTP/1.1, the ``websockets`` sans-I/O client), all from 127.0.0.1. The named streams are
+created before the baseline, so the delta is the connections' cost alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import h11
+import httpx
+import orjson
+from websockets.client import ClientProtocol
+from websockets.frames import Frame, Opcode
+from websockets.http11 import Request, Response
+from websockets.typing import Subprotocol
+from websockets.uri import parse_uri
+
+from airlane import __version__
+from airlane.bench.memory import (
+    ProcessGone,
+    ProcessWatch,
+    ResourceSample,
+    ResourceSampler,
+    describe_host,
+    raise_fd_limit,
+)
+from airlane.bench.spawn import GatewayStartError, LocalGateway, pin_process, pinning_plan
+
+TARGET_KB_PER_CONNECTION = 30.0
+"""The target to compare against: 30 KB of gateway memory per idle connection."""
+DEFAULT_PING_S = 2.0
+"""Heartbeat period given to the gateway: short, so that a 30 s hold sees about 15 of them."""
+DEFAULT_STREAMS = 100
+"""Named streams the connections are spread over (round robin)."""
+WARMUP_CONNECTIONS = 50
+"""Connections of each kind opened and closed before the baseline: first-use costs (imports,
+caches, code paths) belong to the baseline, not to the measured connections."""
+OPEN_CONCURRENCY = 200
+"""Connections being opened at once: well under the gateway's listen backlog (4096)."""
+DEFAULT_SETTLE_S = 1.0
+"""Pause before a memory reading, so that work started by the last opening has finished."""
+CPU_WINDOW_S = 3.0
+"""How long the gateway's CPU is measured with no connections."""
+SILENCE_PERIODS = 2.0
+"""A connection may go at most this many heartbeat periods without one."""
+MAX_LINE_BYTES = 16 * 1024
+"""Longest SSE line buffered: an idle stream sends only ``retry:`` and ``: ping`` lines."""
+MAX_FAILURE_SAMPLES = 5
+"""Distinct failure messages kept."""
+
+
+class SubscribeError(Exception):
+    """The gateway refused or broke a subscription (its fault, or a misconfiguration)."""
+
+
+class HeartbeatLog:
+    """When one connection heard heartbeats; times on the event loop's clock."""
+
+    __slots__ = ("count", "last", "longest_silence")
+
+    def __init__(self) -> None:
+        self.count = 0
+        """Heartbeats since `reset`."""
+        self.last = 0.0
+        """When the latest one came (or when the log was reset)."""
+        self.longest_silence = 0.0
+        """The longest time without a heartbeat since `reset`."""
+
+    def reset(self, now: float) -> None:
+        """Start counting afresh at ``now``."""
+        self.count, self.last, self.longest_silence = 0, now, 0.0
+
+    def beat(self, now: float) -> None:
+        """One heartbeat arrived at ``now``."""
+        self.count += 1
+        self.longest_silence = max(self.longest_silence, now - self.last)
+        self.last = now
+
+    def finish(self, now: float) -> None:
+        """The measurement ends at ``now``: the silence since the last heartbeat counts too."""
+        self.longest_silence = max(self.longest_silence, now - self.last)
+
+
+class CommentLineCounter:
+    """Counts SSE comment lines (``:`` first, WHATWG HTML 9.2.6) in a de-framed event stream;
+    sans-I/O. Lines end with LF, as the gateway writes them."""
+
+    def __init__(self, max_line_bytes: int = MAX_LINE_BYTES) -> None:
+        self._partial = b""
+        self._max_line = max_line_bytes
+
+    def feed(self, data: bytes) -> int:
+        """Comment lines completed by ``data``.
+
+        Raises:
+            SubscribeError: a line longer than the limit (not an idle stream).
+        """
+        *lines, self._partial = (self._partial + data).split(b"\n")
+        if len(self._partial) > self._max_line:
+            raise SubscribeError(f"an SSE line longer than {self._max_line} bytes")
+        return sum(1 for line in lines if line.startswith(b":"))
+
+
+class _IdleSubscriber(asyncio.Protocol):
+    """What both kinds share: the transport, the opened future, heartbeats, the close."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.opened: asyncio.Future[None] = self.loop.create_future()
+        """Resolves once the gateway confirmed the subscription."""
+        self.heartbeats = HeartbeatLog()
+        """Heartbeats heard."""
+        self.lost: str | None = None
+        """Why the connection ended, if it did before we closed it."""
+        self.transport: asyncio.Transport | None = None
+        self._closing = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self.transport = cast(asyncio.Transport, transport)
+        self.transport.write(self.request_bytes())
+
+    def request_bytes(self) -> bytes:
+        """The bytes that open the subscription."""
+        raise NotImplementedError
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail(f"connection lost: {exc}" if exc else "the gateway closed the connection")
+
+    def close(self) -> None:
+        """Close the connection (ours: not counted as lost)."""
+        self._closing = True
+        if not self.opened.done():
+            self.opened.cancel()  # nobody waits any more; a failure now would go unheard
+        if self.transport is not None:
+            self.transport.close()
+
+    def _fail(self, reason: str) -> None:
+        if not self._closing and self.lost is None:
+            self.lost = reason
+        if not self.opened.done():
+            self.opened.set_exception(SubscribeError(reason))
+        if self.transport is not None:
+            self.transport.close()
+
+
+class IdleSseSubscriber(_IdleSubscriber):
+    """``GET /v1/streams/{id}/events`` held open; counts ``: ping`` comments."""
+
+    def __init__(self, authority: str, stream: str) -> None:
+        super().__init__()
+        self._http = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_LINE_BYTES)
+        self._target = f"/v1/streams/{stream}/events"
+        self._authority = authority
+        self._comments = CommentLineCounter()
+
+    def request_bytes(self) -> bytes:
+        headers = [
+            ("Host", self._authority),
+            ("Accept", "text/event-stream"),
+            ("User-Agent", "airlane-bench-idle"),
+        ]
+        request = h11.Request(method="GET", target=self._target, headers=headers)
+        return (self._http.send(request) or b"") + (self._http.send(h11.EndOfMessage()) or b"")
+
+    def data_received(self, data: bytes) -> None:
+        self._http.receive_data(data)
+        try:
+            self._drain()
+        except (h11.RemoteProtocolError, SubscribeError) as exc:
+            self._fail(f"{type(exc).__name__}: {exc}")
+
+    def eof_received(self) -> bool:
+        self._http.receive_data(b"")
+        with contextlib.suppress(h11.RemoteProtocolError, SubscribeError):
+            self._drain()
+        self._fail("the gateway ended the response")
+        return False
+
+    def _drain(self) -> None:
+        while True:
+            event = self._http.next_event()
+            if event is h11.NEED_DATA or event is h11.PAUSED:
+                return
+            if isinstance(event, h11.Response):
+                if event.status_code != 200:
+                    raise SubscribeError(f"HTTP {event.status_code}")
+                if not self.opened.done():
+                    self.opened.set_result(None)
+            elif isinstance(event, h11.Data):
+                now = self.loop.time()
+                for _ in range(self._comments.feed(bytes(event.data))):
+                    self.heartbeats.beat(now)
+            elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
+                raise SubscribeError("the gateway ended the response")
+
+
+class IdleWsSubscriber(_IdleSubscriber):
+    """One ``/v1/ws`` connection subscribed to one stream; counts (and answers) Pings."""
+
+    def __init__(self, url: str, stream: str) -> None:
+        super().__init__()
+        self._ws = ClientProtocol(parse_uri(url), subprotocols=[Subprotocol("airlane.v1.json")])
+        self._subscribe = orjson.dumps({"op": "subscribe", "stream": stream})
+
+    def request_bytes(self) -> bytes:
+        self._ws.send_request(self._ws.connect())
+        return b"".join(self._ws.data_to_send())
+
+    def data_received(self, data: bytes) -> None:
+        self._ws.receive_data(data)
+        try:
+            for event in self._ws.events_received():
+                self._handle(event)
+        except SubscribeError as exc:
+            self._fail(str(exc))
+        self._flush()
+
+    def eof_received(self) -> bool:
+        self._ws.receive_eof()
+        self._flush()
+        self._fail(f"the gateway closed the WebSocket ({self._ws.close_code})")
+        return False
+
+    def _handle(self, event: Request | Response | Frame) -> None:
+        if isinstance(event, Response):
+            if self._ws.handshake_exc is not None:
+                raise SubscribeError(f"handshake failed: {self._ws.handshake_exc}")
+            self._ws.send_text(self._subscribe)
+        elif isinstance(event, Request):  # only a server receives requests
+            raise SubscribeError("a handshake request from the gateway")
+        elif event.opcode is Opcode.PING:  # the pong is already queued by the protocol
+            self.heartbeats.beat(self.loop.time())
+        elif event.opcode is Opcode.TEXT:
+            self._reply(event.data)
+        elif event.opcode is Opcode.CLOSE:
+            raise SubscribeError(f"the gateway closed the WebSocket ({self._ws.close_code})")
+
+    def _reply(self, data: bytes | bytearray | memoryview) -> None:
+        try:
+            message = orjson.loads(bytes(data))
+        except orjson.JSONDecodeError:
+            raise SubscribeError("a message that is not JSON") from None
+        if not isinstance(message, dict):
+            raise SubscribeError("a message that is not a JSON object")
+        if message.get("op") == "subscribed" and not self.opened.done():
+            self.opened.set_result(None)
+        elif message.get("op") == "error":
+            raise SubscribeError(f"{message.get('code')}: {message.get('message')}")
+
+    def _flush(self) -> None:
+        if self.transport is None or self.transport.is_closing():
+            return
+        for chunk in self._ws.data_to_send():
+            if chunk:
+                self.transport.write(chunk)
+            elif self.transport.can_write_eof():  # SEND_EOF: half-close (RFC 6455 7.1.1)
+                self.transport.write_eof()
+
+
+@dataclass
+class OpenedSet:
+    """The connections of one kind that opened, and why the others did not."""
+
+    transport: str
+    requested: int
+    subscribers: list[_IdleSubscriber] = field(default_factory=list)
+    failures: int = 0
+    failure_samples: list[str] = field(default_factory=list)
+
+    def failed(self, reason: str) -> None:
+        """One connection could not be opened."""
+        self.failures += 1
+        if reason not in self.failure_samples and len(self.failure_samples) < MAX_FAILURE_SAMPLES:
+            self.failure_samples.append(reason)
+
+    def close(self) -> None:
+        """Close every connection."""
+        for subscriber in self.subscribers:
+            subscriber.close()
+
+
+async def open_subscribers(
+    transport: str,
+    make: Callable[[int], _IdleSubscriber],
+    count: int,
+    port: int,
+    deadline: float,
+) -> OpenedSet:
+    """Open ``count`` subscribers (``make(index)``), `OPEN_CONCURRENCY` at a time, each
+    waited on until the gateway confirms it; give up on those not open by ``deadline``."""
+    opened = OpenedSet(transport, count)
+    indexes = iter(range(count))
+
+    async def worker() -> None:
+        for index in indexes:
+            subscriber = make(index)
+            try:
+                await _connect(subscriber, port, deadline)
+            except (OSError, TimeoutError, SubscribeError) as exc:
+                subscriber.close()
+                opened.failed(f"{type(exc).__name__}: {exc}")
+            else:
+                opened.subscribers.append(subscriber)
+
+    async with asyncio.TaskGroup() as group:
+        for _ in range(min(OPEN_CONCURRENCY, count)):
+            group.create_task(worker())
+    return opened
+
+
+async def _connect(subscriber: _IdleSubscriber, port: int, deadline: float) -> None:
+    loop = asyncio.get_running_loop()
+    async with asyncio.timeout_at(deadline):
+        await loop.create_connection(lambda: subscriber, "127.0.0.1", port)
+        await subscriber.opened
+
+
+async def create_streams(base_url: str, names: Sequence[str]) -> None:
+    """Create the named streams (``POST /v1/streams``), a few requests at a time.
+
+    Raises:
+        SubscribeError: the gateway refused one.
+    """
+    pending = iter(names)
+    async with httpx.AsyncClient(base_url=base_url, trust_env=False, timeout=30.0) as client:
+
+        async def worker() -> None:
+            for name in pending:
+                response = await client.post("/v1/streams", json={"name": name, "exist_ok": True})
+                if response.status_code >= 300:
+                    raise SubscribeError(f"creating {name}: HTTP {response.status_code}")
+
+        async with asyncio.TaskGroup() as group:
+            for _ in range(8):
+                group.create_task(worker())
+
+
+@dataclass
+class Readings:
+    """Memory readings of the gateway at each phase, and its CPU."""
+
+    baseline: ResourceSample | None = None
+    after_open: dict[str, ResourceSample] = field(default_factory=dict)
+    """Once each kind's connections are open (SSE first, then WebSocket)."""
+    end_of_hold: ResourceSample | None = None
+    after_close: ResourceSample | None = None
+    idle_cpu_pct: float | None = None
+    held_cpu_pct: float | None = None
+    hold_samples: list[ResourceSample] = field(default_factory=list)
+
+
+async def measure(args: argparse.Namespace, gateway: LocalGateway) -> dict[str, Any]:
+    """The phases (module docstring); returns the JSON document."""
+    assert gateway.url is not None
+    port = int(gateway.url.rsplit(":", 1)[1])
+    watch = ProcessWatch(gateway.pid)
+    readings = Readings()
+    names = [f"idle/{i}" for i in range(args.streams)]
+    await create_streams(gateway.url, names)
+    makers = _makers(port, names)
+    await _warm_up(makers, port, args.ping_s)
+    readings.baseline = await _settled(watch, args.settle_s)
+    readings.idle_cpu_pct = await _cpu_over(watch, min(CPU_WINDOW_S, args.hold_s))
+    sets: list[OpenedSet] = []
+    try:
+        for kind, count in (("sse", args.sse), ("ws", args.ws)):
+            deadline = asyncio.get_running_loop().time() + args.open_timeout_s
+            sets.append(await open_subscribers(kind, makers[kind], count, port, deadline))
+            readings.after_open[kind] = await _settled(watch, args.settle_s)
+        await _hold(args.hold_s, watch, sets, readings)
+    finally:
+        for opened in sets:
+            opened.close()
+    readings.after_close = await _settled(watch, args.settle_s)
+    return _document(args, gateway, readings, sets)
+
+
+def _makers(port: int, names: Sequence[str]) -> dict[str, Callable[[int], _IdleSubscriber]]:
+    authority = f"127.0.0.1:{port}"
+    return {
+        "sse": lambda i: IdleSseSubscriber(authority, names[i % len(names)]),
+        "ws": lambda i: IdleWsSubscriber(f"ws://{authority}/v1/ws", names[i % len(names)]),
+    }
+
+
+async def _warm_up(
+    makers: dict[str, Callable[[int], _IdleSubscriber]], port: int, ping_s: float
+) -> None:
+    """Open a few connections of each kind, let a heartbeat pass, close them."""
+    deadline = asyncio.get_running_loop().time() + 30.0
+    warm = [
+        await open_subscribers(kind, make, WARMUP_CONNECTIONS, port, deadline)
+        for kind, make in makers.items()
+    ]
+    await asyncio.sleep(ping_s + 0.5)
+    for opened in warm:
+        opened.close()
+
+
+async def _settled(watch: ProcessWatch, settle_s: float) -> ResourceSample:
+    await asyncio.sleep(settle_s)
+    return watch.sample()
+
+
+async def _cpu_over(watch: ProcessWatch, seconds: float) -> float:
+    """The gateway's CPU over the next ``seconds``, % of one core."""
+    started, cpu = time.monotonic(), watch.cpu_seconds()
+    await asyncio.sleep(seconds)
+    return 100.0 * (watch.cpu_seconds() - cpu) / (time.monotonic() - started)
+
+
+async def _hold(
+    hold_s: float, watch: ProcessWatch, sets: Iterable[OpenedSet], readings: Readings
+) -> None:
+    """Hold every connection ``hold_s`` seconds, timing heartbeats and sampling memory."""
+    loop = asyncio.get_running_loop()
+    subscribers = [s for opened in sets for s in opened.subscribers]
+    now = loop.time()
+    for subscriber in subscribers:
+        subscriber.heartbeats.reset(now)
+    started, cpu = time.monotonic(), watch.cpu_seconds()
+    async with ResourceSampler(watch, interval_s=1.0) as sampler:
+        await asyncio.sleep(hold_s)
+    readings.held_cpu_pct = 100.0 * (watch.cpu_seconds() - cpu) / (time.monotonic() - started)
+    now = loop.time()
+    for subscriber in subscribers:
+        subscriber.heartbeats.finish(now)
+    readings.hold_samples = sampler.samples
+    readings.end_of_hold = sampler.samples[-1] if sampler.samples else watch.sample()
+
+
+def _per_connection_kb(
+    before: ResourceSample | None, after: ResourceSample | None, n: int
+) -> dict[str, float | None]:
+    """RSS and PSS growth per connection, in KB (1024 bytes)."""
+    if before is None or after is None or n == 0:
+        return {"rss_kb": None, "pss_kb": None}
+    pss = None
+    if before.pss_bytes is not None and after.pss_bytes is not None:
+        pss = round((after.pss_bytes - before.pss_bytes) / n / 1024, 2)
+    return {"rss_kb": round((after.rss_bytes - before.rss_bytes) / n / 1024, 2), "pss_kb": pss}
+
+
+def _heartbeat_report(opened: OpenedSet, ping_s: float) -> dict[str, Any]:
+    logs = [s.heartbeats for s in opened.subscribers]
+    limit = SILENCE_PERIODS * ping_s
+    still_open = sum(1 for s in opened.subscribers if s.lost is None)
+    lost = sorted({s.lost for s in opened.subscribers if s.lost is not None})
+    return {
+        "transport": opened.transport,
+        "requested": opened.requested,
+        "opened": len(opened.subscribers),
+        "open_failures": opened.failures,
+        "open_failure_samples": opened.failure_samples,
+        "open_at_end": still_open,
+        "lost_samples": lost[:MAX_FAILURE_SAMPLES],
+        "heartbeats_min": min((log.count for log in logs), default=None),
+        "heartbeats_median": statistics.median(log.count for log in logs) if logs else None,
+        "longest_silence_s": round(max((log.longest_silence for log in logs), default=0.0), 3),
+        "silence_limit_s": limit,
+        "silent_connections": sum(1 for log in logs if log.longest_silence > limit),
+    }
+
+
+def _document(
+    args: argparse.Namespace, gateway: LocalGateway, readings: Readings, sets: list[OpenedSet]
+) -> dict[str, Any]:
+    sse, ws = sets
+    total = len(sse.subscribers) + len(ws.subscribers)
+    transports = [_heartbeat_report(opened, args.ping_s) for opened in sets]
+    all_held = all(
+        t["opened"] == t["requested"] and t["open_at_end"] == t["opened"] for t in transports
+    )
+    heartbeats_ok = all(t["silent_connections"] == 0 for t in transports)
+    overall = _per_connection_kb(readings.baseline, readings.end_of_hold, total)
+    after_sse = readings.after_open.get("sse")
+    return {
+        "benchmark": "idle_connections",
+        "airlane_version": __version__,
+        "gateway_pid": gateway.pid,
+        "config": {
+            "sse": args.sse,
+            "ws": args.ws,
+            "streams": args.streams,
+            "ping_s": args.ping_s,
+            "hold_s": args.hold_s,
+        },
+        "target_kb_per_connection": TARGET_KB_PER_CONNECTION,
+        "memory_per_connection": {
+            "sse": _per_connection_kb(readings.baseline, after_sse, len(sse.subscribers)),
+            "ws": _per_connection_kb(after_sse, readings.after_open.get("ws"), len(ws.subscribers)),
+            "all": overall,
+        },
+        "within_target": overall["rss_kb"] is not None
+        and overall["rss_kb"] <= TARGET_KB_PER_CONNECTION,
+        "connections": transports,
+        "every_connection_held": all_held,
+        "heartbeats_ok": heartbeats_ok,
+        "gateway_cpu_pct": {
+            "idle_without_connections": _round(readings.idle_cpu_pct),
+            "idle_with_connections": _round(readings.held_cpu_pct),
+        },
+        "samples": {
+            name: None if sample is None else sample.to_dict()
+            for name, sample in (
+                ("baseline", readings.baseline),
+                ("after_sse", after_sse),
+                ("after_ws", readings.after_open.get("ws")),
+                ("end_of_hold", readings.end_of_hold),
+                ("after_close", readings.after_close),
+            )
+        },
+        "hold_samples": [sample.to_dict() for sample in readings.hold_samples],
+    }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
+
+
+def print_report(document: dict[str, Any]) -> None:
+    """The human summary of a run."""
+    samples, memory = document["samples"], document["memory_per_connection"]
+    baseline = samples["baseline"]
+    print(
+        f"baseline: RSS {_mb(baseline['rss_bytes'])}, PSS {_mb(baseline['pss_bytes'])}, "
+        f"{baseline['open_fds']} fds"
+    )
+    for report in document["connections"]:
+        kind = report["transport"]
+        per = memory[kind]
+        print(
+            f"{kind:>3}: {report['opened']:,}/{report['requested']:,} opened, "
+            f"{report['open_at_end']:,} open at the end; {_kb(per['rss_kb'])} RSS "
+            f"({_kb(per['pss_kb'])} PSS) per connection; heartbeats min "
+            f"{report['heartbeats_min']} median {report['heartbeats_median']}, longest silence "
+            f"{report['longest_silence_s']:.2f} s (limit {report['silence_limit_s']:g} s)"
+        )
+        for reason in report["open_failure_samples"] + report["lost_samples"]:
+            print(f"     failure: {reason}")
+    overall, target = memory["all"], document["target_kb_per_connection"]
+    cpu = document["gateway_cpu_pct"]
+    print(
+        f"all: {_kb(overall['rss_kb'])} RSS ({_kb(overall['pss_kb'])} PSS) per connection, "
+        f"target {target:g} KB: {'within' if document['within_target'] else 'OVER'}"
+    )
+    print(
+        f"every connection held: {'yes' if document['every_connection_held'] else 'NO'}; "
+        f"heartbeats on every connection: {'yes' if document['heartbeats_ok'] else 'NO'}"
+    )
+    print(
+        f"gateway CPU: {cpu['idle_without_connections']} % without connections, "
+        f"{cpu['idle_with_connections']} % holding them (heartbeats only)"
+    )
+    print(f"RSS after closing them all: {_mb(samples['after_close']['rss_bytes'])}")
+
+
+def _mb(value: int | None) -> str:
+    return "-" if value is None else f"{value / 2**20:,.1f} MB"
+
+
+def _kb(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f} KB"
+
+
+def _gateway_config(directory: str, ping_s: float) -> Path:
+    path = Path(directory) / "idle.toml"
+    path.write_text(f"[http]\nsse_ping_s = {ping_s}\nws_ping_s = {ping_s}\n")
+    return path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line; returns the exit status."""
+    args = _parser().parse_args(argv)
+    host = describe_host()  # before pinning narrows this process's CPU affinity
+    fd_limit = raise_fd_limit()  # before spawning: the gateway inherits it
+    needed = args.sse + args.ws + 2 * WARMUP_CONNECTIONS + 64
+    if fd_limit < needed:
+        print(f"error: {needed} file descriptors needed, the limit is {fd_limit}", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory() as directory:
+        config = _gateway_config(directory, args.ping_s)
+        try:
+            with LocalGateway(["--config", str(config)]) as gateway:
+                pinning = _pin(gateway.pid)
+                document = _run(measure(args, gateway))
+        except (GatewayStartError, ProcessGone) as exc:
+            print(f"error: the gateway: {exc}", file=sys.stderr)
+            return 1
+    document.update(host=host, fd_limit=fd_limit, cpu_pinning=pinning)
+    print_report(document)
+    if args.json is not None:
+        args.json.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")
+        print(f"results written to {args.json}")
+    return 0
+
+
+def _pin(gateway_pid: int) -> dict[str, list[int]] | None:
+    plan = pinning_plan()
+    if plan is None:
+        return None
+    pin_process(gateway_pid, plan[0])
+    pin_process(os.getpid(), plan[1])
+    return {"server": sorted(plan[0]), "client": sorted(plan[1])}
+
+
+def _run(coro: Coroutine[Any, Any, dict[str, Any]]) -> dict[str, Any]:
+    """Run ``coro`` on uvloop where available (leaner per connection than asyncio's loop)."""
+    if sys.platform != "win32":
+        import uvloop
+
+        return uvloop.run(coro)
+    return asyncio.run(coro)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog="Examples are in the module docstring of benchmarks/idle_connections.py.",
+    )
+    add = parser.add_argument
+    add("--sse", type=_count, default=5000, help="idle SSE subscriptions (default: 5000)")
+    add("--ws", type=_count, default=5000, help="idle WebSocket subscriptions (default: 5000)")
+    add("--hold-s", type=_seconds, default=30.0, help="how long to hold them (default: 30)")
+    add(
+        "--ping-s",
+        type=_seconds,
+        default=DEFAULT_PING_S,
+        help="the gateway's heartbeat period (default: %(default)s)",
+    )
+    add(
+        "--streams",
+        type=_positive,
+        default=DEFAULT_STREAMS,
+        help="named streams the connections are spread over (default: %(default)s)",
+    )
+    add(
+        "--open-timeout-s",
+        type=_seconds,
+        default=120.0,
+        help="time limit for opening each kind's connections (default: %(default)s)",
+    )
+    add(
+        "--settle-s",
+        type=_seconds,
+        default=DEFAULT_SETTLE_S,
+        help="pause before each memory reading (default: %(default)s)",
+    )
+    add("--json", type=Path, help="write the results here")
+    return parser
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 50_000:
+        raise argparse.ArgumentTypeError("between 0 and 50000")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 100_000:
+        raise argparse.ArgumentTypeError("between 1 and 100000")
+    return value
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError("between 0 and 3600 seconds")
+    return value
+
+
+if __name__ == "__main__":
+    # A SIGTERM (a CI time limit, say) unwinds like Ctrl-C does, so the gateway is stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    sys.exit(main())
