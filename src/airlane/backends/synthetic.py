@@ -20,6 +20,7 @@ per batch, because this path is what the benchmarks measure.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import itertools
 import math
@@ -33,7 +34,7 @@ from typing import Any, Literal
 import orjson
 
 from airlane.backends.base import BackendError, GenerationRequest, LoadTestSpec
-from airlane.core.events import Channel, Event
+from airlane.core.events import Channel, Event, Kind, Lane
 
 __all__ = [
     "DEFAULT_DEFAULT_MAX_TOKENS",
@@ -66,9 +67,11 @@ DEFAULT_ITL_DISTRIBUTION: ItlDistribution = "gamma"
 DEFAULT_DEFAULT_MAX_TOKENS = 64
 DEFAULT_TOKENS_PER_DELTA = 1
 DEFAULT_SPEED = 1.0
-# Four events per batch, and a forced yield after each, keeps a never-sleeping stream from
-# monopolising the loop while costing one loop round-trip per four events, not per event.
-DEFAULT_YIELD_EVERY = 4
+# A never-sleeping stream hands over at most this many events per batch and then yields to
+# the loop, so it cannot monopolise it. A loop round-trip and a socket write cost as much as
+# a few dozen chunks (docs/performance.md), so batches are large; a stream's first batches
+# are smaller (1, 2, 4, ...) so that its first chunk goes out at once.
+DEFAULT_YIELD_EVERY = 32
 
 LOADTEST_TOKENS_PER_CHUNK = 16
 """Tokens carried by one benchmark chunk (the seed's "200 x 16-token chunks")."""
@@ -391,6 +394,12 @@ class LoadTestChunk:
         """The chunk numbered ``seq``, scheduled at ``ts_ns``, as JSON bytes."""
         return b'{"seq":%d,"ts":%d,%b' % (seq, ts_ns, self._tail)
 
+    def encode_range(self, first: int, stop: int, ts_ns: int) -> list[bytes]:
+        """Chunks ``first`` to ``stop - 1``, all scheduled at ``ts_ns`` (the same bytes as
+        `encode` for each; the shared part is formatted once)."""
+        rest = b',"ts":%d,%b' % (ts_ns, self._tail)
+        return [b'{"seq":%d%b' % (seq, rest) for seq in range(first, stop)]
+
 
 # -- the backend ---------------------------------------------------------------------------
 
@@ -477,16 +486,17 @@ class SyntheticBackend:
     async def _burst(
         self, chunk: LoadTestChunk, spec: LoadTestSpec, usage: Event
     ) -> AsyncGenerator[list[Event], None]:
-        yield_every = self.config.yield_every
+        # Slow start: batches of 1, 2, 4, ... up to yield_every chunks. The first chunk goes
+        # out alone, at once; later ones in batches large enough to amortise the loop
+        # round-trip and the socket write that each batch costs.
+        cap = self.config.yield_every
         end = spec.chunks + 1
-        encode, message = chunk.encode, Event.message
-        for first in range(1, end, yield_every):
+        first, size = 1, 1
+        while first < end:
+            stop = min(first + size, end)
             # One clock read per batch: its chunks are released together.
-            ts_ns = time.monotonic_ns()
-            yield [
-                message(raw=encode(seq, ts_ns), tokens=LOADTEST_TOKENS_PER_CHUNK)
-                for seq in range(first, min(first + yield_every, end))
-            ]
+            yield list(map(_chunk_event, chunk.encode_range(first, stop, time.monotonic_ns())))
+            first, size = stop, min(size * 2, cap)
             await _yield_to_loop()
         yield [usage, Event.done("stop")]
 
@@ -505,5 +515,8 @@ class SyntheticBackend:
         yield [usage, Event.done("stop")]
 
 
-def _chunk_event(raw: bytes) -> Event:
-    return Event.message(raw=raw, tokens=LOADTEST_TOKENS_PER_CHUNK)
+_chunk_event = functools.partial(
+    Event, Kind.MESSAGE, "", None, Channel.CONTENT, Lane.INTERACTIVE, LOADTEST_TOKENS_PER_CHUNK
+)
+"""A load-test chunk's event from its JSON bytes: `Event.message` with ``raw`` and the
+chunk's tokens, minus a call frame (positional, in `Event`'s field order)."""

@@ -60,6 +60,16 @@ class LatencyHistogram:
         self.sum_ns += value_ns
         self.max_ns = max(self.max_ns, value_ns)
 
+    def observe_n(self, value_ns: int, count: int) -> None:
+        """Record ``count`` latencies of ``value_ns`` each (`observe` ``count`` times)."""
+        if count <= 0:
+            return
+        value_ns = max(value_ns, 0)
+        self.counts[_bucket(value_ns)] += count
+        self.total += count
+        self.sum_ns += value_ns * count
+        self.max_ns = max(self.max_ns, value_ns)
+
     def observe_many(self, values_ns: list[int]) -> None:
         """Record several latencies at once (the same as `observe` for each, cheaper)."""
         counts = self.counts
