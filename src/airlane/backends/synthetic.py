@@ -34,6 +34,7 @@ from typing import Any, Literal
 import orjson
 
 from airlane.backends.base import BackendError, GenerationRequest, LoadTestSpec
+from airlane.backends.pacing import Pacer
 from airlane.core.events import Channel, Event, Kind, Lane
 
 __all__ = [
@@ -412,21 +413,6 @@ def _yield_to_loop() -> Generator[None, None, None]:
     yield
 
 
-async def _sleep_until(loop: asyncio.AbstractEventLoop, deadline: float) -> None:
-    """Sleep until ``deadline`` on the loop's clock; a deadline already past still yields."""
-    await asyncio.sleep(max(0.0, deadline - loop.time()))
-
-
-async def _sleep_until_ns(deadline_ns: int) -> None:
-    """Sleep until ``time.monotonic_ns()`` reaches ``deadline_ns``; yields at least once."""
-    remaining = deadline_ns - time.monotonic_ns()
-    await asyncio.sleep(max(0.0, remaining / 1e9))
-    # Bounded: each round sleeps the whole remainder, so this repeats only while the loop's
-    # timer resolution leaves a sub-millisecond gap.
-    while (remaining := deadline_ns - time.monotonic_ns()) > 0:  # noqa: ASYNC110
-        await asyncio.sleep(remaining / 1e9)
-
-
 class SyntheticBackend:
     """A `Backend` that makes up deterministic text (or benchmark chunks); serves any model.
 
@@ -439,6 +425,7 @@ class SyntheticBackend:
     def __init__(self, config: SyntheticConfig | None = None) -> None:
         self.config = config if config is not None else SyntheticConfig()
         """The pacing and sizing in effect."""
+        self._pacer: Pacer | None = None
 
     def stream(self, request: GenerationRequest) -> AsyncGenerator[list[Event], None]:
         """Yield the events of one synthetic generation, in batches."""
@@ -462,10 +449,10 @@ class SyntheticBackend:
                 yield batch
                 await asyncio.sleep(0)
             return
-        loop = asyncio.get_running_loop()
-        start = loop.time()
+        self._pacer = pacer = Pacer.for_loop(self._pacer)
+        start_ns = time.monotonic_ns()
         for due_s, event in script:
-            await _sleep_until(loop, start + due_s / speed)
+            await pacer.sleep_until(start_ns + round(due_s / speed * 1e9))
             yield [event]
 
     def _loadtest(
@@ -504,13 +491,13 @@ class SyntheticBackend:
         self, chunk: LoadTestChunk, spec: LoadTestSpec, usage: Event
     ) -> AsyncGenerator[list[Event], None]:
         # Chunk i is due at start + i * interval on CLOCK_MONOTONIC, and that is its ts. The
-        # loop's timers (uvloop: a cached, millisecond clock) may fire a little early, so a
-        # chunk is never released before its ts: after a timer, any remainder is slept again.
+        # pacer wakes every stream of the loop with one timer, never before the due time.
+        self._pacer = pacer = Pacer.for_loop(self._pacer)
         start_ns = time.monotonic_ns()
         interval_ns = spec.interval_ms * 1_000_000
         for index in range(spec.chunks):
             ts_ns = start_ns + round(index * interval_ns)
-            await _sleep_until_ns(ts_ns)
+            await pacer.sleep_until(ts_ns)
             yield [_chunk_event(chunk.encode(index + 1, ts_ns))]
         yield [usage, Event.done("stop")]
 
