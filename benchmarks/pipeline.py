@@ -24,12 +24,12 @@ from airlane.server import ServerConfig, build_app, tune_gc
 from airlane.transports.http import AirlaneApp
 
 
-async def _one_stream(app: AirlaneApp, chunks: int) -> int:
+async def _one_stream(app: AirlaneApp, query: str) -> int:
     scope = {
         "type": "http",
         "method": "GET",
         "path": "/v1/loadtest/sse",
-        "query_string": f"chunks={chunks}".encode(),
+        "query_string": query.encode(),
         "headers": [],
         "client": ("127.0.0.1", 1),
     }
@@ -51,8 +51,17 @@ async def _one_stream(app: AirlaneApp, chunks: int) -> int:
     return received
 
 
-async def run(streams: int, chunks: int, *, tune: bool = True, yield_every: int = 0) -> None:
-    """Serve ``streams`` concurrent load-test streams and print the per-chunk cost."""
+async def run(
+    streams: int,
+    chunks: int,
+    *,
+    tune: bool = True,
+    yield_every: int = 0,
+    mode: str = "burst",
+    interval_ms: float = 20.0,
+) -> None:
+    """Serve ``streams`` concurrent load-test streams and print the per-chunk cost (wall time,
+    and CPU time, which is what counts in paced mode)."""
     config = ServerConfig()
     if yield_every:
         config = replace(config, synthetic=replace(config.synthetic, yield_every=yield_every))
@@ -60,13 +69,16 @@ async def run(streams: int, chunks: int, *, tune: bool = True, yield_every: int 
     if tune:
         tune_gc()  # as `airlane serve` does
     await app.gateway.start()
-    started = time.perf_counter()
-    sizes = await asyncio.gather(*(_one_stream(app, chunks) for _ in range(streams)))
+    query = f"chunks={chunks}&mode={mode}&interval_ms={interval_ms}"
+    started, cpu_started = time.perf_counter(), time.process_time()
+    sizes = await asyncio.gather(*(_one_stream(app, query) for _ in range(streams)))
     elapsed = time.perf_counter() - started
+    cpu = time.process_time() - cpu_started
     total = streams * chunks
     print(
-        f"{streams} streams x {chunks} chunks: {total / elapsed:,.0f} chunks/s, "
-        f"{elapsed / total * 1e6:.1f} us/chunk, {sum(sizes) / elapsed / 1e6:.1f} MB/s"
+        f"{streams} streams x {chunks} chunks ({mode}): {total / elapsed:,.0f} chunks/s, "
+        f"{elapsed / total * 1e6:.1f} us/chunk wall, {cpu / total * 1e6:.1f} us/chunk CPU, "
+        f"{sum(sizes) / elapsed / 1e6:.1f} MB/s"
     )
     await app.gateway.aclose()
 
@@ -79,18 +91,23 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="print a cProfile summary")
     parser.add_argument("--default-gc", action="store_true", help="skip `tune_gc`")
     parser.add_argument("--yield-every", type=int, default=0, help="synthetic.yield_every")
+    parser.add_argument("--mode", choices=("burst", "paced"), default="burst")
+    parser.add_argument("--interval-ms", type=float, default=20.0, help="paced mode interval")
     args = parser.parse_args()
+    main_coro = run(
+        args.streams,
+        args.chunks,
+        tune=not args.default_gc,
+        yield_every=args.yield_every,
+        mode=args.mode,
+        interval_ms=args.interval_ms,
+    )
     if args.profile:
         profiler = cProfile.Profile()
-        profiler.runcall(
-            uvloop.run,
-            run(args.streams, args.chunks, tune=not args.default_gc, yield_every=args.yield_every),
-        )
+        profiler.runcall(uvloop.run, main_coro)
         pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
     else:
-        uvloop.run(
-            run(args.streams, args.chunks, tune=not args.default_gc, yield_every=args.yield_every)
-        )
+        uvloop.run(main_coro)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ per batch, because this path is what the benchmarks measure.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import itertools
 import math
@@ -33,7 +34,8 @@ from typing import Any, Literal
 import orjson
 
 from airlane.backends.base import BackendError, GenerationRequest, LoadTestSpec
-from airlane.core.events import Channel, Event
+from airlane.backends.pacing import Pacer
+from airlane.core.events import Channel, Event, Kind, Lane
 
 __all__ = [
     "DEFAULT_DEFAULT_MAX_TOKENS",
@@ -66,9 +68,11 @@ DEFAULT_ITL_DISTRIBUTION: ItlDistribution = "gamma"
 DEFAULT_DEFAULT_MAX_TOKENS = 64
 DEFAULT_TOKENS_PER_DELTA = 1
 DEFAULT_SPEED = 1.0
-# Four events per batch, and a forced yield after each, keeps a never-sleeping stream from
-# monopolising the loop while costing one loop round-trip per four events, not per event.
-DEFAULT_YIELD_EVERY = 4
+# A never-sleeping stream hands over at most this many events per batch and then yields to
+# the loop, so it cannot monopolise it. A loop round-trip and a socket write cost as much as
+# a few dozen chunks (docs/performance.md), so batches are large; a stream's first batches
+# are smaller (1, 2, 4, ...) so that its first chunk goes out at once.
+DEFAULT_YIELD_EVERY = 32
 
 LOADTEST_TOKENS_PER_CHUNK = 16
 """Tokens carried by one benchmark chunk (the seed's "200 x 16-token chunks")."""
@@ -391,6 +395,12 @@ class LoadTestChunk:
         """The chunk numbered ``seq``, scheduled at ``ts_ns``, as JSON bytes."""
         return b'{"seq":%d,"ts":%d,%b' % (seq, ts_ns, self._tail)
 
+    def encode_range(self, first: int, stop: int, ts_ns: int) -> list[bytes]:
+        """Chunks ``first`` to ``stop - 1``, all scheduled at ``ts_ns`` (the same bytes as
+        `encode` for each; the shared part is formatted once)."""
+        rest = b',"ts":%d,%b' % (ts_ns, self._tail)
+        return [b'{"seq":%d%b' % (seq, rest) for seq in range(first, stop)]
+
 
 # -- the backend ---------------------------------------------------------------------------
 
@@ -401,21 +411,6 @@ def _yield_to_loop() -> Generator[None, None, None]:
     reschedule itself with call_soon), without sleep's own coroutine frame: the burst source
     yields once per batch."""
     yield
-
-
-async def _sleep_until(loop: asyncio.AbstractEventLoop, deadline: float) -> None:
-    """Sleep until ``deadline`` on the loop's clock; a deadline already past still yields."""
-    await asyncio.sleep(max(0.0, deadline - loop.time()))
-
-
-async def _sleep_until_ns(deadline_ns: int) -> None:
-    """Sleep until ``time.monotonic_ns()`` reaches ``deadline_ns``; yields at least once."""
-    remaining = deadline_ns - time.monotonic_ns()
-    await asyncio.sleep(max(0.0, remaining / 1e9))
-    # Bounded: each round sleeps the whole remainder, so this repeats only while the loop's
-    # timer resolution leaves a sub-millisecond gap.
-    while (remaining := deadline_ns - time.monotonic_ns()) > 0:  # noqa: ASYNC110
-        await asyncio.sleep(remaining / 1e9)
 
 
 class SyntheticBackend:
@@ -430,6 +425,7 @@ class SyntheticBackend:
     def __init__(self, config: SyntheticConfig | None = None) -> None:
         self.config = config if config is not None else SyntheticConfig()
         """The pacing and sizing in effect."""
+        self._pacer: Pacer | None = None
 
     def stream(self, request: GenerationRequest) -> AsyncGenerator[list[Event], None]:
         """Yield the events of one synthetic generation, in batches."""
@@ -453,10 +449,10 @@ class SyntheticBackend:
                 yield batch
                 await asyncio.sleep(0)
             return
-        loop = asyncio.get_running_loop()
-        start = loop.time()
+        self._pacer = pacer = Pacer.for_loop(self._pacer)
+        start_ns = time.monotonic_ns()
         for due_s, event in script:
-            await _sleep_until(loop, start + due_s / speed)
+            await pacer.sleep_until(start_ns + round(due_s / speed * 1e9))
             yield [event]
 
     def _loadtest(
@@ -477,16 +473,17 @@ class SyntheticBackend:
     async def _burst(
         self, chunk: LoadTestChunk, spec: LoadTestSpec, usage: Event
     ) -> AsyncGenerator[list[Event], None]:
-        yield_every = self.config.yield_every
+        # Slow start: batches of 1, 2, 4, ... up to yield_every chunks. The first chunk goes
+        # out alone, at once; later ones in batches large enough to amortise the loop
+        # round-trip and the socket write that each batch costs.
+        cap = self.config.yield_every
         end = spec.chunks + 1
-        encode, message = chunk.encode, Event.message
-        for first in range(1, end, yield_every):
+        first, size = 1, 1
+        while first < end:
+            stop = min(first + size, end)
             # One clock read per batch: its chunks are released together.
-            ts_ns = time.monotonic_ns()
-            yield [
-                message(raw=encode(seq, ts_ns), tokens=LOADTEST_TOKENS_PER_CHUNK)
-                for seq in range(first, min(first + yield_every, end))
-            ]
+            yield list(map(_chunk_event, chunk.encode_range(first, stop, time.monotonic_ns())))
+            first, size = stop, min(size * 2, cap)
             await _yield_to_loop()
         yield [usage, Event.done("stop")]
 
@@ -494,16 +491,19 @@ class SyntheticBackend:
         self, chunk: LoadTestChunk, spec: LoadTestSpec, usage: Event
     ) -> AsyncGenerator[list[Event], None]:
         # Chunk i is due at start + i * interval on CLOCK_MONOTONIC, and that is its ts. The
-        # loop's timers (uvloop: a cached, millisecond clock) may fire a little early, so a
-        # chunk is never released before its ts: after a timer, any remainder is slept again.
+        # pacer wakes every stream of the loop with one timer, never before the due time.
+        self._pacer = pacer = Pacer.for_loop(self._pacer)
         start_ns = time.monotonic_ns()
         interval_ns = spec.interval_ms * 1_000_000
         for index in range(spec.chunks):
             ts_ns = start_ns + round(index * interval_ns)
-            await _sleep_until_ns(ts_ns)
+            await pacer.sleep_until(ts_ns)
             yield [_chunk_event(chunk.encode(index + 1, ts_ns))]
         yield [usage, Event.done("stop")]
 
 
-def _chunk_event(raw: bytes) -> Event:
-    return Event.message(raw=raw, tokens=LOADTEST_TOKENS_PER_CHUNK)
+_chunk_event = functools.partial(
+    Event, Kind.MESSAGE, "", None, Channel.CONTENT, Lane.INTERACTIVE, LOADTEST_TOKENS_PER_CHUNK
+)
+"""A load-test chunk's event from its JSON bytes: `Event.message` with ``raw`` and the
+chunk's tokens, minus a call frame (positional, in `Event`'s field order)."""

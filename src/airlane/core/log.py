@@ -25,6 +25,7 @@ shared by every reader ("encode once").
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable
 from typing import Any
 
@@ -48,6 +49,9 @@ DEFAULT_MAX_COALESCE_CHARS = 16384
 _DELTA = Kind.DELTA
 _SNAPSHOT = Kind.SNAPSHOT
 _USAGE = Kind.USAGE
+# Kinds `StreamLog.append_many` has more to do for than assign a seq and store.
+_SPECIAL_KINDS = frozenset({Kind.SNAPSHOT, Kind.USAGE, *TERMINAL_KINDS})
+_tokens_of = operator.attrgetter("tokens")
 
 # Compact the backing list once this many trimmed slots have piled up at its head.
 _COMPACT_AFTER = 1024
@@ -88,6 +92,7 @@ class StreamLog:
     __slots__ = (
         "_events",
         "_head",
+        "_last_delta_seq",
         "_max_bytes",
         "_max_events",
         "_retained_bytes",
@@ -129,6 +134,8 @@ class StreamLog:
         self._events: list[Event] = []
         self._head = 0
         self._retained_bytes = 0
+        # The seq of the newest delta: a reader past it has nothing to coalesce.
+        self._last_delta_seq = 0
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -173,50 +180,62 @@ class StreamLog:
         one (the retained window is the same: it is always the newest events that fit). If an
         event is refused, the ones before it stay appended.
         """
-        ledger = self.ledger
-        stored = self._events
-        seq = self.next_seq
-        added_bytes = 0
+        store = self._events.append
+        first_seq = seq = self.next_seq
+        terminal = self.terminal
+        last_delta = self._last_delta_seq
+        text_bytes = 0
         tokens = 0  # completion tokens not yet handed to the ledger
         try:
+            # The common kinds (delta, message) take one membership test and no branch.
             for event in events:
-                if self.terminal is not None:
+                if terminal is not None:
                     raise StreamClosed(
                         f"stream {self.stream_id!r} has ended; nothing can be appended"
                     )
                 kind = event.kind
-                if kind is _SNAPSHOT:
-                    raise ValueError("snapshot events are made by the log, not appended")
+                if kind in _SPECIAL_KINDS:
+                    tokens = self._append_special(event, kind, tokens, now_ns)
+                    terminal = self.terminal
+                elif kind is _DELTA:
+                    last_delta = seq
                 event.seq = seq
                 event.ts_ns = now_ns
                 seq += 1
-                if kind is _USAGE and event.data:
-                    ledger.on_append(tokens, now_ns)
-                    tokens = 0
-                    ledger.on_backend_usage(
-                        int(event.data.get("prompt_tokens", 0)),
-                        int(event.data.get("completion_tokens", 0)),
-                    )
-                elif kind in TERMINAL_KINDS:
-                    ledger.on_append(tokens + event.tokens, now_ns)
-                    tokens = 0
-                    event.data = {**(event.data or {}), "usage": ledger.report()}
-                    self.terminal = event
-                else:
-                    tokens += event.tokens
-                stored.append(event)
+                tokens += event.tokens
+                store(event)
                 # Event.size, inlined (a property call per event costs more than the sum).
                 raw = event.raw
-                added_bytes += EVENT_OVERHEAD_BYTES + len(event.text)
-                if raw is not None:
-                    added_bytes += len(raw)
+                text_bytes += len(event.text) if raw is None else len(event.text) + len(raw)
         finally:
             self.next_seq = seq
+            self._last_delta_seq = last_delta
             if tokens:
-                ledger.on_append(tokens, now_ns)
-            self._retained_bytes += added_bytes
+                self.ledger.on_append(tokens, now_ns)
+            self._retained_bytes += text_bytes + EVENT_OVERHEAD_BYTES * (seq - first_seq)
             if self._over_limit(now_ns):
                 self.trim(now_ns)
+
+    def _append_special(self, event: Event, kind: Kind, tokens: int, now_ns: int) -> int:
+        """The bookkeeping of a usage or terminal event (refusing a snapshot); returns the
+        completion tokens still to hand to the ledger (``event``'s own are added later)."""
+        if kind is _SNAPSHOT:
+            raise ValueError("snapshot events are made by the log, not appended")
+        ledger = self.ledger
+        if kind is _USAGE:
+            if event.data:
+                ledger.on_append(tokens, now_ns)
+                ledger.on_backend_usage(
+                    int(event.data.get("prompt_tokens", 0)),
+                    int(event.data.get("completion_tokens", 0)),
+                )
+                return 0
+            return tokens
+        # A terminal event: its usage report covers everything, its own tokens included.
+        ledger.on_append(tokens + event.tokens, now_ns)
+        event.data = {**(event.data or {}), "usage": ledger.report()}
+        self.terminal = event
+        return -event.tokens  # already counted; the caller adds them back
 
     def _over_limit(self, now_ns: int) -> bool:
         """True if `trim` may have something to fold: a cheap test for the common case."""
@@ -294,6 +313,19 @@ class StreamLog:
         index = self._head + (cursor.after - folded_through)
         events = self._events
         end = len(events)
+        if not out and self._last_delta_seq <= cursor.after:
+            # No delta ahead of the cursor, so nothing to coalesce: the frames are a slice of
+            # the log (the common case for message streams, where a per-event loop would
+            # cost more than everything else on the read path).
+            stop = min(end, index + limit)
+            if stop > index and (self.terminal is None or stop < end):
+                out = events[index:stop]
+                cursor.after = out[-1].seq
+                tokens = sum(map(_tokens_of, out))
+                if tokens:
+                    cursor.delivered_tokens += tokens
+                    self.ledger.on_delivered(cursor.subscriber, tokens)
+                return out
         lengths = cursor.text_lengths
         tokens = 0
         terminal: Event | None = None
@@ -400,6 +432,14 @@ class StreamLog:
 
     def record_write(self, events: list[Event], now_ns: int) -> None:
         """A transport wrote ``events`` to a socket at ``now_ns``: record the added latency."""
+        if not events:
+            return
+        first, last = events[0], events[-1]
+        # Events appended together share their ts_ns, and a log's ts_ns never decreases, so a
+        # batch whose ends agree is one latency, recorded once with its count.
+        if first.ts_ns == last.ts_ns and first.seq and first.kind is not _SNAPSHOT:
+            self.ledger.gateway_latency.observe_n(now_ns - first.ts_ns, len(events))
+            return
         self.ledger.gateway_latency.observe_many(
             [now_ns - e.ts_ns for e in events if e.seq and e.kind is not _SNAPSHOT]
         )

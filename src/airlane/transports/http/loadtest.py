@@ -12,6 +12,7 @@ Query: ``chunks`` (1..100000, default 200), ``mode`` (``burst`` | ``paced``),
 from __future__ import annotations
 
 import contextlib
+import operator
 from collections.abc import AsyncIterator
 
 from airlane.backends.base import GenerationRequest, LoadTestSpec
@@ -45,6 +46,7 @@ def loadtest_request(request: Request) -> GenerationRequest:
     return GenerationRequest(model="airlane-loadtest", loadtest=spec)
 
 
+_raw_of = operator.attrgetter("raw")
 _DATA = b"data: "
 _END = b"\n\n"
 _BETWEEN = _END + _DATA
@@ -52,9 +54,10 @@ _BETWEEN = _END + _DATA
 
 def render_loadtest_sse(batch: list[Event]) -> bytes:
     """``data: <chunk>`` for each chunk; other events (usage, done) are not sent."""
-    # Only load-test chunks carry raw JSON. One join with the frame boundary as separator:
-    # cheaper than three parts per chunk.
-    chunks = [event.raw for event in batch if event.raw is not None]
+    # Only load-test chunks carry raw JSON (usage and done have none). One join with the
+    # frame boundary as separator: cheaper than three parts per chunk. map and filter keep
+    # the per-chunk work in C.
+    chunks = list(filter(None, map(_raw_of, batch)))
     if not chunks:
         return b""
     return b"".join((_DATA, _BETWEEN.join(chunks), _END))
