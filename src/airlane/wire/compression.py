@@ -16,6 +16,7 @@ their output, so a small "decompression bomb" cannot expand into gigabytes of me
 from __future__ import annotations
 
 import enum
+import functools
 import ipaddress
 import re
 from collections.abc import Callable, Mapping
@@ -174,7 +175,10 @@ def classify_client(user_agent: str | None, remote_addr: str | None) -> ClientCl
     return ClientClass.UNKNOWN
 
 
+@functools.lru_cache(maxsize=4096)
 def _is_local_address(remote_addr: str) -> bool:
+    # Cached: parsing an address costs ~40 us and a gateway sees the same peers (its own
+    # proxies, a load balancer, a benchmark client) over and over; the cache is bounded.
     host = remote_addr.strip()
     if host.startswith("["):  # "[::1]:8080"
         host = host[1 : host.find("]")]

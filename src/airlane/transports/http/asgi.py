@@ -79,6 +79,19 @@ class HttpError(Exception):
         self.headers = list(headers)
 
 
+def _parse_query(raw: str) -> dict[str, str]:
+    """``parse_qsl`` into a dict (last value wins), without its per-field unquoting when
+    nothing is quoted: a request's setup is on the path to its first chunk."""
+    if "%" in raw or "+" in raw:
+        return dict(parse_qsl(raw))
+    query = {}
+    for field in raw.split("&"):
+        name, _, value = field.partition("=")
+        if value:  # like parse_qsl, blank values are dropped
+            query[name] = value
+    return query
+
+
 @dataclass(slots=True)
 class Request:
     """The parts of an ASGI scope the handlers use."""
@@ -92,7 +105,8 @@ class Request:
     @classmethod
     def from_scope(cls, scope: Scope) -> Request:
         """Parse method, path, query string and headers (last value of a repeated header)."""
-        query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+        raw_query = scope.get("query_string", b"").decode("latin-1")
+        query = _parse_query(raw_query) if raw_query else {}
         headers = {name.lower(): value for name, value in scope.get("headers", [])}
         return cls(scope, scope.get("method", "GET"), scope["path"], query, headers)
 
