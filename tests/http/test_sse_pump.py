@@ -1,4 +1,8 @@
-"""`SSEPump` in memory: heartbeats only on idle waits, every event delivered, disconnects."""
+"""`SSEPump` in memory: heartbeats only on idle waits, every event delivered, disconnects.
+
+Each test runs twice: with the hub calling the pump back (direct mode, `Subscription.listen`)
+and with a subscription that cannot, so the pump waits in `next_batch` (tasked mode, what a
+hub without call-backs gets)."""
 
 from __future__ import annotations
 
@@ -6,10 +10,12 @@ import asyncio
 from collections.abc import MutableMapping
 from typing import Any
 
+import pytest
+
 from airlane.core import Event
-from airlane.hub import MemoryHub
-from airlane.transports.http.asgi import SSEPump
+from airlane.hub import MemoryHub, Subscription, memory
 from airlane.transports.http.metrics import HttpMetrics
+from airlane.transports.http.sse_pump import SSEPump
 
 PING = b": ping\n\n"
 
@@ -31,6 +37,13 @@ class Peer:
     async def receive(self) -> MutableMapping[str, Any]:
         await self.gone.wait()
         return {"type": "http.disconnect"}
+
+
+@pytest.fixture(params=["direct", "tasked"], autouse=True)
+def pump_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "tasked":
+        monkeypatch.setattr(memory._MemorySubscription, "listen", Subscription.listen)
+    return str(request.param)
 
 
 async def pump_stream(ping_s: float, produce: Any) -> tuple[bool, list[bytes]]:

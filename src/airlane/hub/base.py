@@ -162,6 +162,23 @@ class Subscription(abc.ABC):
         """Wait for and return the next frames; an empty list means the stream is over for
         this reader (terminal delivered, subscription closed, or hub shut down)."""
 
+    @property
+    def over(self) -> bool:
+        """True once `next_batch` would return ``[]``: nothing more will come to this reader
+        (it was handed the terminal event, or the subscription, stream or hub is closed)."""
+        return self.exhausted
+
+    def listen(self, callback: Callable[[], object] | None) -> bool:
+        """Call ``callback`` synchronously, from the task that appends, whenever this reader
+        may have something new to `poll` or may be `over`; None stops it.
+
+        For writers that can write without waiting (`airlane.transports.http.sse_pump.SSEPump`):
+        events go out inside the append's own loop turn, with no task switch per batch. A
+        callback must not block or raise. Returns False if this hub cannot call back; the
+        caller then waits with `next_batch`.
+        """
+        return False
+
     @abc.abstractmethod
     def mark_written(self, events: list[Event], now_ns: int) -> None:
         """Tell the ledger that ``events`` reached the socket at ``now_ns``."""

@@ -72,7 +72,15 @@ class MemoryHubConfig:
 
 
 class _Stream:
-    __slots__ = ("cancel_callbacks", "ended_at", "log", "orphan", "readers", "waiters")
+    __slots__ = (
+        "cancel_callbacks",
+        "ended_at",
+        "listeners",
+        "log",
+        "orphan",
+        "readers",
+        "waiters",
+    )
 
     def __init__(self, log: StreamLog, orphan: OrphanTracker | None) -> None:
         self.log = log
@@ -82,6 +90,8 @@ class _Stream:
         # not one shared: a reader whose wait is cancelled must not cancel the others'.
         self.waiters: list[asyncio.Future[None]] = []
         self.cancel_callbacks: list[Callable[[], object]] = []
+        # Readers that write synchronously (Subscription.listen): called on every append.
+        self.listeners: list[Callable[[], object]] = []
         self.ended_at: float | None = None
         self.readers = 0
 
@@ -92,6 +102,13 @@ class _Stream:
             for waiter in waiters:
                 if not waiter.done():
                     waiter.set_result(None)
+        if self.listeners:
+            # A copy: a listener that finishes its reader removes itself.
+            for listener in tuple(self.listeners):
+                try:
+                    listener()
+                except Exception:
+                    log.exception("a listener of stream %s failed", self.log.stream_id)
 
     def waiter(self) -> asyncio.Future[None]:
         """A future resolved by the next append (or end, deletion, hub shutdown). The reader
@@ -117,6 +134,7 @@ class _MemorySubscription(Subscription):
         self._log = stream.log  # the stream's log never changes; one lookup less per poll
         self._cursor = cursor
         self._closed = False
+        self._listener: Callable[[], object] | None = None
 
     @property
     def position(self) -> Position:
@@ -166,6 +184,25 @@ class _MemorySubscription(Subscription):
                 raise
         return []
 
+    @property
+    def over(self) -> bool:
+        stream_log, hub = self._log, self._hub
+        if self._closed or hub._closing or hub._streams.get(self.stream_id) is not self._stream:
+            return True
+        return self._cursor.finished or (
+            stream_log.terminal is not None and not stream_log.pending(self._cursor)
+        )
+
+    def listen(self, callback: Callable[[], object] | None) -> bool:
+        listeners = self._stream.listeners
+        if self._listener is not None:
+            with contextlib.suppress(ValueError):
+                listeners.remove(self._listener)
+        self._listener = callback
+        if callback is not None:
+            listeners.append(callback)
+        return True
+
     def mark_written(self, events: list[Event], now_ns: int) -> None:
         self._log.record_write(events, now_ns)
 
@@ -173,6 +210,7 @@ class _MemorySubscription(Subscription):
         if self._closed:
             return
         self._closed = True
+        self.listen(None)
         self._hub._release(self._stream)
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from airlane.gateway import Gateway
-from airlane.transports.http.asgi import Receive, Request, Send, SSEPump
+from airlane.transports.http.asgi import Receive, Request, Send
 from airlane.transports.http.config import HttpConfig
 from airlane.transports.http.metrics import HttpMetrics
+from airlane.transports.http.sse_pump import SSEPump
 
 __all__ = ["AppContext"]
 

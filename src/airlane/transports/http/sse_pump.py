@@ -1,0 +1,350 @@
+"""`SSEPump`: streams a subscription as an SSE response (heartbeats, disconnects, flow control).
+
+Two ways to wait for events, chosen by what the hub offers:
+
+- **direct** (the hub can call back, `Subscription.listen`): the hub calls the pump from the
+  appending task right after an append, and the pump renders and sends the new frames at
+  once, driving the server's ``send`` in place (`send_now`). No task wakes up per batch,
+  which on the paced path was a third of a chunk's cost. When the server applies
+  backpressure (``send`` would wait), the rest of that send runs in a task and the pump
+  writes nothing else until it is done, then catches up with one coalesced read;
+- **tasked** (any hub): the pump's task awaits `Subscription.next_batch` and sends.
+
+Either way, a slow reader blocks only its own pump: its cursor falls behind, its next read is
+coalesced, and memory per connection stays bounded by the server's write buffer plus one
+batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from airlane.core import TERMINAL_KINDS, Event
+from airlane.hub import Subscription
+from airlane.transports.http.asgi import Receive, Send
+from airlane.transports.http.metrics import HttpMetrics
+from airlane.transports.http.send_now import send_now
+from airlane.wire.compression import Compression, CompressionChoice, make_compressor
+
+__all__ = ["SSE_HEADERS", "SSEPump"]
+
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    # Tell nginx-style proxies not to buffer the stream.
+    (b"x-accel-buffering", b"no"),
+]
+
+# uvloop's timers have millisecond resolution and may fire up to that much early.
+_TIMER_SLACK_S = 0.001
+
+# Reads one call-back may write before it lets the loop run: a reader far behind catches up
+# over several loop turns rather than in one long one.
+_MAX_DIRECT_READS = 8
+
+_PING = b": ping\n\n"
+
+Render = Callable[[list[Event]], bytes]
+
+
+class SSEPump:
+    """Streams a subscription as an SSE response until it ends or the client leaves.
+
+    ``render`` turns a batch of events into SSE bytes (from the events' encode caches).
+    Heartbeat comments keep idle connections alive through proxies: one goes out once the
+    stream has been idle for ``ping_s``, kept by one timer per ping period (re-armed only when
+    it fires), not a timeout per wait. ASGI servers drop writes after a disconnect without
+    telling the sender, so a watcher task reads ``receive`` and stops the pump when
+    ``http.disconnect`` arrives.
+    """
+
+    def __init__(
+        self,
+        send: Send,
+        receive: Receive,
+        *,
+        ping_s: float,
+        batch_limit: int,
+        metrics: HttpMetrics,
+        compression: CompressionChoice | None = None,
+    ) -> None:
+        self.send = send
+        self.receive = receive
+        self.compression = compression or CompressionChoice(Compression.NONE)
+        self._compressor = (
+            None
+            if self.compression.method is Compression.NONE
+            else make_compressor(self.compression)
+        )
+        self.ping_s = ping_s
+        self.batch_limit = batch_limit
+        self.metrics = metrics
+        self.disconnected = False
+        # Loop time since which the stream has been idle (nothing written, nothing in
+        # flight); None while the pump is not waiting for events.
+        self._idle_since: float | None = None
+        self._ping_due = False
+        self._timer: asyncio.TimerHandle | None = None
+        # Direct mode: the outcome of `pump`, a send the server made wait, and the run's state.
+        self._done: asyncio.Future[bool] | None = None
+        self._inflight: asyncio.Task[None] | None = None
+        self._subscription: Subscription | None = None
+        self._render: Render | None = None
+        self._scheduled = False  # a drain is scheduled for the end of this loop turn
+        self._budget = -1
+        self._limit = batch_limit
+
+    async def start(
+        self, headers: Iterable[tuple[bytes, bytes]] = (), prelude: bytes = b""
+    ) -> None:
+        """Send the response head (and ``prelude``, e.g. a ``retry:`` field)."""
+        extra = list(headers)
+        if self._compressor is not None:
+            extra.append((b"content-encoding", self.compression.method.value.encode()))
+            extra.append((b"vary", b"accept-encoding"))
+        await self.send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [*SSE_HEADERS, *extra],
+            }
+        )
+        if prelude:
+            await self.write(prelude)
+
+    async def write(self, body: bytes) -> None:
+        """Send part of the body (compressed and flushed, if compression was negotiated)."""
+        await self.send(self._message(body))
+
+    async def finish(self, body: bytes = b"") -> None:
+        """End the response."""
+        if self._compressor is not None:
+            body = self._compressor.compress(body) + self._compressor.finish()
+        if not self.disconnected:
+            await self.send({"type": "http.response.body", "body": body, "more_body": False})
+            self.metrics.count_sent(len(body))
+
+    async def pump(
+        self, subscription: Subscription, render: Render, *, max_events: int | None = None
+    ) -> bool:
+        """Write the subscription's frames until it ends (True), the client leaves (False) or
+        ``max_events`` frames were written (False; the client is expected to resume)."""
+        self._budget = max_events if max_events is not None else -1
+        self._limit = self.batch_limit if self._budget < 0 else min(self._budget, self.batch_limit)
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        watcher = self._arm(loop, task)
+        try:
+            if subscription.listen(self._on_ready):
+                return await self._pump_direct(loop, subscription, render)
+            return await self._pump_tasked(loop, subscription, render, task)
+        except asyncio.CancelledError:
+            if self.disconnected and task.uncancel() == 0:
+                return False
+            raise
+        finally:
+            subscription.listen(None)
+            await self._disarm(watcher)
+
+    # -- direct mode ------------------------------------------------------------------------
+
+    async def _pump_direct(
+        self, loop: asyncio.AbstractEventLoop, subscription: Subscription, render: Render
+    ) -> bool:
+        self._done = loop.create_future()
+        self._subscription, self._render = subscription, render
+        self._idle_since = loop.time()
+        self._drain()  # what is already there
+        try:
+            return await self._done
+        finally:
+            self._idle_since = None
+            self._done = None
+            self._subscription = self._render = None
+            if self._inflight is not None:
+                self._inflight.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await self._inflight
+                self._inflight = None
+
+    def _on_ready(self) -> None:
+        """The hub's call-back: the subscription may have something new. The drain runs as a
+        plain callback at the end of this loop turn, so that what the producers of this turn
+        append goes out in one write (a reader that is behind gets one coalesced read), and
+        costs no task switch."""
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._drain)
+
+    def _drain(self) -> None:
+        """Write what the subscription has, in place, while the server takes writes."""
+        self._scheduled = False
+        done, subscription, render = self._done, self._subscription, self._render
+        if done is None or done.done() or self._inflight is not None:
+            return
+        assert subscription is not None and render is not None
+        try:
+            for round_ in range(_MAX_DIRECT_READS):
+                limit = self._limit
+                batch = subscription.poll(limit)
+                if not batch:
+                    # Woken with nothing to read: the stream, or the hub, may have closed.
+                    if round_ == 0 and subscription.over:
+                        done.set_result(True)
+                    return
+                body = render(batch)
+                if self._compressor is not None:
+                    body = self._compressor.compress(body)
+                inflight = send_now(self.send, self._message_raw(body))
+                if inflight is not None:
+                    # The server is applying backpressure: write nothing more until it is done.
+                    self._idle_since = None
+                    self._inflight = inflight
+                    inflight.add_done_callback(self._on_inflight_done)
+                self._written(subscription, batch, len(body))
+                if batch[-1].kind in TERMINAL_KINDS:
+                    done.set_result(True)
+                    return
+                if self._budget == 0:
+                    done.set_result(False)
+                    return
+                if inflight is not None or len(batch) < limit:
+                    return  # a short read took everything there was
+            # Far behind: let the loop run, then go on.
+            self._on_ready()
+        except Exception as exc:
+            if not done.done():
+                done.set_exception(exc)
+        finally:
+            if self._inflight is None and not done.done():
+                self._idle_since = asyncio.get_running_loop().time()
+
+    def _on_inflight_done(self, task: asyncio.Task[None]) -> None:
+        self._inflight = None
+        done = self._done
+        if done is None or done.done():
+            return
+        if task.cancelled():
+            done.cancel()
+        elif (exc := task.exception()) is not None:
+            done.set_exception(exc)
+        else:
+            self._drain()
+
+    # -- tasked mode ------------------------------------------------------------------------
+
+    async def _pump_tasked(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        subscription: Subscription,
+        render: Render,
+        task: asyncio.Task[Any],
+    ) -> bool:
+        # Bound once: the loop below runs once per batch, and each lookup is paid per batch.
+        poll, next_batch, limit = subscription.poll, subscription.next_batch, self._limit
+        send, compressor = self.send, self._compressor
+        while True:
+            # What is ready goes out at once; only an idle stream can be due a heartbeat.
+            batch = poll(limit)
+            if not batch:
+                self._idle_since = loop.time()
+                try:
+                    batch = await next_batch(limit)
+                except asyncio.CancelledError:
+                    if not self._ping_due:
+                        raise
+                    self._ping_due = False
+                    if task.uncancel() > 0:
+                        raise  # also cancelled by someone else
+                    await self.write(_PING)
+                    continue
+                finally:
+                    self._idle_since = None
+                if not batch:
+                    return True
+            body = render(batch)
+            if compressor is not None:
+                body = compressor.compress(body)
+            await send(self._message_raw(body))
+            self._written(subscription, batch, len(body))
+            if self._budget == 0:
+                return False
+            limit = self._limit
+
+    # -- shared -----------------------------------------------------------------------------
+
+    def _message(self, body: bytes) -> dict[str, Any]:
+        if self._compressor is not None:
+            body = self._compressor.compress(body)
+        return self._message_raw(body)
+
+    def _message_raw(self, body: bytes) -> dict[str, Any]:
+        self.metrics.count_sent(len(body))
+        return {"type": "http.response.body", "body": body, "more_body": True}
+
+    def _written(self, subscription: Subscription, batch: list[Event], size: int) -> None:
+        """Bookkeeping after a batch was handed to the server."""
+        now_ns = time.monotonic_ns()
+        subscription.mark_written(batch, now_ns)  # the subscriber's gateway latency
+        self.metrics.observe_written(batch, now_ns)  # delivery lag
+        if self._budget > 0:
+            self._budget = max(0, self._budget - len(batch))
+            self._limit = min(self._budget, self._limit) if self._budget else self._limit
+
+    def _arm(
+        self, loop: asyncio.AbstractEventLoop, pumping: asyncio.Task[Any]
+    ) -> asyncio.Task[None]:
+        """Start the disconnect watcher and the ping timer for a `pump` run by ``pumping``."""
+        self._timer = loop.call_at(loop.time() + self.ping_s, self._on_ping_timer, loop, pumping)
+        return asyncio.create_task(self._watch(pumping), name="sse-disconnect-watch")
+
+    async def _disarm(self, watcher: asyncio.Task[None]) -> None:
+        """Stop what `_arm` started."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+
+    def _on_ping_timer(self, loop: asyncio.AbstractEventLoop, pumping: asyncio.Task[Any]) -> None:
+        """Ping a stream idle for ``ping_s`` (direct mode: here; tasked: by interrupting the
+        pump's wait); then re-arm for when the stream can next be due."""
+        now = loop.time()
+        since = self._idle_since
+        if since is not None and now >= since + self.ping_s - _TIMER_SLACK_S:
+            if self._done is not None:
+                self._ping_direct(now)
+            elif not self._ping_due:
+                self._ping_due = True
+                pumping.cancel()
+            since = None  # the idle time starts over
+        due = (now if since is None else since) + self.ping_s
+        self._timer = loop.call_at(due, self._on_ping_timer, loop, pumping)
+
+    def _ping_direct(self, now: float) -> None:
+        done = self._done
+        if done is None or done.done() or self._inflight is not None:
+            return
+        try:
+            inflight = send_now(self.send, self._message(_PING))
+        except Exception as exc:
+            done.set_exception(exc)
+            return
+        if inflight is not None:
+            self._idle_since = None
+            self._inflight = inflight
+            inflight.add_done_callback(self._on_inflight_done)
+        else:
+            self._idle_since = now
+
+    async def _watch(self, pumping: asyncio.Task[Any]) -> None:
+        while (await self.receive())["type"] != "http.disconnect":
+            pass
+        self.disconnected = True
+        pumping.cancel()
