@@ -28,6 +28,7 @@ from airlane.gateway import Gateway, GatewayConfig
 from airlane.hub import MemoryHub, MemoryHubConfig
 from airlane.security import AllowAll, ApiKeyPolicy, SecurityPolicy
 from airlane.transports.http import AirlaneApp, HttpConfig
+from airlane.transports.http.ws_protocol import BatchingWebSocketProtocol
 
 __all__ = [
     "DEFAULT_HOST",
@@ -170,12 +171,14 @@ def bind_socket(host: str, port: int, keepalive_s: int) -> socket.socket:
 
 
 def uvicorn_config(app: AirlaneApp, config: ServerConfig) -> uvicorn.Config:
-    """uvicorn settings: uvloop + httptools, WebSocket pings and size limit from ``http``."""
+    """uvicorn settings: uvloop + httptools, WebSocket pings and size limit from ``http``, and
+    `BatchingWebSocketProtocol` for WebSockets."""
     return uvicorn.Config(
         app,
         loop="uvloop" if sys.platform != "win32" else "asyncio",
         http="httptools",
-        ws="websockets-sansio",
+        # uvicorn's websockets-sansio protocol, plus sending a batch of messages in one write.
+        ws=BatchingWebSocketProtocol,
         ws_ping_interval=config.http.ws_ping_s,
         ws_ping_timeout=config.http.ws_ping_s,
         ws_max_size=config.http.max_ws_message_bytes,

@@ -43,6 +43,7 @@ from airlane.transports.http.asgi import HttpError, Receive, Request, Send
 from airlane.transports.http.chat_request import parse_chat_request
 from airlane.transports.http.context import AppContext
 from airlane.transports.http.loadtest import loadtest_request, loadtest_stream
+from airlane.transports.http.ws_protocol import SEND_MANY, SEND_MANY_TYPE
 from airlane.wire.errors import DecodeError
 from airlane.wire.event_json import event_from_dict, event_to_dict, event_to_json
 
@@ -378,12 +379,18 @@ async def serve_loadtest_ws(
         pump = asyncio.current_task()
         assert pump is not None
         watcher = asyncio.create_task(_watch_disconnect(receive, pump))
+        # With the send_many extension (`airlane serve`) a batch is one write; elsewhere, one
+        # ASGI message per chunk.
+        send_many = SEND_MANY in request.scope.get("extensions", {})
         try:
             while batch := await subscription.next_batch(app.config.batch_limit):
-                for event in batch:
-                    if event.kind is Kind.MESSAGE and event.raw is not None:
-                        await send({"type": "websocket.send", "text": event.raw.decode()})
-                        metrics.count_sent(len(event.raw))
+                chunks = [e.raw for e in batch if e.kind is Kind.MESSAGE and e.raw is not None]
+                if send_many:
+                    await send({"type": SEND_MANY_TYPE, "texts": chunks})
+                else:
+                    for chunk in chunks:
+                        await send({"type": "websocket.send", "text": chunk.decode()})
+                metrics.count_sent(sum(map(len, chunks)))
                 now_ns = time.monotonic_ns()
                 subscription.mark_written(batch, now_ns)
                 metrics.observe_written(batch, now_ns)
