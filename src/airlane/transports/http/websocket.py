@@ -90,11 +90,21 @@ async def close(send: Send, code: int, reason: str) -> None:
 class WebSocketSession:
     """One client socket: its ops, its subscriptions (one pump task each), one send lock."""
 
-    def __init__(self, app: AppContext, principal: Principal, send: Send, subprotocol: str) -> None:
+    def __init__(
+        self,
+        app: AppContext,
+        principal: Principal,
+        send: Send,
+        subprotocol: str,
+        *,
+        send_many: bool = False,
+    ) -> None:
         self.app = app
         self.principal = principal
         self._send = send
         self.binary = subprotocol == MSGPACK_PROTOCOL
+        # The server offers airlane.websocket.send_many: a batch of frames is one write.
+        self._send_many = send_many
         self._lock = asyncio.Lock()  # two writers never interleave on one socket
         self._pumps: dict[str, tuple[Subscription, asyncio.Task[None]]] = {}
         self._ops: dict[str, Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]] = {
@@ -275,8 +285,13 @@ class WebSocketSession:
         while batch := await subscription.next_batch(limit):
             frames = [self._event_frame(stream_id, epoch, event) for event in batch]
             async with self._lock:
-                for frame in frames:
-                    await self._send_frame(frame)
+                if self._send_many:
+                    key = "bytes" if self.binary else "texts"
+                    await self._send({"type": SEND_MANY_TYPE, key: frames})
+                    metrics.count_sent(sum(map(len, frames)))
+                else:
+                    for frame in frames:
+                        await self._send_frame(frame)
             now_ns = time.monotonic_ns()
             subscription.mark_written(batch, now_ns)
             metrics.observe_written(batch, now_ns)
@@ -347,7 +362,8 @@ async def serve_websocket(app: AppContext, request: Request, receive: Receive, s
         return
     if not await accept(receive, send, chosen):
         return
-    session = WebSocketSession(app, principal, send, chosen or JSON_PROTOCOL)
+    send_many = SEND_MANY in request.scope.get("extensions", {})
+    session = WebSocketSession(app, principal, send, chosen or JSON_PROTOCOL, send_many=send_many)
     app.metrics.connections["ws"] += 1
     try:
         await session.run(receive)
