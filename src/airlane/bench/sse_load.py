@@ -12,7 +12,8 @@ import asyncio
 import time
 from typing import cast
 
-from airlane.bench.sse_parser import LoadProtocolError, LoadResponseParser
+from airlane.bench.chunk import LoadProtocolError
+from airlane.bench.sse_parser import LoadResponseParser
 from airlane.bench.tally import StreamTally
 
 __all__ = ["load_request", "run_sse_stream"]
@@ -29,6 +30,8 @@ def load_request(host: str, port: int, path: str) -> bytes:
 
 class _LoadProtocol(asyncio.Protocol):
     """Feeds one connection's bytes to a parser; resolves ``finished`` when it ends."""
+
+    __slots__ = ("finished", "parser", "request", "transport")
 
     def __init__(self, request: bytes, parser: LoadResponseParser) -> None:
         self.request = request

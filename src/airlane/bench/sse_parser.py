@@ -4,14 +4,18 @@ Sans-I/O: `feed` takes the bytes as they arrive and the time they arrived, and r
 chunk into a `StreamTally`; no sockets, no clock. It understands just what the load client
 needs, incrementally:
 
-1. the response head (RFC 9112 section 4-5): status line and header fields, up to a blank line;
-2. the body framing (RFC 9112 section 6-7): ``Transfer-Encoding: chunked`` (chunk-size line,
+1. the response head (RFC 9112 sections 4-5): status line and header fields, up to a blank
+   line;
+2. the body framing (RFC 9112 sections 6-7): ``Transfer-Encoding: chunked`` (chunk-size line,
    chunk data, CRLF, ..., a zero-size chunk and trailer fields), ``Content-Length``, or
    delimited by the connection closing;
-3. the event stream inside (WHATWG HTML 9.2.5): events end at a blank line; of each event only
-   the ``data:`` line matters, and of that only the ``seq`` and ``ts`` at its start
-   (`airlane.bench.chunk`). Comments (``: ping``) are skipped. Lines end with LF, as the
-   gateway writes them.
+3. the event stream inside, read by `airlane.bench.sse_events.ChunkEventReader`.
+
+De-framing does not copy: the chunk data of each received buffer is handed on as views of it,
+and only the few bytes of a framing line cut by a read boundary are carried over. The gateway
+writes one chunk per few events, so the common case has a fast path (`_whole_chunks`: one
+regular-expression match per chunk); a small state machine takes everything else (a chunk cut
+by a read, the last chunk and its trailer fields, framing that is valid but unusual).
 
 Everything buffered is bounded: a head over ``max_head_bytes`` or an unterminated event over
 ``max_event_bytes`` is a `LoadProtocolError`, as is any framing the parser does not accept.
@@ -20,8 +24,10 @@ Everything buffered is bounded: a head over ``max_head_bytes`` or an unterminate
 from __future__ import annotations
 
 import enum
+import re
 
-from airlane.bench.chunk import ChunkFormatError, read_seq_ts
+from airlane.bench.chunk import LoadProtocolError
+from airlane.bench.sse_events import DEFAULT_MAX_EVENT_BYTES, ChunkEventReader
 from airlane.bench.tally import StreamTally
 
 __all__ = [
@@ -33,16 +39,15 @@ __all__ = [
 
 DEFAULT_MAX_HEAD_BYTES = 64 * 1024
 """A response head larger than this is not from the gateway."""
-DEFAULT_MAX_EVENT_BYTES = 1 << 20
-"""A load-test event is ~1.2 KB; 1 MiB without an event end means a broken stream."""
 
-_MAX_SIZE_LINE = 1024
-_DATA = b"data: "
-_LINE_DATA = b"\ndata: "
+_MAX_FRAMING_LINE = 1024
+"""A chunk-size line or trailer field longer than this is not from the gateway."""
 
-
-class LoadProtocolError(Exception):
-    """The response is not a well-formed load-test event stream (the server's fault)."""
+# A chunk-size line as the gateway writes it (hex digits only), and the CRLF that ends a chunk's
+# data followed by the next one. Anything else (chunk extensions, a line cut by the read) is
+# left to the step-by-step reading.
+_SIZE_LINE = re.compile(rb"([0-9A-Fa-f]{1,15})\r\n")
+_NEXT_SIZE_LINE = re.compile(rb"\r\n([0-9A-Fa-f]{1,15})\r\n")
 
 
 class _State(enum.Enum):
@@ -51,12 +56,22 @@ class _State(enum.Enum):
     DATA = "chunk data"
     DATA_END = "CRLF after chunk data"
     TRAILER = "trailer fields"
-    IDENTITY = "body to the end of the connection"
+    IDENTITY = "body"
     DONE = "done"
 
 
 class LoadResponseParser:
     """Parses one response; see the module docstring."""
+
+    __slots__ = (
+        "_carry",
+        "_events",
+        "_length_delimited",
+        "_max_head",
+        "_remaining",
+        "_state",
+        "status",
+    )
 
     def __init__(
         self,
@@ -65,12 +80,10 @@ class LoadResponseParser:
         max_head_bytes: int = DEFAULT_MAX_HEAD_BYTES,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
-        self._tally = tally
+        self._events = ChunkEventReader(tally, max_event_bytes=max_event_bytes)
         self._max_head = max_head_bytes
-        self._max_event = max_event_bytes
         self._state = _State.HEAD
-        self._raw = bytearray()  # received, not yet de-framed
-        self._body = bytearray()  # de-framed event stream, not yet split into events
+        self._carry = b""  # an unfinished head or framing line
         self._remaining = 0  # bytes left in the current chunk (or Content-Length body)
         self._length_delimited = False
         self.status = 0
@@ -87,15 +100,21 @@ class LoadResponseParser:
         Raises:
             LoadProtocolError: the response is not what the load client accepts.
         """
-        if self._state is _State.DONE:
+        if self._carry:
+            data, self._carry = self._carry + data, b""
+        state = self._state
+        if state is _State.HEAD:
+            data = self._parse_head(data)
+            state = self._state
+            if state is _State.HEAD:
+                return
+        if state is _State.DONE:
             if data:
                 raise LoadProtocolError("bytes after the end of the response")
             return
-        self._raw += data
-        if self._state is _State.HEAD and not self._parse_head():
-            return
-        self._deframe()
-        self._split_events(now_ns)
+        pieces = self._take_identity(data) if state is _State.IDENTITY else self._dechunk(data)
+        if pieces:
+            self._events.feed(pieces, now_ns)
 
     def eof(self) -> None:
         """The connection closed.
@@ -110,15 +129,15 @@ class LoadResponseParser:
 
     # -- head -------------------------------------------------------------------------------
 
-    def _parse_head(self) -> bool:
-        raw = self._raw
-        end = raw.find(b"\r\n\r\n")
+    def _parse_head(self, data: bytes) -> bytes:
+        """Parse the head if ``data`` completes it; the bytes after it."""
+        end = data.find(b"\r\n\r\n")
         if end < 0:
-            if len(raw) > self._max_head:
+            if len(data) > self._max_head:
                 raise LoadProtocolError(f"response head exceeds {self._max_head} bytes")
-            return False
-        lines = bytes(raw[:end]).split(b"\r\n")
-        del raw[: end + 4]
+            self._carry = data
+            return b""
+        lines = data[:end].split(b"\r\n")
         parts = lines[0].split(b" ", 2)
         if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
             raise LoadProtocolError(f"not an HTTP/1.x status line: {lines[0][:80]!r}")
@@ -130,7 +149,7 @@ class LoadResponseParser:
             name, _, value = line.partition(b":")
             fields[name.strip().lower()] = value.strip().lower()
         self._choose_framing(fields)
-        return True
+        return data[end + 4 :]
 
     def _choose_framing(self, fields: dict[bytes, bytes]) -> None:
         coding = fields.get(b"transfer-encoding")
@@ -142,97 +161,100 @@ class LoadResponseParser:
             if not fields[b"content-length"].isdigit():
                 raise LoadProtocolError("invalid content-length")
             self._remaining, self._length_delimited = int(fields[b"content-length"]), True
-            self._state = _State.IDENTITY
+            self._state = _State.DONE if not self._remaining else _State.IDENTITY
         else:
             self._state = _State.IDENTITY
 
     # -- framing ----------------------------------------------------------------------------
 
-    def _deframe(self) -> None:
-        if self._state is _State.IDENTITY:
-            self._take_identity()
-            return
-        raw, pos, end = self._raw, 0, len(self._raw)
-        while pos < end and self._state is not _State.DONE:
+    def _take_identity(self, data: bytes) -> list[bytes | memoryview]:
+        if not self._length_delimited:
+            return [data]
+        if len(data) > self._remaining:
+            raise LoadProtocolError("bytes beyond content-length")
+        self._remaining -= len(data)
+        if not self._remaining:
+            self._state = _State.DONE
+        return [data]
+
+    def _dechunk(self, data: bytes) -> list[bytes | memoryview]:
+        """The chunk data in ``data``, as views; framing cut short is carried over."""
+        pieces: list[bytes | memoryview] = []
+        view, pos = memoryview(data), 0
+        while pos < len(data):
             state = self._state
             if state is _State.DATA:
-                take = min(self._remaining, end - pos)
-                self._body += raw[pos : pos + take]
-                pos += take
-                self._remaining -= take
-                if not self._remaining:
-                    self._state = _State.DATA_END
+                pos = self._chunk_data(view, pos, pieces)
             elif state is _State.DATA_END:
-                if end - pos < 2:
-                    break
-                if raw[pos : pos + 2] != b"\r\n":
-                    raise LoadProtocolError("chunk data not followed by CRLF")
-                pos += 2
-                self._state = _State.SIZE
+                pos = self._data_end(data, pos)
+            elif state is _State.SIZE and (after := self._whole_chunks(data, pos, pieces)) > pos:
+                pos = after
             else:
-                line_end = raw.find(b"\r\n", pos)
-                if line_end < 0:
-                    if end - pos > _MAX_SIZE_LINE:
-                        raise LoadProtocolError(f"{state.value} longer than {_MAX_SIZE_LINE} bytes")
-                    break
-                self._line(bytes(raw[pos:line_end]))
-                pos = line_end + 2
-        del raw[:pos]
-        if self._state is _State.DONE and raw:
+                pos = self._framing_line(data, pos)
+        return pieces
+
+    def _whole_chunks(self, data: bytes, pos: int, pieces: list[bytes | memoryview]) -> int:
+        """Take the whole chunks from the chunk-size line at ``pos`` on, one regular-expression
+        match per chunk (the gateway writes a chunk per few events, so this runs per event);
+        where the step-by-step reading must take over."""
+        view, end = memoryview(data), len(data)
+        append, next_size_line = pieces.append, _NEXT_SIZE_LINE.match
+        line = _SIZE_LINE.match(data, pos)
+        while line is not None:
+            start = line.end()
+            stop = start + int(line[1], 16)
+            if not start < stop <= end:
+                return line.start(1)  # the last chunk, or one cut by the read
+            append(view[start:stop])
+            line = next_size_line(data, stop)
+            if line is None:
+                self._state = _State.DATA_END
+                return stop
+        return pos
+
+    # Each step below reads from ``data[pos:]`` and returns where the next step starts; one
+    # that needs more bytes carries the rest over and returns ``len(data)``.
+
+    def _chunk_data(self, view: memoryview, pos: int, pieces: list[bytes | memoryview]) -> int:
+        stop = pos + self._remaining
+        if stop > len(view):
+            pieces.append(view[pos:])
+            self._remaining = stop - len(view)
+            return len(view)
+        pieces.append(view[pos:stop])
+        self._state = _State.DATA_END
+        return stop
+
+    def _data_end(self, data: bytes, pos: int) -> int:
+        if len(data) - pos < 2:
+            self._carry = data[pos:]
+            return len(data)
+        if not data.startswith(b"\r\n", pos):
+            raise LoadProtocolError("chunk data not followed by CRLF")
+        self._state = _State.SIZE
+        return pos + 2
+
+    def _framing_line(self, data: bytes, pos: int) -> int:
+        state = self._state
+        if state is _State.DONE:
             raise LoadProtocolError("bytes after the end of the response")
+        line_end = data.find(b"\r\n", pos, pos + _MAX_FRAMING_LINE)
+        if line_end < 0:
+            if len(data) - pos >= _MAX_FRAMING_LINE:
+                raise LoadProtocolError(f"{state.value} too long")
+            self._carry = data[pos:]
+            return len(data)
+        line = data[pos:line_end]
+        if state is _State.SIZE:
+            self._chunk_size(line)
+        elif not line:  # the blank line after the trailer fields, which are ignored
+            self._state = _State.DONE
+        return line_end + 2
 
-    def _line(self, line: bytes) -> None:
-        if self._state is _State.TRAILER:
-            if not line:
-                self._state = _State.DONE
-            return
+    def _chunk_size(self, line: bytes) -> None:
         size_text = line.partition(b";")[0].strip()  # chunk extensions are ignored
-        try:
-            size = int(size_text, 16)
-        except ValueError:
-            raise LoadProtocolError(f"invalid chunk-size line {line[:40]!r}") from None
-        if size < 0:
+        # int(x, 16) would also take "0x1f", "+1f" and "1_f"; RFC 9112 allows hex digits only.
+        if not size_text or size_text.strip(b"0123456789abcdefABCDEF"):
             raise LoadProtocolError(f"invalid chunk-size line {line[:40]!r}")
-        self._remaining = size
-        self._state = _State.DATA if size else _State.TRAILER
-
-    def _take_identity(self) -> None:
-        raw = self._raw
-        if self._length_delimited:
-            take = min(self._remaining, len(raw))
-            self._body += raw[:take]
-            self._remaining -= take
-            if len(raw) > take:
-                raise LoadProtocolError("bytes beyond content-length")
-            if not self._remaining:
-                self._state = _State.DONE
-        else:
-            self._body += raw
-        raw.clear()
-
-    # -- events -----------------------------------------------------------------------------
-
-    def _split_events(self, now_ns: int) -> None:
-        body, tally, pos = self._body, self._tally, 0
-        while (end := body.find(b"\n\n", pos)) >= 0:
-            if body.startswith(_DATA, pos):
-                data_at = pos + len(_DATA)
-            else:
-                line = body.find(_LINE_DATA, pos, end)
-                if line < 0:  # a comment, or an event without data
-                    pos = end + 2
-                    continue
-                data_at = line + len(_LINE_DATA)
-            data_end = body.find(b"\n", data_at, end)
-            if data_end < 0:
-                data_end = end
-            try:
-                seq, ts = read_seq_ts(body, data_at, data_end)
-            except ChunkFormatError as exc:
-                raise LoadProtocolError(str(exc)) from None
-            tally.chunk(seq, ts, data_end - data_at, now_ns)
-            pos = end + 2
-        if pos:
-            del body[:pos]
-        if len(body) > self._max_event:
-            raise LoadProtocolError(f"an event exceeds {self._max_event} bytes")
+        self._remaining = int(size_text, 16)
+        self._state = _State.DATA if self._remaining else _State.TRAILER

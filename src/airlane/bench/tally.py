@@ -1,13 +1,38 @@
-"""`StreamTally`: what the load client records per stream, cheaply, on the hot path."""
+"""`StreamTally`: what the load client records per stream, cheaply, on the hot path.
+
+The parsers hand over each received buffer's chunks at once (`StreamTally.record`): a burst
+delivers tens of chunks per read, and per-chunk Python calls would cost more than the gateway
+spends sending them. The per-chunk work left (seq and ts to ``int``, the order check, the lags)
+runs inside ``map``, list comparison and ``array.extend``.
+"""
 
 from __future__ import annotations
 
 from array import array
+from itertools import repeat
+from operator import sub
 
 __all__ = ["MAX_LAG_SAMPLES", "StreamTally", "lag_sampling_stride"]
 
 MAX_LAG_SAMPLES = 2_000_000
 """Lag samples kept per run (16 MB): beyond that, every k-th chunk of each stream is sampled."""
+
+
+_DIGITS_CACHED = 1 << 17
+"""Seqs below this have their ASCII digits cached (7 MB when full; a stream has at most 100000
+chunks, `airlane.bench.config.MAX_CHUNKS`)."""
+_digits: list[bytes] = []
+
+
+def _seq_digits(first: int, stop: int) -> list[bytes] | None:
+    """``b"%d" % n`` for n in ``range(first, stop)``, or None past the cache. Comparing a
+    buffer's seqs with these is cheaper than converting each seq to ``int``."""
+    if stop > _DIGITS_CACHED:
+        return None
+    if stop > len(_digits):
+        grown = min(_DIGITS_CACHED, max(stop, 2 * len(_digits)))
+        _digits.extend(b"%d" % n for n in range(len(_digits), grown))
+    return _digits[first:stop]
 
 
 def lag_sampling_stride(expected_chunks: int) -> int:
@@ -61,6 +86,45 @@ class StreamTally:
         """True once the stream ended cleanly."""
         self.error: str | None = None
         """Why the stream failed, if it did."""
+
+    def record(
+        self, seqs: list[bytes], stamps: list[bytes], payload_bytes: int, now_ns: int
+    ) -> None:
+        """Record chunks that arrived together at ``now_ns``, in arrival order.
+
+        ``seqs`` and ``stamps`` are the chunks' ``seq`` and ``ts`` as ASCII digits (at most
+        `airlane.bench.chunk.MAX_DIGITS` each, as the parsers guarantee); ``payload_bytes``
+        is their JSON size in all.
+        """
+        count = len(seqs)
+        if not count:
+            return
+        expected = self.next_seq
+        self.received += count
+        self.payload_bytes += payload_bytes
+        if not self.first_ns:
+            self.first_ns, self.first_ts = now_ns, int(stamps[0])
+        self.last_ns, self.last_ts = now_ns, int(stamps[-1])
+        stride = self.stride
+        if _seq_digits(expected, expected + count) == seqs:
+            self.next_seq = expected + count
+            # In order, the chunks whose seq is a multiple of stride are every stride-th one.
+            sampled = stamps if stride == 1 else stamps[-expected % stride :: stride]
+        else:
+            sampled = self._check_order(list(map(int, seqs)), stamps)
+        self.lags.extend(map(sub, repeat(now_ns), map(int, sampled)))
+
+    def _check_order(self, numbers: list[int], stamps: list[bytes]) -> list[bytes]:
+        """Count out-of-order chunks one by one (as `chunk` does); the stamps to sample."""
+        expected, stride, sampled = self.next_seq, self.stride, []
+        for number, stamp in zip(numbers, stamps, strict=True):
+            if number != expected:
+                self.disorder += 1
+            expected = number + 1
+            if number % stride == 0:
+                sampled.append(stamp)
+        self.next_seq = expected
+        return sampled
 
     def chunk(self, seq: int, ts: int, size: int, now_ns: int) -> None:
         """Record one chunk of ``size`` bytes, numbered ``seq``, scheduled at ``ts``."""

@@ -1,0 +1,274 @@
+"""The load client's own ceiling: how fast ``airlane bench`` can read, on one core.
+
+A tiny server answers ``/v1/loadtest/sse`` and ``/v1/loadtest/ws`` from bytes built once (the
+same chunks, SSE events and WebSocket frames the gateway sends, with no generation, hub or
+ASGI behind them), writing as fast as the socket drains. It runs in a child process pinned to
+one core; N burst streams of the bench's own clients (`run_sse_stream`, `run_ws_stream`) run
+in this process, pinned to another. What the clients reach is the most any gateway can be
+measured at on this machine, and their CPU time per chunk is the client's cost.
+
+    .venv/bin/python benchmarks/client_ceiling.py --streams 500 --chunks 200
+    .venv/bin/python benchmarks/client_ceiling.py --transport ws --server-cpu 2 --client-cpu 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import hashlib
+import multiprocessing
+import os
+import resource
+import time
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import cast
+from urllib.parse import parse_qs, urlsplit
+
+import uvloop
+
+from airlane.backends.synthetic import LoadTestChunk
+from airlane.bench.sse_load import run_sse_stream
+from airlane.bench.tally import StreamTally, lag_sampling_stride
+from airlane.bench.ws_load import run_ws_stream
+from airlane.server import tune_gc
+
+WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455 section 1.3
+
+SSE_HEAD = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
+    b"cache-control: no-cache\r\nconnection: close\r\ntransfer-encoding: chunked\r\n\r\n"
+)
+
+
+# -- the server -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Bodies:
+    """Pre-built responses for one chunk count."""
+
+    sse: bytes
+    """The whole SSE response: head, then the events in chunked framing."""
+    ws_frames: bytes
+    """One unmasked text frame per chunk, then a close frame with code 1000."""
+
+
+def build_bodies(chunks: int, events_per_write: int) -> Bodies:
+    """The bytes the gateway would send for ``chunks`` chunks (``ts`` fixed at build time)."""
+    encoder = LoadTestChunk("airlane-loadtest", b"ceiling")
+    ts = time.monotonic_ns()
+    payloads = [encoder.encode(seq, ts) for seq in range(1, chunks + 1)]
+    writes = []
+    for first in range(0, chunks, events_per_write):
+        events = b"".join(b"data: %b\n\n" % p for p in payloads[first : first + events_per_write])
+        writes.append(b"%x\r\n%b\r\n" % (len(events), events))
+    sse = SSE_HEAD + b"".join(writes) + b"0\r\n\r\n"
+    frames = b"".join(_text_frame(p) for p in payloads)
+    close = b"\x88\x06" + (1000).to_bytes(2, "big") + b"done"
+    return Bodies(sse, frames + close)
+
+
+def _text_frame(payload: bytes) -> bytes:
+    size = len(payload)
+    if size < 126:
+        return bytes((0x81, size)) + payload
+    if size < 1 << 16:
+        return b"\x81\x7e" + size.to_bytes(2, "big") + payload
+    return b"\x81\x7f" + size.to_bytes(8, "big") + payload
+
+
+class _CeilingServer(asyncio.Protocol):
+    """One connection: read the request head, then write a pre-built response in one go.
+
+    The transport keeps a reference to whatever the socket does not take at once (bytes are
+    not copied), so writing the whole response costs no memory per stream.
+    """
+
+    def __init__(self, bodies: Callable[[int], Bodies]) -> None:
+        self.bodies = bodies
+        self.transport: asyncio.Transport | None = None
+        self.request = b""
+        self.responded = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        assert self.transport is not None
+        if self.responded:  # the WebSocket client's close frame: the exchange is over
+            self.transport.close()
+            return
+        self.request += data
+        end = self.request.find(b"\r\n\r\n")
+        if end >= 0:
+            self.responded = True
+            self._respond(self.request[:end].decode("latin-1").split("\r\n"))
+
+    def _respond(self, lines: list[str]) -> None:
+        assert self.transport is not None
+        target = urlsplit(lines[0].split(" ")[1])
+        bodies = self.bodies(int(parse_qs(target.query).get("chunks", ["200"])[0]))
+        if target.path == "/v1/loadtest/ws":
+            key = next(line.split(":", 1)[1].strip() for line in lines if _is_key(line))
+            accept = base64.b64encode(hashlib.sha1(key.encode() + WS_GUID).digest())
+            self.transport.write(
+                b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\n"
+                b"connection: Upgrade\r\nsec-websocket-accept: %b\r\n\r\n" % accept
+            )
+            self.transport.write(bodies.ws_frames)  # the client answers the close frame
+        else:
+            self.transport.write(bodies.sse)
+            self.transport.close()  # after the buffered data is sent
+
+
+def _is_key(line: str) -> bool:
+    return line.lower().startswith("sec-websocket-key:")
+
+
+def serve(cpu: int, events_per_write: int, ready: Connection) -> None:
+    """Run the server pinned to ``cpu``; send its port on ``ready``, stop when it closes."""
+    os.sched_setaffinity(0, {cpu})
+    cache: dict[int, Bodies] = {}
+
+    def bodies(chunks: int) -> Bodies:
+        if chunks not in cache:
+            cache[chunks] = build_bodies(chunks, events_per_write)
+        return cache[chunks]
+
+    async def listen() -> None:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(
+            lambda: _CeilingServer(bodies), "127.0.0.1", 0, backlog=4096
+        )
+        ready.send(server.sockets[0].getsockname()[1])
+        await loop.run_in_executor(None, ready.recv)  # the parent says stop (or exits)
+        server.close()
+
+    with contextlib.suppress(EOFError):  # the parent exited without saying stop
+        uvloop.run(listen())
+
+
+# -- the clients ------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Measurement:
+    """One transport's run against the ceiling server."""
+
+    transport: str
+    wall_s: float
+    user_s: float
+    sys_s: float
+    chunks: int
+    payload_bytes: int
+    errors: list[str]
+
+    @property
+    def us_per_chunk(self) -> float:
+        """Client CPU time (user + system) per chunk received, in microseconds."""
+        return (self.user_s + self.sys_s) / max(1, self.chunks) * 1e6
+
+    def line(self) -> str:
+        """One line for the terminal."""
+        mb_s = self.payload_bytes / 1e6 / self.wall_s
+        cpu_s = self.user_s + self.sys_s
+        per_chunk = 1e6 / max(1, self.chunks)
+        errors = f", {len(self.errors)} errors: {self.errors[:1]}" if self.errors else ""
+        return (
+            f"{self.transport:>3}: {mb_s:7.1f} MB/s {self.chunks / self.wall_s:9.0f} chunks/s | "
+            f"client CPU {self.us_per_chunk:5.2f} us/chunk (user {self.user_s * per_chunk:5.2f}"
+            f" + sys {self.sys_s * per_chunk:5.2f}), {100 * cpu_s / self.wall_s:3.0f} % of a core"
+            f"{errors}"
+        )
+
+
+async def measure(transport: str, port: int, streams: int, chunks: int) -> Measurement:
+    """Run ``streams`` burst streams of ``chunks`` chunks; wall and CPU time of this process."""
+    lags: array[int] = array("q")
+    tallies = [StreamTally(lags, lag_sampling_stride(streams * chunks)) for _ in range(streams)]
+    path = f"/v1/loadtest/{transport}?chunks={chunks}&mode=burst"
+    deadline = asyncio.get_running_loop().time() + 120
+    before, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+    if transport == "sse":
+        runs = [run_sse_stream("127.0.0.1", port, path, t, deadline) for t in tallies]
+    else:
+        runs = [run_ws_stream(f"ws://127.0.0.1:{port}{path}", t, deadline) for t in tallies]
+    await asyncio.gather(*runs)
+    wall, after = time.perf_counter() - wall, resource.getrusage(resource.RUSAGE_SELF)
+    errors = [t.error or f"{t.received}/{chunks} chunks" for t in tallies if _failed(t, chunks)]
+    received = sum(t.received for t in tallies)
+    payload = sum(t.payload_bytes for t in tallies)
+    user, system = after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
+    return Measurement(transport, wall, user, system, received, payload, errors)
+
+
+def _failed(tally: StreamTally, chunks: int) -> bool:
+    return tally.error is not None or tally.received != chunks or tally.disorder > 0
+
+
+def _options() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--streams", type=int, default=500)
+    parser.add_argument("--chunks", type=int, default=200)
+    parser.add_argument("--transport", choices=["sse", "ws", "both"], default="both")
+    parser.add_argument("--rounds", type=int, default=3, help="runs per transport")
+    parser.add_argument("--server-cpu", type=int, default=0)
+    parser.add_argument("--client-cpu", type=int, default=1)
+    parser.add_argument(
+        "--events-per-write",
+        type=int,
+        default=4,
+        help="SSE events per HTTP chunk (the gateway's burst source yields 4 at a time)",
+    )
+    parser.add_argument(
+        "--tune-gc",
+        action="store_true",
+        help="tune the client's garbage collector as `airlane serve` does (tune_gc)",
+    )
+    return parser.parse_args()
+
+
+async def _measure_all(options: argparse.Namespace, port: int) -> None:
+    """Each transport ``--rounds`` times, then its median round (machines are noisy)."""
+    transports = ["sse", "ws"] if options.transport == "both" else [options.transport]
+    for transport in transports:
+        rounds = []
+        for _ in range(options.rounds):
+            rounds.append(await measure(transport, port, options.streams, options.chunks))
+            print(rounds[-1].line())
+        rounds.sort(key=lambda m: m.us_per_chunk)
+        print(f"median {rounds[len(rounds) // 2].line()}")
+
+
+def main() -> None:
+    """Start the server on one core, then measure the clients on another."""
+    options = _options()
+    here, there = multiprocessing.Pipe()
+    server = multiprocessing.get_context("spawn").Process(
+        target=serve, args=(options.server_cpu, options.events_per_write, there), daemon=True
+    )
+    server.start()
+    try:
+        port = here.recv()
+        os.sched_setaffinity(0, {options.client_cpu})
+        if options.tune_gc:
+            tune_gc()
+        print(
+            f"server on CPU {options.server_cpu}, client on CPU {options.client_cpu}: "
+            f"{options.streams} streams x {options.chunks} chunks, burst"
+        )
+        uvloop.run(_measure_all(options, port))
+    finally:
+        here.send(None)
+        server.join(5)
+        if server.is_alive():
+            server.kill()
+
+
+if __name__ == "__main__":
+    main()
