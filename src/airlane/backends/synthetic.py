@@ -500,13 +500,26 @@ class SyntheticBackend:
     ) -> AsyncGenerator[list[Event], None]:
         # Chunk i is due at start + i * interval on CLOCK_MONOTONIC, and that is its ts. The
         # pacer wakes every stream of the loop with one timer, never before the due time.
+        # A stream that has fallen behind (the gateway is overloaded) releases every chunk
+        # that is due in one batch, at most `yield_every`: one wake-up, one append and one
+        # write for all of them, so that overload degrades into larger writes rather than
+        # into a backlog that grows without end.
         self._pacer = pacer = Pacer.for_loop(self._pacer)
         start_ns = time.monotonic_ns()
         interval_ns = spec.interval_ms * 1_000_000
-        for index in range(spec.chunks):
-            ts_ns = start_ns + round(index * interval_ns)
-            await pacer.sleep_until(ts_ns)
-            yield [_chunk_event(chunk.encode(index + 1, ts_ns))]
+        cap = self.config.yield_every
+        index, end = 0, spec.chunks
+        while index < end:
+            await pacer.sleep_until(start_ns + round(index * interval_ns))
+            now_ns = time.monotonic_ns()
+            batch = []
+            while index < end and len(batch) < cap:
+                ts_ns = start_ns + round(index * interval_ns)
+                if ts_ns > now_ns and batch:
+                    break
+                index += 1
+                batch.append(_chunk_event(chunk.encode(index, ts_ns)))
+            yield batch
         yield [usage, Event.done("stop")]
 
 

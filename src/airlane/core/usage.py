@@ -102,7 +102,9 @@ class LatencyHistogram:
 
     def summary_ms(self) -> dict[str, float]:
         """p50 / p99 / max / mean in milliseconds, rounded to microseconds."""
-        mean = self.sum_ns / self.total if self.total else 0.0
+        if not self.total:  # a new stream's report: skip the arithmetic
+            return {"p50": 0.0, "p99": 0.0, "max": 0.0, "mean": 0.0, "samples": 0}
+        mean = self.sum_ns / self.total
         p50, p99 = self._quantiles_ns((0.50, 0.99))
         return {
             "p50": round(p50 / 1e6, 3),

@@ -14,6 +14,7 @@ import contextlib
 import heapq
 import itertools
 import logging
+import random
 import secrets
 import time
 from collections.abc import Callable, Sequence
@@ -69,6 +70,16 @@ class MemoryHubConfig:
     """Housekeeping period: the resolution of orphan deadlines."""
     retention: Retention = field(default_factory=Retention)
     """Default retention for streams created without one."""
+
+
+# Epochs and subscriber names must differ, not be secret: a PRNG seeded once from the OS is
+# enough, and spares a getrandom() system call per stream and per subscriber.
+_ids = random.Random(secrets.randbits(64))
+
+
+def _short_id() -> str:
+    """Eight hex digits, different from the last few billion."""
+    return f"{_ids.getrandbits(32):08x}"
 
 
 class _Stream:
@@ -268,7 +279,7 @@ class MemoryHub(Hub):
         now = time.monotonic()
         stream_log = StreamLog(
             stream_id,
-            secrets.token_hex(4),
+            _short_id(),
             now_ns=time.monotonic_ns(),
             retention=retention or self.config.retention,
         )
@@ -312,7 +323,7 @@ class MemoryHub(Hub):
         if self._subscribers >= self.config.max_subscribers:
             raise HubFull(f"the hub holds {self.config.max_subscribers} subscribers, its limit")
         try:
-            cursor = stream.log.cursor(subscriber or f"sub-{secrets.token_hex(4)}", resume)
+            cursor = stream.log.cursor(subscriber or f"sub-{_short_id()}", resume)
         except (ResumeOutOfRange, BadResumeToken) as exc:
             raise InvalidResume(str(exc)) from None
         self._subscribers += 1
