@@ -318,6 +318,12 @@ async def test_connection_is_reused_after_done(upstream: tuple[Upstream, str]) -
         for _ in range(2):
             events = [e async for batch in backend.stream(REQUEST) for e in batch]
             assert events[-1].kind is Kind.DONE
+            # After [DONE] the connection reads the rest of the body in the background before
+            # it goes back to the pool: wait for that (bounded), as a later request would.
+            for _ in range(200):
+                if backend._pool.idle_connections:
+                    break
+                await asyncio.sleep(0.005)
     finally:
         await backend.aclose()
     first, second = app.requests[-2:]

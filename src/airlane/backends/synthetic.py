@@ -512,7 +512,7 @@ class SyntheticBackend:
         while index < end:
             await pacer.sleep_until(start_ns + round(index * interval_ns))
             now_ns = time.monotonic_ns()
-            batch = []
+            batch: list[Event] = []
             while index < end and len(batch) < cap:
                 ts_ns = start_ns + round(index * interval_ns)
                 if ts_ns > now_ns and batch:
