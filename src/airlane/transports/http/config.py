@@ -36,7 +36,8 @@ class HttpConfig:
     sse_retry_ms: int = 1000
     """The ``retry:`` hint sent to EventSource clients: reconnect after a second."""
     ws_ping_s: float = DEFAULT_PING_S
-    """Idle time after which a WebSocket gets an application ``ping`` message."""
+    """Period of the WebSocket protocol Ping frames the server sends (a connection that does
+    not answer with a Pong within the same time is closed)."""
     max_ws_message_bytes: int = DEFAULT_MAX_WS_MESSAGE_BYTES
     """Largest WebSocket message accepted (larger: close 1009)."""
     max_ws_subscriptions: int = DEFAULT_MAX_WS_SUBSCRIPTIONS
