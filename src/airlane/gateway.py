@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from airlane.backends.base import Backend, BackendError, GenerationRequest
 from airlane.core import Event, OrphanMode, OrphanPolicy, Position, Retention
 from airlane.core.events import TERMINAL_KINDS
+from airlane.eager import start_eagerly
 from airlane.hub import Hub, HubFull, StreamEnded, StreamInfo, StreamNotFound, Subscription
 from airlane.security import Action, AllowAll, Principal, SecurityPolicy
 
@@ -99,10 +100,14 @@ class Gateway:
         info = await self.hub.create(
             stream_id, retention=self.config.retention, orphan=orphan or self.config.orphan
         )
-        task = asyncio.create_task(self._produce(stream_id, request), name=f"produce {stream_id}")
-        self._producers.add(task)
-        task.add_done_callback(self._producers.discard)
-        self.hub.on_cancel(stream_id, task.cancel)
+        # The producer's first steps run here, in the request's own loop turn: its first batch
+        # and its pacing clock start with its setup, not after every other request that
+        # arrived in the same turn (which would also put all their paced deadlines in step).
+        task = start_eagerly(self._produce(stream_id, request), name=f"produce {stream_id}")
+        if task is not None:
+            self._producers.add(task)
+            task.add_done_callback(self._producers.discard)
+            self.hub.on_cancel(stream_id, task.cancel)
         return info
 
     async def subscribe(

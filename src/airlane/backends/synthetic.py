@@ -510,7 +510,8 @@ class SyntheticBackend:
         cap = self.config.yield_every
         index, end = 0, spec.chunks
         while index < end:
-            await pacer.sleep_until(start_ns + round(index * interval_ns))
+            if index:  # the first chunk is due at once: no wait, not even a loop turn
+                await pacer.sleep_until(start_ns + round(index * interval_ns))
             now_ns = time.monotonic_ns()
             batch: list[Event] = []
             while index < end and len(batch) < cap:
