@@ -33,7 +33,13 @@ def start_eagerly(
         yielded = coro.send(None)
     except StopIteration:
         return None
-    return asyncio.get_running_loop().create_task(drive(coro, yielded), name=name)
+    driver = drive(coro, yielded)
+    # Step the driver into its first (bare) yield before it becomes a task: a cancellation
+    # that arrives before the task's first step is then thrown in where the driver handles it
+    # (passes it to ``coro``), not into a coroutine that never started, which would leave
+    # ``coro`` to be closed by the garbage collector instead of cancelled.
+    driver.send(None)
+    return asyncio.get_running_loop().create_task(driver, name=name)
 
 
 @types.coroutine
@@ -44,16 +50,21 @@ def _yield_to_loop() -> Generator[None, None, None]:
 async def drive(coro: Coroutine[Any, Any, Any], yielded: object) -> None:
     """Resume ``coro``, which has suspended on ``yielded``, to its end (what Task.__step
     does): wait for the future it yielded, or one loop turn for a bare yield, then resume it;
-    a cancellation of this task is thrown into it."""
+    a cancellation of this task is thrown into it. Starts with a bare yield of its own (see
+    `start_eagerly`), which also serves as the loop turn a bare ``yielded`` asks for."""
+    first = True
     while True:
         try:
-            if isinstance(yielded, asyncio.Future):
+            if first:
+                first = False
+                await _yield_to_loop()
+            elif not isinstance(yielded, asyncio.Future):
+                await _yield_to_loop()  # a bare yield: run again on the next loop turn
+            if isinstance(yielded, asyncio.Future) and not yielded.done():
                 # The protocol of a future awaited by a task: the task clears the flag, waits
                 # for it to be done, then resumes the coroutine, which reads the result.
                 yielded._asyncio_future_blocking = False
                 await asyncio.wait((yielded,))
-            else:  # a bare yield: run again on the next loop turn
-                await _yield_to_loop()
         except asyncio.CancelledError as exc:
             if isinstance(yielded, asyncio.Future):
                 yielded.cancel()
@@ -62,6 +73,8 @@ async def drive(coro: Coroutine[Any, Any, Any], yielded: object) -> None:
             except StopIteration:
                 return
             continue
+        if isinstance(yielded, asyncio.Future):
+            yielded._asyncio_future_blocking = False
         try:
             yielded = coro.send(None)
         except StopIteration:
