@@ -49,32 +49,41 @@ def _yield_to_loop() -> Generator[None, None, None]:
 
 async def drive(coro: Coroutine[Any, Any, Any], yielded: object) -> None:
     """Resume ``coro``, which has suspended on ``yielded``, to its end (what Task.__step
-    does): wait for the future it yielded, or one loop turn for a bare yield, then resume it;
-    a cancellation of this task is thrown into it. Starts with a bare yield of its own (see
+    does): await the future it yielded, or give the loop one turn for a bare yield, then
+    resume it; it reads the future's outcome itself. Starts with a bare yield of its own (see
     `start_eagerly`), which also serves as the loop turn a bare ``yielded`` asks for."""
     first = True
     while True:
-        try:
-            if first:
-                first = False
-                await _yield_to_loop()
-            elif not isinstance(yielded, asyncio.Future):
-                await _yield_to_loop()  # a bare yield: run again on the next loop turn
-            if isinstance(yielded, asyncio.Future) and not yielded.done():
-                # The protocol of a future awaited by a task: the task clears the flag, waits
-                # for it to be done, then resumes the coroutine, which reads the result.
-                yielded._asyncio_future_blocking = False
-                await asyncio.wait((yielded,))
-        except asyncio.CancelledError as exc:
-            if isinstance(yielded, asyncio.Future):
-                yielded.cancel()
+        if first or not isinstance(yielded, asyncio.Future):
             try:
-                yielded = coro.throw(exc)
-            except StopIteration:
-                return
-            continue
+                await _yield_to_loop()
+            except asyncio.CancelledError as exc:
+                # Cancelled while not waiting on the coroutine's future: pass it in.
+                if isinstance(yielded, asyncio.Future):
+                    yielded.cancel()
+                try:
+                    yielded = coro.throw(exc)
+                except StopIteration:
+                    return
+                continue
+            first = False
         if isinstance(yielded, asyncio.Future):
+            # The protocol of a future awaited by a task: clear the flag, wait for the future
+            # (a cancellation of this task cancels it, as a task's would), then resume the
+            # coroutine, whose own await reads the result or raises the exception.
             yielded._asyncio_future_blocking = False
+            if not yielded.done():
+                try:
+                    await yielded
+                except asyncio.CancelledError as exc:
+                    if not yielded.cancelled():  # this task was cancelled, not the future
+                        try:
+                            yielded = coro.throw(exc)
+                        except StopIteration:
+                            return
+                        continue
+                except Exception:  # the coroutine reads it from the future itself
+                    pass
         try:
             yielded = coro.send(None)
         except StopIteration:

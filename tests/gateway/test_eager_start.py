@@ -120,3 +120,27 @@ async def test_a_cancel_before_the_task_first_runs_reaches_the_coroutine() -> No
     with pytest.raises(asyncio.CancelledError):
         await task
     assert seen == ["cancelled"]
+
+
+async def test_a_cancel_after_the_awaited_future_completed_is_not_lost() -> None:
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[int] = loop.create_future()
+    seen: list[str] = []
+
+    async def waits() -> None:
+        try:
+            await future
+            seen.append("resumed")
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+
+    task = start_eagerly(waits())
+    assert task is not None
+    await asyncio.sleep(0.01)  # the driver now waits on the future
+    future.set_result(1)
+    task.cancel()  # in the same turn: the future is done, the driver has not run yet
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert seen == ["cancelled"]
