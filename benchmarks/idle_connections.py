@@ -27,13 +27,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import signal
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Coroutine, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -56,7 +55,8 @@ from airlane.bench.memory import (
     describe_host,
     raise_fd_limit,
 )
-from airlane.bench.spawn import GatewayStartError, LocalGateway, pin_process, pinning_plan
+from airlane.bench.runner import run_on_fast_loop
+from airlane.bench.spawn import GatewayStartError, LocalGateway, pin_client, pin_process
 
 TARGET_KB_PER_CONNECTION = 30.0
 """The target to compare against: 30 KB of gateway memory per idle connection."""
@@ -615,8 +615,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = _gateway_config(directory, args.ping_s)
         try:
             with LocalGateway(["--config", str(config)]) as gateway:
-                pinning = _pin(gateway.pid)
-                document = _run(measure(args, gateway))
+                server_cpus, pinning = pin_client()
+                if server_cpus is not None:
+                    pin_process(gateway.pid, server_cpus)
+                document = run_on_fast_loop(measure(args, gateway))
         except (GatewayStartError, ProcessGone) as exc:
             print(f"error: the gateway: {exc}", file=sys.stderr)
             return 1
@@ -626,24 +628,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.json.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")
         print(f"results written to {args.json}")
     return 0
-
-
-def _pin(gateway_pid: int) -> dict[str, list[int]] | None:
-    plan = pinning_plan()
-    if plan is None:
-        return None
-    pin_process(gateway_pid, plan[0])
-    pin_process(os.getpid(), plan[1])
-    return {"server": sorted(plan[0]), "client": sorted(plan[1])}
-
-
-def _run(coro: Coroutine[Any, Any, dict[str, Any]]) -> dict[str, Any]:
-    """Run ``coro`` on uvloop where available (leaner per connection than asyncio's loop)."""
-    if sys.platform != "win32":
-        import uvloop
-
-        return uvloop.run(coro)
-    return asyncio.run(coro)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -32,7 +32,7 @@ import os
 import signal
 import sys
 from array import array
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,7 +50,8 @@ from airlane.bench.memory import (
     raise_fd_limit,
     slope_per_min,
 )
-from airlane.bench.spawn import GatewayStartError, LocalGateway, pin_process, pinning_plan
+from airlane.bench.runner import run_on_fast_loop
+from airlane.bench.spawn import GatewayStartError, LocalGateway, pin_client, pin_process
 from airlane.bench.sse_load import run_sse_stream
 from airlane.bench.stats import MAX_ERROR_SAMPLES, Percentiles
 from airlane.bench.tally import MAX_LAG_SAMPLES, StreamTally, lag_sampling_stride
@@ -386,8 +387,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     gateway_args = ["--config", str(args.gateway_config)] if args.gateway_config else []
     try:
         with LocalGateway(gateway_args) as gateway:
-            pinning = _pin(gateway.pid)
-            measured = _run(soak(args, gateway))
+            server_cpus, pinning = pin_client()
+            if server_cpus is not None:
+                pin_process(gateway.pid, server_cpus)
+            measured = run_on_fast_loop(soak(args, gateway))
     except (GatewayStartError, ProcessGone) as exc:
         print(f"error: the gateway: {exc}", file=sys.stderr)
         return 1
@@ -423,24 +426,6 @@ _CONFIG_KEYS = (
     "max_streams",
     "flat_kb_per_min",
 )
-
-
-def _pin(gateway_pid: int) -> dict[str, list[int]] | None:
-    plan = pinning_plan()
-    if plan is None:
-        return None
-    pin_process(gateway_pid, plan[0])
-    pin_process(os.getpid(), plan[1])
-    return {"server": sorted(plan[0]), "client": sorted(plan[1])}
-
-
-def _run(coro: Coroutine[Any, Any, dict[str, Any]]) -> dict[str, Any]:
-    """Run ``coro`` on uvloop where available (leaner per connection than asyncio's loop)."""
-    if sys.platform != "win32":
-        import uvloop
-
-        return uvloop.run(coro)
-    return asyncio.run(coro)
 
 
 def _parser() -> argparse.ArgumentParser:

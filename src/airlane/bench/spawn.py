@@ -29,6 +29,7 @@ __all__ = [
     "GatewayStartError",
     "LocalGateway",
     "ServerProcess",
+    "pin_client",
     "pin_process",
     "pinning_plan",
 ]
@@ -192,6 +193,18 @@ def pinning_plan() -> tuple[set[int], set[int]] | None:
     if len(cpus) < 2:
         return None
     return {cpus[0]}, {cpus[1]}
+
+
+def pin_client() -> tuple[set[int] | None, dict[str, list[int]] | None]:
+    """Pin this process (the load client) to its core of `pinning_plan`; return the server
+    cores, for `pin_process` on each server started, and the pinning as a report records it.
+    ``(None, None)`` with fewer than two cores."""
+    plan = pinning_plan()
+    if plan is None:
+        return None, None
+    server_cpus, client_cpus = plan
+    pin_process(os.getpid(), client_cpus)
+    return server_cpus, {"server": sorted(server_cpus), "client": sorted(client_cpus)}
 
 
 def pin_process(pid: int, cpus: set[int]) -> None:

@@ -19,18 +19,15 @@ runs against one ``url`` (another implementation, say).
 
 from __future__ import annotations
 
-import asyncio
-import os
-import sys
 import time
-from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from airlane.bench.config import BenchConfig, Transport
 from airlane.bench.report import client_bound
-from airlane.bench.runner import run_transport
-from airlane.bench.spawn import LocalGateway, pin_process, pinning_plan
+from airlane.bench.runner import run_on_fast_loop, run_transport
+from airlane.bench.spawn import LocalGateway, pin_client, pin_process
 
 __all__ = [
     "DEFAULT_MAX_LAG_P99_MS",
@@ -54,8 +51,6 @@ DEFAULT_POINT_TIMEOUT_S = 90.0
 point that needs far longer has failed already, and its streams cut off count as errors."""
 SETTLE_S = 0.5
 """Pause between points: the previous gateway's exit and the client's sockets wind down."""
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,37 +153,25 @@ def run_sweep(
     Raises:
         GatewayStartError: a gateway failed to start.
     """
-    plan_cpus = pinning_plan() if url is None else None
-    pinning = None
-    if plan_cpus is not None:
-        server_cpus, client_cpus = plan_cpus
-        pin_process(os.getpid(), client_cpus)
-        pinning = {"server": sorted(server_cpus), "client": sorted(client_cpus)}
+    server_cpus, pinning = pin_client() if url is None else (None, None)
     points = []
     for index, (n, transport) in enumerate(plan.points()):
         if index:
             time.sleep(SETTLE_S)
         config = plan.config(n, transport)
         if url is not None:
-            result = _run_loop(run_transport(config, url, transport, server_pid))
+            result = run_on_fast_loop(run_transport(config, url, transport, server_pid))
         else:
             with LocalGateway(gateway_args) as gateway:
-                if plan_cpus is not None:
-                    pin_process(gateway.pid, plan_cpus[0])
+                if server_cpus is not None:
+                    pin_process(gateway.pid, server_cpus)
                 assert gateway.url is not None
-                result = _run_loop(run_transport(config, gateway.url, transport, gateway.pid))
+                result = run_on_fast_loop(
+                    run_transport(config, gateway.url, transport, gateway.pid)
+                )
         point = {**result.to_dict(), "client_bound": client_bound(result)}
         point["keeps_up"] = criteria.passed(point)
         points.append(point)
         if on_point is not None:
             on_point(point)
     return points, pinning
-
-
-def _run_loop(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` in a fresh event loop (uvloop where available): each point starts clean."""
-    if sys.platform != "win32":
-        import uvloop
-
-        return uvloop.run(coro)
-    return asyncio.run(coro)  # pragma: no cover

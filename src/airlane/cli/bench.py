@@ -10,12 +10,8 @@ and one table shows them all side by side.
 
 from __future__ import annotations
 
-import asyncio
-import os
-import sys
-from collections.abc import Coroutine
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Literal
 
 import orjson
 import typer
@@ -39,7 +35,6 @@ from airlane.bench import (
     gateway_pid,
     loopback_address,
     pin_process,
-    pinning_plan,
     results_table,
     run_bench,
     write_plot,
@@ -49,11 +44,11 @@ from airlane.bench.compare_report import compare_document, compare_table
 from airlane.bench.config import DEFAULT_CHUNKS, DEFAULT_INTERVAL_MS, DEFAULT_STREAMS
 from airlane.bench.config import DEFAULT_TIMEOUT_S as DEFAULT_BENCH_TIMEOUT_S
 from airlane.bench.peers import PEER_NAMES, Implementation, airlane_implementation, select_peers
+from airlane.bench.runner import run_on_fast_loop
+from airlane.bench.spawn import pin_client
 from airlane.server import DEFAULT_HOST, DEFAULT_PORT, tune_gc
 
 __all__ = ["bench_command"]
-
-T = TypeVar("T")
 
 
 def bench_command(
@@ -123,7 +118,7 @@ def bench_command(
     try:
         target, pinning = _prepare(console, gateway, url)
         server_pid = gateway_pid(target)
-        results = _run(_measure(console, config, target, server_pid))
+        results = run_on_fast_loop(_measure(console, config, target, server_pid))
     except GatewayStartError as exc:
         console.print(f"[red]could not start the gateway:[/red] {exc}")
         raise typer.Exit(1) from None
@@ -141,13 +136,9 @@ def _prepare(
         return url or f"http://{DEFAULT_HOST}:{DEFAULT_PORT}", None
     with console.status("starting a gateway (synthetic backend)..."):
         target = gateway.start()
-    plan = pinning_plan()
-    pinning = None
-    if plan is not None:
-        server_cpus, client_cpus = plan
+    server_cpus, pinning = pin_client()
+    if server_cpus is not None:
         pin_process(gateway.pid, server_cpus)
-        pin_process(os.getpid(), client_cpus)
-        pinning = {"server": sorted(server_cpus), "client": sorted(client_cpus)}
     where = f"server on CPU {pinning['server']}, client on {pinning['client']}" if pinning else ""
     console.print(f"gateway {target} (pid {gateway.pid}) {where}")
     return target, pinning
@@ -215,12 +206,8 @@ def _compare(
     plot_path: Path | None,
 ) -> None:
     """``--compare``: Airlane, then each peer, each started fresh on the server core."""
-    plan = pinning_plan()
-    server_cpus, pinning = None, None
-    if plan is not None:
-        server_cpus, client_cpus = plan
-        pin_process(os.getpid(), client_cpus)
-        pinning = {"server": sorted(server_cpus), "client": sorted(client_cpus)}
+    server_cpus, pinning = pin_client()
+    if pinning is not None:
         console.print(f"servers on CPU {pinning['server']}, client on {pinning['client']}")
 
     async def measure(name: str, url: str, pid: int | None) -> list[TransportResult]:
@@ -228,7 +215,9 @@ def _compare(
         return await _measure(console, config, url, pid, label=name)
 
     implementations = [airlane_implementation(), *peers]
-    runs = _run(run_compare(config, implementations, server_cpus=server_cpus, measure=measure))
+    runs = run_on_fast_loop(
+        run_compare(config, implementations, server_cpus=server_cpus, measure=measure)
+    )
     if runs[0].status != "ran":
         console.print(f"[red]could not start the gateway:[/red] {runs[0].reason}")
         raise typer.Exit(1)
@@ -261,12 +250,3 @@ def _compare_report(
         labels = [f"{run.name} {result.transport}" for run in runs for result in run.results]
         write_plot(plot_path, config, results, labels)
         console.print(f"plot written to {plot_path}")
-
-
-def _run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` on uvloop where available."""
-    if sys.platform != "win32":
-        import uvloop
-
-        return uvloop.run(coro)
-    return asyncio.run(coro)  # pragma: no cover
