@@ -19,7 +19,7 @@ import types
 from collections.abc import Coroutine, Generator
 from typing import Any
 
-__all__ = ["drive", "start_eagerly"]
+__all__ = ["drive", "start_eagerly", "yield_to_loop"]
 
 
 def start_eagerly(
@@ -43,7 +43,9 @@ def start_eagerly(
 
 
 @types.coroutine
-def _yield_to_loop() -> Generator[None, None, None]:
+def yield_to_loop() -> Generator[None, None, None]:
+    """Let the other tasks run once, as ``asyncio.sleep(0)`` does (a bare yield makes the task
+    reschedule itself), without sleep's own coroutine frame: for loops that yield per batch."""
     yield
 
 
@@ -56,7 +58,7 @@ async def drive(coro: Coroutine[Any, Any, Any], yielded: object) -> None:
     while True:
         if first or not isinstance(yielded, asyncio.Future):
             try:
-                await _yield_to_loop()
+                await yield_to_loop()
             except asyncio.CancelledError as exc:
                 # Cancelled while not waiting on the coroutine's future: pass it in.
                 if isinstance(yielded, asyncio.Future):

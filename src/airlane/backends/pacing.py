@@ -14,16 +14,10 @@ import asyncio
 import heapq
 import itertools
 import time
-import types
-from collections.abc import Generator
+
+from airlane.eager import yield_to_loop
 
 __all__ = ["Pacer"]
-
-
-@types.coroutine
-def _yield_to_loop() -> Generator[None, None, None]:
-    """Let the other tasks run once (as ``asyncio.sleep(0)`` does, without its frame)."""
-    yield
 
 
 class Pacer:
@@ -58,7 +52,7 @@ class Pacer:
         past still yields to the loop once, so a producer that is behind cannot starve the
         others."""
         if time.monotonic_ns() >= deadline_ns:
-            await _yield_to_loop()
+            await yield_to_loop()
             return
         waiter: asyncio.Future[None] = self._loop.create_future()
         heapq.heappush(self._heap, (deadline_ns, next(self._order), waiter))

@@ -26,8 +26,7 @@ import itertools
 import math
 import random
 import time
-import types
-from collections.abc import AsyncGenerator, Generator, Iterator
+from collections.abc import AsyncGenerator, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -36,6 +35,7 @@ import orjson
 from airlane.backends.base import BackendError, GenerationRequest, LoadTestSpec
 from airlane.backends.pacing import Pacer
 from airlane.core.events import Channel, Event, Kind, Lane
+from airlane.eager import yield_to_loop
 
 __all__ = [
     "DEFAULT_DEFAULT_MAX_TOKENS",
@@ -413,14 +413,6 @@ def _loadtest_chunk(model: str, material: bytes, ts_digits: int) -> LoadTestChun
 # -- the backend ---------------------------------------------------------------------------
 
 
-@types.coroutine
-def _yield_to_loop() -> Generator[None, None, None]:
-    """Let the other tasks run once, as ``asyncio.sleep(0)`` does (a bare yield makes the task
-    reschedule itself with call_soon), without sleep's own coroutine frame: the burst source
-    yields once per batch."""
-    yield
-
-
 class SyntheticBackend:
     """A `Backend` that makes up deterministic text (or benchmark chunks); serves any model.
 
@@ -492,7 +484,7 @@ class SyntheticBackend:
             # One clock read per batch: its chunks are released together.
             yield list(map(_chunk_event, chunk.encode_range(first, stop, time.monotonic_ns())))
             first, size = stop, min(size * 2, cap)
-            await _yield_to_loop()
+            await yield_to_loop()
         yield [usage, Event.done("stop")]
 
     async def _paced(
