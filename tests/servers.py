@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 READY = re.compile(r"airlane listening on (http://\S+)")
+AIRC_READY = re.compile(r"AIRC on tcp://(\S+):(\d+)")
 
 FAST_SYNTHETIC = """
 [synthetic]
@@ -36,6 +37,8 @@ class ServerProcess:
 
     url: str
     process: subprocess.Popen[str]
+    airc: tuple[str, int] | None = None
+    """Host and port of the AIRC/TCP listener (None when it is off)."""
 
     @property
     def pid(self) -> int:
@@ -77,8 +80,8 @@ def run_server(
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         try:
-            url = _wait_ready(process, timeout)
-            yield ServerProcess(url, process)
+            url, airc = _wait_ready(process, timeout)
+            yield ServerProcess(url, process, airc)
         finally:
             if process.poll() is None:
                 process.send_signal(signal.SIGINT)
@@ -89,7 +92,9 @@ def run_server(
                     process.wait(5)
 
 
-def _wait_ready(process: subprocess.Popen[str], timeout: float) -> str:
+def _wait_ready(
+    process: subprocess.Popen[str], timeout: float
+) -> tuple[str, tuple[str, int] | None]:
     assert process.stdout is not None
     selector = selectors.DefaultSelector()
     selector.register(process.stdout, selectors.EVENT_READ)
@@ -101,6 +106,7 @@ def _wait_ready(process: subprocess.Popen[str], timeout: float) -> str:
             line = process.stdout.readline()
             match = READY.search(line)
             if match:
-                return match.group(1)
+                airc = AIRC_READY.search(line)
+                return match.group(1), (airc[1], int(airc[2])) if airc else None
     process.kill()
     raise RuntimeError("airlane serve did not print its URL in time")

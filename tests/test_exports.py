@@ -17,6 +17,10 @@ PACKAGES = [
     "airlane.backends",
     "airlane.security",
     "airlane.transports.http",
+    "airlane.transports.airc",
+    "airlane.wire.airc",
+    "airlane.client.airc",
+    "airlane.chat_request",
     "airlane.gateway",
     "airlane.server",
 ]

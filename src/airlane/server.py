@@ -27,13 +27,21 @@ from airlane.core import OrphanMode, OrphanPolicy, Retention
 from airlane.gateway import Gateway, GatewayConfig
 from airlane.hub import MemoryHub, MemoryHubConfig
 from airlane.security import AllowAll, ApiKeyPolicy, SecurityPolicy
+from airlane.transports.airc import (
+    AIRC_SUBPROTOCOL,
+    AircServerConfig,
+    AircTcpServer,
+    AircWebSocketHandler,
+)
 from airlane.transports.http import AirlaneApp, HttpConfig
 from airlane.transports.http.ws_protocol import BatchingWebSocketProtocol
+from airlane.wire.airc import AircConfig
 
 __all__ = [
     "DEFAULT_HOST",
     "DEFAULT_PORT",
     "ServerConfig",
+    "airc_port",
     "bind_socket",
     "build_app",
     "load_config",
@@ -73,6 +81,8 @@ class ServerConfig:
     """Default orphan policy of generations."""
     retention: Retention = field(default_factory=Retention)
     """Default retention of every stream."""
+    airc: AircServerConfig = field(default_factory=AircServerConfig)
+    """The AIRC transport: its TCP listener and session limits."""
     tcp_keepalive_s: int = DEFAULT_TCP_KEEPALIVE_S
     """Idle seconds before TCP keepalive probes on accepted sockets."""
     log_level: str = "info"
@@ -81,7 +91,8 @@ class ServerConfig:
 
 def load_config(path: Path, base: ServerConfig | None = None) -> ServerConfig:
     """Read a TOML file: top-level keys of `ServerConfig`, plus ``[synthetic]``, ``[http]``,
-    ``[orphan]``, ``[retention]`` and ``[api_keys]`` tables. Unknown keys are an error."""
+    ``[orphan]``, ``[retention]``, ``[airc]`` and ``[api_keys]`` tables. Unknown keys are an
+    error."""
     with path.open("rb") as fh:
         data = tomllib.load(fh)
     config = base or ServerConfig()
@@ -90,6 +101,7 @@ def load_config(path: Path, base: ServerConfig | None = None) -> ServerConfig:
         "http": (HttpConfig, config.http),
         "orphan": (OrphanPolicy, config.orphan),
         "retention": (Retention, config.retention),
+        "airc": (AircServerConfig, config.airc),
     }
     changes: dict[str, Any] = {}
     allowed = {f.name for f in fields(ServerConfig)}
@@ -101,6 +113,12 @@ def load_config(path: Path, base: ServerConfig | None = None) -> ServerConfig:
             continue
         cls, current = nested[key]
         section = dict(value)
+        if key == "airc" and "connection" in section:
+            # [airc.connection]: the protocol's windows and timers.
+            unknown = set(section["connection"]) - {f.name for f in fields(AircConfig)}
+            if unknown:
+                raise ValueError(f"{path}: unknown [airc.connection] settings {sorted(unknown)}")
+            section["connection"] = replace(current.connection, **section["connection"])
         if key == "orphan" and "mode" in section:
             section["mode"] = OrphanMode(section["mode"])
         for name in ("models", "cors_origins"):
@@ -132,7 +150,8 @@ def build_app(config: ServerConfig) -> AirlaneApp:
     http = config.http
     if config.model and config.model not in http.models:
         http = replace(http, models=(config.model, *http.models))
-    return AirlaneApp(gateway, http)
+    airc = AircWebSocketHandler(gateway, config.airc)
+    return AirlaneApp(gateway, http, subprotocols={AIRC_SUBPROTOCOL: airc})
 
 
 GC_GEN0_THRESHOLD = 20_000
@@ -189,25 +208,44 @@ def uvicorn_config(app: AirlaneApp, config: ServerConfig) -> uvicorn.Config:
     )
 
 
-async def serve(config: ServerConfig, *, on_ready: Callable[[str], None] | None = None) -> None:
-    """Run the gateway until cancelled or signalled; ``on_ready`` gets the base URL."""
+def airc_port(config: ServerConfig, http_port: int) -> int:
+    """The AIRC/TCP port: as configured, else the HTTP port + 1 (a free one when the HTTP
+    port was 0, so that test servers never collide)."""
+    if config.airc.port is not None:
+        return config.airc.port
+    return http_port + 1 if config.port else 0
+
+
+async def serve(
+    config: ServerConfig, *, on_ready: Callable[[str, str | None], None] | None = None
+) -> None:
+    """Run the gateway until cancelled or signalled; ``on_ready`` gets the base URL and the
+    AIRC/TCP URL (None when that listener is off)."""
     app = build_app(config)
     tune_gc()
     sock = bind_socket(config.host, config.port, config.tcp_keepalive_s)
     host, port = sock.getsockname()[:2]
     url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
     server = uvicorn.Server(uvicorn_config(app, config))
+    airc: AircTcpServer | None = None
+    if config.airc.enabled:
+        airc = AircTcpServer(app.gateway, config.airc)
+        await airc.start(bind_socket(config.host, airc_port(config, port), config.tcp_keepalive_s))
+        # GOAWAY to every AIRC session before the hub closes under their streams.
+        app.on_shutdown.append(airc.aclose)
 
     async def announce() -> None:
         # uvicorn exposes readiness only as a flag, so poll it briefly.
         while not server.started:  # noqa: ASYNC110
             await asyncio.sleep(0.01)
         if on_ready is not None:
-            on_ready(url)
+            on_ready(url, airc.url if airc is not None else None)
 
     announcer = asyncio.create_task(announce())
     try:
         await server.serve(sockets=[sock])
     finally:
         announcer.cancel()
+        if airc is not None:
+            await airc.aclose()
         sock.close()

@@ -8,7 +8,9 @@ import inspect
 import airlane.bench
 import airlane.client
 
-CLIENT_MODULES = ["accumulator", "chat", "errors", "events", "retry", "sse", "subscription", "ws"]
+CLIENT_MODULES = [
+    "accumulator", "airc", "chat", "errors", "events", "retry", "sse", "subscription", "ws",
+]  # fmt: skip
 BENCH_MODULES = [
     "chunk", "config", "cpu", "plot", "report", "runner", "spawn", "sse_load", "sse_parser",
     "stats", "tally", "ws_load",
@@ -17,6 +19,7 @@ BENCH_MODULES = [
 
 def test_client_exports() -> None:
     assert sorted(airlane.client.__all__) == [
+        "AircClient",
         "AirlaneClient",
         "ChatDelta",
         "ClientClosed",

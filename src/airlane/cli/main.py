@@ -54,6 +54,10 @@ def serve_command(
         list[str] | None,
         typer.Option(help="Require this client API key (repeatable); NAME=KEY names it."),
     ] = None,
+    airc_port: Annotated[
+        int | None,
+        typer.Option(help="AIRC/TCP port (default: the HTTP port + 1; -1 turns it off)."),
+    ] = None,
     config: Annotated[Path | None, typer.Option(help="TOML configuration file.")] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
@@ -73,12 +77,16 @@ def serve_command(
         api_keys=keys,
         log_level=log_level,
     )
+    if airc_port is not None:
+        airc = replace(settings.airc, enabled=airc_port >= 0, port=max(airc_port, 0))
+        settings = replace(settings, airc=airc)
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
 
-    def ready(url: str) -> None:
+    def ready(url: str, airc_url: str | None) -> None:
         backend = f"upstream {settings.upstream}" if settings.upstream else "synthetic backend"
-        # Printed on stdout, flushed: scripts and tests read the URL from this line.
-        print(f"airlane listening on {url} ({backend})", flush=True)
+        # Printed on stdout, flushed: scripts and tests read the URLs from this line.
+        airc = f", AIRC on {airc_url}" if airc_url else ""
+        print(f"airlane listening on {url} ({backend}){airc}", flush=True)
 
     run_async(serve(settings, on_ready=ready))
 

@@ -3,12 +3,14 @@
 - `AirlaneClient`: OpenAI-style chat completions and stream events over HTTP + SSE; a dropped
   connection is resumed from the last event seen, so callers get exact text.
 - `WsClient`: many streams over one WebSocket, re-subscribed after a reconnect.
+- `AircClient`: the same streams over the AIRC binary protocol, on TCP or a WebSocket.
 - `TextAccumulator`: a stream's text rebuilt from its events (snapshots replace, deltas append).
 
 Errors are described in `airlane.client.errors`.
 """
 
 from airlane.client.accumulator import TextAccumulator
+from airlane.client.airc import AircClient
 from airlane.client.errors import (
     ClientClosed,
     ClientError,
@@ -27,6 +29,7 @@ from airlane.client.subscription import WsSubscription
 from airlane.client.ws import WsClient
 
 __all__ = [
+    "AircClient",
     "AirlaneClient",
     "ChatDelta",
     "ClientClosed",

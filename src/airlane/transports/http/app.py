@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
 
 from airlane.core import BadResumeToken
@@ -38,7 +38,7 @@ from airlane.transports.http.asgi import (
 )
 from airlane.transports.http.chat import handle_chat_completions
 from airlane.transports.http.config import HttpConfig
-from airlane.transports.http.context import AppContext
+from airlane.transports.http.context import AppContext, WebSocketHandler
 from airlane.transports.http.loadtest import (
     loadtest_request,
     loadtest_stream,
@@ -57,12 +57,20 @@ log = logging.getLogger("airlane.http")
 class AirlaneApp:
     """The ASGI application. Runs the gateway's lifecycle on ASGI ``lifespan`` events."""
 
-    def __init__(self, gateway: Gateway, config: HttpConfig | None = None) -> None:
+    def __init__(
+        self,
+        gateway: Gateway,
+        config: HttpConfig | None = None,
+        *,
+        subprotocols: Mapping[str, WebSocketHandler] | None = None,
+    ) -> None:
         self.gateway = gateway
         self.config = config or HttpConfig()
         self.metrics = HttpMetrics(gateway.hub.stats, lambda: gateway.running_generations)
-        self.context = AppContext(gateway, self.config, self.metrics)
+        self.context = AppContext(gateway, self.config, self.metrics, dict(subprotocols or {}))
         self.started = time.monotonic()
+        self.on_shutdown: list[Callable[[], Awaitable[None]]] = []
+        """Run on ASGI shutdown before the gateway closes (other listeners say goodbye)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -80,6 +88,8 @@ class AirlaneApp:
                 await self.gateway.start()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                for hook in self.on_shutdown:
+                    await hook()
                 await self.gateway.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 
 from airlane.gateway import Gateway
+from airlane.security import Principal
 from airlane.transports.http.asgi import Receive, Request, Send
 from airlane.transports.http.config import HttpConfig
 from airlane.transports.http.metrics import HttpMetrics
 from airlane.transports.http.sse_pump import SSEPump
 
-__all__ = ["AppContext"]
+__all__ = ["AppContext", "WebSocketHandler"]
+
+WebSocketHandler = Callable[[Principal, Receive, Send], Awaitable[None]]
+"""Serves an accepted ``/v1/ws`` socket whose subprotocol another transport speaks (AIRC):
+called with the authenticated principal after the handshake, it owns the socket."""
 
 
 @dataclass(slots=True)
@@ -20,6 +26,9 @@ class AppContext:
     gateway: Gateway
     config: HttpConfig
     metrics: HttpMetrics
+    subprotocols: Mapping[str, WebSocketHandler] = field(default_factory=dict)
+    """Extra ``/v1/ws`` subprotocols and their handlers, given by the composition root (a
+    transport never imports another)."""
 
     def sse_pump(self, request: Request, receive: Receive, send: Send) -> SSEPump:
         """An SSE response for ``request`` with this app's heartbeat, batching, metrics and

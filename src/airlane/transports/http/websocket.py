@@ -343,13 +343,14 @@ class WebSocketSession:
 async def serve_websocket(app: AppContext, request: Request, receive: Receive, send: Send) -> None:
     """The ``/v1/ws`` endpoint: handshake, authentication, then a `WebSocketSession`."""
     offered = request.scope.get("subprotocols") or []
-    chosen = next((p for p in offered if p in SUBPROTOCOLS), None)
+    known = (*SUBPROTOCOLS, *app.subprotocols)
+    chosen = next((p for p in offered if p in known), None)
     if offered and chosen is None:
         if await accept(receive, send, None):
             await close(
                 send,
                 CLOSE_PROTOCOL_ERROR,
-                f"unsupported subprotocol; use {' or '.join(SUBPROTOCOLS)}",
+                f"unsupported subprotocol; use {' or '.join(known)}",
             )
         return
     # Browsers cannot set headers on a WebSocket: accept the key as ?access_token= too.
@@ -361,6 +362,14 @@ async def serve_websocket(app: AppContext, request: Request, receive: Receive, s
             await close(send, exc.close_code, str(exc))
         return
     if not await accept(receive, send, chosen):
+        return
+    other = app.subprotocols.get(chosen) if chosen else None
+    if other is not None:
+        app.metrics.connections["ws"] += 1
+        try:
+            await other(principal, receive, send)
+        finally:
+            app.metrics.connections["ws"] -= 1
         return
     send_many = SEND_MANY in request.scope.get("extensions", {})
     session = WebSocketSession(app, principal, send, chosen or JSON_PROTOCOL, send_many=send_many)

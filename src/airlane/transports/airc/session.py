@@ -1,0 +1,448 @@
+"""`AircSession`: one AIRC connection bound to the gateway, whatever carries its bytes.
+
+The transport (TCP or WebSocket) feeds it bytes and gives it a `Link` to write to; the session
+drives an `AircConnection`, answers the signalling requests on stream 255 and runs one pump
+task per Airlane stream it carries:
+
+- ``GEN_REQ`` starts a generation (its body is an OpenAI chat request) and answers ``GEN_ACK``
+  with the StreamID its events arrive on, the jitter-buffer threshold and the clock fields;
+- ``OPEN`` subscribes to a stream, from its start or after a resume position, and answers
+  ``OPENED``; ``CLOSE`` detaches (the stream's orphan policy applies), ``CANCEL`` stops the
+  generation. When a stream ends for this reader the server sends ``CLOSE`` with the last seq;
+- ``AUTH`` presents a bearer token where the transport itself carried none (plain TCP).
+
+Each event is one AIRC message: its native JSON (`airlane.wire.event_json`), encoded once per
+event and shared by every AIRC subscriber. Control-lane events go out with PRIORITY.
+
+Backpressure: a pump takes from its cursor only what the stream's send window has room for,
+and waits for the peer's ACK (or the link's drain) otherwise; the hub's log is the buffer.
+A request that cannot be honoured gets an ``ERROR`` and the connection stays open; only a
+protocol violation closes it (with ``GOAWAY``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import orjson
+
+from airlane.chat_request import InvalidChatRequest, parse_chat_request
+from airlane.core import BadResumeToken, Event, Lane, Position
+from airlane.gateway import Gateway, orphan_policy_from
+from airlane.hub import HubError, Subscription
+from airlane.security import Principal, SecurityError, Unauthenticated
+from airlane.transports.airc.config import AircServerConfig
+from airlane.wire.airc import (
+    ANY_STREAM,
+    SIGNALLING_STREAM,
+    Acknowledged,
+    AircConnection,
+    AircEvent,
+    Auth,
+    Authenticated,
+    Cancel,
+    Cancelled,
+    Close,
+    ConnectionClosed,
+    Error,
+    ErrorCode,
+    GenAck,
+    GenRequest,
+    MessageReceived,
+    Open,
+    Opened,
+    SignalMessage,
+    SignalReceived,
+)
+from airlane.wire.event_json import event_to_json
+
+__all__ = ["FIRST_AIRLANE_STREAM", "AircSession", "Link"]
+
+log = logging.getLogger("airlane.airc")
+
+FIRST_AIRLANE_STREAM = 20
+"""StreamIDs below this are audio (0-9) and video (10-19); 255 is signalling."""
+_CACHE_KEY = "airc.json"
+_I32 = (-(1 << 31), (1 << 31) - 1)
+
+
+class Link(Protocol):
+    """Where a session's bytes go: a TCP transport or a WebSocket."""
+
+    def write(self, data: bytes) -> None:
+        """Send ``data`` (buffered; never blocks)."""
+        ...
+
+    def close(self, code: ErrorCode, reason: str) -> None:
+        """Close after what was written, for ``code``."""
+        ...
+
+
+class _RequestFailed(Exception):
+    """A request the session answers with ``ERROR``; the connection stays open."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(slots=True)
+class _Binding:
+    """One Airlane stream carried on one StreamID."""
+
+    stream: int
+    stream_id: str
+    subscription: Subscription
+    wake: asyncio.Event
+    task: asyncio.Task[None] | None = None
+
+
+class AircSession:
+    """One AIRC connection serving the gateway. See the module docstring."""
+
+    def __init__(
+        self,
+        gateway: Gateway,
+        config: AircServerConfig,
+        link: Link,
+        *,
+        principal: Principal | None,
+    ) -> None:
+        self.gateway = gateway
+        self.config = config
+        self._link = link
+        self._principal = principal
+        self._loop = asyncio.get_running_loop()
+        self.connection = AircConnection(config.connection, now=time.monotonic())
+        """The protocol state machine."""
+        self._bindings: dict[int, _Binding] = {}
+        self._requests: set[asyncio.Task[None]] = set()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_deadline = 0.0
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._closed = False
+        # Learn the client's clock offset now, so GEN_ACK can report it.
+        self.connection.request_clock_sync()
+        self.flush()
+
+    @property
+    def closed(self) -> bool:
+        """True once the connection ended (the link was told to close)."""
+        return self._closed
+
+    @property
+    def streams(self) -> int:
+        """Airlane streams carried now."""
+        return len(self._bindings)
+
+    # -- what the transport calls -----------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        """Bytes from the peer."""
+        self._handle(self.connection.receive_data(data, time.monotonic()))
+        self.flush()
+
+    def pause_writing(self) -> None:
+        """The link's buffer is full: pumps wait."""
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        """The link drained: pumps go on."""
+        self._writable.set()
+
+    def close(self, code: ErrorCode = ErrorCode.NO_ERROR, reason: str = "") -> None:
+        """End the connection with ``GOAWAY``."""
+        self.connection.close(code, reason)
+        self.flush()
+
+    async def aclose(self) -> None:
+        """Stop every pump and request and release every cursor (after the link is gone)."""
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+        tasks = [b.task for b in self._bindings.values() if b.task is not None]
+        tasks += self._requests
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        bindings, self._bindings = self._bindings, {}
+        for binding in bindings.values():
+            await binding.subscription.aclose()
+
+    def flush(self) -> None:
+        """Write what the connection has ready; close the link once it has ended."""
+        connection = self.connection
+        data = connection.data_to_send(time.monotonic())
+        if data:
+            self._link.write(data)
+        if connection.closed is not None:
+            if not self._closed:
+                self._closed = True
+                ended = connection.closed
+                if not ended.by_peer and ended.code is not ErrorCode.NO_ERROR:
+                    log.info("AIRC connection closed: %s", ended.reason)
+                self._link.close(ended.code, ended.reason)
+                for binding in self._bindings.values():
+                    binding.wake.set()
+            return
+        self._arm_timer()
+
+    # -- timers -----------------------------------------------------------------------------
+
+    def _arm_timer(self) -> None:
+        deadline = self.connection.get_timer()
+        if deadline is None:
+            return
+        # An earlier timer is fine: when it fires, nothing is due and it re-arms.
+        if self._timer is not None and self._timer_deadline <= deadline:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        # The connection runs on time.monotonic() (microsecond timestamps; uvloop's loop
+        # clock has millisecond resolution), so the delay is converted here.
+        self._timer_deadline = deadline
+        self._timer = self._loop.call_later(max(0.0, deadline - time.monotonic()), self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._handle(self.connection.handle_timer(time.monotonic()))
+        self.flush()
+
+    # -- events -----------------------------------------------------------------------------
+
+    def _handle(self, events: list[AircEvent]) -> None:
+        for event in events:
+            if isinstance(event, Acknowledged):
+                binding = self._bindings.get(event.stream_id)
+                if binding is not None:
+                    binding.wake.set()
+            elif isinstance(event, SignalReceived):
+                self._on_signal(event)
+            elif isinstance(event, MessageReceived):
+                self._refuse(0, "unsupported", "clients do not send on data streams")
+            elif isinstance(event, ConnectionClosed):
+                for binding in self._bindings.values():
+                    binding.wake.set()
+
+    def _on_signal(self, event: SignalReceived) -> None:
+        message = event.message
+        if isinstance(message, GenRequest):
+            self._start(message.request_id, self._generate(message, event))
+        elif isinstance(message, Open):
+            self._start(message.request_id, self._open(message))
+        elif isinstance(message, Cancel):
+            self._start(message.request_id, self._cancel(message))
+        elif isinstance(message, Close):
+            self._start(0, self._detach(message.stream))
+        elif isinstance(message, Auth):
+            self._authenticate(message)
+        else:
+            self.connection.close(
+                ErrorCode.BAD_SIGNALLING,
+                f"{type(message).__name__} is sent by servers, not clients",
+            )
+
+    def _start(self, request_id: int, work: Coroutine[Any, Any, None]) -> None:
+        if len(self._requests) >= self.config.max_requests:
+            work.close()
+            self._refuse(
+                request_id,
+                "too_many_requests",
+                f"at most {self.config.max_requests} requests may be in progress at once",
+            )
+            return
+        task = asyncio.create_task(self._answer(request_id, work))
+        self._requests.add(task)
+        task.add_done_callback(self._requests.discard)
+
+    async def _answer(self, request_id: int, work: Coroutine[Any, Any, None]) -> None:
+        try:
+            await work
+        except _RequestFailed as exc:
+            self._refuse(request_id, exc.code, exc.message)
+        except (HubError, SecurityError) as exc:
+            self._refuse(request_id, exc.code, str(exc))
+        except InvalidChatRequest as exc:
+            self._refuse(request_id, exc.code, f"{exc.param}: {exc.message}")
+        except Exception:
+            log.exception("AIRC request %d failed", request_id)
+            self._refuse(request_id, "internal_error", "the request failed unexpectedly")
+
+    def _refuse(self, request_id: int, code: str, message: str) -> None:
+        self._signal(Error(request_id, code[:64], message[:1000]))
+
+    def _signal(self, message: SignalMessage) -> None:
+        if self.connection.closed is None:
+            self.connection.send_signal(message)
+            self.flush()
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def _authenticate(self, message: Auth) -> None:
+        try:
+            self._principal = self.gateway.security.authenticate(message.token or None)
+        except SecurityError as exc:
+            self._refuse(message.request_id, exc.code, str(exc))
+            return
+        self._signal(Authenticated(message.request_id, self._principal.name[:200]))
+
+    def _who(self) -> Principal:
+        if self._principal is None:
+            try:
+                self._principal = self.gateway.security.authenticate(None)
+            except Unauthenticated:
+                raise _RequestFailed("unauthenticated", "send AUTH with an API key first") from None
+        return self._principal
+
+    async def _generate(self, message: GenRequest, event: SignalReceived) -> None:
+        principal = self._who()
+        try:
+            body = orjson.loads(message.body)
+        except orjson.JSONDecodeError as exc:
+            raise _RequestFailed("invalid_request", f"GEN_REQ body is not JSON: {exc}") from None
+        parsed = parse_chat_request(body)
+        stream = self._allocate(message.requested_stream)
+        gateway = self.gateway
+        policy = orphan_policy_from(parsed.orphan, gateway.config.orphan)
+        info = await gateway.generate(principal, parsed.generation, orphan=policy)
+        subscription = await gateway.subscribe(principal, info.stream_id, subscriber=principal.name)
+        offset = self.connection.clock.offset_us  # client clock minus ours
+        self._signal(
+            GenAck(
+                request_id=message.request_id,
+                stream=stream,
+                jitter_buffer_us=self.config.jitter_buffer_us,
+                origin_ts=event.timestamp,
+                receive_ts=event.received_at,
+                clock_offset_us=0 if offset is None else _clamp_i32(-round(offset)),
+                airlane_stream=info.stream_id,
+                epoch=info.epoch,
+            )
+        )
+        self._bind(stream, info.stream_id, subscription)
+
+    async def _open(self, message: Open) -> None:
+        principal = self._who()
+        resume = None
+        if message.epoch:
+            try:
+                resume = Position.parse(f"{message.epoch}:{message.after_seq}")
+            except BadResumeToken as exc:
+                raise _RequestFailed("bad_resume_token", str(exc)) from None
+        if any(b.stream_id == message.airlane_stream for b in self._bindings.values()):
+            raise _RequestFailed(
+                "already_subscribed", f"already subscribed to {message.airlane_stream!r}"
+            )
+        stream = self._allocate(message.requested_stream)
+        subscription = await self.gateway.subscribe(
+            principal, message.airlane_stream, resume=resume, subscriber=principal.name
+        )
+        position = subscription.position
+        ended = subscription.exhausted
+        self._signal(
+            Opened(
+                request_id=message.request_id,
+                stream=stream,
+                airlane_stream=message.airlane_stream,
+                epoch=position.epoch,
+                from_seq=position.seq,
+                ended=ended,
+            )
+        )
+        if ended:
+            # Resumed at the very end of a finished stream: nothing will ever come.
+            await subscription.aclose()
+        else:
+            self._bind(stream, message.airlane_stream, subscription)
+
+    async def _cancel(self, message: Cancel) -> None:
+        principal = self._who()
+        binding = self._bindings.get(message.stream)
+        if binding is None:
+            raise _RequestFailed("unknown_stream", f"no Airlane stream on {message.stream}")
+        cancelled = await self.gateway.cancel(principal, binding.stream_id)
+        self._signal(Cancelled(message.request_id, message.stream, cancelled))
+
+    async def _detach(self, stream: int) -> None:
+        binding = self._bindings.pop(stream, None)
+        if binding is None:
+            return
+        if binding.task is not None:
+            binding.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await binding.task
+        await binding.subscription.aclose()
+
+    def _allocate(self, requested: int) -> int:
+        if len(self._bindings) >= self.config.max_subscriptions:
+            raise _RequestFailed(
+                "too_many_subscriptions",
+                f"at most {self.config.max_subscriptions} streams per connection",
+            )
+        if requested not in (ANY_STREAM, SIGNALLING_STREAM) and requested not in self._bindings:
+            return requested
+        stream = FIRST_AIRLANE_STREAM
+        while stream in self._bindings or stream == SIGNALLING_STREAM:
+            stream += 1
+        return stream
+
+    def _bind(self, stream: int, stream_id: str, subscription: Subscription) -> None:
+        binding = _Binding(stream, stream_id, subscription, asyncio.Event())
+        self._bindings[stream] = binding
+        binding.task = asyncio.create_task(self._pump(binding), name=f"airc-pump {stream_id}")
+
+    # -- writing ----------------------------------------------------------------------------
+
+    async def _pump(self, binding: _Binding) -> None:
+        connection = self.connection
+        subscription = binding.subscription
+        stream = binding.stream
+        window = self.config.connection.send_window
+        limit = self.config.batch_limit
+        while connection.closed is None:
+            room = window - connection.unacknowledged(stream)
+            if room <= 0 or not connection.can_send(stream):
+                binding.wake.clear()
+                await binding.wake.wait()
+                continue
+            if not self._writable.is_set():
+                await self._writable.wait()
+                continue
+            batch = await subscription.next_batch(min(room, limit))
+            if not batch or connection.closed is not None:
+                break
+            for event in batch:
+                connection.send_message(
+                    stream, _payload(event), priority=event.lane is Lane.CONTROL
+                )
+            self.flush()
+            subscription.mark_written(batch, time.monotonic_ns())
+        else:
+            return
+        # The stream is over for this reader: say so, with where it ended, and let go.
+        if self._bindings.get(stream) is binding:
+            del self._bindings[stream]
+            self._signal(Close(stream, subscription.position.seq))
+            await subscription.aclose()
+
+
+def _payload(event: Event) -> bytes:
+    """The event's native JSON, encoded once for every AIRC subscriber."""
+    payload = event.cached(_CACHE_KEY)
+    if payload is None:
+        payload = event.cache(_CACHE_KEY, event_to_json(event))
+    return payload
+
+
+def _clamp_i32(value: int) -> int:
+    return max(_I32[0], min(_I32[1], value))

@@ -1,0 +1,142 @@
+"""AIRC over TCP: a listener of its own, one `AircSession` per accepted connection.
+
+The protocol object is the thin asyncio adapter DESIGN.md asks for: bytes in go to the
+session, the session's bytes go to the transport, and the transport's flow control
+(``pause_writing`` / ``resume_writing``) reaches the session's pumps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from typing import cast
+
+from airlane.gateway import Gateway
+from airlane.security import Principal, Unauthenticated
+from airlane.transports.airc.config import AircServerConfig
+from airlane.transports.airc.session import AircSession
+from airlane.wire.airc import ErrorCode
+
+__all__ = ["AircTcpServer"]
+
+log = logging.getLogger("airlane.airc")
+
+_READ_LIMIT = 256 * 1024  # bytes asked of the kernel per read; bounds one receive_data call
+
+
+class _AircProtocol(asyncio.BufferedProtocol):
+    """One TCP connection."""
+
+    def __init__(self, server: AircTcpServer) -> None:
+        self._server = server
+        self._transport: asyncio.Transport | None = None
+        self._session: AircSession | None = None
+        self._buffer = bytearray(_READ_LIMIT)
+
+    # -- asyncio.BufferedProtocol -----------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self._transport = cast(asyncio.Transport, transport)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        server = self._server
+        self._session = AircSession(
+            server.gateway, server.config, self, principal=server.anonymous_principal()
+        )
+        server.sessions.add(self._session)
+
+    def get_buffer(self, sizehint: int) -> bytearray:
+        return self._buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._session is not None:
+            self._session.data_received(bytes(self._buffer[:nbytes]))
+
+    def eof_received(self) -> bool:
+        return False  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            self._server.release(session)
+
+    def pause_writing(self) -> None:
+        if self._session is not None:
+            self._session.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self._session is not None:
+            self._session.resume_writing()
+
+    # -- Link -------------------------------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        """Queue ``data`` on the socket."""
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.write(data)
+
+    def close(self, code: ErrorCode, reason: str) -> None:
+        """Close once the written bytes (the ``GOAWAY`` among them) are flushed."""
+        if self._transport is not None:
+            self._transport.close()
+
+
+class AircTcpServer:
+    """The AIRC/TCP listener: start it on a bound socket, close it to end every session."""
+
+    def __init__(self, gateway: Gateway, config: AircServerConfig | None = None) -> None:
+        self.gateway = gateway
+        self.config = config or AircServerConfig()
+        self.sessions: set[AircSession] = set()
+        """Open sessions."""
+        self._server: asyncio.Server | None = None
+        self._closing: set[asyncio.Task[None]] = set()
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """The bound host and port."""
+        assert self._server is not None, "not started"
+        host, port = self._server.sockets[0].getsockname()[:2]
+        return host, port
+
+    @property
+    def url(self) -> str:
+        """``tcp://host:port``."""
+        host, port = self.address
+        return f"tcp://{f'[{host}]' if ':' in host else host}:{port}"
+
+    def anonymous_principal(self) -> Principal | None:
+        """The principal of a connection before ``AUTH``; None if the policy needs a key."""
+        try:
+            return self.gateway.security.authenticate(None)
+        except Unauthenticated:
+            return None
+
+    async def start(self, sock: socket.socket) -> None:
+        """Serve connections accepted on ``sock`` (bound and listening)."""
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: _AircProtocol(self), sock=sock)
+
+    def release(self, session: AircSession) -> None:
+        """A connection is gone: release its cursors in a task this server owns."""
+        self.sessions.discard(session)
+        task = asyncio.get_running_loop().create_task(session.aclose())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def aclose(self) -> None:
+        """Stop listening, say ``GOAWAY`` to every session and wait for their cleanup."""
+        if self._server is not None:
+            self._server.close()
+        for session in list(self.sessions):
+            session.close(ErrorCode.NO_ERROR, "server shutting down")
+            await session.aclose()
+        while self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
