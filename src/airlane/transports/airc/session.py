@@ -11,6 +11,11 @@ task per Airlane stream it carries:
   generation. When a stream ends for this reader the server sends ``CLOSE`` with the last seq;
 - ``AUTH`` presents a bearer token where the transport itself carried none (plain TCP).
 
+A ``GEN_REQ`` whose ``encoder`` is ``airlane-loadtest`` asks for the seed's benchmark stream
+instead (body: ``{"chunks": 200, "mode": "burst" | "paced", "interval_ms": 20}``), the same
+source as ``/v1/loadtest/sse`` and ``/v1/loadtest/ws``: each chunk's JSON is one message, and
+the stream is deleted once read (``airlane bench`` uses it for its AIRC rows).
+
 Each event is one AIRC message: its native JSON (`airlane.wire.event_json`), encoded once per
 event and shared by every AIRC subscriber. Control-lane events go out with PRIORITY.
 
@@ -32,8 +37,9 @@ from typing import Any, Protocol
 
 import orjson
 
+from airlane.backends.base import GenerationRequest, LoadTestSpec
 from airlane.chat_request import InvalidChatRequest, parse_chat_request
-from airlane.core import BadResumeToken, Event, Lane, Position
+from airlane.core import BadResumeToken, Event, Kind, Lane, OrphanMode, OrphanPolicy, Position
 from airlane.gateway import Gateway, orphan_policy_from
 from airlane.hub import HubError, Subscription
 from airlane.security import Principal, SecurityError, Unauthenticated
@@ -62,12 +68,15 @@ from airlane.wire.airc import (
 )
 from airlane.wire.event_json import event_to_json
 
-__all__ = ["FIRST_AIRLANE_STREAM", "AircSession", "Link"]
+__all__ = ["FIRST_AIRLANE_STREAM", "LOADTEST_ENCODER", "AircSession", "Link"]
 
 log = logging.getLogger("airlane.airc")
 
 FIRST_AIRLANE_STREAM = 20
 """StreamIDs below this are audio (0-9) and video (10-19); 255 is signalling."""
+LOADTEST_ENCODER = "airlane-loadtest"
+"""The ``GEN_REQ`` encoder that asks for the benchmark stream."""
+_LOADTEST_ORPHAN = OrphanPolicy(OrphanMode.CANCEL)  # nobody but its one reader wants it
 _CACHE_KEY = "airc.json"
 _I32 = (-(1 << 31), (1 << 31) - 1)
 
@@ -102,6 +111,8 @@ class _Binding:
     subscription: Subscription
     wake: asyncio.Event
     task: asyncio.Task[None] | None = None
+    loadtest: bool = False
+    """Carries benchmark chunks: each chunk's raw JSON, and the stream is deleted after."""
 
 
 class AircSession:
@@ -310,11 +321,17 @@ class AircSession:
             body = orjson.loads(message.body)
         except orjson.JSONDecodeError as exc:
             raise _RequestFailed("invalid_request", f"GEN_REQ body is not JSON: {exc}") from None
-        parsed = parse_chat_request(body)
-        stream = self._allocate(message.requested_stream)
         gateway = self.gateway
-        policy = orphan_policy_from(parsed.orphan, gateway.config.orphan)
-        info = await gateway.generate(principal, parsed.generation, orphan=policy)
+        loadtest = message.encoder == LOADTEST_ENCODER
+        if loadtest:
+            generation = GenerationRequest(model="airlane-loadtest", loadtest=_loadtest_spec(body))
+            policy = _LOADTEST_ORPHAN
+        else:
+            parsed = parse_chat_request(body)
+            generation = parsed.generation
+            policy = orphan_policy_from(parsed.orphan, gateway.config.orphan)
+        stream = self._allocate(message.requested_stream)
+        info = await gateway.generate(principal, generation, orphan=policy)
         subscription = await gateway.subscribe(principal, info.stream_id, subscriber=principal.name)
         offset = self.connection.clock.offset_us  # client clock minus ours
         self._signal(
@@ -329,7 +346,7 @@ class AircSession:
                 epoch=info.epoch,
             )
         )
-        self._bind(stream, info.stream_id, subscription)
+        self._bind(stream, info.stream_id, subscription, loadtest=loadtest)
 
     async def _open(self, message: Open) -> None:
         principal = self._who()
@@ -396,8 +413,10 @@ class AircSession:
             stream += 1
         return stream
 
-    def _bind(self, stream: int, stream_id: str, subscription: Subscription) -> None:
-        binding = _Binding(stream, stream_id, subscription, asyncio.Event())
+    def _bind(
+        self, stream: int, stream_id: str, subscription: Subscription, *, loadtest: bool = False
+    ) -> None:
+        binding = _Binding(stream, stream_id, subscription, asyncio.Event(), loadtest=loadtest)
         self._bindings[stream] = binding
         binding.task = asyncio.create_task(self._pump(binding), name=f"airc-pump {stream_id}")
 
@@ -421,10 +440,15 @@ class AircSession:
             batch = await subscription.next_batch(min(room, limit))
             if not batch or connection.closed is not None:
                 break
-            for event in batch:
-                connection.send_message(
-                    stream, _payload(event), priority=event.lane is Lane.CONTROL
-                )
+            if binding.loadtest:
+                for event in batch:
+                    if event.kind is Kind.MESSAGE and event.raw is not None:
+                        connection.send_message(stream, event.raw)
+            else:
+                for event in batch:
+                    connection.send_message(
+                        stream, _payload(event), priority=event.lane is Lane.CONTROL
+                    )
             self.flush()
             subscription.mark_written(batch, time.monotonic_ns())
         else:
@@ -434,6 +458,9 @@ class AircSession:
             del self._bindings[stream]
             self._signal(Close(stream, subscription.position.seq))
             await subscription.aclose()
+            if binding.loadtest:
+                with contextlib.suppress(HubError, SecurityError):
+                    await self.gateway.delete(self._who(), binding.stream_id)
 
 
 def _payload(event: Event) -> bytes:
@@ -442,6 +469,22 @@ def _payload(event: Event) -> bytes:
     if payload is None:
         payload = event.cache(_CACHE_KEY, event_to_json(event))
     return payload
+
+
+def _loadtest_spec(body: Any) -> LoadTestSpec:
+    """The benchmark workload a load-test ``GEN_REQ`` asks for (the limits of
+    ``/v1/loadtest``)."""
+    if not isinstance(body, dict):
+        raise _RequestFailed("invalid_request", "a load-test GEN_REQ body must be an object")
+    chunks, mode = body.get("chunks", 200), body.get("mode", "burst")
+    interval_ms = body.get("interval_ms", 20.0)
+    if not isinstance(chunks, int) or not 1 <= chunks <= 100_000:
+        raise _RequestFailed("invalid_request", "'chunks' must be an integer from 1 to 100000")
+    if mode not in ("burst", "paced"):
+        raise _RequestFailed("invalid_request", "'mode' must be 'burst' or 'paced'")
+    if not isinstance(interval_ms, int | float) or not 0.1 <= interval_ms <= 60_000:
+        raise _RequestFailed("invalid_request", "'interval_ms' must be between 0.1 and 60000")
+    return LoadTestSpec(chunks=chunks, mode=mode, interval_ms=float(interval_ms))
 
 
 def _clamp_i32(value: int) -> int:
