@@ -24,10 +24,21 @@ def reference(url: str, max_tokens: int) -> str:
     return str(response.json()["choices"][0]["message"]["content"])
 
 
-@pytest.mark.parametrize("transport", ["sse", "ws"])
+TRANSPORTS = ["sse", "ws", "airc", "airc-tcp"]
+
+
+def url_for(server: ServerProcess, transport: str) -> str:
+    """AIRC/TCP is addressed as tcp://host:port; everything else by the HTTP URL."""
+    if transport == "airc-tcp":
+        assert server.airc is not None
+        return "tcp://{}:{}".format(*server.airc)
+    return server.url
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
 def test_stream_prints_the_completion(server: ServerProcess, transport: str) -> None:
     result = airlane(
-        "stream", "--url", server.url, "--transport", transport, "--prompt", PROMPT,
+        "stream", "--url", url_for(server, transport), "--transport", transport, "--prompt", PROMPT,
         "--max-tokens", "40",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -35,7 +46,7 @@ def test_stream_prints_the_completion(server: ServerProcess, transport: str) -> 
     assert re.search(r"stream chatcmpl-\S+ +last id \S+:\d+ +finish length", result.stderr)
 
 
-@pytest.mark.parametrize("transport", ["sse", "ws"])
+@pytest.mark.parametrize("transport", TRANSPORTS)
 def test_stream_follows_an_existing_stream_from_a_token(
     server: ServerProcess, transport: str
 ) -> None:
@@ -47,14 +58,19 @@ def test_stream_follows_an_existing_stream_from_a_token(
         token_after_two = published.json()["resume_token"].rsplit(":", 1)[0] + ":2"
         http.post(f"/v1/streams/{name}/events", json={"kind": "done"}).raise_for_status()
     result = airlane(
-        "stream", "--url", server.url, "--transport", transport, "--stream-id", name,
+        "stream", "--url", url_for(server, transport), "--transport", transport,
+        "--stream-id", name,
         "--from", token_after_two,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "three four"
 
 
-def test_stream_reports_an_unknown_stream(server: ServerProcess) -> None:
-    result = airlane("stream", "--url", server.url, "--stream-id", "nope")
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_stream_reports_an_unknown_stream(server: ServerProcess, transport: str) -> None:
+    result = airlane(
+        "stream", "--url", url_for(server, transport), "--transport", transport,
+        "--stream-id", "nope",
+    )  # fmt: skip
     assert result.returncode == 1
     assert "StreamNotFound" in result.stderr

@@ -13,12 +13,14 @@ import sys
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeVar
+from urllib.parse import urlsplit
 
 import orjson
 import typer
 from rich.console import Console
 
 from airlane.client import (
+    AircClient,
     AirlaneClient,
     ClientError,
     StreamEvent,
@@ -121,10 +123,53 @@ async def _chat_ws(
         return StreamOutcome(stream_id, last, printer.state.finish_reason, ws.reconnects)
 
 
+async def _open_airc(url: str, api_key: str | None, transport: str) -> AircClient:
+    if transport == "airc":
+        return await AircClient.websocket(url, api_key)
+    parts = urlsplit(url)
+    if parts.scheme == "tcp":
+        host, port = parts.hostname or "127.0.0.1", parts.port or 0
+    else:  # the gateway's default: AIRC/TCP on the HTTP port + 1
+        host, port = parts.hostname or "127.0.0.1", (parts.port or 80) + 1
+    return await AircClient.tcp(host, port, api_key)
+
+
+async def _follow_airc(
+    url: str,
+    api_key: str | None,
+    transport: str,
+    stream_id: str,
+    resume: str | None,
+    printer: _Printer,
+) -> StreamOutcome:
+    async with await _open_airc(url, api_key, transport) as client:
+        subscription = await client.subscribe(stream_id, resume)
+        async for event in subscription:
+            printer.event(event)
+        return StreamOutcome(stream_id, subscription.last_id, printer.state.finish_reason, 0)
+
+
+async def _chat_airc(
+    url: str, api_key: str | None, transport: str, request: dict[str, Any], printer: _Printer
+) -> StreamOutcome:
+    async with await _open_airc(url, api_key, transport) as client:
+        subscription = await client.generate(request)
+        async for event in subscription:
+            printer.event(event)
+        last, stream_id = subscription.last_id, subscription.stream_id
+        return StreamOutcome(stream_id, last, printer.state.finish_reason, 0)
+
+
 def stream_command(
-    url: Annotated[str, typer.Option(help="The gateway.")] = DEFAULT_URL,
+    url: Annotated[
+        str,
+        typer.Option(help="The gateway (for airc-tcp: tcp://host:port, or its HTTP URL: +1)."),
+    ] = DEFAULT_URL,
     transport: Annotated[
-        Literal["sse", "ws"], typer.Option(help="sse (HTTP) or ws (WebSocket).")
+        Literal["sse", "ws", "airc", "airc-tcp"],
+        typer.Option(
+            help="sse (HTTP), ws (WebSocket), airc (AIRC over WebSocket) or airc-tcp (AIRC/TCP)."
+        ),
     ] = "sse",
     prompt: Annotated[str, typer.Option(help="The user message.")] = "Tell me a short story.",
     model: Annotated[str, typer.Option(help="Model name.")] = "airlane-synthetic",
@@ -173,11 +218,15 @@ async def _stream(
     max_tokens: int | None,
 ) -> StreamOutcome:
     if stream_id is not None:
+        if transport.startswith("airc"):
+            return await _follow_airc(url, api_key, transport, stream_id, resume, printer)
         follow = _follow_ws if transport == "ws" else _follow_sse
         return await follow(url, api_key, stream_id, resume, printer)
     request: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": prompt}]}
     if max_tokens is not None:
         request["max_tokens"] = max_tokens
+    if transport.startswith("airc"):
+        return await _chat_airc(url, api_key, transport, request, printer)
     chat = _chat_ws if transport == "ws" else _chat_sse
     return await chat(url, api_key, request, printer)
 
