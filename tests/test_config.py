@@ -30,7 +30,28 @@ def test_sections_override_defaults(tmp_path):
     assert config.api_keys == {"k": "alice"}
 
 
-@pytest.mark.parametrize("text", ["nope = 1\n", "[http]\nnope = 1\n", '[orphan]\nmode = "x"\n'])
+def test_the_airc_page_example_loads(tmp_path):
+    page = (EXAMPLE.parent / "airc.md").read_text()
+    block = page.split("```toml\n", 1)[1].split("```", 1)[0]
+    path = tmp_path / "airc.toml"
+    path.write_text(block)
+    config = load_config(path)
+    assert config.airc.port == 8421
+    assert config.airc.connection.send_window == 64
+    assert config.airc.connection == ServerConfig().airc.connection
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "nope = 1\n",
+        "[http]\nnope = 1\n",
+        '[orphan]\nmode = "x"\n',
+        "[airc]\nnope = 1\n",
+        "[airc.connection]\nnope = 1\n",
+        "[airc.connection]\nsend_window = 0\n",
+    ],
+)
 def test_mistakes_are_errors(tmp_path, text):
     path = tmp_path / "bad.toml"
     path.write_text(text)
