@@ -85,7 +85,7 @@ async def test_bad_tcp_input_gets_goaway_and_close(
         pieces = [data] if how == "whole" else [data[i : i + 1] for i in range(len(data))]
         for piece in pieces:
             writer.write(piece)
-            await writer.drain()
+            await writer.drain()  # the gateway keeps reading after its GOAWAY: no reset
         received = await asyncio.wait_for(reader.read(), 10)  # until the gateway closes
     finally:
         writer.close()

@@ -66,6 +66,14 @@ async def test_requested_stream_id_is_honoured(client: AircClient) -> None:
     assert client.last_gen_ack is not None and client.last_gen_ack.stream == 3
     assert 3 in AUDIO_STREAMS
     assert (await read_all(stream))[-1].kind == "done"
+    # Concurrent requests for the same StreamID: one gets it, the others another one.
+    streams = await asyncio.gather(
+        *(client.generate(SHORT_REQUEST, requested_stream=5) for _ in range(4))
+    )
+    numbers = [client._number_of(s) for s in streams]
+    assert 5 in numbers and len(set(numbers)) == 4
+    for each in streams:
+        assert (await read_all(each))[-1].kind == "done"
 
 
 async def test_subscribe_from_the_start_and_resume_after_a_lost_connection(

@@ -31,7 +31,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -134,6 +134,7 @@ class AircSession:
         self.connection = AircConnection(config.connection, now=time.monotonic())
         """The protocol state machine."""
         self._bindings: dict[int, _Binding] = {}
+        self._reserved: dict[int, str | None] = {}  # StreamIDs of requests in progress
         self._requests: set[asyncio.Task[None]] = set()
         self._timer: asyncio.TimerHandle | None = None
         self._timer_deadline = 0.0
@@ -330,9 +331,11 @@ class AircSession:
             parsed = parse_chat_request(body)
             generation = parsed.generation
             policy = orphan_policy_from(parsed.orphan, gateway.config.orphan)
-        stream = self._allocate(message.requested_stream)
-        info = await gateway.generate(principal, generation, orphan=policy)
-        subscription = await gateway.subscribe(principal, info.stream_id, subscriber=principal.name)
+        with self._reserving(message.requested_stream, None) as stream:
+            info = await gateway.generate(principal, generation, orphan=policy)
+            subscription = await gateway.subscribe(
+                principal, info.stream_id, subscriber=principal.name
+            )
         offset = self.connection.clock.offset_us  # client clock minus ours
         self._signal(
             GenAck(
@@ -356,14 +359,10 @@ class AircSession:
                 resume = Position.parse(f"{message.epoch}:{message.after_seq}")
             except BadResumeToken as exc:
                 raise _RequestFailed("bad_resume_token", str(exc)) from None
-        if any(b.stream_id == message.airlane_stream for b in self._bindings.values()):
-            raise _RequestFailed(
-                "already_subscribed", f"already subscribed to {message.airlane_stream!r}"
+        with self._reserving(message.requested_stream, message.airlane_stream) as stream:
+            subscription = await self.gateway.subscribe(
+                principal, message.airlane_stream, resume=resume, subscriber=principal.name
             )
-        stream = self._allocate(message.requested_stream)
-        subscription = await self.gateway.subscribe(
-            principal, message.airlane_stream, resume=resume, subscriber=principal.name
-        )
         position = subscription.position
         ended = subscription.exhausted
         self._signal(
@@ -400,18 +399,31 @@ class AircSession:
                 await binding.task
         await binding.subscription.aclose()
 
-    def _allocate(self, requested: int) -> int:
-        if len(self._bindings) >= self.config.max_subscriptions:
+    @contextlib.contextmanager
+    def _reserving(self, requested: int, stream_id: str | None) -> Iterator[int]:
+        """A StreamID for a request in progress (the requested one if free), held until the
+        request binds it or fails, so that concurrent requests never share one."""
+        taken = self._bindings.keys() | self._reserved.keys()
+        if len(taken) >= self.config.max_subscriptions:
             raise _RequestFailed(
                 "too_many_subscriptions",
                 f"at most {self.config.max_subscriptions} streams per connection",
             )
-        if requested not in (ANY_STREAM, SIGNALLING_STREAM) and requested not in self._bindings:
-            return requested
-        stream = FIRST_AIRLANE_STREAM
-        while stream in self._bindings or stream == SIGNALLING_STREAM:
-            stream += 1
-        return stream
+        if stream_id is not None and stream_id in {
+            *(b.stream_id for b in self._bindings.values()),
+            *self._reserved.values(),
+        }:
+            raise _RequestFailed("already_subscribed", f"already subscribed to {stream_id!r}")
+        stream = requested
+        if stream in (ANY_STREAM, SIGNALLING_STREAM) or stream in taken:
+            stream = FIRST_AIRLANE_STREAM
+            while stream in taken or stream == SIGNALLING_STREAM:
+                stream += 1
+        self._reserved[stream] = stream_id
+        try:
+            yield stream
+        finally:
+            del self._reserved[stream]
 
     def _bind(
         self, stream: int, stream_id: str, subscription: Subscription, *, loadtest: bool = False

@@ -24,6 +24,10 @@ __all__ = ["AircTcpServer"]
 log = logging.getLogger("airlane.airc")
 
 _READ_LIMIT = 256 * 1024  # bytes asked of the kernel per read; bounds one receive_data call
+_LINGER_S = 2.0
+"""After GOAWAY, how long input is still read (and dropped) before the socket closes: closing
+with unread input makes the kernel send RST, which can destroy the GOAWAY before the peer
+reads it."""
 
 
 class _AircProtocol(asyncio.BufferedProtocol):
@@ -34,6 +38,7 @@ class _AircProtocol(asyncio.BufferedProtocol):
         self._transport: asyncio.Transport | None = None
         self._session: AircSession | None = None
         self._buffer = bytearray(_READ_LIMIT)
+        self._lingering: asyncio.TimerHandle | None = None
 
     # -- asyncio.BufferedProtocol -----------------------------------------------------------
 
@@ -54,13 +59,15 @@ class _AircProtocol(asyncio.BufferedProtocol):
         return self._buffer
 
     def buffer_updated(self, nbytes: int) -> None:
-        if self._session is not None:
+        if self._session is not None and self._lingering is None:
             self._session.data_received(bytes(self._buffer[:nbytes]))
 
     def eof_received(self) -> bool:
         return False  # close our side too
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._lingering is not None:
+            self._lingering.cancel()
         session, self._session = self._session, None
         if session is not None:
             self._server.release(session)
@@ -81,9 +88,17 @@ class _AircProtocol(asyncio.BufferedProtocol):
             self._transport.write(data)
 
     def close(self, code: ErrorCode, reason: str) -> None:
-        """Close once the written bytes (the ``GOAWAY`` among them) are flushed."""
-        if self._transport is not None:
-            self._transport.close()
+        """Close once the written bytes (the ``GOAWAY`` among them) are flushed: half-close
+        at once, then read and drop input until the peer closes too or `_LINGER_S` passes."""
+        transport = self._transport
+        if transport is None or transport.is_closing() or self._lingering is not None:
+            return
+        if not transport.can_write_eof():
+            transport.close()
+            return
+        transport.write_eof()
+        loop = asyncio.get_running_loop()
+        self._lingering = loop.call_later(_LINGER_S, transport.close)
 
 
 class AircTcpServer:
