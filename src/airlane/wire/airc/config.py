@@ -25,8 +25,13 @@ class AircConfig:
     """Bytes waiting for a send window, whole connection."""
     reorder_window: int = 64
     """Frames held ahead of a gap, per stream; frames further ahead are dropped (and resent)."""
+    max_receive_buffer: int = 8 << 20
+    """Bytes held for the peer, whole connection: frames ahead of gaps plus partial messages
+    (the per-stream bounds alone would multiply by ``max_streams``)."""
     max_streams: int = 4096
-    """Distinct StreamIDs one connection may use, counting both directions."""
+    """Distinct StreamIDs one connection may use in each direction (signalling not counted).
+    A StreamID's state lives as long as the connection, so that its seqs continue if it is
+    used again; a session reuses freed StreamIDs."""
     ack_every: int = 16
     """An ACK goes out after this many frames on a stream ..."""
     ack_delay: float = 0.01
@@ -45,7 +50,13 @@ class AircConfig:
             raise ValueError(f"max_frame_payload must be in 1..{MAX_PAYLOAD}")
         if not 0 <= self.max_receive_payload <= MAX_PAYLOAD:
             raise ValueError(f"max_receive_payload must be in 0..{MAX_PAYLOAD}")
-        for name in ("send_window", "reorder_window", "max_streams", "ack_every"):
+        for name in (
+            "send_window",
+            "reorder_window",
+            "max_streams",
+            "ack_every",
+            "max_receive_buffer",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
         if not 0 < self.min_rto <= self.initial_rto <= self.max_rto:

@@ -129,6 +129,7 @@ class AircConnection:
         self._receive: dict[int, ReceiveStream] = {}
         self._sending: dict[int, None] = {}  # streams with queued fragments, in arrival order
         self._queued_bytes = 0
+        self._received_bytes = 0  # held for the peer: frames ahead of gaps, partial messages
         self._in_flight: dict[int, None] = {}  # streams with unacknowledged frames
         self._owed_acks: dict[int, None] = {}  # streams that owe the peer an ACK
         self._ack_deadline: float | None = None
@@ -310,8 +311,15 @@ class AircConnection:
             stream = ReceiveStream(config.reorder_window, config.max_message_size)
             self._receive[frame.stream_id] = stream
         delivered: list[tuple[bytes, int, bool]] = []
-        expected = stream.expected
+        expected, buffered = stream.expected, stream.buffered
         arrival = stream.accept(frame, delivered)
+        self._received_bytes += stream.buffered - buffered
+        if self._received_bytes > self.config.max_receive_buffer:
+            raise AircProtocolError(
+                ErrorCode.FLOW_CONTROL,
+                f"the peer made us hold over {self.config.max_receive_buffer} bytes "
+                "(frames ahead of gaps and partial messages)",
+            )
         stream_id = frame.stream_id
         if arrival == Arrival.IN_ORDER:
             self._owe_ack(stream, stream_id, now, now_=stream.held > 0)

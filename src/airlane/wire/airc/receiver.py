@@ -36,6 +36,7 @@ class ReceiveStream:
         "_held",
         "_partial",
         "_partial_priority",
+        "buffered",
         "expected",
         "max_message",
         "since_ack",
@@ -49,6 +50,8 @@ class ReceiveStream:
         """The next seq to deliver; ``expected - 1`` is the cumulative ACK."""
         self.since_ack = 0
         """Frames delivered since the last ACK went out (the connection resets it)."""
+        self.buffered = 0
+        """Payload bytes held: frames ahead of a gap plus the partial message."""
         self._held: dict[int, Frame] = {}
         self._partial = bytearray()
         self._partial_priority = False
@@ -73,6 +76,7 @@ class ReceiveStream:
             return Arrival.BEYOND_WINDOW
         if ahead > 0:
             self._held[frame.seq] = frame
+            self.buffered += len(frame.payload)
             return Arrival.AHEAD
         self._deliver(frame, out)
         held = self._held
@@ -80,6 +84,7 @@ class ReceiveStream:
             following = held.pop(self.expected, None)
             if following is None:
                 break
+            self.buffered -= len(following.payload)
             self._deliver(following, out)
         return Arrival.IN_ORDER
 
@@ -95,10 +100,12 @@ class ReceiveStream:
         priority = bool(frame.flags & Flags.PRIORITY) or self._partial_priority
         if not frame.flags & Flags.EOM:
             partial += frame.payload
+            self.buffered += len(frame.payload)
             self._partial_priority = priority
             return
         if partial:
             data = bytes(partial + frame.payload)
+            self.buffered -= len(partial)
             partial.clear()
             self._partial_priority = False
         else:
