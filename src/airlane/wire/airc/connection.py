@@ -55,9 +55,11 @@ from airlane.wire.airc.events import (
     SignalReceived,
 )
 from airlane.wire.airc.frame import (
+    ACK_BIT,
     ANY_STREAM,
+    EOM_BIT,
+    PRIORITY_BIT,
     SIGNALLING_STREAM,
-    Flags,
     Frame,
     FrameDecoder,
     encode_frame,
@@ -129,6 +131,7 @@ class AircConnection:
         self._receive: dict[int, ReceiveStream] = {}
         self._sending: dict[int, None] = {}  # streams with queued fragments, in arrival order
         self._queued_bytes = 0
+        self._priority_queued = 0  # queued fragments flagged PRIORITY (skip that pass if 0)
         self._received_bytes = 0  # held for the peer: frames ahead of gaps, partial messages
         self._in_flight: dict[int, None] = {}  # streams with unacknowledged frames
         self._owed_acks: dict[int, None] = {}  # streams that owe the peer an ACK
@@ -189,13 +192,15 @@ class AircConnection:
                 f"{self.config.max_queued_bytes}"
             )
         stream = self._send_stream(stream_id)
-        base = Flags.PRIORITY if priority else Flags(0)
+        base = PRIORITY_BIT if priority else 0
         size = self.config.max_frame_payload
         last = max(0, (len(data) - 1) // size)
         queue = stream.queue
         for i in range(last + 1):
             piece = data[i * size : (i + 1) * size] if last else data
-            queue.append((piece, base | Flags.EOM if i == last else base))
+            queue.append((piece, base | EOM_BIT if i == last else base))
+        if priority:
+            self._priority_queued += last + 1
         stream.queued_bytes += len(data)
         self._queued_bytes += len(data)
         self._sending[stream_id] = None
@@ -232,7 +237,8 @@ class AircConnection:
                 out.extend(self._retransmit)
                 self._retransmit.clear()
             if self._sending:
-                self._transmit(now, priority=True)
+                if self._priority_queued:
+                    self._transmit(now, priority=True)
                 self._transmit(now, priority=False)
         if not out:
             return b""
@@ -250,14 +256,16 @@ class AircConnection:
             moved = False
             for stream_id in list(sending):
                 stream = send[stream_id]
-                if not stream.window_open:
+                if len(stream.in_flight) >= stream.window:
                     continue
                 piece, flags = stream.queue[0]
                 # The priority pass takes priority heads only; the second pass takes any head,
                 # so a priority frame queued behind a normal one on its stream still goes now.
-                if priority and not flags & Flags.PRIORITY:
+                if priority and not flags & PRIORITY_BIT:
                     continue
                 stream.queue.popleft()
+                if flags & PRIORITY_BIT:
+                    self._priority_queued -= 1
                 seq = stream.take_seq()
                 data = encode_frame(Frame(stream_id, seq, stamp, piece, flags))
                 out.append(data)
@@ -276,7 +284,7 @@ class AircConnection:
             stream = self._receive[stream_id]
             stream.since_ack = 0
             ack = stream.cumulative_ack
-            self._out.append(encode_frame(Frame(stream_id, ack, stamp, b"", Flags.ACK)))
+            self._out.append(encode_frame(Frame(stream_id, ack, stamp, b"", ACK_BIT)))
         self._owed_acks.clear()
         self._ack_deadline = None
         self._ack_now = False
@@ -301,7 +309,7 @@ class AircConnection:
 
     def _on_frame(self, frame: Frame, now: float, events: list[AircEvent]) -> None:
         self.stats.frames_received += 1
-        if frame.flags & Flags.ACK:
+        if frame.flags & ACK_BIT:
             self._on_ack(frame, now, events)
             return
         stream = self._receive.get(frame.stream_id)
@@ -475,7 +483,7 @@ class AircConnection:
         self._in_flight.clear()
         self._retransmit.clear()
         self._owed_acks.clear()
-        self._queued_bytes = 0
+        self._queued_bytes = self._priority_queued = 0
         return event
 
     def _send_goaway(self, code: ErrorCode, reason: str) -> None:
@@ -483,7 +491,7 @@ class AircConnection:
         # stream 255 in seq order) reaches the GOAWAY; nobody waits for its ACK.
         stream = self._send.get(SIGNALLING_STREAM) or SendStream(self.config.send_window)
         stream.queue.append(
-            (encode_signal(GoAway(code, reason[:_MAX_REASON])), Flags.PRIORITY | Flags.EOM)
+            (encode_signal(GoAway(code, reason[:_MAX_REASON])), PRIORITY_BIT | EOM_BIT)
         )
         stamp = self.timestamp(self._now)
         while stream.queue:

@@ -23,16 +23,20 @@ from __future__ import annotations
 import binascii
 import enum
 import struct
-from dataclasses import dataclass
+from collections.abc import Callable
+from typing import NamedTuple
 
 from airlane.wire.airc.errors import AircProtocolError, ErrorCode
 
 __all__ = [
+    "ACK_BIT",
     "ANY_STREAM",
     "AUDIO_STREAMS",
+    "EOM_BIT",
     "HEADER_SIZE",
     "MAGIC",
     "MAX_PAYLOAD",
+    "PRIORITY_BIT",
     "SIGNALLING_STREAM",
     "VERSION",
     "VIDEO_STREAMS",
@@ -61,6 +65,8 @@ VIDEO_STREAMS = range(10, 20)
 """StreamIDs for video."""
 
 _HEADER = struct.Struct(">IBBHIIHH")
+_HEAD = struct.Struct(">IBBHIIH")  # the header up to the CRC field
+_CRC = struct.Struct(">H")
 _MAGIC_BYTES = MAGIC.to_bytes(4, "big")
 _CRC_INIT = 0xFFFF
 _ZERO_CRC = b"\x00\x00"
@@ -79,24 +85,42 @@ class Flags(enum.IntFlag):
 
 # Plain ints on purpose: ``~`` on an IntFlag complements within its defined members only
 # (Python 3.11+), which would make this mask 0 and let every reserved bit through.
-_RESERVED = 0xFF & ~int(Flags.ACK | Flags.EOM | Flags.PRIORITY)
-_NO_FLAGS = Flags(0)
+ACK_BIT, EOM_BIT, PRIORITY_BIT = int(Flags.ACK), int(Flags.EOM), int(Flags.PRIORITY)
+"""The flag bits as plain ints, for hot paths: an IntFlag operand sends every ``&`` and ``|``
+through the enum machinery (about a microsecond each)."""
+_RESERVED = 0xFF & ~(ACK_BIT | EOM_BIT | PRIORITY_BIT)
 
 
-@dataclass(frozen=True, slots=True)
-class Frame:
-    """One frame, decoded or to be encoded."""
+class Frame(NamedTuple):
+    """One frame, decoded or to be encoded.
+
+    A named tuple rather than a frozen dataclass: the decoder makes one per frame, and a
+    tuple is built several times faster.
+    """
 
     stream_id: int
     seq: int
     timestamp: int
     payload: bytes = b""
-    flags: Flags = _NO_FLAGS
+    flags: int = 0
+    """A combination of `Flags` bits (decoded frames carry a plain int: ``Flags(frame.flags)``
+    names them)."""
 
 
-def crc16(data: bytes) -> int:
-    """CRC-16/CCITT-FALSE of ``data`` (the check value of ``b"123456789"`` is 0x29B1)."""
-    return binascii.crc_hqx(data, _CRC_INIT)
+try:
+    # fastcrc's table-free CRC runs at memory speed (7.8 GB/s here, against 0.31 GB/s for
+    # binascii.crc_hqx): 8 us instead of 211 us for a 64 KB payload, the worst-case frame.
+    from fastcrc import crc16 as _fastcrc16
+
+    _crc16: Callable[[bytes, int], int] = _fastcrc16.ibm_3740  # CRC-16/CCITT-FALSE's alias
+except ImportError:  # pragma: no cover - a platform without a fastcrc wheel
+    _crc16 = binascii.crc_hqx
+
+
+def crc16(data: bytes, value: int = _CRC_INIT) -> int:
+    """CRC-16/CCITT-FALSE of ``data``, continuing from ``value`` (the check value of
+    ``b"123456789"`` is 0x29B1)."""
+    return _crc16(data, value)
 
 
 def encode_frame(frame: Frame) -> bytes:
@@ -105,26 +129,17 @@ def encode_frame(frame: Frame) -> bytes:
     Raises:
         ValueError: a field does not fit its width (a caller's bug, not the peer's).
     """
-    payload = frame.payload
+    stream_id, seq, timestamp, payload, flags = frame
     if len(payload) > MAX_PAYLOAD:
         raise ValueError(f"payload of {len(payload)} bytes exceeds {MAX_PAYLOAD}")
-    if frame.flags & _RESERVED:
-        raise ValueError(f"reserved flag bits set: {int(frame.flags):#04x}")
+    if flags & _RESERVED:
+        raise ValueError(f"reserved flag bits set: {int(flags):#04x}")
     try:
-        header = _HEADER.pack(
-            MAGIC,
-            VERSION,
-            frame.flags,
-            frame.stream_id,
-            frame.seq,
-            frame.timestamp,
-            len(payload),
-            0,
-        )
+        head = _HEAD.pack(MAGIC, VERSION, flags, stream_id, seq, timestamp, len(payload))
     except struct.error as exc:
         raise ValueError(f"frame field out of range: {exc}") from None
-    crc = binascii.crc_hqx(payload, binascii.crc_hqx(header, _CRC_INIT))
-    return header[:-2] + crc.to_bytes(2, "big") + payload
+    crc = _crc16(payload, _crc16(_ZERO_CRC, _crc16(head, _CRC_INIT)))
+    return b"".join((head, _CRC.pack(crc), payload))
 
 
 class FrameDecoder:
@@ -140,7 +155,8 @@ class FrameDecoder:
             raise ValueError(f"max_payload must be in 0..{MAX_PAYLOAD}")
         self.max_payload = max_payload
         """The largest payload accepted; a longer announced length is `ErrorCode.OVERSIZE`."""
-        self._buffer = bytearray()
+        self._buffer = bytearray()  # the start of an incomplete frame
+        self._need = HEADER_SIZE  # bytes the buffer must hold before parsing is worth it
         self._failed: AircProtocolError | None = None
 
     @property
@@ -153,43 +169,63 @@ class FrameDecoder:
         if self._failed is not None:
             raise self._failed
         buffer = self._buffer
-        buffer += data
-        frames: list[Frame] = []
-        offset = 0
-        end = len(buffer)
         try:
-            while end - offset >= 4:
-                if buffer[offset : offset + 4] != _MAGIC_BYTES:
-                    raise AircProtocolError(
-                        ErrorCode.BAD_MAGIC,
-                        f"expected magic 'AIRC', got {bytes(buffer[offset : offset + 4])!r}",
-                    )
-                if end - offset < HEADER_SIZE:
-                    break
-                _, version, flags, stream_id, seq, timestamp, length, crc = _HEADER.unpack_from(
-                    buffer, offset
-                )
-                self._check_header(version, flags, length)
-                total = HEADER_SIZE + length
-                if end - offset < total:
-                    break
-                header = memoryview(buffer)[offset : offset + HEADER_SIZE - 2]
-                header_crc = binascii.crc_hqx(_ZERO_CRC, binascii.crc_hqx(header, _CRC_INIT))
-                header.release()
-                payload = bytes(buffer[offset + HEADER_SIZE : offset + total])
-                if binascii.crc_hqx(payload, header_crc) != crc:
-                    raise AircProtocolError(
-                        ErrorCode.BAD_CRC,
-                        f"CRC mismatch on stream {stream_id} seq {seq}",
-                    )
-                frames.append(Frame(stream_id, seq, timestamp, payload, Flags(flags)))
-                offset += total
+            if buffer:
+                buffer += data
+                if len(buffer) < self._need:
+                    if len(buffer) >= 4 and self._need == HEADER_SIZE:
+                        self._check_magic(bytes(buffer[:4]))
+                    return []
+                view = bytes(buffer)
+                buffer.clear()
+            else:
+                view = bytes(data)  # no copy when data is already bytes
+            frames, offset = self._frames(view)
         except AircProtocolError as exc:
             self._failed = exc
             buffer.clear()
             raise
-        del buffer[:offset]
+        left = len(view) - offset
+        if left:
+            buffer += view[offset:]
+            self._need = HEADER_SIZE
+            if left >= HEADER_SIZE:  # a header has arrived: wait for its whole frame
+                length = int.from_bytes(view[offset + 16 : offset + 18], "big")
+                self._need = HEADER_SIZE + length
         return frames
+
+    def _frames(self, data: bytes) -> tuple[list[Frame], int]:
+        """The whole frames at the start of ``data``, and where the first incomplete one
+        begins (bytes the caller must keep)."""
+        frames: list[Frame] = []
+        unpack, crc16 = _HEADER.unpack_from, _crc16
+        offset, end = 0, len(data)
+        while end - offset >= HEADER_SIZE:
+            magic, version, flags, stream_id, seq, timestamp, length, crc = unpack(data, offset)
+            if magic != MAGIC:
+                self._check_magic(data[offset : offset + 4])
+            if version != VERSION or flags & _RESERVED or length > self.max_payload:
+                self._check_header(version, flags, length)
+            start = offset + HEADER_SIZE
+            stop = start + length
+            if stop > end:
+                break
+            payload = data[start:stop]
+            header_crc = crc16(_ZERO_CRC, crc16(data[offset : start - 2], _CRC_INIT))
+            if crc16(payload, header_crc) != crc:
+                raise AircProtocolError(
+                    ErrorCode.BAD_CRC, f"CRC mismatch on stream {stream_id} seq {seq}"
+                )
+            frames.append(Frame(stream_id, seq, timestamp, payload, flags))
+            offset = stop
+        if HEADER_SIZE > end - offset >= 4:
+            self._check_magic(data[offset : offset + 4])  # fail fast on a foreign protocol
+        return frames, offset
+
+    @staticmethod
+    def _check_magic(first: bytes) -> None:
+        if first != _MAGIC_BYTES:
+            raise AircProtocolError(ErrorCode.BAD_MAGIC, f"expected magic 'AIRC', got {first!r}")
 
     def _check_header(self, version: int, flags: int, length: int) -> None:
         if version != VERSION:

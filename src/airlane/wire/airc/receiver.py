@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from airlane.wire.airc.errors import AircProtocolError, ErrorCode
-from airlane.wire.airc.frame import Flags, Frame
+from airlane.wire.airc.frame import EOM_BIT, PRIORITY_BIT, Frame
 from airlane.wire.airc.serial import serial_add, serial_diff
 
 __all__ = ["FIRST_SEQ", "Arrival", "ReceiveStream"]
@@ -97,8 +97,8 @@ class ReceiveStream:
                 ErrorCode.MESSAGE_TOO_LARGE,
                 f"message on stream {frame.stream_id} exceeds {self.max_message} bytes",
             )
-        priority = bool(frame.flags & Flags.PRIORITY) or self._partial_priority
-        if not frame.flags & Flags.EOM:
+        priority = bool(frame.flags & PRIORITY_BIT) or self._partial_priority
+        if not frame.flags & EOM_BIT:
             partial += frame.payload
             self.buffered += len(frame.payload)
             self._partial_priority = priority

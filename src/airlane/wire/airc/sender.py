@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections import deque
 
 from airlane.wire.airc.errors import AircProtocolError, ErrorCode
-from airlane.wire.airc.frame import Flags
 from airlane.wire.airc.receiver import FIRST_SEQ
 from airlane.wire.airc.serial import serial_add, serial_diff
 
@@ -62,7 +61,7 @@ class SendStream:
     def __init__(self, window: int) -> None:
         self.window = window
         self.next_seq = FIRST_SEQ
-        self.queue: deque[tuple[bytes, Flags]] = deque()
+        self.queue: deque[tuple[bytes, int]] = deque()  # (fragment, flag bits)
         self.queued_bytes = 0
         self.in_flight: deque[InFlight] = deque()
         self.dup_acks = 0
