@@ -116,20 +116,27 @@ def idle_connection() -> AircConnection:
     return AircConnection(now=0.0)
 
 
-def busy_connection() -> AircConnection:
-    """A full send window in flight, and a reorder buffer of 63 frames behind a gap."""
-    conn = AircConnection(now=0.0)
-    for _ in range(WINDOW):
+def busy_connection(window: int = WINDOW) -> AircConnection:
+    """A full send window in flight, and a reorder buffer of ``window - 1`` frames behind a
+    gap."""
+    config = AircConfig(send_window=window, reorder_window=window)
+    conn = AircConnection(config, now=0.0)
+    for _ in range(window):
         conn.send_message(1, bytes(MESSAGE_SIZE))
     conn.data_to_send(0.0)
-    assert conn.unacknowledged(1) == WINDOW
-    peer = AircConnection(now=0.0)
-    for _ in range(WINDOW):
+    assert conn.unacknowledged(1) == window
+    peer = AircConnection(config, now=0.0)
+    for _ in range(window):
         peer.send_message(2, bytes(MESSAGE_SIZE))
     frames = peer.data_to_send(0.0)
-    conn.receive_data(frames[len(frames) // WINDOW :], 0.0)  # all but the first frame
+    conn.receive_data(frames[len(frames) // window :], 0.0)  # all but the first frame
     conn.data_to_send(0.0)  # its ACK
     return conn
+
+
+SMALL_WINDOW = 2
+"""An embedded-sized window, for comparison with the seed's 3.2 KB "double buffer +
+pending-ACK queue": two frames in flight, one held."""
 
 
 def run_all(*, quick: bool, repeat: int) -> dict[str, Any]:
@@ -162,6 +169,8 @@ def run_all(*, quick: bool, repeat: int) -> dict[str, Any]:
             "busy_in_flight_frames": WINDOW,
             "busy_held_frames": WINDOW - 1,
             "busy_frame_payload_bytes": MESSAGE_SIZE,
+            "small_window": SMALL_WINDOW,
+            "small_window_connection_bytes": traced_bytes(lambda: busy_connection(SMALL_WINDOW)),
         },
         "config": {"send_window": AircConfig().send_window},
     }
@@ -184,7 +193,10 @@ def print_table(results: dict[str, Any]) -> None:
     print(
         f"memory per connection: idle {memory['idle_connection_bytes'] / 1024:.1f} KiB; "
         f"{memory['busy_in_flight_frames']} frames in flight + {memory['busy_held_frames']} "
-        f"held (1.2 KB each) {memory['busy_connection_bytes'] / 1024:.1f} KiB"
+        f"held (1.2 KB each) {memory['busy_connection_bytes'] / 1024:.1f} KiB; "
+        f"window {memory['small_window']} ({memory['small_window']} in flight + "
+        f"{memory['small_window'] - 1} held) "
+        f"{memory['small_window_connection_bytes'] / 1024:.1f} KiB"
     )
 
 
