@@ -255,6 +255,7 @@ CLIENT_MODULES = (
     "sse_events",
     "sse_parser",
     "sse_load",
+    "airc_load",
     "ws_frames",
     "ws_handshake",
     "ws_connection",

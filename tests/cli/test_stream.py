@@ -24,12 +24,12 @@ def reference(url: str, max_tokens: int) -> str:
     return str(response.json()["choices"][0]["message"]["content"])
 
 
-TRANSPORTS = ["sse", "ws", "airc", "airc-tcp"]
+TRANSPORTS = ["sse", "ws", "airc", "airc-ws"]
 
 
 def url_for(server: ServerProcess, transport: str) -> str:
     """AIRC/TCP is addressed as tcp://host:port; everything else by the HTTP URL."""
-    if transport == "airc-tcp":
+    if transport == "airc":
         assert server.airc is not None
         return "tcp://{}:{}".format(*server.airc)
     return server.url

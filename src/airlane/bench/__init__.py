@@ -1,7 +1,8 @@
 """Reproducible load benchmarks of a gateway: ``airlane bench``.
 
 The pieces: `BenchConfig` (the workload), lean load clients for SSE (`airlane.bench.sse_load`,
-an asyncio ``Protocol`` with a sans-I/O parser) and WebSocket (`airlane.bench.ws_load`),
+an asyncio ``Protocol`` with a sans-I/O parser), WebSocket (`airlane.bench.ws_load`) and AIRC
+over TCP or WebSocket (`airlane.bench.airc_load`),
 `run_bench` (each transport in turn, CPU sampled around it), `TransportResult` (the numbers),
 and the report: `results_table`, `bench_document` (JSON) and `write_plot` (PNG).
 `LocalGateway` starts a gateway subprocess to measure.

@@ -12,7 +12,10 @@ __all__ = [
     "DEFAULT_STREAMS",
     "DEFAULT_TIMEOUT_S",
     "LOOPBACK_HOSTS",
+    "TRANSPORTS",
     "BenchConfig",
+    "Transport",
+    "airc_address",
     "loopback_address",
 ]
 
@@ -34,7 +37,11 @@ LOOPBACK_HOSTS = {"127.0.0.1": "127.0.0.1", "::1": "::1", "localhost": "127.0.0.
 """The only hosts a benchmark may target, and the address each is dialled at."""
 
 Mode = Literal["burst", "paced"]
-Transport = Literal["sse", "ws"]
+Transport = Literal["sse", "ws", "airc", "airc-ws"]
+"""``sse`` and ``ws``: ``/v1/loadtest/sse`` and ``/v1/loadtest/ws``; ``airc``: AIRC over its
+TCP listener; ``airc-ws``: AIRC over WebSocket (``/v1/ws``, subprotocol ``airc.v1.2``)."""
+TRANSPORTS: tuple[Transport, ...] = ("sse", "ws", "airc", "airc-ws")
+"""Every transport, in the order ``--transport all`` runs them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,8 +70,10 @@ class BenchConfig:
             raise ValueError("mode must be 'burst' or 'paced'")
         if not 0.1 <= self.interval_ms <= 60_000:
             raise ValueError("interval_ms must be between 0.1 and 60000")
-        if not self.transports or any(t not in ("sse", "ws") for t in self.transports):
-            raise ValueError("transports must be a non-empty selection of 'sse' and 'ws'")
+        if not self.transports or any(t not in TRANSPORTS for t in self.transports):
+            raise ValueError(
+                "transports must be a non-empty selection of 'sse', 'ws', 'airc' and 'airc-ws'"
+            )
         if not self.timeout_s > 0:
             raise ValueError("timeout_s must be positive")
 
@@ -95,3 +104,23 @@ def loopback_address(url: str) -> tuple[str, int]:
     if host is None:
         raise ValueError(f"benchmarks only target loopback (127.0.0.1, ::1), not {parts.hostname}")
     return host, parts.port or 80
+
+
+def airc_address(url: str) -> tuple[str, int]:
+    """``(host, port)`` to dial for an AIRC/TCP ``tcp://host:port`` URL on a loopback host.
+
+    Raises:
+        ValueError: not a ``tcp://`` URL with a port, or a host other than 127.0.0.1, ::1 or
+            localhost.
+    """
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme != "tcp" or parts.hostname is None or port is None:
+        raise ValueError(f"expected a tcp://host:port URL, not {url!r}")
+    host = LOOPBACK_HOSTS.get(parts.hostname)
+    if host is None:
+        raise ValueError(f"benchmarks only target loopback (127.0.0.1, ::1), not {parts.hostname}")
+    return host, port

@@ -1,9 +1,10 @@
 """Running a benchmark: each transport in turn, all streams at once, bounded in time.
 
 `run_bench` is what ``airlane bench`` calls once the gateway is up. For each transport it
-starts ``config.streams`` load-test requests at once, waits for all of them (each bounded by
-the run's deadline), measures CPU use around the run, and folds the tallies into a
-`TransportResult`. Nothing it starts outlives it.
+starts ``config.streams`` load-test requests at once (``sse``, ``ws``: ``/v1/loadtest/*``;
+``airc``, ``airc-ws``: a ``GEN_REQ`` for the same stream over AIRC/TCP or AIRC/WebSocket),
+waits for all of them (each bounded by the run's deadline), measures CPU use around the run,
+and folds the tallies into a `TransportResult`. Nothing it starts outlives it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from airlane.bench.airc_load import loadtest_request, run_airc_stream
 from airlane.bench.config import BenchConfig, loopback_address
 from airlane.bench.cpu import CpuSampler
 from airlane.bench.sse_load import run_sse_stream
@@ -62,13 +64,15 @@ async def run_bench(
     *,
     server_pid: int | None = None,
     progress: Progress | None = None,
+    airc: tuple[str, int] | None = None,
 ) -> list[TransportResult]:
-    """Run ``config`` against the gateway at ``url`` (loopback only), transport by transport."""
+    """Run ``config`` against the gateway at ``url`` (loopback only), transport by transport;
+    ``airc`` is its AIRC/TCP listener (default: the HTTP port + 1, the gateway's default)."""
     results = []
     for index, transport in enumerate(config.transports):
         if index:
             await asyncio.sleep(SETTLE_S)
-        results.append(await run_transport(config, url, transport, server_pid, progress))
+        results.append(await run_transport(config, url, transport, server_pid, progress, airc=airc))
     return results
 
 
@@ -78,8 +82,10 @@ async def run_transport(
     transport: str,
     server_pid: int | None = None,
     progress: Progress | None = None,
+    *,
+    airc: tuple[str, int] | None = None,
 ) -> TransportResult:
-    """One transport's run."""
+    """One transport's run; ``airc`` as for `run_bench`."""
     host, port = loopback_address(url)
     lags: array[int] = array("q")
     stride = lag_sampling_stride(config.expected_chunks)
@@ -92,8 +98,19 @@ async def run_transport(
         started = time.monotonic_ns()
         if transport == "sse":
             runs = [run_sse_stream(host, port, path, t, deadline) for t in tallies]
-        else:
+        elif transport == "ws":
             runs = [run_ws_stream(f"ws://{authority}{path}", t, deadline) for t in tallies]
+        elif transport == "airc":
+            airc_host, airc_port = airc or (host, port + 1)
+            request = loadtest_request(config)
+            runs = [run_airc_stream(airc_host, airc_port, request, t, deadline) for t in tallies]
+        elif transport == "airc-ws":
+            request = loadtest_request(config)
+            runs = [
+                run_airc_stream(host, port, request, t, deadline, websocket=True) for t in tallies
+            ]
+        else:
+            raise ValueError(f"unknown transport {transport!r}")
         await asyncio.gather(*runs)
         wall_ns = time.monotonic_ns() - started
     result = summarize(transport, config, tallies, lags, wall_ns)

@@ -3,7 +3,8 @@ that prints ``listening on http://HOST:PORT`` when ready, such as the reference 
 ``airlane bench --compare``), `LocalGateway` (``airlane serve`` on a free loopback port); and
 CPU pinning of processes (`pin_process`).
 
-A server is started with ``--port 0`` and its URL read from its ready line. It is stopped with
+A server is started with ``--port 0`` and its URL read from its ready line (the gateway's
+also names its AIRC/TCP listener: ``..., AIRC on tcp://HOST:PORT``). It is stopped with
 SIGINT (a graceful shutdown), then killed if it does not exit in time. Its stdout and stderr go
 to one temporary file, never a pipe: a pipe nobody reads once the server is up would fill and
 block a chatty server. The file's tail is quoted if the server fails to start.
@@ -22,6 +23,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
+from urllib.parse import urlsplit
 
 __all__ = [
     "DEFAULT_READY_TIMEOUT_S",
@@ -43,6 +45,7 @@ READY_POLL_S = 0.02
 """How often the output file is read for the ready line while a server starts."""
 
 _READY = re.compile(rb"listening on (http://\S+)")
+_AIRC_READY = re.compile(r"AIRC on (tcp://\S+)")
 _MAX_READY_LINE = 4096
 _TAIL_BYTES = 2000
 
@@ -70,6 +73,8 @@ class ServerProcess:
         """What the server is called in messages."""
         self.url: str | None = None
         """The base URL, once ready."""
+        self.ready_line = ""
+        """The ready line from its URL on (as much of the line as had arrived), once ready."""
         self._cwd = cwd
         self._env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         self._ready_timeout_s = ready_timeout_s
@@ -143,6 +148,8 @@ class ServerProcess:
             pending = (pending + data)[-_MAX_READY_LINE:]
             match = _READY.search(pending)
             if match:
+                line = pending[match.start() :].partition(b"\n")[0]
+                self.ready_line = line.decode(errors="replace")
                 return match.group(1).decode()
             if data:
                 continue
@@ -178,10 +185,28 @@ class LocalGateway(ServerProcess):
             name="airlane serve",
             ready_timeout_s=ready_timeout_s,
         )  # fmt: skip
+        self.airc: tuple[str, int] | None = None
+        """Host and port of its AIRC/TCP listener, once ready (None if it has none)."""
 
     def __enter__(self) -> LocalGateway:
         self.start()
         return self
+
+    def start(self) -> str:
+        """Start the gateway; read its URL and its AIRC/TCP address from the ready line.
+
+        Raises:
+            GatewayStartError: it could not be run, exited, or did not become ready in time.
+        """
+        url = super().start()
+        match = _AIRC_READY.search(self.ready_line)
+        self.airc = None
+        if match is not None:
+            parts = urlsplit(match.group(1))
+            with contextlib.suppress(ValueError):
+                if parts.hostname is not None and parts.port is not None:
+                    self.airc = (parts.hostname, parts.port)
+        return url
 
 
 def pinning_plan() -> tuple[set[int], set[int]] | None:

@@ -167,7 +167,7 @@ def run_sweep(
                     pin_process(gateway.pid, server_cpus)
                 assert gateway.url is not None
                 result = run_on_fast_loop(
-                    run_transport(config, gateway.url, transport, gateway.pid)
+                    run_transport(config, gateway.url, transport, gateway.pid, airc=gateway.airc)
                 )
         point = {**result.to_dict(), "client_bound": client_bound(result)}
         point["keeps_up"] = criteria.passed(point)

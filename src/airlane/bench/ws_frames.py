@@ -17,6 +17,9 @@ would cost more than the gateway spends sending it), and a binary message is ref
 test sends text. Anything else the reader refuses raises `FrameError`, which carries the close
 code to fail the connection with (section 7.4.1).
 
+`BinaryStreamReader` reads the other kind of WebSocket the load client speaks: AIRC over
+WebSocket, where binary messages carry a byte stream and their boundaries mean nothing.
+
 Speed: a run of unfragmented text frames with 16-bit lengths, which is how a 1.2 KB chunk is
 framed, is read by `_read_chunk_frames` with one struct unpack and one head match per frame
 and recorded with one `StreamTally.record` per buffer; everything else goes frame by frame
@@ -40,6 +43,7 @@ __all__ = [
     "CLOSE_PROTOCOL_ERROR",
     "CLOSE_UNSUPPORTED_DATA",
     "DEFAULT_MAX_MESSAGE_BYTES",
+    "BinaryStreamReader",
     "FrameError",
     "FrameReader",
     "Opcode",
@@ -202,15 +206,97 @@ class FrameReader:
         self._tally.chunk(seq, ts, len(message), now_ns)
 
     def _control(self, opcode: int, payload: bytes) -> None:
-        if opcode == Opcode.PING:
-            self.outgoing.append(client_frame(Opcode.PONG, payload))
-        elif opcode == Opcode.CLOSE:
-            self.close = _parse_close(payload)
-            code = self.close[0]
-            echo = b"" if code == CLOSE_NO_STATUS else close_payload(code)
-            self.outgoing.append(client_frame(Opcode.CLOSE, echo))
-        elif opcode != Opcode.PONG:
-            raise FrameError(f"reserved opcode {opcode:#x}")
+        self.close = _control(opcode, payload, self.outgoing)
+
+
+class BinaryStreamReader:
+    """Reads a WebSocket whose binary messages carry one byte stream (AIRC over WebSocket).
+
+    `feed` returns the data bytes in order, whatever the framing: whole or fragmented binary
+    messages (a binary frame, then continuation frames), with control frames between them
+    (pings answered with pongs, a close frame kept in ``close``, echoed, and nothing after it
+    read). A frame's payload is handed on as it arrives, never buffered whole, so no frame
+    size needs a limit; the byte stream's own decoder bounds what it holds. A text message
+    raises `FrameError` (1003), broken framing `FrameError` (1002).
+    """
+
+    __slots__ = ("_fragmented", "_remaining", "_tail", "close", "outgoing")
+
+    def __init__(self) -> None:
+        self._tail = b""  # an incomplete frame header, or a whole incomplete control frame
+        self._remaining = 0  # payload bytes of the current data frame still to come
+        self._fragmented = False  # inside a binary message whose final frame is still to come
+        self.outgoing: list[bytes] = []
+        """Frames to send (pongs, the close echo); the caller writes and clears it."""
+        self.close: tuple[int, str] | None = None
+        """The server's close code and reason, once its close frame arrived."""
+
+    def feed(self, data: bytes) -> bytes:
+        """Read ``data``; return the binary payload bytes it completes or continues.
+
+        Raises:
+            FrameError: a frame the reader refuses (with the close code to answer).
+        """
+        if self.close is not None:
+            return b""
+        buf = self._tail + data if self._tail else data
+        out: list[bytes] = []
+        pos, end = 0, len(buf)
+        while self.close is None:
+            if self._remaining:
+                take = min(self._remaining, end - pos)
+                if not take:
+                    break
+                out.append(buf[pos : pos + take])
+                pos += take
+                self._remaining -= take
+                continue
+            header = _parse_header(buf, pos, _UNLIMITED)
+            if header is None:
+                break
+            opcode, fin, start, size = header
+            if opcode >= Opcode.CLOSE:
+                if end < start + size:
+                    break
+                self._control(opcode, buf[start : start + size])
+            elif opcode == Opcode.BINARY:
+                if self._fragmented:
+                    raise FrameError("a new message before the fragmented one ended")
+                self._fragmented = not fin
+                self._remaining = size
+            elif opcode == Opcode.CONTINUATION:
+                if not self._fragmented:
+                    raise FrameError("a continuation frame outside a fragmented message")
+                self._fragmented = not fin
+                self._remaining = size
+            elif opcode == Opcode.TEXT:
+                raise FrameError("a text message; this stream is binary", CLOSE_UNSUPPORTED_DATA)
+            else:
+                raise FrameError(f"reserved opcode {opcode:#x}")
+            pos = start if opcode < Opcode.CLOSE else start + size
+        self._tail = buf[pos:] if self.close is None and pos < end else b""
+        return b"".join(out)
+
+    def _control(self, opcode: int, payload: bytes) -> None:
+        self.close = _control(opcode, payload, self.outgoing)
+
+
+def _control(opcode: int, payload: bytes, outgoing: list[bytes]) -> tuple[int, str] | None:
+    """Answer a control frame into ``outgoing``: a ping with a pong, a close with its echo.
+    The close code and reason of a close frame, else None."""
+    if opcode == Opcode.PING:
+        outgoing.append(client_frame(Opcode.PONG, payload))
+    elif opcode == Opcode.CLOSE:
+        close = _parse_close(payload)
+        echo = b"" if close[0] == CLOSE_NO_STATUS else close_payload(close[0])
+        outgoing.append(client_frame(Opcode.CLOSE, echo))
+        return close
+    elif opcode != Opcode.PONG:
+        raise FrameError(f"reserved opcode {opcode:#x}")
+    return None
+
+
+_UNLIMITED = 1 << 63  # BinaryStreamReader streams payloads through: no frame size limit
 
 
 def _parse_header(buf: bytes, pos: int, max_size: int) -> tuple[int, bool, int, int] | None:

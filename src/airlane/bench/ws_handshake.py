@@ -4,9 +4,10 @@ RFC 6455 section 4.1: the client sends an HTTP/1.1 GET with ``Upgrade: websocket
 16-byte ``Sec-WebSocket-Key`` (base64) and ``Sec-WebSocket-Version: 13``; the server must answer
 ``101 Switching Protocols`` with ``Upgrade: websocket``, ``Connection: Upgrade`` and
 ``Sec-WebSocket-Accept`` = base64(SHA-1(key + the RFC's GUID)). The load client offers no
-extension (no permessage-deflate: compressing would measure zlib) and no subprotocol, so a
-response that selects either fails the handshake (section 4.1, "the client MUST _Fail the
-WebSocket Connection_").
+extension (no permessage-deflate: compressing would measure zlib), so a response that selects
+one fails the handshake (section 4.1, "the client MUST _Fail the WebSocket Connection_").
+By default it offers no subprotocol either, and a response that selects one fails too; with
+``subprotocol`` (AIRC's ``airc.v1.2``) it offers exactly that one, and the server must select it.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def accept_value(key: bytes) -> bytes:
 class ClientHandshake:
     """One opening handshake: `request` to send, then `receive_data` until it says done."""
 
-    __slots__ = ("_authority", "_head", "_max_head", "_target", "key")
+    __slots__ = ("_authority", "_head", "_max_head", "_target", "key", "subprotocol")
 
     def __init__(
         self,
@@ -46,9 +47,12 @@ class ClientHandshake:
         *,
         key: bytes | None = None,
         max_head_bytes: int = DEFAULT_MAX_HEAD_BYTES,
+        subprotocol: str | None = None,
     ) -> None:
         self.key = key if key is not None else base64.b64encode(os.urandom(16))
         """The ``Sec-WebSocket-Key``, random per connection (section 4.1, item 7)."""
+        self.subprotocol = subprotocol
+        """The one subprotocol offered, which the server must select; None: offer none."""
         self._authority = authority
         self._target = target
         self._max_head = max_head_bytes
@@ -56,11 +60,12 @@ class ClientHandshake:
 
     def request(self) -> bytes:
         """The upgrade request for ``target`` (path and query) at ``authority`` (host:port)."""
+        protocol = f"Sec-WebSocket-Protocol: {self.subprotocol}\r\n" if self.subprotocol else ""
         return (
             f"GET {self._target} HTTP/1.1\r\nHost: {self._authority}\r\n"
             "Upgrade: websocket\r\nConnection: Upgrade\r\n"
             f"Sec-WebSocket-Key: {self.key.decode('ascii')}\r\nSec-WebSocket-Version: 13\r\n"
-            "User-Agent: airlane-bench\r\n\r\n"
+            f"{protocol}User-Agent: airlane-bench\r\n\r\n"
         ).encode("ascii")
 
     def receive_data(self, data: bytes) -> bytes | None:
@@ -93,9 +98,20 @@ class ClientHandshake:
             raise HandshakeError("101 response without Connection: Upgrade")
         if fields.get("sec-websocket-accept", "").encode("latin-1") != accept_value(self.key):
             raise HandshakeError("wrong or missing Sec-WebSocket-Accept")
-        for name in ("sec-websocket-extensions", "sec-websocket-protocol"):
-            if name in fields:
-                raise HandshakeError(f"the server selected {name} {fields[name]!r}, not offered")
+        if "sec-websocket-extensions" in fields:
+            value = fields["sec-websocket-extensions"]
+            raise HandshakeError(
+                f"the server selected sec-websocket-extensions {value!r}, not offered"
+            )
+        selected = fields.get("sec-websocket-protocol")
+        if self.subprotocol is None:
+            if selected is not None:
+                raise HandshakeError(
+                    f"the server selected sec-websocket-protocol {selected!r}, not offered"
+                )
+        elif selected != self.subprotocol:
+            got = "none" if selected is None else repr(selected)
+            raise HandshakeError(f"the server selected subprotocol {got}, not {self.subprotocol!r}")
 
 
 def _fields(lines: list[str]) -> dict[str, str]:

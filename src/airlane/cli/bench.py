@@ -3,6 +3,8 @@
 A thin command over `airlane.bench`: build the `BenchConfig`, find (or start, with
 ``--spawn``) the gateway, pin gateway and client to different cores when there are two,
 run each transport with a progress bar, then print the table and write ``--json`` / ``--plot``.
+The transports: ``sse``, ``ws`` (``both``, the default), ``airc`` (AIRC/TCP, at ``--airc-url``
+or where the spawned gateway says), ``airc-ws`` (AIRC over ``/v1/ws``); ``all`` is all four.
 With ``--compare`` (or ``--peers``), the same workload then runs against each reference server
 of ``benchmarks/peers`` (`airlane.bench.compare`), each started fresh on the gateway's core,
 and one table shows them all side by side.
@@ -11,7 +13,7 @@ and one table shows them all side by side.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, cast
 
 import orjson
 import typer
@@ -41,7 +43,14 @@ from airlane.bench import (
 )
 from airlane.bench.compare import ImplementationRun, run_compare
 from airlane.bench.compare_report import compare_document, compare_table
-from airlane.bench.config import DEFAULT_CHUNKS, DEFAULT_INTERVAL_MS, DEFAULT_STREAMS
+from airlane.bench.config import (
+    DEFAULT_CHUNKS,
+    DEFAULT_INTERVAL_MS,
+    DEFAULT_STREAMS,
+    TRANSPORTS,
+    Transport,
+    airc_address,
+)
 from airlane.bench.config import DEFAULT_TIMEOUT_S as DEFAULT_BENCH_TIMEOUT_S
 from airlane.bench.peers import PEER_NAMES, Implementation, airlane_implementation, select_peers
 from airlane.bench.runner import run_on_fast_loop
@@ -49,6 +58,9 @@ from airlane.bench.spawn import pin_client
 from airlane.server import DEFAULT_HOST, DEFAULT_PORT, tune_gc
 
 __all__ = ["bench_command"]
+
+_TRANSPORTS: dict[str, tuple[Transport, ...]] = {"both": ("sse", "ws"), "all": TRANSPORTS}
+"""The ``--transport`` values that name several transports."""
 
 
 def bench_command(
@@ -63,9 +75,20 @@ def bench_command(
         DEFAULT_INTERVAL_MS
     ),
     transport: Annotated[
-        Literal["sse", "ws", "both"], typer.Option(help="Transport(s) to measure.")
+        Literal["sse", "ws", "airc", "airc-ws", "both", "all"],
+        typer.Option(
+            help="Transport(s) to measure: both = sse + ws; all = sse, ws, airc (AIRC/TCP) "
+            "and airc-ws (AIRC over WebSocket)."
+        ),
     ] = "both",
     url: Annotated[str | None, typer.Option(help="A loopback gateway to measure.")] = None,
+    airc_url: Annotated[
+        str | None,
+        typer.Option(
+            help="With --url: the gateway's AIRC/TCP listener, tcp://host:port (loopback; "
+            "default: the HTTP port + 1)."
+        ),
+    ] = None,
     spawn: Annotated[
         bool, typer.Option("--spawn", help="Start a gateway subprocess (synthetic backend).")
     ] = False,
@@ -90,7 +113,7 @@ def bench_command(
         ),
     ] = None,
 ) -> None:
-    """Drive N concurrent load-test streams over SSE and/or WebSocket and report."""
+    """Drive N concurrent load-test streams over SSE, WebSocket and/or AIRC and report."""
     console = Console()
     compare = compare or peers is not None
     try:
@@ -99,15 +122,23 @@ def bench_command(
             chunks=chunks,
             mode=mode,
             interval_ms=interval_ms,
-            transports=("sse", "ws") if transport == "both" else (transport,),
+            transports=_TRANSPORTS.get(transport) or (cast(Transport, transport),),
             timeout_s=timeout,
         )
         if spawn and url is not None:
             raise ValueError("give --url or --spawn, not both")
         if compare and url is not None:
             raise ValueError("--compare starts every server itself: leave out --url")
+        if compare and any(t.startswith("airc") for t in config.transports):
+            raise ValueError(
+                "--compare measures SSE and WebSocket only (the reference servers do not speak "
+                "AIRC): use --transport sse, ws or both"
+            )
+        if airc_url is not None and url is None:
+            raise ValueError("--airc-url goes with --url (a spawned gateway names its own)")
         if url is not None:
             loopback_address(url)
+        airc = airc_address(airc_url) if airc_url is not None else None
         selected = select_peers(peers) if compare else []
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
@@ -117,8 +148,13 @@ def bench_command(
     gateway = LocalGateway() if spawn else None
     try:
         target, pinning = _prepare(console, gateway, url)
+        if gateway is not None:
+            airc = gateway.airc
+            if airc is None and "airc" in config.transports:
+                console.print("[red]the spawned gateway has no AIRC/TCP listener[/red]")
+                raise typer.Exit(1)
         server_pid = gateway_pid(target)
-        results = run_on_fast_loop(_measure(console, config, target, server_pid))
+        results = run_on_fast_loop(_measure(console, config, target, server_pid, airc=airc))
     except GatewayStartError as exc:
         console.print(f"[red]could not start the gateway:[/red] {exc}")
         raise typer.Exit(1) from None
@@ -145,7 +181,13 @@ def _prepare(
 
 
 async def _measure(
-    console: Console, config: BenchConfig, url: str, server_pid: int | None, label: str = ""
+    console: Console,
+    config: BenchConfig,
+    url: str,
+    server_pid: int | None,
+    label: str = "",
+    *,
+    airc: tuple[str, int] | None = None,
 ) -> list[TransportResult]:
     """Run the workload against ``url`` with a progress bar per transport."""
     tune_gc()  # the client allocates per read; the collector's defaults cost it 5-10 %
@@ -165,7 +207,7 @@ async def _measure(
         def update(transport: str, received: int, expected: int) -> None:
             progress.update(tasks[transport], completed=received)
 
-        return await run_bench(config, url, server_pid=server_pid, progress=update)
+        return await run_bench(config, url, server_pid=server_pid, progress=update, airc=airc)
 
 
 def _client_bound_notes(console: Console, results: list[TransportResult], label: str = "") -> None:

@@ -124,7 +124,7 @@ async def _chat_ws(
 
 
 async def _open_airc(url: str, api_key: str | None, transport: str) -> AircClient:
-    if transport == "airc":
+    if transport == "airc-ws":
         return await AircClient.websocket(url, api_key)
     parts = urlsplit(url)
     if parts.scheme == "tcp":
@@ -163,12 +163,12 @@ async def _chat_airc(
 def stream_command(
     url: Annotated[
         str,
-        typer.Option(help="The gateway (for airc-tcp: tcp://host:port, or its HTTP URL: +1)."),
+        typer.Option(help="The gateway (for airc: tcp://host:port, or its HTTP URL: port + 1)."),
     ] = DEFAULT_URL,
     transport: Annotated[
-        Literal["sse", "ws", "airc", "airc-tcp"],
+        Literal["sse", "ws", "airc", "airc-ws"],
         typer.Option(
-            help="sse (HTTP), ws (WebSocket), airc (AIRC over WebSocket) or airc-tcp (AIRC/TCP)."
+            help="sse (HTTP), ws (WebSocket), airc (AIRC/TCP) or airc-ws (AIRC over WebSocket)."
         ),
     ] = "sse",
     prompt: Annotated[str, typer.Option(help="The user message.")] = "Tell me a short story.",

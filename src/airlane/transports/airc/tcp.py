@@ -19,11 +19,13 @@ from airlane.transports.airc.config import AircServerConfig
 from airlane.transports.airc.session import AircSession
 from airlane.wire.airc import ErrorCode
 
-__all__ = ["AircTcpServer"]
+__all__ = ["LISTEN_BACKLOG", "AircTcpServer"]
 
 log = logging.getLogger("airlane.airc")
 
 _READ_LIMIT = 256 * 1024  # bytes asked of the kernel per read; bounds one receive_data call
+LISTEN_BACKLOG = 4096
+"""Connections the kernel queues before the loop accepts them (as for the HTTP listener)."""
 _LINGER_S = 2.0
 """After GOAWAY, how long input is still read (and dropped) before the socket closes: closing
 with unread input makes the kernel send RST, which can destroy the GOAWAY before the peer
@@ -135,7 +137,11 @@ class AircTcpServer:
     async def start(self, sock: socket.socket) -> None:
         """Serve connections accepted on ``sock`` (bound and listening)."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: _AircProtocol(self), sock=sock)
+        # create_server listens again, with its own default backlog of 100 unless told: a
+        # burst of connections would then overflow the queue and wait for SYN retransmits.
+        self._server = await loop.create_server(
+            lambda: _AircProtocol(self), sock=sock, backlog=LISTEN_BACKLOG
+        )
 
     def release(self, session: AircSession) -> None:
         """A connection is gone: release its cursors in a task this server owns."""
