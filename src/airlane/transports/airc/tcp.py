@@ -23,7 +23,6 @@ __all__ = ["LISTEN_BACKLOG", "AircTcpServer"]
 
 log = logging.getLogger("airlane.airc")
 
-_READ_LIMIT = 256 * 1024  # bytes asked of the kernel per read; bounds one receive_data call
 LISTEN_BACKLOG = 4096
 """Connections the kernel queues before the loop accepts them (as for the HTTP listener)."""
 _LINGER_S = 2.0
@@ -32,17 +31,17 @@ with unread input makes the kernel send RST, which can destroy the GOAWAY before
 reads it."""
 
 
-class _AircProtocol(asyncio.BufferedProtocol):
-    """One TCP connection."""
+class _AircProtocol(asyncio.Protocol):
+    """One TCP connection (a plain ``Protocol``: the decoder wants ``bytes``, which is what
+    ``data_received`` hands over, with no read buffer kept per connection)."""
 
     def __init__(self, server: AircTcpServer) -> None:
         self._server = server
         self._transport: asyncio.Transport | None = None
         self._session: AircSession | None = None
-        self._buffer = bytearray(_READ_LIMIT)
         self._lingering: asyncio.TimerHandle | None = None
 
-    # -- asyncio.BufferedProtocol -----------------------------------------------------------
+    # -- asyncio.Protocol ---------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement asyncio.Transport without subclassing it.
@@ -57,12 +56,9 @@ class _AircProtocol(asyncio.BufferedProtocol):
         )
         server.sessions.add(self._session)
 
-    def get_buffer(self, sizehint: int) -> bytearray:
-        return self._buffer
-
-    def buffer_updated(self, nbytes: int) -> None:
+    def data_received(self, data: bytes) -> None:
         if self._session is not None and self._lingering is None:
-            self._session.data_received(bytes(self._buffer[:nbytes]))
+            self._session.data_received(data)
 
     def eof_received(self) -> bool:
         return False  # close our side too
