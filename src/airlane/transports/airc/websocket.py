@@ -85,33 +85,24 @@ class AircWebSocketHandler:
         link.session = session
         writer = asyncio.create_task(link.run(), name="airc-ws-writer")
         try:
-            while not writer.done():
-                message = await _receive_or(receive, writer)
-                if message is None or message["type"] == "websocket.disconnect":
+            # Read until the client disconnects. Once the session has closed the link (its
+            # GOAWAY and close frame are on their way), input is dropped while the client
+            # completes the closing handshake.
+            while True:
+                message = await receive()
+                kind = message["type"]
+                if kind == "websocket.disconnect":
                     break
-                if message["type"] != "websocket.receive":
+                if kind != "websocket.receive" or session.closed:
                     continue
                 data = message.get("bytes")
                 if data is None:
                     link.close_with(_CLOSE_UNSUPPORTED_DATA, "AIRC travels in binary messages")
-                    break
+                    session.close(ErrorCode.NO_ERROR, "text message on airc.v1.2")
+                    continue
                 session.data_received(data)
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(asyncio.shield(writer), 5.0)
         finally:
             writer.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await writer
             await session.aclose()
-
-
-async def _receive_or(receive: Receive, writer: asyncio.Task[None]) -> Message | None:
-    """The next message, or None once the writer has finished (the link was closed)."""
-    reader = asyncio.ensure_future(receive())
-    done, _ = await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
-    if reader in done:
-        return reader.result()
-    reader.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await reader
-    return None
