@@ -40,6 +40,7 @@ import orjson
 from airlane.backends.base import GenerationRequest, LoadTestSpec
 from airlane.chat_request import InvalidChatRequest, parse_chat_request
 from airlane.core import BadResumeToken, Event, Kind, Lane, OrphanMode, OrphanPolicy, Position
+from airlane.eager import start_eagerly
 from airlane.gateway import Gateway, orphan_policy_from
 from airlane.hub import HubError, Subscription
 from airlane.security import Principal, SecurityError, Unauthenticated
@@ -273,9 +274,13 @@ class AircSession:
                 f"at most {self.config.max_requests} requests may be in progress at once",
             )
             return
-        task = asyncio.create_task(self._answer(request_id, work))
-        self._requests.add(task)
-        task.add_done_callback(self._requests.discard)
+        # Run it in place until it first waits (usually to the end: the gateway's calls rarely
+        # suspend), so that its answer and the stream's first events leave in this loop turn
+        # instead of after every other connection's work queued meanwhile.
+        task = start_eagerly(self._answer(request_id, work), name=f"airc-request {request_id}")
+        if task is not None:
+            self._requests.add(task)
+            task.add_done_callback(self._requests.discard)
 
     async def _answer(self, request_id: int, work: Coroutine[Any, Any, None]) -> None:
         try:
@@ -430,7 +435,8 @@ class AircSession:
     ) -> None:
         binding = _Binding(stream, stream_id, subscription, asyncio.Event(), loadtest=loadtest)
         self._bindings[stream] = binding
-        binding.task = asyncio.create_task(self._pump(binding), name=f"airc-pump {stream_id}")
+        # The pump's first batch goes out now if the producer already made one.
+        binding.task = start_eagerly(self._pump(binding), name=f"airc-pump {stream_id}")
 
     # -- writing ----------------------------------------------------------------------------
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
+from typing import Any, cast
 
+from airlane.eager import start_eagerly
 from airlane.gateway import Gateway
 from airlane.security import Principal
 from airlane.transports.airc.config import AircServerConfig
@@ -26,24 +27,30 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 _CLOSE_UNSUPPORTED_DATA = 1003
-_MAX_PENDING_WRITES = 64  # writes queued before the pumps pause (bounded memory)
 
 
 class _WebSocketLink:
-    """Buffers the session's writes; one task sends them, joined, one message per turn."""
+    """Sends the session's writes as binary messages, in order, in the writer's own turn.
+
+    An ASGI ``send`` only suspends for flow control, so it is driven in place
+    (`airlane.eager.start_eagerly`): no task switch per write. When it does suspend, later
+    writes are joined and wait for it (and the session's pumps pause), so the order holds and
+    what is buffered stays bounded by the send windows.
+    """
 
     def __init__(self, send: Send) -> None:
         self._send = send
         self._pending: list[bytes] = []
-        self._ready = asyncio.Event()
+        self._busy: asyncio.Task[None] | None = None
         self._close: tuple[int, str] | None = None
+        self._close_sent = False
+        self._broken = False
         self.session: AircSession | None = None
 
     def write(self, data: bytes) -> None:
-        self._pending.append(data)
-        self._ready.set()
-        if len(self._pending) >= _MAX_PENDING_WRITES and self.session is not None:
-            self.session.pause_writing()
+        if not self._broken:
+            self._pending.append(data)
+            self._flush()
 
     def close(self, code: ErrorCode, reason: str) -> None:
         self.close_with(code.ws_close_code, reason)
@@ -52,23 +59,47 @@ class _WebSocketLink:
         """Close with a WebSocket close code, after what was written."""
         if self._close is None:
             self._close = (code, reason[:120])  # RFC 6455: a reason of at most 123 bytes
-            self._ready.set()
+            self._flush()
 
-    async def run(self) -> None:
-        """Send what is written until the session closes the link."""
-        while True:
-            await self._ready.wait()
-            self._ready.clear()
+    async def aclose(self) -> None:
+        """Wait for a suspended send (briefly), then stop."""
+        busy = self._busy
+        if busy is not None:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.wait_for(busy, 5.0)
+
+    def _flush(self) -> None:
+        while self._busy is None and not self._broken:
             if self._pending:
                 data = b"".join(self._pending)
                 self._pending.clear()
-                if self.session is not None:
-                    self.session.resume_writing()
-                await self._send({"type": "websocket.send", "bytes": data})
-            if self._close is not None and not self._pending:
+                message: Message = {"type": "websocket.send", "bytes": data}
+            elif self._close is not None and not self._close_sent:
+                self._close_sent = True
                 code, reason = self._close
-                await self._send({"type": "websocket.close", "code": code, "reason": reason})
+                message = {"type": "websocket.close", "code": code, "reason": reason}
+            else:
                 return
+            try:
+                self._busy = start_eagerly(cast(Coroutine[Any, Any, None], self._send(message)))
+            except Exception:  # the client is gone (uvicorn raises ClientDisconnected)
+                self._broken = True
+                self._pending.clear()
+                return
+            if self._busy is not None:
+                if self.session is not None:
+                    self.session.pause_writing()
+                self._busy.add_done_callback(self._sent)
+
+    def _sent(self, task: asyncio.Task[None]) -> None:
+        self._busy = None
+        if task.cancelled() or task.exception() is not None:
+            self._broken = True
+            self._pending.clear()
+            return
+        if self.session is not None:
+            self.session.resume_writing()
+        self._flush()
 
 
 class AircWebSocketHandler:
@@ -83,7 +114,6 @@ class AircWebSocketHandler:
         link = _WebSocketLink(send)
         session = AircSession(self.gateway, self.config, link, principal=principal)
         link.session = session
-        writer = asyncio.create_task(link.run(), name="airc-ws-writer")
         try:
             # Read until the client disconnects. Once the session has closed the link (its
             # GOAWAY and close frame are on their way), input is dropped while the client
@@ -102,7 +132,5 @@ class AircWebSocketHandler:
                     continue
                 session.data_received(data)
         finally:
-            writer.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await writer
+            await link.aclose()
             await session.aclose()
