@@ -112,6 +112,9 @@ class _Binding:
     subscription: Subscription
     wake: asyncio.Event
     task: asyncio.Task[None] | None = None
+    """The pump task (tasked mode only)."""
+    direct: bool = False
+    """Driven by the hub's call-back (`Subscription.listen`) instead of a task."""
     loadtest: bool = False
     """Carries benchmark chunks: each chunk's raw JSON, and the stream is deleted after."""
 
@@ -136,6 +139,8 @@ class AircSession:
         """The protocol state machine."""
         self._bindings: dict[int, _Binding] = {}
         self._reserved: dict[int, str | None] = {}  # StreamIDs of requests in progress
+        self._ready: dict[int, _Binding] = {}  # direct-mode bindings to drain this turn
+        self._drain_scheduled = False
         self._requests: set[asyncio.Task[None]] = set()
         self._timer: asyncio.TimerHandle | None = None
         self._timer_deadline = 0.0
@@ -170,6 +175,9 @@ class AircSession:
     def resume_writing(self) -> None:
         """The link drained: pumps go on."""
         self._writable.set()
+        for binding in self._bindings.values():
+            if binding.direct:
+                self._on_ready(binding)
 
     def close(self, code: ErrorCode = ErrorCode.NO_ERROR, reason: str = "") -> None:
         """End the connection with ``GOAWAY``."""
@@ -181,6 +189,8 @@ class AircSession:
         self._closed = True
         if self._timer is not None:
             self._timer.cancel()
+        for binding in self._bindings.values():
+            binding.subscription.listen(None)
         tasks = [b.task for b in self._bindings.values() if b.task is not None]
         tasks += self._requests
         for task in tasks:
@@ -238,7 +248,10 @@ class AircSession:
             if isinstance(event, Acknowledged):
                 binding = self._bindings.get(event.stream_id)
                 if binding is not None:
-                    binding.wake.set()
+                    if binding.direct:
+                        self._pump_direct(binding)  # the caller flushes
+                    else:
+                        binding.wake.set()
             elif isinstance(event, SignalReceived):
                 self._on_signal(event)
             elif isinstance(event, MessageReceived):
@@ -398,6 +411,7 @@ class AircSession:
         binding = self._bindings.pop(stream, None)
         if binding is None:
             return
+        binding.subscription.listen(None)
         if binding.task is not None:
             binding.task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -414,8 +428,9 @@ class AircSession:
                 "too_many_subscriptions",
                 f"at most {self.config.max_subscriptions} streams per connection",
             )
+        # A binding whose stream is over is only waiting to say CLOSE: it does not count.
         if stream_id is not None and stream_id in {
-            *(b.stream_id for b in self._bindings.values()),
+            *(b.stream_id for b in self._bindings.values() if not b.subscription.over),
             *self._reserved.values(),
         }:
             raise _RequestFailed("already_subscribed", f"already subscribed to {stream_id!r}")
@@ -435,12 +450,90 @@ class AircSession:
     ) -> None:
         binding = _Binding(stream, stream_id, subscription, asyncio.Event(), loadtest=loadtest)
         self._bindings[stream] = binding
-        # The pump's first batch goes out now if the producer already made one.
-        binding.task = start_eagerly(self._pump(binding), name=f"airc-pump {stream_id}")
+        if subscription.listen(lambda: self._on_ready(binding)):
+            # Direct mode: the hub calls back as events are appended, and a drain at the end
+            # of that loop turn sends them: no task, and no task switch per batch.
+            binding.direct = True
+            self._pump_direct(binding)  # what is already there
+            self.flush()
+        else:
+            # The pump's first batch goes out now if the producer already made one.
+            binding.task = start_eagerly(self._pump(binding), name=f"airc-pump {stream_id}")
 
     # -- writing ----------------------------------------------------------------------------
 
+    def _on_ready(self, binding: _Binding) -> None:
+        """The hub's call-back: ``binding`` may have events. Drained at the end of this loop
+        turn, so that what the producers of this turn append leaves in one write."""
+        self._ready[binding.stream] = binding
+        if not self._drain_scheduled:
+            self._drain_scheduled = True
+            self._loop.call_soon(self._drain)
+
+    def _drain(self) -> None:
+        self._drain_scheduled = False
+        ready, self._ready = self._ready, {}
+        try:
+            for binding in ready.values():
+                self._pump_direct(binding)
+        except Exception:  # a call-back must not raise into the hub; end the connection
+            log.exception("AIRC pump failed")
+            self.connection.close(ErrorCode.INTERNAL_ERROR, "the gateway failed")
+        self.flush()
+
+    def _pump_direct(self, binding: _Binding) -> None:
+        """Send what ``binding``'s cursor has, as far as the window and the link allow (an
+        ``ACK`` or the link's drain calls again); release it once the stream is over."""
+        connection = self.connection
+        if self._bindings.get(binding.stream) is not binding or connection.closed is not None:
+            return
+        subscription, stream = binding.subscription, binding.stream
+        window, limit = self.config.connection.send_window, self.config.batch_limit
+        while self._writable.is_set():
+            if subscription.over:  # the terminal event went out (or the stream is gone)
+                # CLOSE travels with priority, so it waits until the peer has acknowledged
+                # every frame of the stream (the last ACK calls here again).
+                if not connection.pending(stream):
+                    self._finish(binding)
+                return
+            room = window - connection.unacknowledged(stream)
+            if room <= 0 or not connection.can_send(stream):
+                return
+            batch = subscription.poll(min(room, limit))
+            if not batch:
+                return
+            self._send_events(binding, batch)
+
+    def _finish(self, binding: _Binding) -> None:
+        """The stream is over for this reader: say so, with where it ended, and let go."""
+        del self._bindings[binding.stream]
+        binding.subscription.listen(None)
+        self._signal(Close(binding.stream, binding.subscription.position.seq))
+        task = asyncio.create_task(self._release(binding), name="airc-release")
+        self._requests.add(task)
+        task.add_done_callback(self._requests.discard)
+
+    async def _release(self, binding: _Binding) -> None:
+        await binding.subscription.aclose()
+        if binding.loadtest:
+            with contextlib.suppress(HubError, SecurityError):
+                await self.gateway.delete(self._who(), binding.stream_id)
+
+    def _send_events(self, binding: _Binding, batch: list[Event]) -> None:
+        connection, stream = self.connection, binding.stream
+        if binding.loadtest:
+            for event in batch:
+                if event.kind is Kind.MESSAGE and event.raw is not None:
+                    connection.send_message(stream, event.raw)
+        else:
+            for event in batch:
+                connection.send_message(
+                    stream, _payload(event), priority=event.lane is Lane.CONTROL
+                )
+        binding.subscription.mark_written(batch, time.monotonic_ns())
+
     async def _pump(self, binding: _Binding) -> None:
+        """Tasked mode, for hubs that cannot call back: wait for each batch."""
         connection = self.connection
         subscription = binding.subscription
         stream = binding.stream
@@ -458,27 +551,17 @@ class AircSession:
             batch = await subscription.next_batch(min(room, limit))
             if not batch or connection.closed is not None:
                 break
-            if binding.loadtest:
-                for event in batch:
-                    if event.kind is Kind.MESSAGE and event.raw is not None:
-                        connection.send_message(stream, event.raw)
-            else:
-                for event in batch:
-                    connection.send_message(
-                        stream, _payload(event), priority=event.lane is Lane.CONTROL
-                    )
+            self._send_events(binding, batch)
             self.flush()
-            subscription.mark_written(batch, time.monotonic_ns())
         else:
             return
-        # The stream is over for this reader: say so, with where it ended, and let go.
+        while connection.pending(stream) and connection.closed is None:
+            binding.wake.clear()  # CLOSE only once the peer has every frame (see _pump_direct)
+            await binding.wake.wait()
         if self._bindings.get(stream) is binding:
             del self._bindings[stream]
             self._signal(Close(stream, subscription.position.seq))
-            await subscription.aclose()
-            if binding.loadtest:
-                with contextlib.suppress(HubError, SecurityError):
-                    await self.gateway.delete(self._who(), binding.stream_id)
+            await self._release(binding)
 
 
 def _payload(event: Event) -> bytes:

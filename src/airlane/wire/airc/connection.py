@@ -168,6 +168,12 @@ class AircConnection:
             return False
         return stream is None or (not stream.queue and stream.window_open)
 
+    def pending(self, stream_id: int) -> int:
+        """Frames of ``stream_id`` not yet acknowledged: queued or in flight. Zero means the
+        peer has everything sent on it (a good time to say the stream is over)."""
+        stream = self._send.get(stream_id)
+        return len(stream.queue) + len(stream.in_flight) if stream is not None else 0
+
     def unacknowledged(self, stream_id: int) -> int:
         """Frames sent on ``stream_id`` and not yet acknowledged."""
         stream = self._send.get(stream_id)
