@@ -21,6 +21,7 @@ PACKAGES = [
     "airlane.wire.airc",
     "airlane.client.airc",
     "airlane.chat_request",
+    "airlane.deadline",
     "airlane.gateway",
     "airlane.server",
 ]

@@ -37,8 +37,11 @@ from airlane.bench.ws_frames import (
     close_payload,
 )
 from airlane.bench.ws_handshake import ClientHandshake
+from airlane.deadline import DeadlineTimer
 from airlane.wire.airc import (
+    AIRC_SUBPROTOCOL,
     ANY_STREAM,
+    LOADTEST_ENCODER,
     AircConnection,
     AircEvent,
     Close,
@@ -52,18 +55,12 @@ from airlane.wire.airc import (
 )
 
 __all__ = [
-    "AIRC_SUBPROTOCOL",
-    "LOADTEST_ENCODER",
     "REQUEST_ID",
     "AircLoadStream",
     "loadtest_request",
     "run_airc_stream",
 ]
 
-AIRC_SUBPROTOCOL = "airc.v1.2"
-"""The WebSocket subprotocol of AIRC on ``/v1/ws``."""
-LOADTEST_ENCODER = "airlane-loadtest"
-"""The ``GEN_REQ`` encoder that asks the gateway for its benchmark stream."""
 REQUEST_ID = 1
 """The ``request_id`` of each connection's one ``GEN_REQ``."""
 
@@ -197,8 +194,7 @@ class _AircLoadProtocol(asyncio.Protocol):
         self.loop = asyncio.get_running_loop()
         self.finished: asyncio.Future[None] = self.loop.create_future()
         self.transport: asyncio.Transport | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_deadline = 0.0
+        self._timer = DeadlineTimer(self._on_timer)
 
     # -- asyncio.Protocol -------------------------------------------------------------------
 
@@ -267,17 +263,9 @@ class _AircLoadProtocol(asyncio.Protocol):
         stream = self.stream
         if out := stream.data_to_send(now):
             self._send(out)
-        deadline = stream.get_timer()
-        if deadline is None or (self._timer is not None and self._timer_deadline <= deadline):
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-        # The connection runs on time.monotonic() (uvloop's loop clock has ms resolution).
-        self._timer_deadline = deadline
-        self._timer = self.loop.call_later(max(0.0, deadline - now), self._on_timer)
+        self._timer.arm(stream.get_timer())
 
     def _on_timer(self) -> None:
-        self._timer = None
         now = time.monotonic()
         try:
             self.stream.handle_timer(now)
@@ -311,9 +299,7 @@ class _AircLoadProtocol(asyncio.Protocol):
 
     def close(self) -> None:
         """Stop the timer and close the socket; idempotent."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._timer.cancel()
         if self.transport is not None:
             self.transport.close()
 

@@ -41,7 +41,9 @@ from airlane.client.errors import (
 )
 from airlane.client.events import StreamEvent
 from airlane.client.subscription import DEFAULT_MAX_QUEUE, WsSubscription
+from airlane.deadline import DeadlineTimer
 from airlane.wire.airc import (
+    AIRC_SUBPROTOCOL,
     ANY_STREAM,
     AircConfig,
     AircConnection,
@@ -62,12 +64,10 @@ from airlane.wire.airc import (
     SignalReceived,
 )
 
-__all__ = ["AIRC_SUBPROTOCOL", "AircClient", "AircStream"]
+__all__ = ["AircClient", "AircStream"]
 
 log = logging.getLogger("airlane.client.airc")
 
-AIRC_SUBPROTOCOL = "airc.v1.2"
-"""The WebSocket subprotocol of AIRC."""
 
 DEFAULT_REQUEST_TIMEOUT_S = 30.0
 """How long a request waits for its answer."""
@@ -196,8 +196,7 @@ class AircClient:
         self._pending: dict[int, _Waiting] = {}
         self._streams: dict[int, _Carried] = {}
         self._clock_waiters: list[asyncio.Future[float]] = []
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_deadline = 0.0
+        self._timer = DeadlineTimer(self._on_timer)
         self._failure: ClientError | None = None
         self._reader = asyncio.create_task(self._read_loop(), name="airc-client-reader")
 
@@ -270,8 +269,7 @@ class AircClient:
             self._reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reader
-        if self._timer is not None:
-            self._timer.cancel()
+        self._timer.cancel()
         await self._pipe.aclose()
 
     # -- operations -------------------------------------------------------------------------
@@ -487,19 +485,9 @@ class AircClient:
         data = self.connection.data_to_send(time.monotonic())
         if data:
             self._pipe.write(data)
-        deadline = self.connection.get_timer()
-        if deadline is None:
-            return
-        if self._timer is not None and self._timer_deadline <= deadline:
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-        # The connection runs on time.monotonic() (uvloop's loop clock has ms resolution).
-        self._timer_deadline = deadline
-        self._timer = self._loop.call_later(max(0.0, deadline - time.monotonic()), self._on_timer)
+        self._timer.arm(self.connection.get_timer())
 
     def _on_timer(self) -> None:
-        self._timer = None
         self._handle(self.connection.handle_timer(time.monotonic()))
         self._flush()
         ended = self.connection.closed

@@ -8,7 +8,8 @@ import airlane.wire.airc
 def test_package_exports() -> None:
     assert sorted(airlane.wire.airc.__all__) == sorted(
         [
-            *("ANY_STREAM", "AUDIO_STREAMS", "HEADER_SIZE", "MAGIC", "MAX_PAYLOAD"),
+            *("AIRC_SUBPROTOCOL", "ANY_STREAM", "AUDIO_STREAMS", "HEADER_SIZE"),
+            *("LOADTEST_ENCODER", "MAGIC", "MAX_PAYLOAD"),
             *("SIGNALLING_STREAM", "VERSION", "VIDEO_STREAMS"),
             *("Acknowledged", "AircConfig", "AircConnection", "AircError", "AircEvent"),
             *("AircProtocolError", "Auth", "Authenticated", "Cancel", "Cancelled"),

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from airlane.wire.airc import AircConfig
+from airlane.wire.airc import AIRC_SUBPROTOCOL, AircConfig
 
 __all__ = ["AIRC_SUBPROTOCOL", "AircServerConfig"]
-
-AIRC_SUBPROTOCOL = "airc.v1.2"
-"""The WebSocket subprotocol of AIRC on ``/v1/ws``."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,7 @@ import orjson
 from airlane.backends.base import GenerationRequest, LoadTestSpec
 from airlane.chat_request import InvalidChatRequest, parse_chat_request
 from airlane.core import BadResumeToken, Event, Kind, Lane, OrphanMode, OrphanPolicy, Position
+from airlane.deadline import DeadlineTimer
 from airlane.eager import start_eagerly
 from airlane.gateway import Gateway, orphan_policy_from
 from airlane.hub import HubError, Subscription
@@ -47,6 +48,7 @@ from airlane.security import Principal, SecurityError, Unauthenticated
 from airlane.transports.airc.config import AircServerConfig
 from airlane.wire.airc import (
     ANY_STREAM,
+    LOADTEST_ENCODER,
     SIGNALLING_STREAM,
     Acknowledged,
     AircConnection,
@@ -69,14 +71,12 @@ from airlane.wire.airc import (
 )
 from airlane.wire.event_json import event_to_json
 
-__all__ = ["FIRST_AIRLANE_STREAM", "LOADTEST_ENCODER", "AircSession", "Link"]
+__all__ = ["FIRST_AIRLANE_STREAM", "AircSession", "Link"]
 
 log = logging.getLogger("airlane.airc")
 
 FIRST_AIRLANE_STREAM = 20
 """StreamIDs below this are audio (0-9) and video (10-19); 255 is signalling."""
-LOADTEST_ENCODER = "airlane-loadtest"
-"""The ``GEN_REQ`` encoder that asks for the benchmark stream."""
 _LOADTEST_ORPHAN = OrphanPolicy(OrphanMode.CANCEL)  # nobody but its one reader wants it
 _CACHE_KEY = "airc.json"
 _I32 = (-(1 << 31), (1 << 31) - 1)
@@ -142,8 +142,7 @@ class AircSession:
         self._ready: dict[int, _Binding] = {}  # direct-mode bindings to drain this turn
         self._drain_scheduled = False
         self._requests: set[asyncio.Task[None]] = set()
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_deadline = 0.0
+        self._timer = DeadlineTimer(self._on_timer)
         self._writable = asyncio.Event()
         self._writable.set()
         self._closed = False
@@ -187,8 +186,7 @@ class AircSession:
     async def aclose(self) -> None:
         """Stop every pump and request and release every cursor (after the link is gone)."""
         self._closed = True
-        if self._timer is not None:
-            self._timer.cancel()
+        self._timer.cancel()
         for binding in self._bindings.values():
             binding.subscription.listen(None)
         tasks = [b.task for b in self._bindings.values() if b.task is not None]
@@ -218,26 +216,9 @@ class AircSession:
                 for binding in self._bindings.values():
                     binding.wake.set()
             return
-        self._arm_timer()
-
-    # -- timers -----------------------------------------------------------------------------
-
-    def _arm_timer(self) -> None:
-        deadline = self.connection.get_timer()
-        if deadline is None:
-            return
-        # An earlier timer is fine: when it fires, nothing is due and it re-arms.
-        if self._timer is not None and self._timer_deadline <= deadline:
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-        # The connection runs on time.monotonic() (microsecond timestamps; uvloop's loop
-        # clock has millisecond resolution), so the delay is converted here.
-        self._timer_deadline = deadline
-        self._timer = self._loop.call_later(max(0.0, deadline - time.monotonic()), self._on_timer)
+        self._timer.arm(connection.get_timer())
 
     def _on_timer(self) -> None:
-        self._timer = None
         self._handle(self.connection.handle_timer(time.monotonic()))
         self.flush()
 

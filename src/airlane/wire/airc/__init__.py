@@ -22,9 +22,11 @@ from airlane.wire.airc.events import (
     SignalReceived,
 )
 from airlane.wire.airc.frame import (
+    AIRC_SUBPROTOCOL,
     ANY_STREAM,
     AUDIO_STREAMS,
     HEADER_SIZE,
+    LOADTEST_ENCODER,
     MAGIC,
     MAX_PAYLOAD,
     SIGNALLING_STREAM,
@@ -58,9 +60,11 @@ from airlane.wire.airc.signalling import (
 )
 
 __all__ = [
+    "AIRC_SUBPROTOCOL",
     "ANY_STREAM",
     "AUDIO_STREAMS",
     "HEADER_SIZE",
+    "LOADTEST_ENCODER",
     "MAGIC",
     "MAX_PAYLOAD",
     "SIGNALLING_STREAM",

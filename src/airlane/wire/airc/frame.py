@@ -34,6 +34,7 @@ __all__ = [
     "AUDIO_STREAMS",
     "EOM_BIT",
     "HEADER_SIZE",
+    "LOADTEST_ENCODER",
     "MAGIC",
     "MAX_PAYLOAD",
     "PRIORITY_BIT",
@@ -57,6 +58,10 @@ MAX_PAYLOAD = 0xFFFF
 """The largest payload a u16 length can announce."""
 SIGNALLING_STREAM = 255
 """The stream that carries `airlane.wire.airc.signalling` messages."""
+AIRC_SUBPROTOCOL = "airc.v1.2"
+"""The WebSocket subprotocol that carries AIRC's byte stream in binary messages."""
+LOADTEST_ENCODER = "airlane-loadtest"
+"""The ``GEN_REQ`` encoder that asks the gateway for the benchmark stream."""
 ANY_STREAM = 0xFFFF
 """In a request for a stream: "the server picks"."""
 AUDIO_STREAMS = range(0, 10)

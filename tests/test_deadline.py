@@ -1,0 +1,35 @@
+"""`DeadlineTimer`: fires once by the earliest deadline it was armed with."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from airlane.deadline import DeadlineTimer
+
+
+async def test_fires_by_the_earliest_deadline() -> None:
+    fired: list[float] = []
+    timer = DeadlineTimer(lambda: fired.append(time.monotonic()))
+    start = time.monotonic()
+    timer.arm(start + 0.2)
+    timer.arm(start + 0.02)  # earlier: replaces the pending call
+    timer.arm(start + 0.5)  # later: the earlier call stays
+    timer.arm(None)  # nothing new
+    await asyncio.sleep(0.1)
+    assert len(fired) == 1 and start + 0.02 <= fired[0] < start + 0.1
+    await asyncio.sleep(0.15)
+    assert len(fired) == 1  # the replaced 0.2 s call never runs
+
+
+async def test_cancel_and_rearm() -> None:
+    fired: list[int] = []
+    timer = DeadlineTimer(lambda: fired.append(1))
+    timer.arm(time.monotonic() + 0.01)
+    timer.cancel()
+    await asyncio.sleep(0.05)
+    assert fired == []
+    timer.arm(time.monotonic() - 1)  # already due: runs on the next loop turn
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert fired == [1]
