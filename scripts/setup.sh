@@ -27,6 +27,9 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".$extras"
   touch "$stamp"
 fi
+# airlane.v1 is generated from proto/ by grpcio-tools (it is never committed); this is a
+# no-op when the .proto files have not changed.
+.venv/bin/python -m airlane.protos
 
 # The Node peer of `airlane bench --compare`: npm ci when its node_modules is missing or older
 # than the lock file. Without Node.js the peer is skipped, except in CI, where the compare
