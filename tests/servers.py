@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 READY = re.compile(r"airlane listening on (http://\S+)")
-AIRC_READY = re.compile(r"AIRC on tcp://(\S+):(\d+)")
+AIRC_READY = re.compile(r"AIRC on tcp://([^\s,]+):(\d+)")
+GRPC_READY = re.compile(r"gRPC on ([^\s,]+)")
 
 FAST_SYNTHETIC = """
 [synthetic]
@@ -39,6 +40,8 @@ class ServerProcess:
     process: subprocess.Popen[str]
     airc: tuple[str, int] | None = None
     """Host and port of the AIRC/TCP listener (None when it is off)."""
+    grpc: str | None = None
+    """``host:port`` of the gRPC listener (None when it is off)."""
 
     @property
     def pid(self) -> int:
@@ -80,8 +83,8 @@ def run_server(
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         try:
-            url, airc = _wait_ready(process, timeout)
-            yield ServerProcess(url, process, airc)
+            url, airc, grpc = _wait_ready(process, timeout)
+            yield ServerProcess(url, process, airc, grpc)
         finally:
             if process.poll() is None:
                 process.send_signal(signal.SIGINT)
@@ -94,7 +97,7 @@ def run_server(
 
 def _wait_ready(
     process: subprocess.Popen[str], timeout: float
-) -> tuple[str, tuple[str, int] | None]:
+) -> tuple[str, tuple[str, int] | None, str | None]:
     assert process.stdout is not None
     selector = selectors.DefaultSelector()
     selector.register(process.stdout, selectors.EVENT_READ)
@@ -107,6 +110,11 @@ def _wait_ready(
             match = READY.search(line)
             if match:
                 airc = AIRC_READY.search(line)
-                return match.group(1), (airc[1], int(airc[2])) if airc else None
+                grpc = GRPC_READY.search(line)
+                return (
+                    match.group(1),
+                    (airc[1], int(airc[2])) if airc else None,
+                    grpc[1] if grpc else None,
+                )
     process.kill()
     raise RuntimeError("airlane serve did not print its URL in time")

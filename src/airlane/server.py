@@ -33,6 +33,7 @@ from airlane.transports.airc import (
     AircTcpServer,
     AircWebSocketHandler,
 )
+from airlane.transports.grpc import GrpcServer, GrpcServerConfig
 from airlane.transports.http import AirlaneApp, HttpConfig
 from airlane.transports.http.ws_protocol import BatchingWebSocketProtocol
 from airlane.wire.airc import AircConfig
@@ -40,10 +41,12 @@ from airlane.wire.airc import AircConfig
 __all__ = [
     "DEFAULT_HOST",
     "DEFAULT_PORT",
+    "Listening",
     "ServerConfig",
     "airc_port",
     "bind_socket",
     "build_app",
+    "grpc_port",
     "load_config",
     "serve",
     "tune_gc",
@@ -83,6 +86,8 @@ class ServerConfig:
     """Default retention of every stream."""
     airc: AircServerConfig = field(default_factory=AircServerConfig)
     """The AIRC transport: its TCP listener and session limits."""
+    grpc: GrpcServerConfig = field(default_factory=GrpcServerConfig)
+    """The gRPC transport: its listener and limits."""
     tcp_keepalive_s: int = DEFAULT_TCP_KEEPALIVE_S
     """Idle seconds before TCP keepalive probes on accepted sockets."""
     log_level: str = "info"
@@ -91,8 +96,8 @@ class ServerConfig:
 
 def load_config(path: Path, base: ServerConfig | None = None) -> ServerConfig:
     """Read a TOML file: top-level keys of `ServerConfig`, plus ``[synthetic]``, ``[http]``,
-    ``[orphan]``, ``[retention]``, ``[airc]`` and ``[api_keys]`` tables. Unknown keys are an
-    error."""
+    ``[orphan]``, ``[retention]``, ``[airc]``, ``[grpc]`` and ``[api_keys]`` tables. Unknown
+    keys are an error."""
     with path.open("rb") as fh:
         data = tomllib.load(fh)
     config = base or ServerConfig()
@@ -102,6 +107,7 @@ def load_config(path: Path, base: ServerConfig | None = None) -> ServerConfig:
         "orphan": (OrphanPolicy, config.orphan),
         "retention": (Retention, config.retention),
         "airc": (AircServerConfig, config.airc),
+        "grpc": (GrpcServerConfig, config.grpc),
     }
     changes: dict[str, Any] = {}
     allowed = {f.name for f in fields(ServerConfig)}
@@ -208,6 +214,26 @@ def uvicorn_config(app: AirlaneApp, config: ServerConfig) -> uvicorn.Config:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Listening:
+    """Where a running gateway listens."""
+
+    http: str
+    """The base URL (``http://host:port``)."""
+    airc: str | None
+    """The AIRC/TCP listener (``tcp://host:port``), None when off."""
+    grpc: str | None
+    """The gRPC listener (``host:port``), None when off."""
+
+
+def grpc_port(config: ServerConfig, http_port: int) -> int:
+    """The gRPC port: as configured, else the HTTP port + 2 (a free one when the HTTP port
+    was 0)."""
+    if config.grpc.port is not None:
+        return config.grpc.port
+    return http_port + 2 if config.port else 0
+
+
 def airc_port(config: ServerConfig, http_port: int) -> int:
     """The AIRC/TCP port: as configured, else the HTTP port + 1 (a free one when the HTTP
     port was 0, so that test servers never collide)."""
@@ -217,10 +243,9 @@ def airc_port(config: ServerConfig, http_port: int) -> int:
 
 
 async def serve(
-    config: ServerConfig, *, on_ready: Callable[[str, str | None], None] | None = None
+    config: ServerConfig, *, on_ready: Callable[[Listening], None] | None = None
 ) -> None:
-    """Run the gateway until cancelled or signalled; ``on_ready`` gets the base URL and the
-    AIRC/TCP URL (None when that listener is off)."""
+    """Run the gateway until cancelled or signalled; ``on_ready`` gets the addresses."""
     app = build_app(config)
     tune_gc()
     sock = bind_socket(config.host, config.port, config.tcp_keepalive_s)
@@ -233,13 +258,21 @@ async def serve(
         await airc.start(bind_socket(config.host, airc_port(config, port), config.tcp_keepalive_s))
         # GOAWAY to every AIRC session before the hub closes under their streams.
         app.on_shutdown.append(airc.aclose)
+    grpc_server: GrpcServer | None = None
+    if config.grpc.enabled:
+        grpc_server = GrpcServer(app.gateway, config.grpc)
+        await grpc_server.start(config.host, grpc_port(config, port))
+        app.on_shutdown.append(grpc_server.aclose)
 
     async def announce() -> None:
         # uvicorn exposes readiness only as a flag, so poll it briefly.
         while not server.started:  # noqa: ASYNC110
             await asyncio.sleep(0.01)
         if on_ready is not None:
-            on_ready(url, airc.url if airc is not None else None)
+            grpc_address = None
+            if grpc_server is not None:
+                grpc_address = f"{f'[{host}]' if ':' in host else host}:{grpc_server.port}"
+            on_ready(Listening(url, airc.url if airc is not None else None, grpc_address))
 
     announcer = asyncio.create_task(announce())
     try:
@@ -248,4 +281,6 @@ async def serve(
         announcer.cancel()
         if airc is not None:
             await airc.aclose()
+        if grpc_server is not None:
+            await grpc_server.aclose()
         sock.close()

@@ -45,7 +45,7 @@ READY_POLL_S = 0.02
 """How often the output file is read for the ready line while a server starts."""
 
 _READY = re.compile(rb"listening on (http://\S+)")
-_AIRC_READY = re.compile(r"AIRC on (tcp://\S+)")
+_AIRC_READY = re.compile(r"AIRC on (tcp://[^\s,]+)")
 _MAX_READY_LINE = 4096
 _TAIL_BYTES = 2000
 

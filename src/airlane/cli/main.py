@@ -14,7 +14,14 @@ from airlane import __version__
 from airlane.cli.bench import bench_command
 from airlane.cli.demo import demo_command
 from airlane.cli.stream import stream_command
-from airlane.server import DEFAULT_HOST, DEFAULT_PORT, ServerConfig, load_config, serve
+from airlane.server import (
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    Listening,
+    ServerConfig,
+    load_config,
+    serve,
+)
 
 __all__ = ["app", "main"]
 
@@ -58,6 +65,10 @@ def serve_command(
         int | None,
         typer.Option(help="AIRC/TCP port (default: the HTTP port + 1; -1 turns it off)."),
     ] = None,
+    grpc_port: Annotated[
+        int | None,
+        typer.Option(help="gRPC port (default: the HTTP port + 2; -1 turns it off)."),
+    ] = None,
     config: Annotated[Path | None, typer.Option(help="TOML configuration file.")] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
@@ -80,13 +91,17 @@ def serve_command(
     if airc_port is not None:
         airc = replace(settings.airc, enabled=airc_port >= 0, port=max(airc_port, 0))
         settings = replace(settings, airc=airc)
+    if grpc_port is not None:
+        grpc = replace(settings.grpc, enabled=grpc_port >= 0, port=max(grpc_port, 0))
+        settings = replace(settings, grpc=grpc)
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
 
-    def ready(url: str, airc_url: str | None) -> None:
+    def ready(listening: Listening) -> None:
         backend = f"upstream {settings.upstream}" if settings.upstream else "synthetic backend"
-        # Printed on stdout, flushed: scripts and tests read the URLs from this line.
-        airc = f", AIRC on {airc_url}" if airc_url else ""
-        print(f"airlane listening on {url} ({backend}){airc}", flush=True)
+        # Printed on stdout, flushed: scripts and tests read the addresses from this line.
+        airc = f", AIRC on {listening.airc}" if listening.airc else ""
+        grpc = f", gRPC on {listening.grpc}" if listening.grpc else ""
+        print(f"airlane listening on {listening.http} ({backend}){airc}{grpc}", flush=True)
 
     run_async(serve(settings, on_ready=ready))
 

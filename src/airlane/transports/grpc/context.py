@@ -1,0 +1,103 @@
+"""The model and request identity a gRPC call carries in its metadata, for backends and logs.
+
+`MetadataInterceptor` reads ``x-model-id``, ``x-model-version`` and ``x-request-id`` from the
+call's metadata into `airlane.callcontext.CALL` for the duration of the handler (the seed's Go
+interceptor indexes the metadata with ``[0]`` and panics when a header is missing; here a
+missing header is simply absent, and a repeated one is refused with INVALID_ARGUMENT).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+from grpc import aio
+
+from airlane.callcontext import CALL, CallContext, new_request_id
+
+__all__ = ["METADATA_KEYS", "MetadataInterceptor"]
+
+log = logging.getLogger("airlane.grpc")
+
+METADATA_KEYS = ("x-model-id", "x-model-version", "x-request-id")
+"""The metadata the interceptor reads (each at most once)."""
+
+
+def call_context(metadata: tuple[tuple[str, str | bytes], ...]) -> CallContext | str:
+    """The context in ``metadata``, or the reason it is malformed."""
+    seen: dict[str, str] = {}
+    for key, value in metadata:
+        if key not in METADATA_KEYS:
+            continue
+        if key in seen:
+            return f"metadata {key!r} appears more than once"
+        text = value.decode(errors="replace") if isinstance(value, bytes) else value
+        if len(text) > 256:
+            return f"metadata {key!r} is longer than 256 characters"
+        seen[key] = text
+    return CallContext(
+        model_id=seen.get("x-model-id"),
+        model_version=seen.get("x-model-version"),
+        request_id=seen.get("x-request-id") or new_request_id(),
+    )
+
+
+class MetadataInterceptor(aio.ServerInterceptor):  # type: ignore[misc]
+    """Wraps every handler so that it runs with its call's `CallContext` set."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(details)
+        if handler is None:
+            return None
+        context = call_context(tuple(details.invocation_metadata or ()))
+        return _wrap(handler, context)
+
+
+def _wrap(handler: grpc.RpcMethodHandler, context: CallContext | str) -> grpc.RpcMethodHandler:
+    """The same handler, each behaviour running under ``context`` (or refusing the call)."""
+
+    def unary(behaviour: Callable[..., Any]) -> Callable[..., Any]:
+        async def run(request: Any, servicer_context: aio.ServicerContext) -> Any:
+            if isinstance(context, str):
+                await servicer_context.abort(grpc.StatusCode.INVALID_ARGUMENT, context)
+            token = CALL.set(context)  # type: ignore[arg-type]
+            try:
+                result = behaviour(request, servicer_context)
+                return await result if inspect.isawaitable(result) else result
+            finally:
+                CALL.reset(token)
+
+        return run
+
+    def streaming(behaviour: Callable[..., Any]) -> Callable[..., Any]:
+        async def run(request: Any, servicer_context: aio.ServicerContext) -> Any:
+            if isinstance(context, str):
+                await servicer_context.abort(grpc.StatusCode.INVALID_ARGUMENT, context)
+            token = CALL.set(context)  # type: ignore[arg-type]
+            try:
+                responses = behaviour(request, servicer_context)
+                if hasattr(responses, "__aiter__"):
+                    async for response in responses:
+                        yield response
+                else:  # a handler that returns a plain iterator
+                    for response in responses:
+                        yield response
+            finally:
+                CALL.reset(token)
+
+        return run
+
+    if handler.unary_unary:
+        return handler._replace(unary_unary=unary(handler.unary_unary))
+    if handler.stream_unary:
+        return handler._replace(stream_unary=unary(handler.stream_unary))
+    if handler.unary_stream:
+        return handler._replace(unary_stream=streaming(handler.unary_stream))
+    return handler._replace(stream_stream=streaming(handler.stream_stream))

@@ -1,0 +1,121 @@
+"""Between Airlane's native values and the Protobuf contract (``proto/airlane/v1``).
+
+Events leave as ``airlane.v1.Event`` (text deltas and tool-call deltas as typed messages,
+everything else as the same fields the native JSON carries); published events and chat
+requests arrive as Protobuf and are turned into the native JSON form first, so that they go
+through the same validation as on every other wire (`airlane.wire.event_json.event_from_dict`,
+`airlane.chat_request.parse_chat_request`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from google.protobuf import json_format
+
+from airlane.core import Channel, Event, Kind, Lane, Position
+from airlane.v1 import events_pb2, service_pb2
+
+__all__ = [
+    "chat_body",
+    "event_dict",
+    "event_to_proto",
+    "position_from_proto",
+    "stream_event",
+]
+
+_KIND = {kind: events_pb2.Kind.Value(f"KIND_{kind.name}") for kind in Kind}
+_KIND_NAME = {value: kind.value for kind, value in _KIND.items()}
+_LANE = {lane: events_pb2.Lane.Value(f"LANE_{lane.name}") for lane in Lane}
+_LANE_NAME = {value: lane.name.lower() for lane, value in _LANE.items()}
+_CHANNEL = {channel: events_pb2.Channel.Value(f"CHANNEL_{channel.name}") for channel in Channel}
+_CHANNEL_NAME = {value: channel.value for channel, value in _CHANNEL.items()}
+_CACHE_KEY = "grpc.event"
+
+
+def event_to_proto(event: Event) -> events_pb2.Event:
+    """``event`` as an ``airlane.v1.Event``; its serialized form is cached on the event, so
+    that N gRPC subscribers cost one conversion."""
+    cached = event.cached(_CACHE_KEY)
+    if cached is not None:
+        decoded: events_pb2.Event = events_pb2.Event.FromString(cached)
+        return decoded
+    message = events_pb2.Event(seq=event.seq, kind=_KIND[event.kind], lane=_LANE[event.lane])
+    kind = event.kind
+    if kind is Kind.DELTA:
+        message.delta.channel = _CHANNEL[event.channel]
+        message.delta.text = event.text
+    elif kind is Kind.TOOL_CALL:
+        data = event.data or {}
+        call = message.tool_call
+        call.index = int(data.get("index", 0))
+        call.id = str(data.get("id") or "")
+        call.name = str(data.get("name") or "")
+        call.arguments = event.text
+    elif kind is Kind.MESSAGE:
+        payload = orjson.loads(event.raw) if event.raw is not None else _payload(event)
+        json_format.ParseDict(payload, message.payload)
+    elif event.data:
+        message.fields.update(event.data)
+    event.cache(_CACHE_KEY, message.SerializeToString())
+    return message
+
+
+def _payload(event: Event) -> Any:
+    return (event.data or {}).get("payload")
+
+
+def stream_event(stream_id: str, epoch: str, event: Event) -> events_pb2.StreamEvent:
+    """What a subscriber receives: the stream, the position to resume after, the event."""
+    return events_pb2.StreamEvent(
+        stream_id=stream_id,
+        position=events_pb2.Position(epoch=epoch, seq=event.seq),
+        event=event_to_proto(event),
+    )
+
+
+def event_dict(message: events_pb2.Event) -> dict[str, Any]:
+    """A published ``airlane.v1.Event`` in the native JSON form (for ``event_from_dict``)."""
+    kind = _KIND_NAME.get(message.kind, "message")
+    out: dict[str, Any] = {"kind": kind}
+    if message.lane in _LANE_NAME:
+        out["lane"] = _LANE_NAME[message.lane]
+    body = message.WhichOneof("body")
+    if body == "delta":
+        out["text"] = message.delta.text
+        out["channel"] = _CHANNEL_NAME.get(message.delta.channel, "content")
+    elif body == "tool_call":
+        call = message.tool_call
+        out.update(index=call.index, arguments=call.arguments)
+        if call.id:
+            out["id"] = call.id
+        if call.name:
+            out["name"] = call.name
+    elif body == "payload":
+        out["payload"] = json_format.MessageToDict(message.payload)
+    elif body == "fields":
+        out.update(json_format.MessageToDict(message.fields))
+    return out
+
+
+def position_from_proto(position: events_pb2.Position) -> Position | None:
+    """A resume position, or None (from the start) when none was sent.
+
+    Raises:
+        BadResumeToken: the epoch is malformed.
+    """
+    if not position.epoch:
+        return None
+    return Position.parse(f"{position.epoch}:{position.seq}")
+
+
+def chat_body(request: service_pb2.ChatCompletionRequest) -> dict[str, Any]:
+    """The OpenAI JSON body a ``ChatCompletionRequest`` stands for (``extra`` merged in)."""
+    body: dict[str, Any] = json_format.MessageToDict(request, preserving_proto_field_name=True)
+    extra = body.pop("extra", None) or {}
+    if "seed" in body:  # proto3 JSON writes int64 as a string
+        body["seed"] = int(body["seed"])
+    for key, value in extra.items():
+        body.setdefault(key, value)
+    return body
