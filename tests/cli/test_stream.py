@@ -24,7 +24,7 @@ def reference(url: str, max_tokens: int) -> str:
     return str(response.json()["choices"][0]["message"]["content"])
 
 
-TRANSPORTS = ["sse", "ws", "airc", "airc-ws"]
+TRANSPORTS = ["sse", "ws", "airc", "airc-ws", "grpc"]
 
 
 def url_for(server: ServerProcess, transport: str) -> str:
@@ -32,6 +32,9 @@ def url_for(server: ServerProcess, transport: str) -> str:
     if transport == "airc":
         assert server.airc is not None
         return "tcp://{}:{}".format(*server.airc)
+    if transport == "grpc":
+        assert server.grpc is not None
+        return server.grpc
     return server.url
 
 

@@ -9,7 +9,8 @@ import airlane.bench
 import airlane.client
 
 CLIENT_MODULES = [
-    "accumulator", "airc", "chat", "errors", "events", "retry", "sse", "subscription", "ws",
+    "accumulator", "airc", "chat", "errors", "events", "grpc", "retry", "sse", "subscription",
+    "ws",
 ]  # fmt: skip
 BENCH_MODULES = [
     "chunk", "config", "cpu", "plot", "report", "runner", "spawn", "sse_load", "sse_parser",
@@ -26,6 +27,7 @@ def test_client_exports() -> None:
         "ClientError",
         "ConnectFailed",
         "ConnectionLost",
+        "GrpcClient",
         "ProtocolViolation",
         "RequestRejected",
         "ResumeFailed",

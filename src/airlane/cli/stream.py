@@ -23,6 +23,7 @@ from airlane.client import (
     AircClient,
     AirlaneClient,
     ClientError,
+    GrpcClient,
     StreamEvent,
     StreamFailed,
     TextAccumulator,
@@ -160,15 +161,48 @@ async def _chat_airc(
         return StreamOutcome(stream_id, last, printer.state.finish_reason, 0)
 
 
+def _grpc_target(url: str) -> str:
+    """``host:port`` of the gRPC listener: given as such, or the HTTP URL's port + 2."""
+    if "://" not in url:
+        return url
+    parts = urlsplit(url)
+    host = parts.hostname or "127.0.0.1"
+    return f"{f'[{host}]' if ':' in host else host}:{(parts.port or 80) + 2}"
+
+
+async def _follow_grpc(
+    url: str, api_key: str | None, stream_id: str, resume: str | None, printer: _Printer
+) -> StreamOutcome:
+    async with GrpcClient(_grpc_target(url), api_key) as client:
+        last = resume
+        async for event in client.subscribe(stream_id, resume):
+            printer.event(event)
+            last = event.id
+        return StreamOutcome(stream_id, last, printer.state.finish_reason, 0)
+
+
+async def _chat_grpc(
+    url: str, api_key: str | None, request: dict[str, Any], printer: _Printer
+) -> StreamOutcome:
+    async with GrpcClient(_grpc_target(url), api_key) as client:
+        last = None
+        async for event in client.generate(request):
+            printer.event(event)
+            last = event.id
+        stream_id = client.last_stream_id or "?"
+        return StreamOutcome(stream_id, last, printer.state.finish_reason, 0)
+
+
 def stream_command(
     url: Annotated[
         str,
         typer.Option(help="The gateway (for airc: tcp://host:port, or its HTTP URL: port + 1)."),
     ] = DEFAULT_URL,
     transport: Annotated[
-        Literal["sse", "ws", "airc", "airc-ws"],
+        Literal["sse", "ws", "airc", "airc-ws", "grpc"],
         typer.Option(
-            help="sse (HTTP), ws (WebSocket), airc (AIRC/TCP) or airc-ws (AIRC over WebSocket)."
+            help="sse (HTTP), ws (WebSocket), airc (AIRC/TCP), airc-ws (AIRC over WebSocket) "
+            "or grpc (host:port, or the HTTP URL: port + 2)."
         ),
     ] = "sse",
     prompt: Annotated[str, typer.Option(help="The user message.")] = "Tell me a short story.",
@@ -218,6 +252,8 @@ async def _stream(
     max_tokens: int | None,
 ) -> StreamOutcome:
     if stream_id is not None:
+        if transport == "grpc":
+            return await _follow_grpc(url, api_key, stream_id, resume, printer)
         if transport.startswith("airc"):
             return await _follow_airc(url, api_key, transport, stream_id, resume, printer)
         follow = _follow_ws if transport == "ws" else _follow_sse
@@ -225,6 +261,8 @@ async def _stream(
     request: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": prompt}]}
     if max_tokens is not None:
         request["max_tokens"] = max_tokens
+    if transport == "grpc":
+        return await _chat_grpc(url, api_key, request, printer)
     if transport.startswith("airc"):
         return await _chat_airc(url, api_key, transport, request, printer)
     chat = _chat_ws if transport == "ws" else _chat_sse

@@ -4,6 +4,7 @@
   connection is resumed from the last event seen, so callers get exact text.
 - `WsClient`: many streams over one WebSocket, re-subscribed after a reconnect.
 - `AircClient`: the same streams over the AIRC binary protocol, on TCP or a WebSocket.
+- `GrpcClient`: the same streams over the native gRPC service (``airlane.v1.Airlane``).
 - `TextAccumulator`: a stream's text rebuilt from its events (snapshots replace, deltas append).
 
 Errors are described in `airlane.client.errors`.
@@ -23,6 +24,7 @@ from airlane.client.errors import (
     StreamNotFound,
 )
 from airlane.client.events import ChatDelta, StreamEvent
+from airlane.client.grpc import GrpcClient
 from airlane.client.retry import RetryPolicy
 from airlane.client.sse import AirlaneClient
 from airlane.client.subscription import WsSubscription
@@ -36,6 +38,7 @@ __all__ = [
     "ClientError",
     "ConnectFailed",
     "ConnectionLost",
+    "GrpcClient",
     "ProtocolViolation",
     "RequestRejected",
     "ResumeFailed",
