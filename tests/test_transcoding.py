@@ -139,3 +139,11 @@ def test_published_events_round_trip(event: Event) -> None:
     over_grpc = event_from_dict(event_dict(_event_message(normalise(native))))
     assert event_to_dict(over_grpc) == event_to_dict(over_http)
     assert over_grpc.lane in (Lane.CONTROL, Lane.INTERACTIVE, Lane.BULK)
+
+
+def test_whole_numbers_stay_integers() -> None:
+    """``google.protobuf.Value`` carries doubles; integral ones come back as ints."""
+    message = _event_message({"kind": "message", "payload": {"step": 1, "ratio": 0.5, "n": [2]}})
+    payload = event_dict(message)["payload"]
+    assert payload == {"step": 1, "ratio": 0.5, "n": [2]}
+    assert type(payload["step"]) is int and type(payload["n"][0]) is int

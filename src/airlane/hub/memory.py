@@ -367,6 +367,8 @@ class MemoryHub(Hub):
     def _get(self, stream_id: str) -> _Stream:
         stream = self._streams.get(stream_id)
         if stream is None:
+            if not valid_stream_id(stream_id):  # a malformed id is the caller's mistake
+                raise InvalidStreamId(f"invalid stream id {stream_id[:200]!r}")
             raise StreamNotFound(f"no stream {stream_id[:200]!r}")
         return stream
 

@@ -8,6 +8,7 @@ missing header is simply absent, and a repeated one is refused with INVALID_ARGU
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
@@ -80,17 +81,18 @@ def _wrap(handler: grpc.RpcMethodHandler, context: CallContext | str) -> grpc.Rp
         async def run(request: Any, servicer_context: aio.ServicerContext) -> Any:
             if isinstance(context, str):
                 await servicer_context.abort(grpc.StatusCode.INVALID_ARGUMENT, context)
-            token = CALL.set(context)  # type: ignore[arg-type]
-            try:
-                responses = behaviour(request, servicer_context)
-                if hasattr(responses, "__aiter__"):
+            # No reset: grpcio may close a cancelled call's response generator later, from
+            # another task, where the token would be invalid; each call runs in a task (and
+            # context) of its own, so nothing leaks.
+            CALL.set(context)  # type: ignore[arg-type]
+            responses = behaviour(request, servicer_context)
+            if hasattr(responses, "__aiter__"):
+                async with contextlib.aclosing(responses):
                     async for response in responses:
                         yield response
-                else:  # a handler that returns a plain iterator
-                    for response in responses:
-                        yield response
-            finally:
-                CALL.reset(token)
+            else:  # a handler that returns a plain iterator
+                for response in responses:
+                    yield response
 
         return run
 

@@ -93,10 +93,26 @@ def event_dict(message: events_pb2.Event) -> dict[str, Any]:
         if call.name:
             out["name"] = call.name
     elif body == "payload":
-        out["payload"] = json_format.MessageToDict(message.payload)
+        out["payload"] = _whole_numbers(json_format.MessageToDict(message.payload))
     elif body == "fields":
-        out.update(json_format.MessageToDict(message.fields))
+        out.update(_whole_numbers(json_format.MessageToDict(message.fields)))
     return out
+
+
+_EXACT = 2**53  # doubles hold every integer up to here exactly
+
+
+def _whole_numbers(value: Any) -> Any:
+    """``google.protobuf.Value`` keeps every number as a double: give integral ones back as
+    ints, so that ``{"step": 1}`` published over gRPC reads ``1`` (not ``1.0``) on every wire.
+    (Integers beyond 2**53 cannot survive a double; send them as strings.)"""
+    if isinstance(value, float):
+        return int(value) if value.is_integer() and abs(value) <= _EXACT else value
+    if isinstance(value, dict):
+        return {key: _whole_numbers(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_whole_numbers(item) for item in value]
+    return value
 
 
 def position_from_proto(position: events_pb2.Position) -> Position | None:

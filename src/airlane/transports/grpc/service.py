@@ -229,6 +229,8 @@ class AirlaneService(service_pb2_grpc.AirlaneServicer):
         try:
             while (response := await session.outbox.get()) is not None:
                 yield response
+                if session.finished and session.outbox.empty():
+                    break  # the end marker found the outbox full: this was the last answer
         finally:
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -259,6 +261,7 @@ class _Session:
         )
         self.subs: dict[str, _Subscription] = {}
         self.reading = True
+        self.finished = False
 
     async def read(self, requests: AsyncIterator[service_pb2.SessionRequest]) -> None:
         """Handle requests in order until the client half-closes; then end the call once
@@ -274,8 +277,13 @@ class _Session:
             self._maybe_end()
 
     def _maybe_end(self) -> None:
-        if not self.reading and not self.subs:
-            self.outbox.put_nowait(None)
+        """End the call once the client half-closed and every subscription has ended. The
+        end marker never waits for room: if the outbox is full, the call's loop sees
+        `finished` after the last answer instead."""
+        if not self.reading and not self.subs and not self.finished:
+            self.finished = True
+            if not self.outbox.full():
+                self.outbox.put_nowait(None)
 
     async def _handle(
         self, request: service_pb2.SessionRequest
@@ -305,7 +313,7 @@ class _Session:
             return _error("invalid_request", "a SessionRequest needs an op")
         except _EXPECTED as exc:
             code = getattr(exc, "code", "invalid_request")
-            return _error(str(code), _message(exc))
+            return _error(str(code), _message(exc), _stream_of(request))
 
     async def _generate(self, request: service_pb2.GenerateRequest) -> service_pb2.SessionResponse:
         parsed = parse_chat_request(chat_body(request.request))
@@ -394,5 +402,16 @@ class _Session:
             await self._stop(sub)
 
 
-def _error(code: str, message: str) -> service_pb2.SessionResponse:
-    return service_pb2.SessionResponse(error=service_pb2.SessionError(code=code, message=message))
+def _error(code: str, message: str, stream_id: str = "") -> service_pb2.SessionResponse:
+    error = service_pb2.SessionError(code=code, message=message, stream_id=stream_id)
+    return service_pb2.SessionResponse(error=error)
+
+
+def _stream_of(request: service_pb2.SessionRequest) -> str:
+    """The stream a Session request is about ("" for a generate)."""
+    op = request.WhichOneof("op")
+    if op == "unsubscribe":
+        return request.unsubscribe
+    if op in ("subscribe", "publish", "cancel", "credit"):
+        return str(getattr(request, op).stream_id)
+    return ""
