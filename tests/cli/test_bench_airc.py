@@ -386,7 +386,7 @@ def test_airc_addresses_are_loopback_tcp_urls() -> None:
         BenchConfig(transports=("quic",))  # type: ignore[arg-type]
 
 
-def test_bench_all_four_transports(tmp_path: Path) -> None:
+def test_bench_all_transports(tmp_path: Path) -> None:
     json_path = tmp_path / "out.json"
     result = airlane(
         "bench", "--spawn", "--transport", "all", "--streams", "4", "--chunks", "10",
@@ -395,11 +395,11 @@ def test_bench_all_four_transports(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     header = next(line for line in result.stdout.splitlines() if "metric" in line)
     cells = [cell.strip() for cell in re.split(r"[┃│|]", header) if cell.strip()]
-    assert cells == ["metric", "sse", "ws", "airc", "airc-ws"]
+    assert cells == ["metric", "sse", "ws", "airc", "airc-ws", "grpc"]
     document = json.loads(json_path.read_text())
-    assert document["config"]["transports"] == ["sse", "ws", "airc", "airc-ws"]
+    assert document["config"]["transports"] == ["sse", "ws", "airc", "airc-ws", "grpc"]
     runs = document["results"]
-    assert [r["transport"] for r in runs] == ["sse", "ws", "airc", "airc-ws"]
+    assert [r["transport"] for r in runs] == ["sse", "ws", "airc", "airc-ws", "grpc"]
     for run in runs:
         assert run["chunks_received"] == run["chunks_expected"] == 40, run
         assert run["errors"] == 0 and run["out_of_order"] == 0

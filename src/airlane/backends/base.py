@@ -41,6 +41,23 @@ class LoadTestSpec:
     interval_ms: float = 20.0
     """Pacing interval in paced mode."""
 
+    @classmethod
+    def checked(cls, chunks: Any, mode: Any, interval_ms: Any) -> LoadTestSpec:
+        """A spec from a client's values, within the limits every wire applies.
+
+        Raises:
+            ValueError: a value is out of range, with the reason.
+        """
+        if isinstance(chunks, bool) or not isinstance(chunks, int) or not 1 <= chunks <= 100_000:
+            raise ValueError("'chunks' must be an integer from 1 to 100000")
+        if mode not in ("burst", "paced"):
+            raise ValueError("'mode' must be 'burst' or 'paced'")
+        if isinstance(interval_ms, bool) or not isinstance(interval_ms, int | float):
+            raise ValueError("'interval_ms' must be a number")
+        if not 0.1 <= interval_ms <= 60_000:
+            raise ValueError("'interval_ms' must be between 0.1 and 60000")
+        return cls(chunks=chunks, mode=mode, interval_ms=float(interval_ms))
+
 
 @dataclass(frozen=True, slots=True)
 class GenerationRequest:

@@ -37,10 +37,11 @@ LOOPBACK_HOSTS = {"127.0.0.1": "127.0.0.1", "::1": "::1", "localhost": "127.0.0.
 """The only hosts a benchmark may target, and the address each is dialled at."""
 
 Mode = Literal["burst", "paced"]
-Transport = Literal["sse", "ws", "airc", "airc-ws"]
+Transport = Literal["sse", "ws", "airc", "airc-ws", "grpc"]
 """``sse`` and ``ws``: ``/v1/loadtest/sse`` and ``/v1/loadtest/ws``; ``airc``: AIRC over its
-TCP listener; ``airc-ws``: AIRC over WebSocket (``/v1/ws``, subprotocol ``airc.v1.2``)."""
-TRANSPORTS: tuple[Transport, ...] = ("sse", "ws", "airc", "airc-ws")
+TCP listener; ``airc-ws``: AIRC over WebSocket (``/v1/ws``, subprotocol ``airc.v1.2``); ``grpc``:
+``Generate`` on the gRPC listener."""
+TRANSPORTS: tuple[Transport, ...] = ("sse", "ws", "airc", "airc-ws", "grpc")
 """Every transport, in the order ``--transport all`` runs them."""
 
 

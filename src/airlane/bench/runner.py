@@ -22,6 +22,7 @@ import httpx
 from airlane.bench.airc_load import loadtest_request, run_airc_stream
 from airlane.bench.config import BenchConfig, loopback_address
 from airlane.bench.cpu import CpuSampler
+from airlane.bench.grpc_load import loadtest_generate, run_grpc_stream
 from airlane.bench.sse_load import run_sse_stream
 from airlane.bench.stats import TransportResult, summarize
 from airlane.bench.tally import StreamTally, lag_sampling_stride
@@ -65,14 +66,18 @@ async def run_bench(
     server_pid: int | None = None,
     progress: Progress | None = None,
     airc: tuple[str, int] | None = None,
+    grpc: str | None = None,
 ) -> list[TransportResult]:
     """Run ``config`` against the gateway at ``url`` (loopback only), transport by transport;
-    ``airc`` is its AIRC/TCP listener (default: the HTTP port + 1, the gateway's default)."""
+    ``airc`` is its AIRC/TCP listener (default: the HTTP port + 1, the gateway's default),
+    ``grpc`` its gRPC listener (``host:port``; default: the HTTP port + 2)."""
     results = []
     for index, transport in enumerate(config.transports):
         if index:
             await asyncio.sleep(SETTLE_S)
-        results.append(await run_transport(config, url, transport, server_pid, progress, airc=airc))
+        results.append(
+            await run_transport(config, url, transport, server_pid, progress, airc=airc, grpc=grpc)
+        )
     return results
 
 
@@ -84,8 +89,9 @@ async def run_transport(
     progress: Progress | None = None,
     *,
     airc: tuple[str, int] | None = None,
+    grpc: str | None = None,
 ) -> TransportResult:
-    """One transport's run; ``airc`` as for `run_bench`."""
+    """One transport's run; ``airc`` and ``grpc`` as for `run_bench`."""
     host, port = loopback_address(url)
     lags: array[int] = array("q")
     stride = lag_sampling_stride(config.expected_chunks)
@@ -109,6 +115,10 @@ async def run_transport(
             runs = [
                 run_airc_stream(host, port, request, t, deadline, websocket=True) for t in tallies
             ]
+        elif transport == "grpc":
+            target = grpc or f"{authority.rpartition(':')[0]}:{port + 2}"
+            generate = loadtest_generate(config)
+            runs = [run_grpc_stream(target, generate, t, deadline) for t in tallies]
         else:
             raise ValueError(f"unknown transport {transport!r}")
         await asyncio.gather(*runs)

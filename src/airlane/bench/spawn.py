@@ -46,6 +46,7 @@ READY_POLL_S = 0.02
 
 _READY = re.compile(rb"listening on (http://\S+)")
 _AIRC_READY = re.compile(r"AIRC on (tcp://[^\s,]+)")
+_GRPC_READY = re.compile(r"gRPC on ([^\s,]+)")
 _MAX_READY_LINE = 4096
 _TAIL_BYTES = 2000
 
@@ -187,6 +188,8 @@ class LocalGateway(ServerProcess):
         )  # fmt: skip
         self.airc: tuple[str, int] | None = None
         """Host and port of its AIRC/TCP listener, once ready (None if it has none)."""
+        self.grpc: str | None = None
+        """``host:port`` of its gRPC listener, once ready (None if it has none)."""
 
     def __enter__(self) -> LocalGateway:
         self.start()
@@ -206,6 +209,8 @@ class LocalGateway(ServerProcess):
             with contextlib.suppress(ValueError):
                 if parts.hostname is not None and parts.port is not None:
                     self.airc = (parts.hostname, parts.port)
+        grpc = _GRPC_READY.search(self.ready_line)
+        self.grpc = grpc.group(1) if grpc is not None else None
         return url
 
 

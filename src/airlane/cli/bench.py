@@ -4,7 +4,8 @@ A thin command over `airlane.bench`: build the `BenchConfig`, find (or start, wi
 ``--spawn``) the gateway, pin gateway and client to different cores when there are two,
 run each transport with a progress bar, then print the table and write ``--json`` / ``--plot``.
 The transports: ``sse``, ``ws`` (``both``, the default), ``airc`` (AIRC/TCP, at ``--airc-url``
-or where the spawned gateway says), ``airc-ws`` (AIRC over ``/v1/ws``); ``all`` is all four.
+or where the spawned gateway says), ``airc-ws`` (AIRC over ``/v1/ws``), ``grpc`` (``Generate`` on
+the gRPC listener: the HTTP port + 2, or where the spawned gateway says); ``all`` is all five.
 With ``--compare`` (or ``--peers``), the same workload then runs against each reference server
 of ``benchmarks/peers`` (`airlane.bench.compare`), each started fresh on the gateway's core,
 and one table shows them all side by side.
@@ -75,10 +76,10 @@ def bench_command(
         DEFAULT_INTERVAL_MS
     ),
     transport: Annotated[
-        Literal["sse", "ws", "airc", "airc-ws", "both", "all"],
+        Literal["sse", "ws", "airc", "airc-ws", "grpc", "both", "all"],
         typer.Option(
-            help="Transport(s) to measure: both = sse + ws; all = sse, ws, airc (AIRC/TCP) "
-            "and airc-ws (AIRC over WebSocket)."
+            help="Transport(s) to measure: both = sse + ws; all = sse, ws, airc (AIRC/TCP), "
+            "airc-ws (AIRC over WebSocket) and grpc."
         ),
     ] = "both",
     url: Annotated[str | None, typer.Option(help="A loopback gateway to measure.")] = None,
@@ -129,10 +130,10 @@ def bench_command(
             raise ValueError("give --url or --spawn, not both")
         if compare and url is not None:
             raise ValueError("--compare starts every server itself: leave out --url")
-        if compare and any(t.startswith("airc") for t in config.transports):
+        if compare and any(t.startswith(("airc", "grpc")) for t in config.transports):
             raise ValueError(
                 "--compare measures SSE and WebSocket only (the reference servers do not speak "
-                "AIRC): use --transport sse, ws or both"
+                "AIRC or gRPC): use --transport sse, ws or both"
             )
         if airc_url is not None and url is None:
             raise ValueError("--airc-url goes with --url (a spawned gateway names its own)")
@@ -154,7 +155,10 @@ def bench_command(
                 console.print("[red]the spawned gateway has no AIRC/TCP listener[/red]")
                 raise typer.Exit(1)
         server_pid = gateway_pid(target)
-        results = run_on_fast_loop(_measure(console, config, target, server_pid, airc=airc))
+        grpc = gateway.grpc if gateway is not None else None
+        results = run_on_fast_loop(
+            _measure(console, config, target, server_pid, airc=airc, grpc=grpc)
+        )
     except GatewayStartError as exc:
         console.print(f"[red]could not start the gateway:[/red] {exc}")
         raise typer.Exit(1) from None
@@ -188,6 +192,7 @@ async def _measure(
     label: str = "",
     *,
     airc: tuple[str, int] | None = None,
+    grpc: str | None = None,
 ) -> list[TransportResult]:
     """Run the workload against ``url`` with a progress bar per transport."""
     tune_gc()  # the client allocates per read; the collector's defaults cost it 5-10 %
@@ -207,7 +212,9 @@ async def _measure(
         def update(transport: str, received: int, expected: int) -> None:
             progress.update(tasks[transport], completed=received)
 
-        return await run_bench(config, url, server_pid=server_pid, progress=update, airc=airc)
+        return await run_bench(
+            config, url, server_pid=server_pid, progress=update, airc=airc, grpc=grpc
+        )
 
 
 def _client_bound_notes(console: Console, results: list[TransportResult], label: str = "") -> None:

@@ -558,15 +558,12 @@ def _loadtest_spec(body: Any) -> LoadTestSpec:
     ``/v1/loadtest``)."""
     if not isinstance(body, dict):
         raise _RequestFailed("invalid_request", "a load-test GEN_REQ body must be an object")
-    chunks, mode = body.get("chunks", 200), body.get("mode", "burst")
-    interval_ms = body.get("interval_ms", 20.0)
-    if not isinstance(chunks, int) or not 1 <= chunks <= 100_000:
-        raise _RequestFailed("invalid_request", "'chunks' must be an integer from 1 to 100000")
-    if mode not in ("burst", "paced"):
-        raise _RequestFailed("invalid_request", "'mode' must be 'burst' or 'paced'")
-    if not isinstance(interval_ms, int | float) or not 0.1 <= interval_ms <= 60_000:
-        raise _RequestFailed("invalid_request", "'interval_ms' must be between 0.1 and 60000")
-    return LoadTestSpec(chunks=chunks, mode=mode, interval_ms=float(interval_ms))
+    try:
+        return LoadTestSpec.checked(
+            body.get("chunks", 200), body.get("mode", "burst"), body.get("interval_ms", 20.0)
+        )
+    except ValueError as exc:
+        raise _RequestFailed("invalid_request", str(exc)) from None
 
 
 def _clamp_i32(value: int) -> int:

@@ -16,6 +16,7 @@ from google.protobuf import json_format
 
 from airlane.core import Channel, Event, Kind, Lane, Position
 from airlane.v1 import events_pb2, service_pb2
+from airlane.wire.errors import DecodeError
 
 __all__ = [
     "chat_body",
@@ -54,8 +55,10 @@ def event_to_proto(event: Event) -> events_pb2.Event:
         call.name = str(data.get("name") or "")
         call.arguments = event.text
     elif kind is Kind.MESSAGE:
-        payload = orjson.loads(event.raw) if event.raw is not None else _payload(event)
-        json_format.ParseDict(payload, message.payload)
+        if event.raw is not None:
+            message.payload_json = event.raw.decode()
+        else:
+            json_format.ParseDict(_payload(event), message.payload)
     elif event.data:
         message.fields.update(event.data)
     event.cache(_CACHE_KEY, message.SerializeToString())
@@ -94,6 +97,11 @@ def event_dict(message: events_pb2.Event) -> dict[str, Any]:
             out["name"] = call.name
     elif body == "payload":
         out["payload"] = _whole_numbers(json_format.MessageToDict(message.payload))
+    elif body == "payload_json":
+        try:
+            out["payload"] = orjson.loads(message.payload_json)
+        except orjson.JSONDecodeError as exc:
+            raise DecodeError(f"payload_json is not JSON: {exc}") from None
     elif body == "fields":
         out.update(_whole_numbers(json_format.MessageToDict(message.fields)))
     return out

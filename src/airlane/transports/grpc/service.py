@@ -29,8 +29,9 @@ from typing import Any, NoReturn
 import grpc
 from grpc import aio
 
+from airlane.backends.base import GenerationRequest, LoadTestSpec
 from airlane.chat_request import InvalidChatRequest, parse_chat_request
-from airlane.core import BadResumeToken
+from airlane.core import BadResumeToken, OrphanMode, OrphanPolicy
 from airlane.gateway import Gateway, orphan_policy_from
 from airlane.hub import (
     HubError,
@@ -57,6 +58,8 @@ from airlane.wire.event_json import event_from_dict
 __all__ = ["AirlaneService", "status_of"]
 
 log = logging.getLogger("airlane.grpc")
+
+_LOADTEST_ORPHAN = OrphanPolicy(OrphanMode.CANCEL)  # a benchmark stream has one reader
 
 _STATUS: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
     (StreamNotFound, grpc.StatusCode.NOT_FOUND),
@@ -135,20 +138,36 @@ class AirlaneService(service_pb2_grpc.AirlaneServicer):
         self, request: service_pb2.GenerateRequest, context: aio.ServicerContext
     ) -> AsyncIterator[events_pb2.StreamEvent]:
         """Start a generation and stream it."""
+        gateway = self.gateway
+        loadtest = request.HasField("loadtest")
         try:
             principal = self._principal(context)
-            parsed = parse_chat_request(chat_body(request.request))
-            gateway = self.gateway
-            policy = orphan_policy_from(parsed.orphan, gateway.config.orphan)
-            info = await gateway.generate(principal, parsed.generation, orphan=policy)
+            if loadtest:
+                spec = request.loadtest
+                try:
+                    checked = LoadTestSpec.checked(spec.chunks, spec.mode, spec.interval_ms)
+                except ValueError as exc:
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+                generation = GenerationRequest(model="airlane-loadtest", loadtest=checked)
+                policy = _LOADTEST_ORPHAN
+            else:
+                parsed = parse_chat_request(chat_body(request.request))
+                generation = parsed.generation
+                policy = orphan_policy_from(parsed.orphan, gateway.config.orphan)
+            info = await gateway.generate(principal, generation, orphan=policy)
             subscription = await gateway.subscribe(
                 principal, info.stream_id, subscriber=principal.name
             )
         except _EXPECTED as exc:
             await _abort(context, exc)
-        async with subscription:
-            async for item in self._events(info.stream_id, info.epoch, subscription):
-                yield item
+        try:
+            async with subscription:
+                async for item in self._events(info.stream_id, info.epoch, subscription):
+                    yield item
+        finally:
+            if loadtest:  # nobody else wants a benchmark stream's chunks: free them now
+                with contextlib.suppress(HubError, SecurityError):
+                    await gateway.delete(principal, info.stream_id)
 
     async def Subscribe(
         self, request: service_pb2.SubscribeRequest, context: aio.ServicerContext

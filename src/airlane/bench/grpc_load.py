@@ -1,0 +1,60 @@
+"""The gRPC load client: one channel and one ``Generate`` call per stream (grpcio, asyncio).
+
+Each stream asks for the seed's benchmark stream (``GenerateRequest.loadtest``); every
+``message`` event carries its chunk's JSON in ``payload_json`` (``{"seq":N,"ts":T,...}``, the
+same bytes as a ``/v1/loadtest/ws`` message), recorded into the `StreamTally`; the call ends
+after the stream's terminal event. Unlike the SSE, WebSocket and AIRC clients this one is a
+general library (grpcio), so its own CPU per chunk is higher: read the client CPU row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import grpc
+from grpc import aio
+
+from airlane.bench.chunk import LoadProtocolError, read_seq_ts
+from airlane.bench.config import BenchConfig
+from airlane.bench.tally import StreamTally
+from airlane.v1 import service_pb2, service_pb2_grpc
+
+__all__ = ["loadtest_generate", "run_grpc_stream"]
+
+
+def loadtest_generate(config: BenchConfig) -> service_pb2.GenerateRequest:
+    """The ``Generate`` request for ``config``'s workload."""
+    return service_pb2.GenerateRequest(
+        loadtest=service_pb2.LoadTest(
+            chunks=config.chunks, mode=config.mode, interval_ms=config.interval_ms
+        )
+    )
+
+
+async def run_grpc_stream(
+    target: str, request: service_pb2.GenerateRequest, tally: StreamTally, deadline: float
+) -> None:
+    """Read one stream from the gRPC listener at ``target`` (``host:port``) into ``tally``
+    (errors go into ``tally.error``). ``deadline`` is on the loop's clock."""
+    tally.start_ns = time.monotonic_ns()
+    timeout = deadline - asyncio.get_running_loop().time()
+    try:
+        async with aio.insecure_channel(target) as channel:
+            stub = service_pb2_grpc.AirlaneStub(channel)  # type: ignore[no-untyped-call]
+            call = stub.Generate(request, timeout=max(timeout, 0.001))
+            async for item in call:
+                event = item.event
+                if event.WhichOneof("body") != "payload_json":
+                    continue
+                data = event.payload_json.encode()
+                seq, ts = read_seq_ts(data)
+                tally.chunk(seq, ts, len(data), time.monotonic_ns())
+        tally.finished = True
+    except aio.AioRpcError as exc:
+        if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+            tally.error = "timed out"
+        else:
+            tally.error = f"gRPC {exc.code().name}: {exc.details()}"
+    except LoadProtocolError as exc:
+        tally.error = str(exc)
