@@ -19,7 +19,9 @@ from airlane.v1 import events_pb2, service_pb2
 from airlane.wire.errors import DecodeError
 
 __all__ = [
+    "StreamEventWriter",
     "chat_body",
+    "event_bytes",
     "event_dict",
     "event_to_proto",
     "position_from_proto",
@@ -67,6 +69,48 @@ def event_to_proto(event: Event) -> events_pb2.Event:
 
 def _payload(event: Event) -> Any:
     return (event.data or {}).get("payload")
+
+
+def event_bytes(event: Event) -> bytes:
+    """The serialized ``airlane.v1.Event`` of ``event`` (converted once, then cached)."""
+    cached = event.cached(_CACHE_KEY)
+    if cached is None:
+        event_to_proto(event)
+        cached = event.cached(_CACHE_KEY)
+        assert cached is not None
+    return cached
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _field(tag: int, data: bytes) -> bytes:
+    """A length-delimited field: its key byte, the length, the bytes."""
+    return b"".join((bytes((tag,)), _varint(len(data)), data))
+
+
+class StreamEventWriter:
+    """Serializes the ``airlane.v1.StreamEvent`` of each event of one stream without building
+    a message object: the stream id and epoch fields are encoded once, the event's own bytes
+    come from its cache (shared by every gRPC reader), and the rest is a few varints. The
+    bytes equal ``stream_event(...).SerializeToString()``."""
+
+    __slots__ = ("_epoch", "_head")
+
+    def __init__(self, stream_id: str, epoch: str) -> None:
+        self._head = _field(0x0A, stream_id.encode())  # StreamEvent.stream_id = 1
+        self._epoch = _field(0x0A, epoch.encode()) if epoch else b""  # Position.epoch = 1
+
+    def __call__(self, event: Event) -> bytes:
+        position = self._epoch + b"\x10" + _varint(event.seq)  # Position.seq = 2
+        body = event_bytes(event)
+        return b"".join((self._head, _field(0x12, position), b"\x1a", _varint(len(body)), body))
 
 
 def stream_event(stream_id: str, epoch: str, event: Event) -> events_pb2.StreamEvent:

@@ -13,8 +13,9 @@ from grpc_reflection.v1alpha import reflection
 from airlane.gateway import Gateway
 from airlane.transports.grpc.config import GrpcServerConfig
 from airlane.transports.grpc.context import MetadataInterceptor
+from airlane.transports.grpc.handlers import add_service
 from airlane.transports.grpc.service import AirlaneService
-from airlane.v1 import service_pb2, service_pb2_grpc
+from airlane.v1 import service_pb2
 
 __all__ = ["SERVICE_NAME", "GrpcServer"]
 
@@ -58,9 +59,7 @@ class GrpcServer:
         server = aio.server(
             interceptors=[MetadataInterceptor()], options=server_options(self.config)
         )
-        service_pb2_grpc.add_AirlaneServicer_to_server(  # type: ignore[no-untyped-call]
-            AirlaneService(self.gateway, self.config), server
-        )
+        add_service(AirlaneService(self.gateway, self.config), server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection(
             (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server

@@ -46,6 +46,7 @@ from airlane.hub import (
 from airlane.security import PermissionDenied, Principal, SecurityError, Unauthenticated
 from airlane.transports.grpc.config import GrpcServerConfig
 from airlane.transports.grpc.convert import (
+    StreamEventWriter,
     chat_body,
     event_dict,
     position_from_proto,
@@ -125,18 +126,20 @@ class AirlaneService(service_pb2_grpc.AirlaneServicer):
 
     async def _events(
         self, stream_id: str, epoch: str, subscription: Subscription
-    ) -> AsyncIterator[events_pb2.StreamEvent]:
+    ) -> AsyncIterator[bytes]:
+        """Serialized ``StreamEvent``s (see `airlane.transports.grpc.handlers`)."""
         limit = self.config.batch_limit
+        write = StreamEventWriter(stream_id, epoch)
         while batch := await subscription.next_batch(limit):
             for event in batch:
-                yield stream_event(stream_id, epoch, event)
+                yield write(event)
             subscription.mark_written(batch, time.monotonic_ns())
 
     # -- the RPCs ---------------------------------------------------------------------------
 
     async def Generate(
         self, request: service_pb2.GenerateRequest, context: aio.ServicerContext
-    ) -> AsyncIterator[events_pb2.StreamEvent]:
+    ) -> AsyncIterator[bytes]:
         """Start a generation and stream it."""
         gateway = self.gateway
         loadtest = request.HasField("loadtest")
@@ -171,7 +174,7 @@ class AirlaneService(service_pb2_grpc.AirlaneServicer):
 
     async def Subscribe(
         self, request: service_pb2.SubscribeRequest, context: aio.ServicerContext
-    ) -> AsyncIterator[events_pb2.StreamEvent]:
+    ) -> AsyncIterator[bytes]:
         """Read a stream from its start or after a position."""
         try:
             principal = self._principal(context)
