@@ -1,4 +1,7 @@
-"""The gRPC load client: one channel and one ``Generate`` call per stream (grpcio, asyncio).
+"""The gRPC load client: ``Generate`` calls (grpcio, asyncio) multiplexed on a few channels.
+
+As gRPC clients do, streams share HTTP/2 connections: one channel per `STREAMS_PER_CHANNEL`
+streams (opening a channel per stream costs the client tens of milliseconds each).
 
 Each stream asks for the seed's benchmark stream (``GenerateRequest.loadtest``); every
 ``message`` event carries its chunk's JSON in ``payload_json`` (``{"seq":N,"ts":T,...}``, the
@@ -20,7 +23,10 @@ from airlane.bench.config import BenchConfig
 from airlane.bench.tally import StreamTally
 from airlane.v1 import service_pb2, service_pb2_grpc
 
-__all__ = ["loadtest_generate", "run_grpc_stream"]
+__all__ = ["STREAMS_PER_CHANNEL", "loadtest_generate", "run_grpc_streams"]
+
+STREAMS_PER_CHANNEL = 100
+"""Streams multiplexed on one channel (one HTTP/2 connection)."""
 
 
 def loadtest_generate(config: BenchConfig) -> service_pb2.GenerateRequest:
@@ -32,24 +38,44 @@ def loadtest_generate(config: BenchConfig) -> service_pb2.GenerateRequest:
     )
 
 
-async def run_grpc_stream(
-    target: str, request: service_pb2.GenerateRequest, tally: StreamTally, deadline: float
+async def run_grpc_streams(
+    target: str,
+    request: service_pb2.GenerateRequest,
+    tallies: list[StreamTally],
+    deadline: float,
 ) -> None:
-    """Read one stream from the gRPC listener at ``target`` (``host:port``) into ``tally``
-    (errors go into ``tally.error``). ``deadline`` is on the loop's clock."""
+    """Read one stream per tally from the gRPC listener at ``target`` (``host:port``); errors
+    go into each ``tally.error``. ``deadline`` is on the loop's clock."""
+    channels = [aio.insecure_channel(target) for _ in range(0, len(tallies), STREAMS_PER_CHANNEL)]
+    try:
+        stubs = [service_pb2_grpc.AirlaneStub(c) for c in channels]  # type: ignore[no-untyped-call]
+        await asyncio.gather(
+            *(
+                _run_stream(stubs[i // STREAMS_PER_CHANNEL], request, tally, deadline)
+                for i, tally in enumerate(tallies)
+            )
+        )
+    finally:
+        await asyncio.gather(*(channel.close() for channel in channels))
+
+
+async def _run_stream(
+    stub: service_pb2_grpc.AirlaneStub,
+    request: service_pb2.GenerateRequest,
+    tally: StreamTally,
+    deadline: float,
+) -> None:
     tally.start_ns = time.monotonic_ns()
     timeout = deadline - asyncio.get_running_loop().time()
     try:
-        async with aio.insecure_channel(target) as channel:
-            stub = service_pb2_grpc.AirlaneStub(channel)  # type: ignore[no-untyped-call]
-            call = stub.Generate(request, timeout=max(timeout, 0.001))
-            async for item in call:
-                event = item.event
-                if event.WhichOneof("body") != "payload_json":
-                    continue
-                data = event.payload_json.encode()
-                seq, ts = read_seq_ts(data)
-                tally.chunk(seq, ts, len(data), time.monotonic_ns())
+        call = stub.Generate(request, timeout=max(timeout, 0.001))
+        async for item in call:
+            event = item.event
+            if event.WhichOneof("body") != "payload_json":
+                continue
+            data = event.payload_json.encode()
+            seq, ts = read_seq_ts(data)
+            tally.chunk(seq, ts, len(data), time.monotonic_ns())
         tally.finished = True
     except aio.AioRpcError as exc:
         if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
