@@ -34,6 +34,7 @@ from airlane.transports.airc import (
     AircWebSocketHandler,
 )
 from airlane.transports.grpc import GrpcServer, GrpcServerConfig
+from airlane.transports.grpc.web import GRPC_WEB_PREFIX, grpc_web_app
 from airlane.transports.http import AirlaneApp, HttpConfig
 from airlane.transports.http.ws_protocol import BatchingWebSocketProtocol
 from airlane.wire.airc import AircConfig
@@ -157,7 +158,11 @@ def build_app(config: ServerConfig) -> AirlaneApp:
     if config.model and config.model not in http.models:
         http = replace(http, models=(config.model, *http.models))
     airc = AircWebSocketHandler(gateway, config.airc)
-    return AirlaneApp(gateway, http, subprotocols={AIRC_SUBPROTOCOL: airc})
+    # gRPC-Web and Connect for browsers, on the HTTP port (native gRPC has its own listener).
+    rpc = grpc_web_app(gateway, config.grpc)
+    return AirlaneApp(
+        gateway, http, subprotocols={AIRC_SUBPROTOCOL: airc}, mounts={GRPC_WEB_PREFIX: rpc}
+    )
 
 
 GC_GEN0_THRESHOLD = 20_000

@@ -54,6 +54,15 @@ __all__ = ["AirlaneApp", "create_app"]
 log = logging.getLogger("airlane.http")
 
 
+# What browsers may send and read: the HTTP API's headers, plus gRPC-Web's and Connect's and
+# the model metadata of the RPC API.
+_CORS_ALLOW_HEADERS = (
+    b"authorization, content-type, last-event-id, x-grpc-web, x-user-agent, grpc-timeout, "
+    b"connect-protocol-version, connect-timeout-ms, x-model-id, x-model-version, x-request-id"
+)
+_CORS_EXPOSE_HEADERS = b"x-airlane-stream-id, grpc-status, grpc-message, grpc-status-details-bin"
+
+
 class AirlaneApp:
     """The ASGI application. Runs the gateway's lifecycle on ASGI ``lifespan`` events."""
 
@@ -63,12 +72,16 @@ class AirlaneApp:
         config: HttpConfig | None = None,
         *,
         subprotocols: Mapping[str, WebSocketHandler] | None = None,
+        mounts: Mapping[str, Callable[[Scope, Receive, Send], Awaitable[None]]] | None = None,
     ) -> None:
         self.gateway = gateway
         self.config = config or HttpConfig()
         self.metrics = HttpMetrics(gateway.hub.stats, lambda: gateway.running_generations)
         self.context = AppContext(gateway, self.config, self.metrics, dict(subprotocols or {}))
         self.started = time.monotonic()
+        self.mounts = dict(mounts or {})
+        """HTTP paths under each prefix go to that ASGI app (gRPC-Web / Connect), after CORS;
+        given by the composition root (a transport never imports another)."""
         self.on_shutdown: list[Callable[[], Awaitable[None]]] = []
         """Run on ASGI shutdown before the gateway closes (other listeners say goodbye)."""
 
@@ -114,6 +127,11 @@ class AirlaneApp:
                 await send_body(send, 204 if allowed else 403, b"", b"text/plain", allowed)
                 return
             send = _with_headers(send, allowed)
+        for prefix, mounted in self.mounts.items():
+            if request.path.startswith(prefix):
+                await mounted(scope, receive, send)
+                self.metrics.requests.labels(route, "rpc").inc()
+                return
         try:
             await self._dispatch(request, receive, send)
         except HttpError as exc:
@@ -178,9 +196,9 @@ class AirlaneApp:
             return []
         return [
             (b"access-control-allow-origin", b"*" if "*" in origins else origin),
-            (b"access-control-allow-headers", b"authorization, content-type, last-event-id"),
+            (b"access-control-allow-headers", _CORS_ALLOW_HEADERS),
             (b"access-control-allow-methods", b"GET, POST, DELETE, OPTIONS"),
-            (b"access-control-expose-headers", b"x-airlane-stream-id"),
+            (b"access-control-expose-headers", _CORS_EXPOSE_HEADERS),
             (b"access-control-max-age", b"600"),
             (b"vary", b"origin"),
         ]
