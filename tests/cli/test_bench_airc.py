@@ -395,11 +395,12 @@ def test_bench_all_transports(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     header = next(line for line in result.stdout.splitlines() if "metric" in line)
     cells = [cell.strip() for cell in re.split(r"[┃│|]", header) if cell.strip()]
-    assert cells == ["metric", "sse", "ws", "airc", "airc-ws", "grpc"]
+    every = ["sse", "ws", "airc", "airc-ws", "grpc", "grpc-web"]
+    assert cells == ["metric", *every]
     document = json.loads(json_path.read_text())
-    assert document["config"]["transports"] == ["sse", "ws", "airc", "airc-ws", "grpc"]
+    assert document["config"]["transports"] == every
     runs = document["results"]
-    assert [r["transport"] for r in runs] == ["sse", "ws", "airc", "airc-ws", "grpc"]
+    assert [r["transport"] for r in runs] == every
     for run in runs:
         assert run["chunks_received"] == run["chunks_expected"] == 40, run
         assert run["errors"] == 0 and run["out_of_order"] == 0

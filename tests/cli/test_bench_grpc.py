@@ -18,11 +18,12 @@ from tests.servers import ServerProcess
 SCRIPT = Path(__file__).parent.parent.parent / "benchmarks" / "grpc_unary.py"
 
 
+@pytest.mark.parametrize("transport", ["grpc", "grpc-web"])
 @pytest.mark.parametrize("mode", ["burst", "paced"])
-def test_every_chunk_arrives_in_order(server: ServerProcess, mode: Mode) -> None:
+def test_every_chunk_arrives_in_order(server: ServerProcess, transport: str, mode: Mode) -> None:
     config = BenchConfig(streams=8, chunks=30, mode=mode, interval_ms=5, timeout_s=30)
-    result = uvloop.run(run_transport(config, server.url, "grpc", grpc=server.grpc))
-    assert result.transport == "grpc"
+    result = uvloop.run(run_transport(config, server.url, transport, grpc=server.grpc))
+    assert result.transport == transport
     assert result.errors == 0, result.error_samples
     assert result.chunks_received == result.chunks_expected == 240
     assert result.streams_completed == 8 and result.out_of_order == 0

@@ -37,11 +37,11 @@ LOOPBACK_HOSTS = {"127.0.0.1": "127.0.0.1", "::1": "::1", "localhost": "127.0.0.
 """The only hosts a benchmark may target, and the address each is dialled at."""
 
 Mode = Literal["burst", "paced"]
-Transport = Literal["sse", "ws", "airc", "airc-ws", "grpc"]
+Transport = Literal["sse", "ws", "airc", "airc-ws", "grpc", "grpc-web"]
 """``sse`` and ``ws``: ``/v1/loadtest/sse`` and ``/v1/loadtest/ws``; ``airc``: AIRC over its
 TCP listener; ``airc-ws``: AIRC over WebSocket (``/v1/ws``, subprotocol ``airc.v1.2``); ``grpc``:
-``Generate`` on the gRPC listener."""
-TRANSPORTS: tuple[Transport, ...] = ("sse", "ws", "airc", "airc-ws", "grpc")
+``Generate`` on the gRPC listener; ``grpc-web``: the same as gRPC-Web on the HTTP port."""
+TRANSPORTS: tuple[Transport, ...] = ("sse", "ws", "airc", "airc-ws", "grpc", "grpc-web")
 """Every transport, in the order ``--transport all`` runs them."""
 
 
@@ -72,9 +72,8 @@ class BenchConfig:
         if not 0.1 <= self.interval_ms <= 60_000:
             raise ValueError("interval_ms must be between 0.1 and 60000")
         if not self.transports or any(t not in TRANSPORTS for t in self.transports):
-            raise ValueError(
-                "transports must be a non-empty selection of 'sse', 'ws', 'airc' and 'airc-ws'"
-            )
+            names = ", ".join(repr(name) for name in TRANSPORTS)
+            raise ValueError(f"transports must be a non-empty selection of {names}")
         if not self.timeout_s > 0:
             raise ValueError("timeout_s must be positive")
 

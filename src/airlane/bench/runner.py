@@ -23,6 +23,7 @@ from airlane.bench.airc_load import loadtest_request, run_airc_stream
 from airlane.bench.config import BenchConfig, loopback_address
 from airlane.bench.cpu import CpuSampler
 from airlane.bench.grpc_load import loadtest_generate, run_grpc_streams
+from airlane.bench.grpc_web_load import run_grpc_web_stream
 from airlane.bench.sse_load import run_sse_stream
 from airlane.bench.stats import TransportResult, summarize
 from airlane.bench.tally import StreamTally, lag_sampling_stride
@@ -119,6 +120,9 @@ async def run_transport(
             target = grpc or f"{authority.rpartition(':')[0]}:{port + 2}"
             generate = loadtest_generate(config)
             runs = [run_grpc_streams(target, generate, tallies, deadline)]
+        elif transport == "grpc-web":
+            generate = loadtest_generate(config)
+            runs = [run_grpc_web_stream(host, port, generate, t, deadline) for t in tallies]
         else:
             raise ValueError(f"unknown transport {transport!r}")
         await asyncio.gather(*runs)

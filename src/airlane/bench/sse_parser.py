@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import enum
 import re
+from typing import Protocol
 
 from airlane.bench.chunk import LoadProtocolError
 from airlane.bench.sse_events import DEFAULT_MAX_EVENT_BYTES, ChunkEventReader
@@ -33,6 +34,7 @@ from airlane.bench.tally import StreamTally
 __all__ = [
     "DEFAULT_MAX_EVENT_BYTES",
     "DEFAULT_MAX_HEAD_BYTES",
+    "BodyReader",
     "LoadProtocolError",
     "LoadResponseParser",
 ]
@@ -60,6 +62,14 @@ class _State(enum.Enum):
     DONE = "done"
 
 
+class BodyReader(Protocol):
+    """Reads a response body's pieces (de-chunked) and records what they complete."""
+
+    def feed(self, pieces: list[bytes | memoryview], now_ns: int) -> None:
+        """Take the next pieces of the body."""
+        ...
+
+
 class LoadResponseParser:
     """Parses one response; see the module docstring."""
 
@@ -79,8 +89,10 @@ class LoadResponseParser:
         *,
         max_head_bytes: int = DEFAULT_MAX_HEAD_BYTES,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        body: BodyReader | None = None,
     ) -> None:
-        self._events = ChunkEventReader(tally, max_event_bytes=max_event_bytes)
+        # The body's reader: SSE events by default; gRPC-Web frames for that load client.
+        self._events: BodyReader = body or ChunkEventReader(tally, max_event_bytes=max_event_bytes)
         self._max_head = max_head_bytes
         self._state = _State.HEAD
         self._carry = b""  # an unfinished head or framing line

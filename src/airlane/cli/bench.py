@@ -5,7 +5,8 @@ A thin command over `airlane.bench`: build the `BenchConfig`, find (or start, wi
 run each transport with a progress bar, then print the table and write ``--json`` / ``--plot``.
 The transports: ``sse``, ``ws`` (``both``, the default), ``airc`` (AIRC/TCP, at ``--airc-url``
 or where the spawned gateway says), ``airc-ws`` (AIRC over ``/v1/ws``), ``grpc`` (``Generate`` on
-the gRPC listener: the HTTP port + 2, or where the spawned gateway says); ``all`` is all five.
+the gRPC listener: the HTTP port + 2, or where the spawned gateway says), ``grpc-web`` (the same
+over gRPC-Web on the HTTP port); ``all`` is all six.
 With ``--compare`` (or ``--peers``), the same workload then runs against each reference server
 of ``benchmarks/peers`` (`airlane.bench.compare`), each started fresh on the gateway's core,
 and one table shows them all side by side.
@@ -76,10 +77,10 @@ def bench_command(
         DEFAULT_INTERVAL_MS
     ),
     transport: Annotated[
-        Literal["sse", "ws", "airc", "airc-ws", "grpc", "both", "all"],
+        Literal["sse", "ws", "airc", "airc-ws", "grpc", "grpc-web", "both", "all"],
         typer.Option(
             help="Transport(s) to measure: both = sse + ws; all = sse, ws, airc (AIRC/TCP), "
-            "airc-ws (AIRC over WebSocket) and grpc."
+            "airc-ws (AIRC over WebSocket), grpc and grpc-web."
         ),
     ] = "both",
     url: Annotated[str | None, typer.Option(help="A loopback gateway to measure.")] = None,
