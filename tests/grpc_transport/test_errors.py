@@ -98,8 +98,9 @@ async def test_subscribing_to_or_cancelling_an_invalid_stream_id_is_invalid_argu
         ),
         (events_pb2.Event(kind=events_pb2.KIND_USAGE), "cannot be published"),
         (events_pb2.Event(kind=events_pb2.KIND_SNAPSHOT), "cannot be published"),
+        (events_pb2.Event(), "an event needs a kind"),
     ],
-    ids=["delta-without-text", "delta-with-a-payload", "usage", "snapshot"],
+    ids=["delta-without-text", "delta-with-a-payload", "usage", "snapshot", "no-kind"],
 )
 async def test_a_published_event_that_fails_validation_is_invalid_argument(
     stub: Stub, gateway: ServerProcess, event: events_pb2.Event, reason: str
@@ -116,6 +117,8 @@ async def test_publish_stream_stops_at_the_first_invalid_event(stub: Stub) -> No
     events += [events_pb2.Event(kind=events_pb2.KIND_USAGE), message_event({"n": 3})]
     error = await refusal(publish_all(stub, stream_id, events))
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "event 3:" in (error.details() or "")
+    assert "(2 appended before it)" in (error.details() or "")
     # What came before the invalid event was appended; nothing after it.
     reader = stub.Subscribe(service_pb2.SubscribeRequest(stream_id=stream_id))
     assert [(await reader.read()).event.seq for _ in range(2)] == [1, 2]

@@ -124,7 +124,9 @@ def stream_event(stream_id: str, epoch: str, event: Event) -> events_pb2.StreamE
 
 def event_dict(message: events_pb2.Event) -> dict[str, Any]:
     """A published ``airlane.v1.Event`` in the native JSON form (for ``event_from_dict``)."""
-    kind = _KIND_NAME.get(message.kind, "message")
+    kind = _KIND_NAME.get(message.kind)
+    if kind is None:
+        raise DecodeError("an event needs a kind (KIND_UNSPECIFIED is not one)")
     out: dict[str, Any] = {"kind": kind}
     if message.lane in _LANE_NAME:
         out["lane"] = _LANE_NAME[message.lane]

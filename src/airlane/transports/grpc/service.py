@@ -205,16 +205,20 @@ class AirlaneService(service_pb2_grpc.AirlaneServicer):
         context: aio.ServicerContext,
     ) -> service_pb2.PublishResponse:
         """Append every event sent; answer after the last."""
+        count = 0
         try:
             principal = self._principal(context)
             reply = service_pb2.PublishResponse()
-            count = 0
             async for request in requests:
+                reply = await self._publish(principal, request, count + 1)
                 count += 1
-                reply = await self._publish(principal, request, count)
             return reply
         except _EXPECTED as exc:
-            await _abort(context, exc)
+            # The events before the refused one stay appended: say how many.
+            await context.abort(
+                status_of(exc), f"event {count + 1}: {_message(exc)} ({count} appended before it)"
+            )
+            raise AssertionError("abort returns by raising") from None  # pragma: no cover
 
     async def _publish(
         self, principal: Principal, request: service_pb2.PublishRequest, count: int
