@@ -28,7 +28,7 @@ def test_the_contract_has_the_service_and_messages() -> None:
 
     service = service_pb2.DESCRIPTOR.services_by_name["Airlane"]
     assert {m.name for m in service.methods} == {
-        "Generate", "Subscribe", "Publish", "PublishStream", "Cancel", "Session",
+        "Generate", "Subscribe", "Publish", "PublishStream", "Cancel", "Info", "Session",
     }  # fmt: skip
     update = model_update_pb2.AttentionUpdate(
         layer=3, head=1, delta_weights=[0.5], update_version=7

@@ -61,7 +61,15 @@ async def test_reflection_lists_and_describes_the_services(channel: grpc.aio.Cha
     }
     assert "airlane/v1/events.proto" in files  # its dependencies come along
     methods = {method.name for method in files["airlane/v1/service.proto"].service[0].method}
-    assert methods == {"Generate", "Subscribe", "Publish", "PublishStream", "Cancel", "Session"}
+    assert methods == {
+        "Generate",
+        "Subscribe",
+        "Publish",
+        "PublishStream",
+        "Cancel",
+        "Info",
+        "Session",
+    }
 
 
 def test_default_keepalive_accepts_clients_pinging_every_10_s() -> None:

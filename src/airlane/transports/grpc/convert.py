@@ -15,6 +15,7 @@ import orjson
 from google.protobuf import json_format
 
 from airlane.core import Channel, Event, Kind, Lane, Position
+from airlane.hub import StreamInfo
 from airlane.v1 import events_pb2, service_pb2
 from airlane.wire.errors import DecodeError
 
@@ -24,6 +25,8 @@ __all__ = [
     "event_bytes",
     "event_dict",
     "event_to_proto",
+    "info_dict",
+    "info_to_proto",
     "position_from_proto",
     "stream_event",
 ]
@@ -178,6 +181,38 @@ def position_from_proto(position: events_pb2.Position) -> Position | None:
     if not position.epoch:
         return None
     return Position.parse(f"{position.epoch}:{position.seq}")
+
+
+def info_to_proto(info: StreamInfo) -> service_pb2.StreamInfo:
+    """A stream's status as ``airlane.v1.StreamInfo`` (from the same dict the HTTP API sends)."""
+    body = info.to_dict()
+    message = service_pb2.StreamInfo(
+        id=body["id"],
+        epoch=body["epoch"],
+        last_seq=body["last_seq"],
+        first_retained_seq=body["first_retained_seq"],
+        resume_token=body["resume_token"],
+        ended=body["ended"],
+        subscribers=body["subscribers"],
+        retained_events=body["retained_events"],
+        retained_bytes=body["retained_bytes"],
+    )
+    if body["finish_reason"] is not None:
+        message.finish_reason = body["finish_reason"]
+    message.usage.update(body["usage"] or {})
+    return message
+
+
+def info_dict(message: service_pb2.StreamInfo) -> dict[str, Any]:
+    """``airlane.v1.StreamInfo`` in the HTTP API's JSON form."""
+    body: dict[str, Any] = json_format.MessageToDict(
+        message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+    )
+    for key in ("last_seq", "first_retained_seq", "retained_events", "retained_bytes"):
+        body[key] = int(body[key])  # proto3 JSON writes 64-bit integers as strings
+    body.setdefault("finish_reason", None)
+    body["usage"] = _whole_numbers(body.get("usage") or {})
+    return body
 
 
 def chat_body(request: service_pb2.ChatCompletionRequest) -> dict[str, Any]:

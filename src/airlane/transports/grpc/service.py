@@ -49,6 +49,7 @@ from airlane.transports.grpc.convert import (
     StreamEventWriter,
     chat_body,
     event_dict,
+    info_to_proto,
     position_from_proto,
     stream_event,
 )
@@ -239,6 +240,17 @@ class AirlaneService(service_pb2_grpc.AirlaneServicer):
         except _EXPECTED as exc:
             await _abort(context, exc)
         return service_pb2.CancelResponse(cancelled=cancelled)
+
+    async def Info(
+        self, request: service_pb2.InfoRequest, context: aio.ServicerContext
+    ) -> service_pb2.StreamInfo:
+        """A stream's status."""
+        try:
+            principal = self._principal(context)
+            info = await self.gateway.info(principal, request.stream_id)
+        except _EXPECTED as exc:
+            await _abort(context, exc)
+        return info_to_proto(info)
 
     async def Session(
         self,
