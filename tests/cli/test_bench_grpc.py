@@ -36,9 +36,21 @@ def test_an_unreachable_listener_is_an_error(server: ServerProcess) -> None:
     assert result.errors == 2
 
 
-def test_grpc_unary_smoke() -> None:
+@pytest.mark.parametrize("protocol", ["grpc", "grpc-web"])
+def test_grpc_unary_smoke(protocol: str) -> None:
     result = subprocess.run(
-        [sys.executable, str(SCRIPT), "--calls", "100", "--concurrency", "4", "--json", "-"],
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--calls",
+            "100",
+            "--concurrency",
+            "4",
+            "--protocol",
+            protocol,
+            "--json",
+            "-",
+        ],  # fmt: skip
         capture_output=True,
         text=True,
         timeout=120,
@@ -46,6 +58,7 @@ def test_grpc_unary_smoke() -> None:
     )
     assert result.returncode == 0, result.stderr[-3000:]
     summary = orjson.loads(result.stdout)
+    assert summary["protocol"] == protocol
     assert summary["calls"] == 100 and summary["errors"] == 0
     assert summary["calls_per_s"] > 0
     assert 0 < summary["latency_ms"]["p50"] <= summary["latency_ms"]["p95"]
