@@ -38,19 +38,9 @@ def test_an_unreachable_listener_is_an_error(server: ServerProcess) -> None:
 
 @pytest.mark.parametrize("protocol", ["grpc", "grpc-web"])
 def test_grpc_unary_smoke(protocol: str) -> None:
+    command = [sys.executable, str(SCRIPT), "--calls", "100", "--concurrency", "4"]
     result = subprocess.run(
-        [
-            sys.executable,
-            str(SCRIPT),
-            "--calls",
-            "100",
-            "--concurrency",
-            "4",
-            "--protocol",
-            protocol,
-            "--json",
-            "-",
-        ],  # fmt: skip
+        [*command, "--protocol", protocol, "--json", "-"],
         capture_output=True,
         text=True,
         timeout=120,
