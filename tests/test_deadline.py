@@ -17,7 +17,9 @@ async def test_fires_by_the_earliest_deadline() -> None:
     timer.arm(start + 0.5)  # later: the earlier call stays
     timer.arm(None)  # nothing new
     await asyncio.sleep(0.1)
-    assert len(fired) == 1 and start + 0.02 <= fired[0] < start + 0.1
+    # The loop runs timers in deadline order: by the end of this 0.1 s sleep the 0.02 s call
+    # has run (however busy the machine), and the 0.2 s one cannot have.
+    assert len(fired) == 1 and fired[0] >= start + 0.02
     await asyncio.sleep(0.15)
     assert len(fired) == 1  # the replaced 0.2 s call never runs
 
