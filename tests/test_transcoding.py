@@ -14,16 +14,20 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from google.protobuf import json_format
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from airlane.chat_request import parse_chat_request
-from airlane.client.grpc import _event_message, _split_extra
 from airlane.core import Channel, Event, Kind, Lane
-from airlane.transports.grpc.convert import chat_body, event_dict, event_to_proto
 from airlane.v1 import events_pb2, service_pb2
 from airlane.wire.event_json import event_from_dict, event_to_dict
+from airlane.wire.proto import (
+    chat_body,
+    chat_request_message,
+    event_dict,
+    event_message,
+    event_to_proto,
+)
 
 JSON_SCALARS = (
     st.none()
@@ -86,7 +90,7 @@ def normalise(value: Any) -> Any:
 @given(CHAT_BODIES)
 def test_chat_requests_round_trip(body: dict[str, Any]) -> None:
     parse_chat_request(body)  # a body the HTTP API accepts
-    message = json_format.ParseDict(_split_extra(dict(body)), service_pb2.ChatCompletionRequest())
+    message = chat_request_message(body)
     again = chat_body(message)
     # Repeated fields have no presence in proto3: an empty "tools" comes back absent (the
     # gateway reads both as "no tools").
@@ -136,14 +140,14 @@ def test_published_events_round_trip(event: Event) -> None:
         return
     native = {k: v for k, v in event_to_dict(event).items() if k != "seq"}
     over_http = event_from_dict(normalise(native))
-    over_grpc = event_from_dict(event_dict(_event_message(normalise(native))))
+    over_grpc = event_from_dict(event_dict(event_message(normalise(native))))
     assert event_to_dict(over_grpc) == event_to_dict(over_http)
     assert over_grpc.lane in (Lane.CONTROL, Lane.INTERACTIVE, Lane.BULK)
 
 
 def test_whole_numbers_stay_integers() -> None:
     """``google.protobuf.Value`` carries doubles; integral ones come back as ints."""
-    message = _event_message({"kind": "message", "payload": {"step": 1, "ratio": 0.5, "n": [2]}})
+    message = event_message({"kind": "message", "payload": {"step": 1, "ratio": 0.5, "n": [2]}})
     payload = event_dict(message)["payload"]
     assert payload == {"step": 1, "ratio": 0.5, "n": [2]}
     assert type(payload["step"]) is int and type(payload["n"][0]) is int

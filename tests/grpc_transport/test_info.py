@@ -8,8 +8,8 @@ import httpx
 import orjson
 import pytest
 
-from airlane.transports.grpc.convert import info_dict
 from airlane.v1 import service_pb2
+from airlane.wire.proto import info_dict
 from tests.servers import ServerProcess
 
 from .conftest import SHORT_REQUEST, fresh_stream_id, generate_request

@@ -18,13 +18,12 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import grpc
-from google.protobuf import json_format
 from grpc import aio
 
 from airlane.client.errors import ClientError, ConnectFailed, RequestRejected, StreamNotFound
 from airlane.client.events import StreamEvent
-from airlane.transports.grpc.convert import event_dict
 from airlane.v1 import events_pb2, service_pb2, service_pb2_grpc
+from airlane.wire.proto import chat_request_message, event_dict, event_message
 
 __all__ = ["KEEPALIVE_OPTIONS", "GrpcClient"]
 
@@ -78,9 +77,7 @@ class GrpcClient:
 
     async def generate(self, request: Mapping[str, Any]) -> AsyncIterator[StreamEvent]:
         """Start a generation (an OpenAI chat request body) and yield its events."""
-        chat = json_format.ParseDict(
-            _split_extra(dict(request)), service_pb2.ChatCompletionRequest()
-        )
+        chat = chat_request_message(request)
         call = self._stub.Generate(
             service_pb2.GenerateRequest(request=chat), metadata=self._metadata
         )
@@ -113,7 +110,7 @@ class GrpcClient:
 
     async def publish(self, stream_id: str, event: Mapping[str, Any]) -> int:
         """Append one event (in the native JSON form) to a named stream; return its seq."""
-        message = _event_message(event)
+        message = event_message(event)
         try:
             reply = await self._stub.Publish(
                 service_pb2.PublishRequest(stream_id=stream_id, event=message),
@@ -145,44 +142,3 @@ def _translate(exc: aio.AioRpcError) -> ClientError:
     if code == grpc.StatusCode.NOT_FOUND:
         return StreamNotFound(details, code=code.name)
     return RequestRejected(details, code=code.name)
-
-
-_CHAT_FIELDS = {field.name for field in service_pb2.ChatCompletionRequest.DESCRIPTOR.fields}
-
-
-def _split_extra(body: dict[str, Any]) -> dict[str, Any]:
-    """Fields the contract does not name go into ``extra`` (forwarded upstream unchanged)."""
-    extra = {key: body.pop(key) for key in list(body) if key not in _CHAT_FIELDS}
-    if extra:
-        body["extra"] = extra
-    return body
-
-
-_KINDS = {name.removeprefix("KIND_").lower(): value for name, value in events_pb2.Kind.items()}
-_LANES = {name.removeprefix("LANE_").lower(): value for name, value in events_pb2.Lane.items()}
-_CHANNELS = {
-    name.removeprefix("CHANNEL_").lower(): value for name, value in events_pb2.Channel.items()
-}
-
-
-def _event_message(event: Mapping[str, Any]) -> events_pb2.Event:
-    """A native event dict as an ``airlane.v1.Event`` (the reverse of the service's reading)."""
-    fields = dict(event)
-    kind = str(fields.pop("kind", "message"))
-    fields.pop("seq", None)
-    message = events_pb2.Event(
-        kind=_KINDS.get(kind, 0), lane=_LANES.get(str(fields.pop("lane", "")), 0)
-    )
-    if kind == "delta":
-        message.delta.text = str(fields.get("text", ""))
-        message.delta.channel = _CHANNELS.get(str(fields.get("channel", "content")), 0)
-    elif kind == "tool_call":
-        call = message.tool_call
-        call.index = int(fields.get("index", 0))
-        call.id, call.name = str(fields.get("id") or ""), str(fields.get("name") or "")
-        call.arguments = str(fields.get("arguments", ""))
-    elif kind == "message":
-        json_format.ParseDict(fields.get("payload"), message.payload)
-    elif fields:
-        message.fields.update(fields)
-    return message

@@ -9,6 +9,9 @@ transports feed it the bytes they receive and write the bytes it returns.
 - `airlane.wire.codecs`: JSON and MessagePack payload codecs.
 - `airlane.wire.compression`: per-client compression choice and streaming (de)compressors.
 - `airlane.wire.errors`: the exception tree.
+- `airlane.wire.proto`: native events, chat requests and stream info to and from the Protobuf
+  contract (``proto/airlane/v1``).
+- `airlane.wire.airc`: the AIRC v1.2 frame protocol.
 """
 
 from airlane.wire.codecs import CODECS, JSON, MSGPACK, Codec, get_codec

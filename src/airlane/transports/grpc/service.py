@@ -45,7 +45,10 @@ from airlane.hub import (
 )
 from airlane.security import PermissionDenied, Principal, SecurityError, Unauthenticated
 from airlane.transports.grpc.config import GrpcServerConfig
-from airlane.transports.grpc.convert import (
+from airlane.v1 import events_pb2, service_pb2, service_pb2_grpc
+from airlane.wire.errors import DecodeError
+from airlane.wire.event_json import event_from_dict
+from airlane.wire.proto import (
     StreamEventWriter,
     chat_body,
     event_dict,
@@ -53,9 +56,6 @@ from airlane.transports.grpc.convert import (
     position_from_proto,
     stream_event,
 )
-from airlane.v1 import events_pb2, service_pb2, service_pb2_grpc
-from airlane.wire.errors import DecodeError
-from airlane.wire.event_json import event_from_dict
 
 __all__ = ["AirlaneService", "status_of"]
 

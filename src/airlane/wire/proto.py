@@ -1,4 +1,5 @@
-"""Between Airlane's native values and the Protobuf contract (``proto/airlane/v1``).
+"""Between Airlane's native values and the Protobuf contract (``proto/airlane/v1``): shared by
+the gRPC transport, the gRPC client and the transcoding tests.
 
 Events leave as ``airlane.v1.Event`` (text deltas and tool-call deltas as typed messages,
 everything else as the same fields the native JSON carries); published events and chat
@@ -9,6 +10,7 @@ through the same validation as on every other wire (`airlane.wire.event_json.eve
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -22,8 +24,10 @@ from airlane.wire.errors import DecodeError
 __all__ = [
     "StreamEventWriter",
     "chat_body",
+    "chat_request_message",
     "event_bytes",
     "event_dict",
+    "event_message",
     "event_to_proto",
     "info_dict",
     "info_to_proto",
@@ -224,3 +228,53 @@ def chat_body(request: service_pb2.ChatCompletionRequest) -> dict[str, Any]:
     for key, value in extra.items():
         body.setdefault(key, value)
     return body
+
+
+_CHAT_FIELDS = {field.name for field in service_pb2.ChatCompletionRequest.DESCRIPTOR.fields}
+
+
+def chat_request_message(body: Mapping[str, Any]) -> service_pb2.ChatCompletionRequest:
+    """An OpenAI chat request body as ``ChatCompletionRequest``: fields the contract does not
+    name go into ``extra`` (forwarded upstream unchanged). The reverse of `chat_body`.
+
+    Raises:
+        google.protobuf.json_format.ParseError: a field of the wrong type.
+    """
+    fields = dict(body)
+    extra = {key: fields.pop(key) for key in list(fields) if key not in _CHAT_FIELDS}
+    if extra:
+        fields["extra"] = extra
+    message: service_pb2.ChatCompletionRequest = json_format.ParseDict(
+        fields, service_pb2.ChatCompletionRequest()
+    )
+    return message
+
+
+_KINDS = {name.removeprefix("KIND_").lower(): value for name, value in events_pb2.Kind.items()}
+_LANES = {name.removeprefix("LANE_").lower(): value for name, value in events_pb2.Lane.items()}
+_CHANNELS = {
+    name.removeprefix("CHANNEL_").lower(): value for name, value in events_pb2.Channel.items()
+}
+
+
+def event_message(event: Mapping[str, Any]) -> events_pb2.Event:
+    """A native event dict as an ``airlane.v1.Event`` (the reverse of the service's reading)."""
+    fields = dict(event)
+    kind = str(fields.pop("kind", "message"))
+    fields.pop("seq", None)
+    message = events_pb2.Event(
+        kind=_KINDS.get(kind, 0), lane=_LANES.get(str(fields.pop("lane", "")), 0)
+    )
+    if kind == "delta":
+        message.delta.text = str(fields.get("text", ""))
+        message.delta.channel = _CHANNELS.get(str(fields.get("channel", "content")), 0)
+    elif kind == "tool_call":
+        call = message.tool_call
+        call.index = int(fields.get("index", 0))
+        call.id, call.name = str(fields.get("id") or ""), str(fields.get("name") or "")
+        call.arguments = str(fields.get("arguments", ""))
+    elif kind == "message":
+        json_format.ParseDict(fields.get("payload"), message.payload)
+    elif fields:
+        message.fields.update(fields)
+    return message
