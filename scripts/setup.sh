@@ -46,10 +46,18 @@ if [ "$want_test" = 1 ]; then
   fi
 fi
 
-if [ "$want_test" = 1 ] && [ ! -x /usr/bin/chromium ]; then
-  sudo=""
-  [ "$(id -u)" = 0 ] || sudo="sudo"
-  echo "Installing Debian's chromium for the browser tests..." >&2
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >/dev/null
+# Debian packages the tests use: Chromium (browser tests) and nats-server (the JetStream hub,
+# event logs and schema registry; the tests start their own servers on free ports).
+if [ "$want_test" = 1 ]; then
+  missing=""
+  [ -x /usr/bin/chromium ] || missing="$missing chromium"
+  command -v nats-server >/dev/null || missing="$missing nats-server"
+  if [ -n "$missing" ]; then
+    sudo=""
+    [ "$(id -u)" = 0 ] || sudo="sudo"
+    echo "Installing Debian packages for the tests:$missing" >&2
+    $sudo apt-get update -qq
+    # shellcheck disable=SC2086 (a list of package names)
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq $missing >/dev/null
+  fi
 fi

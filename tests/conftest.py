@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.natsserver import NatsServer, running_nats
 from tests.servers import ServerProcess, run_server
 
 
@@ -14,4 +15,19 @@ def server() -> Iterator[ServerProcess]:
     """One gateway for the session (synthetic backend, fast timing); tests that kill or
     reconfigure a server start their own with `run_server`."""
     with run_server() as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def nats_session() -> Iterator[NatsServer]:
+    """One ``nats-server -js`` for the session; tests that restart the broker start their own
+    with `running_nats`. Tests keep apart by using their own bucket and stream names."""
+    with running_nats() as running:
+        yield running
+
+
+@pytest.fixture
+def nats_server() -> Iterator[NatsServer]:
+    """A fresh ``nats-server -js`` (its own port and store) for one test."""
+    with running_nats() as running:
         yield running
