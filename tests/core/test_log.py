@@ -8,6 +8,7 @@ from airlane.core import (
     BadResumeToken,
     Channel,
     Event,
+    Folded,
     Kind,
     LatencyHistogram,
     OrphanMode,
@@ -276,3 +277,24 @@ def test_append_many_keeps_what_came_before_a_refused_event():
     with pytest.raises(ValueError, match="snapshot"):
         other.append_many([Event.delta("a"), other.snapshot()], 0)
     assert other.last_seq == 1 and other.retained == 1 and other.ledger.completion_tokens == 1
+
+
+def test_a_log_restored_from_a_snapshot_continues_where_the_source_folded():
+    source = StreamLog("s", "e", now_ns=0, retention=Retention(max_events=4))
+    source.append(Event.tool_call(0, '{"a":', call_id="c1", name="f"), 1)
+    for i in range(20):
+        source.append(Event.delta(f"{i},"), 1)
+    source.append(Event.delta("why", channel=Channel.REASONING), 1)
+    folded = Folded.from_event(source.folded.to_event())
+    replica = StreamLog("s", "e", now_ns=0, retention=Retention(max_events=4))
+    replica.restore(folded)
+    assert replica.next_seq == source.folded.through_seq + 1
+    for event in source._events[source._head :]:
+        replica.append(event.replace(seq=0), 2)
+    assert replica.snapshot().data == source.snapshot().data
+    assert replica.last_seq == source.last_seq
+    reader = replica.cursor("late", Position("e", 1))
+    first = replica.read(reader)[0]
+    assert first.kind is Kind.SNAPSHOT  # behind the folded state: a snapshot, never a bare delta
+    with pytest.raises(ValueError):
+        replica.restore(folded)

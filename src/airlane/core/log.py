@@ -276,6 +276,16 @@ class StreamLog:
             self._head = 0
         return trimmed
 
+    def restore(self, folded: Folded) -> None:
+        """Start this empty log after ``folded``: a replica whose source already folded its
+        older history (the next event appended gets ``folded.through_seq + 1``)."""
+        if self.next_seq != 1 or self._events:
+            raise ValueError("only an empty log can be restored from a snapshot")
+        self.folded = folded
+        self.next_seq = folded.through_seq + 1
+        if folded.tokens:
+            self.ledger.on_append(folded.tokens, self.ledger.created_ns)
+
     # -- reading ----------------------------------------------------------------------------
 
     def cursor(self, subscriber: str, resume: Position | None = None) -> Cursor:

@@ -117,6 +117,30 @@ class Folded:
                 copy.fold(event)
         return copy
 
+    @classmethod
+    def from_event(cls, event: Event) -> Folded:
+        """The state a ``snapshot`` event describes (its ``seq`` is the last seq folded in).
+
+        A replica of a stream whose older history was folded elsewhere starts from it. Which
+        of the folded events were not deltas is not in a snapshot, so ``last_other_seq`` is
+        the snapshot's own seq: a reader behind it gets a snapshot, never a bare delta.
+        """
+        data = event.data or {}
+        folded = cls(
+            through_seq=event.seq,
+            tokens=event.tokens,
+            dropped=int(data.get("dropped", 0)),
+            last_other_seq=event.seq,
+        )
+        for name, text in (data.get("text") or {}).items():
+            if text:
+                channel = Channel(name)
+                folded._text[channel] = [text]
+                folded.lengths[channel] = len(text)
+        for call in data.get("tool_calls") or ():
+            folded._tool_calls[int(call["index"])] = dict(call)
+        return folded
+
     def to_event(self, *, reset: bool = False) -> Event:
         """The ``snapshot`` event a reader receives; it replaces the reader's state."""
         data: dict[str, Any] = {

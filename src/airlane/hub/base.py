@@ -10,6 +10,7 @@ Exceptions::
     ├── StreamExists         create() without exist_ok on an existing id (HTTP 409)
     ├── StreamEnded          append() after the terminal event (HTTP 409)
     ├── HubFull              a configured bound on streams or subscribers (HTTP 503)
+    ├── HubUnavailable       the shared store does not answer (HTTP 503)
     ├── InvalidResume        a resume position the stream cannot honour (HTTP 416)
     └── InvalidStreamId      not a valid stream id (HTTP 400; also a ValueError)
 """
@@ -29,6 +30,7 @@ __all__ = [
     "HubError",
     "HubFull",
     "HubStats",
+    "HubUnavailable",
     "InvalidResume",
     "InvalidStreamId",
     "StreamEnded",
@@ -72,6 +74,13 @@ class HubFull(HubError):
 
     status = 503
     code = "hub_full"
+
+
+class HubUnavailable(HubError):
+    """The store behind the hub (JetStream) did not answer within the configured time."""
+
+    status = 503
+    code = "hub_unavailable"
 
 
 class InvalidResume(HubError):

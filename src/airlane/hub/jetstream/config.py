@@ -1,0 +1,71 @@
+"""Settings of the JetStream hub (``[hub]`` in the TOML file, ``--hub nats://...``)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from airlane.hub.memory import MemoryHubConfig
+
+__all__ = ["JetStreamHubConfig"]
+
+_PREFIX = re.compile(r"[a-z][a-z0-9_]{0,31}")
+
+
+@dataclass(frozen=True, slots=True)
+class JetStreamHubConfig:
+    """Where the shared streams live and how nodes watch each other."""
+
+    servers: tuple[str, ...] = ("nats://127.0.0.1:4222",)
+    """NATS server URLs (any node of a cluster; the client fails over between them)."""
+    prefix: str = "airlane"
+    """Subjects start with ``<prefix>.``; JetStream streams and buckets with ``<PREFIX>_``. Two
+    deployments on one NATS account keep apart with different prefixes."""
+    node_id: str | None = None
+    """This gateway's name among the nodes (default: random per process)."""
+    storage: str = "file"
+    """JetStream storage, ``file`` (survives a broker restart) or ``memory``."""
+    replicas: int = 1
+    """JetStream replicas of the streams and buckets (up to the cluster's size, at most 5)."""
+    history_ttl_s: float = 86_400.0
+    """How long JetStream keeps a stream's events and metadata after they were written: the
+    bound on history, whatever a stream's own retention says (a day)."""
+    heartbeat_s: float = 1.0
+    """How often a node says it is alive (and which streams it reads and produces)."""
+    node_timeout_s: float = 3.0
+    """A node silent this long is dead: streams it produced end with a ``producer_lost``
+    error, and its readers no longer keep streams from being orphaned."""
+    request_timeout_s: float = 2.0
+    """Timeout of one JetStream request (publish acknowledgement, lookup)."""
+    unavailable_after_s: float = 10.0
+    """How long an append keeps retrying while JetStream does not answer (a broker restart,
+    a leader election) before it fails with `HubUnavailable`."""
+    local: MemoryHubConfig = field(default_factory=MemoryHubConfig)
+    """Limits and timers of the node's replicas (the in-memory part)."""
+
+    def __post_init__(self) -> None:
+        if not _PREFIX.fullmatch(self.prefix):
+            raise ValueError(f"hub prefix {self.prefix!r}: use 1-32 of a-z 0-9 _, a letter first")
+        if self.storage not in ("file", "memory"):
+            raise ValueError(f"hub storage {self.storage!r}: use 'file' or 'memory'")
+        if not 1 <= self.replicas <= 5:
+            raise ValueError("hub replicas must be 1 to 5")
+        if self.node_timeout_s < 2 * self.heartbeat_s:
+            raise ValueError("node_timeout_s must be at least twice heartbeat_s")
+        if not self.servers:
+            raise ValueError("at least one NATS server URL is needed")
+
+    @property
+    def events_stream(self) -> str:
+        """The JetStream stream holding every Airlane stream's events."""
+        return f"{self.prefix.upper()}_EVENTS"
+
+    @property
+    def meta_bucket(self) -> str:
+        """The key-value bucket of stream metadata."""
+        return f"{self.prefix.upper()}_META"
+
+    @property
+    def snapshot_bucket(self) -> str:
+        """The key-value bucket of folded histories."""
+        return f"{self.prefix.upper()}_SNAPSHOTS"

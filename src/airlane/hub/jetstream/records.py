@@ -1,0 +1,196 @@
+"""What the JetStream hub stores, as bytes: event batches, stream metadata, snapshots.
+
+Pure (no I/O): the hub hands these functions bytes it read from JetStream or will write.
+
+Layout on JetStream (names are prefixed by `JetStreamHubConfig.prefix`, ``airlane`` here):
+
+- stream ``AIRLANE_EVENTS``, subject ``airlane.s.<key>`` per Airlane stream: one message per
+  `Hub.append_many` batch (split when large), MessagePack ``[first_seq, [event, ...]]``;
+  headers ``Airlane-Seq`` (the first seq in it) and ``Nats-Msg-Id`` (``<node>:<n>``, unique
+  per publish, so a publish retried after a lost acknowledgement is stored once);
+- key-value bucket ``AIRLANE_META``, key ``<key>``: the stream's `StreamMeta` (JSON);
+- key-value bucket ``AIRLANE_SNAPSHOTS``, key ``<key>``: the folded history below the oldest
+  message still kept (MessagePack), written before those messages are purged.
+
+``<key>`` is the stream id in URL-safe base64 without padding: stream ids may contain ``.``,
+which separates NATS subject tokens, and ``:`` and ``/``, which key-value keys refuse.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import msgspec
+import orjson
+
+from airlane.core import Channel, Event, Kind, Lane, OrphanMode, OrphanPolicy, Retention
+
+__all__ = [
+    "MAX_BATCH_BYTES",
+    "CorruptRecord",
+    "StreamMeta",
+    "decode_batch",
+    "decode_snapshot",
+    "encode_batches",
+    "encode_snapshot",
+    "stream_key",
+]
+
+MAX_BATCH_BYTES = 256 * 1024
+"""Largest batch payload; a bigger `append_many` is split (NATS' default max_payload: 1 MiB)."""
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder()
+_KINDS = {kind.value: kind for kind in Kind}
+_CHANNELS = {channel.value: channel for channel in Channel}
+
+
+class CorruptRecord(ValueError):
+    """Bytes in JetStream that are not a record this hub wrote."""
+
+
+def stream_key(stream_id: str) -> str:
+    """The subject token and key-value key of ``stream_id``."""
+    return base64.urlsafe_b64encode(stream_id.encode()).rstrip(b"=").decode()
+
+
+def stream_id_of(key: str) -> str:
+    """The inverse of `stream_key`."""
+    try:
+        padded = key + "=" * (-len(key) % 4)
+        return base64.b64decode(padded, altchars=b"-_", validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError) as exc:
+        raise CorruptRecord(f"not a stream key: {key[:80]!r}") from exc
+
+
+def _event_fields(event: Event) -> list[Any]:
+    return [
+        event.kind.value,
+        event.text,
+        event.data,
+        event.channel.value,
+        int(event.lane),
+        event.tokens,
+        event.raw,
+    ]
+
+
+def encode_batches(events: list[Event], first_seq: int) -> list[tuple[int, int, bytes]]:
+    """``events`` (to get seqs ``first_seq``, ``first_seq + 1`` ...) as JetStream payloads:
+    ``(first_seq, count, payload)`` each, at most `MAX_BATCH_BYTES` unless one event alone is
+    bigger (then the broker's own limit decides)."""
+    payload = _encoder.encode([first_seq, [_event_fields(event) for event in events]])
+    if len(payload) <= MAX_BATCH_BYTES or len(events) == 1:
+        return [(first_seq, len(events), payload)]
+    # Rare (a batch of large events): halve until each part fits.
+    half = len(events) // 2
+    return encode_batches(events[:half], first_seq) + encode_batches(
+        events[half:], first_seq + half
+    )
+
+
+def decode_batch(payload: bytes, ts_ns: int) -> tuple[int, list[Event]]:
+    """A batch payload's first seq and its events, with seqs assigned and ``ts_ns`` set."""
+    try:
+        first_seq, rows = _decoder.decode(payload)
+        events = []
+        for offset, (kind, text, data, channel, lane, tokens, raw) in enumerate(rows):
+            events.append(
+                Event(
+                    _KINDS[kind],
+                    text=text,
+                    data=data,
+                    channel=_CHANNELS[channel],
+                    lane=Lane(lane),
+                    tokens=tokens,
+                    raw=raw,
+                    seq=first_seq + offset,
+                    ts_ns=ts_ns,
+                )
+            )
+    except (msgspec.DecodeError, TypeError, ValueError, KeyError) as exc:
+        raise CorruptRecord(f"not an event batch: {exc}") from exc
+    return int(first_seq), events
+
+
+def encode_snapshot(snapshot: Event, js_seq: int) -> bytes:
+    """A folded history (a ``snapshot`` event whose seq is the last folded) and the JetStream
+    sequence of the oldest message kept after it."""
+    return _encoder.encode([js_seq, snapshot.seq, snapshot.tokens, snapshot.data])
+
+
+def decode_snapshot(payload: bytes) -> tuple[int, Event]:
+    """The inverse of `encode_snapshot`."""
+    try:
+        js_seq, seq, tokens, data = _decoder.decode(payload)
+    except (msgspec.DecodeError, TypeError, ValueError) as exc:
+        raise CorruptRecord(f"not a snapshot: {exc}") from exc
+    return int(js_seq), Event(Kind.SNAPSHOT, data=data, lane=Lane.CONTROL, tokens=tokens, seq=seq)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamMeta:
+    """What every node must agree on about a stream, stored once when it is created."""
+
+    stream_id: str
+    epoch: str
+    """The stream's history token (a resume position names it)."""
+    incarnation: str
+    """The identity of the JetStream stream holding the events when this one was created: if
+    that stream is lost and re-created, the history is gone and the hub says so."""
+    retention: dict[str, Any] = field(default_factory=dict)
+    orphan: dict[str, Any] | None = None
+    producer: str | None = None
+    """The node running the stream's producer, once one registered (`Hub.on_cancel`)."""
+
+    def to_bytes(self) -> bytes:
+        """JSON, so that ``nats kv get`` shows something readable."""
+        return orjson.dumps(asdict(self))
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> StreamMeta:
+        """Parse `to_bytes` output; `CorruptRecord` otherwise."""
+        try:
+            fields = orjson.loads(data)
+            return cls(**fields)
+        except (orjson.JSONDecodeError, TypeError) as exc:
+            raise CorruptRecord(f"not stream metadata: {exc}") from exc
+
+    @classmethod
+    def make(
+        cls,
+        stream_id: str,
+        epoch: str,
+        incarnation: str,
+        retention: Retention,
+        orphan: OrphanPolicy | None,
+    ) -> StreamMeta:
+        """Metadata for a new stream."""
+        return cls(
+            stream_id,
+            epoch,
+            incarnation,
+            {
+                "max_events": retention.max_events,
+                "max_bytes": retention.max_bytes,
+                "ttl_s": retention.ttl_s,
+            },
+            None
+            if orphan is None
+            else {"mode": orphan.mode.value, "grace_s": orphan.grace_s, "keep_s": orphan.keep_s},
+        )
+
+    def retention_policy(self) -> Retention:
+        """The stream's `Retention`."""
+        return Retention(**self.retention)
+
+    def orphan_policy(self) -> OrphanPolicy | None:
+        """The stream's `OrphanPolicy`, if it has one."""
+        if self.orphan is None:
+            return None
+        return OrphanPolicy(
+            OrphanMode(self.orphan["mode"]), self.orphan["grace_s"], self.orphan["keep_s"]
+        )

@@ -1,0 +1,205 @@
+"""`JetStreamHub` against the hub contract (unchanged), on a real ``nats-server -js``."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator
+from dataclasses import replace
+
+import pytest
+
+from airlane.core import Event, Kind, OrphanMode, OrphanPolicy, Position, Retention
+from airlane.hub import MemoryHubConfig, StreamEnded, StreamNotFound
+from airlane.hub.jetstream import JetStreamHub, JetStreamHubConfig
+from tests.hub.contract import HubContract, drain, text_of
+from tests.natsserver import NatsServer
+
+_prefixes = itertools.count()
+
+
+def hub_config(server: NatsServer, **changes: object) -> JetStreamHubConfig:
+    """A config on ``server`` with its own prefix (tests share one server)."""
+    fields: dict[str, object] = {
+        "servers": (server.url,),
+        "prefix": f"t{next(_prefixes)}",
+        "heartbeat_s": 0.2,
+        "node_timeout_s": 0.6,
+        "local": MemoryHubConfig(tick_s=0.05, ended_ttl_s=60),
+    }
+    fields.update(changes)
+    return JetStreamHubConfig(**fields)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def hub(nats_session: NatsServer) -> AsyncIterator[JetStreamHub]:
+    hub = JetStreamHub(hub_config(nats_session))
+    await hub.start()
+    yield hub
+    await hub.aclose()
+
+
+class TestJetStreamHubContract(HubContract):
+    """The shared contract, unchanged."""
+
+
+@pytest.fixture
+async def nodes(nats_session: NatsServer) -> AsyncIterator[tuple[JetStreamHub, JetStreamHub]]:
+    """Two hubs on one JetStream: two gateway nodes, as far as streams are concerned."""
+    config = hub_config(nats_session)
+    a = JetStreamHub(replace(config, node_id="a"))
+    b = JetStreamHub(replace(config, node_id="b"))
+    await a.start()
+    await b.start()
+    yield a, b
+    await a.aclose()
+    await b.aclose()
+
+
+async def test_a_stream_made_on_one_node_is_read_live_on_another(nodes):
+    a, b = nodes
+    info = await a.create("gen-1")
+    await a.append_many("gen-1", [Event.delta(t) for t in "hel"])
+    sub = await b.subscribe("gen-1")
+    reader = asyncio.create_task(drain(sub))
+    for t in "lo":
+        await a.append("gen-1", Event.delta(t))
+        await asyncio.sleep(0.01)
+    await a.append("gen-1", Event.done())
+    events = await reader
+    assert text_of(events) == "hello" and events[-1].kind is Kind.DONE
+    assert (await b.info("gen-1")).epoch == info.epoch
+    for seq in range(6):
+        async with await b.subscribe("gen-1", resume=Position(info.epoch, seq)) as again:
+            assert text_of(await drain(again)) == "hello"[seq:]
+    await sub.aclose()
+
+
+async def test_appends_from_two_nodes_interleave_without_gaps(nodes):
+    a, b = nodes
+    await a.create("agents/1/events")
+    await b.create("agents/1/events", exist_ok=True)
+
+    async def writer(hub: JetStreamHub, name: str) -> None:
+        for i in range(40):
+            await hub.append("agents/1/events", Event.message({"from": name, "i": i}))
+
+    await asyncio.gather(writer(a, "a"), writer(b, "b"))
+    await a.append("agents/1/events", Event.done())
+    for hub in (a, b):
+        async with await hub.subscribe("agents/1/events") as sub:
+            events = await drain(sub)
+        assert [e.seq for e in events] == list(range(1, 82))
+        payloads = [e.data["payload"] for e in events if e.kind is Kind.MESSAGE]
+        for name in "ab":
+            assert [p["i"] for p in payloads if p["from"] == name] == list(range(40))
+
+
+async def test_cancel_on_another_node_stops_the_producer(nodes):
+    a, b = nodes
+    await a.create("gen-2", orphan=OrphanPolicy(OrphanMode.KEEP))
+    stopped = asyncio.Event()
+    a.on_cancel("gen-2", stopped.set)
+    await a.append("gen-2", Event.delta("partial"))
+    assert await b.cancel("gen-2") is True
+    await asyncio.wait_for(stopped.wait(), 5)
+    with pytest.raises(StreamEnded):
+        await a.append("gen-2", Event.delta("late"))
+    assert (await a.info("gen-2")).finish_reason == "cancelled"
+    assert await a.cancel("gen-2") is False
+
+
+async def test_a_dead_producer_node_ends_its_streams_with_an_error(nats_session):
+    config = hub_config(nats_session)
+    a = JetStreamHub(replace(config, node_id="a"))
+    b = JetStreamHub(replace(config, node_id="b"))
+    await a.start()
+    await b.start()
+    await a.create("gen-3", orphan=OrphanPolicy(OrphanMode.KEEP))
+    a.on_cancel("gen-3", lambda: None)
+    await a.append("gen-3", Event.delta("half"))
+    sub = await b.subscribe("gen-3")
+    await asyncio.sleep(0.5)  # b hears a's heartbeats
+    # Node a vanishes without a word: its connection dies, its heartbeats stop.
+    assert a._presence is not None
+    a._presence.cancel()
+    assert a._nc is not None
+    await a._nc.close()
+    events = await drain(sub, timeout=10)
+    assert events[-1].kind is Kind.ERROR and events[-1].data is not None
+    assert events[-1].data["code"] == "producer_lost" and "(a)" in events[-1].data["message"]
+    assert text_of(events) == "half"
+    await sub.aclose()
+    await b.aclose()
+
+
+async def test_readers_on_another_node_keep_a_stream_from_being_orphaned(nodes):
+    a, b = nodes
+    await a.create("gen-4", orphan=OrphanPolicy(OrphanMode.GRACE, grace_s=0.5))
+    a.on_cancel("gen-4", lambda: None)
+    sub = await b.subscribe("gen-4")
+    await asyncio.sleep(1.2)
+    assert not (await a.info("gen-4")).ended
+    await sub.aclose()
+    await asyncio.sleep(1.5)
+    assert (await a.info("gen-4")).finish_reason == "cancelled"
+
+
+async def test_folded_history_reaches_a_node_that_comes_later(nodes, nats_session):
+    a, _ = nodes
+    await a.create("long", retention=Retention(max_events=16), orphan=OrphanPolicy())
+    a.on_cancel("long", lambda: None)
+    for i in range(600):
+        await a.append("long", Event.delta(f"{i},"))
+    await asyncio.sleep(1.5)  # a sweep stores the snapshot and purges JetStream
+    stored = await a._jetstream().stream_info(a.js_config.events_stream)
+    assert stored.state.messages < 100
+    c = JetStreamHub(replace(a.js_config, node_id="c"))
+    await c.start()
+    try:
+        async with await c.subscribe("long") as sub:
+            await a.append("long", Event.done())
+            events = await drain(sub)
+        assert events[0].kind is Kind.SNAPSHOT
+        assert text_of(events) == "".join(f"{i}," for i in range(600))
+    finally:
+        await c.aclose()
+
+
+async def test_nothing_acknowledged_is_lost_across_a_broker_restart(nats_server):
+    hub = JetStreamHub(hub_config(nats_server, unavailable_after_s=15))
+    await hub.start()
+    try:
+        await hub.create("durable")
+        for i in range(50):
+            await hub.append("durable", Event.delta(f"{i},"))
+        restart = asyncio.get_running_loop().run_in_executor(None, nats_server.restart)
+        for i in range(50, 100):  # some of these wait for the broker to come back
+            await hub.append("durable", Event.delta(f"{i},"))
+        await restart
+        await hub.append("durable", Event.done())
+        other = JetStreamHub(replace(hub.js_config, node_id="fresh"))
+        await other.start()
+        try:
+            async with await other.subscribe("durable") as sub:
+                events = await drain(sub)
+            assert text_of(events) == "".join(f"{i}," for i in range(100))
+            assert [e.seq for e in events][-1] == 101
+        finally:
+            await other.aclose()
+    finally:
+        await hub.aclose()
+
+
+async def test_a_lost_history_is_reported_not_papered_over(nodes):
+    a, _ = nodes
+    await a.create("gone")
+    await a.append("gone", Event.delta("x"))
+    await a._jetstream().delete_stream(a.js_config.events_stream)
+    c = JetStreamHub(replace(a.js_config, node_id="c"))
+    await c.start()  # makes the events stream anew: a new incarnation
+    try:
+        with pytest.raises(StreamNotFound, match="history was lost"):
+            await c.subscribe("gone")
+    finally:
+        await c.aclose()
