@@ -25,7 +25,8 @@ from airlane.backends.openai import OpenAIUpstreamBackend
 from airlane.backends.synthetic import SyntheticBackend, SyntheticConfig
 from airlane.core import OrphanMode, OrphanPolicy, Retention
 from airlane.gateway import Gateway, GatewayConfig
-from airlane.hub import MemoryHub, MemoryHubConfig
+from airlane.hub import Hub, MemoryHub, MemoryHubConfig
+from airlane.hub.jetstream import JetStreamHub, JetStreamHubConfig
 from airlane.security import AllowAll, ApiKeyPolicy, SecurityPolicy
 from airlane.transports.airc import (
     AIRC_SUBPROTOCOL,
@@ -47,6 +48,7 @@ __all__ = [
     "airc_port",
     "bind_socket",
     "build_app",
+    "build_hub",
     "grpc_port",
     "load_config",
     "serve",
@@ -91,13 +93,19 @@ class ServerConfig:
     """The gRPC transport: its listener and limits."""
     tcp_keepalive_s: int = DEFAULT_TCP_KEEPALIVE_S
     """Idle seconds before TCP keepalive probes on accepted sockets."""
+    hub: str = "memory"
+    """Where streams live: ``memory`` (this process) or NATS JetStream server URLs,
+    ``nats://host:4222`` (several separated by commas), shared by every node pointed at it."""
+    jetstream: JetStreamHubConfig = field(default_factory=JetStreamHubConfig)
+    """The JetStream hub's settings (``[jetstream]``), used when ``hub`` is a NATS URL."""
     log_level: str = "info"
     """Python logging level."""
 
 
 def load_config(path: Path, base: ServerConfig | None = None) -> ServerConfig:
     """Read a TOML file: top-level keys of `ServerConfig`, plus ``[synthetic]``, ``[http]``,
-    ``[orphan]``, ``[retention]``, ``[airc]``, ``[grpc]`` and ``[api_keys]`` tables. Unknown
+    ``[orphan]``, ``[retention]``, ``[airc]``, ``[grpc]``, ``[jetstream]`` and ``[api_keys]``
+    tables. Unknown
     keys are an error."""
     with path.open("rb") as fh:
         data = tomllib.load(fh)
@@ -109,6 +117,7 @@ def load_config(path: Path, base: ServerConfig | None = None) -> ServerConfig:
         "retention": (Retention, config.retention),
         "airc": (AircServerConfig, config.airc),
         "grpc": (GrpcServerConfig, config.grpc),
+        "jetstream": (JetStreamHubConfig, config.jetstream),
     }
     changes: dict[str, Any] = {}
     allowed = {f.name for f in fields(ServerConfig)}
@@ -128,6 +137,8 @@ def load_config(path: Path, base: ServerConfig | None = None) -> ServerConfig:
             section["connection"] = replace(current.connection, **section["connection"])
         if key == "orphan" and "mode" in section:
             section["mode"] = OrphanMode(section["mode"])
+        if key == "jetstream" and ("local" in section or "servers" in section):
+            raise ValueError(f"{path}: set the NATS servers with hub = 'nats://...'")
         for name in ("models", "cors_origins"):
             if key == "http" and name in section:
                 section[name] = tuple(section[name])
@@ -145,11 +156,22 @@ def build_backend(config: ServerConfig) -> Backend:
     return SyntheticBackend(config.synthetic)
 
 
+def build_hub(config: ServerConfig) -> Hub:
+    """The in-memory hub, or the JetStream hub when ``hub`` names NATS servers."""
+    local = MemoryHubConfig(retention=config.retention)
+    if config.hub == "memory":
+        return MemoryHub(local)
+    servers = tuple(url.strip() for url in config.hub.split(",") if url.strip())
+    if not servers or not all(url.startswith(("nats://", "tls://")) for url in servers):
+        raise ValueError(f"hub {config.hub!r}: use 'memory' or nats://host:port[,nats://...]")
+    return JetStreamHub(replace(config.jetstream, servers=servers, local=local))
+
+
 def build_app(config: ServerConfig) -> AirlaneApp:
     """Gateway and HTTP app for ``config`` (the gateway starts on ASGI lifespan startup)."""
     security: SecurityPolicy = ApiKeyPolicy(config.api_keys) if config.api_keys else AllowAll()
     gateway = Gateway(
-        MemoryHub(MemoryHubConfig(retention=config.retention)),
+        build_hub(config),
         build_backend(config),
         security=security,
         config=GatewayConfig(orphan=config.orphan, retention=config.retention),

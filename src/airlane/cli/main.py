@@ -69,10 +69,18 @@ def serve_command(
         int | None,
         typer.Option(help="gRPC port (default: the HTTP port + 2; -1 turns it off)."),
     ] = None,
+    hub: Annotated[
+        str | None,
+        typer.Option(help="'memory' (default) or NATS JetStream URLs shared by every node."),
+    ] = None,
+    node_id: Annotated[
+        str | None, typer.Option(help="This node's name among the JetStream hub's nodes.")
+    ] = None,
     config: Annotated[Path | None, typer.Option(help="TOML configuration file.")] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
-    """Run the gateway (in-memory hub; synthetic backend unless --upstream is given)."""
+    """Run the gateway (in-memory hub unless --hub names NATS; synthetic backend unless
+    --upstream is given)."""
     settings = load_config(config) if config else ServerConfig()
     keys = dict(settings.api_keys)
     for item in api_key or []:
@@ -88,6 +96,10 @@ def serve_command(
         api_keys=keys,
         log_level=log_level,
     )
+    if hub is not None:
+        settings = replace(settings, hub=hub)
+    if node_id is not None:
+        settings = replace(settings, jetstream=replace(settings.jetstream, node_id=node_id))
     if airc_port is not None:
         airc = replace(settings.airc, enabled=airc_port >= 0, port=max(airc_port, 0))
         settings = replace(settings, airc=airc)
@@ -98,6 +110,8 @@ def serve_command(
 
     def ready(listening: Listening) -> None:
         backend = f"upstream {settings.upstream}" if settings.upstream else "synthetic backend"
+        if settings.hub != "memory":
+            backend += f", hub {settings.hub}"
         # Printed on stdout, flushed: scripts and tests read the addresses from this line.
         airc = f", AIRC on {listening.airc}" if listening.airc else ""
         grpc = f", gRPC on {listening.grpc}" if listening.grpc else ""

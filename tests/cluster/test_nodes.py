@@ -1,0 +1,152 @@
+"""Several ``airlane serve --hub nats://...`` processes sharing streams through JetStream.
+
+Real processes, a real ``nats-server -js``, SIGKILL for node failures; the client side is plain
+HTTP (SSE) with httpx.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from urllib.parse import quote
+
+import httpx
+import orjson
+import pytest
+
+from tests.natsserver import NatsServer
+from tests.servers import ServerProcess, run_server
+
+CLUSTER_CONFIG = """
+[synthetic]
+ttft_ms = 5.0
+itl_ms = 15.0
+itl_jitter_ms = 0.0
+
+[jetstream]
+heartbeat_s = 0.2
+node_timeout_s = 1.0
+"""
+
+NAMED = quote("agents/7/events", safe="")
+CHAT = {"model": "synthetic", "messages": [{"role": "user", "content": "tell me"}]}
+
+
+@contextlib.contextmanager
+def node(nats: NatsServer, name: str) -> Iterator[ServerProcess]:
+    """One gateway node on the shared hub (no AIRC or gRPC listeners: not needed here)."""
+    with run_server(
+        "--hub",
+        nats.url,
+        "--node-id",
+        name,
+        "--airc-port",
+        "-1",
+        "--grpc-port",
+        "-1",
+        config=CLUSTER_CONFIG,
+    ) as server:
+        yield server
+
+
+async def sse(
+    client: httpx.AsyncClient, url: str, resume: str | None = None
+) -> AsyncIterator[tuple[str, dict]]:
+    """``(id, event)`` for each SSE event of ``url`` until the response ends."""
+    headers = {"last-event-id": resume} if resume else {}
+    async with client.stream("GET", url, headers=headers, timeout=30) as response:
+        assert response.status_code == 200, await response.aread()
+        event_id = ""
+        async for line in response.aiter_lines():
+            if line.startswith("id:"):
+                event_id = line[3:].strip()
+            elif line.startswith("data:"):
+                yield event_id, orjson.loads(line[5:])
+
+
+def text_of(events: list[dict]) -> str:
+    text = ""
+    for event in events:
+        if event["kind"] == "snapshot":
+            text = event["text"]["content"]
+        elif event["kind"] == "delta" and event["channel"] == "content":
+            text += event["text"]
+    return text
+
+
+async def start_generation(client: httpx.AsyncClient, server: ServerProcess, tokens: int) -> str:
+    response = await client.post(f"{server.url}/v1/streams", json={**CHAT, "max_tokens": tokens})
+    assert response.status_code in (200, 201), response.text
+    return str(response.json()["id"])
+
+
+async def test_a_reader_resumes_on_another_node_after_its_node_is_killed(nats_server):
+    with node(nats_server, "a") as a, node(nats_server, "b") as b:
+        async with httpx.AsyncClient() as client:
+            stream_id = await start_generation(client, b, tokens=150)  # produced on b
+            seen: list[dict] = []
+            last_id = ""
+            async for event_id, event in sse(client, f"{a.url}/v1/streams/{stream_id}/events"):
+                seen.append(event)
+                last_id = event_id
+                if len(seen) == 20:
+                    break
+            a.kill()  # the reader's node dies; the producer's node goes on
+            rest = [
+                event
+                async for _, event in sse(
+                    client, f"{b.url}/v1/streams/{stream_id}/events", resume=last_id
+                )
+            ]
+            seqs = [e["seq"] for e in seen + rest]
+            assert seqs == sorted(set(seqs)), "a gap or a duplicate"
+            assert rest[-1]["kind"] == "done" and rest[-1]["finish_reason"] == "stop"
+            snapshot = (await client.get(f"{b.url}/v1/streams/{stream_id}/snapshot")).json()
+            assert text_of(seen + rest) == snapshot["text"]["content"] != ""
+
+
+async def test_when_the_producer_node_dies_readers_elsewhere_get_a_clear_error(nats_server):
+    with node(nats_server, "a") as a, node(nats_server, "b") as b:
+        async with httpx.AsyncClient() as client:
+            stream_id = await start_generation(client, a, tokens=2000)  # produced on a
+            events: list[dict] = []
+            url = f"{b.url}/v1/streams/{stream_id}/events"
+            async for _, event in sse(client, url):
+                events.append(event)
+                if len(events) == 5:
+                    a.kill()
+            assert events[-1]["kind"] == "error"
+            assert events[-1]["code"] == "producer_lost" and "(a)" in events[-1]["message"]
+
+
+async def test_cancel_on_any_node_stops_the_generation_and_acknowledged_events_survive(
+    nats_server,
+):
+    with node(nats_server, "a") as a, node(nats_server, "b") as b:
+        async with httpx.AsyncClient() as client:
+            stream_id = await start_generation(client, a, tokens=5000)
+            response = await client.post(f"{b.url}/v1/streams/{stream_id}/cancel")
+            assert response.status_code == 200, response.text
+            events = [e async for _, e in sse(client, f"{a.url}/v1/streams/{stream_id}/events")]
+            assert events[-1]["kind"] == "done" and events[-1]["finish_reason"] == "cancelled"
+            info = (await client.get(f"{a.url}/v1/streams/{stream_id}")).json()
+            assert info["ended"] and info["finish_reason"] == "cancelled"
+
+            # A named stream: what node a acknowledged is there after a is killed.
+            created = await client.post(f"{a.url}/v1/streams", json={"name": "agents/7/events"})
+            assert created.status_code in (200, 201), created.text
+            published = await client.post(
+                f"{a.url}/v1/streams/{NAMED}/events",
+                json={"events": [{"kind": "message", "payload": {"step": i}} for i in range(3)]},
+            )
+            assert published.status_code == 200, published.text
+            a.kill()
+            info = (await client.get(f"{b.url}/v1/streams/{NAMED}")).json()
+            assert info["last_seq"] == 3, info
+            url = f"{b.url}/v1/streams/{NAMED}/events"
+            async with client.stream("GET", url, params={"max_events": 3}) as response:
+                body = (await response.aread()).decode()
+            assert [f'"step":{i}' in body for i in range(3)] == [True] * 3
+
+
+pytestmark = pytest.mark.timeout(90)
