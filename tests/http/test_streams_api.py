@@ -406,3 +406,17 @@ async def test_resume_beyond_the_end_is_416(server, client):
         f"{url}/v1/streams/{stream_id}/events", headers={"last-event-id": beyond}
     )
     assert_json_error(response, 416, "invalid_resume")
+
+
+async def test_a_load_test_generation_can_be_created_and_read_by_anyone(server, client):
+    body = {"loadtest": {"chunks": 5, "mode": "paced", "interval_ms": 5}, "orphan": "keep"}
+    response = await client.post(f"{server.url}/v1/streams", json=body)
+    assert response.status_code == 201, response.text
+    stream_id = response.json()["id"]
+    async with client.stream("GET", f"{server.url}/v1/streams/{stream_id}/events") as events:
+        messages = [json.loads(m.data) async for m in sse_messages(events, SSEDecoder())]
+    chunks = [m["payload"] for m in messages if m["kind"] == "message"]
+    assert [c["seq"] for c in chunks] == [1, 2, 3, 4, 5] and messages[-1]["kind"] == "done"
+    for bad in ({"loadtest": 3}, {"loadtest": {"chunks": 0}}, {"loadtest": {}, "orphan": "x"}):
+        response = await client.post(f"{server.url}/v1/streams", json=bad)
+        assert_json_error(response, 400)

@@ -3,8 +3,9 @@
 =======  ===============================  ================================================
 method   path                             what
 =======  ===============================  ================================================
-POST     /v1/streams                      create a generation (chat request body) or a
+POST     /v1/streams                      create a generation (chat request body), a
                                           named stream (``{"name": "agents/42/events"}``)
+                                          or a load-test generation (``{"loadtest": {}}``)
 GET      /v1/streams/{id}                 status, usage and the current resume token
 GET      /v1/streams/{id}/snapshot        everything so far as one snapshot event
 GET      /v1/streams/{id}/events          SSE; resumes from ``Last-Event-ID`` or ``?from=``;
@@ -24,8 +25,10 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import unquote
 
+from airlane.backends.base import GenerationRequest, LoadTestSpec
 from airlane.core import BadResumeToken, Event, Position, valid_stream_id
 from airlane.gateway import orphan_policy_from
+from airlane.hub import StreamInfo
 from airlane.security import Principal
 from airlane.transports.http.asgi import (
     HttpError,
@@ -152,6 +155,8 @@ async def _create(app: AppContext, principal: Principal, receive: Receive, send:
         if not isinstance(name, str):
             raise HttpError(400, "'name' must be a string", param="name")
         info = await app.gateway.create_named(principal, name, exist_ok=bool(body.get("exist_ok")))
+    elif isinstance(body, dict) and "loadtest" in body:
+        info = await _create_loadtest(app, principal, body)
     else:
         parsed = parse_chat_request(body)
         generation, orphan = parsed.generation, parsed.orphan
@@ -162,6 +167,31 @@ async def _create(app: AppContext, principal: Principal, receive: Receive, send:
         "events_url": f"/v1/streams/{info.stream_id}/events",
     }
     await send_json(send, 201, payload, [(b"x-airlane-stream-id", info.stream_id.encode())])
+
+
+async def _create_loadtest(
+    app: AppContext, principal: Principal, body: dict[str, Any]
+) -> StreamInfo:
+    """A load-test generation that clients subscribe to (``airlane bench``'s cluster run):
+    ``{"loadtest": {"chunks": 200, "mode": "paced", "interval_ms": 20}, "orphan": "grace"}``."""
+    spec = body["loadtest"]
+    if not isinstance(spec, dict):
+        raise HttpError(400, "'loadtest' must be an object", param="loadtest")
+    try:
+        loadtest = LoadTestSpec.checked(
+            spec.get("chunks", 200), spec.get("mode", "burst"), spec.get("interval_ms", 20.0)
+        )
+    except ValueError as exc:
+        raise HttpError(400, f"loadtest: {exc}", param="loadtest") from None
+    orphan = body.get("orphan")
+    if orphan is not None and not isinstance(orphan, str):
+        raise HttpError(400, "'orphan' must be a string", param="orphan")
+    try:
+        policy = orphan_policy_from(orphan, app.gateway.config.orphan)
+    except ValueError as exc:
+        raise HttpError(400, str(exc), param="orphan") from None
+    generation = GenerationRequest(model="airlane-loadtest", loadtest=loadtest)
+    return await app.gateway.generate(principal, generation, orphan=policy)
 
 
 async def _events(
