@@ -136,6 +136,14 @@ class ServerProcess:
             self._output.close()
             self._output = None
 
+    def kill(self) -> None:
+        """Stop the server with SIGKILL (a crash, as its clients see it); idempotent."""
+        process = self._process
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait()
+        self.stop()
+
     def _wait_ready(self) -> str:
         process, output = self._process, self._output
         assert process is not None and output is not None
