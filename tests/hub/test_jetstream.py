@@ -123,14 +123,14 @@ async def test_a_dead_producer_node_ends_its_streams_with_an_error(nats_session)
     # Node a vanishes without a word: its connection dies, its heartbeats stop.
     assert a._presence is not None
     a._presence.cancel()
-    assert a._nc is not None
-    await a._nc.close()
+    await a._store._client().close()
     events = await drain(sub, timeout=10)
     assert events[-1].kind is Kind.ERROR and events[-1].data is not None
     assert events[-1].data["code"] == "producer_lost" and "(a)" in events[-1].data["message"]
     assert text_of(events) == "half"
     await sub.aclose()
     await b.aclose()
+    await a.aclose()
 
 
 async def test_readers_on_another_node_keep_a_stream_from_being_orphaned(nodes):
@@ -152,7 +152,7 @@ async def test_folded_history_reaches_a_node_that_comes_later(nodes, nats_sessio
     for i in range(600):
         await a.append("long", Event.delta(f"{i},"))
     await asyncio.sleep(1.5)  # a sweep stores the snapshot and purges JetStream
-    stored = await a._jetstream().stream_info(a.js_config.events_stream)
+    stored = await a._store._jetstream().stream_info(a.js_config.events_stream)
     assert stored.state.messages < 100
     c = JetStreamHub(replace(a.js_config, node_id="c"))
     await c.start()
@@ -195,7 +195,7 @@ async def test_a_lost_history_is_reported_not_papered_over(nodes):
     a, _ = nodes
     await a.create("gone")
     await a.append("gone", Event.delta("x"))
-    await a._jetstream().delete_stream(a.js_config.events_stream)
+    await a._store._jetstream().delete_stream(a.js_config.events_stream)
     c = JetStreamHub(replace(a.js_config, node_id="c"))
     await c.start()  # makes the events stream anew: a new incarnation
     try:

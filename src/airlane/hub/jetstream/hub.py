@@ -19,6 +19,9 @@ Reading. A replica with local readers follows its subject with an ordered push c
 (messages already applied, such as this node's own appends, are skipped by sequence); a replica
 without readers is brought up to date on demand (`info`, `subscribe`, a conflicting append).
 
+The NATS API itself is `airlane.hub.jetstream.store`'s business; a replica's bookkeeping is
+`airlane.hub.jetstream.replica`'s.
+
 Nodes. Heartbeats (`airlane.hub.jetstream.presence`) tell each node which nodes are alive,
 which streams they produce and where streams have readers. A stream whose producer's node died
 ends with an ``error`` (``code="producer_lost"``), appended by a node that reads it; a cancel
@@ -35,24 +38,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import heapq
 import itertools
 import logging
 import secrets
 import time
-from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
-from datetime import datetime
 from typing import Any
-
-import nats
-import nats.errors
-import nats.js.errors
-from nats.aio.client import Client as NatsClient
-from nats.aio.msg import Msg
-from nats.js import JetStreamContext, api
-from nats.js.kv import KeyValue
 
 from airlane.core import (
     TERMINAL_KINDS,
@@ -61,6 +53,7 @@ from airlane.core import (
     Kind,
     OrphanPolicy,
     OrphanTracker,
+    Position,
     Retention,
     StreamLog,
     valid_stream_id,
@@ -68,7 +61,6 @@ from airlane.core import (
 from airlane.hub.base import (
     HubError,
     HubFull,
-    HubUnavailable,
     InvalidStreamId,
     StreamEnded,
     StreamExists,
@@ -81,77 +73,23 @@ from airlane.hub.jetstream.presence import Heartbeat, NodeTable
 from airlane.hub.jetstream.records import (
     CorruptRecord,
     StreamMeta,
-    decode_batch,
     decode_snapshot,
     encode_batches,
     encode_snapshot,
     stream_key,
 )
+from airlane.hub.jetstream.replica import Replica
+from airlane.hub.jetstream.store import Conflict, JetStreamStore, StoredBatch
 from airlane.hub.memory import MemoryHub, _short_id, _Stream
 
 __all__ = ["JetStreamHub"]
 
 log = logging.getLogger("airlane.hub.jetstream")
 
-_WRONG_LAST_SEQUENCE = 10071
-"""JetStream's error code for a failed ``Nats-Expected-Last-Subject-Sequence``."""
-_MAX_CONFLICTS = 64
-"""Appends retried after conflicting appends from other nodes, before giving up."""
-_SNAPSHOT_EVERY = 256
-"""Folded events that make the producer's node store a new snapshot and purge JetStream."""
-_UNREACHABLE = (
-    nats.errors.TimeoutError,
-    nats.errors.NoRespondersError,
-    nats.errors.ConnectionClosedError,
-    nats.errors.ConnectionReconnectingError,
-    nats.errors.OutboundBufferLimitError,
-    nats.js.errors.ServiceUnavailableError,
-    asyncio.TimeoutError,
-)
-
-
-class _Replica(_Stream):
-    """A stream as this node holds it: `MemoryHub`'s stream plus where it is in JetStream."""
-
-    __slots__ = (
-        "boundaries",
-        "consumer",
-        "deferred",
-        "inflight",
-        "key",
-        "last_js_seq",
-        "lock",
-        "meta",
-        "snapshot_through",
-        "subject",
-    )
-
-    def __init__(
-        self, stream_log: StreamLog, orphan: OrphanTracker | None, meta: StreamMeta, subject: str
-    ) -> None:
-        super().__init__(stream_log, orphan)
-        self.meta = meta
-        self.key = stream_key(meta.stream_id)
-        self.subject = subject
-        self.last_js_seq = 0
-        """The JetStream sequence of the newest message applied."""
-        self.boundaries: deque[tuple[int, int]] = deque()
-        """``(js_seq, first_seq)`` of the messages applied since the last stored snapshot."""
-        self.snapshot_through = stream_log.folded.through_seq
-        self.consumer: JetStreamContext.PushSubscription | None = None
-        self.inflight: str | None = None
-        """The message id of this node's publish in progress (its echo is not applied)."""
-        self.deferred = False
-        """Another node's message arrived during a publish: catch up after it."""
-        self.lock = asyncio.Lock()
-
-
-def _mono_ns(wall: datetime | None) -> int:
-    """A JetStream timestamp (wall clock) as this process's monotonic clock."""
-    if wall is None:
-        return time.monotonic_ns()
-    age_ns = time.time_ns() - int(wall.timestamp() * 1e9)
-    return time.monotonic_ns() - max(0, age_ns)
+MAX_CONFLICTS = 64
+"""Times one append is retried after losing to appends from other nodes, before it fails."""
+SNAPSHOT_EVERY = 256
+"""Newly folded events that make the producer's node store a snapshot and purge JetStream."""
 
 
 class JetStreamHub(MemoryHub):
@@ -161,46 +99,31 @@ class JetStreamHub(MemoryHub):
         self.js_config = config or JetStreamHubConfig()
         super().__init__(self.js_config.local)
         self.node = self.js_config.node_id or f"node-{secrets.token_hex(4)}"
-        self._nc: NatsClient | None = None
-        self._js: JetStreamContext | None = None
-        self._meta: KeyValue | None = None
-        self._snapshots: KeyValue | None = None
-        self._incarnation = ""
-        self._loading: dict[str, asyncio.Future[_Replica]] = {}
+        """This node's name among the gateway nodes."""
+        self._store = JetStreamStore(self.js_config, self.node)
+        self._loading: dict[str, asyncio.Future[Replica]] = {}
         self._producing: set[str] = set()
         self._nodes = NodeTable(self.node, time.monotonic(), self.js_config.node_timeout_s)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._presence: asyncio.Task[None] | None = None
-        self._subscriptions: list[Any] = []
         self._publishes = itertools.count()
+        self._started = False
 
     # -- lifecycle --------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Connect, create the JetStream stream and buckets if missing, start heartbeats."""
-        if self._nc is not None:
+        """Connect, create the JetStream stream and buckets if missing, start heartbeats.
+
+        Raises:
+            HubUnavailable: NATS cannot be reached.
+        """
+        if self._started:
             return
-        cfg = self.js_config
-        try:
-            self._nc = await nats.connect(
-                list(cfg.servers),
-                name=f"airlane-{self.node}",
-                connect_timeout=cfg.request_timeout_s,
-                reconnect_time_wait=0.25,
-                max_reconnect_attempts=-1,
-                allow_reconnect=True,
-                error_cb=self._on_nats_error,
-            )
-        except (OSError, *_UNREACHABLE) as exc:
-            raise HubUnavailable(f"cannot reach NATS at {', '.join(cfg.servers)}: {exc}") from exc
-        self._js = self._nc.jetstream(timeout=cfg.request_timeout_s)
-        await self._ensure_storage()
-        prefix = cfg.prefix
-        self._subscriptions = [
-            await self._nc.subscribe(f"{prefix}.ctl.hb", cb=self._on_heartbeat),
-            await self._nc.subscribe(f"{prefix}.ctl.cancel", cb=self._on_cancel_notice),
-            await self._nc.subscribe(f"{prefix}.ctl.deleted", cb=self._on_deleted_notice),
-        ]
+        await self._store.connect()
+        await self._store.listen("hb", self._on_heartbeat)
+        await self._store.listen("cancel", self._on_cancel_notice)
+        await self._store.listen("deleted", self._on_deleted_notice)
+        self._started = True
         self._nodes.started = time.monotonic()
         await super().start()
         self._presence = asyncio.create_task(self._heartbeats(), name="hub-presence")
@@ -212,64 +135,18 @@ class JetStreamHub(MemoryHub):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._presence
             self._presence = None
-        for task in list(self._tasks):
-            task.cancel()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
         await super().aclose()
-        nc = self._nc
-        if nc is not None and not nc.is_closed:
-            with contextlib.suppress(Exception):
-                await nc.publish(
-                    f"{self.js_config.prefix}.ctl.hb",
-                    Heartbeat(self.node, leaving=True).to_bytes(),
-                )
-            for stream in self._streams.values():
-                if isinstance(stream, _Replica) and stream.consumer is not None:
-                    with contextlib.suppress(Exception):
-                        await stream.consumer.unsubscribe()
-                    stream.consumer = None
-            with contextlib.suppress(Exception):
-                await nc.drain()
-        self._nc = None
-
-    async def _ensure_storage(self) -> None:
-        cfg = self.js_config
-        js = self._jetstream()
-        storage = api.StorageType.FILE if cfg.storage == "file" else api.StorageType.MEMORY
-        try:
-            info = await js.stream_info(cfg.events_stream)
-        except nats.js.errors.NotFoundError:
-            info = await js.add_stream(
-                name=cfg.events_stream,
-                subjects=[f"{cfg.prefix}.s.>"],
-                storage=storage,
-                num_replicas=cfg.replicas,
-                max_age=cfg.history_ttl_s,
-                duplicate_window=120.0,
-                discard=api.DiscardPolicy.OLD,
-                allow_direct=True,
-                description="Airlane stream events (one subject per stream)",
-            )
-        # The stream's creation time identifies this incarnation of the history: if the
-        # stream is lost and made again, streams recorded against the old one are gone.
-        created = getattr(info, "created", None)
-        self._incarnation = hashlib.sha256(str(created).encode()).hexdigest()[:4]
-        self._meta = await self._bucket(cfg.meta_bucket, storage)
-        self._snapshots = await self._bucket(cfg.snapshot_bucket, storage)
-
-    async def _bucket(self, name: str, storage: api.StorageType) -> KeyValue:
-        js = self._jetstream()
-        try:
-            return await js.key_value(name)
-        except nats.js.errors.BucketNotFoundError:
-            return await js.create_key_value(
-                bucket=name,
-                history=1,
-                ttl=self.js_config.history_ttl_s,
-                storage=storage,
-                replicas=self.js_config.replicas,
-            )
+        if self._started:
+            await self._store.tell("hb", Heartbeat(self.node, leaving=True).to_bytes())
+        for stream in self._streams.values():
+            assert isinstance(stream, Replica)
+            self._unfollow(stream)
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._store.close()
+        self._started = False
 
     # -- streams ----------------------------------------------------------------------------
 
@@ -288,19 +165,17 @@ class JetStreamHub(MemoryHub):
         if len(self._streams) >= self.config.max_streams:
             raise HubFull(f"the hub holds {self.config.max_streams} streams, its limit")
         retention = retention or self.config.retention
-        epoch = f"{self._incarnation}{_short_id()}"
-        meta = StreamMeta.make(stream_id, epoch, self._incarnation, retention, orphan)
-        key = stream_key(stream_id)
-        try:
-            await self._request(self._kv_meta().create(key, meta.to_bytes()))
-        except nats.js.errors.KeyWrongLastSequenceError:
+        incarnation = self._store.incarnation
+        epoch = f"{incarnation}{_short_id()}"
+        meta = StreamMeta.make(stream_id, epoch, incarnation, retention, orphan)
+        if not await self._store.create_meta(stream_key(stream_id), meta.to_bytes()):
             if not exist_ok:
-                raise StreamExists(f"stream {stream_id!r} already exists") from None
+                raise StreamExists(f"stream {stream_id!r} already exists")
             return await self.info(stream_id)
         now = time.monotonic()
         stream_log = StreamLog(stream_id, epoch, now_ns=time.monotonic_ns(), retention=retention)
         tracker = OrphanTracker(orphan, now) if orphan is not None else None
-        replica = _Replica(stream_log, tracker, meta, self._subject(key))
+        replica = Replica(stream_log, tracker, meta)
         self._streams[stream_id] = replica
         if tracker is not None and tracker.deadline is not None:
             self._schedule(tracker.deadline, stream_id)
@@ -325,7 +200,7 @@ class JetStreamHub(MemoryHub):
         return events
 
     async def subscribe(
-        self, stream_id: str, *, resume: Any = None, subscriber: str | None = None
+        self, stream_id: str, *, resume: Position | None = None, subscriber: str | None = None
     ) -> Subscription:
         replica = await self._replica(stream_id)
         await self._refresh(replica)
@@ -333,7 +208,13 @@ class JetStreamHub(MemoryHub):
         if replica.readers == 1:
             self._announce_readers(replica)
             if replica.consumer is None and replica.log.terminal is None:
-                await self._follow(replica)
+                try:
+                    replica.consumer = await self._store.follow(
+                        replica.key, replica.last_js_seq, self._deliverer(replica)
+                    )
+                except BaseException:
+                    await subscription.aclose()
+                    raise
         return subscription
 
     async def cancel(self, stream_id: str, finish_reason: str = "cancelled") -> bool:
@@ -346,8 +227,9 @@ class JetStreamHub(MemoryHub):
                 await self._publish(replica, [Event.done(finish_reason)])
         except StreamEnded:
             return False
+        replica.stop_producer()
         # The producer may run on another node: tell it now rather than at its next append.
-        await self._notify("cancel", stream_id)
+        await self._store.tell("cancel", stream_id.encode())
         return True
 
     async def info(self, stream_id: str) -> StreamInfo:
@@ -362,65 +244,57 @@ class JetStreamHub(MemoryHub):
 
     async def delete(self, stream_id: str) -> None:
         replica = await self._replica(stream_id)
-        with contextlib.suppress(StreamEnded):
-            await self.cancel(stream_id, "deleted")
-        await self._forget_everywhere(replica)
-        await self._notify("deleted", stream_id)
+        await self.cancel(stream_id, "deleted")
+        await self._store.forget(replica.key)
+        await self._store.tell("deleted", stream_id.encode())
         self._drop(stream_id)
 
     def on_cancel(self, stream_id: str, callback: Callable[[], object]) -> None:
         super().on_cancel(stream_id, callback)
         replica = self._streams[stream_id]
-        assert isinstance(replica, _Replica)
+        assert isinstance(replica, Replica)
         if stream_id not in self._producing and replica.log.terminal is None:
             # This node runs the stream's producer: record it where every node can see it, so
-            # a node that starts reading the stream later knows whom to watch.
+            # a node that starts reading the stream later knows whose death ends it.
             self._producing.add(stream_id)
             self._spawn(self._record_producer(replica))
 
     # -- replicas ---------------------------------------------------------------------------
 
-    def _subject(self, key: str) -> str:
-        return f"{self.js_config.prefix}.s.{key}"
-
-    async def _replica(self, stream_id: str) -> _Replica:
+    async def _replica(self, stream_id: str) -> Replica:
         """This node's replica of ``stream_id``, loaded from JetStream if it has none."""
         replica = self._streams.get(stream_id)
         if replica is not None:
-            assert isinstance(replica, _Replica)
+            assert isinstance(replica, Replica)
             return replica
         if not valid_stream_id(stream_id):
             raise InvalidStreamId(f"invalid stream id {stream_id[:200]!r}")
         loading = self._loading.get(stream_id)
-        if loading is None:
-            loading = asyncio.get_running_loop().create_future()
-            self._loading[stream_id] = loading
-            try:
-                loaded = await self._load(stream_id)
-            except BaseException as exc:
-                loading.set_exception(exc)
-                # Retrieved here so an unawaited future does not log it a second time.
-                loading.exception()
-                raise
-            finally:
-                del self._loading[stream_id]
-            loading.set_result(loaded)
-            return loaded
-        return await asyncio.shield(loading)
-
-    async def _load(self, stream_id: str) -> _Replica:
-        key = stream_key(stream_id)
+        if loading is not None:  # another request is loading it: share its result
+            return await asyncio.shield(loading)
+        loading = asyncio.get_running_loop().create_future()
+        self._loading[stream_id] = loading
         try:
-            entry = await self._request(self._kv_meta().get(key))
-        except nats.js.errors.KeyNotFoundError:
-            raise StreamNotFound(f"no stream {stream_id[:200]!r}") from None
-        if entry.value is None:
+            loaded = await self._load(stream_id)
+        except BaseException as exc:
+            loading.set_exception(exc)
+            loading.exception()  # retrieved: waiters get it, nobody else should log it
+            raise
+        finally:
+            del self._loading[stream_id]
+        loading.set_result(loaded)
+        return loaded
+
+    async def _load(self, stream_id: str) -> Replica:
+        key = stream_key(stream_id)
+        stored = await self._store.get_meta(key)
+        if stored is None:
             raise StreamNotFound(f"no stream {stream_id[:200]!r}")
         try:
-            meta = StreamMeta.from_bytes(entry.value)
+            meta = StreamMeta.from_bytes(stored)
         except CorruptRecord as exc:
             raise HubError(f"stream {stream_id!r}: unreadable metadata ({exc})") from None
-        if meta.incarnation != self._incarnation:
+        if meta.incarnation != self._store.incarnation:
             raise StreamNotFound(
                 f"stream {stream_id[:200]!r}: its history was lost (the JetStream stream "
                 f"{self.js_config.events_stream} was re-created)"
@@ -430,253 +304,140 @@ class JetStreamHub(MemoryHub):
         stream_log = StreamLog(
             stream_id, meta.epoch, now_ns=time.monotonic_ns(), retention=meta.retention_policy()
         )
-        start = 1
-        with contextlib.suppress(nats.js.errors.KeyNotFoundError):
-            snap = await self._request(self._kv_snapshots().get(key))
-            if snap.value:
-                start, snapshot = decode_snapshot(snap.value)
-                stream_log.restore(Folded.from_event(snapshot))
-        replica = _Replica(stream_log, None, meta, self._subject(key))
-        replica.snapshot_through = stream_log.folded.through_seq
-        await self._catch_up(replica, start)
+        after = 0
+        snapshot = await self._store.get_snapshot(key)
+        if snapshot is not None:
+            keep_from, folded = decode_snapshot(snapshot)
+            stream_log.restore(Folded.from_event(folded))
+            after = keep_from - 1
+        replica = Replica(stream_log, None, meta)
+        replica.last_js_seq = after
+        await self._catch_up(replica)
         existing = self._streams.get(stream_id)
-        if existing is not None:  # created here while this load waited
-            assert isinstance(existing, _Replica)
+        if existing is not None:  # created on this node while this load waited
+            assert isinstance(existing, Replica)
             return existing
         self._streams[stream_id] = replica
-        if stream_log.terminal is not None:
-            replica.ended_at = time.monotonic()
         return replica
 
-    async def _refresh(self, replica: _Replica) -> None:
+    async def _refresh(self, replica: Replica) -> None:
         """Bring a replica that follows no consumer up to date."""
         if replica.consumer is None and replica.log.terminal is None:
-            async with replica.lock:
-                await self._catch_up(replica)
+            await self._locked_catch_up(replica)
 
-    async def _catch_up(self, replica: _Replica, start: int | None = None) -> None:
-        """Apply every message after the replica's newest, fetched one by one."""
-        js = self._jetstream()
-        seq = max(start or 0, replica.last_js_seq + 1)
-        while True:
-            try:
-                msg = await self._request(
-                    js.get_msg(self.js_config.events_stream, seq, replica.subject, next=True)
-                )
-            except nats.js.errors.NotFoundError:
-                return
-            assert msg.seq is not None and msg.data is not None
-            self._apply(replica, msg.seq, msg.data, _mono_ns(msg.time))
-            seq = msg.seq + 1
+    async def _catch_up(self, replica: Replica) -> None:
+        """Apply every stored message after the replica's newest, read one by one."""
+        while (batch := await self._store.next_after(replica.key, replica.last_js_seq)) is not None:
+            self._appended += replica.apply(batch)
 
-    def _apply(self, replica: _Replica, js_seq: int, payload: bytes, ts_ns: int) -> None:
-        """Apply one stored batch (skipping what the replica already holds)."""
-        if js_seq <= replica.last_js_seq:
-            return
-        try:
-            first_seq, events = decode_batch(payload, ts_ns)
-        except CorruptRecord as exc:
-            log.error("stream %s: skipping message %d: %s", replica.meta.stream_id, js_seq, exc)
-            replica.last_js_seq = js_seq
-            return
-        stream_log = replica.log
-        events = [event for event in events if event.seq >= stream_log.next_seq]
-        replica.last_js_seq = js_seq
-        if not events:
-            return
-        if events[0].seq != stream_log.next_seq:
-            log.error(
-                "stream %s: message %d starts at seq %d, the replica expects %d",
-                replica.meta.stream_id,
-                js_seq,
-                events[0].seq,
-                stream_log.next_seq,
-            )
-            return
-        self._store(replica, events, ts_ns, js_seq, first_seq)
-
-    def _store(
-        self, replica: _Replica, events: list[Event], ts_ns: int, js_seq: int, first_seq: int
-    ) -> None:
-        """Append stored events to the replica's log and wake its readers."""
-        stream_log = replica.log
-        try:
-            stream_log.append_many(events, ts_ns)
-        except Exception:  # the log refused (after a terminal): JetStream is the truth
-            log.exception("stream %s: replica refused stored events", replica.meta.stream_id)
-        self._appended += len(events)
-        replica.boundaries.append((js_seq, first_seq))
-        if stream_log.terminal is not None and replica.ended_at is None:
-            replica.ended_at = time.monotonic()
-            callbacks, replica.cancel_callbacks = replica.cancel_callbacks, []
-            if events[-1].kind is Kind.DONE and callbacks:
-                # Cancelled on another node: stop this node's producer.
-                for callback in callbacks:
-                    try:
-                        callback()
-                    except Exception:
-                        log.exception("cancel callback for %s failed", replica.meta.stream_id)
-            self._producing.discard(replica.meta.stream_id)
-        replica.notify()
-
-    async def _publish(self, replica: _Replica, events: list[Event]) -> None:
+    async def _publish(self, replica: Replica, events: list[Event]) -> None:
         """Store ``events`` in JetStream, then in the replica; the caller holds the lock."""
-        js = self._jetstream()
         stream_log = replica.log
-        stream_id = replica.meta.stream_id
         pending = events
         conflicts = 0
         while pending:
             if stream_log.terminal is not None:
-                raise StreamEnded(f"stream {stream_id!r} has ended; nothing can be appended")
-            first_seq, count, payload = encode_batches(pending, stream_log.next_seq)[0]
-            # Unique per publish, kept across its retries: a retry whose first try was stored
-            # gets that try's acknowledgement. (Not the seq alone: two nodes racing for one
-            # seq would then be "duplicates" of each other.)
-            msg_id = f"{self.node}:{next(self._publishes)}"
-            headers = {
-                "Nats-Msg-Id": msg_id,
-                "Nats-Expected-Last-Subject-Sequence": str(replica.last_js_seq),
-                "Airlane-Seq": str(first_seq),
-            }
-            replica.inflight = msg_id
-            try:
-                ack = await self._with_retries(
-                    lambda p=payload, h=headers: js.publish(  # type: ignore[misc]
-                        replica.subject, p, headers=h, stream=self.js_config.events_stream
-                    )
+                raise StreamEnded(
+                    f"stream {replica.stream_id!r} has ended; nothing can be appended"
                 )
-            except nats.js.errors.APIError as exc:
-                if exc.err_code != _WRONG_LAST_SEQUENCE or conflicts >= _MAX_CONFLICTS:
-                    raise HubError(f"JetStream refused an append to {stream_id!r}: {exc}") from exc
-                conflicts += 1
+            first_seq, count, payload = encode_batches(pending, stream_log.next_seq)[0]
+            # Unique per publish and kept across its retries (see JetStreamStore.publish).
+            # Not the seq alone: two nodes racing for one seq would be each other's duplicate.
+            replica.inflight = msg_id = f"{self.node}:{next(self._publishes)}"
+            try:
+                js_seq = await self._store.publish(
+                    replica.key, payload, msg_id=msg_id, after=replica.last_js_seq
+                )
+            except Conflict:
                 replica.inflight = None
+                conflicts += 1
+                if conflicts > MAX_CONFLICTS:
+                    raise HubError(
+                        f"stream {replica.stream_id!r}: {MAX_CONFLICTS} appends from other "
+                        "nodes came first; giving up"
+                    ) from None
                 await self._catch_up(replica)
                 continue
             finally:
                 replica.inflight = None
             batch, pending = pending[:count], pending[count:]
-            if ack.seq > replica.last_js_seq:
-                now = time.monotonic_ns()
-                replica.last_js_seq = ack.seq
-                self._store(replica, batch, now, ack.seq, first_seq)
+            if js_seq > replica.last_js_seq:
+                replica.last_js_seq = js_seq
+                replica.store(batch, time.monotonic_ns(), js_seq, first_seq)
+                self._appended += count
             if replica.deferred:
                 replica.deferred = False
                 await self._catch_up(replica)
 
-    async def _with_retries(self, call: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
-        """Run a JetStream request, retrying while the broker is unreachable (bounded)."""
-        deadline = time.monotonic() + self.js_config.unavailable_after_s
-        delay = 0.05
-        while True:
-            try:
-                return await call()
-            except _UNREACHABLE as exc:
-                if time.monotonic() + delay > deadline:
-                    raise HubUnavailable(f"JetStream does not answer: {exc!r}") from exc
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 1.0)
+    def _deliverer(self, replica: Replica) -> Callable[[StoredBatch], None]:
+        def deliver(batch: StoredBatch) -> None:
+            self._appended += replica.deliver(batch)
 
-    async def _request(self, call: Coroutine[Any, Any, Any]) -> Any:
-        """One JetStream request; unreachable becomes `HubUnavailable` at once."""
-        try:
-            return await call
-        except _UNREACHABLE as exc:
-            raise HubUnavailable(f"JetStream does not answer: {exc!r}") from exc
+        return deliver
 
-    # -- following a stream -----------------------------------------------------------------
-
-    async def _follow(self, replica: _Replica) -> None:
-        """Start an ordered consumer feeding the replica (it has local readers)."""
-        js = self._jetstream()
-
-        async def deliver(msg: Msg) -> None:
-            self._on_message(replica, msg)
-
-        config = api.ConsumerConfig(
-            deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
-            opt_start_seq=replica.last_js_seq + 1,
-        )
-        try:
-            replica.consumer = await js.subscribe(
-                replica.subject,
-                stream=self.js_config.events_stream,
-                cb=deliver,
-                ordered_consumer=True,
-                config=config,
-                idle_heartbeat=2.0,
-            )
-        except _UNREACHABLE as exc:
-            raise HubUnavailable(f"JetStream does not answer: {exc!r}") from exc
-        # Anything stored between the last catch-up and the consumer's start is delivered by
-        # the consumer itself (it starts after the replica's newest message).
-
-    def _on_message(self, replica: _Replica, msg: Msg) -> None:
-        headers = msg.headers or {}
-        if replica.inflight is not None:
-            if headers.get("Nats-Msg-Id") != replica.inflight:
-                replica.deferred = True  # another node's: fetched after this node's publish
-            return
-        meta = msg.metadata
-        self._apply(replica, meta.sequence.stream, msg.data, _mono_ns(meta.timestamp))
-
-    async def _unfollow(self, replica: _Replica) -> None:
+    def _unfollow(self, replica: Replica) -> None:
+        """Stop the replica's consumer (at once: a reader arriving next starts a new one)."""
         consumer, replica.consumer = replica.consumer, None
         if consumer is not None:
-            with contextlib.suppress(Exception):
-                await consumer.unsubscribe()
+            self._spawn(consumer.unsubscribe())
 
     def _release(self, stream: _Stream) -> None:
         super()._release(stream)
-        assert isinstance(stream, _Replica)
+        assert isinstance(stream, Replica)
         if stream.readers == 0:
             self._announce_readers(stream)
-            if stream.consumer is not None:
-                self._spawn(self._unfollow(stream))
+            self._unfollow(stream)
+
+    def _drop(self, stream_id: str) -> None:
+        """Forget a replica here (its readers are released)."""
+        stream = self._streams.pop(stream_id, None)
+        self._producing.discard(stream_id)
+        if isinstance(stream, Replica):
+            stream.cancel_callbacks.clear()
+            self._unfollow(stream)
+            stream.notify()
 
     # -- producers, orphans and other nodes -------------------------------------------------
 
-    async def _record_producer(self, replica: _Replica) -> None:
+    async def _record_producer(self, replica: Replica) -> None:
         meta = replica.meta
         updated = StreamMeta(
             meta.stream_id, meta.epoch, meta.incarnation, meta.retention, meta.orphan, self.node
         )
         try:
-            await self._request(self._kv_meta().put(replica.key, updated.to_bytes()))
+            await self._store.put_meta(replica.key, updated.to_bytes())
             replica.meta = updated
-        except (HubError, nats.js.errors.Error) as exc:
+        except HubError as exc:
             log.warning("stream %s: could not record its producer: %s", meta.stream_id, exc)
 
-    def _announce_readers(self, replica: _Replica) -> None:
+    def _announce_readers(self, replica: Replica) -> None:
         """Tell the other nodes at once that this node started or stopped reading."""
-        if replica.meta.stream_id in self._producing:
+        if replica.stream_id in self._producing:
             return
-        beat = Heartbeat(self.node, {replica.meta.stream_id: replica.readers}, partial=True)
-        self._spawn(self._publish_control("hb", beat.to_bytes()))
+        beat = Heartbeat(self.node, {replica.stream_id: replica.readers}, partial=True)
+        self._spawn(self._store.tell("hb", beat.to_bytes()))
 
     async def _heartbeats(self) -> None:
-        cfg = self.js_config
         while True:
             beat = Heartbeat(
                 self.node,
                 {sid: s.readers for sid, s in self._streams.items() if s.readers},
                 sorted(self._producing),
             )
-            await self._publish_control("hb", beat.to_bytes())
+            await self._store.tell("hb", beat.to_bytes())
             now = time.monotonic()
             dead, changes = self._nodes.expire(now)
             for node in dead:
                 log.warning("node %s stopped sending heartbeats", node)
             self._apply_reader_changes(changes, now)
             self._end_orphaned_producers(now)
-            await asyncio.sleep(cfg.heartbeat_s)
+            await asyncio.sleep(self.js_config.heartbeat_s)
 
-    async def _on_heartbeat(self, msg: Msg) -> None:
-        beat = Heartbeat.from_bytes(msg.data)
-        if beat is None:
-            return
-        now = time.monotonic()
-        self._apply_reader_changes(self._nodes.observe(beat, now), now)
+    def _on_heartbeat(self, data: bytes) -> None:
+        beat = Heartbeat.from_bytes(data)
+        if beat is not None:
+            now = time.monotonic()
+            self._apply_reader_changes(self._nodes.observe(beat, now), now)
 
     def _apply_reader_changes(self, changes: list[tuple[str, int, int]], now: float) -> None:
         """Readers on other nodes count for the orphan policy of streams produced here."""
@@ -694,15 +455,14 @@ class JetStreamHub(MemoryHub):
     def _end_orphaned_producers(self, now: float) -> None:
         """End the streams (read here) whose producer's node is dead."""
         for stream_id, stream in self._streams.items():
-            if not isinstance(stream, _Replica) or stream.log.terminal is not None:
+            assert isinstance(stream, Replica)
+            if stream.log.terminal is not None:
                 continue
             producer = self._nodes.producers.get(stream_id) or stream.meta.producer
-            if producer is None or producer == self.node:
-                continue
-            if self._nodes.alive(producer, now) is False:
+            if producer not in (None, self.node) and self._nodes.alive(producer, now) is False:
                 self._spawn(self._producer_lost(stream, producer))
 
-    async def _producer_lost(self, replica: _Replica, node: str) -> None:
+    async def _producer_lost(self, replica: Replica, node: str) -> None:
         error = Event.error(
             f"the gateway node running this stream's producer ({node}) stopped; "
             "the stream ends here",
@@ -712,53 +472,25 @@ class JetStreamHub(MemoryHub):
             async with replica.lock:
                 await self._publish(replica, [error])
 
-    async def _on_cancel_notice(self, msg: Msg) -> None:
-        stream = self._streams.get(msg.data.decode(errors="replace"))
-        if isinstance(stream, _Replica) and stream.log.terminal is None:
-            self._spawn(self._refresh_now(stream))
+    def _on_cancel_notice(self, data: bytes) -> None:
+        # Read the done event now: it stops this node's producer if the stream is its.
+        stream = self._streams.get(data.decode(errors="replace"))
+        if isinstance(stream, Replica) and stream.log.terminal is None:
+            self._spawn(self._locked_catch_up(stream))
 
-    async def _refresh_now(self, replica: _Replica) -> None:
+    async def _locked_catch_up(self, replica: Replica) -> None:
         async with replica.lock:
             await self._catch_up(replica)
 
-    async def _on_deleted_notice(self, msg: Msg) -> None:
-        stream_id = msg.data.decode(errors="replace")
+    def _on_deleted_notice(self, data: bytes) -> None:
+        stream_id = data.decode(errors="replace")
         if stream_id in self._streams:
             self._drop(stream_id)
-
-    def _drop(self, stream_id: str) -> None:
-        """Forget a replica here (its readers are released)."""
-        stream = self._streams.pop(stream_id, None)
-        self._producing.discard(stream_id)
-        if isinstance(stream, _Replica):
-            stream.cancel_callbacks.clear()
-            if stream.consumer is not None:
-                self._spawn(self._unfollow(stream))
-            stream.notify()
-
-    async def _forget_everywhere(self, replica: _Replica) -> None:
-        """Remove a stream's events, snapshot and metadata from JetStream."""
-        js = self._jetstream()
-        with contextlib.suppress(nats.js.errors.NotFoundError):
-            await self._request(self._kv_meta().delete(replica.key))
-        with contextlib.suppress(nats.js.errors.NotFoundError):
-            await self._request(self._kv_snapshots().delete(replica.key))
-        await self._request(js.purge_stream(self.js_config.events_stream, subject=replica.subject))
-
-    async def _notify(self, what: str, stream_id: str) -> None:
-        await self._publish_control(what, stream_id.encode())
-
-    async def _publish_control(self, what: str, payload: bytes) -> None:
-        nc = self._nc
-        if nc is None or nc.is_closed:
-            return
-        with contextlib.suppress(*_UNREACHABLE):
-            await nc.publish(f"{self.js_config.prefix}.ctl.{what}", payload)
 
     # -- housekeeping -----------------------------------------------------------------------
 
     def _expire_orphans(self, now: float) -> None:
-        # Cancelling goes through JetStream (asynchronous), so it is a task per stream.
+        # Cancelling goes through JetStream (asynchronous): a task per orphaned stream.
         while self._deadlines and self._deadlines[0][0] <= now:
             _, _, stream_id = heapq.heappop(self._deadlines)
             stream = self._streams.get(stream_id)
@@ -772,40 +504,28 @@ class JetStreamHub(MemoryHub):
 
     def _sweep(self, now: float) -> None:
         ttl = self.config.ended_ttl_s
+        now_ns = time.monotonic_ns()
         for stream_id, stream in list(self._streams.items()):
-            assert isinstance(stream, _Replica)
+            assert isinstance(stream, Replica)
             if stream.ended_at is not None and now - stream.ended_at >= ttl:
                 self._drop(stream_id)
                 if stream.orphan is not None:  # the producer's node cleans JetStream up
-                    self._spawn(self._forget_everywhere(stream))
+                    self._spawn(self._store.forget(stream.key))
                 continue
-            stream.log.trim(time.monotonic_ns())
-            if (
-                stream.orphan is not None
-                and stream.log.folded.through_seq - stream.snapshot_through >= _SNAPSHOT_EVERY
-            ):
+            stream.log.trim(now_ns)
+            folded = stream.log.folded.through_seq - stream.snapshot_through
+            if stream.orphan is not None and folded >= SNAPSHOT_EVERY:
                 self._spawn(self._store_snapshot(stream))
 
-    async def _store_snapshot(self, replica: _Replica) -> None:
+    async def _store_snapshot(self, replica: Replica) -> None:
         """Store the folded history in the snapshot bucket, then purge it from JetStream."""
-        folded = replica.log.folded
-        through = folded.through_seq
-        boundaries = replica.boundaries
-        # The oldest message to keep is the one holding seq through + 1.
-        while len(boundaries) > 1 and boundaries[1][1] <= through + 1:
-            boundaries.popleft()
-        if not boundaries:
+        keep_from = replica.oldest_kept()
+        if keep_from is None:
             return
-        keep_js = boundaries[0][0]
-        snapshot = folded.to_event()
-        await self._request(
-            self._kv_snapshots().put(replica.key, encode_snapshot(snapshot, keep_js))
-        )
-        await self._request(
-            self._jetstream().purge_stream(
-                self.js_config.events_stream, seq=keep_js, subject=replica.subject
-            )
-        )
+        through = replica.log.folded.through_seq
+        snapshot = replica.log.folded.to_event()
+        await self._store.put_snapshot(replica.key, encode_snapshot(snapshot, keep_from))
+        await self._store.purge_below(replica.key, keep_from)
         replica.snapshot_through = through
 
     # -- plumbing ---------------------------------------------------------------------------
@@ -820,21 +540,3 @@ class JetStreamHub(MemoryHub):
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("hub task failed: %r", task.exception())
-
-    async def _on_nats_error(self, exc: Exception) -> None:
-        log.debug("NATS: %r", exc)
-
-    def _jetstream(self) -> JetStreamContext:
-        if self._js is None:
-            raise HubUnavailable("the JetStream hub is not started")
-        return self._js
-
-    def _kv_meta(self) -> KeyValue:
-        if self._meta is None:
-            raise HubUnavailable("the JetStream hub is not started")
-        return self._meta
-
-    def _kv_snapshots(self) -> KeyValue:
-        if self._snapshots is None:
-            raise HubUnavailable("the JetStream hub is not started")
-        return self._snapshots

@@ -1,0 +1,139 @@
+"""`Replica`: one node's copy of a stream held in JetStream.
+
+A replica is `MemoryHub`'s stream (a `StreamLog`, its readers' wake-ups, its orphan tracker)
+plus where it stands in JetStream: the sequence of the newest message applied, the messages
+since the last stored snapshot, and this node's publish in progress. Messages are applied in
+JetStream order, each exactly once, whether they arrive from this node's own publish, from an
+ordered consumer or from a catch-up read; events a snapshot already covers are skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+
+from nats.js import JetStreamContext
+
+from airlane.core import Event, OrphanTracker, StreamLog
+from airlane.hub.jetstream.records import CorruptRecord, StreamMeta, decode_batch, stream_key
+from airlane.hub.jetstream.store import StoredBatch
+from airlane.hub.memory import _Stream
+
+__all__ = ["Replica"]
+
+log = logging.getLogger("airlane.hub.jetstream")
+
+
+class Replica(_Stream):
+    """A stream as this node holds it. See the module docstring."""
+
+    __slots__ = (
+        "boundaries",
+        "consumer",
+        "deferred",
+        "inflight",
+        "key",
+        "last_js_seq",
+        "lock",
+        "meta",
+        "snapshot_through",
+    )
+
+    def __init__(
+        self, stream_log: StreamLog, orphan: OrphanTracker | None, meta: StreamMeta
+    ) -> None:
+        super().__init__(stream_log, orphan)
+        self.meta = meta
+        self.key = stream_key(meta.stream_id)
+        self.last_js_seq = 0
+        """The JetStream sequence of the newest message applied."""
+        self.boundaries: deque[tuple[int, int]] = deque()
+        """``(js_seq, first_seq)`` of the messages applied since the last stored snapshot."""
+        self.snapshot_through = stream_log.folded.through_seq
+        """The last seq the stored snapshot covers."""
+        self.consumer: JetStreamContext.PushSubscription | None = None
+        """The ordered consumer following the subject, while the stream has local readers."""
+        self.inflight: str | None = None
+        """The message id of this node's publish in progress (its echo is not applied)."""
+        self.deferred = False
+        """Another node's message arrived during a publish: catch up after it."""
+        self.lock = asyncio.Lock()
+        """Held while publishing or catching up, so messages are applied in order."""
+
+    @property
+    def stream_id(self) -> str:
+        """The stream's id."""
+        return self.meta.stream_id
+
+    def deliver(self, batch: StoredBatch) -> int:
+        """A message from the consumer; returns how many events it added."""
+        if self.inflight is not None:
+            if batch.msg_id != self.inflight:
+                self.deferred = True  # another node's: read after this node's publish lands
+            return 0
+        return self.apply(batch)
+
+    def apply(self, batch: StoredBatch) -> int:
+        """Apply one stored message (what the replica holds already is skipped); returns how
+        many events it added."""
+        if batch.js_seq <= self.last_js_seq:
+            return 0
+        self.last_js_seq = batch.js_seq
+        try:
+            first_seq, events = decode_batch(batch.payload, batch.ts_ns)
+        except CorruptRecord as exc:
+            log.error("stream %s: skipping message %d: %s", self.stream_id, batch.js_seq, exc)
+            return 0
+        stream_log = self.log
+        events = [event for event in events if event.seq >= stream_log.next_seq]
+        if not events:
+            return 0
+        if events[0].seq != stream_log.next_seq:
+            # Conditional publishes chain every message to the one before: this is a bug.
+            log.error(
+                "stream %s: message %d starts at seq %d; the replica expected %d",
+                self.stream_id,
+                batch.js_seq,
+                events[0].seq,
+                stream_log.next_seq,
+            )
+            return 0
+        if self.store(events, batch.ts_ns, batch.js_seq, first_seq):
+            # Ended by another node (a cancel, say): stop this node's producer, if it has one.
+            self.stop_producer()
+        return len(events)
+
+    def store(self, events: list[Event], ts_ns: int, js_seq: int, first_seq: int) -> bool:
+        """Append events JetStream has stored to the log and wake the readers; True if they
+        ended the stream."""
+        stream_log = self.log
+        try:
+            stream_log.append_many(events, ts_ns)
+        except Exception:  # the log refused (after a terminal): JetStream is the truth
+            log.exception("stream %s: the replica refused stored events", self.stream_id)
+        self.boundaries.append((js_seq, first_seq))
+        ended = stream_log.terminal is not None and self.ended_at is None
+        if ended:
+            self.ended_at = time.monotonic()
+        self.notify()
+        return ended
+
+    def stop_producer(self) -> None:
+        """Run the cancel callbacks (once): the stream has ended other than by its producer."""
+        callbacks, self.cancel_callbacks = self.cancel_callbacks, []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                log.exception("cancel callback for %s failed", self.stream_id)
+
+    def oldest_kept(self) -> int | None:
+        """The JetStream sequence of the message holding the first seq not folded: older
+        messages can be purged once the folded state is stored."""
+        through = self.log.folded.through_seq
+        boundaries = self.boundaries
+        while len(boundaries) > 1 and boundaries[1][1] <= through + 1:
+            boundaries.popleft()
+        return boundaries[0][0] if boundaries else None

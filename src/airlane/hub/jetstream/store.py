@@ -1,0 +1,342 @@
+"""`JetStreamStore`: JetStream as the hub uses it, and nothing else.
+
+The hub thinks in stream keys, stored batches and metadata; this module knows the NATS API:
+which JetStream stream and buckets exist, how a conditional publish is made and retried, how a
+subject is read back message by message or followed with an ordered consumer, and which errors
+mean "the broker does not answer" (`HubUnavailable`) rather than "no".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from datetime import datetime
+from typing import Any, NamedTuple
+
+import nats
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext, api
+from nats.js.kv import KeyValue
+
+from airlane.hub.base import HubError, HubUnavailable
+from airlane.hub.jetstream.config import JetStreamHubConfig
+
+__all__ = ["Conflict", "JetStreamStore", "StoredBatch"]
+
+log = logging.getLogger("airlane.hub.jetstream")
+
+_WRONG_LAST_SEQUENCE = 10071
+"""JetStream's error code for a failed ``Nats-Expected-Last-Subject-Sequence``."""
+UNREACHABLE = (
+    nats.errors.TimeoutError,
+    nats.errors.NoRespondersError,
+    nats.errors.ConnectionClosedError,
+    nats.errors.ConnectionReconnectingError,
+    nats.errors.OutboundBufferLimitError,
+    nats.js.errors.ServiceUnavailableError,
+    asyncio.TimeoutError,
+)
+"""Errors that mean the broker did not answer (as opposed to answering no)."""
+FOLLOW_HEARTBEAT_S = 2.0
+"""Idle heartbeat of the ordered consumers following subjects (a stalled one is re-made)."""
+
+
+class Conflict(Exception):
+    """A conditional publish lost: something was appended to the subject in between."""
+
+
+class StoredBatch(NamedTuple):
+    """One message of a stream's subject as read back."""
+
+    js_seq: int
+    payload: bytes
+    ts_ns: int
+    """When JetStream stored it, on this process's monotonic clock."""
+    msg_id: str | None
+
+
+def monotonic_ns_of(wall: datetime | None) -> int:
+    """A JetStream timestamp (wall clock) on this process's monotonic clock."""
+    if wall is None:
+        return time.monotonic_ns()
+    age_ns = time.time_ns() - int(wall.timestamp() * 1e9)
+    return time.monotonic_ns() - max(0, age_ns)
+
+
+class JetStreamStore:
+    """The events stream, the metadata and snapshot buckets, and the control subjects."""
+
+    def __init__(self, config: JetStreamHubConfig, node: str) -> None:
+        self.config = config
+        self.node = node
+        self.incarnation = ""
+        """Identifies this incarnation of the events stream (set by `connect`)."""
+        self._nc: NatsClient | None = None
+        self._js: JetStreamContext | None = None
+        self._meta: KeyValue | None = None
+        self._snapshots: KeyValue | None = None
+
+    # -- connection -------------------------------------------------------------------------
+
+    async def connect(self) -> None:
+        """Connect and create the events stream and buckets where missing.
+
+        Raises:
+            HubUnavailable: NATS cannot be reached.
+        """
+        cfg = self.config
+        try:
+            self._nc = await nats.connect(
+                list(cfg.servers),
+                name=f"airlane-{self.node}",
+                connect_timeout=cfg.request_timeout_s,
+                reconnect_time_wait=0.25,
+                max_reconnect_attempts=-1,
+                error_cb=self._on_error,
+            )
+            self._js = self._nc.jetstream(timeout=cfg.request_timeout_s)
+            storage = api.StorageType.FILE if cfg.storage == "file" else api.StorageType.MEMORY
+            info = await self._events_stream(storage)
+            self._meta = await self._bucket(cfg.meta_bucket, storage)
+            self._snapshots = await self._bucket(cfg.snapshot_bucket, storage)
+        except (OSError, *UNREACHABLE) as exc:
+            await self.close()
+            raise HubUnavailable(f"cannot reach NATS at {', '.join(cfg.servers)}: {exc}") from exc
+        # The stream's creation time identifies this incarnation of the history: if it is lost
+        # and made again, streams recorded against the old one are gone, and the hub says so.
+        created = getattr(info, "created", None)
+        self.incarnation = hashlib.sha256(str(created).encode()).hexdigest()[:4]
+
+    async def close(self) -> None:
+        """Flush what is pending and disconnect."""
+        nc, self._nc = self._nc, None
+        if nc is not None and not nc.is_closed:
+            with contextlib.suppress(Exception):
+                await nc.drain()
+
+    async def _events_stream(self, storage: api.StorageType) -> api.StreamInfo:
+        cfg = self.config
+        js = self._jetstream()
+        try:
+            return await js.stream_info(cfg.events_stream)
+        except nats.js.errors.NotFoundError:
+            return await js.add_stream(
+                name=cfg.events_stream,
+                subjects=[f"{cfg.prefix}.s.>"],
+                storage=storage,
+                num_replicas=cfg.replicas,
+                max_age=cfg.history_ttl_s,
+                duplicate_window=120.0,
+                discard=api.DiscardPolicy.OLD,
+                allow_direct=True,
+                description="Airlane stream events (one subject per stream)",
+            )
+
+    async def _bucket(self, name: str, storage: api.StorageType) -> KeyValue:
+        js = self._jetstream()
+        try:
+            return await js.key_value(name)
+        except nats.js.errors.BucketNotFoundError:
+            return await js.create_key_value(
+                bucket=name,
+                history=1,
+                ttl=self.config.history_ttl_s,
+                storage=storage,
+                replicas=self.config.replicas,
+            )
+
+    # -- metadata and snapshots -------------------------------------------------------------
+
+    async def create_meta(self, key: str, value: bytes) -> bool:
+        """Store a new stream's metadata; False if the key exists (on any node)."""
+        try:
+            await _answer(self._kv(self._meta).create(key, value))
+        except nats.js.errors.KeyWrongLastSequenceError:
+            return False
+        return True
+
+    async def get_meta(self, key: str) -> bytes | None:
+        """A stream's metadata, or None."""
+        return await self._get(self._kv(self._meta), key)
+
+    async def put_meta(self, key: str, value: bytes) -> None:
+        """Replace a stream's metadata."""
+        await _answer(self._kv(self._meta).put(key, value))
+
+    async def get_snapshot(self, key: str) -> bytes | None:
+        """A stream's stored folded history, or None."""
+        return await self._get(self._kv(self._snapshots), key)
+
+    async def put_snapshot(self, key: str, value: bytes) -> None:
+        """Store a stream's folded history."""
+        await _answer(self._kv(self._snapshots).put(key, value))
+
+    @staticmethod
+    async def _get(bucket: KeyValue, key: str) -> bytes | None:
+        try:
+            entry = await _answer(bucket.get(key))
+        except nats.js.errors.KeyNotFoundError:
+            return None
+        value: bytes | None = entry.value
+        return value or None
+
+    async def forget(self, key: str) -> None:
+        """Remove a stream's metadata, snapshot and events."""
+        for bucket in (self._meta, self._snapshots):
+            with contextlib.suppress(nats.js.errors.NotFoundError):
+                await _answer(self._kv(bucket).delete(key))
+        await _answer(
+            self._jetstream().purge_stream(self.config.events_stream, subject=self.subject(key))
+        )
+
+    async def purge_below(self, key: str, js_seq: int) -> None:
+        """Drop a stream's messages older than ``js_seq``."""
+        await _answer(
+            self._jetstream().purge_stream(
+                self.config.events_stream, seq=js_seq, subject=self.subject(key)
+            )
+        )
+
+    # -- events -----------------------------------------------------------------------------
+
+    def subject(self, key: str) -> str:
+        """The subject of the stream with ``key``."""
+        return f"{self.config.prefix}.s.{key}"
+
+    async def publish(self, key: str, payload: bytes, *, msg_id: str, after: int) -> int:
+        """Append ``payload`` to the stream's subject if its newest message is ``after``;
+        return the new message's sequence.
+
+        Retried while JetStream does not answer, for up to ``unavailable_after_s``, under the
+        same message id: a try that was stored but not acknowledged is answered by the retry
+        with its own sequence instead of being stored twice.
+
+        Raises:
+            Conflict: another message was appended after ``after``.
+            HubUnavailable: JetStream did not answer in time.
+            HubError: JetStream refused for another reason.
+        """
+        js = self._jetstream()
+        headers = {"Nats-Msg-Id": msg_id, "Nats-Expected-Last-Subject-Sequence": str(after)}
+        deadline = time.monotonic() + self.config.unavailable_after_s
+        delay = 0.05
+        while True:
+            try:
+                ack = await js.publish(
+                    self.subject(key), payload, headers=headers, stream=self.config.events_stream
+                )
+                return int(ack.seq)
+            except nats.js.errors.APIError as exc:
+                if exc.err_code == _WRONG_LAST_SEQUENCE:
+                    raise Conflict(str(exc)) from None
+                raise HubError(f"JetStream refused an append: {exc}") from exc
+            except UNREACHABLE as exc:
+                if time.monotonic() + delay > deadline:
+                    raise HubUnavailable(f"JetStream does not answer: {exc!r}") from exc
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    async def next_after(self, key: str, js_seq: int) -> StoredBatch | None:
+        """The stream's first message after ``js_seq``, or None."""
+        try:
+            msg = await _answer(
+                self._jetstream().get_msg(
+                    self.config.events_stream, js_seq + 1, self.subject(key), next=True
+                )
+            )
+        except nats.js.errors.NotFoundError:
+            return None
+        headers = msg.headers or {}
+        return StoredBatch(
+            msg.seq, msg.data or b"", monotonic_ns_of(msg.time), headers.get("Nats-Msg-Id")
+        )
+
+    async def follow(
+        self, key: str, after: int, deliver: Callable[[StoredBatch], None]
+    ) -> JetStreamContext.PushSubscription:
+        """Call ``deliver`` with every message after ``after`` and each one appended later, in
+        order (an ordered consumer: JetStream re-makes it if it stalls or skips)."""
+
+        async def on_message(msg: Msg) -> None:
+            meta = msg.metadata
+            headers = msg.headers or {}
+            deliver(
+                StoredBatch(
+                    meta.sequence.stream,
+                    msg.data,
+                    monotonic_ns_of(meta.timestamp),
+                    headers.get("Nats-Msg-Id"),
+                )
+            )
+
+        config = api.ConsumerConfig(
+            deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after + 1
+        )
+        subscription: JetStreamContext.PushSubscription = await _answer(
+            self._jetstream().subscribe(
+                self.subject(key),
+                stream=self.config.events_stream,
+                cb=on_message,
+                ordered_consumer=True,
+                config=config,
+                idle_heartbeat=FOLLOW_HEARTBEAT_S,
+            )
+        )
+        return subscription
+
+    # -- control messages between nodes -----------------------------------------------------
+
+    async def listen(self, what: str, handler: Callable[[bytes], Awaitable[None] | None]) -> None:
+        """Call ``handler`` with every control message ``what`` from any node."""
+
+        async def on_message(msg: Msg) -> None:
+            result = handler(msg.data)
+            if result is not None:
+                await result
+
+        await self._client().subscribe(f"{self.config.prefix}.ctl.{what}", cb=on_message)
+
+    async def tell(self, what: str, payload: bytes) -> None:
+        """Send a control message to every node (at most once: nothing waits for it)."""
+        nc = self._nc
+        if nc is None or nc.is_closed:
+            return
+        with contextlib.suppress(*UNREACHABLE):
+            await nc.publish(f"{self.config.prefix}.ctl.{what}", payload)
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    async def _on_error(self, exc: Exception) -> None:
+        # The client reconnects by itself; requests made meanwhile fail and are retried.
+        log.debug("NATS: %r", exc)
+
+    def _client(self) -> NatsClient:
+        if self._nc is None:
+            raise HubUnavailable("the JetStream hub is not connected")
+        return self._nc
+
+    def _jetstream(self) -> JetStreamContext:
+        if self._js is None:
+            raise HubUnavailable("the JetStream hub is not connected")
+        return self._js
+
+    @staticmethod
+    def _kv(bucket: KeyValue | None) -> KeyValue:
+        if bucket is None:
+            raise HubUnavailable("the JetStream hub is not connected")
+        return bucket
+
+
+async def _answer(call: Coroutine[Any, Any, Any]) -> Any:
+    """Await one JetStream request; no answer becomes `HubUnavailable` at once."""
+    try:
+        return await call
+    except UNREACHABLE as exc:
+        raise HubUnavailable(f"JetStream does not answer: {exc!r}") from exc
