@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from airlane.core import OrphanMode
-from airlane.server import ServerConfig, load_config
+from airlane.hub import MemoryHub
+from airlane.hub.jetstream import JetStreamHub
+from airlane.server import ServerConfig, build_hub, load_config
 
 EXAMPLE = Path(__file__).parent.parent / "docs" / "airlane.example.toml"
 
@@ -57,3 +59,37 @@ def test_mistakes_are_errors(tmp_path, text):
     path.write_text(text)
     with pytest.raises(ValueError):
         load_config(path)
+
+
+def test_the_cluster_page_example_loads_and_builds_a_jetstream_hub(tmp_path):
+    page = (EXAMPLE.parent / "cluster.md").read_text()
+    block = page.split("```toml\n", 1)[1].split("```", 1)[0]
+    path = tmp_path / "cluster.toml"
+    path.write_text(block)
+    config = load_config(path)
+    assert config.hub == "nats://127.0.0.1:4222" and config.jetstream.node_id == "a"
+    hub = build_hub(config)
+    assert isinstance(hub, JetStreamHub) and hub.node == "a"
+    assert hub.js_config.servers == ("nats://127.0.0.1:4222",)
+    assert isinstance(build_hub(ServerConfig()), MemoryHub)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[jetstream]\nservers = ["nats://x"]\n', "hub = 'nats://"),
+        ('[jetstream]\nprefix = "Bad Prefix"\n', "prefix"),
+        ('[jetstream]\nstorage = "disk"\n', "storage"),
+        ("[jetstream]\nheartbeat_s = 5.0\n", "node_timeout_s"),
+    ],
+)
+def test_jetstream_mistakes_are_reported(tmp_path, text, message):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        load_config(path)
+
+
+def test_a_hub_that_is_not_memory_or_nats_is_refused():
+    with pytest.raises(ValueError, match="nats://"):
+        build_hub(ServerConfig(hub="redis://x"))
