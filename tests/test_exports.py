@@ -14,6 +14,7 @@ PACKAGES = [
     "airlane.core",
     "airlane.wire",
     "airlane.hub",
+    "airlane.hub.jetstream",
     "airlane.backends",
     "airlane.security",
     "airlane.transports.http",

@@ -1,10 +1,12 @@
-"""Hubs: where streams live. `MemoryHub` is the embedded default."""
+"""Hubs: where streams live. `MemoryHub` is the embedded default; `airlane.hub.jetstream`
+shares streams between gateway nodes through NATS JetStream."""
 
 from airlane.hub.base import (
     Hub,
     HubError,
     HubFull,
     HubStats,
+    HubUnavailable,
     InvalidResume,
     InvalidStreamId,
     StreamEnded,
@@ -20,6 +22,7 @@ __all__ = [
     "HubError",
     "HubFull",
     "HubStats",
+    "HubUnavailable",
     "InvalidResume",
     "InvalidStreamId",
     "MemoryHub",
