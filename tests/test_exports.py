@@ -15,6 +15,7 @@ PACKAGES = [
     "airlane.wire",
     "airlane.hub",
     "airlane.hub.jetstream",
+    "airlane.eventlog",
     "airlane.backends",
     "airlane.security",
     "airlane.transports.http",
