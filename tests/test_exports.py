@@ -16,6 +16,7 @@ PACKAGES = [
     "airlane.hub",
     "airlane.hub.jetstream",
     "airlane.eventlog",
+    "airlane.registry",
     "airlane.backends",
     "airlane.security",
     "airlane.transports.http",
