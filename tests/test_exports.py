@@ -27,6 +27,7 @@ PACKAGES = [
     "airlane.deadline",
     "airlane.gateway",
     "airlane.server",
+    "airlane.eventsourcing",
 ]
 
 

@@ -1,6 +1,7 @@
 """The gateway service: what every transport calls.
 
-`Gateway` joins a hub, a backend and the security gate. Transports parse their wire, build a
+`Gateway` joins a hub, a backend, the security gate and the event sourcing services (event logs
+and the schema registry: `airlane.eventsourcing`). Transports parse their wire, build a
 `Principal` and call these methods; the gateway checks the gate, runs producers (backend ->
 hub) as tasks it owns, and never knows which wire a request came from.
 """
@@ -17,6 +18,7 @@ from airlane.backends.base import Backend, BackendError, GenerationRequest
 from airlane.core import Event, OrphanMode, OrphanPolicy, Position, Retention
 from airlane.core.events import TERMINAL_KINDS
 from airlane.eager import start_eagerly
+from airlane.eventsourcing import EventSourcing
 from airlane.hub import Hub, HubFull, StreamEnded, StreamInfo, StreamNotFound, Subscription
 from airlane.security import Action, AllowAll, Principal, SecurityPolicy
 
@@ -55,16 +57,20 @@ class Gateway:
         *,
         security: SecurityPolicy | None = None,
         config: GatewayConfig | None = None,
+        events: EventSourcing | None = None,
     ) -> None:
         self.hub = hub
         self.backend = backend
+        self.events = events or EventSourcing()
+        """Event logs and the schema registry (in memory unless given)."""
         self.security: SecurityPolicy = security or AllowAll()
         self.config = config or GatewayConfig()
         self._producers: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
-        """Start the hub's background work."""
+        """Start the hub's background work, then the event logs and the registry."""
         await self.hub.start()
+        await self.events.start()
 
     async def aclose(self) -> None:
         """Stop every producer, then the hub and the backend."""
@@ -75,6 +81,7 @@ class Gateway:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self.hub.aclose()
+        await self.events.aclose()
         await self.backend.aclose()
 
     @property

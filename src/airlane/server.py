@@ -24,6 +24,7 @@ from airlane.backends.base import Backend
 from airlane.backends.openai import OpenAIUpstreamBackend
 from airlane.backends.synthetic import SyntheticBackend, SyntheticConfig
 from airlane.core import OrphanMode, OrphanPolicy, Retention
+from airlane.eventsourcing import EventSourcing, EventSourcingConfig
 from airlane.gateway import Gateway, GatewayConfig
 from airlane.hub import Hub, MemoryHub, MemoryHubConfig
 from airlane.hub.jetstream import JetStreamHub, JetStreamHubConfig
@@ -48,6 +49,7 @@ __all__ = [
     "airc_port",
     "bind_socket",
     "build_app",
+    "build_event_sourcing",
     "build_hub",
     "grpc_port",
     "load_config",
@@ -98,14 +100,17 @@ class ServerConfig:
     ``nats://host:4222`` (several separated by commas), shared by every node pointed at it."""
     jetstream: JetStreamHubConfig = field(default_factory=JetStreamHubConfig)
     """The JetStream hub's settings (``[jetstream]``), used when ``hub`` is a NATS URL."""
+    eventsourcing: EventSourcingConfig = field(default_factory=EventSourcingConfig)
+    """Event logs and the schema registry (``[eventsourcing]``); in JetStream when ``hub``
+    is a NATS URL, else in memory."""
     log_level: str = "info"
     """Python logging level."""
 
 
 def load_config(path: Path, base: ServerConfig | None = None) -> ServerConfig:
     """Read a TOML file: top-level keys of `ServerConfig`, plus ``[synthetic]``, ``[http]``,
-    ``[orphan]``, ``[retention]``, ``[airc]``, ``[grpc]``, ``[jetstream]`` and ``[api_keys]``
-    tables. Unknown
+    ``[orphan]``, ``[retention]``, ``[airc]``, ``[grpc]``, ``[jetstream]``, ``[eventsourcing]``
+    and ``[api_keys]`` tables. Unknown
     keys are an error."""
     with path.open("rb") as fh:
         data = tomllib.load(fh)
@@ -118,6 +123,7 @@ def load_config(path: Path, base: ServerConfig | None = None) -> ServerConfig:
         "airc": (AircServerConfig, config.airc),
         "grpc": (GrpcServerConfig, config.grpc),
         "jetstream": (JetStreamHubConfig, config.jetstream),
+        "eventsourcing": (EventSourcingConfig, config.eventsourcing),
     }
     changes: dict[str, Any] = {}
     allowed = {f.name for f in fields(ServerConfig)}
@@ -156,15 +162,33 @@ def build_backend(config: ServerConfig) -> Backend:
     return SyntheticBackend(config.synthetic)
 
 
-def build_hub(config: ServerConfig) -> Hub:
-    """The in-memory hub, or the JetStream hub when ``hub`` names NATS servers."""
-    local = MemoryHubConfig(retention=config.retention)
+def nats_servers(config: ServerConfig) -> tuple[str, ...]:
+    """The NATS servers ``hub`` names; empty for ``memory``."""
     if config.hub == "memory":
-        return MemoryHub(local)
+        return ()
     servers = tuple(url.strip() for url in config.hub.split(",") if url.strip())
     if not servers or not all(url.startswith(("nats://", "tls://")) for url in servers):
         raise ValueError(f"hub {config.hub!r}: use 'memory' or nats://host:port[,nats://...]")
+    return servers
+
+
+def build_hub(config: ServerConfig) -> Hub:
+    """The in-memory hub, or the JetStream hub when ``hub`` names NATS servers."""
+    local = MemoryHubConfig(retention=config.retention)
+    servers = nats_servers(config)
+    if not servers:
+        return MemoryHub(local)
     return JetStreamHub(replace(config.jetstream, servers=servers, local=local))
+
+
+def build_event_sourcing(config: ServerConfig) -> EventSourcing:
+    """Event logs and the registry: in JetStream beside the hub, or in memory."""
+    return EventSourcing(
+        config.eventsourcing,
+        servers=nats_servers(config),
+        prefix=config.jetstream.prefix,
+        replicas=config.jetstream.replicas,
+    )
 
 
 def build_app(config: ServerConfig) -> AirlaneApp:
@@ -175,6 +199,7 @@ def build_app(config: ServerConfig) -> AirlaneApp:
         build_backend(config),
         security=security,
         config=GatewayConfig(orphan=config.orphan, retention=config.retention),
+        events=build_event_sourcing(config),
     )
     http = config.http
     if config.model and config.model not in http.models:

@@ -6,6 +6,7 @@ HTTP (SSE) with httpx.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterator
 from urllib.parse import quote
@@ -150,3 +151,37 @@ async def test_cancel_on_any_node_stops_the_generation_and_acknowledged_events_s
 
 
 pytestmark = pytest.mark.timeout(90)
+
+
+async def test_event_logs_and_schemas_are_shared_by_every_node(nats_server):
+    with node(nats_server, "a") as a, node(nats_server, "b") as b:
+        async with httpx.AsyncClient(timeout=20) as client:
+            schema = {"type": "object", "required": ["reward"]}
+            registered = await client.post(
+                f"{b.url}/v1/schemas/reward.v1/versions", json={"schema": schema}
+            )
+            assert registered.status_code == 200, registered.text
+            assert (await client.put(f"{a.url}/v1/logs/rewards")).status_code == 201
+            appended = await client.post(
+                f"{a.url}/v1/logs/rewards/events",
+                json={"events": [{"type": "reward.v1", "data": {"reward": i}} for i in range(3)]},
+            )
+            assert appended.status_code == 201, appended.text
+            refused = await client.post(
+                f"{a.url}/v1/logs/rewards/events", json={"type": "reward.v1", "data": {}}
+            )
+            assert refused.status_code == 422, refused.text  # b's schema, checked on a
+
+            fetch = f"{b.url}/v1/logs/rewards/groups/trainers/fetch"
+            got = (await client.post(fetch, json={"ack_wait_s": 1, "timeout_s": 2})).json()
+            assert [d["record"]["data"]["reward"] for d in got["deliveries"]] == [0, 1, 2]
+            tokens = [d["token"] for d in got["deliveries"]]
+            acked = await client.post(
+                f"{a.url}/v1/logs/rewards/groups/trainers/ack", json={"tokens": tokens}
+            )
+            assert acked.status_code == 200, acked.text  # settled on the other node
+            await asyncio.sleep(1.3)
+            again = (await client.post(fetch, json={"timeout_s": 0.3})).json()
+            assert again["deliveries"] == []
+            info = (await client.get(f"{a.url}/v1/logs/rewards/groups/trainers")).json()
+            assert info["pending_acks"] == 0 and info["next_seq"] == 4

@@ -5,6 +5,8 @@ Mount it inside a FastAPI/Starlette app or serve it with any ASGI server. Routes
 - ``POST /v1/chat/completions``        OpenAI-compatible, streaming and not
 - ``GET  /v1/models``                  the models this gateway answers for
 - ``/v1/streams...``                   the streams API (see `airlane.transports.http.streams`)
+- ``/v1/logs...``                      event logs and consumer groups (`...http.logs`)
+- ``/v1/schemas...``                   the schema registry (`...http.schemas`)
 - ``GET  /v1/ws``                      WebSocket, many streams per socket
 - ``GET  /v1/loadtest/sse|ws``         benchmark source
 - ``GET  /healthz``, ``GET /metrics``  liveness and Prometheus metrics
@@ -23,8 +25,10 @@ from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
 
 from airlane.core import BadResumeToken
+from airlane.eventlog import EventLogError
 from airlane.gateway import Gateway
 from airlane.hub import HubError
+from airlane.registry import RegistryError
 from airlane.security import Principal, SecurityError
 from airlane.transports.http.asgi import (
     HttpError,
@@ -44,7 +48,9 @@ from airlane.transports.http.loadtest import (
     loadtest_stream,
     render_loadtest_sse,
 )
+from airlane.transports.http.logs import handle_logs
 from airlane.transports.http.metrics import HttpMetrics
+from airlane.transports.http.schemas import handle_schemas
 from airlane.transports.http.streams import handle_streams
 from airlane.transports.http.websocket import serve_loadtest_ws, serve_websocket
 from airlane.wire.openai import error_body
@@ -137,7 +143,7 @@ class AirlaneApp:
         except HttpError as exc:
             status = exc.status
             await send_error(send, exc)
-        except (HubError, SecurityError) as exc:
+        except (HubError, SecurityError, EventLogError, RegistryError) as exc:
             status = exc.status
             # RFC 9110 11.6.1: a 401 names the scheme the client should use.
             challenge = [(b"www-authenticate", b"Bearer")] if status == 401 else []
@@ -174,6 +180,10 @@ class AirlaneApp:
             await send_json(send, 200, self._models())
         elif path == "/v1/streams" or path.startswith("/v1/streams/"):
             await handle_streams(self.context, principal, request, receive, send)
+        elif path == "/v1/logs" or path.startswith("/v1/logs/"):
+            await handle_logs(self.context, principal, request, receive, send)
+        elif path == "/v1/schemas" or path.startswith("/v1/schemas/"):
+            await handle_schemas(self.context, principal, request, receive, send)
         elif path == "/v1/loadtest/sse":
             _require(method, "GET")
             await self._loadtest_sse(principal, request, receive, send)
@@ -275,12 +285,18 @@ def _route_label(path: str) -> str:
     """A bounded label for metrics: stream ids are not part of it."""
     if path.startswith("/v1/streams/"):
         return "/v1/streams/{id}"
+    if path.startswith("/v1/logs/"):
+        return "/v1/logs/{log}"
+    if path.startswith("/v1/schemas/"):
+        return "/v1/schemas/{subject}"
     if path in (
         "/healthz",
         "/metrics",
         "/v1/chat/completions",
         "/v1/models",
         "/v1/streams",
+        "/v1/logs",
+        "/v1/schemas",
         "/v1/loadtest/sse",
     ):
         return path

@@ -27,6 +27,7 @@ __all__ = [
     "Request",
     "Scope",
     "Send",
+    "allow_methods",
     "read_json",
     "send_error",
     "send_json",
@@ -196,3 +197,15 @@ async def send_error(send: Send, error: HttpError) -> None:
     """An OpenAI-style JSON error response."""
     body = error_body(error.message, type=error.type, code=error.code, param=error.param)
     await send_body(send, error.status, body, b"application/json", error.headers)
+
+
+def allow_methods(method: str, allowed: str) -> None:
+    """A 405 with an ``Allow`` header unless ``method`` is one of ``allowed``
+    (``"GET, POST"``)."""
+    if method not in allowed.split(", "):
+        raise HttpError(
+            405,
+            f"{method} is not supported here; use {allowed}",
+            code="method_not_allowed",
+            headers=[(b"allow", allowed.encode())],
+        )

@@ -9,6 +9,7 @@ from airlane.gateway import Gateway
 from airlane.security import Principal
 from airlane.transports.http.asgi import Receive, Request, Send
 from airlane.transports.http.config import HttpConfig
+from airlane.transports.http.log_groups import GroupHandles
 from airlane.transports.http.metrics import HttpMetrics
 from airlane.transports.http.sse_pump import SSEPump
 
@@ -27,6 +28,8 @@ class AppContext:
     config: HttpConfig
     metrics: HttpMetrics
     subprotocols: Mapping[str, WebSocketHandler] = field(default_factory=dict)
+    log_groups: GroupHandles = field(default_factory=GroupHandles)
+    """Consumer group handles of the event log API's members (`airlane.transports.http.logs`)."""
     """Extra ``/v1/ws`` subprotocols and their handlers, given by the composition root (a
     transport never imports another)."""
 
