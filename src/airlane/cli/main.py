@@ -13,6 +13,7 @@ from rich.console import Console
 from airlane import __version__
 from airlane.cli.bench import bench_command
 from airlane.cli.demo import demo_command
+from airlane.cli.logs import logs_app, schemas_app
 from airlane.cli.stream import stream_command
 from airlane.server import (
     DEFAULT_HOST,
@@ -27,7 +28,7 @@ __all__ = ["app", "main"]
 
 app = typer.Typer(
     name="airlane",
-    help="Airlane: resumable LLM token streams over SSE and WebSocket.",
+    help="Airlane: resumable LLM token streams and event logs, one process or many nodes.",
     no_args_is_help=True,
     add_completion=False,
 )
@@ -123,6 +124,8 @@ def serve_command(
 app.command("demo")(demo_command)
 app.command("stream")(stream_command)
 app.command("bench")(bench_command)
+app.add_typer(logs_app, name="logs")
+app.add_typer(schemas_app, name="schemas")
 
 
 @app.command("version")

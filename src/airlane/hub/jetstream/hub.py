@@ -88,6 +88,8 @@ log = logging.getLogger("airlane.hub.jetstream")
 
 MAX_CONFLICTS = 64
 """Times one append is retried after losing to appends from other nodes, before it fails."""
+SLOW_FOLLOW_S = 0.5
+"""Reading a stream's history for a new follower slower than this is logged."""
 SNAPSHOT_EVERY = 256
 """Newly folded events that make the producer's node store a snapshot and purge JetStream."""
 
@@ -119,6 +121,7 @@ class JetStreamHub(MemoryHub):
         """
         if self._started:
             return
+        self._store.on_missed = self._on_missed
         await self._store.connect()
         await self._store.listen("hb", self._on_heartbeat)
         await self._store.listen("cancel", self._on_cancel_notice)
@@ -202,19 +205,23 @@ class JetStreamHub(MemoryHub):
     async def subscribe(
         self, stream_id: str, *, resume: Position | None = None, subscriber: str | None = None
     ) -> Subscription:
+        # A consumer brings other nodes' appends to this node's readers. The producer's own
+        # node needs none: the producer appends here, and a cancel from elsewhere is read
+        # when its notice arrives (or at the producer's next append).
+        follow = stream_id not in self._producing
         replica = await self._replica(stream_id)
-        await self._refresh(replica)
-        subscription = await super().subscribe(stream_id, resume=resume, subscriber=subscriber)
+        if follow:
+            await self._follow(replica)
+        else:
+            await self._refresh(replica)
+        try:
+            subscription = await super().subscribe(stream_id, resume=resume, subscriber=subscriber)
+        except BaseException:
+            if replica.readers == 0:
+                self._unfollow(replica)
+            raise
         if replica.readers == 1:
             self._announce_readers(replica)
-            if replica.consumer is None and replica.log.terminal is None:
-                try:
-                    replica.consumer = await self._store.follow(
-                        replica.key, replica.last_js_seq, self._deliverer(replica)
-                    )
-                except BaseException:
-                    await subscription.aclose()
-                    raise
         return subscription
 
     async def cancel(self, stream_id: str, finish_reason: str = "cancelled") -> bool:
@@ -312,7 +319,8 @@ class JetStreamHub(MemoryHub):
             after = keep_from - 1
         replica = Replica(stream_log, None, meta)
         replica.last_js_seq = after
-        await self._catch_up(replica)
+        until = await self._store.last_seq(key)
+        await self._store.read_until(key, after, until, self._deliverer(replica))
         existing = self._streams.get(stream_id)
         if existing is not None:  # created on this node while this load waited
             assert isinstance(existing, Replica)
@@ -369,11 +377,54 @@ class JetStreamHub(MemoryHub):
                 replica.deferred = False
                 await self._catch_up(replica)
 
+    async def _follow(self, replica: Replica) -> None:
+        """Follow the replica's stream live (unless it does already or has ended): subscribe
+        first, then read back what was stored before, so nothing falls in between."""
+        async with replica.lock:
+            if replica.consumer is not None or replica.log.terminal is not None:
+                return
+            started = time.monotonic()
+            replica.consumer = await self._store.follow(replica.key, self._deliverer(replica))
+            until = await self._store.last_seq(replica.key)
+            await self._store.read_until(
+                replica.key, replica.last_js_seq, until, self._deliverer(replica)
+            )
+            took = time.monotonic() - started
+            if took > SLOW_FOLLOW_S:
+                log.warning("stream %s: reading its history took %.2f s", replica.stream_id, took)
+            if replica.deferred:
+                replica.deferred = False
+                await self._catch_up(replica)
+
     def _deliverer(self, replica: Replica) -> Callable[[StoredBatch], None]:
         def deliver(batch: StoredBatch) -> None:
             self._appended += replica.deliver(batch)
+            if replica.deferred and not replica.lock.locked():
+                # (A holder of the lock reads back what was deferred before it lets go.)
+                self._repair(replica)
 
         return deliver
+
+    def _repair(self, replica: Replica) -> None:
+        """Read back what the replica missed, once (a task; deliveries cannot wait)."""
+        if not replica.repairing:
+            replica.repairing = True
+            self._spawn(self._read_back(replica))
+
+    async def _read_back(self, replica: Replica) -> None:
+        try:
+            async with replica.lock:
+                replica.deferred = False
+                await self._catch_up(replica)
+        finally:
+            replica.repairing = False
+
+    def _on_missed(self) -> None:
+        """Live messages may have been lost (a reconnect): every follower reads back."""
+        for stream in self._streams.values():
+            assert isinstance(stream, Replica)
+            if stream.consumer is not None:
+                self._repair(stream)
 
     def _unfollow(self, replica: Replica) -> None:
         """Stop the replica's consumer (at once: a reader arriving next starts a new one)."""
@@ -419,6 +470,12 @@ class JetStreamHub(MemoryHub):
 
     async def _heartbeats(self) -> None:
         while True:
+            # Streams that ended (or left) need no watching for their producer any more.
+            self._producing = {
+                sid
+                for sid in self._producing
+                if (stream := self._streams.get(sid)) is not None and stream.log.terminal is None
+            }
             beat = Heartbeat(
                 self.node,
                 {sid: s.readers for sid, s in self._streams.items() if s.readers},

@@ -14,7 +14,7 @@ import logging
 import time
 from collections import deque
 
-from nats.js import JetStreamContext
+from nats.aio.subscription import Subscription
 
 from airlane.core import Event, OrphanTracker, StreamLog
 from airlane.hub.jetstream.records import CorruptRecord, StreamMeta, decode_batch, stream_key
@@ -38,6 +38,7 @@ class Replica(_Stream):
         "last_js_seq",
         "lock",
         "meta",
+        "repairing",
         "snapshot_through",
     )
 
@@ -53,12 +54,14 @@ class Replica(_Stream):
         """``(js_seq, first_seq)`` of the messages applied since the last stored snapshot."""
         self.snapshot_through = stream_log.folded.through_seq
         """The last seq the stored snapshot covers."""
-        self.consumer: JetStreamContext.PushSubscription | None = None
-        """The ordered consumer following the subject, while the stream has local readers."""
+        self.consumer: Subscription | None = None
+        """The live subscription following the stream, while it has readers here."""
         self.inflight: str | None = None
         """The message id of this node's publish in progress (its echo is not applied)."""
         self.deferred = False
-        """Another node's message arrived during a publish: catch up after it."""
+        """A message arrived that could not be applied yet: read back what follows."""
+        self.repairing = False
+        """A read-back is scheduled."""
         self.lock = asyncio.Lock()
         """Held while publishing or catching up, so messages are applied in order."""
 
@@ -68,10 +71,19 @@ class Replica(_Stream):
         return self.meta.stream_id
 
     def deliver(self, batch: StoredBatch) -> int:
-        """A message from the consumer; returns how many events it added."""
+        """A message as it was appended (or read back); returns how many events it added.
+
+        One this replica cannot apply yet (another node's, during this node's own publish;
+        one that does not follow the newest applied, because one was missed) sets `deferred`:
+        the hub then reads back what follows the newest applied.
+        """
         if self.inflight is not None:
             if batch.msg_id != self.inflight:
                 self.deferred = True  # another node's: read after this node's publish lands
+            return 0
+        prev = batch.prev
+        if prev is not None and prev != self.last_js_seq < batch.js_seq:
+            self.deferred = True  # one in between was missed (or is still being read back)
             return 0
         return self.apply(batch)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -20,8 +21,10 @@ from typing import Any, NamedTuple
 import nats
 import nats.errors
 import nats.js.errors
+import orjson
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext, api
 from nats.js.kv import KeyValue
 
@@ -45,7 +48,11 @@ UNREACHABLE = (
 )
 """Errors that mean the broker did not answer (as opposed to answering no)."""
 FOLLOW_HEARTBEAT_S = 2.0
-"""Idle heartbeat of the ordered consumers following subjects (a stalled one is re-made)."""
+"""Idle heartbeat of the ordered consumers reading history (a stalled one is re-made)."""
+FOLLOW_PENDING_MSGS = 4096
+FOLLOW_PENDING_BYTES = 16 << 20
+"""Bounds on what a followed stream's subscription buffers; past them the client drops
+messages (a slow consumer), which the gap check notices and reads back."""
 
 
 class Conflict(Exception):
@@ -60,6 +67,8 @@ class StoredBatch(NamedTuple):
     ts_ns: int
     """When JetStream stored it, on this process's monotonic clock."""
     msg_id: str | None
+    prev: int | None = None
+    """The sequence of the subject's message before it, where known (a live message)."""
 
 
 def monotonic_ns_of(wall: datetime | None) -> int:
@@ -82,6 +91,12 @@ class JetStreamStore:
         self._js: JetStreamContext | None = None
         self._meta: KeyValue | None = None
         self._snapshots: KeyValue | None = None
+        # Publish acknowledgements: one subscription for all of them, a future per publish.
+        self._ack_prefix = ""
+        self._acks: dict[str, asyncio.Future[Msg]] = {}
+        self._ack_tokens = itertools.count()
+        self.on_missed: Callable[[], None] | None = None
+        """Called when live messages may have been lost (reconnect, slow consumer)."""
 
     # -- connection -------------------------------------------------------------------------
 
@@ -100,8 +115,11 @@ class JetStreamStore:
                 reconnect_time_wait=0.25,
                 max_reconnect_attempts=-1,
                 error_cb=self._on_error,
+                reconnected_cb=self._on_reconnected,
             )
             self._js = self._nc.jetstream(timeout=cfg.request_timeout_s)
+            self._ack_prefix = self._nc.new_inbox() + "."
+            await self._nc.subscribe(self._ack_prefix + "*", cb=self._on_ack)
             storage = api.StorageType.FILE if cfg.storage == "file" else api.StorageType.MEMORY
             info = await self._events_stream(storage)
             self._meta = await self._bucket(cfg.meta_bucket, storage)
@@ -124,12 +142,14 @@ class JetStreamStore:
     async def _events_stream(self, storage: api.StorageType) -> api.StreamInfo:
         cfg = self.config
         js = self._jetstream()
+        republish = api.RePublish(src=f"{cfg.prefix}.s.>", dest=f"{cfg.prefix}.r.>")
         try:
-            return await js.stream_info(cfg.events_stream)
+            info = await js.stream_info(cfg.events_stream)
         except nats.js.errors.NotFoundError:
             return await js.add_stream(
                 name=cfg.events_stream,
                 subjects=[f"{cfg.prefix}.s.>"],
+                republish=republish,
                 storage=storage,
                 num_replicas=cfg.replicas,
                 max_age=cfg.history_ttl_s,
@@ -138,6 +158,9 @@ class JetStreamStore:
                 allow_direct=True,
                 description="Airlane stream events (one subject per stream)",
             )
+        if info.config.republish is None:  # made by an older release: followers need it
+            info = await js.update_stream(info.config.evolve(republish=republish))
+        return info
 
     async def _bucket(self, name: str, storage: api.StorageType) -> KeyValue:
         js = self._jetstream()
@@ -223,25 +246,67 @@ class JetStreamStore:
             HubUnavailable: JetStream did not answer in time.
             HubError: JetStream refused for another reason.
         """
-        js = self._jetstream()
         headers = {"Nats-Msg-Id": msg_id, "Nats-Expected-Last-Subject-Sequence": str(after)}
         deadline = time.monotonic() + self.config.unavailable_after_s
         delay = 0.05
         while True:
             try:
-                ack = await js.publish(
-                    self.subject(key), payload, headers=headers, stream=self.config.events_stream
-                )
-                return int(ack.seq)
-            except nats.js.errors.APIError as exc:
-                if exc.err_code == _WRONG_LAST_SEQUENCE:
-                    raise Conflict(str(exc)) from None
-                raise HubError(f"JetStream refused an append: {exc}") from exc
+                answer = await self._request_ack(self.subject(key), payload, headers)
             except UNREACHABLE as exc:
                 if time.monotonic() + delay > deadline:
                     raise HubUnavailable(f"JetStream does not answer: {exc!r}") from exc
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
+                continue
+            error = answer.get("error")
+            if error is None:
+                return int(answer["seq"])
+            if error.get("err_code") == _WRONG_LAST_SEQUENCE:
+                raise Conflict(str(error.get("description")))
+            if error.get("code") == 503:  # no JetStream leader yet (restart, election)
+                if time.monotonic() + delay > deadline:
+                    raise HubUnavailable(f"JetStream is not ready: {error}")
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+                continue
+            raise HubError(f"JetStream refused an append: {error.get('description')}")
+
+    async def _request_ack(
+        self, subject: str, payload: bytes, headers: dict[str, str]
+    ) -> dict[str, Any]:
+        """Publish to a JetStream subject and wait for its acknowledgement.
+
+        What ``JetStreamContext.publish`` does, leaner (a counter instead of a random token,
+        orjson, a timer instead of ``wait_for``): it runs once per appended batch.
+        """
+        nc = self._client()
+        if nc.is_reconnecting:
+            # Published now, it would wait in the client's buffer and be sent unconditioned
+            # by what is appended meanwhile; fail it and let the retry publish it afresh.
+            raise nats.errors.ConnectionReconnectingError
+        token = str(next(self._ack_tokens))
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[Msg] = loop.create_future()
+        self._acks[token] = answer
+        timer = loop.call_later(self.config.request_timeout_s, _time_out, answer)
+        try:
+            await nc.publish(subject, payload, reply=self._ack_prefix + token, headers=headers)
+            msg = await answer
+        finally:
+            timer.cancel()
+            self._acks.pop(token, None)
+        if msg.headers and msg.headers.get("Status") == "503":
+            raise nats.errors.NoRespondersError
+        try:
+            decoded: dict[str, Any] = orjson.loads(msg.data)
+        except orjson.JSONDecodeError as exc:
+            raise HubError(f"JetStream answered an append with {msg.data[:200]!r}") from exc
+        return decoded
+
+    async def _on_ack(self, msg: Msg) -> None:
+        answer = self._acks.get(msg.subject[len(self._ack_prefix) :])
+        if answer is not None and not answer.done():
+            answer.set_result(msg)
 
     async def next_after(self, key: str, js_seq: int) -> StoredBatch | None:
         """The stream's first message after ``js_seq``, or None."""
@@ -258,11 +323,79 @@ class JetStreamStore:
             msg.seq, msg.data or b"", monotonic_ns_of(msg.time), headers.get("Nats-Msg-Id")
         )
 
-    async def follow(
+    async def last_seq(self, key: str) -> int:
+        """The sequence of the stream's newest message (0 if it has none)."""
+        try:
+            msg = await _answer(
+                self._jetstream().get_msg(self.config.events_stream, subject=self.subject(key))
+            )
+        except nats.js.errors.NotFoundError:
+            return 0
+        return int(msg.seq or 0)
+
+    async def read_until(
+        self, key: str, after: int, until: int, deliver: Callable[[StoredBatch], None]
+    ) -> None:
+        """Call ``deliver`` with every message after ``after`` up to ``until``, read in bulk
+        through a short-lived ordered consumer (one request per message would cost a round
+        trip each when a node first loads a long stream).
+
+        Raises:
+            HubUnavailable: they did not all arrive within ``unavailable_after_s``.
+        """
+        if until <= after:
+            return
+        arrived = asyncio.get_running_loop().create_future()
+
+        def take(batch: StoredBatch) -> None:
+            deliver(batch)
+            if batch.js_seq >= until and not arrived.done():
+                arrived.set_result(None)
+
+        subscription = await self._read(key, after, take)
+        try:
+            await asyncio.wait_for(arrived, self.config.unavailable_after_s)
+        except TimeoutError as exc:
+            subject = self.subject(key)
+            raise HubUnavailable(f"JetStream did not deliver {subject} in time") from exc
+        finally:
+            with contextlib.suppress(Exception):
+                await subscription.unsubscribe()
+
+    async def follow(self, key: str, deliver: Callable[[StoredBatch], None]) -> Subscription:
+        """Call ``deliver`` with each message appended to the stream from now on.
+
+        JetStream republishes every stored message on ``<prefix>.r.<key>`` (a plain NATS
+        subject: no consumer on the server, no flow control) with its sequence and the
+        sequence of the subject's previous message, so a follower sees at once if it missed
+        one (at-most-once delivery, a reconnect) and reads it back. What was stored before
+        this call is `read_until`'s business.
+        """
+
+        async def on_message(msg: Msg) -> None:
+            headers = msg.headers or {}
+            try:
+                js_seq = int(headers["Nats-Sequence"])
+                prev = int(headers.get("Nats-Last-Sequence", "0"))
+            except (KeyError, ValueError):
+                return  # not a republished message: nothing this hub wrote
+            batch = StoredBatch(
+                js_seq, msg.data, time.monotonic_ns(), headers.get("Nats-Msg-Id"), prev
+            )
+            deliver(batch)
+
+        subscription: Subscription = await self._client().subscribe(
+            f"{self.config.prefix}.r.{key}",
+            cb=on_message,
+            pending_msgs_limit=FOLLOW_PENDING_MSGS,
+            pending_bytes_limit=FOLLOW_PENDING_BYTES,
+        )
+        return subscription
+
+    async def _read(
         self, key: str, after: int, deliver: Callable[[StoredBatch], None]
     ) -> JetStreamContext.PushSubscription:
-        """Call ``deliver`` with every message after ``after`` and each one appended later, in
-        order (an ordered consumer: JetStream re-makes it if it stalls or skips)."""
+        """An ordered consumer delivering the stream's messages after ``after``."""
 
         async def on_message(msg: Msg) -> None:
             meta = msg.metadata
@@ -316,6 +449,13 @@ class JetStreamStore:
     async def _on_error(self, exc: Exception) -> None:
         # The client reconnects by itself; requests made meanwhile fail and are retried.
         log.debug("NATS: %r", exc)
+        if isinstance(exc, nats.errors.SlowConsumerError) and self.on_missed is not None:
+            self.on_missed()  # live messages were dropped: followers read them back
+
+    async def _on_reconnected(self) -> None:
+        # Live messages published while disconnected never arrive: followers read them back.
+        if self.on_missed is not None:
+            self.on_missed()
 
     def _client(self) -> NatsClient:
         if self._nc is None:
@@ -332,6 +472,11 @@ class JetStreamStore:
         if bucket is None:
             raise HubUnavailable("the JetStream hub is not connected")
         return bucket
+
+
+def _time_out(answer: asyncio.Future[Msg]) -> None:
+    if not answer.done():
+        answer.set_exception(nats.errors.TimeoutError())
 
 
 async def _answer(call: Coroutine[Any, Any, Any]) -> Any:
