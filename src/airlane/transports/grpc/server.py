@@ -1,6 +1,6 @@
-"""`GrpcServer`: the ``airlane.v1.Airlane`` service on grpcio's asyncio server, with standard
-health checking (``grpc.health.v1``), server reflection, keepalive settings that accept clients
-pinging every 10 s, and message size limits."""
+"""`GrpcServer`: the ``airlane.v1.Airlane`` and ``airlane.v1.EventLogs`` services on grpcio's
+asyncio server, with standard health checking (``grpc.health.v1``), server reflection,
+keepalive settings that accept clients pinging every 10 s, and message size limits."""
 
 from __future__ import annotations
 
@@ -13,16 +13,19 @@ from grpc_reflection.v1alpha import reflection
 from airlane.gateway import Gateway
 from airlane.transports.grpc.config import GrpcServerConfig
 from airlane.transports.grpc.context import MetadataInterceptor
+from airlane.transports.grpc.eventlog import EventLogService
 from airlane.transports.grpc.handlers import add_service
 from airlane.transports.grpc.service import AirlaneService
-from airlane.v1 import service_pb2
+from airlane.v1 import eventlog_pb2, eventlog_pb2_grpc, service_pb2
 
-__all__ = ["SERVICE_NAME", "GrpcServer"]
+__all__ = ["EVENT_LOGS_NAME", "SERVICE_NAME", "GrpcServer"]
 
 log = logging.getLogger("airlane.grpc")
 
 SERVICE_NAME = service_pb2.DESCRIPTOR.services_by_name["Airlane"].full_name
 """``airlane.v1.Airlane``."""
+EVENT_LOGS_NAME = eventlog_pb2.DESCRIPTOR.services_by_name["EventLogs"].full_name
+"""``airlane.v1.EventLogs``."""
 
 
 def server_options(config: GrpcServerConfig) -> list[tuple[str, int]]:
@@ -53,6 +56,7 @@ class GrpcServer:
         self.health = health.aio.HealthServicer()
         """Standard health checking: SERVING for ``""`` and ``airlane.v1.Airlane``."""
         self._server: aio.Server | None = None
+        self._event_logs = EventLogService(gateway)
 
     async def start(self, host: str, port: int) -> int:
         """Listen on ``host:port`` (0: a free port); return the port."""
@@ -60,14 +64,16 @@ class GrpcServer:
             interceptors=[MetadataInterceptor()], options=server_options(self.config)
         )
         add_service(AirlaneService(self.gateway, self.config), server)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        reflection.enable_server_reflection(
-            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        eventlog_pb2_grpc.add_EventLogsServicer_to_server(  # type: ignore[no-untyped-call]
+            self._event_logs, server
         )
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        names = (SERVICE_NAME, EVENT_LOGS_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME)
+        reflection.enable_server_reflection(names, server)
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         self.port = server.add_insecure_port(address)
         await server.start()
-        for name in ("", SERVICE_NAME):
+        for name in ("", SERVICE_NAME, EVENT_LOGS_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         self._server = server
         return self.port
@@ -79,3 +85,4 @@ class GrpcServer:
         await self.health.enter_graceful_shutdown()
         await self._server.stop(grace_s)
         self._server = None
+        await self._event_logs.aclose()

@@ -1,11 +1,15 @@
-"""`GroupHandles`: the consumer group handles an HTTP node keeps open for its members."""
+"""`GroupHandles`: consumer group handles a gateway node keeps open for remote members.
+
+An HTTP or gRPC member fetches again and again; joining its group anew each time would cost
+broker round trips, so the handles stay open, one per (log, group), least recently used out.
+"""
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from typing import Any
 
-from airlane.eventlog import ConsumerGroup, EventLog
+from airlane.eventlog.base import ConsumerGroup, EventLog
 
 __all__ = ["MAX_GROUP_HANDLES", "GroupHandles"]
 
