@@ -14,9 +14,10 @@ Three runs, each bounded in streams and time:
   repeated.
 
 Reported per run: payload MB/s (chunk bytes received by all readers / wall time), chunks/s,
-and delivery lag (the reader's monotonic clock minus the chunk's ``ts``, stamped by the
-producer on the same machine) p50/p99 per node, for chunks produced after the reader
-connected (a reader that joins late first catches up on history, which is not lag).
+the server processes' CPU time per 1000 chunks delivered (what the hub costs, whatever else
+shares the machine), and delivery lag (the reader's monotonic clock minus the chunk's ``ts``,
+stamped by the producer on the same machine) p50/p99 per node, for chunks produced after the
+reader connected (a reader that joins late first catches up on history, which is not lag).
 
     .venv/bin/python benchmarks/cluster_fanout.py                          # the seed workload
     .venv/bin/python benchmarks/cluster_fanout.py --streams 20 --chunks 50 --json -   # smoke
@@ -44,6 +45,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import orjson
+import psutil
 
 from airlane.bench.chunk import read_seq_ts
 from airlane.bench.memory import raise_fd_limit
@@ -150,7 +152,12 @@ async def create(
     return str(response.json()["id"])
 
 
-async def fanout(producer: str, nodes: dict[str, str], args: argparse.Namespace) -> dict[str, Any]:
+async def fanout(
+    producer: str,
+    nodes: dict[str, str],
+    args: argparse.Namespace,
+    processes: dict[str, int] | None = None,
+) -> dict[str, Any]:
     """Create the streams on ``producer`` and read each from the nodes in turn."""
     create_limit = asyncio.Semaphore(CREATE_CONCURRENCY)
     connect_limit = asyncio.Semaphore(CONNECT_CONCURRENCY)
@@ -171,12 +178,15 @@ async def fanout(producer: str, nodes: dict[str, str], args: argparse.Namespace)
 
         await asyncio.gather(*(subscribe(reader) for reader in mine))
 
+    watched = {name: psutil.Process(pid) for name, pid in (processes or {}).items()}
+    cpu_before = {name: _cpu_s(p) for name, p in watched.items()}
     start = time.monotonic()
     async with httpx.AsyncClient(timeout=30, trust_env=False) as client:
         await asyncio.wait_for(
             asyncio.gather(*(one(client, i) for i in range(args.streams))), args.limit_s
         )
     wall = time.monotonic() - start
+    cpu = {name: _cpu_s(p) - cpu_before[name] for name, p in watched.items()}
     total_bytes = sum(r.payload_bytes for r in readers)
     total_chunks = sum(r.chunks for r in readers)
     expected = args.streams * args.readers * args.chunks
@@ -187,6 +197,10 @@ async def fanout(producer: str, nodes: dict[str, str], args: argparse.Namespace)
         "payload_mb_s": round(total_bytes / wall / 1e6, 2),
         "chunks_per_s": round(total_chunks / wall),
         "incomplete_readers": sum(1 for r in readers if r.ended != "stop"),
+        # Server CPU per 1000 chunks delivered: what the hub costs, whatever the machine.
+        "cpu_ms_per_1000_chunks": {
+            name: round(seconds * 1e6 / max(total_chunks, 1), 1) for name, seconds in cpu.items()
+        },
         "lag_ms": {},
     }
     for name in names:
@@ -249,7 +263,7 @@ async def resume_after_kill(
 
 
 @contextlib.contextmanager
-def nats_server() -> Iterator[str]:
+def nats_server() -> Iterator[tuple[str, int]]:
     """A throwaway ``nats-server -js`` on a free port."""
     binary = shutil.which("nats-server")
     if binary is None:
@@ -271,10 +285,15 @@ def nats_server() -> Iterator[str]:
                 with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port)):
                     break
                 time.sleep(0.05)
-            yield f"nats://127.0.0.1:{port}"
+            yield f"nats://127.0.0.1:{port}", process.pid
         finally:
             process.terminate()
             process.wait(10)
+
+
+def _cpu_s(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return float(times.user + times.system)
 
 
 def gateway(hub: str | None, node: str, config: Path) -> LocalGateway:
@@ -296,11 +315,12 @@ async def main_async(args: argparse.Namespace, config: Path) -> dict[str, Any]:
     }
     with gateway(None, "m", config) as m:
         assert m.url is not None
-        report["memory"] = await fanout(m.url, {"m": m.url}, args)
-    with nats_server() as hub:
+        report["memory"] = await fanout(m.url, {"m": m.url}, args, {"m": m.pid})
+    with nats_server() as (hub, broker_pid):
         with gateway(hub, "a", config) as a, gateway(hub, "b", config) as b:
             assert a.url is not None and b.url is not None
-            report["jetstream"] = await fanout(a.url, {"a": a.url, "b": b.url}, args)
+            processes = {"a": a.pid, "b": b.pid, "nats-server": broker_pid}
+            report["jetstream"] = await fanout(a.url, {"a": a.url, "b": b.url}, args, processes)
         if args.resume_streams:
             with gateway(hub, "a2", config) as a, gateway(hub, "b2", config) as b:
                 report["resume"] = await resume_after_kill(a, b, args)
