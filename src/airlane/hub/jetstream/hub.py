@@ -205,8 +205,8 @@ class JetStreamHub(MemoryHub):
     async def subscribe(
         self, stream_id: str, *, resume: Position | None = None, subscriber: str | None = None
     ) -> Subscription:
-        # A consumer brings other nodes' appends to this node's readers. The producer's own
-        # node needs none: the producer appends here, and a cancel from elsewhere is read
+        # Following brings other nodes' appends to this node's readers. The producer's own
+        # node need not follow: the producer appends here, and a cancel from elsewhere is read
         # when its notice arrives (or at the producer's next append).
         follow = stream_id not in self._producing
         replica = await self._replica(stream_id)
@@ -330,7 +330,7 @@ class JetStreamHub(MemoryHub):
 
     async def _refresh(self, replica: Replica) -> None:
         """Bring a replica that follows no consumer up to date."""
-        if replica.consumer is None and replica.log.terminal is None:
+        if replica.live is None and replica.log.terminal is None:
             await self._locked_catch_up(replica)
 
     async def _catch_up(self, replica: Replica) -> None:
@@ -381,10 +381,10 @@ class JetStreamHub(MemoryHub):
         """Follow the replica's stream live (unless it does already or has ended): subscribe
         first, then read back what was stored before, so nothing falls in between."""
         async with replica.lock:
-            if replica.consumer is not None or replica.log.terminal is not None:
+            if replica.live is not None or replica.log.terminal is not None:
                 return
             started = time.monotonic()
-            replica.consumer = await self._store.follow(replica.key, self._deliverer(replica))
+            replica.live = await self._store.follow(replica.key, self._deliverer(replica))
             until = await self._store.last_seq(replica.key)
             await self._store.read_until(
                 replica.key, replica.last_js_seq, until, self._deliverer(replica)
@@ -423,12 +423,12 @@ class JetStreamHub(MemoryHub):
         """Live messages may have been lost (a reconnect): every follower reads back."""
         for stream in self._streams.values():
             assert isinstance(stream, Replica)
-            if stream.consumer is not None:
+            if stream.live is not None:
                 self._repair(stream)
 
     def _unfollow(self, replica: Replica) -> None:
         """Stop the replica's consumer (at once: a reader arriving next starts a new one)."""
-        consumer, replica.consumer = replica.consumer, None
+        consumer, replica.live = replica.live, None
         if consumer is not None:
             self._spawn(consumer.unsubscribe())
 

@@ -31,11 +31,11 @@ class Replica(_Stream):
 
     __slots__ = (
         "boundaries",
-        "consumer",
         "deferred",
         "inflight",
         "key",
         "last_js_seq",
+        "live",
         "lock",
         "meta",
         "repairing",
@@ -54,7 +54,7 @@ class Replica(_Stream):
         """``(js_seq, first_seq)`` of the messages applied since the last stored snapshot."""
         self.snapshot_through = stream_log.folded.through_seq
         """The last seq the stored snapshot covers."""
-        self.consumer: Subscription | None = None
+        self.live: Subscription | None = None
         """The live subscription following the stream, while it has readers here."""
         self.inflight: str | None = None
         """The message id of this node's publish in progress (its echo is not applied)."""
