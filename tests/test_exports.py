@@ -4,6 +4,8 @@ what is documented here."""
 from __future__ import annotations
 
 import importlib
+import subprocess
+import sys
 
 import pytest
 
@@ -74,3 +76,16 @@ def test_embedding_in_another_asgi_app_needs_only_the_public_api():
     gateway = airlane.Gateway(airlane.MemoryHub(), airlane.SyntheticBackend())
     app = airlane.create_app(gateway, airlane.HttpConfig(cors_origins=("*",)))
     assert callable(app)
+
+
+def test_the_in_memory_default_does_not_load_the_nats_client():
+    # NATS (and the aiohttp it pulls in) is for --hub nats://...: a CLI start or an embedding
+    # app on the default should not pay for importing it.
+    code = (
+        "import sys, airlane, airlane.server, airlane.cli.main, airlane.eventlog, "
+        "airlane.registry, airlane.hub.jetstream; print('nats' in sys.modules)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert result.stdout.strip() == "False"

@@ -27,7 +27,7 @@ from airlane.core import OrphanMode, OrphanPolicy, Retention
 from airlane.eventsourcing import EventSourcing, EventSourcingConfig
 from airlane.gateway import Gateway, GatewayConfig
 from airlane.hub import Hub, MemoryHub, MemoryHubConfig
-from airlane.hub.jetstream import JetStreamHub, JetStreamHubConfig
+from airlane.hub.jetstream import JetStreamHubConfig
 from airlane.security import AllowAll, ApiKeyPolicy, SecurityPolicy
 from airlane.transports.airc import (
     AIRC_SUBPROTOCOL,
@@ -178,6 +178,8 @@ def build_hub(config: ServerConfig) -> Hub:
     servers = nats_servers(config)
     if not servers:
         return MemoryHub(local)
+    from airlane.hub.jetstream.hub import JetStreamHub  # loads the NATS client: only here
+
     return JetStreamHub(replace(config.jetstream, servers=servers, local=local))
 
 

@@ -36,9 +36,7 @@ from airlane.eventlog.errors import (
     LogExists,
     LogNotFound,
 )
-from airlane.eventlog.jetstream import JetStreamEventLog, JetStreamEventLogConfig
 from airlane.eventlog.memory import MemoryEventLog, MemoryEventLogConfig
-from airlane.eventlog.nats_retry import RetryPolicy
 
 __all__ = [
     "DEFAULT_MAX_EVENT_BYTES",
@@ -74,3 +72,20 @@ __all__ = [
     "Validator",
     "is_json_content_type",
 ]
+
+_NATS_BACKED = {
+    "JetStreamEventLog": "airlane.eventlog.jetstream",
+    "JetStreamEventLogConfig": "airlane.eventlog.jetstream",
+    "RetryPolicy": "airlane.eventlog.nats_retry",
+}
+
+
+def __getattr__(name: str) -> object:
+    # These need the NATS client: imported when first asked for, so that the in-memory
+    # default (and `import airlane`) does not load it.
+    module = _NATS_BACKED.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

@@ -31,7 +31,6 @@ from airlane.registry.schemas import (
 from airlane.registry.service import SchemaRegistry
 from airlane.registry.store import (
     DEFAULT_BUCKET,
-    JetStreamSchemaStore,
     MemorySchemaStore,
     SchemaStore,
 )
@@ -64,3 +63,13 @@ __all__ = [
     "check_subject",
     "validate",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # The JetStream store needs the NATS client: imported when first asked for, so that the
+    # registry (and `import airlane`) does not load it for the in-memory default.
+    if name == "JetStreamSchemaStore":
+        from airlane.registry.jetstream_store import JetStreamSchemaStore
+
+        return JetStreamSchemaStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -4,8 +4,8 @@ A store is deliberately dumb: it keeps versions and per-subject settings, and of
 atomic operation, `SchemaStore.create` (write version *n* only if no version *n* exists).
 The registry builds everything else (compatibility, idempotence, retries) on top of it.
 
-`JetStreamSchemaStore` keeps everything in one KV bucket (default ``AIRLANE_SCHEMAS``, file
-storage, history 1), so every node sees the same registry::
+`airlane.registry.jetstream_store.JetStreamSchemaStore` keeps everything in one KV bucket
+(default ``AIRLANE_SCHEMAS``, file storage, history 1), so every node sees the same registry::
 
     subjects.<subject>.v.<n>      one schema version (JSON record, below)
     subjects.<subject>.config     the subject's compatibility mode
@@ -24,31 +24,23 @@ from __future__ import annotations
 
 import abc
 import base64
-import contextlib
 import functools
-from collections.abc import AsyncIterator
-from typing import Any
 
 import orjson
-from nats.errors import Error as NatsError
-from nats.js.api import KeyValueConfig, StorageType
-from nats.js.errors import (
-    BadRequestError,
-    BucketNotFoundError,
-    KeyNotFoundError,
-    KeyWrongLastSequenceError,
-)
 
 from airlane.registry.errors import InvalidSchema, RegistryUnavailable
 from airlane.registry.schemas import Compatibility, Schema, SchemaType, SchemaVersion, check_subject
 
 __all__ = [
     "DEFAULT_BUCKET",
-    "JetStreamSchemaStore",
     "MemorySchemaStore",
     "SchemaStore",
+    "config_key",
     "decode_version",
     "encode_version",
+    "subject_of_token",
+    "subject_token",
+    "version_key",
 ]
 
 DEFAULT_BUCKET = "AIRLANE_SCHEMAS"
@@ -132,135 +124,24 @@ class MemorySchemaStore(SchemaStore):
         return sorted(self._versions.pop(subject, ()))
 
 
-class JetStreamSchemaStore(SchemaStore):
-    """A store in a JetStream KV bucket, shared by every node on the NATS cluster.
-
-    Build it with `JetStreamSchemaStore.open`. NATS errors become `RegistryUnavailable`.
-    """
-
-    def __init__(self, js: Any, kv: Any, bucket: str) -> None:
-        self._js = js
-        self._kv = kv
-        self.bucket = bucket
-        self._stream = f"KV_{bucket}"
-        self._prefix = f"$KV.{bucket}."
-
-    @classmethod
-    async def open(
-        cls, js: Any, bucket: str = DEFAULT_BUCKET, *, replicas: int = 1
-    ) -> JetStreamSchemaStore:
-        """Bind to ``bucket`` on JetStream context ``js``, creating it if it is missing."""
-        async with _unavailable(f"cannot open schema bucket {bucket!r}"):
-            try:
-                kv = await js.key_value(bucket)
-            except BucketNotFoundError:
-                kv = await _create_bucket(js, bucket, replicas)
-        return cls(js, kv, bucket)
-
-    async def versions(self, subject: str) -> list[int]:
-        """See `SchemaStore.versions` (one stream-info request)."""
-        keys = await self._keys(f"subjects.{_token(subject)}.v.*")
-        numbers = (key.rsplit(".", 1)[1] for key in keys)
-        return sorted(int(number) for number in numbers if number.isdigit())
-
-    async def get(self, subject: str, version: int) -> SchemaVersion | None:
-        """See `SchemaStore.get`."""
-        async with _unavailable("cannot read a schema version"):
-            try:
-                entry = await self._kv.get(_version_key(subject, version))
-            except KeyNotFoundError:
-                return None
-        found = decode_version(entry.value)
-        if (found.subject, found.version) != (subject, version):
-            raise RegistryUnavailable(f"the record under {subject} v{version} is misplaced")
-        return found
-
-    async def create(self, version: SchemaVersion) -> bool:
-        """See `SchemaStore.create`: a KV create, which fails if the key exists."""
-        key = _version_key(version.subject, version.version)
-        async with _unavailable("cannot write a schema version"):
-            try:
-                await self._kv.create(key, encode_version(version))
-            except KeyWrongLastSequenceError:
-                return False
-        return True
-
-    async def subjects(self) -> list[str]:
-        """See `SchemaStore.subjects`."""
-        keys = await self._keys("subjects.*.v.*")
-        return sorted({_untoken(key.split(".")[1]) for key in keys})
-
-    async def get_compatibility(self, subject: str) -> Compatibility | None:
-        """See `SchemaStore.get_compatibility`."""
-        async with _unavailable("cannot read a subject's settings"):
-            try:
-                entry = await self._kv.get(_config_key(subject))
-            except KeyNotFoundError:
-                return None
-        try:
-            return Compatibility(orjson.loads(entry.value)["compatibility"])
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-            raise RegistryUnavailable(f"unreadable settings for {subject!r}: {exc}") from exc
-
-    async def set_compatibility(self, subject: str, mode: Compatibility) -> None:
-        """See `SchemaStore.set_compatibility`."""
-        record = orjson.dumps({"compatibility": mode.value})
-        async with _unavailable("cannot write a subject's settings"):
-            await self._kv.put(_config_key(subject), record)
-
-    async def delete_subject(self, subject: str) -> list[int]:
-        """See `SchemaStore.delete_subject`: purges the subject's keys from the stream."""
-        removed = await self.versions(subject)
-        async with _unavailable("cannot delete a subject"):
-            await self._js.purge_stream(
-                self._stream, subject=f"{self._prefix}subjects.{_token(subject)}.>"
-            )
-        return removed
-
-    async def _keys(self, pattern: str) -> list[str]:
-        async with _unavailable("cannot list schema keys"):
-            info = await self._js.stream_info(self._stream, subjects_filter=self._prefix + pattern)
-        return [subject.removeprefix(self._prefix) for subject in info.state.subjects or ()]
-
-
-async def _create_bucket(js: Any, bucket: str, replicas: int) -> Any:
-    config = KeyValueConfig(
-        bucket=bucket,
-        description="Airlane schema registry",
-        history=1,  # versions are immutable; settings need no history either
-        storage=StorageType.FILE,  # the registry must survive a broker restart
-        replicas=replicas,
-    )
-    try:
-        return await js.create_key_value(config)
-    except BadRequestError:
-        # Another node created it first (with a different config, or in between our calls).
-        return await js.key_value(bucket)
-
-
-@contextlib.asynccontextmanager
-async def _unavailable(what: str) -> AsyncIterator[None]:
-    """Translate the NATS client's errors at the boundary (STYLE.md section 3)."""
-    try:
-        yield
-    except (NatsError, TimeoutError, OSError) as exc:
-        raise RegistryUnavailable(f"{what}: {exc or type(exc).__name__}") from exc
-
-
-def _token(subject: str) -> str:
+def subject_token(subject: str) -> str:
+    """A subject as one key token (its dots written as ``/``)."""
     return check_subject(subject).replace(".", "/")
 
 
-def _untoken(token: str) -> str:
+def subject_of_token(token: str) -> str:
+    """The inverse of `subject_token`."""
     return token.replace("/", ".")
 
 
-def _version_key(subject: str, version: int) -> str:
-    return f"subjects.{_token(subject)}.v.{version}"
+def version_key(subject: str, version: int) -> str:
+    """The key of a subject's version."""
+    return f"subjects.{subject_token(subject)}.v.{version}"
 
 
-def _config_key(subject: str) -> str:
-    return f"subjects.{_token(subject)}.config"
+def config_key(subject: str) -> str:
+    """The key of a subject's settings."""
+    return f"subjects.{subject_token(subject)}.config"
 
 
 def encode_version(version: SchemaVersion) -> bytes:
