@@ -20,6 +20,7 @@ from airlane.core.events import TERMINAL_KINDS
 from airlane.eager import start_eagerly
 from airlane.eventsourcing import EventSourcing
 from airlane.hub import Hub, HubFull, StreamEnded, StreamInfo, StreamNotFound, Subscription
+from airlane.rooms import Rooms
 from airlane.security import Action, AllowAll, Principal, SecurityPolicy
 
 __all__ = ["DEFAULT_MAX_GENERATIONS", "Gateway", "GatewayConfig", "new_generation_id"]
@@ -63,6 +64,8 @@ class Gateway:
         self.backend = backend
         self.events = events or EventSourcing()
         """Event logs and the schema registry (in memory unless given)."""
+        self.rooms = Rooms(hub, node=getattr(hub, "node", "local"))
+        """Shared-state rooms kept in the hub (`airlane.rooms`)."""
         self.security: SecurityPolicy = security or AllowAll()
         self.config = config or GatewayConfig()
         self._producers: set[asyncio.Task[None]] = set()
@@ -80,6 +83,7 @@ class Gateway:
         for task in producers:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await self.rooms.aclose()
         await self.hub.aclose()
         await self.events.aclose()
         await self.backend.aclose()

@@ -185,3 +185,27 @@ async def test_event_logs_and_schemas_are_shared_by_every_node(nats_server):
             assert again["deliveries"] == []
             info = (await client.get(f"{a.url}/v1/logs/rewards/groups/trainers")).json()
             assert info["pending_acks"] == 0 and info["next_seq"] == 4
+
+
+async def test_a_room_is_shared_by_clients_on_different_nodes(nats_server):
+    import time
+
+    import websockets
+
+    from airlane.sync.hlc import HybridClock
+    from airlane.sync.lww import LWWMap
+
+    with node(nats_server, "a") as a, node(nats_server, "b") as b:
+        writer = LWWMap(HybridClock("writer"))
+        ws_a = a.url.replace("http://", "ws://") + "/v1/rooms/board"
+        ws_b = b.url.replace("http://", "ws://") + "/v1/rooms/board"
+        async with websockets.connect(ws_a) as on_a, websockets.connect(ws_b) as on_b:
+            for ws in (on_a, on_b):
+                assert orjson.loads(await asyncio.wait_for(ws.recv(), 10))["type"] == "state"
+            op = writer.set("card", {"x": 1}, time.time_ns() // 1_000_000)
+            await on_a.send(orjson.dumps({"type": "ops", "ops": [op.to_dict()]}).decode())
+            relayed = orjson.loads(await asyncio.wait_for(on_b.recv(), 10))
+            assert relayed == {"type": "ops", "ops": [op.to_dict()]}
+        async with httpx.AsyncClient() as http:
+            state = (await http.get(f"{b.url}/v1/rooms/board")).json()
+            assert state["state"] == {"card": {"x": 1}}

@@ -7,6 +7,8 @@ Mount it inside a FastAPI/Starlette app or serve it with any ASGI server. Routes
 - ``/v1/streams...``                   the streams API (see `airlane.transports.http.streams`)
 - ``/v1/logs...``                      event logs and consumer groups (`...http.logs`)
 - ``/v1/schemas...``                   the schema registry (`...http.schemas`)
+- ``/v1/rooms/{room}``                 shared-state rooms, HTTP and WebSocket (`...http.rooms`)
+- ``WS   /v1/yjs/{room}``              Yjs documents, y-websocket protocol (`...http.yjs`)
 - ``GET  /v1/ws``                      WebSocket, many streams per socket
 - ``GET  /v1/loadtest/sse|ws``         benchmark source
 - ``GET  /healthz``, ``GET /metrics``  liveness and Prometheus metrics
@@ -50,9 +52,11 @@ from airlane.transports.http.loadtest import (
 )
 from airlane.transports.http.logs import handle_logs
 from airlane.transports.http.metrics import HttpMetrics
+from airlane.transports.http.rooms import handle_rooms, serve_room
 from airlane.transports.http.schemas import handle_schemas
 from airlane.transports.http.streams import handle_streams
 from airlane.transports.http.websocket import serve_loadtest_ws, serve_websocket
+from airlane.transports.http.yjs import YJS_PATH_PREFIX, YjsEndpoint
 from airlane.wire.openai import error_body
 
 __all__ = ["AirlaneApp", "create_app"]
@@ -90,6 +94,9 @@ class AirlaneApp:
         given by the composition root (a transport never imports another)."""
         self.on_shutdown: list[Callable[[], Awaitable[None]]] = []
         """Run on ASGI shutdown before the gateway closes (other listeners say goodbye)."""
+        # Yjs rooms (y-websocket protocol), made on first use; saved to the hub before it closes.
+        self.yjs = YjsEndpoint(self.context)
+        self.on_shutdown.append(self.yjs.aclose)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -119,6 +126,10 @@ class AirlaneApp:
             await serve_websocket(self.context, request, receive, send)
         elif request.path == "/v1/loadtest/ws":
             await serve_loadtest_ws(self.context, request, receive, send)
+        elif request.path.startswith("/v1/rooms/"):
+            await serve_room(self.context, request, receive, send)
+        elif request.path.startswith(YJS_PATH_PREFIX):
+            await self.yjs(request, receive, send)
         else:
             await _refuse_websocket(scope, receive, send, f"no WebSocket endpoint {request.path}")
 
@@ -184,6 +195,8 @@ class AirlaneApp:
             await handle_logs(self.context, principal, request, receive, send)
         elif path == "/v1/schemas" or path.startswith("/v1/schemas/"):
             await handle_schemas(self.context, principal, request, receive, send)
+        elif path.startswith("/v1/rooms/"):
+            await handle_rooms(self.context, principal, request, receive, send)
         elif path == "/v1/loadtest/sse":
             _require(method, "GET")
             await self._loadtest_sse(principal, request, receive, send)
@@ -289,6 +302,8 @@ def _route_label(path: str) -> str:
         return "/v1/logs/{log}"
     if path.startswith("/v1/schemas/"):
         return "/v1/schemas/{subject}"
+    if path.startswith("/v1/rooms/"):
+        return "/v1/rooms/{room}"
     if path in (
         "/healthz",
         "/metrics",

@@ -1,0 +1,528 @@
+"""`YRoom`: one shared Yjs document on one node, served over the hub. The rooms of a node are
+`airlane.sync.yjs.rooms.YRooms`.
+
+Theory of operation
+-------------------
+A room ``R`` holds one pycrdt `Doc`, one pycrdt `Awareness`, its peers, and two hub cursors:
+on ``yjs/R`` (the document) and ``yjs-awareness/R`` (presence); the record layout is
+`airlane.sync.yjs.records`. Every node that has the room open follows the same streams, so a
+change made on any node reaches every peer on every node, in memory (`MemoryHub`) or through
+NATS JetStream.
+
+Opening. The room reads the document stream from the start up to its last seq at that moment:
+the latest ``state`` record, then every ``update`` after the seq that state covers. The same
+cursor then follows the stream live.
+
+A peer's change (sync step 2 or update) is applied to the document; what actually changed (the
+update pycrdt's observer emits, empty for a change the room already had, deferred for one whose
+dependencies have not arrived) is sent to the room's other peers and appended to the hub as an
+``update`` record. The follower skips the room's own records (``origin``) and applies the
+others' records to the document, sending what changed to the local peers.
+
+Compaction. History is bounded (`YRoomsConfig.doc_retention`): the hub folds the oldest records
+away and drops their content. So whenever a room's follower has seen ``compact_every`` updates
+after the latest state record (anyone's), it appends a new one: the whole document, with
+``covers`` = the follower's position. Everything at or before that seq is in the document
+(the room's own changes were applied before they were appended; the others' were applied by the
+follower), so ``state + updates after covers`` is always the document, whichever node wrote the
+state and whatever was in flight: records between ``covers`` and the state record are applied
+again on load, harmlessly (Yjs updates are idempotent). A room also compacts when it closes
+(idle), if updates followed the latest state. Nodes do not coordinate: two may compact at the
+same moment, which costs one redundant record.
+
+Awareness goes through the hub too, so peers on different nodes see each other's presence: a
+local peer's awareness update is applied to the room's `Awareness`, sent to every local peer
+(the sender included, as y-websocket's own server does: it is what keeps the provider's 30 s
+"no message received" watchdog quiet in an otherwise idle room) and appended as an
+``awareness`` record; the other nodes apply it and send it to their peers. A room that opens
+appends a ``query`` record and the others answer with their peers' states. A peer that leaves
+has its states removed (sent everywhere); states of peers on other nodes that are not renewed
+within `YRoomsConfig.awareness_timeout_s` are dropped locally (their node died).
+
+Tasks. A room owns two follower tasks (document, presence) and, while it has no peer, an idle
+timer; `YRoom.aclose` cancels them. `YRooms` owns its rooms and closes them all in `aclose`.
+Nothing here touches a socket: peers are `YPeer` queues drained by the transport.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pycrdt import Awareness, Doc, TransactionEvent
+
+from airlane.core import Event, Kind, Position
+from airlane.hub import Hub, HubError, Subscription
+from airlane.sync.yjs.config import YRoomsConfig
+from airlane.sync.yjs.errors import (
+    CLOSE_GOING_AWAY,
+    CLOSE_TRY_AGAIN_LATER,
+    InvalidUpdate,
+    ReadOnlyPeer,
+    RoomFull,
+    UnknownMessage,
+    YProtocolError,
+)
+from airlane.sync.yjs.peer import YPeer
+from airlane.sync.yjs.protocol import (
+    EMPTY_UPDATE,
+    AuthDenied,
+    AwarenessMessage,
+    QueryAwareness,
+    SyncStep1,
+    SyncStep2,
+    SyncUpdate,
+    check_state_vector,
+    check_update,
+    encode,
+    parse_awareness_update,
+    parse_message,
+)
+from airlane.sync.yjs.records import (
+    AwarenessQuery,
+    AwarenessRecord,
+    CorruptRecord,
+    Record,
+    StateRecord,
+    UpdateRecord,
+    awareness_stream_id,
+    decode_record,
+    doc_stream_id,
+    record_event,
+)
+
+__all__ = ["YRoom"]
+
+log = logging.getLogger("airlane.yjs")
+
+_HUB = "hub"
+"""Origin of changes that came from another node through the hub."""
+_TIMEOUT = "timeout"
+"""Origin of presence dropped because it was not renewed."""
+
+
+class YRoom:
+    """One shared document on this node; see the module docstring. Made by `YRooms`."""
+
+    def __init__(
+        self,
+        name: str,
+        hub: Hub,
+        config: YRoomsConfig,
+        *,
+        on_idle: Callable[[YRoom], object] | None = None,
+    ) -> None:
+        self.name = name
+        """The room name (the path after ``/v1/yjs/``)."""
+        self.doc_stream = doc_stream_id(name)
+        """The hub stream holding the document."""
+        self.awareness_stream = awareness_stream_id(name)
+        """The hub stream carrying presence between nodes."""
+        self.origin = f"{secrets.token_hex(6)}"
+        """This room instance's name in the records it appends."""
+        self._hub = hub
+        self._config = config
+        self._doc: Doc[Any] = Doc()
+        self._doc.observe(self._on_change)
+        self._changes: list[bytes] = []  # filled by the observer during one apply
+        self._awareness = Awareness(self._doc)
+        self._awareness.set_local_state(None)  # the server itself has no presence
+        self._awareness.observe(self._on_awareness)
+        self._awareness_out: list[bytes] = []  # local peers' awareness updates to append
+        self._peers: set[YPeer] = set()
+        self._doc_sub: Subscription | None = None
+        self._awareness_sub: Subscription | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._idle: asyncio.Task[None] | None = None
+        self._on_idle = on_idle  # called when the room should close (idle, or lost)
+        self._followed_seq = 0  # the last document record applied (or skipped as covered)
+        self._progress = asyncio.Event()  # set whenever the follower moved on
+        self._max_lag = max(1, config.compact_every // 2)
+        self.updates_since_state = 0
+        """Update records in the stream after the latest state record this room has seen."""
+        self.compactions = 0
+        """State records this room appended."""
+        self.closing = False
+        """True once `aclose` began: no peer joins it any more."""
+
+    # -- queries ----------------------------------------------------------------------------
+
+    @property
+    def doc(self) -> Doc[Any]:
+        """The document (read it; never change it outside the room)."""
+        return self._doc
+
+    @property
+    def peers(self) -> int:
+        """Peers in the room on this node."""
+        return len(self._peers)
+
+    @property
+    def awareness_states(self) -> dict[int, Any]:
+        """Known presence by Yjs client id, this node's peers and the others'."""
+        return dict(self._awareness.states)
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Create the room's streams if needed, load the document, start following."""
+        config, hub = self._config, self._hub
+        await hub.create(self.doc_stream, retention=config.doc_retention, exist_ok=True)
+        await hub.create(
+            self.awareness_stream, retention=config.awareness_retention_policy, exist_ok=True
+        )
+        info = await hub.info(self.awareness_stream)
+        # Presence from now on: what was said before is stale; the query below asks again.
+        self._awareness_sub = await hub.subscribe(
+            self.awareness_stream, resume=Position(info.epoch, info.last_seq)
+        )
+        self._doc_sub = await hub.subscribe(self.doc_stream)
+        await self._load(self._doc_sub, (await hub.info(self.doc_stream)).last_seq)
+        await hub.append(self.awareness_stream, record_event(AwarenessQuery(self.origin)))
+        self._spawn(self._follow_doc(self._doc_sub), "doc")
+        self._spawn(self._follow_awareness(self._awareness_sub), "awareness")
+
+    async def aclose(self, code: int = CLOSE_GOING_AWAY, reason: str = "room closed") -> None:
+        """Close every peer with ``code``, stop following, compact. Idempotent."""
+        if self.closing:
+            return
+        self.closing = True
+        for peer in list(self._peers):
+            peer.close(code, reason)
+        self._peers.clear()
+        current = asyncio.current_task()
+        tasks = [t for t in (*self._tasks, self._idle) if t is not None and t is not current]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._progress.set()  # releases peers waiting for the follower
+        try:
+            if self.updates_since_state:
+                await self._compact(self._followed_seq)
+        except HubError as exc:
+            log.warning("room %s: could not compact on close: %s", self.name, exc)
+        for sub in (self._doc_sub, self._awareness_sub):
+            if sub is not None:
+                await sub.aclose()
+
+    def _spawn(self, coro: Any, what: str) -> None:
+        task = asyncio.create_task(coro, name=f"yjs {what} {self.name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- peers ------------------------------------------------------------------------------
+
+    def add(self, peer: YPeer) -> None:
+        """Let ``peer`` in and start its sync: our state vector, then everyone's presence."""
+        if len(self._peers) >= self._config.max_peers_per_room:
+            raise RoomFull(
+                f"room {self.name!r} holds {self._config.max_peers_per_room} peers, its limit"
+            )
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
+        self._peers.add(peer)
+        peer.send(encode(SyncStep1(self._doc.get_state())))
+        states = self._awareness_update(list(self._awareness.states))
+        if states is not None:
+            peer.send(states)
+
+    async def remove(self, peer: YPeer) -> None:
+        """``peer`` left: drop its presence everywhere; start the idle timer if it was the
+        last."""
+        if peer not in self._peers:
+            return
+        self._peers.discard(peer)
+        if peer.awareness_ids:
+            ids = list(peer.awareness_ids)
+            self._awareness.remove_awareness_states(ids, peer)
+            try:
+                await self._flush_awareness()
+            except HubError as exc:  # other nodes drop it when it is not renewed
+                log.warning("room %s: could not publish a departure: %s", self.name, exc)
+        if not self._peers and not self.closing and self._on_idle is not None:
+            self._idle = asyncio.create_task(self._idle_close(), name=f"yjs idle {self.name}")
+
+    async def _idle_close(self) -> None:
+        await asyncio.sleep(self._config.idle_close_s)
+        self._idle = None
+        if not self._peers and self._on_idle is not None:
+            self._on_idle(self)
+
+    async def receive(self, peer: YPeer, data: bytes) -> None:
+        """Handle one y-websocket message from ``peer``. Raises a `YjsError` subclass (whose
+        ``close_code`` the transport closes with) for a message the room refuses, and a
+        `HubError` if the hub does not take a change."""
+        message = parse_message(data)
+        if isinstance(message, SyncStep1):
+            check_state_vector(message.state_vector)
+            try:
+                missing = self._doc.get_update(message.state_vector)
+            except ValueError:
+                raise InvalidUpdate("sync step 1 carries no valid state vector") from None
+            peer.send(encode(SyncStep2(missing)))
+        elif isinstance(message, SyncStep2 | SyncUpdate):
+            await self._receive_update(peer, message.update)
+        elif isinstance(message, AwarenessMessage):
+            parse_awareness_update(message.update)  # pycrdt's reader trusts its input
+            self._awareness.apply_awareness_update(message.update, peer)
+            await self._flush_awareness()
+        elif isinstance(message, QueryAwareness):
+            states = self._awareness_update(list(self._awareness.states))
+            if states is not None:
+                peer.send(states)
+        elif isinstance(message, AuthDenied):
+            raise UnknownMessage("auth messages go from server to client only")
+
+    async def _receive_update(self, peer: YPeer, update: bytes) -> None:
+        if update == EMPTY_UPDATE:
+            return  # "nothing new": every client's answer to our step 1 when it has no edits
+        if not peer.can_write:
+            if self._would_change(update):
+                raise ReadOnlyPeer(f"read-only: may not change {self.doc_stream!r}")
+            return
+        for change in self._apply(update, peer):
+            record = record_event(UpdateRecord(self.origin, change))
+            appended = await self._hub.append(self.doc_stream, record)
+            await self._keep_follower_near(appended.seq)
+
+    async def _keep_follower_near(self, seq: int) -> None:
+        """Backpressure: wait while this room's follower is more than half a compaction
+        period behind ``seq``. Compaction runs in the follower, so a burst of local changes
+        (which never wait on the hub in memory) must not outrun it past the retained history."""
+        while seq - self._followed_seq > self._max_lag and not self.closing:
+            self._progress.clear()
+            await self._progress.wait()
+
+    def _would_change(self, update: bytes) -> bool:
+        """True if ``update`` holds something the document lacks. A peer's answer to our
+        step 1 always carries its whole delete set, so "not empty" is not "a change"; this
+        probes a copy (O(document), paid only for read-only peers' rare updates)."""
+        check_update(update)
+        probe: Doc[Any] = Doc()
+        probe.apply_update(self._doc.get_update())
+        changed: list[bytes] = []
+        probe.observe(lambda event: changed.append(event.update))
+        try:
+            probe.apply_update(update)
+        except ValueError as exc:
+            raise InvalidUpdate(f"update cannot be applied: {exc}") from None
+        return bool(changed)
+
+    # -- the document -----------------------------------------------------------------------
+
+    def _on_change(self, event: TransactionEvent) -> None:
+        # pycrdt's observer: runs inside apply_update; must not raise (pycrdt would keep it).
+        self._changes.append(event.update)
+
+    def _apply(self, update: bytes, origin: YPeer | str) -> list[bytes]:
+        """Apply ``update`` and send what changed to every peer but ``origin``; return it."""
+        check_update(update)
+        self._changes.clear()
+        try:
+            self._doc.apply_update(update)
+        except ValueError as exc:
+            self._changes.clear()
+            raise InvalidUpdate(f"update cannot be applied: {exc}") from None
+        changes, self._changes = self._changes, []
+        for change in changes:
+            message = encode(SyncUpdate(change))
+            for peer in self._peers:
+                if peer is not origin:
+                    peer.send(message)
+        return changes
+
+    async def _load(self, sub: Subscription, until: int) -> None:
+        """Read the stream up to seq ``until``: the latest state, the updates it lacks."""
+        events: list[Event] = []
+        while sub.position.seq < until:
+            batch = await sub.next_batch(self._config.read_batch)
+            if not batch:
+                break
+            events += batch
+        records = [(e.seq, r) for e, r in ((e, self._decode(e)) for e in events) if r]
+        start, covers = 0, 0
+        for index, (_, record) in enumerate(records):
+            if isinstance(record, StateRecord):
+                start, covers = index, record.covers
+        updates = 0
+        with self._doc.transaction():
+            for seq, record in records[start:]:
+                if isinstance(record, StateRecord):
+                    self._apply_logged(record.state, seq)
+                elif isinstance(record, UpdateRecord) and seq > covers:
+                    self._apply_logged(record.update, seq)
+                    updates += 1
+        self._changes.clear()
+        self.updates_since_state = updates
+        if events:
+            self._followed_seq = events[-1].seq
+        log.debug("room %s: loaded %d records, %d updates", self.name, len(records), updates)
+
+    def _apply_logged(self, update: bytes, seq: int) -> None:
+        try:
+            self._apply(update, _HUB)
+        except InvalidUpdate as exc:
+            log.warning("room %s: record %d skipped: %s", self.name, seq, exc)
+
+    def _decode(self, event: Event) -> Record | None:
+        if event.kind is Kind.SNAPSHOT:
+            log.warning(
+                "room %s: history folded before seq %d was read; the next state record repairs it",
+                self.name,
+                event.seq,
+            )
+            return None
+        if event.kind is not Kind.MESSAGE:
+            return None
+        try:
+            return decode_record(event)
+        except CorruptRecord as exc:
+            log.warning("room %s: %s; skipped", self.name, exc)
+            return None
+
+    async def _follow_doc(self, sub: Subscription) -> None:
+        try:
+            while batch := await sub.next_batch(self._config.read_batch):
+                for event in batch:
+                    self._follow_record(event)
+                    self._followed_seq = event.seq
+                    if self.updates_since_state >= self._config.compact_every:
+                        await self._compact_or_warn(event.seq)
+                self._progress.set()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("room %s: following the document failed", self.name)
+        self._lost("its document stream ended")
+
+    def _follow_record(self, event: Event) -> None:
+        record = self._decode(event)
+        if isinstance(record, UpdateRecord):
+            self.updates_since_state += 1
+            if record.origin != self.origin:
+                self._apply_logged(record.update, event.seq)
+        elif isinstance(record, StateRecord):
+            self.updates_since_state = 0
+            if record.origin != self.origin:
+                self._apply_logged(record.state, event.seq)
+
+    async def _compact_or_warn(self, covers: int) -> None:
+        try:
+            await self._compact(covers)
+        except HubError as exc:
+            # Tried again after `compact_every` more updates; the updates themselves are in
+            # the hub, so nothing is lost while retention holds them.
+            log.warning("room %s: could not compact: %s", self.name, exc)
+
+    async def _compact(self, covers: int) -> None:
+        """Append the whole document as a state record covering seq ``covers``: every
+        record up to it has been applied (or was already covered)."""
+        state = StateRecord(self.origin, self._doc.get_update(), covers)
+        self.updates_since_state = 0
+        await self._hub.append(self.doc_stream, record_event(state))
+        self.compactions += 1
+        log.debug("room %s: compacted (covers %d, %d bytes)", self.name, covers, len(state.state))
+
+    def _lost(self, why: str) -> None:
+        """The room cannot go on (its stream ended or failed): close it; peers reconnect."""
+        self._progress.set()
+        if not self.closing:
+            log.warning("room %s: %s; closing it", self.name, why)
+            for peer in list(self._peers):
+                peer.close(CLOSE_TRY_AGAIN_LATER, f"room {why}; reconnect")
+            if self._on_idle is not None:
+                self._on_idle(self)
+
+    # -- presence ---------------------------------------------------------------------------
+
+    def _awareness_update(self, client_ids: list[int]) -> bytes | None:
+        if not client_ids:
+            return None
+        return encode(AwarenessMessage(self._awareness.encode_awareness_update(client_ids)))
+
+    def _on_awareness(self, topic: str, args: tuple[dict[str, Any], Any]) -> None:
+        # pycrdt's observer, called synchronously by apply/remove: relay, and collect what
+        # local peers said for the hub (appended by `_flush_awareness` after the call).
+        if topic != "update":
+            return
+        changes, origin = args
+        added, removed = changes["added"], changes["removed"]
+        changed = [*added, *changes["updated"], *removed]
+        payload = self._awareness.encode_awareness_update(changed)
+        message = encode(AwarenessMessage(payload))
+        for peer in self._peers:
+            peer.send(message)
+        if isinstance(origin, YPeer):
+            origin.awareness_ids.update(added)
+            origin.awareness_ids.difference_update(removed)
+            self._awareness_out.append(payload)
+
+    async def _flush_awareness(self) -> None:
+        out, self._awareness_out = self._awareness_out, []
+        if out:
+            events = [record_event(AwarenessRecord(self.origin, update)) for update in out]
+            await self._hub.append_many(self.awareness_stream, events)
+
+    async def _follow_awareness(self, sub: Subscription) -> None:
+        period = self._config.awareness_timeout_s / 3
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout(period):
+                        batch = await sub.next_batch(self._config.read_batch)
+                except TimeoutError:
+                    self._drop_outdated()
+                    continue
+                if not batch:
+                    break
+                for event in batch:
+                    await self._awareness_record(event)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("room %s: following presence failed", self.name)
+        if not self.closing:
+            log.warning("room %s: presence from other nodes stopped (its stream ended)", self.name)
+
+    async def _awareness_record(self, event: Event) -> None:
+        record = self._decode(event)
+        if record is None or record.origin == self.origin:
+            return
+        if isinstance(record, AwarenessRecord):
+            try:
+                parse_awareness_update(record.update)
+            except YProtocolError as exc:
+                log.warning("room %s: presence record %d skipped: %s", self.name, event.seq, exc)
+                return
+            self._awareness.apply_awareness_update(record.update, _HUB)
+        elif isinstance(record, AwarenessQuery):
+            local = sorted({i for peer in self._peers for i in peer.awareness_ids})
+            if local:
+                update = self._awareness.encode_awareness_update(local)
+                answer = record_event(AwarenessRecord(self.origin, update))
+                try:
+                    await self._hub.append(self.awareness_stream, answer)
+                except HubError as exc:  # they will see our peers' next renewal
+                    log.warning("room %s: could not answer a presence query: %s", self.name, exc)
+
+    def _drop_outdated(self) -> None:
+        """Drop other nodes' presence not renewed in time (their node may have died)."""
+        local = {i for peer in self._peers for i in peer.awareness_ids}
+        now_ms = time.time() * 1000  # pycrdt stamps ``lastUpdated`` with wall-clock ms
+        timeout_ms = self._config.awareness_timeout_s * 1000
+        outdated = [
+            client_id
+            for client_id in self._awareness.states
+            if client_id not in local
+            and now_ms - self._awareness.meta[client_id]["lastUpdated"] >= timeout_ms
+        ]
+        if outdated:
+            self._awareness.remove_awareness_states(outdated, _TIMEOUT)

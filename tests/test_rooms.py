@@ -1,0 +1,130 @@
+"""Rooms: shared `LWWMap` state kept in the hub, over WebSocket and HTTP.
+
+Clients are real WebSocket clients (the `websockets` library) holding their own `LWWMap`
+replicas; the in-process tests put two `Rooms` (two "nodes") on one hub.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import orjson
+import pytest
+import websockets
+
+from airlane.core import Event
+from airlane.hub import MemoryHub
+from airlane.rooms import RoomConfig, RoomError, Rooms
+from airlane.sync.hlc import HybridClock
+from airlane.sync.lww import LWWMap
+from airlane.sync.ops import Op
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def replica(node: str) -> LWWMap:
+    return LWWMap(HybridClock(node))
+
+
+async def receive_json(ws) -> dict:
+    return orjson.loads(await asyncio.wait_for(ws.recv(), 5))
+
+
+async def test_two_clients_converge_through_a_room(server):
+    url = server.url.replace("http://", "ws://") + "/v1/rooms/doc-1"
+    alice, bob = replica("alice"), replica("bob")
+    async with websockets.connect(url) as a, websockets.connect(url) as b:
+        assert (await receive_json(a))["type"] == "state"
+        assert (await receive_json(b))["type"] == "state"
+        op = alice.set("title", "draft", now_ms())
+        await a.send(orjson.dumps({"type": "ops", "ops": [op.to_dict()]}).decode())
+        replies = [await receive_json(a), await receive_json(a)]
+        assert {"type": "ack", "count": 1} in replies
+        relayed = await receive_json(b)
+        assert relayed["type"] == "ops"
+        for item in relayed["ops"]:
+            bob.apply(Op.from_dict(item), now_ms())
+        assert bob.to_dict() == {"title": "draft"}
+        later = bob.set("title", "final", now_ms())
+        gone = bob.delete("draft-notes", now_ms())
+        await b.send(
+            orjson.dumps({"type": "ops", "ops": [later.to_dict(), gone.to_dict()]}).decode()
+        )
+        relayed = await receive_json(a)  # one record: both ops in one message
+        assert relayed["type"] == "ops" and len(relayed["ops"]) == 2
+        for item in relayed["ops"]:
+            alice.apply(Op.from_dict(item), now_ms())
+        assert alice.to_dict() == bob.to_dict() == {"title": "final"}
+    async with httpx.AsyncClient() as http:
+        state = (await http.get(f"{server.url}/v1/rooms/doc-1")).json()
+        assert state["state"] == {"title": "final"}
+        posted = await http.post(
+            f"{server.url}/v1/rooms/doc-1/ops",
+            json={"ops": [alice.set("owner", "carol", now_ms()).to_dict()]},
+        )
+        assert posted.status_code == 202, posted.text
+    async with websockets.connect(url) as late:  # a late joiner gets the state first
+        state = await receive_json(late)
+        assert state["type"] == "state"
+        assert state["state"] == {"title": "final", "owner": "carol"}
+
+
+async def test_bad_input_is_answered_and_the_room_keeps_serving(server):
+    url = server.url.replace("http://", "ws://") + "/v1/rooms/doc-2"
+    async with websockets.connect(url) as ws:
+        await receive_json(ws)
+        for bad in ("not json", '{"type": "dance"}', '{"type": "ops", "ops": [{"action": "x"}]}',
+                    '{"type": "ops", "ops": []}'):  # fmt: skip
+            await ws.send(bad)
+            reply = await receive_json(ws)
+            assert reply["type"] == "error" and reply["message"], reply
+        future = HybridClock("x").now(now_ms() + 3_600_000)  # an hour ahead: past the bound
+        op = Op.from_dict({"action": "set", "stamp": future.encode(), "key": "k", "value": 1})
+        await ws.send(orjson.dumps({"type": "ops", "ops": [op.to_dict()]}).decode())
+        assert "refused" in (await receive_json(ws))["message"]
+        await ws.send(b"\x00binary")
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await asyncio.wait_for(ws.recv(), 5)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1003
+    async with httpx.AsyncClient() as http:
+        bad_name = await http.get(f"{server.url}/v1/rooms/no%20spaces")
+        assert bad_name.status_code == 400
+        bad_ops = await http.post(f"{server.url}/v1/rooms/doc-2/ops", json={"ops": "x"})
+        assert bad_ops.status_code == 400 and "ops" in bad_ops.json()["error"]["message"]
+        assert (await http.get(f"{server.url}/healthz")).status_code == 200
+
+
+async def test_two_nodes_on_one_hub_share_a_room_and_compaction_keeps_the_state():
+    hub = MemoryHub()
+    await hub.start()
+    config = RoomConfig(compact_every=4, idle_close_s=0.5)
+    one, two = Rooms(hub, node="one", config=config), Rooms(hub, node="two", config=config)
+    try:
+        room_one, room_two = await one.room("shared"), await two.room("shared")
+        seen: list[dict] = []
+        two.join(room_two, seen.extend)
+        writer = replica("w")
+        for i in range(10):
+            await room_one.submit([writer.set(f"k{i % 3}", i, now_ms()).to_dict()])
+        await asyncio.sleep(0.05)
+        assert room_two.map.to_dict() == room_one.map.to_dict() == writer.to_dict()
+        assert len(seen) == 10
+        records = [e.data["payload"] for e in (await hub.subscribe("rooms/shared")).poll(100)]
+        assert any("state" in r for r in records)  # compacted at least once
+        # A third node starting now gets the same state (state record + tail).
+        three = Rooms(hub, node="three", config=config)
+        assert (await three.state("shared"))["state"] == writer.to_dict()
+        await three.aclose()
+        with pytest.raises(RoomError):
+            await room_one.submit("nope")
+        await hub.append("rooms/shared", Event.message({"ops": [{"bad": 1}]}))  # skipped
+        await asyncio.sleep(0.05)
+        assert room_two.map.to_dict() == writer.to_dict()
+    finally:
+        await one.aclose()
+        await two.aclose()
+        await hub.aclose()
