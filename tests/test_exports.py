@@ -22,6 +22,7 @@ PACKAGES = [
     "airlane.sync",
     "airlane.sync.yjs",
     "airlane.rooms",
+    "airlane.arbiter",
     "airlane.backends",
     "airlane.security",
     "airlane.transports.http",
