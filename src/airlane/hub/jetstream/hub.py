@@ -105,6 +105,7 @@ class JetStreamHub(MemoryHub):
         self._store = JetStreamStore(self.js_config, self.node)
         self._loading: dict[str, asyncio.Future[Replica]] = {}
         self._producing: set[str] = set()
+        self._ending: set[str] = set()  # streams whose producer_lost append is under way
         self._nodes = NodeTable(self.node, time.monotonic(), self.js_config.node_timeout_s)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._presence: asyncio.Task[None] | None = None
@@ -516,7 +517,12 @@ class JetStreamHub(MemoryHub):
             if stream.log.terminal is not None:
                 continue
             producer = self._nodes.producers.get(stream_id) or stream.meta.producer
-            if producer not in (None, self.node) and self._nodes.alive(producer, now) is False:
+            if (
+                producer not in (None, self.node)
+                and self._nodes.alive(producer, now) is False
+                and stream_id not in self._ending
+            ):
+                self._ending.add(stream_id)  # one append at a time, not one per heartbeat
                 self._spawn(self._producer_lost(stream, producer))
 
     async def _producer_lost(self, replica: Replica, node: str) -> None:
@@ -525,9 +531,12 @@ class JetStreamHub(MemoryHub):
             "the stream ends here",
             code="producer_lost",
         )
-        with contextlib.suppress(StreamEnded):
-            async with replica.lock:
-                await self._publish(replica, [error])
+        try:
+            with contextlib.suppress(StreamEnded):
+                async with replica.lock:
+                    await self._publish(replica, [error])
+        finally:
+            self._ending.discard(replica.stream_id)
 
     def _on_cancel_notice(self, data: bytes) -> None:
         # Read the done event now: it stops this node's producer if the stream is its.

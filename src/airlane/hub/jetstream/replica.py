@@ -125,7 +125,10 @@ class Replica(_Stream):
             stream_log.append_many(events, ts_ns)
         except Exception:  # the log refused (after a terminal): JetStream is the truth
             log.exception("stream %s: the replica refused stored events", self.stream_id)
-        self.boundaries.append((js_seq, first_seq))
+        if self.orphan is not None:
+            # Only the node that stores snapshots (the stream's creator) needs the message
+            # boundaries, and `oldest_kept` trims them there; elsewhere they would only grow.
+            self.boundaries.append((js_seq, first_seq))
         ended = stream_log.terminal is not None and self.ended_at is None
         if ended:
             self.ended_at = time.monotonic()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import grpc
@@ -19,12 +19,23 @@ from grpc import aio
 
 from airlane.callcontext import CALL, CallContext, new_request_id
 
-__all__ = ["METADATA_KEYS", "MetadataInterceptor"]
+__all__ = ["METADATA_KEYS", "MetadataInterceptor", "bearer_token"]
 
 log = logging.getLogger("airlane.grpc")
 
 METADATA_KEYS = ("x-model-id", "x-model-version", "x-request-id")
 """The metadata the interceptor reads (each at most once)."""
+
+
+def bearer_token(metadata: Iterable[tuple[str, str | bytes]] | None) -> str | None:
+    """The token of an ``authorization: Bearer ...`` entry in a call's metadata (the last
+    such entry), or None."""
+    bearer = None
+    for key, value in metadata or ():
+        if key == "authorization" and isinstance(value, str):
+            scheme, _, token = value.partition(" ")
+            bearer = token.strip() if scheme.lower() == "bearer" else None
+    return bearer
 
 
 def call_context(metadata: tuple[tuple[str, str | bytes], ...]) -> CallContext | str:

@@ -30,6 +30,7 @@ from airlane.eventlog.handles import GroupHandles
 from airlane.gateway import Gateway
 from airlane.registry import RegistryError, SchemaViolation
 from airlane.security import Action, Principal, SecurityError
+from airlane.transports.grpc.context import bearer_token
 from airlane.transports.grpc.service import status_of
 from airlane.v1 import eventlog_pb2 as pb
 from airlane.v1 import eventlog_pb2_grpc
@@ -86,12 +87,7 @@ class EventLogService(eventlog_pb2_grpc.EventLogsServicer):
         self.groups = GroupHandles()
 
     def _principal(self, context: aio.ServicerContext) -> Principal:
-        bearer = None
-        for key, value in context.invocation_metadata() or ():
-            if key == "authorization" and isinstance(value, str):
-                scheme, _, token = value.partition(" ")
-                bearer = token.strip() if scheme.lower() == "bearer" else None
-        return self.gateway.security.authenticate(bearer)
+        return self.gateway.security.authenticate(bearer_token(context.invocation_metadata()))
 
     def _allow(self, context: aio.ServicerContext, action: Action, log: str) -> None:
         self.gateway.security.authorize(self._principal(context), action, f"logs/{log}")

@@ -45,6 +45,7 @@ from airlane.hub import (
 )
 from airlane.security import PermissionDenied, Principal, SecurityError, Unauthenticated
 from airlane.transports.grpc.config import GrpcServerConfig
+from airlane.transports.grpc.context import bearer_token
 from airlane.v1 import events_pb2, service_pb2, service_pb2_grpc
 from airlane.wire.errors import DecodeError
 from airlane.wire.event_json import event_from_dict
@@ -118,12 +119,7 @@ class AirlaneService(service_pb2_grpc.AirlaneServicer):
     # -- helpers ----------------------------------------------------------------------------
 
     def _principal(self, context: aio.ServicerContext) -> Principal:
-        bearer = None
-        for key, value in context.invocation_metadata() or ():
-            if key == "authorization" and isinstance(value, str):
-                scheme, _, token = value.partition(" ")
-                bearer = token.strip() if scheme.lower() == "bearer" else None
-        return self.gateway.security.authenticate(bearer)
+        return self.gateway.security.authenticate(bearer_token(context.invocation_metadata()))
 
     async def _events(
         self, stream_id: str, epoch: str, subscription: Subscription

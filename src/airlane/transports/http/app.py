@@ -38,6 +38,7 @@ from airlane.transports.http.asgi import (
     Request,
     Scope,
     Send,
+    allow_methods,
     send_body,
     send_error,
     send_json,
@@ -175,19 +176,19 @@ class AirlaneApp:
     async def _dispatch(self, request: Request, receive: Receive, send: Send) -> None:
         path, method = request.path, request.method
         if path == "/healthz":
-            _require(method, "GET")
+            allow_methods(method, "GET")
             await send_json(send, 200, self._health())
             return
         if path == "/metrics":
-            _require(method, "GET")
+            allow_methods(method, "GET")
             await send_body(send, 200, self.metrics.render(), b"text/plain; version=0.0.4")
             return
         principal = self.gateway.security.authenticate(request.bearer)
         if path == "/v1/chat/completions":
-            _require(method, "POST")
+            allow_methods(method, "POST")
             await handle_chat_completions(self.context, principal, request, receive, send)
         elif path == "/v1/models":
-            _require(method, "GET")
+            allow_methods(method, "GET")
             await send_json(send, 200, self._models())
         elif path == "/v1/streams" or path.startswith("/v1/streams/"):
             await handle_streams(self.context, principal, request, receive, send)
@@ -198,7 +199,7 @@ class AirlaneApp:
         elif path.startswith("/v1/rooms/"):
             await handle_rooms(self.context, principal, request, receive, send)
         elif path == "/v1/loadtest/sse":
-            _require(method, "GET")
+            allow_methods(method, "GET")
             await self._loadtest_sse(principal, request, receive, send)
         else:
             raise HttpError(404, f"no route for {method} {path[:200]}", code="not_found")
@@ -282,16 +283,6 @@ def _with_headers(send: Send, headers: list[tuple[bytes, bytes]]) -> Send:
         await send(message)
 
     return wrapped
-
-
-def _require(method: str, expected: str) -> None:
-    if method != expected:
-        raise HttpError(
-            405,
-            f"use {expected} on this endpoint",
-            code="method_not_allowed",
-            headers=[(b"allow", expected.encode())],
-        )
 
 
 def _route_label(path: str) -> str:
