@@ -57,18 +57,20 @@ def front(upstream: ServerProcess) -> Iterator[ServerProcess]:
         yield running
 
 
-def closed_port() -> int:
-    """A port on 127.0.0.1 where nothing listens (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def orphaned_front() -> Iterator[ServerProcess]:
-    """A front whose upstream URL has no server behind it."""
-    with run_server("--upstream", f"http://127.0.0.1:{closed_port()}/v1") as running:
-        yield running
+    """A front whose upstream URL has no server behind it.
+
+    The port stays bound (never listening) while the front runs: connecting to it is refused,
+    and the kernel cannot hand it out as a client's source port meanwhile. (Released, it could:
+    a connection to an ephemeral port nobody holds may then connect to itself and read its own
+    request back as the "response", which made this flaky.)
+    """
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        port = held.getsockname()[1]
+        with run_server("--upstream", f"http://127.0.0.1:{port}/v1") as running:
+            yield running
 
 
 async def generations(client: httpx.AsyncClient, url: str) -> int:
