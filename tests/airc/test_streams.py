@@ -39,11 +39,11 @@ async def test_generate_streams_the_whole_answer(
     stream = await client.generate(LONG_REQUEST)
     events = await read_all(stream)
     assert text_of(events) == reference_text(gateway.url, LONG_REQUEST)
-    # Increasing, starting at 1; deltas a busy machine could not send at once arrive coalesced
+    # Increasing; deltas a busy machine could not send at once arrive coalesced
     # (one frame carrying the last seq of the run, by design), so seqs may skip: the text,
     # compared above, is what proves nothing was lost.
     seqs = [e.seq for e in events]
-    assert seqs[0] == 1 and seqs == sorted(set(seqs))
+    assert seqs[0] >= 1 and seqs == sorted(set(seqs))
     assert events[-1].kind == "done"
     ack = client.last_gen_ack
     assert ack is not None and ack.stream >= 20 and ack.airlane_stream == stream.stream_id
