@@ -13,6 +13,7 @@ import contextlib
 import logging
 import secrets
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from airlane.backends.base import Backend, BackendError, GenerationRequest
 from airlane.core import Event, OrphanMode, OrphanPolicy, Position, Retention
@@ -22,6 +23,9 @@ from airlane.eventsourcing import EventSourcing
 from airlane.hub import Hub, HubFull, StreamEnded, StreamInfo, StreamNotFound, Subscription
 from airlane.rooms import Rooms
 from airlane.security import Action, AllowAll, Principal, SecurityPolicy
+
+if TYPE_CHECKING:  # the service loads only where a store is configured
+    from airlane.artifacts.service import ArtifactService
 
 __all__ = ["DEFAULT_MAX_GENERATIONS", "Gateway", "GatewayConfig", "new_generation_id"]
 
@@ -66,6 +70,9 @@ class Gateway:
         """Event logs and the schema registry (in memory unless given)."""
         self.rooms = Rooms(hub, node=getattr(hub, "node", "local"))
         """Shared-state rooms kept in the hub (`airlane.rooms`)."""
+        self.artifacts: ArtifactService | None = None
+        """The artifact store served under ``/v1/artifacts`` and its announcements, when the
+        composition root configured one (`airlane.artifacts.service`)."""
         self.security: SecurityPolicy = security or AllowAll()
         self.config = config or GatewayConfig()
         self._producers: set[asyncio.Task[None]] = set()
@@ -74,6 +81,8 @@ class Gateway:
         """Start the hub's background work, then the event logs and the registry."""
         await self.hub.start()
         await self.events.start()
+        if self.artifacts is not None:
+            await self.artifacts.start()
 
     async def aclose(self) -> None:
         """Stop every producer, then the hub and the backend."""
@@ -84,6 +93,8 @@ class Gateway:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self.rooms.aclose()
+        if self.artifacts is not None:
+            await self.artifacts.aclose()
         await self.hub.aclose()
         await self.events.aclose()
         await self.backend.aclose()

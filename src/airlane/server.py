@@ -20,6 +20,7 @@ from typing import Any
 
 import uvicorn
 
+from airlane.artifacts.config import ArtifactsConfig
 from airlane.backends.base import Backend
 from airlane.backends.openai import OpenAIUpstreamBackend
 from airlane.backends.synthetic import SyntheticBackend, SyntheticConfig
@@ -103,14 +104,16 @@ class ServerConfig:
     eventsourcing: EventSourcingConfig = field(default_factory=EventSourcingConfig)
     """Event logs and the schema registry (``[eventsourcing]``); in JetStream when ``hub``
     is a NATS URL, else in memory."""
+    artifacts: ArtifactsConfig = field(default_factory=ArtifactsConfig)
+    """The model artifact store served under ``/v1/artifacts`` (``[artifacts]``)."""
     log_level: str = "info"
     """Python logging level."""
 
 
 def load_config(path: Path, base: ServerConfig | None = None) -> ServerConfig:
     """Read a TOML file: top-level keys of `ServerConfig`, plus ``[synthetic]``, ``[http]``,
-    ``[orphan]``, ``[retention]``, ``[airc]``, ``[grpc]``, ``[jetstream]``, ``[eventsourcing]``
-    and ``[api_keys]`` tables. Unknown
+    ``[orphan]``, ``[retention]``, ``[airc]``, ``[grpc]``, ``[jetstream]``, ``[eventsourcing]``,
+    ``[artifacts]`` and ``[api_keys]`` tables. Unknown
     keys are an error."""
     with path.open("rb") as fh:
         data = tomllib.load(fh)
@@ -124,6 +127,7 @@ def load_config(path: Path, base: ServerConfig | None = None) -> ServerConfig:
         "grpc": (GrpcServerConfig, config.grpc),
         "jetstream": (JetStreamHubConfig, config.jetstream),
         "eventsourcing": (EventSourcingConfig, config.eventsourcing),
+        "artifacts": (ArtifactsConfig, config.artifacts),
     }
     changes: dict[str, Any] = {}
     allowed = {f.name for f in fields(ServerConfig)}
@@ -203,6 +207,14 @@ def build_app(config: ServerConfig) -> AirlaneApp:
         config=GatewayConfig(orphan=config.orphan, retention=config.retention),
         events=build_event_sourcing(config),
     )
+    if config.artifacts.dir is not None:
+        from airlane.artifacts.service import ArtifactService  # numpy and hashes: only here
+
+        gateway.artifacts = ArtifactService(
+            Path(config.artifacts.dir),
+            gateway.hub,
+            scan_interval_s=config.artifacts.scan_interval_s,
+        )
     http = config.http
     if config.model and config.model not in http.models:
         http = replace(http, models=(config.model, *http.models))

@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 
 from airlane import __version__
+from airlane.cli.artifacts import artifacts_app
 from airlane.cli.bench import bench_command
 from airlane.cli.demo import demo_command
 from airlane.cli.logs import logs_app, schemas_app
@@ -77,6 +78,10 @@ def serve_command(
     node_id: Annotated[
         str | None, typer.Option(help="This node's name among the JetStream hub's nodes.")
     ] = None,
+    artifacts: Annotated[
+        Path | None,
+        typer.Option(help="Serve this artifact store under /v1/artifacts and announce versions."),
+    ] = None,
     config: Annotated[Path | None, typer.Option(help="TOML configuration file.")] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
@@ -101,6 +106,8 @@ def serve_command(
         settings = replace(settings, hub=hub)
     if node_id is not None:
         settings = replace(settings, jetstream=replace(settings.jetstream, node_id=node_id))
+    if artifacts is not None:
+        settings = replace(settings, artifacts=replace(settings.artifacts, dir=str(artifacts)))
     if airc_port is not None:
         airc = replace(settings.airc, enabled=airc_port >= 0, port=max(airc_port, 0))
         settings = replace(settings, airc=airc)
@@ -126,6 +133,7 @@ app.command("stream")(stream_command)
 app.command("bench")(bench_command)
 app.add_typer(logs_app, name="logs")
 app.add_typer(schemas_app, name="schemas")
+app.add_typer(artifacts_app, name="artifacts")
 
 
 @app.command("version")

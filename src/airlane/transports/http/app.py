@@ -9,6 +9,7 @@ Mount it inside a FastAPI/Starlette app or serve it with any ASGI server. Routes
 - ``/v1/schemas...``                   the schema registry (`...http.schemas`)
 - ``/v1/rooms/{room}``                 shared-state rooms, HTTP and WebSocket (`...http.rooms`)
 - ``WS   /v1/yjs/{room}``              Yjs documents, y-websocket protocol (`...http.yjs`)
+- ``/v1/artifacts...``                 model artifacts, files with ranges (`...http.artifacts`)
 - ``GET  /v1/ws``                      WebSocket, many streams per socket
 - ``GET  /v1/loadtest/sse|ws``         benchmark source
 - ``GET  /healthz``, ``GET /metrics``  liveness and Prometheus metrics
@@ -32,6 +33,7 @@ from airlane.gateway import Gateway
 from airlane.hub import HubError
 from airlane.registry import RegistryError
 from airlane.security import Principal, SecurityError
+from airlane.transports.http.artifacts import handle_artifacts
 from airlane.transports.http.asgi import (
     HttpError,
     Receive,
@@ -65,13 +67,17 @@ __all__ = ["AirlaneApp", "create_app"]
 log = logging.getLogger("airlane.http")
 
 
-# What browsers may send and read: the HTTP API's headers, plus gRPC-Web's and Connect's and
-# the model metadata of the RPC API.
+# What browsers may send and read: the HTTP API's headers, plus gRPC-Web's and Connect's, the
+# model metadata of the RPC API, and byte ranges of artifact files.
 _CORS_ALLOW_HEADERS = (
     b"authorization, content-type, last-event-id, x-grpc-web, x-user-agent, grpc-timeout, "
-    b"connect-protocol-version, connect-timeout-ms, x-model-id, x-model-version, x-request-id"
+    b"connect-protocol-version, connect-timeout-ms, x-model-id, x-model-version, x-request-id, "
+    b"range, if-range"
 )
-_CORS_EXPOSE_HEADERS = b"x-airlane-stream-id, grpc-status, grpc-message, grpc-status-details-bin"
+_CORS_EXPOSE_HEADERS = (
+    b"x-airlane-stream-id, grpc-status, grpc-message, grpc-status-details-bin, "
+    b"content-range, accept-ranges, etag"
+)
 
 
 class AirlaneApp:
@@ -198,6 +204,8 @@ class AirlaneApp:
             await handle_schemas(self.context, principal, request, receive, send)
         elif path.startswith("/v1/rooms/"):
             await handle_rooms(self.context, principal, request, receive, send)
+        elif path == "/v1/artifacts" or path.startswith("/v1/artifacts/"):
+            await handle_artifacts(self.context, principal, request, receive, send)
         elif path == "/v1/loadtest/sse":
             allow_methods(method, "GET")
             await self._loadtest_sse(principal, request, receive, send)
@@ -295,6 +303,8 @@ def _route_label(path: str) -> str:
         return "/v1/schemas/{subject}"
     if path.startswith("/v1/rooms/"):
         return "/v1/rooms/{room}"
+    if path.startswith("/v1/artifacts/"):
+        return "/v1/artifacts/{name}"
     if path in (
         "/healthz",
         "/metrics",
@@ -303,6 +313,7 @@ def _route_label(path: str) -> str:
         "/v1/streams",
         "/v1/logs",
         "/v1/schemas",
+        "/v1/artifacts",
         "/v1/loadtest/sse",
     ):
         return path

@@ -1,0 +1,263 @@
+"""Pulling versions over HTTP: verified, delta-aware, resumable, atomic, with rollback."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from airlane.artifacts.errors import ArtifactError, SignatureError, VerificationError
+from airlane.artifacts.install import Installation
+from airlane.artifacts.pull import PullOptions, pull
+from airlane.artifacts.signing import generate_private_key
+from airlane.artifacts.store import read_manifest
+from airlane.artifacts.verify import verify_directory
+from tests.artifacts.support import FaultyProxy
+
+SMALL_RANGES = PullOptions(parallel=4, range_bytes=64 * 1024, backoff_s=0.01)
+
+
+def _base(server) -> str:
+    return f"{server.url}/v1/artifacts"
+
+
+def _installed(dest: Path, name: str) -> Path:
+    return dest / name / "current"
+
+
+async def test_pull_installs_a_verified_version_and_makes_it_current(
+    artifact_server, store, tmp_path, signing_key
+):
+    options = PullOptions(parallel=4, range_bytes=64 * 1024, public_key=signing_key.public_key())
+    seen: list[tuple[int, int]] = []
+    result = await pull(
+        _base(artifact_server),
+        "tiny",
+        tmp_path,
+        "1",
+        options=options,
+        progress=lambda done, total: seen.append((done, total)),
+    )
+    expected = read_manifest(store / "tiny" / "1")
+    assert result.manifest.sha256 == expected.sha256
+    assert result.fetched_bytes == expected.size
+    assert result.signed_by == signing_key_id(signing_key)
+    assert result.requests > 1  # ranges, in parallel
+    current = _installed(tmp_path, "tiny")
+    assert os.readlink(current) == "versions/1"
+    assert (current / "model.safetensors").read_bytes() == (
+        store / "tiny" / "1" / "model.safetensors"
+    ).read_bytes()
+    assert verify_directory(current).ok
+    assert seen[-1] == (expected.size, expected.size)
+    assert not (tmp_path / "tiny" / ".partial" / "1").exists()
+    again = await pull(_base(artifact_server), "tiny", tmp_path, "1", options=options)
+    assert again.up_to_date and again.fetched_bytes == 0
+
+
+def signing_key_id(key) -> str:
+    from airlane.artifacts.signing import key_id
+
+    return key_id(key.public_key())
+
+
+async def test_a_new_version_fetches_only_the_changed_chunks_and_rollback_restores(
+    artifact_server, store, tmp_path
+):
+    await pull(_base(artifact_server), "tiny", tmp_path, "1", options=SMALL_RANGES)
+    result = await pull(_base(artifact_server), "tiny", tmp_path, "latest", options=SMALL_RANGES)
+    assert result.manifest.version == "2"
+    assert result.reused_bytes > 0
+    assert result.fetched_bytes < result.manifest.size / 4  # one layer of four changed
+    assert result.fetched_bytes + result.reused_bytes == result.manifest.size
+    installation = Installation(tmp_path, "tiny")
+    assert (installation.current, installation.previous) == ("2", "1")
+    assert verify_directory(_installed(tmp_path, "tiny")).ok
+    assert installation.rollback() == "1"
+    assert (installation.current, installation.previous) == ("1", "2")
+    assert read_manifest(_installed(tmp_path, "tiny")).version == "1"
+
+
+async def test_signatures_are_enforced_when_a_key_is_given(artifact_server, tmp_path):
+    stranger = generate_private_key().public_key()
+    with pytest.raises(SignatureError, match="signed by"):
+        await pull(
+            _base(artifact_server), "tiny", tmp_path, "1", options=PullOptions(public_key=stranger)
+        )
+    with pytest.raises(SignatureError, match="not signed"):
+        await pull(
+            _base(artifact_server), "plain", tmp_path, "1", options=PullOptions(public_key=stranger)
+        )
+    assert not (tmp_path / "tiny" / "current").exists()
+
+
+async def test_a_tampered_manifest_is_rejected_by_the_signature(store, tmp_path, signing_key):
+    tampered = tmp_path / "store"
+    shutil.copytree(store / "tiny", tampered / "tiny")
+    manifest = tampered / "tiny" / "1" / "manifest.json"
+    text = manifest.read_text()
+    first_chunk = read_manifest(store / "tiny" / "1").files[0].chunks[0].xxh3
+    manifest.write_text(text.replace(first_chunk, "0" * 32, 1))
+    from tests.servers import run_server
+
+    with run_server(
+        "--artifacts", str(tampered), "--airc-port", "-1", "--grpc-port", "-1"
+    ) as server:
+        with pytest.raises(SignatureError):
+            await pull(
+                _base(server),
+                "tiny",
+                tmp_path / "dest",
+                "1",
+                options=PullOptions(public_key=signing_key.public_key()),
+            )
+        # Without the key, the chunk that no longer matches its (tampered) hash is refused.
+        with pytest.raises(VerificationError, match="corrupt"):
+            await pull(
+                _base(server),
+                "tiny",
+                tmp_path / "dest",
+                "1",
+                options=PullOptions(attempts=2, backoff_s=0.01),
+            )
+    assert not (tmp_path / "dest" / "tiny" / "current").exists()
+
+
+async def test_chunks_corrupted_on_the_wire_are_detected_and_fetched_again(
+    artifact_server, store, tmp_path
+):
+    host, port = httpx.URL(artifact_server.url).host, httpx.URL(artifact_server.url).port
+    # Bytes far into the first two connections' answers (past the manifest): file data.
+    proxy = FaultyProxy((host, port), flips={0: [300_000], 1: [150_000, 400_000]})
+    async with proxy.running():
+        result = await pull(
+            f"{proxy.url}/v1/artifacts",
+            "tiny",
+            tmp_path,
+            "1",
+            options=PullOptions(parallel=2, range_bytes=128 * 1024, backoff_s=0.01),
+        )
+    assert proxy.flipped >= 2
+    assert result.refetched_chunks >= 1
+    assert verify_directory(_installed(tmp_path, "tiny")).ok
+
+
+async def test_a_server_that_ignores_range_is_read_whole(store, tmp_path):
+    # Python's own http.server answers every GET with 200 and the whole file.
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "http.server",
+            "0",
+            "--bind",
+            "127.0.0.1",
+            "--directory",
+            str(store),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        line = process.stdout.readline()
+        port = int(line.split("port ")[1].split()[0])
+        result = await pull(f"http://127.0.0.1:{port}", "tiny", tmp_path, "2", options=SMALL_RANGES)
+    finally:
+        process.terminate()
+        process.wait(10)
+    assert result.ranges_ignored
+    assert result.manifest.version == "2"
+    assert verify_directory(_installed(tmp_path, "tiny")).ok
+
+
+async def test_a_killed_pull_resumes_from_its_partial_file(artifact_server, store, tmp_path):
+    host, port = httpx.URL(artifact_server.url).host, httpx.URL(artifact_server.url).port
+    size = read_manifest(store / "tiny" / "1").size
+    proxy = FaultyProxy((host, port), rate=size / 6)  # about 6 s for the whole version
+    bitmap = tmp_path / "tiny" / ".partial" / "1" / "model.safetensors.bitmap"
+    async with proxy.running():
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "airlane",
+            "artifacts",
+            "pull",
+            f"{proxy.url}/v1/artifacts",
+            "tiny",
+            "--version",
+            "1",
+            "--dest",
+            str(tmp_path),
+            "--parallel",
+            "1",
+            "--range-size",
+            "64KiB",
+            "--quiet",
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (bitmap.exists() and _bits(bitmap) >= 3):
+            await asyncio.sleep(0.05)
+        process.send_signal(signal.SIGKILL)
+        await process.wait()
+    assert _bits(bitmap) >= 3, "the pull made no progress before it was killed"
+    assert not (tmp_path / "tiny" / "current").exists()
+    result = await pull(_base(artifact_server), "tiny", tmp_path, "1", options=SMALL_RANGES)
+    assert result.resumed_bytes > 0
+    assert result.resumed_bytes + result.fetched_bytes == size
+    assert verify_directory(_installed(tmp_path, "tiny")).ok
+
+
+def _bits(bitmap: Path) -> int:
+    with contextlib.suppress(FileNotFoundError):
+        return sum(bin(b).count("1") for b in bitmap.read_bytes()[8 + 32 + 4 :])
+    return 0
+
+
+async def test_a_damaged_partial_chunk_is_found_on_resume(artifact_server, store, tmp_path):
+    manifest = read_manifest(store / "tiny" / "1")
+    installation = Installation(tmp_path, "tiny")
+    partial = installation.begin(manifest)
+    source = (store / "tiny" / "1" / "model.safetensors").read_bytes()
+    for index, chunk in enumerate(manifest.files[0].chunks[:5]):
+        assert partial.files[0].put(index, source[chunk.offset : chunk.end])
+    partial.close()
+    part = tmp_path / "tiny" / ".partial" / "1" / "model.safetensors.part"
+    with part.open("r+b") as fh:  # the disk lost a write the bitmap had counted
+        fh.seek(manifest.files[0].chunks[2].offset + 10)
+        fh.write(b"\x00\x01\x02")
+    result = await pull(_base(artifact_server), "tiny", tmp_path, "1", options=SMALL_RANGES)
+    assert result.refetched_chunks == 1
+    assert (
+        result.resumed_bytes
+        == sum(c.size for c in manifest.files[0].chunks[:5]) - manifest.files[0].chunks[2].size
+    )
+    assert verify_directory(_installed(tmp_path, "tiny")).ok
+
+
+async def test_two_pulls_of_one_version_do_not_mix(artifact_server, store, tmp_path):
+    manifest = read_manifest(store / "tiny" / "1")
+    holder = Installation(tmp_path, "tiny").begin(manifest)
+    try:
+        with pytest.raises(ArtifactError, match="another pull"):
+            await pull(_base(artifact_server), "tiny", tmp_path, "1", options=SMALL_RANGES)
+    finally:
+        holder.close()
+
+
+async def test_unreachable_and_missing_are_clear_errors(artifact_server, tmp_path):
+    with pytest.raises(ArtifactError, match="could not fetch"):
+        await pull("http://127.0.0.1:9/v1/artifacts", "tiny", tmp_path, options=SMALL_RANGES)
+    with pytest.raises(ArtifactError, match="not found"):
+        await pull(_base(artifact_server), "nope", tmp_path, options=SMALL_RANGES)
