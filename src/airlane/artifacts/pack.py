@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,12 +25,15 @@ from airlane.artifacts.plan import ShardPlan, apply_plan
 from airlane.artifacts.quant import QuantConfig, TensorReport, quantize
 from airlane.artifacts.signing import sign_bytes
 from airlane.artifacts.store import MANIFEST, ArtifactStore
-from airlane.artifacts.tensorfile import TensorFile, write_tensors
+from airlane.artifacts.tensorfile import Header, TensorFile, write_tensors
 
-__all__ = ["PLAN", "PackResult", "pack"]
+__all__ = ["PLAN", "PackResult", "Planner", "pack"]
 
 PLAN = "plan.json"
 """Where a sharded version keeps its plan."""
+
+Planner = Callable[[Header], ShardPlan]
+"""Makes the shard plan for the header of the file being split."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +53,7 @@ def pack(
     name: str,
     version: str,
     quant: QuantConfig | None = None,
-    plan: ShardPlan | None = None,
+    plan: ShardPlan | Planner | None = None,
     params: ChunkParams | None = None,
     signing_key: Ed25519PrivateKey | None = None,
     metadata: dict[str, str] | None = None,
@@ -58,8 +61,10 @@ def pack(
     """Make version ``version`` of artifact ``name`` in ``store`` from ``sources``.
 
     ``quant`` quantizes a single safetensors source to INT8 first; ``plan`` then splits it
-    into shards (the plan is kept as ``plan.json`` beside them). Without either, the sources
-    are copied as they are. ``signing_key`` (an Ed25519 private key) signs the manifest.
+    into shards (the plan is kept as ``plan.json`` beside them); it may be a function of the
+    header to split (after quantization, that header also lists the scale tensors). Without
+    either, the sources are copied as they are. ``signing_key`` (an Ed25519 private key)
+    signs the manifest.
     Refuses to replace an existing version: versions are immutable.
     """
     target = ArtifactStore(store).version_dir(name, version)
@@ -91,6 +96,8 @@ def pack(
                 files = [source.name]
             if plan is not None:
                 with TensorFile(source) as tensors:
+                    if not isinstance(plan, ShardPlan):
+                        plan = plan(tensors.header)
                     written = apply_plan(tensors, plan, work)
                 if quant is not None:
                     source.unlink()
@@ -107,7 +114,7 @@ def pack(
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
-    return PackResult(manifest, target, report, plan)
+    return PackResult(manifest, target, report, plan if isinstance(plan, ShardPlan) else None)
 
 
 def _write_synced(path: Path, data: bytes) -> None:

@@ -28,7 +28,7 @@ from rich.table import Table
 
 if TYPE_CHECKING:
     from airlane.artifacts.manifest import Manifest
-    from airlane.artifacts.plan import ShardPlan
+    from airlane.artifacts.pack import Planner
     from airlane.artifacts.quant import QuantConfig, TensorReport
 
 __all__ = ["artifacts_app"]
@@ -193,21 +193,21 @@ def _shard_plan(
     head_dim: int,
     heads_per_group: int,
     max_shard: str,
-) -> ShardPlan | None:
+) -> Planner | None:
+    """A function making the plan for the header being split (after quantization, its
+    scales are tensors too)."""
     from airlane.artifacts import plan as plans
-    from airlane.artifacts.tensorfile import read_header
 
     if choice == "none":
         return None
     if len(sources) != 1:
         _fail("--shard takes exactly one .safetensors source")
-    header = read_header(sources[0])
     if choice == "layer":
-        return plans.plan_by_layer(header, layers_per_shard=layers_per_shard)
+        return lambda header: plans.plan_by_layer(header, layers_per_shard=layers_per_shard)
     if choice == "head-group":
         if not (heads and head_dim and heads_per_group):
             _fail("--shard head-group needs --heads, --head-dim and --heads-per-group")
-        return plans.plan_by_head_group(
+        return lambda header: plans.plan_by_head_group(
             header,
             num_heads=heads,
             head_dim=head_dim,
@@ -215,7 +215,8 @@ def _shard_plan(
             num_kv_heads=kv_heads or None,
         )
     if choice == "size":
-        return plans.plan_by_size(header, parse_size(max_shard))
+        max_bytes = parse_size(max_shard)
+        return lambda header: plans.plan_by_size(header, max_bytes)
     _fail(f"--shard {choice!r}: use none, layer, head-group or size")
 
 
