@@ -27,6 +27,7 @@ import hashlib
 import os
 import shutil
 import struct
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +39,7 @@ __all__ = ["ChunkSource", "Installation", "PartialFile", "PartialVersion"]
 
 _BITMAP_MAGIC = b"AIRBMP1\n"
 _MANIFEST = "manifest.json"
-_HASH_BLOCK = 8 * 1024 * 1024
+_SYNC_EVERY = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +64,10 @@ class PartialFile:
             os.ftruncate(self._fd, entry.size)  # sparse: untouched chunks take no disk
         self._have = self._load_bitmap()
         self.dirty = False
+        # SHA-256 of the file's verified prefix, advanced while the rest downloads.
+        self._sha = hashlib.sha256()
+        self._hashed = 0
+        self._hash_lock = threading.Lock()
 
     @property
     def chunks(self) -> tuple[Chunk, ...]:
@@ -97,16 +102,56 @@ class PartialFile:
 
     def put(self, index: int, data: bytes | memoryview) -> bool:
         """Verify ``data`` as chunk ``index``, and write and mark it if it matches."""
+        if not self.store(index, data):
+            return False
+        self.mark(index)
+        return True
+
+    def store(self, index: int, data: bytes | memoryview) -> bool:
+        """Verify and write chunk ``index`` without marking it: safe from worker threads
+        (chunks do not overlap); the caller marks it on its own thread with `mark`."""
         chunk = self.entry.chunks[index]
         if not chunk.matches(data):
             return False
-        if not self.has(index):
-            view = memoryview(data)
-            written = 0
-            while written < len(view):
-                written += os.pwrite(self._fd, view[written:], chunk.offset + written)
-            self._mark(index, True)
+        view = memoryview(data)
+        written = 0
+        while written < len(view):
+            written += os.pwrite(self._fd, view[written:], chunk.offset + written)
         return True
+
+    def mark(self, index: int) -> None:
+        """Count chunk ``index`` as verified and written."""
+        if not self.has(index):
+            self._mark(index, True)
+
+    @property
+    def hash_pending(self) -> bool:
+        """Whether a verified chunk waits to be fed to the file's SHA-256."""
+        return self._hashed < len(self.entry.chunks) and self.has(self._hashed)
+
+    def hash_ready(self) -> None:
+        """Feed the file's SHA-256 with the verified chunks that follow what it has hashed
+        (from any thread; concurrent calls wait for one another)."""
+        with self._hash_lock:
+            chunks = self.entry.chunks
+            unsynced = 0
+            while self._hashed < len(chunks) and self.has(self._hashed):
+                chunk = chunks[self._hashed]
+                self._sha.update(self.read(chunk.offset, chunk.size))
+                self._hashed += 1
+                unsynced += chunk.size
+                if unsynced >= _SYNC_EVERY:
+                    # Start the disk writing now, beside the download, rather than all of it
+                    # in the fsync before the commit.
+                    os.fdatasync(self._fd)
+                    unsynced = 0
+
+    def sha256(self) -> str:
+        """The whole file's SHA-256 (every chunk must be in)."""
+        self.hash_ready()
+        if self._hashed != len(self.entry.chunks):
+            raise VerificationError(f"{self.entry.path}: chunks are missing")
+        return self._sha.hexdigest()
 
     def save_bitmap(self) -> None:
         """Write the bitmap (a new file renamed over the old one)."""
@@ -185,21 +230,14 @@ class PartialVersion:
             self._lock = -1
 
     def check_whole(self) -> None:
-        """SHA-256 of every file and of the artifact against the manifest."""
-        whole = hashlib.sha256()
+        """SHA-256 of every file (most of it hashed while downloading) against the manifest,
+        whose artifact SHA-256 is the digest of those."""
         for partial in self.files:
-            own = hashlib.sha256()
-            with partial.path.open("rb") as fh:
-                while block := fh.read(_HASH_BLOCK):
-                    own.update(block)
-                    whole.update(block)
-            if own.hexdigest() != partial.entry.sha256:
+            if partial.sha256() != partial.entry.sha256:
                 raise VerificationError(
                     f"{partial.entry.path}: every chunk verified but the file's SHA-256 "
                     "differs from the manifest (an inconsistent manifest)"
                 )
-        if whole.hexdigest() != self.manifest.sha256:
-            raise VerificationError("the artifact's SHA-256 differs from the manifest")
 
     def commit(self) -> Path:
         """Make this the current version: fsync, rename into ``versions/``, swap ``current``

@@ -10,8 +10,11 @@ two checksums each:
 - ``adler32``: Adler-32 of each 1 KiB piece of the chunk, the seed's scheme, kept for
   receivers that only do Adler-32 and to point at the corrupt KiB (base64 of big-endian u32s).
 
-Then a SHA-256 per file and one over all files' bytes in manifest order (``sha256``: the
-artifact's identity; a delta is pinned to it), the tensors of the safetensors files (name,
+Then a SHA-256 per file, and the artifact's SHA-256 (``sha256``: its identity; a delta is
+pinned to it): the SHA-256 of the lines ``<file sha256>  <path>\n`` in manifest order, which
+is what ``sha256sum <files> | sha256sum`` prints when run in the version's directory. It
+commits to every byte (through the per-file hashes) while letting each file be hashed on its
+own, in parallel or while it downloads. The tensors of the safetensors files (name,
 dtype, shape, absolute byte range), free-form metadata (quantization scheme, shard plan), and
 an optional Ed25519 signature over `Manifest.canonical_bytes` (every field but the signature,
 as JSON with sorted keys).
@@ -25,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import mmap
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -45,6 +48,7 @@ __all__ = [
     "Chunk",
     "FileEntry",
     "Manifest",
+    "artifact_digest",
     "build_manifest",
     "check_relative_path",
     "verify_file",
@@ -106,7 +110,7 @@ class Manifest:
     version: str
     files: tuple[FileEntry, ...]
     sha256: str
-    """SHA-256 over every file's bytes, concatenated in manifest order."""
+    """The artifact's SHA-256: `artifact_digest` of its files."""
     chunking: dict[str, Any] = field(default_factory=dict)
     tensors: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Tensor name -> ``{"file", "dtype", "shape", "offsets": [start, end]}`` (absolute)."""
@@ -184,6 +188,15 @@ class Manifest:
         return _parse_manifest(obj)
 
 
+def artifact_digest(files: Iterable[tuple[str, str]]) -> str:
+    """The artifact SHA-256 of ``(path, file sha256)`` pairs in manifest order: the SHA-256 of
+    ``sha256sum``'s output for those files."""
+    listing = hashlib.sha256()
+    for path, digest in files:
+        listing.update(f"{digest}  {path}\n".encode())
+    return listing.hexdigest()
+
+
 def check_relative_path(path: str) -> str:
     """``path`` if it is a safe relative POSIX path (no ``..``, not absolute, no empty
     parts); manifests come from the network, and their paths become file names."""
@@ -218,7 +231,6 @@ def build_manifest(
     entries: list[FileEntry] = []
     tensors: dict[str, dict[str, Any]] = {}
     merged_metadata: dict[str, str] = {}
-    whole = hashlib.sha256()
     for relative in files:
         check_relative_path(relative)
         with _mapped(root / relative) as data:
@@ -239,13 +251,13 @@ def build_manifest(
                         "shape": list(info.shape),
                         "offsets": [start, start + info.nbytes],
                     }
-            entries.append(_file_entry(relative, data, params, boundaries, whole))
+            entries.append(_file_entry(relative, data, params, boundaries))
     merged_metadata.update(metadata or {})
     return Manifest(
         name=name,
         version=version,
         files=tuple(entries),
-        sha256=whole.hexdigest(),
+        sha256=artifact_digest((entry.path, entry.sha256) for entry in entries),
         chunking={"algorithm": ALGORITHM, **params.to_json(), "adler_piece": 1024},
         tensors=tensors,
         metadata=merged_metadata,
@@ -277,13 +289,11 @@ def _tensor_boundaries(header: Header) -> list[int]:
 
 
 def _file_entry(
-    relative: str, data: memoryview, params: ChunkParams, boundaries: list[int], whole: Any
+    relative: str, data: memoryview, params: ChunkParams, boundaries: list[int]
 ) -> FileEntry:
     own = hashlib.sha256()
     for start in range(0, len(data), _READ_BLOCK):
-        block = data[start : start + _READ_BLOCK]
-        own.update(block)
-        whole.update(block)
+        own.update(data[start : start + _READ_BLOCK])
     chunks = []
     offset = 0
     array = np.frombuffer(data, dtype=np.uint8) if len(data) else np.zeros(0, np.uint8)
@@ -342,6 +352,8 @@ def _parse_manifest(obj: Any) -> Manifest:
     files = tuple(_parse_file(item) for item in raw_files)
     if len({entry.path for entry in files}) != len(files):
         raise MalformedArtifact("manifest lists a file twice")
+    if artifact_digest((entry.path, entry.sha256) for entry in files) != sha256:
+        raise MalformedArtifact("manifest sha256 is not the digest of its files' SHA-256s")
     chunking = obj.get("chunking", {})
     tensors = obj.get("tensors", {})
     metadata = obj.get("metadata", {})

@@ -11,7 +11,8 @@ the files beside it), then:
 4. fetches the rest with ``parallel`` workers, each asking for a byte range that starts and
    ends on chunk boundaries (consecutive missing chunks, up to ``range_bytes``); every chunk is
    checked against its XXH3 before it is written and counted, a bad one is fetched again (a
-   bounded number of times);
+   bounded number of times). The bytes move on worker threads (`airlane.artifacts.ranges`:
+   why, with numbers); the manifest comes through httpx;
 5. copes with servers that ignore ``Range`` and answer ``200`` with the whole file: the first
    such answer is read through, filling every missing chunk of that file, and the other
    workers stop asking for ranges of it;
@@ -26,15 +27,18 @@ per range; what was verified so far stays on disk for the next run.
 from __future__ import annotations
 
 import asyncio
+import http.client
 import os
 import re
+import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpx
 
@@ -46,6 +50,7 @@ from airlane.artifacts.errors import (
 )
 from airlane.artifacts.install import ChunkSource, Installation, PartialFile, PartialVersion
 from airlane.artifacts.manifest import Manifest
+from airlane.artifacts.ranges import Body, RangeConnection, ShortBody
 from airlane.artifacts.signing import verify_bytes
 
 __all__ = ["PullOptions", "PullResult", "fetch_manifest", "pull"]
@@ -75,6 +80,8 @@ class PullOptions:
     """Installed versions kept (current, previous, and older ones up to this count)."""
     timeout_s: float = 30.0
     """Per-request connect/read timeout."""
+    headers: Mapping[str, str] = field(default_factory=dict)
+    """Sent with every request (``Authorization``, say)."""
 
     def __post_init__(self) -> None:
         if self.parallel < 1 or self.attempts < 1 or self.range_bytes < 1:
@@ -146,7 +153,7 @@ async def pull(
     started = time.monotonic()
     own_client = client is None
     if client is None:
-        client = httpx.AsyncClient(timeout=options.timeout_s)
+        client = httpx.AsyncClient(timeout=options.timeout_s, headers=dict(options.headers))
     try:
         manifest = await fetch_manifest(client, base_url, name, version)
         signed_by = _check_signature(manifest, options.public_key)
@@ -162,7 +169,7 @@ async def pull(
         partial = installation.begin(manifest)
         try:
             result = PullResult(manifest, partial.directory, signed_by=signed_by)
-            fetcher = _Fetcher(client, base_url, partial, options, result, progress)
+            fetcher = _Fetcher(base_url, partial, options, result, progress)
             await fetcher.run(installation.local_chunks())
             await asyncio.to_thread(partial.check_whole)
             result.directory = await asyncio.to_thread(partial.commit)
@@ -207,33 +214,46 @@ class _FileState:
     whole_file_reader: bool = False
     """A worker is reading a 200 answer (the whole file): ranges of it are not asked for."""
     chunk_failures: dict[int, int] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    """Guards ``whole_file_reader`` (set from worker threads)."""
 
 
 class _Fetcher:
-    """The workers of one pull and the state they share (one event loop, no locks)."""
+    """The workers of one pull and the state they share.
+
+    Each worker is a coroutine that hands one range at a time to its own thread
+    (`ranges.RangeConnection`); the thread reads, verifies and writes chunks and reports each
+    landed chunk back to the event loop, which alone marks bitmaps and counts bytes.
+    """
 
     def __init__(
         self,
-        client: httpx.AsyncClient,
         base_url: str,
         partial: PartialVersion,
         options: PullOptions,
         result: PullResult,
         progress: Progress | None,
     ) -> None:
-        self.client = client
         self.partial = partial
         self.options = options
         self.result = result
         self.progress = progress
         manifest = partial.manifest
         prefix = f"{base_url.rstrip('/')}/{quote(manifest.name)}/{quote(manifest.version)}/"
-        self.urls = [prefix + quote(entry.path) for entry in manifest.files]
+        self.base_url = base_url
+        self.targets = [urlsplit(prefix + quote(entry.path)) for entry in manifest.files]
         self.files = [_FileState(p) for p in partial.files]
         self.queue: deque[_Range] = deque()
         self.done_bytes = 0
         self.total = manifest.size
         self._saved_at = time.monotonic()
+        self._loop = asyncio.get_running_loop()
+        self._stopping = threading.Event()
+        self._connections: list[RangeConnection] = []
+        # One thread hashes each file's verified prefix while the rest downloads, so that
+        # little of the SHA-256 pass is left once the last chunk lands.
+        self._hasher = ThreadPoolExecutor(1, thread_name_prefix="airlane-sha256")
+        self._hashing: set[int] = set()
 
     async def run(self, local: dict[str, ChunkSource]) -> None:
         """Resume, reuse local chunks, fetch the rest."""
@@ -246,21 +266,34 @@ class _Fetcher:
         for state in self.files:
             self.result.reused_bytes += await asyncio.to_thread(self._reuse, state, local)
         self._report()
-        # Rounds: chunks a round could not place (a range dropped while another worker read
-        # the whole file, say) are queued again; each round is bounded, and so are the rounds.
-        for _ in range(self.options.attempts):
-            for index, state in enumerate(self.files):
-                self._enqueue(index, state.partial.missing())
-            if not self.queue:
-                return
-            await self._round()
+        executor = ThreadPoolExecutor(self.options.parallel, thread_name_prefix="airlane-pull")
+        for index in range(len(self.files)):
+            self._hash_more(index)
+        try:
+            # Rounds: chunks a round could not place (a range dropped while another worker
+            # read the whole file, say) are queued again; rounds are bounded too.
+            for _ in range(self.options.attempts):
+                for index, state in enumerate(self.files):
+                    self._enqueue(index, state.partial.missing())
+                if not self.queue:
+                    return
+                await self._round(executor)
+        finally:
+            # No thread may outlive the pull: they write into files about to be closed.
+            self._stopping.set()
+            for connection in self._connections:
+                connection.abort()
+            await asyncio.to_thread(executor.shutdown, wait=True)
+            await asyncio.to_thread(self._hasher.shutdown, wait=True)
+            for connection in self._connections:
+                connection.close()
         left = sum(len(state.partial.missing()) for state in self.files)
         if left:
             raise ArtifactError(f"{left} chunks could not be fetched; run the pull again")
 
-    async def _round(self) -> None:
+    async def _round(self, executor: ThreadPoolExecutor) -> None:
         workers = [
-            asyncio.create_task(self._worker(), name=f"pull worker {n}")
+            asyncio.create_task(self._worker(executor), name=f"pull worker {n}")
             for n in range(min(self.options.parallel, len(self.queue)))
         ]
         try:
@@ -304,7 +337,9 @@ class _Fetcher:
         if run:
             self.queue.append(_Range(file, run[0], run[-1]))
 
-    async def _worker(self) -> None:
+    async def _worker(self, executor: ThreadPoolExecutor) -> None:
+        connection = RangeConnection(self.base_url, self.options.headers, self.options.timeout_s)
+        self._connections.append(connection)
         while self.queue:
             task = self.queue.popleft()
             state = self.files[task.file]
@@ -312,9 +347,13 @@ class _Fetcher:
                 state.partial.has(i) for i in range(task.first, task.last + 1)
             ):
                 continue  # the whole file is being read (the next round re-queues what it misses)
+            self.result.requests += 1
             try:
-                await self._fetch(task, state)
-            except (httpx.TransportError, _Transient) as exc:
+                await self._loop.run_in_executor(executor, self._fetch, connection, task, state)
+            except (OSError, http.client.HTTPException, ShortBody, _Transient) as exc:
+                connection.close()
+                if self._stopping.is_set():
+                    return
                 task.tries += 1
                 if task.tries >= self.options.attempts:
                     raise ArtifactError(
@@ -325,44 +364,16 @@ class _Fetcher:
                 await asyncio.sleep(min(5.0, self.options.backoff_s * 2 ** (task.tries - 1)))
                 # What arrived before the failure was kept: ask only for the rest.
                 self._requeue(task, state)
+                continue
+            self._settle(task, state)
+            self._maybe_save(state)
 
-    def _requeue(self, task: _Range, state: _FileState) -> None:
-        missing = [i for i in range(task.first, task.last + 1) if not state.partial.has(i)]
-        before = len(self.queue)
-        self._enqueue(task.file, missing)
-        for queued in list(self.queue)[before:]:
-            queued.tries = task.tries
-
-    def _span(self, task: _Range) -> str:
-        chunks = self.files[task.file].partial.chunks
-        return f"{chunks[task.first].offset}-{chunks[task.last].end - 1}"
-
-    async def _fetch(self, task: _Range, state: _FileState) -> None:
+    def _settle(self, task: _Range, state: _FileState) -> None:
+        """Chunks of a finished range still missing arrived corrupt: again, a bounded number
+        of times."""
+        if state.whole_file_reader:
+            return
         chunks = state.partial.chunks
-        start, end = chunks[task.first].offset, chunks[task.last].end
-        headers = {"range": f"bytes={start}-{end - 1}"}
-        self.result.requests += 1
-        async with self.client.stream("GET", self.urls[task.file], headers=headers) as response:
-            status = response.status_code
-            if status == 206:
-                _check_content_range(response, start, end, state.partial.entry.size)
-                await self._consume(response, state, task.first, task.last)
-            elif status == 200:
-                self.result.ranges_ignored = True
-                if state.whole_file_reader:
-                    return
-                state.whole_file_reader = True
-                try:
-                    await self._consume(response, state, 0, len(chunks) - 1)
-                finally:
-                    state.whole_file_reader = False
-            elif status in (404, 410):
-                raise ArtifactNotFound(f"{self.urls[task.file]}: HTTP {status}")
-            elif status == 429 or status >= 500:
-                raise _Transient(f"HTTP {status}")
-            else:
-                raise ArtifactError(f"{self.urls[task.file]}: HTTP {status} to a range request")
-        # Chunks of this range still missing (corrupt on arrival) go round again, bounded.
         bad = [i for i in range(task.first, task.last + 1) if not state.partial.has(i)]
         for index in bad:
             failures = state.chunk_failures.get(index, 0) + 1
@@ -375,34 +386,94 @@ class _Fetcher:
             self.result.refetched_chunks += 1
         self._enqueue(task.file, bad)
 
-    async def _consume(
-        self, response: httpx.Response, state: _FileState, first: int, last: int
-    ) -> None:
-        """Read chunks ``first..last`` from a body that starts at chunk ``first``'s offset,
-        verifying and writing each as soon as its bytes are in."""
+    def _requeue(self, task: _Range, state: _FileState) -> None:
+        missing = [i for i in range(task.first, task.last + 1) if not state.partial.has(i)]
+        before = len(self.queue)
+        self._enqueue(task.file, missing)
+        for queued in list(self.queue)[before:]:
+            queued.tries = task.tries
+
+    def _span(self, task: _Range) -> str:
+        chunks = self.files[task.file].partial.chunks
+        return f"{chunks[task.first].offset}-{chunks[task.last].end - 1}"
+
+    # -- on a worker thread -----------------------------------------------------------------
+
+    def _fetch(self, connection: RangeConnection, task: _Range, state: _FileState) -> None:
+        """One request: read its chunks, verify, write, and report each to the loop."""
         chunks = state.partial.chunks
-        index = first
-        buffer = bytearray()
-        async for data in response.aiter_bytes():
-            buffer += data
-            while index <= last and len(buffer) >= chunks[index].size:
-                size = chunks[index].size
-                if not state.partial.has(index):
-                    piece = memoryview(buffer)[:size]
-                    ok = state.partial.put(index, piece)
-                    piece.release()
-                    if ok:
-                        self.result.fetched_bytes += size
-                        self.done_bytes += size
-                        self._report()
-                del buffer[:size]
-                index += 1
-            # No early exit: a body read to its end lets the connection be reused.
-        if index <= last:
-            raise _Transient(
-                f"the body ended {chunks[last].end - chunks[index].offset} bytes short"
+        start, end = chunks[task.first].offset, chunks[task.last].end
+        target = self.targets[task.file]
+        path = target.path + (f"?{target.query}" if target.query else "")
+        status, headers, body = connection.get(path, (start, end))
+        if status == 206:
+            _check_content_range(
+                headers.get("content-range", ""), start, end, state.partial.entry.size
             )
-        self._maybe_save(state)
+            self._read_chunks(body, task.file, task.first, task.last)
+        elif status == 200:
+            with state.lock:
+                claimed = not state.whole_file_reader
+                state.whole_file_reader = True
+            self._loop.call_soon_threadsafe(setattr, self.result, "ranges_ignored", True)
+            if not claimed:
+                connection.close()  # another worker reads the whole file
+                return
+            try:
+                self._read_chunks(body, task.file, 0, len(chunks) - 1)
+            finally:
+                with state.lock:
+                    state.whole_file_reader = False
+        elif status in (404, 410):
+            body.drain()
+            raise ArtifactNotFound(f"{self._url(task)}: HTTP {status}")
+        elif status == 429 or status >= 500:
+            raise _Transient(f"HTTP {status}")
+        else:
+            raise ArtifactError(f"{self._url(task)}: HTTP {status} to a range request")
+
+    def _read_chunks(self, body: Body, task_file: int, first: int, last: int) -> None:
+        state = self.files[task_file]
+        chunks = state.partial.chunks
+        buffer = bytearray(max(c.size for c in chunks[first : last + 1]))
+        for index in range(first, last + 1):
+            if self._stopping.is_set():
+                raise _Transient("the pull is stopping")
+            size = chunks[index].size
+            view = memoryview(buffer)[:size]
+            body.read_into(view)
+            if not state.partial.has(index) and state.partial.store(index, view):
+                self._loop.call_soon_threadsafe(self._landed, task_file, index, size)
+
+    def _url(self, task: _Range) -> str:
+        return self.targets[task.file].geturl()
+
+    # -- back on the loop -------------------------------------------------------------------
+
+    def _landed(self, file: int, index: int, size: int) -> None:
+        partial = self.files[file].partial
+        if partial.has(index):
+            return
+        partial.mark(index)
+        self.result.fetched_bytes += size
+        self.done_bytes += size
+        self._report()
+        self._hash_more(file)
+
+    def _hash_more(self, file: int) -> None:
+        """Start hashing the file's newly contiguous prefix, unless a job already runs."""
+        partial = self.files[file].partial
+        if file in self._hashing or not partial.hash_pending or self._stopping.is_set():
+            return
+        self._hashing.add(file)
+        job = self._loop.run_in_executor(self._hasher, partial.hash_ready)
+
+        def finished(future: asyncio.Future[None]) -> None:
+            self._hashing.discard(file)
+            if not future.cancelled() and future.exception() is None:
+                self._hash_more(file)
+
+        job.add_done_callback(finished)
 
     def _maybe_save(self, state: _FileState) -> None:
         now = time.monotonic()
@@ -419,8 +490,7 @@ class _Transient(Exception):
     """A failure worth retrying (a 5xx, a body cut short)."""
 
 
-def _check_content_range(response: httpx.Response, start: int, end: int, size: int) -> None:
-    header = response.headers.get("content-range", "")
+def _check_content_range(header: str, start: int, end: int, size: int) -> None:
     match = _CONTENT_RANGE.fullmatch(header.strip())
     if (
         match is None

@@ -4,7 +4,7 @@
 public key, then every file: size, each chunk's XXH3 (and, for a bad chunk, which 1 KiB
 pieces fail their Adler-32, to say where the damage is), the file's SHA-256, and the
 artifact's SHA-256 over all files. It reports everything it finds rather than stopping at the
-first problem.
+first problem. The artifact's SHA-256 is the digest of the files' (`manifest.artifact_digest`).
 """
 
 from __future__ import annotations
@@ -14,12 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from airlane.artifacts.errors import ArtifactError, VerificationError
-from airlane.artifacts.manifest import Manifest
+from airlane.artifacts.manifest import Manifest, artifact_digest
 from airlane.artifacts.signing import verify_bytes
 
 __all__ = ["FileReport", "VerifyReport", "verify_directory"]
-
-_BLOCK = 8 * 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -93,8 +91,8 @@ def verify_directory(directory: Path, *, public_key: object | None = None) -> Ve
             raise VerificationError("the manifest is not signed") from None
         verify_bytes(public_key, manifest.canonical_bytes(), manifest.signature)  # type: ignore[arg-type]
         signature = f"signature verified (key {manifest.signature.get('key_id', '?')})"
-    whole = hashlib.sha256()
     reports = []
+    digests: list[tuple[str, str]] = []
     for entry in manifest.files:
         report = FileReport(entry.path)
         reports.append(report)
@@ -110,12 +108,12 @@ def verify_directory(directory: Path, *, public_key: object | None = None) -> Ve
                 for index, chunk in enumerate(entry.chunks):
                     data = fh.read(chunk.size)
                     own.update(data)
-                    whole.update(data)
                     if not chunk.matches(data):
                         report.bad_chunks.append(index)
                         report.bad_pieces[index] = chunk.bad_pieces(data)
-                report.sha256_ok = own.hexdigest() == entry.sha256
+                digests.append((entry.path, own.hexdigest()))
+                report.sha256_ok = digests[-1][1] == entry.sha256
         except FileNotFoundError:
             report.problem = "missing"
-    sha_ok = all(r.problem is None for r in reports) and whole.hexdigest() == manifest.sha256
+    sha_ok = len(digests) == len(manifest.files) and artifact_digest(digests) == manifest.sha256
     return VerifyReport(manifest, reports, sha_ok, signature)

@@ -488,7 +488,10 @@ def pull_command(
         from airlane.artifacts.pull import PullOptions
 
         options = PullOptions(
-            parallel=parallel, range_bytes=parse_size(range_size), public_key=_public_key(key)
+            parallel=parallel,
+            range_bytes=parse_size(range_size),
+            public_key=_public_key(key),
+            headers={"authorization": f"Bearer {api_key}"} if api_key else {},
         )
         run_async(_pull_main(url, name, version, dest, options, follow, quiet, api_key))
 

@@ -1,0 +1,119 @@
+"""The data plane of a pull: byte ranges read straight into chunk buffers, off the event loop.
+
+A pull spends its time moving bytes: socket -> buffer -> checksum -> file. The asyncio HTTP
+clients cost Python work per 64 KiB read (httpx measured 65-100 MB/s for a 268 MB pull on
+this 2-core machine, while the gateway served the same file to curl at 1 GB/s). Here each
+worker thread keeps one keep-alive `http.client` connection and ``readinto``s a chunk's bytes
+into a reused buffer: the GIL is released while the kernel copies, no intermediate objects are
+made, and several workers run truly in parallel (measured 600-900 MB/s for the bare transfer
+with 2-4 threads). The manifest and announcements, small and few, stay on httpx.
+
+`RangeConnection.get` sends one GET (with a ``Range`` header when asked) and returns the
+status, the headers and a `Body` to read exact-size pieces from. Any I/O failure is an
+`OSError` or `http.client.HTTPException`; `abort` (from another thread) shuts the socket so a
+blocked read returns at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import socket
+import ssl
+import threading
+from collections.abc import Mapping
+from urllib.parse import urlsplit
+
+from airlane.artifacts.errors import ArtifactError
+
+__all__ = ["Body", "RangeConnection", "ShortBody"]
+
+
+class ShortBody(Exception):
+    """The body ended before the bytes the response promised."""
+
+
+class Body:
+    """A response body read in exact-size pieces."""
+
+    def __init__(self, response: http.client.HTTPResponse) -> None:
+        self._response = response
+
+    def read_into(self, buffer: memoryview) -> None:
+        """Fill ``buffer`` completely; `ShortBody` if the body ends first."""
+        filled = 0
+        while filled < len(buffer):
+            got = self._response.readinto(buffer[filled:])
+            if not got:
+                raise ShortBody(f"the body ended {len(buffer) - filled} bytes short")
+            filled += got
+
+    def drain(self) -> None:
+        """Read what is left (so the connection can be reused)."""
+        while self._response.read(1 << 20):
+            pass
+
+
+class RangeConnection:
+    """One keep-alive HTTP/1.1 connection to the host of ``base_url``, used by one thread."""
+
+    def __init__(
+        self, base_url: str, headers: Mapping[str, str] | None = None, timeout_s: float = 30.0
+    ) -> None:
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ArtifactError(f"{base_url!r} is not an http:// or https:// URL")
+        self.scheme = parts.scheme
+        self.host = parts.hostname
+        self.port = parts.port or (443 if parts.scheme == "https" else 80)
+        self.headers = dict(headers or {})
+        self.timeout_s = timeout_s
+        self._connection: http.client.HTTPConnection | None = None
+        self._lock = threading.Lock()
+
+    def get(
+        self, target: str, byte_range: tuple[int, int] | None = None
+    ) -> tuple[int, http.client.HTTPMessage, Body]:
+        """GET ``target`` (a path), for bytes ``[start, end)`` when ``byte_range`` is given."""
+        connection = self._connect()
+        headers = dict(self.headers)
+        if byte_range is not None:
+            headers["Range"] = f"bytes={byte_range[0]}-{byte_range[1] - 1}"
+        try:
+            connection.request("GET", target, headers=headers)
+            response = connection.getresponse()
+        except (OSError, http.client.HTTPException):
+            self.close()
+            raise
+        return response.status, response.headers, Body(response)
+
+    def close(self) -> None:
+        """Close the connection (the next `get` opens a new one)."""
+        with self._lock:
+            connection, self._connection = self._connection, None
+        if connection is not None:
+            connection.close()
+
+    def abort(self) -> None:
+        """From any thread: shut the socket down so a blocked read ends now."""
+        with self._lock:
+            sock = self._connection.sock if self._connection is not None else None
+        if sock is not None:
+            with contextlib.suppress(OSError):  # already closed: nothing to interrupt
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def _connect(self) -> http.client.HTTPConnection:
+        with self._lock:
+            if self._connection is None:
+                if self.scheme == "https":
+                    self._connection = http.client.HTTPSConnection(
+                        self.host,
+                        self.port,
+                        timeout=self.timeout_s,
+                        context=ssl.create_default_context(),
+                    )
+                else:
+                    self._connection = http.client.HTTPConnection(
+                        self.host, self.port, timeout=self.timeout_s
+                    )
+            return self._connection
