@@ -44,6 +44,21 @@ def test_chunks_never_straddle_a_tensor(model):
             assert info["offsets"][0] in starts
 
 
+def test_chunking_in_parallel_spans_cuts_where_one_pass_would(tmp_path, monkeypatch):
+    import airlane.artifacts.manifest as manifest_module
+    from airlane.artifacts.chunker import cut_points
+
+    model = checkpoint(tmp_path / "model.safetensors", layers=6, hidden=256)
+    monkeypatch.setattr(manifest_module, "_SPAN_BYTES", 300_000)  # several spans, grouped
+    built = build_manifest(tmp_path, ["model.safetensors"], name="t", version="1", params=SMALL)
+    header = read_header(model)
+    forced = sorted({header.data_offset} | {header.data_offset + t.start for t in header.tensors})
+    one_pass = cut_points(
+        model.read_bytes(), SMALL, [p for p in forced if 0 < p < header.file_size]
+    )
+    assert [c.end for c in built.files[0].chunks] == one_pass
+
+
 def test_fine_tuning_one_layer_changes_only_its_chunks(tmp_path):
     base = checkpoint(tmp_path / "a" / "model.safetensors")
     tuned = checkpoint(tmp_path / "b" / "model.safetensors", changed=(2,))

@@ -27,14 +27,17 @@ from __future__ import annotations
 
 import hashlib
 import mmap
+import os
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import orjson
 import xxhash
 
@@ -61,6 +64,8 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _HEX32 = re.compile(r"[0-9a-f]{32}")
 _READ_BLOCK = 8 * 1024 * 1024
+_SPAN_BYTES = 8 * 1024 * 1024
+"""Smallest span chunked as one job (smaller tensors are grouped)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,24 +296,69 @@ def _tensor_boundaries(header: Header) -> list[int]:
 def _file_entry(
     relative: str, data: memoryview, params: ChunkParams, boundaries: list[int]
 ) -> FileEntry:
-    own = hashlib.sha256()
-    for start in range(0, len(data), _READ_BLOCK):
-        own.update(data[start : start + _READ_BLOCK])
-    chunks = []
-    offset = 0
+    """Chunk and hash one file, in parallel where it can be split.
+
+    Chunking restarts at every forced boundary (a tensor's start), so the spans between
+    boundaries are chunked independently, on all cores (numpy, XXH3, zlib and hashlib release
+    the GIL on large buffers), beside one thread doing the file's SHA-256. The result is the
+    same as chunking the file in one go.
+    """
     array = np.frombuffer(data, dtype=np.uint8) if len(data) else np.zeros(0, np.uint8)
-    for end in cut_points(array, params, boundaries):
-        piece = data[offset:end]
+    with ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="airlane-pack") as pool:
+        sha = pool.submit(_sha256, data)
+        jobs = [
+            pool.submit(_chunk_span, data, array, start, end, inner, params)
+            for start, end, inner in _spans(len(data), boundaries)
+        ]
+        chunks = [chunk for job in jobs for chunk in job.result()]
+        digest = sha.result()
+    return FileEntry(relative, len(data), digest, tuple(chunks))
+
+
+def _spans(size: int, boundaries: list[int]) -> list[tuple[int, int, list[int]]]:
+    """Contiguous spans of at least ``_SPAN_BYTES`` (one per run of small tensors) that each
+    start at a forced boundary, with the boundaries inside each."""
+    spans: list[tuple[int, int, list[int]]] = []
+    start = 0
+    inner: list[int] = []
+    for point in [*boundaries, size]:
+        if point - start >= _SPAN_BYTES or point == size:
+            spans.append((start, point, [b - start for b in inner]))
+            start, inner = point, []
+        else:
+            inner.append(point)
+    return [span for span in spans if span[1] > span[0]] or [(0, size, [])]
+
+
+def _chunk_span(
+    data: memoryview,
+    array: npt.NDArray[np.uint8],
+    start: int,
+    end: int,
+    inner: list[int],
+    params: ChunkParams,
+) -> list[Chunk]:
+    chunks = []
+    offset = start
+    for cut in cut_points(array[start:end], params, inner):
+        piece = data[offset : start + cut]
         chunks.append(
             Chunk(
                 offset,
-                end - offset,
+                len(piece),
                 xxhash.xxh3_128_hexdigest(piece),
                 pack_adler(adler32_pieces(piece)),
             )
         )
-        offset = end
-    return FileEntry(relative, len(data), own.hexdigest(), tuple(chunks))
+        offset = start + cut
+    return chunks
+
+
+def _sha256(data: memoryview) -> str:
+    own = hashlib.sha256()
+    for start in range(0, len(data), _READ_BLOCK):
+        own.update(data[start : start + _READ_BLOCK])
+    return own.hexdigest()
 
 
 @contextmanager
