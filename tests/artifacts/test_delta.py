@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
+import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from safetensors.numpy import save_file
@@ -299,15 +300,26 @@ def test_trailing_bytes_are_refused(tmp_path: Path, pair: tuple[Manifest, Manife
         read_delta_header(delta)
 
 
+def _load(stored: bytes) -> dict:
+    """A delta's header, decompressed and parsed."""
+    return orjson.loads(zstandard.ZstdDecompressor().decompress(stored))
+
+
+def _dump(header: object) -> bytes:
+    """A header as a delta stores it (zstd of the JSON, or of raw bytes given as such)."""
+    plain = header if isinstance(header, bytes) else orjson.dumps(header)
+    return zstandard.ZstdCompressor().compress(plain)
+
+
 def rewrite(
     delta: Path, change: dict[str, object] | None = None, prefix: bytes | None = None
 ) -> None:
     """Rewrite ``delta`` with header fields replaced (payloads kept)."""
     data = delta.read_bytes()
     (length,) = struct.unpack("<I", data[9:13])
-    header = orjson.loads(data[13 : 13 + length])
+    header = _load(data[13 : 13 + length])
     header.update(change or {})
-    blob = orjson.dumps(header)
+    blob = _dump(header)
     delta.write_bytes(
         (prefix or data[:9]) + struct.pack("<I", len(blob)) + blob + data[13 + length :]
     )
@@ -333,7 +345,7 @@ def test_bad_headers(tmp_path: Path, pair: tuple[Manifest, Manifest]) -> None:
     delta = tmp_path / "d.airdelta"
     write_delta(base, tmp_path / "1", target, tmp_path / "2", delta)
     good = delta.read_bytes()
-    entries = orjson.loads(good[13 : 13 + struct.unpack("<I", good[9:13])[0]])["entries"]
+    entries = _load(good[13 : 13 + struct.unpack("<I", good[9:13])[0]])["entries"]
     cases: list[tuple[dict[str, object], str]] = [
         ({"base": None}, "'base'"),
         ({"base": {"name": "tiny"}}, "'base'"),
@@ -360,7 +372,7 @@ def test_header_that_does_not_match_the_target(
     delta = tmp_path / "d.airdelta"
     write_delta(base, tmp_path / "1", target, tmp_path / "2", delta)
     good = delta.read_bytes()
-    entries = orjson.loads(good[13 : 13 + struct.unpack("<I", good[9:13])[0]])["entries"]
+    entries = _load(good[13 : 13 + struct.unpack("<I", good[9:13])[0]])["entries"]
     first = entries[0]
     cases: list[tuple[list[dict[str, object]], str]] = [
         ([{**first, "xxh3": "0" * 32}, *entries[1:]], "which the target lacks"),
@@ -375,9 +387,9 @@ def test_header_that_does_not_match_the_target(
     # An entry dropped, with its payload: a target chunk nobody holds.
     data = good
     (length,) = struct.unpack("<I", data[9:13])
-    header = orjson.loads(data[13 : 13 + length])
+    header = _load(data[13 : 13 + length])
     header["entries"] = entries[1:]
-    blob = orjson.dumps(header)
+    blob = _dump(header)
     payloads = data[13 + length + first["length"] :]
     delta.write_bytes(data[:9] + struct.pack("<I", len(blob)) + blob + payloads)
     with pytest.raises(MalformedArtifact, match="lacks 1 chunk"):
@@ -390,6 +402,10 @@ def test_oversized_header_claim(tmp_path: Path) -> None:
     with pytest.raises(MalformedArtifact, match="header claims"):
         read_delta_header(delta)
     delta.write_bytes(MAGIC + b"\x01" + struct.pack("<I", 3) + b"{x}")
+    with pytest.raises(MalformedArtifact, match="not a zstd frame"):
+        read_delta_header(delta)
+    blob = _dump(b"{x}")
+    delta.write_bytes(MAGIC + b"\x01" + struct.pack("<I", len(blob)) + blob)
     with pytest.raises(MalformedArtifact, match="not JSON"):
         read_delta_header(delta)
     with pytest.raises(ArtifactError, match="cannot read delta"):

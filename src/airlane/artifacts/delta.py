@@ -17,8 +17,8 @@ compresses far better. Each chunk gets whichever encoding is smaller.
 
     magic    8 bytes   b"AIRDELTA"
     version  u8        1
-    length   u32       bytes of the header (at most `MAX_HEADER_BYTES`)
-    header   JSON      {"base":    {"name", "version", "sha256"},   the base it applies to
+    length   u32       bytes of the header as stored
+    header   zstd(JSON) {"base":    {"name", "version", "sha256"},   the base it applies to
                         "target":  <the target's manifest JSON>,
                         "entries": [{"xxh3", "encoding", "length", "ref"?}, ...]}
     payloads           one per entry, in order, ``length`` bytes each; nothing follows
@@ -195,9 +195,11 @@ def write_delta(
             record, payload = _encode(chunk, data, ref, base_files, compressor)
             payloads.write(payload)
             entries.append(record)
-        header = orjson.dumps({"base": _pin(base), "target": target.to_json(), "entries": entries})
-        if len(header) > MAX_HEADER_BYTES:
-            raise ArtifactError(f"the delta's header would be {len(header)} bytes, over the limit")
+        plain = orjson.dumps({"base": _pin(base), "target": target.to_json(), "entries": entries})
+        if len(plain) > MAX_HEADER_BYTES:
+            raise ArtifactError(f"the delta's header would be {len(plain)} bytes, over the limit")
+        # Compressed: the target manifest's Adler-32 lists are most of a small delta.
+        header = compressor.compress(plain)
         payloads.seek(0)
         prefix = _PREFIX.pack(MAGIC, FORMAT_VERSION, len(header))
         size = _write_atomically(out, prefix + header, payloads)
@@ -393,6 +395,24 @@ def _xor(data: bytes, other: bytes) -> bytes:
 # -- reading deltas ------------------------------------------------------------------------
 
 
+def _decode_header(stored: bytes) -> Any:
+    """The header's JSON, decompressed within `MAX_HEADER_BYTES` (the frame must say its size,
+    so a crafted frame cannot make us allocate more)."""
+    try:
+        declared = zstandard.frame_content_size(stored)
+    except zstandard.ZstdError as exc:
+        raise MalformedArtifact(f"delta header is not a zstd frame: {exc}") from None
+    if declared < 0 or declared > MAX_HEADER_BYTES:
+        raise MalformedArtifact("delta header does not state a size within the limit")
+    try:
+        plain = zstandard.ZstdDecompressor().decompress(stored, max_output_size=declared)
+        return orjson.loads(plain)
+    except zstandard.ZstdError as exc:
+        raise MalformedArtifact(f"delta header does not decompress: {exc}") from None
+    except orjson.JSONDecodeError as exc:
+        raise MalformedArtifact(f"delta header is not JSON: {exc}") from None
+
+
 def _parse_delta(
     fh: IO[bytes], file_size: int
 ) -> tuple[dict[str, str], Manifest, list[DeltaEntry]]:
@@ -410,10 +430,7 @@ def _parse_delta(
         raise MalformedArtifact(
             f"delta header claims {length} bytes; {file_size - _PREFIX.size} follow the prefix"
         )
-    try:
-        header = orjson.loads(fh.read(length))
-    except orjson.JSONDecodeError as exc:
-        raise MalformedArtifact(f"delta header is not JSON: {exc}") from None
+    header = _decode_header(fh.read(length))
     if not isinstance(header, dict):
         raise MalformedArtifact("delta header must be a JSON object")
     pin = _parse_pin(header.get("base"))
