@@ -7,6 +7,7 @@ consumer process on one GPU, both ways (`airlane.artifacts.gpu_handoff`):
     .venv/bin/python benchmarks/cuda_ipc.py                 # needs PyTorch with CUDA
     .venv/bin/python benchmarks/cuda_ipc.py --device cpu    # the same paths in host memory
     .venv/bin/python benchmarks/cuda_ipc.py --quick         # a smoke run (small tensor)
+    python3 benchmarks/cuda_ipc.py --json                   # on a GPU box without Airlane
 
 Prints a table and, with --json, the raw numbers.
 """
@@ -16,8 +17,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
-from airlane.artifacts.gpu_handoff import RESNET50_PARAMETERS, cuda_available, measure_handoff
+try:
+    from airlane.artifacts.gpu_handoff import (
+        RESNET50_PARAMETERS,
+        cuda_available,
+        measure_handoff,
+    )
+except ImportError:  # a GPU machine with PyTorch but not Airlane's dependencies: the module
+    # needs only PyTorch, so load it on its own (spawned consumers find it through sys.path).
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src" / "airlane" / "artifacts"))
+    from gpu_handoff import RESNET50_PARAMETERS, cuda_available, measure_handoff  # type: ignore[no-redef]
 
 
 def main() -> int:
