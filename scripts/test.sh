@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 echo "== ruff" >&2
 .venv/bin/ruff check src tests benchmarks
 .venv/bin/ruff format --check src tests benchmarks
-echo "== mypy (strict on airlane.core, airlane.wire and airlane.sync)" >&2
+echo "== mypy (strict on airlane.core, wire, sync and artifacts)" >&2
 .venv/bin/mypy
 echo "== pytest" >&2
 set +e

@@ -34,6 +34,7 @@ PACKAGES = [
     "airlane.gateway",
     "airlane.server",
     "airlane.eventsourcing",
+    "airlane.artifacts",
 ]
 
 
@@ -93,3 +94,17 @@ def test_the_in_memory_default_does_not_load_the_nats_client():
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert result.stdout.strip() == "False"
+
+
+def test_the_gateway_and_cli_load_no_artifact_machinery_until_asked():
+    # numpy, xxhash, cryptography and safetensors are for `airlane artifacts` and a gateway
+    # serving a store: `airlane --help` and a plain gateway do not pay for them.
+    code = (
+        "import sys, airlane, airlane.server, airlane.cli.main, airlane.artifacts; "
+        "print(sorted(m for m in ('numpy', 'xxhash', 'cryptography', 'safetensors') "
+        "if m in sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert result.stdout.strip() == "[]"
