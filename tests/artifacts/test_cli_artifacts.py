@@ -85,6 +85,8 @@ def test_pack_quantized_and_sharded_then_inspect_and_verify(workspace):
     assert any(t["dtype"] == "I8" for t in tensors["tensors"].values())
     as_json = orjson.loads(airlane("inspect", str(version), "--json").stdout)
     assert as_json["signature"]["algorithm"] == "ed25519"
+    assert orjson.loads(as_json["metadata"]["airlane.plan"])["strategy"] == "layer"
+    assert "airlane.shard" not in as_json["metadata"]  # per shard, in the shards
     verified = airlane("verify", str(version), "--key", (workspace / "release.pub").read_text())
     assert "signature verified" in verified.stdout
 

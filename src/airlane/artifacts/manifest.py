@@ -64,6 +64,8 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _HEX32 = re.compile(r"[0-9a-f]{32}")
 _READ_BLOCK = 8 * 1024 * 1024
+_PER_FILE_METADATA = frozenset({"airlane.shard"})
+"""Safetensors metadata keys that describe one file, not kept in the manifest's metadata."""
 _SPAN_BYTES = 8 * 1024 * 1024
 """Smallest span chunked as one job (smaller tensors are grouped)."""
 
@@ -228,7 +230,8 @@ def build_manifest(
     """Read ``files`` (relative to ``root``), chunk and hash them into a manifest.
 
     Safetensors files (by their ``.safetensors`` suffix) are chunked tensor-aware and their
-    tensors listed; their ``__metadata__`` is merged into the manifest's metadata.
+    tensors listed; their ``__metadata__`` is merged into the manifest's metadata (but for
+    keys that describe one file: a shard's ``airlane.shard``).
     """
     _check_name("name", name)
     _check_name("version", version)
@@ -246,7 +249,11 @@ def build_manifest(
                     bytes(data[: min(len(data), 8 + 100 * 1024 * 1024)]), len(data)
                 )
                 boundaries = _tensor_boundaries(header)
-                merged_metadata.update(header.metadata)
+                # What describes one shard stays in that shard; what describes the artifact
+                # (the quantization scheme, say) is the same in every file.
+                merged_metadata.update(
+                    (k, v) for k, v in header.metadata.items() if k not in _PER_FILE_METADATA
+                )
                 for info in header.tensors:
                     key = info.name if info.name not in tensors else f"{relative}:{info.name}"
                     start = header.data_offset + info.start

@@ -104,8 +104,11 @@ def pack(
                 files = [p.name for p in written]
                 (work / PLAN).write_bytes(orjson.dumps(plan.to_json(), option=orjson.OPT_INDENT_2))
                 files.append(PLAN)
+        described = dict(metadata or {})
+        if isinstance(plan, ShardPlan):
+            described["airlane.plan"] = orjson.dumps(plan.to_json()).decode()
         manifest = build_manifest(
-            work, files, name=name, version=version, params=params, metadata=metadata
+            work, files, name=name, version=version, params=params, metadata=described
         )
         if signing_key is not None:
             manifest = manifest.signed(sign_bytes(signing_key, manifest.canonical_bytes()))
