@@ -13,10 +13,12 @@ import time
 from pathlib import Path
 
 import httpx
+import orjson
 import pytest
 
 from airlane.artifacts.errors import ArtifactError, SignatureError, VerificationError
 from airlane.artifacts.install import Installation
+from airlane.artifacts.manifest import artifact_digest
 from airlane.artifacts.pull import PullOptions, pull
 from airlane.artifacts.signing import generate_private_key
 from airlane.artifacts.store import read_manifest
@@ -85,6 +87,20 @@ async def test_a_new_version_fetches_only_the_changed_chunks_and_rollback_restor
     assert installation.rollback() == "1"
     assert (installation.current, installation.previous) == ("1", "2")
     assert read_manifest(_installed(tmp_path, "tiny")).version == "1"
+    back = await pull(_base(artifact_server), "tiny", tmp_path, "2", options=SMALL_RANGES)
+    assert back.up_to_date and back.fetched_bytes == 0
+    assert (installation.current, installation.previous) == ("2", "1")
+
+
+async def test_a_version_that_changed_at_the_source_is_refused(artifact_server, tmp_path):
+    await pull(_base(artifact_server), "tiny", tmp_path, "1", options=SMALL_RANGES)
+    installed = tmp_path / "tiny" / "versions" / "1" / "manifest.json"
+    body = orjson.loads(installed.read_bytes())
+    body["files"][0]["sha256"] = "0" * 64  # as if another build had been published as 1
+    body["sha256"] = artifact_digest([(body["files"][0]["path"], "0" * 64)])
+    installed.write_bytes(orjson.dumps(body))
+    with pytest.raises(VerificationError, match="must not change"):
+        await pull(_base(artifact_server), "tiny", tmp_path, "1", options=SMALL_RANGES)
 
 
 async def test_signatures_are_enforced_when_a_key_is_given(artifact_server, tmp_path):

@@ -158,7 +158,10 @@ async def pull(
         manifest = await fetch_manifest(client, base_url, name, version)
         signed_by = _check_signature(manifest, options.public_key)
         installation = Installation(dest, name, keep=options.keep)
-        if installation.current == manifest.version and _same(installation, manifest):
+        if _installed(installation, manifest):
+            # Installed already (current, or previous after a rollback): make it current.
+            if installation.current != manifest.version:
+                installation.switch_to(manifest.version)
             return PullResult(
                 manifest,
                 installation.versions / manifest.version,
@@ -191,11 +194,19 @@ def _check_signature(manifest: Manifest, public_key: Any) -> str | None:
     return manifest.signature.get("key_id")
 
 
-def _same(installation: Installation, manifest: Manifest) -> bool:
+def _installed(installation: Installation, manifest: Manifest) -> bool:
+    """Whether this exact version is installed; `VerificationError` when a version of that
+    name is installed with other contents (versions are immutable: the source changed one)."""
     try:
-        return installation.manifest(manifest.version).sha256 == manifest.sha256
+        installed = installation.manifest(manifest.version)
     except (OSError, ArtifactError):
         return False
+    if installed.sha256 != manifest.sha256:
+        raise VerificationError(
+            f"{manifest.name} {manifest.version} is installed with sha256 {installed.sha256}, "
+            f"but the source now offers sha256 {manifest.sha256}: versions must not change"
+        )
+    return True
 
 
 @dataclass(slots=True)
