@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import orjson
 import pytest
 
@@ -210,3 +211,33 @@ def test_a_malformed_safetensors_file_is_a_clear_error(tmp_path):
     result = airlane("inspect", str(bad), check=False)
     assert result.returncode == 1
     assert "header" in result.stderr
+
+
+def test_artifacts_serve_and_a_pull_with_its_progress_bar(workspace, tmp_path):
+    store = tmp_path / "store"
+    airlane(
+        "pack",
+        str(workspace / "src1" / "model.safetensors"),
+        "--name",
+        "m",
+        "--version",
+        "1",
+        "--store",
+        str(store),
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "airlane", "artifacts", "serve", str(store), "--port", "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = process.stdout.readline()
+        url = line.split("listening on ")[1].split()[0]
+        assert "artifacts from" in line
+        listing = httpx.get(f"{url}/v1/artifacts", timeout=10).json()
+        assert listing["artifacts"][0]["name"] == "m"
+        pulled = airlane("pull", url, "m", "--dest", str(tmp_path / "models"))
+        assert "m 1 installed" in pulled.stdout
+    finally:
+        process.terminate()
+        process.wait(10)
