@@ -109,6 +109,7 @@ MALFORMED = [
     (("files",), {}, "'files'"),
     (("files", 0, "path"), "../../escape", "safe relative path"),
     (("files", 0, "path"), "/etc/passwd", "safe relative path"),
+    (("files", 0, "path"), "manifest.json", "manifest's own name"),
     (("files", 0, "size"), -1, "'size'"),
     (("files", 0, "size"), True, "'size'"),
     (("files", 0, "chunks", 0), [0, 10, "00", "AAAA"], "chunk must be"),

@@ -62,6 +62,7 @@ async def test_pull_installs_a_verified_version_and_makes_it_current(
     assert verify_directory(current).ok
     assert seen[-1] == (expected.size, expected.size)
     assert not (tmp_path / "tiny" / ".partial" / "1").exists()
+    assert list((tmp_path / "tiny" / ".partial").iterdir()) == []
     again = await pull(_base(artifact_server), "tiny", tmp_path, "1", options=options)
     assert again.up_to_date and again.fetched_bytes == 0
 
@@ -200,7 +201,7 @@ async def test_a_killed_pull_resumes_from_its_partial_file(artifact_server, stor
     host, port = httpx.URL(artifact_server.url).host, httpx.URL(artifact_server.url).port
     size = read_manifest(store / "tiny" / "1").size
     proxy = FaultyProxy((host, port), rate=size / 6)  # about 6 s for the whole version
-    bitmap = tmp_path / "tiny" / ".partial" / "1" / "model.safetensors.bitmap"
+    bitmap = tmp_path / "tiny" / ".partial" / "1" / "state" / "model.safetensors.bitmap"
     async with proxy.running():
         process = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -249,7 +250,7 @@ async def test_a_damaged_partial_chunk_is_found_on_resume(artifact_server, store
     for index, chunk in enumerate(manifest.files[0].chunks[:5]):
         assert partial.files[0].put(index, source[chunk.offset : chunk.end])
     partial.close()
-    part = tmp_path / "tiny" / ".partial" / "1" / "model.safetensors.part"
+    part = tmp_path / "tiny" / ".partial" / "1" / "data" / "model.safetensors"
     with part.open("r+b") as fh:  # the disk lost a write the bitmap had counted
         fh.seek(manifest.files[0].chunks[2].offset + 10)
         fh.write(b"\x00\x01\x02")
@@ -260,6 +261,16 @@ async def test_a_damaged_partial_chunk_is_found_on_resume(artifact_server, store
         == sum(c.size for c in manifest.files[0].chunks[:5]) - manifest.files[0].chunks[2].size
     )
     assert verify_directory(_installed(tmp_path, "tiny")).ok
+
+
+async def test_an_abandoned_download_is_dropped_once_a_version_is_installed(
+    artifact_server, store, tmp_path
+):
+    abandoned = Installation(tmp_path, "tiny").begin(read_manifest(store / "tiny" / "1"))
+    abandoned.close()  # as a pull that was killed and never resumed leaves it
+    assert (tmp_path / "tiny" / ".partial" / "1").is_dir()
+    await pull(_base(artifact_server), "tiny", tmp_path, "2", options=SMALL_RANGES)
+    assert list((tmp_path / "tiny" / ".partial").iterdir()) == []
 
 
 async def test_two_pulls_of_one_version_do_not_mix(artifact_server, store, tmp_path):

@@ -6,13 +6,16 @@ Layout under a destination directory ``<dest>``::
     <dest>/<name>/current  -> versions/<version>  what applications load (a symlink)
     <dest>/<name>/previous -> versions/<version>  the version before it, for rollback
     <dest>/<name>/.partial/<version>/             a download in progress:
-        manifest.json, <file>.part (the file's bytes so far, at their final offsets),
-        <file>.bitmap (which chunks of the .part file were verified)
+        manifest.json
+        data/<file>          each file's bytes so far, at their final offsets (sparse)
+        state/<file>.bitmap  which chunks of it were verified
 
-A download survives being killed: the ``.part`` file and its bitmap stay, and the next pull
+A download survives being killed: the data file and its bitmap stay, and the next pull
 re-checks the chunks the bitmap claims (a crash may have lost page-cache writes the bitmap
 already counted) and fetches only the rest. A version becomes visible by one rename of its
-directory, then one atomic replacement of the ``current`` symlink; nothing ever writes into a
+directory (``data/``, with the manifest, becomes ``versions/<version>``), then one atomic
+replacement of the ``current`` symlink; data and state live apart, so no file name a manifest
+lists can collide with the download's own bookkeeping. Nothing ever writes into a
 complete version.
 
 A bitmap file: ``AIRBMP1\\n``, the file's SHA-256 as 32 raw bytes, the chunk count as a
@@ -52,13 +55,14 @@ class ChunkSource:
 
 
 class PartialFile:
-    """One file being downloaded: a ``.part`` file of the final size, plus its bitmap."""
+    """One file being downloaded: a data file of the final size, plus its bitmap."""
 
     def __init__(self, directory: Path, entry: FileEntry) -> None:
         self.entry = entry
-        self.path = directory / (entry.path + ".part")
-        self.bitmap_path = directory / (entry.path + ".bitmap")
+        self.path = directory / "data" / entry.path
+        self.bitmap_path = directory / "state" / (entry.path + ".bitmap")
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.bitmap_path.parent.mkdir(parents=True, exist_ok=True)
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         if os.fstat(self._fd).st_size != entry.size:
             os.ftruncate(self._fd, entry.size)  # sparse: untouched chunks take no disk
@@ -97,7 +101,7 @@ class PartialFile:
         return bad
 
     def read(self, offset: int, size: int) -> bytes:
-        """Bytes of the ``.part`` file."""
+        """Bytes of the data file."""
         return os.pread(self._fd, size, offset)
 
     def put(self, index: int, data: bytes | memoryview) -> bool:
@@ -165,7 +169,7 @@ class PartialFile:
         self.dirty = False
 
     def finish(self) -> None:
-        """Flush the ``.part`` file to disk (before it is renamed into a version)."""
+        """Flush the data file to disk (before it becomes part of a version)."""
         os.fsync(self._fd)
 
     def close(self) -> None:
@@ -245,13 +249,19 @@ class PartialVersion:
         for partial in self.files:
             partial.finish()
         final = self.installation.versions / self.manifest.version
-        staged = self.directory.with_name(self.directory.name + ".staged")
+        data = self.directory / "data"
         for partial in self.files:
             partial.close()
-            partial.bitmap_path.unlink(missing_ok=True)
-            os.rename(partial.path, self.directory / partial.entry.path)
-        os.rename(self.directory, staged)
-        _fsync_dir(staged)
+        with (data / _MANIFEST).open("wb") as fh:
+            fh.write(self.manifest.to_bytes())
+            fh.flush()
+            os.fsync(fh.fileno())
+        _fsync_dir(data)
+        staged = self.directory.parent / f".staged-{self.manifest.version}"
+        if staged.exists():
+            shutil.rmtree(staged)
+        os.rename(data, staged)
+        shutil.rmtree(self.directory)
         final.parent.mkdir(parents=True, exist_ok=True)
         if final.exists():  # an earlier install of the same version: replace it whole
             shutil.rmtree(final)
@@ -259,6 +269,7 @@ class PartialVersion:
         _fsync_dir(final.parent)
         self.installation.switch_to(self.manifest.version)
         self.close()
+        self.installation.drop_abandoned()
         return final
 
     def _clear(self) -> None:
@@ -319,6 +330,24 @@ class Installation:
             _replace_link(self.folder / "previous", f"versions/{old}")
         _replace_link(self.folder / "current", f"versions/{version}")
         self._prune()
+
+    def drop_abandoned(self) -> None:
+        """Delete downloads of other versions that no pull holds (their lock is free): once a
+        newer version is installed, a half-fetched older one only takes disk."""
+        partials = self.folder / ".partial"
+        if not partials.is_dir():
+            return
+        for lock_path in partials.glob("*.lock"):
+            fd = os.open(lock_path, os.O_RDWR)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # a pull is running: not ours to delete
+            else:
+                shutil.rmtree(partials / lock_path.name[: -len(".lock")], ignore_errors=True)
+                lock_path.unlink(missing_ok=True)
+            finally:
+                os.close(fd)
 
     def rollback(self) -> str:
         """Swap ``current`` and ``previous``; returns the version now current."""

@@ -435,6 +435,8 @@ def _parse_file(item: Any) -> FileEntry:
     if not isinstance(path, str):
         raise MalformedArtifact("a manifest file entry needs a 'path'")
     check_relative_path(path)
+    if path == "manifest.json":
+        raise MalformedArtifact("'manifest.json' is the manifest's own name, not a file's")
     size, sha256, raw_chunks = item.get("size"), item.get("sha256"), item.get("chunks")
     if not _is_count(size):
         raise MalformedArtifact(f"{path}: 'size' must be a non-negative integer")
