@@ -288,3 +288,24 @@ async def test_unreachable_and_missing_are_clear_errors(artifact_server, tmp_pat
         await pull("http://127.0.0.1:9/v1/artifacts", "tiny", tmp_path, options=SMALL_RANGES)
     with pytest.raises(ArtifactError, match="not found"):
         await pull(_base(artifact_server), "nope", tmp_path, options=SMALL_RANGES)
+
+
+async def test_a_gateway_with_api_keys_needs_the_key_on_every_request(store, tmp_path):
+    from tests.servers import run_server
+
+    with run_server(
+        "--artifacts",
+        str(store),
+        "--api-key",
+        "edge=s3cret",
+        "--airc-port",
+        "-1",
+        "--grpc-port",
+        "-1",
+    ) as server:
+        with pytest.raises(ArtifactError, match="401"):
+            await pull(_base(server), "plain", tmp_path, "1", options=SMALL_RANGES)
+        keyed = PullOptions(range_bytes=64 * 1024, headers={"authorization": "Bearer s3cret"})
+        result = await pull(_base(server), "plain", tmp_path, "1", options=keyed)
+    assert result.fetched_bytes == result.manifest.size
+    assert verify_directory(_installed(tmp_path, "plain")).ok
