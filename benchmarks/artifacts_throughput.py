@@ -4,7 +4,7 @@ The ceilings are what any tool pays at least on this machine for the same bytes:
 copy (``shutil.copyfile``), reading and hashing with SHA-256, and with XXH3-128. The pipeline:
 
 - pack: copy into the store + content-defined chunking + XXH3 and Adler-32 per chunk + SHA-256
-  per file and per artifact (`airlane.artifacts.pack`);
+  per file and per artifact (`airlane.artifacts.packer`);
 - verify: re-read and check every chunk, file and the artifact (`verify_directory`);
 - pull: a real ``airlane serve --artifacts`` process on 127.0.0.1 and `pull` with 4 parallel
   chunk-aligned ranges into a fresh directory, every chunk verified, then SHA-256 and commit.
@@ -37,8 +37,8 @@ import xxhash
 from safetensors.numpy import save_file
 
 from airlane.artifacts.checksums import adler32_pieces
-from airlane.artifacts.pack import pack
-from airlane.artifacts.pull import PullOptions, pull
+from airlane.artifacts.fetch import PullOptions, pull
+from airlane.artifacts.packer import pack
 from airlane.artifacts.verify import verify_directory
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from airlane.artifacts.chunker import ChunkParams
-from airlane.artifacts.pack import pack
+from airlane.artifacts.packer import pack
 from airlane.artifacts.signing import generate_private_key
 from tests.artifacts.support import checkpoint
 from tests.servers import FAST_SYNTHETIC, ServerProcess, run_server

@@ -13,7 +13,7 @@ import time
 import httpx
 import pytest
 
-from airlane.artifacts.pack import pack
+from airlane.artifacts.packer import pack
 from airlane.client import AirlaneClient, WsClient
 from tests.artifacts.conftest import SMALL_CHUNKS
 from tests.artifacts.support import checkpoint

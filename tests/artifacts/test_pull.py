@@ -17,9 +17,9 @@ import orjson
 import pytest
 
 from airlane.artifacts.errors import ArtifactError, SignatureError, VerificationError
+from airlane.artifacts.fetch import PullOptions, pull
 from airlane.artifacts.install import Installation
 from airlane.artifacts.manifest import artifact_digest
-from airlane.artifacts.pull import PullOptions, pull
 from airlane.artifacts.signing import generate_private_key
 from airlane.artifacts.store import read_manifest
 from airlane.artifacts.verify import verify_directory

@@ -8,10 +8,10 @@ The pure parts (no event loop, no sockets, no clock):
 - `chunker` + `checksums`: content-defined chunking, XXH3 and the seed's Adler-32 per KiB;
 - `manifest`: files, chunks, checksums, tensors and SHA-256 of a version; `signing`: Ed25519;
 - `delta`: what changed between versions, as a delta file pinned to its base's hash;
-- `pack`, `store`, `verify`, `install`: versions on disk, packing, checking, installing.
+- `packer`, `store`, `verify`, `install`: packing, versions on disk, checking, installing.
 
-Transfer: `pull` (HTTP ranges, resumable, atomic), `service` (the gateway's store and its
-announcements on the streams ``artifacts/<name>``).
+Transfer: `fetch` (`pull`: HTTP ranges, resumable, atomic) with `ranges`, and `service` (the
+gateway's store and its announcements on the streams ``artifacts/<name>``).
 
 Names load on first use, so importing this package costs nothing until one is asked for.
 """
@@ -33,9 +33,10 @@ from airlane.artifacts.errors import (
 if TYPE_CHECKING:
     from airlane.artifacts.chunker import ChunkParams, cut_points
     from airlane.artifacts.delta import apply_delta, plan_delta, write_delta
+    from airlane.artifacts.fetch import PullOptions, PullResult, pull
     from airlane.artifacts.install import Installation
     from airlane.artifacts.manifest import Manifest, build_manifest
-    from airlane.artifacts.pack import pack
+    from airlane.artifacts.packer import pack
     from airlane.artifacts.plan import (
         ShardPlan,
         apply_plan,
@@ -44,7 +45,6 @@ if TYPE_CHECKING:
         plan_by_size,
         reassemble,
     )
-    from airlane.artifacts.pull import PullOptions, PullResult, pull
     from airlane.artifacts.quant import QuantConfig, dequantize, quantize
     from airlane.artifacts.service import ArtifactService
     from airlane.artifacts.store import ArtifactStore
@@ -96,16 +96,16 @@ _WHERE = {
     "Installation": "install",
     "Manifest": "manifest",
     "build_manifest": "manifest",
-    "pack": "pack",
+    "pack": "packer",
     "ShardPlan": "plan",
     "apply_plan": "plan",
     "plan_by_head_group": "plan",
     "plan_by_layer": "plan",
     "plan_by_size": "plan",
     "reassemble": "plan",
-    "PullOptions": "pull",
-    "PullResult": "pull",
-    "pull": "pull",
+    "PullOptions": "fetch",
+    "PullResult": "fetch",
+    "pull": "fetch",
     "QuantConfig": "quant",
     "dequantize": "quant",
     "quantize": "quant",

@@ -5,7 +5,7 @@ Layout (one directory per version, never modified once it appears)::
     <root>/<name>/<version>/manifest.json
     <root>/<name>/<version>/<files...>          as listed in the manifest
 
-A version appears atomically: `airlane.artifacts.pack` builds it in
+A version appears atomically: `airlane.artifacts.packer` builds it in
 ``<root>/<name>/.incoming-<version>-<rand>`` and renames it into place, so a reader (the
 gateway, an announcer scanning the store) sees either nothing or a complete version. Names and
 versions starting with ``.`` are not versions.

@@ -28,7 +28,7 @@ from rich.table import Table
 
 if TYPE_CHECKING:
     from airlane.artifacts.manifest import Manifest
-    from airlane.artifacts.pack import Planner
+    from airlane.artifacts.packer import Planner
     from airlane.artifacts.quant import QuantConfig, TensorReport
 
 __all__ = ["artifacts_app"]
@@ -141,7 +141,7 @@ def pack_command(
     """Pack files into a new version in the store: quantize, shard, chunk, hash, sign."""
     with _errors():
         from airlane.artifacts.chunker import ChunkParams
-        from airlane.artifacts.pack import pack
+        from airlane.artifacts.packer import pack
         from airlane.artifacts.signing import load_private_key
 
         avg = parse_size(chunk_avg)
@@ -485,7 +485,7 @@ def pull_command(
     from airlane.cli.main import run_async
 
     with _errors():
-        from airlane.artifacts.pull import PullOptions
+        from airlane.artifacts.fetch import PullOptions
 
         options = PullOptions(
             parallel=parallel,
@@ -508,7 +508,7 @@ async def _pull_main(
 ) -> None:
     import httpx
 
-    from airlane.artifacts.pull import pull
+    from airlane.artifacts.fetch import pull
     from airlane.artifacts.service import ANNOUNCE_TYPE, announcement_stream
 
     root = url.rstrip("/")
