@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 import types
+from pathlib import Path
+
+import pytest
 
 import airlane.artifacts
 
@@ -26,3 +30,20 @@ def test_pack_and_pull_are_functions_after_their_modules_load():
 
     assert not isinstance(pack, types.ModuleType) and callable(pack)
     assert not isinstance(pull, types.ModuleType) and callable(pull)
+
+
+# The pure parts: no event loop, no sockets, no clock (DESIGN.md section 2). The transfer
+# parts (fetch, ranges, service) and the GPU measurement are not in this list on purpose.
+PURE = [
+    "checksums", "chunker", "config", "delta", "errors", "install", "manifest", "packer",
+    "plan", "quant", "signing", "store", "tensorfile", "verify",
+]  # fmt: skip
+FORBIDDEN = re.compile(
+    r"import asyncio|from asyncio|import socket|time\.time|time\.monotonic|perf_counter"
+)
+
+
+@pytest.mark.parametrize("module", PURE)
+def test_pure_modules_use_no_loop_socket_or_clock(module):
+    source = (Path(airlane.artifacts.__file__).parent / f"{module}.py").read_text()
+    assert not FORBIDDEN.search(source), module
