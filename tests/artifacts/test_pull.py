@@ -309,3 +309,17 @@ async def test_a_gateway_with_api_keys_needs_the_key_on_every_request(store, tmp
         result = await pull(_base(server), "plain", tmp_path, "1", options=keyed)
     assert result.fetched_bytes == result.manifest.size
     assert verify_directory(_installed(tmp_path, "plain")).ok
+
+
+async def test_a_rate_limit_caps_the_download(artifact_server, store, tmp_path):
+    manifest = read_manifest(store / "plain" / "1")
+    rate = manifest.size / 1.5  # about 1.5 s for the version, whatever the parallelism
+    burst = max(c.size for c in manifest.files[0].chunks)
+    options = PullOptions(parallel=4, range_bytes=64 * 1024, max_bytes_per_s=rate)
+    started = time.monotonic()
+    result = await pull(_base(artifact_server), "plain", tmp_path, "1", options=options)
+    elapsed = time.monotonic() - started
+    assert result.fetched_bytes == manifest.size
+    assert elapsed >= (manifest.size - burst) / rate  # a floor: the cap held
+    with pytest.raises(ArtifactError, match="positive"):
+        PullOptions(max_bytes_per_s=0)

@@ -50,7 +50,7 @@ from airlane.artifacts.errors import (
 )
 from airlane.artifacts.install import ChunkSource, Installation, PartialFile, PartialVersion
 from airlane.artifacts.manifest import Manifest
-from airlane.artifacts.ranges import Body, RangeConnection, ShortBody
+from airlane.artifacts.ranges import Body, RangeConnection, RateLimit, ShortBody
 from airlane.artifacts.signing import verify_bytes
 
 __all__ = ["PullOptions", "PullResult", "fetch_manifest", "pull"]
@@ -82,10 +82,15 @@ class PullOptions:
     """Per-request connect/read timeout."""
     headers: Mapping[str, str] = field(default_factory=dict)
     """Sent with every request (``Authorization``, say)."""
+    max_bytes_per_s: float | None = None
+    """Cap on the pull's download rate, all workers together (None: as fast as it goes); for
+    edge devices that share a weak link with live traffic."""
 
     def __post_init__(self) -> None:
         if self.parallel < 1 or self.attempts < 1 or self.range_bytes < 1:
             raise ArtifactError("parallel, attempts and range_bytes must be at least 1")
+        if self.max_bytes_per_s is not None and self.max_bytes_per_s <= 0:
+            raise ArtifactError("max_bytes_per_s must be positive")
 
 
 @dataclass(slots=True)
@@ -261,6 +266,12 @@ class _Fetcher:
         self._loop = asyncio.get_running_loop()
         self._stopping = threading.Event()
         self._connections: list[RangeConnection] = []
+        largest = max((c.size for f in manifest.files for c in f.chunks), default=1)
+        self._limit = (
+            RateLimit(options.max_bytes_per_s, burst=largest)
+            if options.max_bytes_per_s is not None
+            else None
+        )
         # One thread hashes each file's verified prefix while the rest downloads, so that
         # little of the SHA-256 pass is left once the last chunk lands.
         self._hasher = ThreadPoolExecutor(1, thread_name_prefix="airlane-sha256")
@@ -451,6 +462,8 @@ class _Fetcher:
             if self._stopping.is_set():
                 raise _Transient("the pull is stopping")
             size = chunks[index].size
+            if self._limit is not None:
+                self._limit.take(size, self._stopping)
             view = memoryview(buffer)[:size]
             body.read_into(view)
             if not state.partial.has(index) and state.partial.store(index, view):

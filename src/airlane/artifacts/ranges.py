@@ -21,12 +21,13 @@ import http.client
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 from airlane.artifacts.errors import ArtifactError
 
-__all__ = ["Body", "RangeConnection", "ShortBody"]
+__all__ = ["Body", "RangeConnection", "RateLimit", "ShortBody"]
 
 
 class ShortBody(Exception):
@@ -117,3 +118,29 @@ class RangeConnection:
                         self.host, self.port, timeout=self.timeout_s
                     )
             return self._connection
+
+
+class RateLimit:
+    """A byte budget shared by the worker threads of one pull: a token bucket that refills at
+    ``bytes_per_s`` and holds at most ``burst`` bytes. A worker that overdraws it waits before
+    its next read, so the kernel's receive window (not a queue of ours) slows the sender."""
+
+    def __init__(self, bytes_per_s: float, burst: int) -> None:
+        if bytes_per_s <= 0 or burst <= 0:
+            raise ArtifactError("a rate limit needs a positive rate and burst")
+        self.rate = float(bytes_per_s)
+        self.burst = float(burst)
+        self._tokens = float(burst)
+        self._stamp = time.monotonic()
+        self._lock = threading.Lock()
+
+    def take(self, size: int, stop: threading.Event) -> None:
+        """Spend ``size`` bytes, waiting (until ``stop`` is set, at most) when overdrawn."""
+        with self._lock:
+            now = time.monotonic()
+            self._tokens = min(self.burst, self._tokens + (now - self._stamp) * self.rate)
+            self._stamp = now
+            self._tokens -= size
+            wait = -self._tokens / self.rate if self._tokens < 0 else 0.0
+        if wait > 0:
+            stop.wait(wait)

@@ -472,6 +472,9 @@ def pull_command(
     ] = None,
     parallel: Annotated[int, typer.Option(help="Concurrent range requests.")] = 4,
     range_size: Annotated[str, typer.Option(help="Largest range per request.")] = "8MiB",
+    limit_rate: Annotated[
+        str | None, typer.Option(help="Cap the download rate, per second (e.g. 2MiB).")
+    ] = None,
     follow: Annotated[
         bool, typer.Option(help="Then keep pulling every version the gateway announces.")
     ] = False,
@@ -492,6 +495,7 @@ def pull_command(
             range_bytes=parse_size(range_size),
             public_key=_public_key(key),
             headers={"authorization": f"Bearer {api_key}"} if api_key else {},
+            max_bytes_per_s=parse_size(limit_rate) if limit_rate else None,
         )
         run_async(_pull_main(url, name, version, dest, options, follow, quiet, api_key))
 
