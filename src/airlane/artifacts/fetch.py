@@ -45,13 +45,12 @@ import httpx
 from airlane.artifacts.errors import (
     ArtifactError,
     ArtifactNotFound,
-    SignatureError,
     VerificationError,
 )
 from airlane.artifacts.install import ChunkSource, Installation, PartialFile, PartialVersion
 from airlane.artifacts.manifest import Manifest
 from airlane.artifacts.ranges import Body, RangeConnection, RateLimit, ShortBody
-from airlane.artifacts.signing import verify_bytes
+from airlane.artifacts.verify import check_signature
 
 __all__ = ["PullOptions", "PullResult", "fetch_manifest", "pull"]
 
@@ -161,7 +160,7 @@ async def pull(
         client = httpx.AsyncClient(timeout=options.timeout_s, headers=dict(options.headers))
     try:
         manifest = await fetch_manifest(client, base_url, name, version)
-        signed_by = _check_signature(manifest, options.public_key)
+        signed_by = check_signature(manifest, options.public_key)
         installation = Installation(dest, name, keep=options.keep)
         if _installed(installation, manifest):
             # Installed already (current, or previous after a rollback): make it current.
@@ -188,15 +187,6 @@ async def pull(
     finally:
         if own_client:
             await client.aclose()
-
-
-def _check_signature(manifest: Manifest, public_key: Any) -> str | None:
-    if public_key is None:
-        return None
-    if manifest.signature is None:
-        raise SignatureError(f"{manifest.name} {manifest.version}: the manifest is not signed")
-    verify_bytes(public_key, manifest.canonical_bytes(), manifest.signature)
-    return manifest.signature.get("key_id")
 
 
 def _installed(installation: Installation, manifest: Manifest) -> bool:

@@ -31,7 +31,6 @@ import os
 import shutil
 import struct
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -393,13 +392,3 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-@contextlib.contextmanager
-def opened(installation: Installation, manifest: Manifest) -> Iterator[PartialVersion]:
-    """`Installation.begin` as a context manager that always closes (saving bitmaps)."""
-    partial = installation.begin(manifest)
-    try:
-        yield partial
-    finally:
-        partial.close()

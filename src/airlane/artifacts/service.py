@@ -114,11 +114,7 @@ class ArtifactService:
         subscription = await self.hub.subscribe(stream)
         try:
             while batch := subscription.poll(1024):
-                for event in batch:
-                    payload = (event.data or {}).get("payload")
-                    announced = isinstance(payload, dict) and payload.get("type") == ANNOUNCE_TYPE
-                    if event.kind is Kind.MESSAGE and announced:
-                        known.add(str(payload.get("version")))  # type: ignore[union-attr]
+                known.update(filter(None, map(_announced_version, batch)))
         finally:
             await subscription.aclose()
         self._announced[name] = known
@@ -133,3 +129,11 @@ class ArtifactService:
                 log.warning("artifact scan: the hub refused an announcement: %s", exc)
             except OSError as exc:
                 log.warning("artifact scan: cannot read the store: %s", exc)
+
+
+def _announced_version(event: Event) -> str | None:
+    """The version an announcement event names (None for any other event)."""
+    payload = (event.data or {}).get("payload") if event.kind is Kind.MESSAGE else None
+    if isinstance(payload, dict) and payload.get("type") == ANNOUNCE_TYPE:
+        return str(payload.get("version"))
+    return None

@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from airlane.artifacts.errors import ArtifactError, ArtifactNotFound, MalformedArtifact
-from airlane.artifacts.manifest import Manifest, check_relative_path
+from airlane.artifacts.manifest import Manifest
 
 __all__ = ["MANIFEST", "ArtifactStore", "read_manifest", "segment"]
 
@@ -74,12 +74,6 @@ class ArtifactStore:
             self._manifests.pop(next(iter(self._manifests)))
         self._manifests[(name, version)] = (stamp, manifest)
         return manifest
-
-    def file_path(self, name: str, version: str, relative: str) -> Path:
-        """Where a manifest-listed file of a version lies (only listed files are served)."""
-        manifest = self.manifest(name, version)
-        entry = manifest.file(check_relative_path(relative))
-        return self._folder(name) / manifest.version / entry.path
 
     def version_dir(self, name: str, version: str) -> Path:
         """The directory of a version (existing or not)."""

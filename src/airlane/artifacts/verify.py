@@ -13,11 +13,11 @@ import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from airlane.artifacts.errors import ArtifactError, VerificationError
+from airlane.artifacts.errors import ArtifactError, SignatureError
 from airlane.artifacts.manifest import Manifest, artifact_digest
-from airlane.artifacts.signing import verify_bytes
+from airlane.artifacts.signing import Ed25519PublicKey, verify_bytes
 
-__all__ = ["FileReport", "VerifyReport", "verify_directory"]
+__all__ = ["FileReport", "VerifyReport", "check_signature", "verify_directory"]
 
 
 @dataclass(slots=True)
@@ -76,7 +76,20 @@ class VerifyReport:
         return lines
 
 
-def verify_directory(directory: Path, *, public_key: object | None = None) -> VerifyReport:
+def check_signature(manifest: Manifest, public_key: Ed25519PublicKey | None) -> str | None:
+    """The id of the key that signed ``manifest``, checked against ``public_key`` (None: no
+    check, None back). `SignatureError` when it is unsigned or signed otherwise."""
+    if public_key is None:
+        return None
+    if manifest.signature is None:
+        raise SignatureError(f"{manifest.name} {manifest.version}: the manifest is not signed")
+    verify_bytes(public_key, manifest.canonical_bytes(), manifest.signature)
+    return manifest.signature.get("key_id", "?")
+
+
+def verify_directory(
+    directory: Path, *, public_key: Ed25519PublicKey | None = None
+) -> VerifyReport:
     """Check ``directory`` against its ``manifest.json``. `SignatureError` when a key is
     given and the signature is missing or wrong; damage is reported, not raised."""
     try:
@@ -86,11 +99,9 @@ def verify_directory(directory: Path, *, public_key: object | None = None) -> Ve
     signature = "not signed"
     if manifest.signature is not None:
         signature = f"signed by {manifest.signature.get('key_id', '?')} (not checked: no key given)"
-    if public_key is not None:
-        if manifest.signature is None:
-            raise VerificationError("the manifest is not signed") from None
-        verify_bytes(public_key, manifest.canonical_bytes(), manifest.signature)  # type: ignore[arg-type]
-        signature = f"signature verified (key {manifest.signature.get('key_id', '?')})"
+    key_id = check_signature(manifest, public_key)
+    if key_id is not None:
+        signature = f"signature verified (key {key_id})"
     reports = []
     digests: list[tuple[str, str]] = []
     for entry in manifest.files:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -170,18 +171,15 @@ def _quant_config(choice: str, keep: list[str] | None) -> QuantConfig | None:
     from airlane.artifacts.quant import QuantConfig
 
     schemes = {
-        "per-channel": ("per_channel", 64),
-        "block32": ("block", 32),
-        "block64": ("block", 64),
+        "per-channel": QuantConfig(scheme="per_channel"),
+        "block32": QuantConfig(scheme="block", block_size=32),
+        "block64": QuantConfig(scheme="block", block_size=64),
     }
     if choice == "none":
         return None
     if choice not in schemes:
         _fail(f"--quantize {choice!r}: use none, per-channel, block32 or block64")
-    scheme, block = schemes[choice]
-    if keep:
-        return QuantConfig(scheme=scheme, block_size=block, keep_fp16=tuple(keep))  # type: ignore[arg-type]
-    return QuantConfig(scheme=scheme, block_size=block)  # type: ignore[arg-type]
+    return replace(schemes[choice], keep_fp16=tuple(keep)) if keep else schemes[choice]
 
 
 def _shard_plan(
@@ -434,8 +432,6 @@ def serve_command(
 ) -> None:
     """Run the gateway serving ``store`` under /v1/artifacts (announcing new versions on the
     streams ``artifacts/<name>``)."""
-    from dataclasses import replace
-
     from airlane.artifacts.config import ArtifactsConfig
     from airlane.cli.main import run_async
     from airlane.server import Listening, ServerConfig, serve
