@@ -6,7 +6,10 @@ from __future__ import annotations
 import orjson
 import pytest
 from websockets.asyncio.client import connect
+from websockets.protocol import State
+from websockets.server import ServerProtocol
 
+from airlane.transports.http.ws_protocol import BINARY, TEXT, frame_messages
 from tests.servers import ServerProcess
 
 
@@ -24,3 +27,22 @@ async def test_every_chunk_is_one_valid_text_message(
             seqs.append(chunk["seq"])
         assert ws.close_code == 1000
     assert seqs == list(range(1, 301))
+
+
+@pytest.mark.parametrize("size", [0, 1, 125, 126, 127, 65_535, 65_536, 70_000])
+@pytest.mark.parametrize("binary", [False, True])
+def test_frames_are_byte_for_byte_what_websockets_writes(size: int, binary: bool) -> None:
+    reference = ServerProtocol()
+    reference.state = State.OPEN
+    messages = [b"a" * size, b"{}", b"x" * (size // 2)]
+    for message in messages:
+        if binary:
+            reference.send_binary(message)
+        else:
+            reference.send_text(message)
+    expected = b"".join(reference.data_to_send())
+    assert frame_messages(BINARY if binary else TEXT, messages) == expected
+
+
+def test_no_messages_make_no_bytes() -> None:
+    assert frame_messages(TEXT, []) == b""

@@ -8,25 +8,60 @@ the ``airlane.websocket.send_many`` extension in the scope: a handler that sees 
     {"type": "websocket.send_many", "texts": [b"...", ...]}   # UTF-8 text messages
     {"type": "websocket.send_many", "bytes": [b"...", ...]}   # binary messages
 
-and every message is framed by the same ``websockets`` connection (so negotiated extensions
-such as permessage-deflate apply) and written with one ``write``. Handlers check the scope,
-so the app stays mountable under any ASGI server, where they send message by message.
+and every message is written with one ``write``. Handlers check the scope, so the app stays
+mountable under any ASGI server, where they send message by message.
+
+Framing: with no extension negotiated, the frames are built here (`frame_messages`: a server
+frame is a two-to-ten-byte header and the payload, RFC 6455 section 5.2), which costs about a
+tenth of building them through ``websockets``' ``Frame`` objects (3.3 us per 1.2 KB message
+on the reference VM). With an extension such as permessage-deflate, the ``websockets``
+connection frames them, so the extension applies.
 """
 
 from __future__ import annotations
 
+import struct
+from collections.abc import Iterable
 from typing import Any
 
 from uvicorn.protocols.utils import ClientDisconnected
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.http11 import Request
+from websockets.protocol import State
 
-__all__ = ["SEND_MANY", "SEND_MANY_TYPE", "BatchingWebSocketProtocol"]
+__all__ = ["SEND_MANY", "SEND_MANY_TYPE", "BatchingWebSocketProtocol", "frame_messages"]
 
 SEND_MANY = "airlane.websocket.send_many"
 """The scope extension's name."""
 SEND_MANY_TYPE = "websocket.send_many"
 """The ASGI message type it adds."""
+
+
+TEXT = 0x81
+"""First header byte of a final text frame (FIN bit + opcode 1)."""
+BINARY = 0x82
+"""First header byte of a final binary frame (FIN bit + opcode 2)."""
+
+_HEADER_16 = struct.Struct("!BBH").pack
+_HEADER_64 = struct.Struct("!BBQ").pack
+
+
+def frame_messages(first_byte: int, messages: Iterable[bytes]) -> bytes:
+    """``messages`` as consecutive unmasked, unfragmented frames (what a server sends), with
+    ``first_byte`` (`TEXT` or `BINARY`) opening each header; byte for byte what ``websockets``
+    writes for them when no extension is in use."""
+    parts: list[bytes] = []
+    append = parts.append
+    for message in messages:
+        size = len(message)
+        if size < 126:
+            append(bytes((first_byte, size)))
+        elif size < 65536:
+            append(_HEADER_16(first_byte, 126, size))
+        else:
+            append(_HEADER_64(first_byte, 127, size))
+        append(message)
+    return b"".join(parts)
 
 
 class BatchingWebSocketProtocol(WebSocketsSansIOProtocol):
@@ -47,11 +82,22 @@ class BatchingWebSocketProtocol(WebSocketsSansIOProtocol):
             raise ClientDisconnected()
         if not self.handshake_complete or self.close_sent:
             raise RuntimeError("websocket.send_many needs an accepted, open WebSocket")
+        conn = self.conn
         texts = message.get("texts")
+        if conn.extensions or conn.state is not State.OPEN:
+            # An extension (permessage-deflate) transforms each frame, and a closing
+            # connection must refuse to send: both are websockets' to handle.
+            if texts is not None:
+                for text in texts:
+                    conn.send_text(text)
+            else:
+                for data in message.get("bytes", ()):
+                    conn.send_binary(data)
+            self.transport.write(b"".join(conn.data_to_send()))
+            return
+        pending = conn.data_to_send()  # empty unless websockets queued a frame (a pong)
         if texts is not None:
-            for text in texts:
-                self.conn.send_text(text)
+            frames = frame_messages(TEXT, texts)
         else:
-            for data in message.get("bytes", ()):
-                self.conn.send_binary(data)
-        self.transport.write(b"".join(self.conn.data_to_send()))
+            frames = frame_messages(BINARY, message.get("bytes", ()))
+        self.transport.write(b"".join((*pending, frames)) if pending else frames)
