@@ -4,12 +4,15 @@ tool calls): no gap, no duplicate, in order."""
 
 from __future__ import annotations
 
+import bisect
+import math
 from dataclasses import dataclass, field
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from airlane.core import Channel, Event, Kind, Position, Retention, StreamLog
+from airlane.core.usage import _BUCKET_STARTS, LatencyHistogram, _upper_edge_ns
 
 SECOND = 1_000_000_000
 
@@ -124,3 +127,20 @@ def test_stale_epoch_restarts_with_a_reset_snapshot(texts, max_events):
         for event in log.read(cursor, 4):
             state.apply(event)
     assert state.text["content"] == "".join(texts)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(min_value=-10, max_value=10**12), min_size=1, max_size=200),
+    st.sampled_from([0.0, 0.01, 0.5, 0.9, 0.99, 1.0]),
+)
+def test_histogram_quantile_is_the_upper_edge_of_the_sample_s_bucket(values, q):
+    """The quantile is the ``ceil(q * n)``-th smallest sample's bucket edge, capped at max."""
+    histogram = LatencyHistogram()
+    for value in values:
+        histogram.observe(value)
+    ordered = sorted(max(value, 0) for value in values)
+    rank = max(1, math.ceil(q * len(ordered)))
+    sample = ordered[rank - 1]
+    bucket = bisect.bisect_right(_BUCKET_STARTS, sample)
+    assert histogram.quantile_ns(q) == min(_upper_edge_ns(bucket), ordered[-1])

@@ -93,7 +93,10 @@ class LatencyHistogram:
     def _quantiles_ns(self, qs: tuple[float, ...]) -> list[int]:
         if not self.total:
             return [0 for _ in qs]
-        cumulative = list(itertools.accumulate(self.counts))
+        # No sample lies above max_ns's bucket: summing the counts up to it (typically half of
+        # them) halves the cost of a report, which every stream pays when it ends.
+        top = bisect_right(_BUCKET_STARTS, self.max_ns)
+        cumulative = list(itertools.accumulate(self.counts[: top + 1]))
         out = []
         for q in qs:
             index = bisect_left(cumulative, max(1, math.ceil(q * self.total)))
