@@ -177,9 +177,12 @@ class SSEPump:
         plain callback at the end of this loop turn, so that what the producers of this turn
         append goes out in one write (a reader that is behind gets one coalesced read), and
         costs no task switch."""
-        if not self._scheduled:
+        # The loop from the pump's future: on Python 3.11 `asyncio.get_running_loop()` makes
+        # a getpid() system call each time, and this runs for every append.
+        done = self._done
+        if not self._scheduled and done is not None:
             self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._drain)
+            done.get_loop().call_soon(self._drain)
 
     def _drain(self) -> None:
         """Write what the subscription has, in place, while the server takes writes."""
@@ -222,7 +225,7 @@ class SSEPump:
                 done.set_exception(exc)
         finally:
             if self._inflight is None and not done.done():
-                self._idle_since = asyncio.get_running_loop().time()
+                self._idle_since = done.get_loop().time()
 
     def _on_inflight_done(self, task: asyncio.Task[None]) -> None:
         self._inflight = None
