@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from airlane.core import (
@@ -10,6 +12,7 @@ from airlane.core import (
     Event,
     Folded,
     Kind,
+    Lane,
     LatencyHistogram,
     OrphanMode,
     OrphanPolicy,
@@ -298,3 +301,18 @@ def test_a_log_restored_from_a_snapshot_continues_where_the_source_folded():
     assert first.kind is Kind.SNAPSHOT  # behind the folded state: a snapshot, never a bare delta
     with pytest.raises(ValueError):
         replica.restore(folded)
+
+
+def test_event_replace_copies_every_field_and_drops_the_encoding_cache():
+    event = Event(
+        Kind.TOOL_CALL, "args", {"index": 1}, Channel.REASONING, Lane.BULK, 3, b"{}", 7, 99
+    )
+    event.cache("sse", b"data: x\n\n")
+    copy = event.replace()
+    for f in dataclasses.fields(Event):
+        if f.init:
+            assert getattr(copy, f.name) == getattr(event, f.name), f.name
+    assert copy.cached("sse") is None and copy is not event
+    assert event.replace(seq=8, text="b").seq == 8
+    with pytest.raises(TypeError, match="no field"):
+        event.replace(_encoded={})

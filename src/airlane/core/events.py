@@ -199,4 +199,24 @@ class Event:
 
     def replace(self, **changes: Any) -> Event:
         """A copy with ``changes`` applied and an empty encoding cache."""
-        return dataclasses.replace(self, **changes)
+        # Field by field rather than `dataclasses.replace`, which walks the class's field
+        # list in Python (~300 bytecodes): every reader's terminal event is a replaced copy.
+        unknown = changes.keys() - _FIELD_NAMES
+        if unknown:
+            raise TypeError(f"Event has no field {sorted(unknown)[0]!r}")
+        get = changes.get
+        return Event(
+            get("kind", self.kind),
+            get("text", self.text),
+            get("data", self.data),
+            get("channel", self.channel),
+            get("lane", self.lane),
+            get("tokens", self.tokens),
+            get("raw", self.raw),
+            get("seq", self.seq),
+            get("ts_ns", self.ts_ns),
+        )
+
+
+_FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(Event) if f.init)
+"""The fields `Event.replace` may change (the encoding cache is not one of them)."""

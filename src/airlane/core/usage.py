@@ -37,6 +37,8 @@ def _upper_edge_ns(index: int) -> int:
 # The first value of each bucket but the first: `bisect_right` over it finds a value's bucket
 # (the top bucket takes everything above) with one C call instead of a dozen bytecodes.
 _BUCKET_STARTS = [_upper_edge_ns(index) for index in range(_OCTAVES * _SUB - 1)]
+# Each bucket's upper edge, looked up rather than computed when a report is made.
+_UPPER_EDGES = [*_BUCKET_STARTS, _upper_edge_ns(_OCTAVES * _SUB - 1)]
 
 
 @dataclass(slots=True)
@@ -100,7 +102,7 @@ class LatencyHistogram:
         out = []
         for q in qs:
             index = bisect_left(cumulative, max(1, math.ceil(q * self.total)))
-            out.append(min(_upper_edge_ns(index), self.max_ns))
+            out.append(min(_UPPER_EDGES[index], self.max_ns))
         return out
 
     def summary_ms(self) -> dict[str, float]:

@@ -154,7 +154,7 @@ class AirlaneApp:
         for prefix, mounted in self.mounts.items():
             if request.path.startswith(prefix):
                 await mounted(scope, receive, send)
-                self.metrics.requests.labels(route, "rpc").inc()
+                self.metrics.count_request(route, "rpc")
                 return
         try:
             await self._dispatch(request, receive, send)
@@ -177,7 +177,7 @@ class AirlaneApp:
                 await send_error(send, HttpError(500, "internal server error", type="server_error"))
             except Exception:
                 log.debug("could not report the error: the response had started")
-        self.metrics.requests.labels(route, str(status)).inc()
+        self.metrics.count_request(route, str(status))
 
     async def _dispatch(self, request: Request, receive: Receive, send: Send) -> None:
         path, method = request.path, request.method
