@@ -337,6 +337,10 @@ class StreamLog:
                     self.ledger.on_delivered(cursor.subscriber, tokens)
                 return out
         lengths = cursor.text_lengths
+        if index == end - 1 and not out and limit > 0:
+            # The live tail: one new event, what a reader that keeps up finds on almost every
+            # read of a token stream. The loop below would give the same, at twice the cost.
+            return [self._read_one(cursor, events[index], lengths)]
         tokens = 0
         terminal: Event | None = None
         # One pass, bookkeeping summed per read rather than per event: this is the hot path.
@@ -365,6 +369,21 @@ class StreamLog:
             cursor.finished = True
             out[-1] = self._terminal_for(cursor, terminal)
         return out
+
+    def _read_one(self, cursor: Cursor, event: Event, lengths: dict[Channel, int] | None) -> Event:
+        """`read` of the one event after ``cursor`` (a lone delta has nothing to merge)."""
+        kind = event.kind
+        if kind is _DELTA and lengths is not None:
+            lengths[event.channel] = lengths.get(event.channel, 0) + len(event.text)
+        cursor.after = event.seq
+        tokens = event.tokens
+        if tokens:
+            cursor.delivered_tokens += tokens
+            self.ledger.on_delivered(cursor.subscriber, tokens)
+        if kind in TERMINAL_KINDS:
+            cursor.finished = True
+            return self._terminal_for(cursor, event)
+        return event
 
     def _coalesce(self, index: int, end: int) -> tuple[Event, int]:
         """Merge the run of same-channel deltas starting at ``index``; return it and the next
