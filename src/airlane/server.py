@@ -273,6 +273,7 @@ def uvicorn_config(app: AirlaneApp, config: ServerConfig) -> uvicorn.Config:
         ws_ping_interval=config.http.ws_ping_s,
         ws_ping_timeout=config.http.ws_ping_s,
         ws_max_size=config.http.max_ws_message_bytes,
+        ws_per_message_deflate=config.http.ws_compression,
         lifespan="on",
         log_level=config.log_level,
         access_log=False,

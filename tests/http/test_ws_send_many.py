@@ -10,7 +10,7 @@ from websockets.protocol import State
 from websockets.server import ServerProtocol
 
 from airlane.transports.http.ws_protocol import BINARY, TEXT, frame_messages
-from tests.servers import ServerProcess
+from tests.servers import FAST_SYNTHETIC, ServerProcess, run_server
 
 
 @pytest.mark.parametrize("compression", [None, "deflate"])
@@ -46,3 +46,25 @@ def test_frames_are_byte_for_byte_what_websockets_writes(size: int, binary: bool
 
 def test_no_messages_make_no_bytes() -> None:
     assert frame_messages(TEXT, []) == b""
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+async def test_ws_compression_setting_decides_whether_deflate_is_accepted(
+    server: ServerProcess, enabled: bool
+) -> None:
+    """A client offering permessage-deflate gets it by default, and not when the gateway is
+    configured with ``[http] ws_compression = false``; the stream is whole either way."""
+    if enabled:
+        await _read_all_with_deflate(server, expect_extension=True)
+        return
+    config = FAST_SYNTHETIC + "\n[http]\nws_compression = false\n"
+    with run_server(config=config) as plain:
+        await _read_all_with_deflate(plain, expect_extension=False)
+
+
+async def _read_all_with_deflate(server: ServerProcess, *, expect_extension: bool) -> None:
+    url = server.url.replace("http://", "ws://") + "/v1/loadtest/ws?chunks=50&mode=burst"
+    async with connect(url, compression="deflate", max_size=None) as ws:
+        assert bool(ws.protocol.extensions) is expect_extension
+        seqs = [orjson.loads(message)["seq"] async for message in ws]
+    assert seqs == list(range(1, 51))

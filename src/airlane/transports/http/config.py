@@ -38,6 +38,11 @@ class HttpConfig:
     ws_ping_s: float = DEFAULT_PING_S
     """Period of the WebSocket protocol Ping frames the server sends (a connection that does
     not answer with a Pong within the same time is closed)."""
+    ws_compression: bool = True
+    """Accept permessage-deflate when a WebSocket client offers it (browsers do). It saves
+    bandwidth on text streams but roughly doubles the gateway's CPU per message (14-16 -> 30-37 us
+    per 1.2 KB chunk, ``benchmarks/ws_compression.py``); turn it off when the gateway's CPU is
+    the limit."""
     max_ws_message_bytes: int = DEFAULT_MAX_WS_MESSAGE_BYTES
     """Largest WebSocket message accepted (larger: close 1009)."""
     max_ws_subscriptions: int = DEFAULT_MAX_WS_SUBSCRIPTIONS
