@@ -29,7 +29,14 @@ from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIO
 from websockets.http11 import Request
 from websockets.protocol import State
 
-__all__ = ["SEND_MANY", "SEND_MANY_TYPE", "BatchingWebSocketProtocol", "frame_messages"]
+__all__ = [
+    "BINARY",
+    "SEND_MANY",
+    "SEND_MANY_TYPE",
+    "TEXT",
+    "BatchingWebSocketProtocol",
+    "frame_messages",
+]
 
 SEND_MANY = "airlane.websocket.send_many"
 """The scope extension's name."""
