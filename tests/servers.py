@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 READY = re.compile(r"airlane listening on (http://\S+)")
 AIRC_READY = re.compile(r"AIRC on tcp://([^\s,]+):(\d+)")
@@ -56,9 +57,14 @@ class ServerProcess:
 
 @contextlib.contextmanager
 def run_server(
-    *args: str, config: str = FAST_SYNTHETIC, timeout: float = 20.0
+    *args: str,
+    config: str = FAST_SYNTHETIC,
+    timeout: float = 20.0,
+    log_level: str = "warning",
+    stderr: IO[str] | None = None,
 ) -> Iterator[ServerProcess]:
-    """Start ``airlane serve --port 0 ARGS`` with ``config`` as its TOML file; stop it after."""
+    """Start ``airlane serve --port 0 ARGS`` with ``config`` as its TOML file; stop it after.
+    Its log goes to ``stderr`` (a file) when given, else to the test's stderr."""
     with tempfile.TemporaryDirectory() as tmp:
         config_path = Path(tmp) / "airlane.toml"
         config_path.write_text(config)
@@ -72,13 +78,13 @@ def run_server(
             "--config",
             str(config_path),
             "--log-level",
-            "warning",
+            log_level,
             *args,
         ]
         process = subprocess.Popen(
             command,
             stdout=subprocess.PIPE,
-            stderr=None,
+            stderr=stderr,
             text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )

@@ -3,9 +3,12 @@ each still its own WebSocket message, with and without permessage-deflate."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import orjson
 import pytest
 from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
 from websockets.protocol import State
 from websockets.server import ServerProtocol
 
@@ -68,3 +71,22 @@ async def _read_all_with_deflate(server: ServerProcess, *, expect_extension: boo
         assert bool(ws.protocol.extensions) is expect_extension
         seqs = [orjson.loads(message)["seq"] async for message in ws]
     assert seqs == list(range(1, 51))
+
+
+@pytest.mark.parametrize("log_level", ["info", "debug"])
+async def test_connections_are_logged_only_at_debug(tmp_path: Path, log_level: str) -> None:
+    """uvicorn's ``[accepted]`` line and websockets' ``connection open`` are per-connection
+    access lines: not written at INFO (plain HTTP requests are not logged either), written at
+    DEBUG; a refused WebSocket (unknown path) still gets its answer either way."""
+    log_path = tmp_path / "serve.log"
+    with log_path.open("w") as log, run_server(log_level=log_level, stderr=log) as server:
+        url = server.url.replace("http://", "ws://") + "/v1/loadtest/ws?chunks=3&mode=burst"
+        for _ in range(3):
+            async with connect(url) as ws:
+                assert len([message async for message in ws]) == 3
+        with pytest.raises(InvalidStatus):
+            async with connect(server.url.replace("http://", "ws://") + "/no/such/path"):
+                pass
+    text = log_path.read_text()
+    logged = "[accepted]" in text or "connection open" in text
+    assert logged is (log_level == "debug"), text[-2000:]
