@@ -39,6 +39,7 @@ from airlane.transports.airc import (
 from airlane.transports.grpc import GrpcServer, GrpcServerConfig
 from airlane.transports.grpc.web import GRPC_WEB_PREFIX, grpc_web_app
 from airlane.transports.http import AirlaneApp, HttpConfig
+from airlane.transports.http.http_protocol import UpgradingHttpProtocol
 from airlane.transports.http.ws_protocol import BatchingWebSocketProtocol
 from airlane.wire.airc import AircConfig
 
@@ -262,12 +263,13 @@ def bind_socket(host: str, port: int, keepalive_s: int) -> socket.socket:
 
 
 def uvicorn_config(app: AirlaneApp, config: ServerConfig) -> uvicorn.Config:
-    """uvicorn settings: uvloop + httptools, WebSocket pings and size limit from ``http``, and
-    `BatchingWebSocketProtocol` for WebSockets."""
+    """uvicorn settings: uvloop + httptools (`UpgradingHttpProtocol`), WebSocket pings and size
+    limit from ``http``, and `BatchingWebSocketProtocol` for WebSockets."""
     return uvicorn.Config(
         app,
         loop="uvloop" if sys.platform != "win32" else "asyncio",
-        http="httptools",
+        # httptools, handing WebSocket upgrades over already parsed (http_protocol.py).
+        http=UpgradingHttpProtocol,
         # uvicorn's websockets-sansio protocol, plus sending a batch of messages in one write.
         ws=BatchingWebSocketProtocol,
         ws_ping_interval=config.http.ws_ping_s,

@@ -31,14 +31,14 @@ import asyncio
 import logging
 import struct
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 from uvicorn.config import Config
 from uvicorn.protocols.utils import ClientDisconnected
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from uvicorn.server import ServerState
 from websockets.http11 import Request
-from websockets.protocol import State
+from websockets.protocol import Protocol, State
 
 __all__ = [
     "BINARY",
@@ -119,12 +119,28 @@ class BatchingWebSocketProtocol(WebSocketsSansIOProtocol):
         super().__init__(config, server_state, app_state, _loop)
         if not _ERROR_LOGGER.isEnabledFor(logging.DEBUG):
             # uvicorn's "[accepted]" line and websockets' "connection open/closed".
-            self.logger = self.conn.logger = CONNECTION_LOGGER
+            # uvicorn calls info/error/log on it and reads its level: the adapter has those.
+            self.logger = self.conn.logger = cast(logging.Logger, CONNECTION_LOGGER)
 
     def handle_connect(self, event: Request) -> None:
-        """Build the scope as uvicorn does, then advertise the extension."""
+        """Build the scope as uvicorn does, then advertise the extension (a refused handshake
+        has been answered and has no scope)."""
         super().handle_connect(event)
-        self.scope["extensions"][SEND_MANY] = {}
+        if self.response.status_code == 101:
+            self.scope["extensions"][SEND_MANY] = {}
+
+    def upgrade(self, transport: asyncio.Transport, request: Request) -> None:
+        """Take over ``transport`` for an upgrade request the HTTP protocol has parsed into
+        ``request`` (`airlane.transports.http.http_protocol`), instead of reading it again
+        from bytes: what ``connection_made`` and ``data_received`` of the request do."""
+        self.connection_made(transport)
+        conn = self.conn
+        # A server protocol's parser reads the HTTP request, then frames; this one starts at
+        # the frames (websockets' Protocol.parse, which ServerProtocol.parse ends with).
+        conn.parser.close()
+        conn.parser = Protocol.parse(conn)
+        next(conn.parser)
+        self.handle_connect(request)
 
     async def send(self, message: Any) -> None:
         """`websocket.send_many` here; every other message as uvicorn handles it."""
