@@ -22,7 +22,13 @@ from airlane.hub import StreamNotFound, Subscription
 from airlane.security import Principal
 from airlane.transports.http.asgi import HttpError, Request
 
-__all__ = ["LOADTEST_ORPHAN", "loadtest_request", "loadtest_stream", "render_loadtest_sse"]
+__all__ = [
+    "LOADTEST_ORPHAN",
+    "loadtest_chunks",
+    "loadtest_request",
+    "loadtest_stream",
+    "render_loadtest_sse",
+]
 
 LOADTEST_ORPHAN = OrphanPolicy(OrphanMode.CANCEL)
 """A load-test stream nobody reads is cancelled at once: it exists only for its reader."""
@@ -52,12 +58,16 @@ _END = b"\n\n"
 _BETWEEN = _END + _DATA
 
 
+def loadtest_chunks(batch: list[Event]) -> list[bytes]:
+    """The chunks' JSON in ``batch``: only load-test chunks carry raw JSON (usage and done
+    have none, and are not sent). map and filter keep the per-chunk work in C."""
+    return list(filter(None, map(_raw_of, batch)))
+
+
 def render_loadtest_sse(batch: list[Event]) -> bytes:
     """``data: <chunk>`` for each chunk; other events (usage, done) are not sent."""
-    # Only load-test chunks carry raw JSON (usage and done have none). One join with the
-    # frame boundary as separator: cheaper than three parts per chunk. map and filter keep
-    # the per-chunk work in C.
-    chunks = list(filter(None, map(_raw_of, batch)))
+    # One join with the frame boundary as separator: cheaper than three parts per chunk.
+    chunks = loadtest_chunks(batch)
     if not chunks:
         return b""
     return b"".join((_DATA, _BETWEEN.join(chunks), _END))

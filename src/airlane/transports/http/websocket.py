@@ -42,7 +42,7 @@ from airlane.security import Principal, SecurityError
 from airlane.transports.http.asgi import HttpError, Receive, Request, Send
 from airlane.transports.http.chat_request import parse_chat_request
 from airlane.transports.http.context import AppContext
-from airlane.transports.http.loadtest import loadtest_request, loadtest_stream
+from airlane.transports.http.loadtest import loadtest_chunks, loadtest_request, loadtest_stream
 from airlane.transports.http.ws_protocol import SEND_MANY, SEND_MANY_TYPE
 from airlane.wire.errors import DecodeError
 from airlane.wire.event_json import event_from_dict, event_to_dict, event_to_json
@@ -409,7 +409,7 @@ async def serve_loadtest_ws(
         send_many = SEND_MANY in request.scope.get("extensions", {})
         try:
             while batch := await subscription.next_batch(app.config.batch_limit):
-                chunks = [e.raw for e in batch if e.kind is Kind.MESSAGE and e.raw is not None]
+                chunks = loadtest_chunks(batch)
                 if send_many:
                     await send({"type": SEND_MANY_TYPE, "texts": chunks})
                 else:
