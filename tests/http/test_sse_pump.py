@@ -102,3 +102,93 @@ async def test_a_disconnect_while_idle_ends_the_pump() -> None:
 
     ended, parts = await pump_stream(0.05, produce)
     assert not ended and parts.count(PING) >= 1
+
+
+def _pump(hub: MemoryHub, peer: Peer) -> SSEPump:
+    return SSEPump(
+        peer.send,
+        peer.receive,
+        ping_s=5,
+        batch_limit=64,
+        metrics=HttpMetrics(hub.stats, lambda: 0),
+    )
+
+
+async def test_direct_mode_needs_no_watcher_task(pump_mode: str) -> None:
+    """Direct: the pump's own task waits for the disconnect; tasked: a watcher task does."""
+    hub = MemoryHub()
+    await hub.create("s")
+    peer = Peer()
+    async with await hub.subscribe("s") as sub:
+        running = asyncio.create_task(_pump(hub, peer).pump(sub, render))
+        await asyncio.sleep(0.01)
+        names = {task.get_name() for task in asyncio.all_tasks()}
+        assert ("sse-disconnect-watch" in names) is (pump_mode == "tasked")
+        await hub.append("s", Event.done())
+        assert await asyncio.wait_for(running, 5) is True
+    await hub.aclose()
+
+
+@pytest.mark.parametrize("order", ["end-leave", "leave-end", "end-step-leave"])
+async def test_an_end_and_a_disconnect_in_one_turn_leave_no_stray_cancel(order: str) -> None:
+    """The run ends as the client leaves, in either order within one loop turn: the pump
+    returns either outcome, and the task that ran it goes on undisturbed (no cancellation
+    left behind for its next await)."""
+    hub = MemoryHub()
+    await hub.create("s")
+    peer = Peer()
+
+    async def run(sub: Subscription) -> str:
+        await _pump(hub, peer).pump(sub, render)
+        await asyncio.sleep(0.01)  # a stray cancel would land here
+        return "finished"
+
+    async with await hub.subscribe("s") as sub:
+        running = asyncio.create_task(run(sub))
+        await asyncio.sleep(0.01)
+        if order == "leave-end":
+            peer.gone.set()
+            await hub.append("s", Event.done())
+        else:
+            await hub.append("s", Event.done())
+            if order == "end-step-leave":
+                # The end is decided before the disconnect arrives, and the wake-up for it
+                # runs while the disconnect is already waiting to be read.
+                await asyncio.sleep(0)
+            peer.gone.set()
+        assert await asyncio.wait_for(running, 5) == "finished"
+    await hub.aclose()
+
+
+async def test_cancelling_the_pump_from_outside_still_cancels_it() -> None:
+    """A server shutting down cancels the request's task: the pump must not swallow that."""
+    hub = MemoryHub()
+    await hub.create("s")
+    peer = Peer()
+    async with await hub.subscribe("s") as sub:
+        running = asyncio.create_task(_pump(hub, peer).pump(sub, render))
+        await asyncio.sleep(0.01)
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(running, 5)
+    await hub.aclose()
+
+
+async def test_request_messages_while_pumping_are_not_a_disconnect() -> None:
+    """A late ``http.request`` (the rest of a body) is read and ignored."""
+    hub = MemoryHub()
+    await hub.create("s")
+    peer = Peer()
+    queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    pump = SSEPump(
+        peer.send, queue.get, ping_s=5, batch_limit=64, metrics=HttpMetrics(hub.stats, lambda: 0)
+    )
+    async with await hub.subscribe("s") as sub:
+        running = asyncio.create_task(pump.pump(sub, render))
+        queue.put_nowait({"type": "http.request", "body": b"", "more_body": False})
+        await asyncio.sleep(0.01)
+        assert not running.done()
+        await hub.append_many("s", [Event.delta("x"), Event.done()])
+        assert await asyncio.wait_for(running, 5) is True
+    assert b"data: x\n\n" in peer.parts
+    await hub.aclose()

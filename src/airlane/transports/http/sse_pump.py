@@ -7,8 +7,11 @@ Two ways to wait for events, chosen by what the hub offers:
   once, driving the server's ``send`` in place (`send_now`). No task wakes up per batch,
   which on the paced path was a third of a chunk's cost. When the server applies
   backpressure (``send`` would wait), the rest of that send runs in a task and the pump
-  writes nothing else until it is done, then catches up with one coalesced read;
-- **tasked** (any hub): the pump's task awaits `Subscription.next_batch` and sends.
+  writes nothing else until it is done, then catches up with one coalesced read. The pump's
+  own task meanwhile waits in ``receive`` for the client to leave, and is woken from there
+  when the run ends: no second task per connection;
+- **tasked** (any hub): the pump's task awaits `Subscription.next_batch` and sends, and a
+  watcher task waits in ``receive``.
 
 Either way, a slow reader blocks only its own pump: its cursor falls behind, its next read is
 coalesced, and memory per connection stays bounded by the server's write buffer plus one
@@ -58,8 +61,8 @@ class SSEPump:
     Heartbeat comments keep idle connections alive through proxies: one goes out once the
     stream has been idle for ``ping_s``, kept by one timer per ping period (re-armed only when
     it fires), not a timeout per wait. ASGI servers drop writes after a disconnect without
-    telling the sender, so a watcher task reads ``receive`` and stops the pump when
-    ``http.disconnect`` arrives.
+    telling the sender, so the pump reads ``receive`` (in its own task in direct mode, in a
+    watcher task in tasked mode) and stops when ``http.disconnect`` arrives.
     """
 
     def __init__(
@@ -91,6 +94,9 @@ class SSEPump:
         self._timer: asyncio.TimerHandle | None = None
         # Direct mode: the outcome of `pump`, a send the server made wait, and the run's state.
         self._done: asyncio.Future[bool] | None = None
+        self._pumping: asyncio.Task[Any] | None = None  # the task running the direct pump
+        self._in_receive = False  # it waits in `receive` (for the client to leave)
+        self._woken = False  # `_on_done` cancelled that wait
         self._inflight: asyncio.Task[None] | None = None
         self._subscription: Subscription | None = None
         self._render: Render | None = None
@@ -138,10 +144,13 @@ class SSEPump:
         task = asyncio.current_task()
         assert task is not None
         loop = asyncio.get_running_loop()
-        watcher = self._arm(loop, task)
+        self._timer = loop.call_at(loop.time() + self.ping_s, self._on_ping_timer, loop, task)
+        watcher: asyncio.Task[None] | None = None
         try:
             if subscription.listen(self._on_ready):
-                return await self._pump_direct(loop, subscription, render)
+                return await self._pump_direct(loop, subscription, render, task)
+            # Tasked: this task waits in next_batch, so another one watches for a disconnect.
+            watcher = asyncio.create_task(self._watch(task), name="sse-disconnect-watch")
             return await self._pump_tasked(loop, subscription, render, task)
         except asyncio.CancelledError:
             if self.disconnected and task.uncancel() == 0:
@@ -154,23 +163,54 @@ class SSEPump:
     # -- direct mode ------------------------------------------------------------------------
 
     async def _pump_direct(
-        self, loop: asyncio.AbstractEventLoop, subscription: Subscription, render: Render
+        self,
+        loop: asyncio.AbstractEventLoop,
+        subscription: Subscription,
+        render: Render,
+        task: asyncio.Task[Any],
     ) -> bool:
-        self._done = loop.create_future()
+        # The hub's call-backs do the writing, so this task is free to watch for the client
+        # leaving itself (no watcher task per connection): it waits in `receive`, and the
+        # run's end (`done`) interrupts that wait by cancelling it (`_on_done`).
+        done: asyncio.Future[bool] = loop.create_future()
+        self._done = done
         self._subscription, self._render = subscription, render
         self._idle_since = loop.time()
+        self._pumping = task
+        done.add_done_callback(self._on_done)
         self._drain()  # what is already there
         try:
-            return await self._done
+            self._in_receive = True
+            try:
+                while (await self.receive())["type"] != "http.disconnect":
+                    pass
+            finally:
+                self._in_receive = False
+            self.disconnected = True
+            return False
+        except asyncio.CancelledError:
+            if self._woken and task.uncancel() == 0:
+                return done.result()  # True, False, or the run's exception
+            raise
         finally:
             self._idle_since = None
-            self._done = None
+            self._done = self._pumping = None
+            self._woken = False
             self._subscription = self._render = None
             if self._inflight is not None:
                 self._inflight.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await self._inflight
                 self._inflight = None
+
+    def _on_done(self, done: asyncio.Future[bool]) -> None:
+        """The direct run has its outcome: wake the pump's task from its `receive` wait. Only
+        while it is there: a cancel that arrived after the wait would hit whatever it awaits
+        next."""
+        task = self._pumping
+        if done is self._done and task is not None and self._in_receive:
+            self._woken = True
+            task.cancel()
 
     def _on_ready(self) -> None:
         """The hub's call-back: the subscription may have something new. The drain runs as a
@@ -299,21 +339,15 @@ class SSEPump:
             self._budget = max(0, self._budget - len(batch))
             self._limit = min(self._budget, self._limit) if self._budget else self._limit
 
-    def _arm(
-        self, loop: asyncio.AbstractEventLoop, pumping: asyncio.Task[Any]
-    ) -> asyncio.Task[None]:
-        """Start the disconnect watcher and the ping timer for a `pump` run by ``pumping``."""
-        self._timer = loop.call_at(loop.time() + self.ping_s, self._on_ping_timer, loop, pumping)
-        return asyncio.create_task(self._watch(pumping), name="sse-disconnect-watch")
-
-    async def _disarm(self, watcher: asyncio.Task[None]) -> None:
-        """Stop what `_arm` started."""
+    async def _disarm(self, watcher: asyncio.Task[None] | None) -> None:
+        """Stop the ping timer and the disconnect watcher, if there is one."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watcher
+        if watcher is not None:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
 
     def _on_ping_timer(self, loop: asyncio.AbstractEventLoop, pumping: asyncio.Task[Any]) -> None:
         """Ping a stream idle for ``ping_s`` (direct mode: here; tasked: by interrupting the
