@@ -306,6 +306,19 @@ def _cpu_pct(record: dict[str, Any], who: str) -> float | None:
     return None if usage is None else float(usage["mean_pct"])
 
 
+def _server_us_per_chunk(record: dict[str, Any]) -> float | None:
+    """The gateway's CPU time per chunk delivered: with one chunk a stream, its cost per
+    stream (connection, set-up, teardown), which throughput hides in short runs."""
+    pct, chunks, wall_s = (
+        _cpu_pct(record, "server_cpu"),
+        record["chunks_received"],
+        record.get("wall_s"),
+    )
+    if pct is None or not chunks or wall_s is None:
+        return None
+    return pct / 100 * wall_s * 1e6 / chunks
+
+
 METRICS = (
     Metric("payload_mb_s", "payload MB/s", lambda r: r["payload_mb_s"]),
     Metric("chunks_per_s", "chunks/s", lambda r: r["chunks_per_s"]),
@@ -313,9 +326,13 @@ METRICS = (
     Metric("lag_p99_ms", "lag p99 ms", lambda r: r["lag_ms"]["p99"]),
     Metric("kept_up_pct", "kept up %", lambda r: r["kept_up_pct"], paced_only=True),
     Metric("server_cpu_pct", "server CPU %", lambda r: _cpu_pct(r, "server_cpu")),
+    Metric("server_us_per_chunk", "server us/chunk", _server_us_per_chunk),
     Metric("client_cpu_pct", "client CPU %", lambda r: _cpu_pct(r, "client_cpu")),
 )
-RATIO_KEYS = {"burst": ("payload_mb_s",), "paced": ("payload_mb_s", "lag_p99_ms")}
+RATIO_KEYS = {
+    "burst": ("payload_mb_s", "server_us_per_chunk"),
+    "paced": ("payload_mb_s", "lag_p99_ms"),
+}
 """The metrics whose per-round ratio new/base is reported, by mode."""
 
 

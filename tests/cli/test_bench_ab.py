@@ -142,6 +142,7 @@ def _record(round_: int, side: str, mb_s: float, errors: int = 0) -> dict[str, A
         "chunks_received": 100 - errors, "chunks_expected": 100, "payload_mb_s": mb_s,
         "chunks_per_s": mb_s * 1000, "ttfc_ms": {"p99": 1.0}, "lag_ms": {"p99": 2.0},
         "kept_up_pct": None, "server_cpu": {"mean_pct": 90.0}, "client_cpu": None,
+        "wall_s": 100 / mb_s,  # CPU per chunk: 0.9 * wall_s * 1e6 / chunks
     }  # fmt: skip
     return {"round": round_, "side": side, **result}
 
@@ -162,6 +163,10 @@ def test_flagged_runs_are_left_out_of_the_summary(ab: ModuleType) -> None:
     assert base["client_cpu_pct"] is None and "kept_up_pct" not in base
     assert summary["rounds_compared"] == 2  # round 3 has a flagged side
     assert summary["ratios_new_over_base"]["payload_mb_s"]["median"] == pytest.approx(1.35)
+    # Server CPU per chunk: 90 % of a wall time of 100 / MB/s, over 100 chunks.
+    assert base["server_us_per_chunk"]["median"] == pytest.approx(0.9 * 10.0 * 1e6 / 100)
+    per_chunk = summary["ratios_new_over_base"]["server_us_per_chunk"]["median"]
+    assert per_chunk == pytest.approx(1 / 1.35, rel=0.05)
     lines = ab.summary_lines(summary, "burst")
     assert any(line.startswith("WARNING: 1 flagged run") for line in lines)
     assert "FLAGGED" in ab.run_line(records[4], "burst")
