@@ -1,0 +1,169 @@
+"""Bytecodes the gateway runs per stream: ``airlane serve`` under an opcode counter.
+
+Starts ``airlane serve`` in a subprocess whose main thread (the event loop) counts every
+bytecode it executes (``sys.settrace`` with ``f_trace_opcodes``), warms it up with one bench
+run, resets the counts, runs ``airlane bench --url ... --streams N --chunks C --transport T``
+and prints the bytecodes per stream, by module and by function.
+
+Unlike CPU time on a shared VM, the count is the same from run to run, so it shows changes of
+a few per cent; but it sees Python work only, not C code, the kernel or the garbage collector,
+so confirm what it finds with CPU time (``benchmarks/ab.py``, ``server us/chunk``). Tracing
+makes the gateway tens of times slower: keep N small (50) and compare like with like.
+
+    .venv/bin/python benchmarks/opcount.py --transport ws --streams 50 --chunks 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from airlane.bench.spawn import GatewayStartError, ServerProcess
+
+# Run by the gateway subprocess: SIGUSR1 clears the counts, SIGUSR2 writes them to argv[1].
+_BOOTSTRAP = """
+import collections, json, signal, sys
+out = sys.argv[1]
+counts = collections.Counter()
+def tracer(frame, event, arg):
+    if event == "call":
+        frame.f_trace_opcodes = True
+        frame.f_trace_lines = False
+        return tracer
+    if event == "opcode":
+        code = frame.f_code
+        counts[code.co_filename, code.co_name] += 1
+    return tracer
+def reset(*_):
+    counts.clear()
+def dump(*_):
+    sys.settrace(None)
+    with open(out + ".tmp", "w") as f:
+        json.dump([[path, name, n] for (path, name), n in counts.items()], f)
+    import os
+    os.replace(out + ".tmp", out)
+    sys.settrace(tracer)
+signal.signal(signal.SIGUSR1, reset)
+signal.signal(signal.SIGUSR2, dump)
+sys.argv = ["airlane", "serve", "--port", "0", "--log-level", "warning"]
+sys.settrace(tracer)
+from airlane.cli import main
+main()
+"""
+
+BENCH_TIMEOUT_S = 600.0
+DUMP_TIMEOUT_S = 30.0
+
+
+def _short(path: str) -> str:
+    """A code object's file, without the site-packages or checkout prefix."""
+    for marker in ("site-packages/", "/src/", "/lib/python3."):
+        if marker in path:
+            path = path.split(marker, 1)[1]
+            if marker == "/lib/python3.":
+                path = path.split("/", 1)[-1]
+    return path
+
+
+def _module(path: str) -> str:
+    """Airlane's files one by one; other packages as one line each."""
+    short = _short(path)
+    if short.startswith("airlane/"):
+        return short
+    return short.split("/", 1)[0]
+
+
+def _bench(url: str, transport: str, streams: int, chunks: int) -> None:
+    """One ``airlane bench`` run; raise unless every chunk arrived."""
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "bench.json"
+        command = [
+            sys.executable, "-m", "airlane", "bench", "--url", url, "--transport", transport,
+            "--streams", str(streams), "--chunks", str(chunks), "--timeout", str(BENCH_TIMEOUT_S),
+            "--json", str(report),
+        ]  # fmt: skip
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=BENCH_TIMEOUT_S + 60, check=False
+        )
+        if done.returncode != 0 or not report.exists():
+            raise RuntimeError(f"airlane bench failed: {done.stderr.strip()[-500:]}")
+        data = json.loads(report.read_text())
+    results = data["results"] if isinstance(data, dict) else data
+    for result in results:
+        if result["chunks_received"] != result["chunks_expected"] or result["errors"]:
+            raise RuntimeError(f"incomplete run: {result['chunks_received']} chunks, errors")
+
+
+def _dump(pid: int, out: Path) -> list[tuple[str, str, int]]:
+    out.unlink(missing_ok=True)
+    os.kill(pid, signal.SIGUSR2)
+    deadline = time.monotonic() + DUMP_TIMEOUT_S
+    while not out.exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError("the traced gateway did not write its counts")
+        time.sleep(0.05)
+    return [(path, name, int(n)) for path, name, n in json.loads(out.read_text())]
+
+
+def report(counts: list[tuple[str, str, int]], streams: int, top: int) -> list[str]:
+    """The lines to print: per stream in all, by module, by function."""
+    total = sum(n for _, _, n in counts)
+    by_module: collections.Counter[str] = collections.Counter()
+    by_function: collections.Counter[tuple[str, str]] = collections.Counter()
+    for path, name, n in counts:
+        by_module[_module(path)] += n
+        by_function[_short(path), name] += n
+    lines = [f"bytecodes per stream: {total / streams:,.0f} ({total:,} for {streams} streams)"]
+    lines.append("by module:")
+    lines += [f"{n / streams:10,.0f}  {module}" for module, n in by_module.most_common(top)]
+    lines.append("by function:")
+    lines += [
+        f"{n / streams:10,.1f}  {name}  ({path})"
+        for (path, name), n in by_function.most_common(top)
+    ]
+    return lines
+
+
+def main() -> int:
+    """Command line."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--transport", choices=("sse", "ws"), default="sse")
+    parser.add_argument("--streams", type=int, default=50)
+    parser.add_argument("--chunks", type=int, default=1)
+    parser.add_argument("--top", type=int, default=25, help="lines per table")
+    args = parser.parse_args()
+    if not (1 <= args.streams <= 500 and 1 <= args.chunks <= 1000 and 1 <= args.top <= 200):
+        parser.error("--streams 1..500, --chunks 1..1000, --top 1..200")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "counts.json"
+        server = ServerProcess(
+            [sys.executable, "-c", _BOOTSTRAP, str(out)], name="the traced gateway"
+        )
+        try:
+            url = server.start()
+            _bench(url, args.transport, args.streams, args.chunks)  # warm-up: imports, caches
+            os.kill(server.pid, signal.SIGUSR1)
+            time.sleep(0.5)
+            _bench(url, args.transport, args.streams, args.chunks)
+            time.sleep(0.5)  # connections closing
+            counts = _dump(server.pid, out)
+        except (GatewayStartError, RuntimeError, subprocess.TimeoutExpired) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        finally:
+            server.stop()
+    print(f"{args.transport}, {args.streams} streams x {args.chunks} chunks, burst:")
+    print("\n".join(report(counts, args.streams, args.top)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

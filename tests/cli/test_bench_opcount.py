@@ -1,0 +1,36 @@
+"""benchmarks/opcount.py counts a traced gateway's bytecodes at a tiny size (no timing)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "opcount.py"
+
+
+def _run(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        check=False,
+    )
+
+
+def test_opcount_smoke() -> None:
+    result = _run("--transport", "ws", "--streams", "2", "--chunks", "2", "--top", "5")
+    assert result.returncode == 0, result.stdout + result.stderr
+    match = re.search(r"bytecodes per stream: ([\d,]+)", result.stdout)
+    assert match is not None, result.stdout
+    assert int(match.group(1).replace(",", "")) > 1000  # a stream is thousands of them
+    assert "airlane/transports/http/" in result.stdout
+
+
+def test_bad_sizes_are_refused() -> None:
+    result = _run("--streams", "0", timeout=30)
+    assert result.returncode == 2 and "--streams 1..500" in result.stderr
