@@ -10,6 +10,7 @@ No timing assertions: CI machines vary.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
 from airlane.bench import BenchConfig
@@ -36,6 +38,7 @@ from airlane.bench.peers import (
     Implementation,
     airlane_implementation,
     peer_implementations,
+    peers_dir,
     select_peers,
 )
 from airlane.bench.spawn import ServerProcess
@@ -219,6 +222,33 @@ def test_contract_healthz_and_bad_queries(server: ServerProcess) -> None:
     for query in ("chunks=0", "chunks=100001", "mode=steady", "interval_ms=0", "chunks=x"):
         response = httpx.get(f"{server.url}/v1/loadtest/sse?{query}", trust_env=False, timeout=10)
         assert response.status_code == 400, query
+
+
+@pytest.fixture(scope="module")
+def picows_server() -> Iterator[ServerProcess]:
+    """The picows peer: WebSocket only, measured with ``airlane bench --url --transport ws``."""
+    if importlib.util.find_spec("picows") is None:
+        reason = "picows is not installed (the bench extra)"
+        if IN_CI:
+            pytest.fail(f"the picows peer must run in CI: {reason}")
+        pytest.skip(reason)
+    app = peers_dir() / "picows_app.py"
+    command = (sys.executable, str(app), "--port", "0")
+    with ServerProcess(command, name="picows", cwd=app.parent) as process:
+        yield process
+
+
+def test_picows_peer_serves_the_ws_contract(picows_server: ServerProcess) -> None:
+    assert picows_server.url is not None
+    base = picows_server.url.replace("http://", "ws://") + "/v1/loadtest/ws"
+    check_chunks(ws_chunks(f"{base}?chunks=150"), 150, paced=False)
+    paced = f"{base}?chunks=8&mode=paced&interval_ms={PACED_INTERVAL_MS:g}"
+    check_chunks(ws_chunks(paced), 8, paced=True)
+    health = httpx.get(f"{picows_server.url}/healthz", trust_env=False, timeout=10)
+    assert health.json()["pid"] == picows_server.pid
+    with pytest.raises(InvalidStatus) as refused:
+        ws_chunks(f"{base}?chunks=0")
+    assert refused.value.response.status_code == 400
 
 
 # -- the pieces, without servers ----------------------------------------------------------
