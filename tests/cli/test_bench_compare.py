@@ -10,13 +10,13 @@ No timing assertions: CI machines vary.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import sys
 import time
 from array import array
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -38,7 +38,6 @@ from airlane.bench.peers import (
     Implementation,
     airlane_implementation,
     peer_implementations,
-    peers_dir,
     select_peers,
 )
 from airlane.bench.spawn import ServerProcess
@@ -87,7 +86,9 @@ def check_every_run(document: dict, transports: list[str]) -> list[dict]:
             assert not IN_CI, f"{implementation['name']} did not run: {implementation['reason']}"
     assert ran[0]["name"] == "airlane"
     for implementation in ran:
-        assert [r["transport"] for r in implementation["results"]] == transports
+        served = IMPLEMENTATIONS[implementation["name"]].transports
+        expected = [t for t in transports if t in served]
+        assert [r["transport"] for r in implementation["results"]] == expected
         for run in implementation["results"]:
             where = f"{implementation['name']} {run['transport']}: {run['error_samples']}"
             assert run["chunks_expected"] == 15, where
@@ -104,8 +105,8 @@ def test_compare_burst_both_transports(tmp_path: Path) -> None:
     assert document["spawned"] is True
     assert [r["transport"] for r in document["results"]] == ["sse", "ws"]  # Airlane's
     ran = check_every_run(document, ["sse", "ws"])
-    for ratios_of_peer in document["compare"]["ratios"].values():
-        assert sorted(ratios_of_peer) == ["sse", "ws"]
+    for name, ratios_of_peer in document["compare"]["ratios"].items():
+        assert sorted(ratios_of_peer) == sorted(IMPLEMENTATIONS[name].transports)
         for found in ratios_of_peer.values():
             assert sorted(found) == sorted(RATIO_METRICS)
             assert found["payload_mb_s"] is not None and found["payload_mb_s"] > 0
@@ -135,9 +136,13 @@ def test_compare_refuses_url_and_unknown_peers() -> None:
 # -- each implementation against the contract ---------------------------------------------
 
 
-@pytest.fixture(scope="module", params=["airlane", *PEER_NAMES])
+BOTH_TRANSPORTS = [n for n, i in IMPLEMENTATIONS.items() if i.transports == ("sse", "ws")]
+
+
+@pytest.fixture(scope="module", params=BOTH_TRANSPORTS)
 def server(request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
-    """A fresh server of each implementation (Airlane too: the contract's reference)."""
+    """A fresh server of each implementation that serves both transports (Airlane too: the
+    contract's reference); the WebSocket-only picows has its own below."""
     implementation = IMPLEMENTATIONS[request.param]
     require_runnable(implementation)
     with implementation.server() as process:
@@ -227,14 +232,9 @@ def test_contract_healthz_and_bad_queries(server: ServerProcess) -> None:
 @pytest.fixture(scope="module")
 def picows_server() -> Iterator[ServerProcess]:
     """The picows peer: WebSocket only, measured with ``airlane bench --url --transport ws``."""
-    if importlib.util.find_spec("picows") is None:
-        reason = "picows is not installed (the bench extra)"
-        if IN_CI:
-            pytest.fail(f"the picows peer must run in CI: {reason}")
-        pytest.skip(reason)
-    app = peers_dir() / "picows_app.py"
-    command = (sys.executable, str(app), "--port", "0")
-    with ServerProcess(command, name="picows", cwd=app.parent) as process:
+    implementation = IMPLEMENTATIONS["picows"]
+    require_runnable(implementation)
+    with implementation.server() as process:
         yield process
 
 
@@ -296,7 +296,9 @@ async def test_compare_skips_missing_and_reports_failed_peers() -> None:
     broken = Implementation("fastapi", "exits", (sys.executable, "-c", "raise SystemExit(3)"))
     measured: list[str] = []
 
-    async def measure(name: str, url: str, pid: int | None) -> list[TransportResult]:
+    async def measure(
+        name: str, url: str, pid: int | None, workload: BenchConfig
+    ) -> list[TransportResult]:
         measured.append(name)
         return [result("sse", 1.0)]
 
@@ -307,12 +309,34 @@ async def test_compare_skips_missing_and_reports_failed_peers() -> None:
     assert measured == []
 
 
+async def test_a_websocket_only_peer_gets_only_its_transport() -> None:
+    """picows serves WebSocket only: skipped, unstarted, for an SSE workload; measured on
+    WebSocket alone for both."""
+    picows = IMPLEMENTATIONS["picows"]
+    never_started = replace(picows, command=(sys.executable, "-c", "raise SystemExit(3)"))
+    seen: list[tuple[str, ...]] = []
+
+    async def measure(
+        name: str, url: str, pid: int | None, workload: BenchConfig
+    ) -> list[TransportResult]:
+        seen.append(workload.transports)
+        return [result("ws", 1.0)]
+
+    sse_only = BenchConfig(streams=2, chunks=3, transports=("sse",))
+    [run] = await run_compare(sse_only, [never_started], measure=measure)
+    assert (run.status, run.reason) == ("skipped", "it serves ws only")
+    if picows.unavailable() is None:
+        both = BenchConfig(streams=2, chunks=3, transports=("sse", "ws"))
+        [run] = await run_compare(both, [picows], measure=measure)
+        assert run.status == "ran" and seen == [("ws",)]
+
+
 def test_compare_table_and_document() -> None:
     config = BenchConfig(streams=2, chunks=3, transports=("sse",))
     airlane_run = ImplementationRun(
         airlane_implementation(), "ran", url="http://127.0.0.1:1", results=[result("sse", 1.0)]
     )
-    [fastapi, aiohttp, node] = peer_implementations()
+    fastapi, aiohttp, node = (IMPLEMENTATIONS[name] for name in ("fastapi", "aiohttp", "node"))
     runs = [
         airlane_run,
         ImplementationRun(fastapi, "ran", results=[result("sse", 2.0)]),

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from airlane.bench.config import BenchConfig
@@ -36,8 +36,9 @@ __all__ = [
 RunStatus = Literal["ran", "skipped", "failed"]
 """``ran``; ``skipped``: its runtime is missing here; ``failed``: it did not start."""
 
-Measure = Callable[[str, str, int | None], Awaitable[list[TransportResult]]]
-"""``measure(name, url, server_pid)``: run the workload against the server at ``url``."""
+Measure = Callable[[str, str, int | None, BenchConfig], Awaitable[list[TransportResult]]]
+"""``measure(name, url, server_pid, config)``: run ``config`` (the workload, narrowed to the
+transports the server speaks) against the server at ``url``."""
 
 RATIO_METRICS: dict[str, Callable[[TransportResult], float | None]] = {
     "payload_mb_s": lambda r: r.payload_mb_s,
@@ -119,19 +120,29 @@ async def run_compare(
     """Measure each implementation in turn (see the module docstring). ``measure`` defaults to
     `run_bench` without progress reports."""
 
-    async def default_measure(name: str, url: str, pid: int | None) -> list[TransportResult]:
-        return await run_bench(config, url, server_pid=pid)
+    async def default_measure(
+        name: str, url: str, pid: int | None, workload: BenchConfig
+    ) -> list[TransportResult]:
+        return await run_bench(workload, url, server_pid=pid)
 
     return [
-        await run_implementation(implementation, measure or default_measure, server_cpus)
+        await run_implementation(implementation, measure or default_measure, config, server_cpus)
         for implementation in implementations
     ]
 
 
 async def run_implementation(
-    implementation: Implementation, measure: Measure, server_cpus: set[int] | None = None
+    implementation: Implementation,
+    measure: Measure,
+    config: BenchConfig,
+    server_cpus: set[int] | None = None,
 ) -> ImplementationRun:
-    """Start ``implementation``'s server, pin it to ``server_cpus``, measure it, stop it."""
+    """Start ``implementation``'s server, pin it to ``server_cpus``, measure ``config``'s
+    transports that it serves, stop it; skipped when it serves none of them."""
+    transports = tuple(t for t in config.transports if t in implementation.transports)
+    if not transports:
+        serves = ", ".join(implementation.transports)
+        return ImplementationRun(implementation, "skipped", f"it serves {serves} only")
     reason = implementation.unavailable()
     if reason is not None:
         return ImplementationRun(implementation, "skipped", reason)
@@ -145,7 +156,9 @@ async def run_implementation(
         if server_cpus:
             pin_process(server.pid, server_cpus)
         pid = await asyncio.to_thread(gateway_pid, url)
-        results = await measure(implementation.name, url, pid)
+        results = await measure(
+            implementation.name, url, pid, replace(config, transports=transports)
+        )
     finally:
         await asyncio.to_thread(server.stop)
     return ImplementationRun(implementation, "ran", url=url, server_pid=pid, results=results)

@@ -3,9 +3,11 @@
 A peer is a separate program in ``benchmarks/peers/`` of the source checkout that serves the
 load-test contract (``GET /v1/loadtest/sse``, ``GET /v1/loadtest/ws``, ``GET /healthz`` with
 ``{"pid": ...}``) on ``--port 0`` and prints ``listening on http://HOST:PORT`` when ready,
-written as an engineer would with a common stack. An `Implementation` says how to start one
-and, through `Implementation.unavailable`, why it cannot be run here (its runtime or its
-packages missing), so that a missing peer is reported as skipped rather than failing the run.
+written as an engineer would with a common stack (a WebSocket-only library, picows, serves
+the WebSocket half and ``/healthz``: `Implementation.transports` says which). An
+`Implementation` says how to start one and, through `Implementation.unavailable`, why it
+cannot be run here (its runtime or its packages missing), so that a missing peer is reported
+as skipped rather than failing the run.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ __all__ = [
 AIRLANE = "airlane"
 """The name of the implementation every peer is compared with."""
 
-PEER_NAMES = ("fastapi", "aiohttp", "node")
+PEER_NAMES = ("fastapi", "aiohttp", "node", "picows")
 """The reference peers, in the order they run."""
 
 
@@ -57,6 +59,8 @@ class Implementation:
     """Where to run it."""
     checks: tuple[Callable[[], str | None], ...] = field(default=(), repr=False)
     """Each returns why the implementation cannot run here, or None."""
+    transports: tuple[str, ...] = ("sse", "ws")
+    """The contract's transports it serves."""
 
     def unavailable(self) -> str | None:
         """Why it cannot run on this machine (a runtime or package missing), or None."""
@@ -103,6 +107,14 @@ def peer_implementations(root: Path | None = None) -> list[Implementation]:
             ("node", str(node_dir / "server.js"), "--port", "0"),
             node_dir,
             (_file(node_dir / "server.js"), _program("node"), _node_modules(node_dir)),
+        ),
+        Implementation(
+            "picows",
+            "picows (WebSocket only; uvloop)",
+            (sys.executable, str(root / "picows_app.py"), "--port", "0"),
+            root,
+            (_file(root / "picows_app.py"), _modules("picows", "uvloop")),
+            transports=("ws",),
         ),
     ]
 

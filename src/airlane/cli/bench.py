@@ -260,9 +260,11 @@ def _compare(
     if pinning is not None:
         console.print(f"servers on CPU {pinning['server']}, client on {pinning['client']}")
 
-    async def measure(name: str, url: str, pid: int | None) -> list[TransportResult]:
+    async def measure(
+        name: str, url: str, pid: int | None, workload: BenchConfig
+    ) -> list[TransportResult]:
         console.print(f"{name}: {url} (pid {pid})")
-        return await _measure(console, config, url, pid, label=name)
+        return await _measure(console, workload, url, pid, label=name)
 
     implementations = [airlane_implementation(), *peers]
     runs = run_on_fast_loop(
