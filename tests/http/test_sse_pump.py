@@ -104,10 +104,11 @@ async def test_a_disconnect_while_idle_ends_the_pump() -> None:
     assert not ended and parts.count(PING) >= 1
 
 
-def _pump(hub: MemoryHub, peer: Peer) -> SSEPump:
+def _pump(hub: MemoryHub, peer: Peer, receive: Any = None) -> SSEPump:
+    """A pump writing to ``peer``, reading ``receive`` (default: the peer's)."""
     return SSEPump(
         peer.send,
-        peer.receive,
+        receive or peer.receive,
         ping_s=5,
         batch_limit=64,
         metrics=HttpMetrics(hub.stats, lambda: 0),
@@ -180,9 +181,7 @@ async def test_request_messages_while_pumping_are_not_a_disconnect() -> None:
     await hub.create("s")
     peer = Peer()
     queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-    pump = SSEPump(
-        peer.send, queue.get, ping_s=5, batch_limit=64, metrics=HttpMetrics(hub.stats, lambda: 0)
-    )
+    pump = _pump(hub, peer, queue.get)
     async with await hub.subscribe("s") as sub:
         running = asyncio.create_task(pump.pump(sub, render))
         queue.put_nowait({"type": "http.request", "body": b"", "more_body": False})
