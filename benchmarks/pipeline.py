@@ -7,6 +7,7 @@ see how the time splits.
 
     .venv/bin/python benchmarks/pipeline.py --streams 500 --chunks 200
     .venv/bin/python benchmarks/pipeline.py --profile      # cProfile, top functions
+    .venv/bin/python benchmarks/pipeline.py --gc tuned     # without the GC pacer (or: default)
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from dataclasses import replace
 
 import uvloop
 
-from airlane.server import ServerConfig, build_app, tune_gc
+from airlane.gcpacer import GcConfig, GcPacer
+from airlane.server import ServerConfig, build_app
 from airlane.transports.http import AirlaneApp
 
 
@@ -55,19 +57,21 @@ async def run(
     streams: int,
     chunks: int,
     *,
-    tune: bool = True,
+    gc_schedule: str = "paced",
     yield_every: int = 0,
     mode: str = "burst",
     interval_ms: float = 20.0,
 ) -> None:
     """Serve ``streams`` concurrent load-test streams and print the per-chunk cost (wall time,
-    and CPU time, which is what counts in paced mode)."""
+    and CPU time, which is what counts in paced mode). ``gc_schedule``: ``paced`` (as ``airlane
+    serve`` runs), ``tuned`` (`airlane.gcpacer.tune_gc` only) or ``default`` (CPython's)."""
     config = ServerConfig()
     if yield_every:
         config = replace(config, synthetic=replace(config.synthetic, yield_every=yield_every))
     app = build_app(config)
-    if tune:
-        tune_gc()  # as `airlane serve` does
+    pacer = GcPacer(GcConfig(paced=gc_schedule == "paced"))
+    if gc_schedule != "default":
+        pacer.start()  # as `airlane serve` does
     await app.gateway.start()
     query = f"chunks={chunks}&mode={mode}&interval_ms={interval_ms}"
     started, cpu_started = time.perf_counter(), time.process_time()
@@ -81,6 +85,7 @@ async def run(
         f"{sum(sizes) / elapsed / 1e6:.1f} MB/s"
     )
     await app.gateway.aclose()
+    pacer.stop()
 
 
 def main() -> None:
@@ -89,7 +94,12 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=500)
     parser.add_argument("--chunks", type=int, default=200)
     parser.add_argument("--profile", action="store_true", help="print a cProfile summary")
-    parser.add_argument("--default-gc", action="store_true", help="skip `tune_gc`")
+    parser.add_argument(
+        "--gc",
+        choices=("paced", "tuned", "default"),
+        default="paced",
+        help="garbage-collector schedule: as airlane serve (paced), tune_gc only, CPython's",
+    )
     parser.add_argument("--yield-every", type=int, default=0, help="synthetic.yield_every")
     parser.add_argument("--mode", choices=("burst", "paced"), default="burst")
     parser.add_argument("--interval-ms", type=float, default=20.0, help="paced mode interval")
@@ -97,7 +107,7 @@ def main() -> None:
     main_coro = run(
         args.streams,
         args.chunks,
-        tune=not args.default_gc,
+        gc_schedule=args.gc,
         yield_every=args.yield_every,
         mode=args.mode,
         interval_ms=args.interval_ms,

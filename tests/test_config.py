@@ -32,6 +32,14 @@ def test_sections_override_defaults(tmp_path):
     assert config.api_keys == {"k": "alice"}
 
 
+def test_the_gc_section(tmp_path):
+    path = tmp_path / "gc.toml"
+    path.write_text("[gc]\npaced = false\nmax_full_interval_s = 60\n")
+    config = load_config(path)
+    assert not config.gc.paced and config.gc.max_full_interval_s == 60
+    assert config.gc.tick_s == ServerConfig().gc.tick_s
+
+
 def test_the_airc_page_example_loads(tmp_path):
     page = (EXAMPLE.parent / "airc.md").read_text()
     block = page.split("```toml\n", 1)[1].split("```", 1)[0]
@@ -52,6 +60,8 @@ def test_the_airc_page_example_loads(tmp_path):
         "[airc]\nnope = 1\n",
         "[airc.connection]\nnope = 1\n",
         "[airc.connection]\nsend_window = 0\n",
+        "[gc]\nnope = 1\n",
+        "[gc]\ntick_s = 0\n",
     ],
 )
 def test_mistakes_are_errors(tmp_path, text):

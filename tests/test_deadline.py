@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
+import weakref
 
 from airlane.deadline import DeadlineTimer
 
@@ -35,3 +37,30 @@ async def test_cancel_and_rearm() -> None:
     await asyncio.sleep(0)
     await asyncio.sleep(0)
     assert fired == [1]
+
+
+class _Owner:
+    """Holds a timer that calls back into it: the shape of every timer's owner."""
+
+    def __init__(self) -> None:
+        self.timer = DeadlineTimer(self.on_due)
+        self.fired = 0
+
+    def on_due(self) -> None:
+        self.fired += 1
+
+
+async def test_close_lets_the_owner_go_without_the_collector() -> None:
+    owner = _Owner()
+    owner.timer.arm(time.monotonic() + 0.01)
+    owner.timer.close()
+    owner.timer.arm(time.monotonic() - 1)  # closed: does nothing
+    await asyncio.sleep(0.03)
+    assert owner.fired == 0
+    gone = weakref.ref(owner)
+    gc.disable()  # freed by reference counting alone, or not at all
+    try:
+        del owner
+        assert gone() is None
+    finally:
+        gc.enable()

@@ -32,6 +32,7 @@ PACKAGES = [
     "airlane.chat_request",
     "airlane.deadline",
     "airlane.gateway",
+    "airlane.gcpacer",
     "airlane.server",
     "airlane.eventsourcing",
     "airlane.artifacts",

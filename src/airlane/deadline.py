@@ -30,7 +30,7 @@ class DeadlineTimer:
     def arm(self, deadline: float | None) -> None:
         """Make sure ``on_due`` runs by ``deadline`` (a `time.monotonic` time; None: no
         new deadline). An earlier pending call is kept."""
-        if deadline is None:
+        if deadline is None or self._on_due is _nothing:
             return
         if self._handle is not None:
             if self._deadline <= deadline:
@@ -45,6 +45,17 @@ class DeadlineTimer:
             self._handle.cancel()
             self._handle = None
 
+    def close(self) -> None:
+        """Cancel for good: `arm` does nothing after this. Also lets go of ``on_due``,
+        typically a bound method of the timer's owner, which holds the timer: a reference
+        cycle that reference counting alone would never free."""
+        self.cancel()
+        self._on_due = _nothing
+
     def _fire(self) -> None:
         self._handle = None
         self._on_due()
+
+
+def _nothing() -> None:
+    """What a closed timer would call."""

@@ -8,7 +8,6 @@ and ``--port 0`` works), then runs the ASGI app under uvicorn with uvloop and ht
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import socket
 import sys
@@ -27,6 +26,7 @@ from airlane.backends.synthetic import SyntheticBackend, SyntheticConfig
 from airlane.core import OrphanMode, OrphanPolicy, Retention
 from airlane.eventsourcing import EventSourcing, EventSourcingConfig
 from airlane.gateway import Gateway, GatewayConfig
+from airlane.gcpacer import GcConfig, GcPacer
 from airlane.hub import Hub, MemoryHub, MemoryHubConfig
 from airlane.hub.jetstream import JetStreamHubConfig
 from airlane.security import AllowAll, ApiKeyPolicy, SecurityPolicy
@@ -56,7 +56,6 @@ __all__ = [
     "grpc_port",
     "load_config",
     "serve",
-    "tune_gc",
 ]
 
 log = logging.getLogger("airlane.server")
@@ -109,12 +108,14 @@ class ServerConfig:
     """The model artifact store served under ``/v1/artifacts`` (``[artifacts]``)."""
     log_level: str = "info"
     """Python logging level."""
+    gc: GcConfig = field(default_factory=GcConfig)
+    """How the garbage collector is scheduled (``[gc]``, `airlane.gcpacer`)."""
 
 
 def load_config(path: Path, base: ServerConfig | None = None) -> ServerConfig:
     """Read a TOML file: top-level keys of `ServerConfig`, plus ``[synthetic]``, ``[http]``,
     ``[orphan]``, ``[retention]``, ``[airc]``, ``[grpc]``, ``[jetstream]``, ``[eventsourcing]``,
-    ``[artifacts]`` and ``[api_keys]`` tables. Unknown
+    ``[artifacts]``, ``[gc]`` and ``[api_keys]`` tables. Unknown
     keys are an error."""
     with path.open("rb") as fh:
         data = tomllib.load(fh)
@@ -129,6 +130,7 @@ def load_config(path: Path, base: ServerConfig | None = None) -> ServerConfig:
         "jetstream": (JetStreamHubConfig, config.jetstream),
         "eventsourcing": (EventSourcingConfig, config.eventsourcing),
         "artifacts": (ArtifactsConfig, config.artifacts),
+        "gc": (GcConfig, config.gc),
     }
     changes: dict[str, Any] = {}
     allowed = {f.name for f in fields(ServerConfig)}
@@ -227,25 +229,6 @@ def build_app(config: ServerConfig) -> AirlaneApp:
     )
 
 
-GC_GEN0_THRESHOLD = 20_000
-"""Allocations between young-generation collections (CPython's default is 700)."""
-
-
-def tune_gc() -> None:
-    """Make the garbage collector fit a streaming server.
-
-    Every event, frame and wake-up allocates, so with CPython's defaults the collector runs a
-    young-generation pass every 700 allocations and, as retained history grows, repeated full
-    passes over every live event. Freezing what startup created (modules, configuration) and
-    collecting the young generation less often keeps the collector's share of a busy gateway
-    small; reference counting still frees almost everything at once.
-    """
-    gc.collect()
-    gc.freeze()
-    _, gen1, gen2 = gc.get_threshold()
-    gc.set_threshold(GC_GEN0_THRESHOLD, gen1, gen2)
-
-
 def bind_socket(host: str, port: int, keepalive_s: int) -> socket.socket:
     """A listening socket whose accepted connections inherit TCP keepalive settings."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -316,7 +299,8 @@ async def serve(
 ) -> None:
     """Run the gateway until cancelled or signalled; ``on_ready`` gets the addresses."""
     app = build_app(config)
-    tune_gc()
+    pacer = GcPacer(config.gc)
+    app.metrics.registry.register(pacer)
     sock = bind_socket(config.host, config.port, config.tcp_keepalive_s)
     host, port = sock.getsockname()[:2]
     url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
@@ -344,6 +328,7 @@ async def serve(
             on_ready(Listening(url, airc.url if airc is not None else None, grpc_address))
 
     announcer = asyncio.create_task(announce())
+    pacer.start()  # last: what start-up made is frozen once, not walked by every pass
     try:
         await server.serve(sockets=[sock])
     finally:
@@ -353,3 +338,4 @@ async def serve(
         if grpc_server is not None:
             await grpc_server.aclose()
         sock.close()
+        pacer.stop()

@@ -299,7 +299,7 @@ class _AircLoadProtocol(asyncio.Protocol):
 
     def close(self) -> None:
         """Stop the timer and close the socket; idempotent."""
-        self._timer.cancel()
+        self._timer.close()
         if self.transport is not None:
             self.transport.close()
 

@@ -57,7 +57,8 @@ from airlane.bench.config import DEFAULT_TIMEOUT_S as DEFAULT_BENCH_TIMEOUT_S
 from airlane.bench.peers import PEER_NAMES, Implementation, airlane_implementation, select_peers
 from airlane.bench.runner import run_on_fast_loop
 from airlane.bench.spawn import pin_client
-from airlane.server import DEFAULT_HOST, DEFAULT_PORT, tune_gc
+from airlane.gcpacer import tune_gc
+from airlane.server import DEFAULT_HOST, DEFAULT_PORT
 
 __all__ = ["bench_command"]
 

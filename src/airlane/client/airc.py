@@ -269,7 +269,7 @@ class AircClient:
             self._reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reader
-        self._timer.cancel()
+        self._timer.close()
         await self._pipe.aclose()
 
     # -- operations -------------------------------------------------------------------------

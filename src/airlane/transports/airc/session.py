@@ -186,7 +186,7 @@ class AircSession:
     async def aclose(self) -> None:
         """Stop every pump and request and release every cursor (after the link is gone)."""
         self._closed = True
-        self._timer.cancel()
+        self._timer.close()
         for binding in self._bindings.values():
             binding.subscription.listen(None)
         tasks = [b.task for b in self._bindings.values() if b.task is not None]

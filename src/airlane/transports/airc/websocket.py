@@ -134,3 +134,4 @@ class AircWebSocketHandler:
         finally:
             await link.aclose()
             await session.aclose()
+            link.session = None  # the session holds the link: a cycle the collector would free

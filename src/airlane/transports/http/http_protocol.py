@@ -90,6 +90,16 @@ class UpgradingHttpProtocol(HttpToolsProtocol):
 
     def handle_websocket_upgrade(self) -> None:
         """Switch the connection to the WebSocket protocol (see the module docstring)."""
+        try:
+            self._hand_over()
+        finally:
+            # uvicorn drops its parser in connection_lost, which this protocol never gets once
+            # the transport has another: the parser holds this protocol's bound methods, a
+            # cycle of ~29 objects per connection (the transport's too) that only the garbage
+            # collector would free, and `airlane.gcpacer` runs it seldom.
+            self.parser = None  # type: ignore[assignment]
+
+    def _hand_over(self) -> None:
         ws_class: Any = self.ws_protocol_class
         scope = self.scope
         request = (

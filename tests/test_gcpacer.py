@@ -1,0 +1,151 @@
+"""`GcPacer`: freezes what is alive every tick, collects everything on its schedule, and
+hands the process back to CPython's collector when stopped."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import weakref
+from collections.abc import Iterator
+
+import pytest
+
+from airlane.gcpacer import GC_GEN0_THRESHOLD, GcConfig, GcPacer, peak_rss_kb, tune_gc
+
+
+class _Cycle:
+    """An object that refers to itself: only the cyclic collector frees it."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+def _garbage_cycle() -> weakref.ref[_Cycle]:
+    return weakref.ref(_Cycle())
+
+
+@pytest.fixture
+def restore_gc() -> Iterator[None]:
+    """These tests change the process's collector: put it back as it was."""
+    threshold = gc.get_threshold()
+    yield
+    gc.unfreeze()
+    gc.set_threshold(*threshold)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"tick_s": 0},
+        {"min_full_interval_s": -1},
+        {"min_full_interval_s": 10, "max_full_interval_s": 5},
+        {"full_after_growth_mib": 0},
+    ],
+)
+def test_bad_settings_are_refused(settings):
+    with pytest.raises(ValueError, match="gc"):
+        GcConfig(**settings)
+
+
+def test_tune_gc_freezes_start_up_and_raises_the_young_threshold(restore_gc):
+    tune_gc()
+    assert gc.get_threshold()[0] == GC_GEN0_THRESHOLD
+    assert gc.get_freeze_count() > 0
+
+
+async def test_ticks_freeze_what_is_alive_and_stop_hands_it_back(restore_gc):
+    before = gc.get_threshold()
+    pacer = GcPacer(GcConfig(tick_s=0.01))
+    pacer.start()
+    try:
+        assert pacer.running
+        kept = [_Cycle() for _ in range(1000)]
+        await asyncio.sleep(0.05)
+        assert gc.get_count()[0] < 1000  # frozen by a tick: no automatic pass will walk them
+        assert all(gc.is_tracked(item) for item in kept)
+        with pytest.raises(RuntimeError, match="already started"):
+            pacer.start()
+    finally:
+        pacer.stop()
+    assert not pacer.running
+    assert gc.get_freeze_count() == 0
+    assert gc.get_threshold() == before
+
+
+async def test_cyclic_garbage_waits_for_a_full_pass(restore_gc):
+    pacer = GcPacer(GcConfig(tick_s=0.01, max_full_interval_s=3600))
+    pacer.start()
+    try:
+        cycle = _garbage_cycle()
+        await asyncio.sleep(0.05)
+        assert cycle() is not None  # frozen with the rest: no pass sees it
+        assert pacer.collect_now() >= 1
+        assert cycle() is None
+        assert pacer.full_passes == 1 and pacer.collected >= 1
+        assert pacer.live_objects > 0 and pacer.longest_pause_s > 0
+    finally:
+        pacer.stop()
+
+
+async def test_a_full_pass_at_least_every_max_interval(restore_gc):
+    pacer = GcPacer(GcConfig(tick_s=0.01, min_full_interval_s=0, max_full_interval_s=0.05))
+    pacer.start()
+    try:
+        cycle = _garbage_cycle()
+        for _ in range(100):
+            await asyncio.sleep(0.02)
+            if cycle() is None:
+                break
+        assert cycle() is None
+        assert pacer.full_passes >= 1
+    finally:
+        pacer.stop()
+
+
+async def test_a_full_pass_once_the_process_has_grown(restore_gc):
+    memory_kb = [100_000]
+    config = GcConfig(
+        tick_s=0.01, min_full_interval_s=0, max_full_interval_s=3600, full_after_growth_mib=1
+    )
+    pacer = GcPacer(config, memory_kb=lambda: memory_kb[0])
+    pacer.start()
+    try:
+        await asyncio.sleep(0.03)
+        memory_kb[0] += 1000  # less than a MiB more
+        await asyncio.sleep(0.03)
+        assert pacer.full_passes == 0
+        memory_kb[0] += 100
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if pacer.full_passes:
+                break
+        assert pacer.full_passes == 1  # and the next one only after another MiB
+        await asyncio.sleep(0.03)
+        assert pacer.full_passes == 1
+    finally:
+        pacer.stop()
+
+
+def test_peak_memory_is_read():
+    assert peak_rss_kb() > 1024  # an interpreter takes more than a MiB
+
+
+async def test_unpaced_only_tunes(restore_gc):
+    pacer = GcPacer(GcConfig(paced=False))
+    pacer.start()
+    try:
+        assert not pacer.running
+        assert gc.get_threshold()[0] == GC_GEN0_THRESHOLD
+    finally:
+        pacer.stop()
+
+
+def test_prometheus_families():
+    pacer = GcPacer()
+    names = {family.name for family in pacer.collect()}
+    assert names == {
+        "airlane_gc_full_collections",
+        "airlane_gc_full_collection_seconds",
+        "airlane_gc_collected_objects",
+        "airlane_gc_tracked_objects",
+    }
