@@ -11,6 +11,7 @@ so confirm what it finds with CPU time (``benchmarks/ab.py``, ``server us/chunk`
 makes the gateway tens of times slower: keep N small (50) and compare like with like.
 
     .venv/bin/python benchmarks/opcount.py --transport ws --streams 50 --chunks 1
+    .venv/bin/python benchmarks/opcount.py --streams 20 --chunks 20 --interval-ms 200  # paced
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from pathlib import Path
 
 from airlane.bench.spawn import GatewayStartError, ServerProcess
 
-# Run by the gateway subprocess: SIGUSR1 clears the counts, SIGUSR2 writes them to argv[1].
+# Run by the gateway subprocess: SIGUSR1 clears the counts, SIGUSR2 writes them to argv[1];
+# argv[2] is its configuration file.
 _BOOTSTRAP = """
 import collections, json, signal, sys
 out = sys.argv[1]
@@ -53,7 +55,7 @@ def dump(*_):
     sys.settrace(tracer)
 signal.signal(signal.SIGUSR1, reset)
 signal.signal(signal.SIGUSR2, dump)
-sys.argv = ["airlane", "serve", "--port", "0", "--log-level", "warning"]
+sys.argv = ["airlane", "serve", "--port", "0", "--log-level", "warning", "--config", sys.argv[2]]
 sys.settrace(tracer)
 from airlane.cli import main
 main()
@@ -81,14 +83,14 @@ def _module(path: str) -> str:
     return short.split("/", 1)[0]
 
 
-def _bench(url: str, transport: str, streams: int, chunks: int) -> None:
+def _bench(url: str, transport: str, streams: int, chunks: int, pacing: list[str]) -> None:
     """One ``airlane bench`` run; raise unless every chunk arrived."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "bench.json"
         command = [
             sys.executable, "-m", "airlane", "bench", "--url", url, "--transport", transport,
             "--streams", str(streams), "--chunks", str(chunks), "--timeout", str(BENCH_TIMEOUT_S),
-            "--json", str(report),
+            "--json", str(report), *pacing,
         ]  # fmt: skip
         done = subprocess.run(
             command, capture_output=True, text=True, timeout=BENCH_TIMEOUT_S + 60, check=False
@@ -113,8 +115,10 @@ def _dump(pid: int, out: Path) -> list[tuple[str, str, int]]:
     return [(path, name, int(n)) for path, name, n in json.loads(out.read_text())]
 
 
-def report(counts: list[tuple[str, str, int]], streams: int, top: int) -> list[str]:
-    """The lines to print: per stream in all, by module, by function."""
+def report(
+    counts: list[tuple[str, str, int]], streams: int, top: int, chunks: int = 1
+) -> list[str]:
+    """The lines to print: per stream in all (and per chunk), by module, by function."""
     total = sum(n for _, _, n in counts)
     by_module: collections.Counter[str] = collections.Counter()
     by_function: collections.Counter[tuple[str, str]] = collections.Counter()
@@ -122,6 +126,8 @@ def report(counts: list[tuple[str, str, int]], streams: int, top: int) -> list[s
         by_module[_module(path)] += n
         by_function[_short(path), name] += n
     lines = [f"bytecodes per stream: {total / streams:,.0f} ({total:,} for {streams} streams)"]
+    if chunks > 1:
+        lines.append(f"bytecodes per chunk: {total / (streams * chunks):,.0f}")
     lines.append("by module:")
     lines += [f"{n / streams:10,.0f}  {module}" for module, n in by_module.most_common(top)]
     lines.append("by function:")
@@ -139,20 +145,39 @@ def main() -> int:
     parser.add_argument("--streams", type=int, default=50)
     parser.add_argument("--chunks", type=int, default=1)
     parser.add_argument("--top", type=int, default=25, help="lines per table")
+    parser.add_argument(
+        "--interval-ms",
+        type=float,
+        help="paced mode at this interval (make it long: tracing slows the gateway tenfold)",
+    )
     args = parser.parse_args()
     if not (1 <= args.streams <= 500 and 1 <= args.chunks <= 1000 and 1 <= args.top <= 200):
         parser.error("--streams 1..500, --chunks 1..1000, --top 1..200")
+    if args.interval_ms is not None and not 1 <= args.interval_ms <= 10_000:
+        parser.error("--interval-ms 1..10000")
+    pacing = (
+        []
+        if args.interval_ms is None
+        else ["--mode", "paced", "--interval-ms", str(args.interval_ms)]
+    )
+    mode = "burst" if args.interval_ms is None else f"paced every {args.interval_ms:g} ms"
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "counts.json"
+        config = Path(tmp) / "airlane.toml"
+        # The collector's pacer ticks 20 times a second whatever the load: work per second,
+        # not per stream, that would swamp a small traced run (which runs ten times slower).
+        config.write_text("[gc]\npaced = false\n")
         server = ServerProcess(
-            [sys.executable, "-c", _BOOTSTRAP, str(out)], name="the traced gateway"
+            [sys.executable, "-c", _BOOTSTRAP, str(out), str(config)], name="the traced gateway"
         )
         try:
             url = server.start()
-            _bench(url, args.transport, args.streams, args.chunks)  # warm-up: imports, caches
+            _bench(
+                url, args.transport, args.streams, args.chunks, pacing
+            )  # warm-up: imports, caches
             os.kill(server.pid, signal.SIGUSR1)
             time.sleep(0.5)
-            _bench(url, args.transport, args.streams, args.chunks)
+            _bench(url, args.transport, args.streams, args.chunks, pacing)
             time.sleep(0.5)  # connections closing
             counts = _dump(server.pid, out)
         except (GatewayStartError, RuntimeError, subprocess.TimeoutExpired) as exc:
@@ -160,8 +185,8 @@ def main() -> int:
             return 1
         finally:
             server.stop()
-    print(f"{args.transport}, {args.streams} streams x {args.chunks} chunks, burst:")
-    print("\n".join(report(counts, args.streams, args.top)))
+    print(f"{args.transport}, {args.streams} streams x {args.chunks} chunks, {mode}:")
+    print("\n".join(report(counts, args.streams, args.top, args.chunks)))
     return 0
 
 

@@ -31,6 +31,17 @@ def test_opcount_smoke() -> None:
     assert "airlane/transports/http/" in result.stdout
 
 
+def test_opcount_paced_reports_per_chunk() -> None:
+    result = _run("--streams", "2", "--chunks", "3", "--interval-ms", "50", "--top", "5")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "paced every 50 ms" in result.stdout
+    match = re.search(r"bytecodes per chunk: ([\d,]+)", result.stdout)
+    assert match is not None, result.stdout
+    assert int(match.group(1).replace(",", "")) > 100
+
+
 def test_bad_sizes_are_refused() -> None:
     result = _run("--streams", "0", timeout=30)
     assert result.returncode == 2 and "--streams 1..500" in result.stderr
+    result = _run("--interval-ms", "0", timeout=30)
+    assert result.returncode == 2 and "--interval-ms 1..10000" in result.stderr
