@@ -1,14 +1,15 @@
 """`GcPacer`: keeps CPython's cyclic garbage collector off a gateway's streaming path.
 
 Reference counting frees almost everything a gateway allocates the moment it is dropped; the
-cyclic collector is needed only for reference cycles, and a gateway makes few (29 objects
-over 2,000 load-test streams, measured with ``gc.collect()`` after a run). Yet with CPython's
-own schedule the collector walks every object that outlives a young-generation pass, and
-streams retain their history: a burst of 500 streams x 200 chunks leaves 100,000 tracked
-events behind, each walked once by a young pass, again by a middle one, and again by every
-full pass that their churn sets off. Measured in one gateway over four paced runs of 500
-streams: 27 young passes, 427 ms in all and up to 22 ms each, plus middle passes of up to
-76 ms: pauses that every stream of the process feels as delivery lag.
+cyclic collector is needed only for reference cycles, and the gateway makes none per
+connection on its own transports (``tests/cli/test_serve_gc.py``; grpcio leaves five objects
+per call). Yet with CPython's own schedule the collector walks every object that outlives a
+young-generation pass, and streams retain their history: a burst of 500 streams x 200 chunks
+leaves 100,000 tracked events behind, each walked once by a young pass, again by a middle
+one, and again by every full pass that their churn sets off. Measured in one gateway over
+four paced runs of 500 streams: 26-27 young passes, 422-434 ms in all and up to 24 ms each,
+plus middle passes of up to 103 ms: pauses that every stream of the process feels as
+delivery lag.
 
 The pacer changes the schedule, not the collector:
 
@@ -29,7 +30,9 @@ The pacer changes the schedule, not the collector:
 Cyclic garbage therefore lives at most ``max_full_interval_s``, or until it has grown the
 process by ``full_after_growth_mib``; everything else is freed as before. A pacer belongs to
 the process that runs the gateway (``airlane serve``): an application that mounts the ASGI
-app keeps its own collector.
+app keeps its own collector. Tools that walk the collector's lists (``gc.get_objects``,
+``gc.get_referrers``, leak finders built on them) do not see frozen objects: set ``[gc]
+paced = false`` while hunting a leak with them.
 """
 
 from __future__ import annotations
