@@ -10,6 +10,7 @@ from airlane.gateway import Gateway
 from airlane.security import Principal
 from airlane.transports.http.asgi import Receive, Request, Send
 from airlane.transports.http.config import HttpConfig
+from airlane.transports.http.http_protocol import WRITE_BODY
 from airlane.transports.http.metrics import HttpMetrics
 from airlane.transports.http.sse_pump import SSEPump
 
@@ -43,4 +44,5 @@ class AppContext:
             batch_limit=self.config.batch_limit,
             metrics=self.metrics,
             compression=request.compression(),
+            write_body=(request.scope.get("extensions") or {}).get(WRITE_BODY),
         )

@@ -4,7 +4,9 @@ Two ways to wait for events, chosen by what the hub offers:
 
 - **direct** (the hub can call back, `Subscription.listen`): the hub calls the pump from the
   appending task right after an append, and the pump renders and sends the new frames at
-  once, driving the server's ``send`` in place (`send_now`). No task wakes up per batch,
+  once: through the server's ``airlane.http.write_body`` extension when it offers one (a plain
+  call, `airlane.transports.http.http_protocol`), else driving its ``send`` in place
+  (`send_now`). No task wakes up per batch,
   which on the paced path was a third of a chunk's cost. When the server applies
   backpressure (``send`` would wait), the rest of that send runs in a task and the pump
   writes nothing else until it is done, then catches up with one coalesced read. The pump's
@@ -62,7 +64,9 @@ class SSEPump:
     stream has been idle for ``ping_s``, kept by one timer per ping period (re-armed only when
     it fires), not a timeout per wait. ASGI servers drop writes after a disconnect without
     telling the sender, so the pump reads ``receive`` (in its own task in direct mode, in a
-    watcher task in tasked mode) and stops when ``http.disconnect`` arrives.
+    watcher task in tasked mode) and stops when ``http.disconnect`` arrives. ``write_body`` is
+    the server's ``airlane.http.write_body`` extension, if it has one: direct mode writes body
+    parts through it whenever it takes them.
     """
 
     def __init__(
@@ -74,9 +78,11 @@ class SSEPump:
         batch_limit: int,
         metrics: HttpMetrics,
         compression: CompressionChoice | None = None,
+        write_body: Callable[[bytes], bool] | None = None,
     ) -> None:
         self.send = send
         self.receive = receive
+        self._write_body = write_body
         self.compression = compression or CompressionChoice(Compression.NONE)
         self._compressor = (
             None
@@ -243,7 +249,12 @@ class SSEPump:
                 body = render(batch)
                 if self._compressor is not None:
                     body = self._compressor.compress(body)
-                inflight = send_now(self.send, self._message_raw(body))
+                write_body = self._write_body
+                if write_body is not None and write_body(body):
+                    inflight = None
+                    self.metrics.count_sent(len(body))
+                else:
+                    inflight = send_now(self.send, self._message_raw(body))
                 if inflight is not None:
                     # The server is applying backpressure: write nothing more until it is done.
                     self._idle_since = None
