@@ -497,21 +497,22 @@ class SyntheticBackend:
         # write for all of them, so that overload degrades into larger writes rather than
         # into a backlog that grows without end.
         self._pacer = pacer = Pacer.for_loop(self._pacer)
-        start_ns = time.monotonic_ns()
+        start_ns = due_ns = time.monotonic_ns()  # the first chunk is due at once
         interval_ns = spec.interval_ms * 1_000_000
-        cap = self.config.yield_every
+        sleep_until, cap = pacer.sleep_until, self.config.yield_every
         index, end = 0, spec.chunks
         while index < end:
-            if index:  # the first chunk is due at once: no wait, not even a loop turn
-                await pacer.sleep_until(start_ns + round(index * interval_ns))
+            if index:  # no wait for the first chunk, not even a loop turn
+                await sleep_until(due_ns)
             now_ns = time.monotonic_ns()
             batch: list[Event] = []
-            while index < end and len(batch) < cap:
-                ts_ns = start_ns + round(index * interval_ns)
-                if ts_ns > now_ns and batch:
-                    break
+            # Each due time is computed once, after the chunk before it is made.
+            while True:
                 index += 1
-                batch.append(_chunk_event(chunk.encode(index, ts_ns)))
+                batch.append(_chunk_event(chunk.encode(index, due_ns)))
+                due_ns = start_ns + round(index * interval_ns)
+                if index == end or due_ns > now_ns or len(batch) == cap:
+                    break
             yield batch
         yield [usage, Event.done("stop")]
 
