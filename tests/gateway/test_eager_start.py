@@ -11,7 +11,7 @@ import pytest
 from airlane.backends.base import GenerationRequest, LoadTestSpec
 from airlane.backends.synthetic import SyntheticBackend
 from airlane.core import Event, Kind
-from airlane.eager import start_eagerly
+from airlane.eager import start_eagerly, yield_to_loop
 from airlane.gateway import Gateway
 from airlane.hub import MemoryHub
 from airlane.security import AllowAll
@@ -144,3 +144,19 @@ async def test_a_cancel_after_the_awaited_future_completed_is_not_lost() -> None
     with pytest.raises(asyncio.CancelledError):
         await task
     assert seen == ["cancelled"]
+
+
+async def test_a_bare_yield_first_gives_the_loop_one_turn() -> None:
+    ran: list[str] = []
+
+    async def yields() -> None:
+        ran.append("before")
+        await yield_to_loop()
+        ran.append("after")
+
+    task = start_eagerly(yields(), name="yields")
+    assert task is not None and task.get_name() == "yields"
+    asyncio.get_running_loop().call_soon(ran.append, "next turn")
+    await task
+    assert ran == ["before", "next turn", "after"]
+    assert "yields" in repr(task)
