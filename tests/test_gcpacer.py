@@ -149,3 +149,29 @@ def test_prometheus_families():
         "airlane_gc_collected_objects",
         "airlane_gc_tracked_objects",
     }
+
+
+async def test_a_failing_tick_still_ticks_on(restore_gc):
+    calls = [0]
+
+    def memory_kb() -> int:
+        calls[0] += 1
+        if calls[0] == 2:  # the first tick's check (the first call is start's)
+            raise OSError("no getrusage today")
+        return 100_000
+
+    pacer = GcPacer(GcConfig(tick_s=0.01, min_full_interval_s=0), memory_kb=memory_kb)
+    loop = asyncio.get_running_loop()
+    errors: list[object] = []
+    loop.set_exception_handler(lambda _loop, context: errors.append(context.get("exception")))
+    pacer.start()
+    try:
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if calls[0] >= 4:
+                break
+        assert calls[0] >= 4 and pacer.running
+        assert any(isinstance(error, OSError) for error in errors)
+    finally:
+        pacer.stop()
+        loop.set_exception_handler(None)
