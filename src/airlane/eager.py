@@ -69,9 +69,14 @@ class _Started(collections.abc.Coroutine):  # type: ignore[type-arg]
             self._first = False
             if isinstance(self._yielded, asyncio.Future):
                 self._yielded.cancel()
-        if val is None and tb is None:
-            return self._coro.throw(typ)
-        return self._coro.throw(typ, val, tb)
+        try:
+            if val is None and tb is None:
+                return self._coro.throw(typ)
+            return self._coro.throw(typ, val, tb)
+        finally:
+            # When ``coro`` lets the exception out, its traceback holds this frame: without
+            # this, the frame's arguments would hold the exception, a reference cycle.
+            del typ, val, tb
 
     def close(self) -> None:
         """Close ``coro``."""

@@ -4,6 +4,8 @@ runs in a task, and cancelling the stream stops that task (`airlane.eager`)."""
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 from collections.abc import AsyncGenerator
 
 import pytest
@@ -160,3 +162,30 @@ async def test_a_bare_yield_first_gives_the_loop_one_turn() -> None:
     await task
     assert ran == ["before", "next turn", "after"]
     assert "yields" in repr(task)
+
+
+async def test_a_cancelled_task_is_freed_without_the_collector() -> None:
+    """The cancel passes through the wrapper's ``throw``: its frame, kept by the exception's
+    traceback, must not keep the exception (a cycle only the collector would free)."""
+
+    class Marker:
+        pass
+
+    async def waits(marker: Marker) -> None:
+        await asyncio.Event().wait()
+
+    marker = Marker()
+    gone = weakref.ref(marker)
+    task = start_eagerly(waits(marker))
+    del marker
+    await asyncio.sleep(0)
+    gc.disable()
+    try:
+        assert task is not None
+        task.cancel()
+        await asyncio.wait([task])
+        assert task.cancelled()
+        del task
+        assert gone() is None
+    finally:
+        gc.enable()
