@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 
 import pytest
 
 from tests.natsserver import NatsServer, running_nats
 from tests.servers import ServerProcess, run_server
+
+# A test run started in the background of a script (``cmd &``) inherits SIGINT ignored, and so
+# would every process the tests start: a gateway or client told to stop with SIGINT (Ctrl-C)
+# would ignore it, and the tests of that stop would fail for the way they were launched.
+# Handled again here, in the main thread, before any test starts a process.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
