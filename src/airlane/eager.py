@@ -83,7 +83,8 @@ class _Started(collections.abc.Coroutine):  # type: ignore[type-arg]
         self._coro.close()
 
     def __await__(self) -> Generator[Any, None, None]:
-        return self._coro.__await__()
+        # Part of the coroutine protocol, but a `_Started` is only ever run by its task.
+        raise TypeError("a started coroutine is run by the task start_eagerly made")
 
 
 @types.coroutine

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import socket
 from types import SimpleNamespace
 from typing import Any
 
@@ -14,6 +13,7 @@ import httpx
 import pytest
 import uvicorn
 
+from airlane.server import DEFAULT_TCP_KEEPALIVE_S, bind_socket
 from airlane.transports.http.http_protocol import WRITE_BODY, BodyWriter, UpgradingHttpProtocol
 
 
@@ -82,13 +82,6 @@ def test_the_writer_does_not_keep_the_response_alive() -> None:
     assert not writer.write(b"data: 1\n\n")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 async def test_uvicorn_responses_through_the_extension() -> None:
     """A real uvicorn with `UpgradingHttpProtocol`: the extension is in every request's scope,
     writes the parts of a streamed response, and declines a HEAD and a sized response."""
@@ -110,13 +103,11 @@ async def test_uvicorn_responses_through_the_extension() -> None:
         else:
             await send({"type": "http.response.body", "body": b"!", "more_body": False})
 
-    port = _free_port()
-    config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, http=UpgradingHttpProtocol, lifespan="off",
-        log_level="warning",
-    )  # fmt: skip
+    sock = bind_socket("127.0.0.1", 0, DEFAULT_TCP_KEEPALIVE_S)
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(app, http=UpgradingHttpProtocol, lifespan="off", log_level="warning")
     server = uvicorn.Server(config)
-    serving = asyncio.create_task(server.serve())
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         async with asyncio.timeout(10):
             while not server.started:
@@ -128,6 +119,7 @@ async def test_uvicorn_responses_through_the_extension() -> None:
     finally:
         server.should_exit = True
         await serving
+        sock.close()
     assert streamed.content == b"abcdef!"
     assert seen["GET /streamed"] == [True, True]
     assert sized.content == b"abcdef" and seen["GET /sized"] == [False, False]

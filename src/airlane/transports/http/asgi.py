@@ -92,6 +92,11 @@ class Request:
         headers = {name.lower(): value for name, value in scope.get("headers", [])}
         return cls(scope, scope.get("method", "GET"), scope["path"], query, headers)
 
+    def extension(self, name: str) -> Any:
+        """The server's value for the scope extension ``name``, or None if it offers none."""
+        extensions = self.scope.get("extensions")
+        return extensions.get(name) if isinstance(extensions, dict) else None
+
     def header(self, name: bytes) -> str | None:
         """A header's value as text, or None."""
         value = self.headers.get(name)

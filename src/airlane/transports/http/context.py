@@ -44,5 +44,5 @@ class AppContext:
             batch_limit=self.config.batch_limit,
             metrics=self.metrics,
             compression=request.compression(),
-            write_body=(request.scope.get("extensions") or {}).get(WRITE_BODY),
+            write_body=request.extension(WRITE_BODY),
         )

@@ -371,7 +371,7 @@ async def serve_websocket(app: AppContext, request: Request, receive: Receive, s
         finally:
             app.metrics.connections["ws"] -= 1
         return
-    send_many = SEND_MANY in request.scope.get("extensions", {})
+    send_many = request.extension(SEND_MANY) is not None
     session = WebSocketSession(app, principal, send, chosen or JSON_PROTOCOL, send_many=send_many)
     app.metrics.connections["ws"] += 1
     try:
@@ -406,7 +406,7 @@ async def serve_loadtest_ws(
         watcher = asyncio.create_task(_watch_disconnect(receive, pump))
         # With the send_many extension (`airlane serve`) a batch is one write; elsewhere, one
         # ASGI message per chunk.
-        send_many = SEND_MANY in request.scope.get("extensions", {})
+        send_many = request.extension(SEND_MANY) is not None
         try:
             while batch := await subscription.next_batch(app.config.batch_limit):
                 chunks = loadtest_chunks(batch)

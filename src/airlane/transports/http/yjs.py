@@ -127,7 +127,7 @@ async def serve_yjs(
         return
     connections = app.metrics.connections
     connections["yjs"] = connections.get("yjs", 0) + 1
-    session = _Session(app, joined, peer, send_many=SEND_MANY in _extensions(request))
+    session = _Session(app, joined, peer, send_many=request.extension(SEND_MANY) is not None)
     try:
         await session.run(receive, send)
     finally:
@@ -142,11 +142,6 @@ def _may_publish(app: AppContext, principal: Principal, room: str) -> bool:
     except SecurityError:
         return False
     return True
-
-
-def _extensions(request: Request) -> dict[str, object]:
-    extensions = request.scope.get("extensions")
-    return extensions if isinstance(extensions, dict) else {}
 
 
 class _Session:
