@@ -1,4 +1,4 @@
-"""The shared pacer: never early, in deadline order, one timer for all sleepers."""
+"""The shared pacer: never early, in deadline order, one timer per millisecond of sleepers."""
 
 from __future__ import annotations
 
@@ -34,10 +34,10 @@ async def test_one_timer_serves_many_sleepers() -> None:
     fires = 0
     fire = pacer._fire
 
-    def counting_fire() -> None:
+    def counting_fire(due_ms: int) -> None:
         nonlocal fires
         fires += 1
-        fire()
+        fire(due_ms)
 
     pacer._fire = counting_fire  # type: ignore[method-assign]
     # Far enough ahead that starting 200 sleepers never outlasts it, even on a busy machine
@@ -46,6 +46,37 @@ async def test_one_timer_serves_many_sleepers() -> None:
     await asyncio.gather(*(pacer.sleep_until(deadline) for _ in range(200)))
     # One timer for the shared deadline; a second only if the loop's clock fired it early.
     assert 1 <= fires <= 3
+
+
+async def test_sleepers_share_a_timer_per_millisecond_first_come_first_woken() -> None:
+    pacer = Pacer.for_loop(None)
+    fired: list[int] = []
+    fire = pacer._fire
+
+    def recording_fire(due_ms: int) -> None:
+        fired.append(due_ms)
+        fire(due_ms)
+
+    pacer._fire = recording_fire  # type: ignore[method-assign]
+    # Four deadlines in each of ten milliseconds, filed latest first within each millisecond.
+    base_ms = time.monotonic_ns() // 1_000_000 + 100
+    deadlines = [
+        (base_ms + ms) * 1_000_000 - offset_us * 1_000
+        for ms in range(10)
+        for offset_us in (100, 300, 500, 700)
+    ]
+    woken: list[int] = []
+
+    async def sleeper(deadline: int) -> None:
+        await pacer.sleep_until(deadline)
+        assert time.monotonic_ns() >= deadline
+        woken.append(deadline)
+
+    await asyncio.gather(*(sleeper(d) for d in deadlines))
+    assert sorted(set(fired)) == [base_ms + ms for ms in range(10)]
+    assert len(fired) <= 20  # a second fire only where the loop's clock was early
+    assert woken == deadlines  # millisecond order, then the order they came in
+    assert pacer.sleepers == 0
 
 
 async def test_a_cancelled_sleeper_does_not_disturb_the_others() -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from airlane.core import (
     BadResumeToken,
@@ -316,3 +318,26 @@ def test_event_replace_copies_every_field_and_drops_the_encoding_cache():
     assert event.replace(seq=8, text="b").seq == 8
     with pytest.raises(TypeError, match="no field"):
         event.replace(_encoded={})
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 1500), st.booleans()), max_size=60),
+    st.integers(1, 8),
+    st.floats(0.2, 2.0),
+)
+def test_every_append_leaves_the_retention_limits_kept(steps, max_events, ttl_s):
+    """After each append the retained window obeys every limit (the newest event aside), the
+    TTL included, whether or not `trim` ran in between (append checks a cached expiry)."""
+    log = make_log(max_events=max_events, max_bytes=600, ttl_s=ttl_s)
+    now = 0
+    for gap_ms, trim_first in steps:
+        now += gap_ms * MS
+        if trim_first:
+            log.trim(now)
+        log.append(Event.delta("x" * 40), now)
+        if log.retained > 1:
+            oldest = log._events[log._head]
+            assert oldest.ts_ns >= now - int(ttl_s * 1e9)
+            assert log.retained <= max_events
+            assert log.retained_bytes <= 600

@@ -1,18 +1,17 @@
-"""`Pacer`: one timer for every paced producer of an event loop.
+"""`Pacer`: one timer per millisecond of due times for every paced producer of an event loop.
 
 A paced stream sleeps until each event's due time. With a timer per sleep, N streams cost N
-timer handles, N heap operations in the loop and, since the loop's clock has millisecond
-resolution, often a second sleep for the sub-millisecond remainder. The pacer keeps the due
-times in one heap and arms one loop timer for the earliest: when it fires, every sleeper that
-is due (on `time.monotonic_ns`, never early) is woken at once, and the timer is re-armed for
-the next.
+timer handles and N heap operations in the loop and, since the loop's clock has millisecond
+resolution, often a second sleep for the sub-millisecond remainder. The pacer files each
+sleeper under the whole millisecond its deadline rounds up to and arms one loop timer per
+millisecond that has sleepers: when it fires, every sleeper filed there is due (on
+`time.monotonic_ns`, never early) and is woken at once. A sleeper costs a future and a list
+append; no heap of tuples, no re-arming.
 """
 
 from __future__ import annotations
 
 import asyncio
-import heapq
-import itertools
 import time
 
 from airlane.eager import yield_to_loop
@@ -21,20 +20,20 @@ __all__ = ["Pacer"]
 
 
 class Pacer:
-    """Wakes sleepers at their deadlines (CLOCK_MONOTONIC ns) with one timer per loop.
+    """Wakes sleepers at their deadlines (CLOCK_MONOTONIC ns), one loop timer per millisecond.
 
-    A pacer belongs to the loop it was made on; its owner (a backend) makes a new one if it
-    finds itself on another loop (`for_loop`). A sleeper whose task is cancelled leaves its
-    entry behind until its deadline comes, so the heap holds at most one entry per sleep
-    begun within the longest pending deadline.
+    Sleepers are woken in millisecond order, and within a millisecond first come, first
+    woken. A pacer belongs to the loop it was made on; its owner (a backend) makes a new one
+    if it finds itself on another loop (`for_loop`). A sleeper whose task is cancelled leaves
+    its entry behind until its millisecond comes, so the pacer holds at most one entry per
+    sleep begun within the longest pending deadline.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._heap: list[tuple[int, int, asyncio.Future[None]]] = []
-        self._order = itertools.count()  # ties: first come, first woken
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_due_ns = 0
+        # Sleepers by the whole millisecond (of CLOCK_MONOTONIC) their deadline rounds up to;
+        # a key is here exactly while its loop timer is armed.
+        self._due: dict[int, list[asyncio.Future[None]]] = {}
 
     @classmethod
     def for_loop(cls, pacer: Pacer | None) -> Pacer:
@@ -44,8 +43,8 @@ class Pacer:
 
     @property
     def sleepers(self) -> int:
-        """Entries waiting (cancelled ones included until their deadline)."""
-        return len(self._heap)
+        """Entries waiting (cancelled ones included until their millisecond comes)."""
+        return sum(map(len, self._due.values()))
 
     async def sleep_until(self, deadline_ns: int) -> None:
         """Return once ``time.monotonic_ns()`` has reached ``deadline_ns``; a deadline already
@@ -55,32 +54,28 @@ class Pacer:
             await yield_to_loop()
             return
         waiter: asyncio.Future[None] = self._loop.create_future()
-        heapq.heappush(self._heap, (deadline_ns, next(self._order), waiter))
-        if self._timer is None or deadline_ns < self._timer_due_ns:
-            self._arm(deadline_ns)
+        due_ms = -(-deadline_ns // 1_000_000)
+        sleepers = self._due.get(due_ms)
+        if sleepers is None:
+            self._due[due_ms] = [waiter]
+            self._arm(due_ms)
+        else:
+            sleepers.append(waiter)
         await waiter
 
-    def _arm(self, due_ns: int) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer_due_ns = due_ns
+    def _arm(self, due_ms: int) -> None:
         # The loop's clock (uvloop: libuv's) counts whole milliseconds of CLOCK_MONOTONIC, so a
         # timer set for a fraction of a millisecond would fire early, find nothing due and
         # re-arm, spinning until the deadline (measured: 17 fires per chunk at 100 paced
-        # streams). Set for the next whole millisecond it fires once (rarely twice), at most
-        # about a millisecond late.
-        when_ms = -(-due_ns // 1_000_000)
-        self._timer = self._loop.call_at(when_ms / 1e3, self._fire)
+        # streams). Set for a whole millisecond it fires once (rarely twice), at most about a
+        # millisecond late.
+        self._loop.call_at(due_ms / 1e3, self._fire, due_ms)
 
-    def _fire(self) -> None:
-        self._timer = None
-        heap = self._heap
-        now_ns = time.monotonic_ns()
-        while heap and heap[0][0] <= now_ns:
-            waiter = heapq.heappop(heap)[2]
+    def _fire(self, due_ms: int) -> None:
+        if time.monotonic_ns() < due_ms * 1_000_000:
+            # The loop's timers may fire up to a millisecond early: never an early wake-up.
+            self._arm(due_ms)
+            return
+        for waiter in self._due.pop(due_ms):
             if not waiter.done():  # a cancelled sleeper's entry
                 waiter.set_result(None)
-        if heap:
-            # The loop's timers may fire up to a millisecond early: what is not due yet gets
-            # a new timer, never an early wake-up.
-            self._arm(heap[0][0])

@@ -56,6 +56,9 @@ _tokens_of = operator.attrgetter("tokens")
 # Compact the backing list once this many trimmed slots have piled up at its head.
 _COMPACT_AFTER = 1024
 
+# A time no clock reaches: the expiry of a log without a TTL.
+_NEVER_NS = 1 << 63
+
 
 class StreamClosed(Exception):
     """Local misuse: an append after the stream's terminal event."""
@@ -91,6 +94,7 @@ class StreamLog:
 
     __slots__ = (
         "_events",
+        "_expires_ns",
         "_head",
         "_last_delta_seq",
         "_max_bytes",
@@ -124,6 +128,10 @@ class StreamLog:
         self._max_bytes = self._retention.max_bytes
         ttl_s = self._retention.ttl_s
         self._ttl_ns = None if ttl_s is None else int(ttl_s * 1e9)
+        # When the oldest retained event outlives the TTL: append compares the clock with it
+        # instead of looking the event up. 0 (trim at once, which sets it) until the first
+        # `trim`; never without a TTL.
+        self._expires_ns = _NEVER_NS if self._ttl_ns is None else 0
         self.max_coalesce_chars = max_coalesce_chars
         self.folded = Folded()
         self.ledger = UsageLedger(created_ns=now_ns)
@@ -213,7 +221,13 @@ class StreamLog:
             if tokens:
                 self.ledger.on_append(tokens, now_ns)
             self._retained_bytes += text_bytes + EVENT_OVERHEAD_BYTES * (seq - first_seq)
-            if self._over_limit(now_ns):
+            # Whether `trim` may have something to fold, inlined: this runs per append.
+            retained = len(self._events) - self._head
+            if retained > 1 and (
+                retained > self._max_events
+                or self._retained_bytes > self._max_bytes
+                or now_ns > self._expires_ns
+            ):
                 self.trim(now_ns)
 
     def _append_special(self, event: Event, kind: Kind, tokens: int, now_ns: int) -> int:
@@ -237,16 +251,6 @@ class StreamLog:
         self.terminal = event
         return -event.tokens  # already counted; the caller adds them back
 
-    def _over_limit(self, now_ns: int) -> bool:
-        """True if `trim` may have something to fold: a cheap test for the common case."""
-        retained = len(self._events) - self._head
-        if retained <= 1:
-            return False
-        if retained > self._max_events or self._retained_bytes > self._max_bytes:
-            return True
-        ttl_ns = self._ttl_ns
-        return ttl_ns is not None and self._events[self._head].ts_ns < now_ns - ttl_ns
-
     def cancel(self, now_ns: int, finish_reason: str = "cancelled") -> Event | None:
         """End the stream with ``done(finish_reason)``; None if it had already ended."""
         if self.terminal is not None:
@@ -255,7 +259,8 @@ class StreamLog:
 
     def trim(self, now_ns: int) -> int:
         """Fold the oldest events while a retention limit is exceeded; return how many."""
-        oldest_allowed = None if self._ttl_ns is None else now_ns - self._ttl_ns
+        ttl_ns = self._ttl_ns
+        oldest_allowed = None if ttl_ns is None else now_ns - ttl_ns
         trimmed = 0
         # The newest event is always kept: it anchors the tail a reader resumes into.
         while self.retained > 1:
@@ -274,6 +279,8 @@ class StreamLog:
         if self._head >= _COMPACT_AFTER and self._head * 2 >= len(self._events):
             del self._events[: self._head]
             self._head = 0
+        if ttl_ns is not None and self.retained:
+            self._expires_ns = self._events[self._head].ts_ns + ttl_ns
         return trimmed
 
     def restore(self, folded: Folded) -> None:
