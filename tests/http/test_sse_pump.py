@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from airlane.core import Event
+from airlane.core import Channel, Event
 from airlane.hub import MemoryHub, Subscription, memory
 from airlane.transports.http.metrics import HttpMetrics
 from airlane.transports.http.sse_pump import SSEPump
@@ -191,3 +191,43 @@ async def test_request_messages_while_pumping_are_not_a_disconnect() -> None:
         assert await asyncio.wait_for(running, 5) is True
     assert b"data: x\n\n" in peer.parts
     await hub.aclose()
+
+
+class BlockingPeer(Peer):
+    """A peer whose ``send`` waits, while ``blocked``, until ``release`` is set: a server
+    applying backpressure."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocked = False
+        self.release = asyncio.Event()
+
+    async def send(self, message: MutableMapping[str, Any]) -> None:
+        if self.blocked:
+            await self.release.wait()
+        self.parts.append(message["body"])
+
+
+@pytest.mark.parametrize("end", ["terminal", "budget"])
+async def test_a_last_batch_the_server_makes_wait_is_still_written(end: str) -> None:
+    """The run's end (the stream's terminal event, or ``max_events`` reached) comes with a
+    write the server makes wait: the pump returns once that write is done, and writes
+    nothing past the budget."""
+    hub = MemoryHub()
+    await hub.create("s")
+    peer = BlockingPeer()
+    async with await hub.subscribe("s") as sub:
+        max_events = 2 if end == "budget" else None
+        running = asyncio.create_task(_pump(hub, peer).pump(sub, render, max_events=max_events))
+        await hub.append("s", Event.delta("a"))
+        await asyncio.sleep(0.01)
+        peer.blocked = True
+        # (On another channel: two deltas of one channel would be coalesced into one frame.)
+        last = Event.done() if end == "terminal" else Event.delta("c", channel=Channel.REASONING)
+        await hub.append_many("s", [Event.delta("b"), last])
+        await asyncio.sleep(0.05)
+        assert not running.done()  # still writing the last batch
+        peer.release.set()
+        assert await asyncio.wait_for(running, 5) is (end == "terminal")
+    await hub.aclose()
+    assert b"".join(peer.parts) == b"data: a\n\ndata: b\n\n"

@@ -238,6 +238,9 @@ class SSEPump:
             return
         assert subscription is not None and render is not None
         try:
+            if self._budget == 0:  # reached with its last write in flight, now done
+                done.set_result(False)
+                return
             for round_ in range(_MAX_DIRECT_READS):
                 limit = self._limit
                 batch = subscription.poll(limit)
@@ -255,19 +258,22 @@ class SSEPump:
                     self.metrics.count_sent(len(body))
                 else:
                     inflight = send_now(self.send, self._message_raw(body))
+                self._written(subscription, batch, len(body))
                 if inflight is not None:
-                    # The server is applying backpressure: write nothing more until it is done.
+                    # The server is applying backpressure: write nothing more until it is done,
+                    # and end the run (the stream's end, the budget spent) only then, or the
+                    # run's end would cancel this last write (`_on_inflight_done` drains again).
                     self._idle_since = None
                     self._inflight = inflight
                     inflight.add_done_callback(self._on_inflight_done)
-                self._written(subscription, batch, len(body))
+                    return
                 if batch[-1].kind in TERMINAL_KINDS:
                     done.set_result(True)
                     return
                 if self._budget == 0:
                     done.set_result(False)
                     return
-                if inflight is not None or len(batch) < limit:
+                if len(batch) < limit:
                     return  # a short read took everything there was
             # Far behind: let the loop run, then go on.
             self._on_ready()
