@@ -3,7 +3,11 @@ each still its own WebSocket message, with and without permessage-deflate."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import orjson
 import pytest
@@ -12,7 +16,13 @@ from websockets.exceptions import InvalidStatus
 from websockets.protocol import State
 from websockets.server import ServerProtocol
 
-from airlane.transports.http.ws_protocol import BINARY, TEXT, frame_messages
+from airlane.transports.http.ws_protocol import (
+    BINARY,
+    TEXT,
+    BatchingWebSocketProtocol,
+    FrameWriter,
+    frame_messages,
+)
 from tests.servers import FAST_SYNTHETIC, ServerProcess, run_server
 
 
@@ -90,3 +100,79 @@ async def test_connections_are_logged_only_at_debug(tmp_path: Path, log_level: s
     text = log_path.read_text()
     logged = "[accepted]" in text or "connection open" in text
     assert logged is (log_level == "debug"), text[-2000:]
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+
+class _Protocol(SimpleNamespace):
+    """What `FrameWriter` reads of `BatchingWebSocketProtocol`, in the writable state; its
+    ``write_messages`` is the real one."""
+
+    write_messages = BatchingWebSocketProtocol.write_messages
+
+
+def _protocol(**state: Any) -> _Protocol:
+    conn = ServerProtocol()
+    conn.state = State.OPEN
+    writable = asyncio.Event()
+    writable.set()
+    values: dict[str, Any] = {
+        "handshake_complete": True,
+        "close_sent": False,
+        "disconnected": False,
+        "initial_response": None,
+        "writable": writable,
+        "conn": conn,
+        "transport": _Transport(),
+    }
+    values.update(state)
+    return _Protocol(**values)
+
+
+@pytest.mark.parametrize("binary", [False, True])
+def test_write_now_writes_the_frames_at_once_after_a_queued_pong(binary: bool) -> None:
+    protocol = _protocol()
+    protocol.conn.send_pong(b"p")  # websockets queued it: it must go first
+    pong = b"\x8a\x01p"
+    writer = FrameWriter(protocol)  # type: ignore[arg-type]
+    assert writer.write([b"one", b"two"], binary)
+    frames = frame_messages(BINARY if binary else TEXT, [b"one", b"two"])
+    assert protocol.transport.written == [pong + frames]
+
+
+def _closing() -> ServerProtocol:
+    conn = ServerProtocol()
+    conn.state = State.CLOSING
+    return conn
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        {"handshake_complete": False},
+        {"close_sent": True},
+        {"disconnected": True},
+        {"initial_response": (403, [], b"")},  # the app answered the handshake with HTTP
+        {"writable": asyncio.Event()},  # paused by flow control
+        {"conn": _closing()},
+    ],
+    ids=["handshake", "close-sent", "disconnected", "http-answer", "paused", "closing"],
+)
+def test_write_now_writes_nothing_in_every_other_state(state: dict[str, Any]) -> None:
+    protocol = _protocol(**state)
+    assert not FrameWriter(protocol).write([b"x"], False)  # type: ignore[arg-type]
+    assert protocol.transport.written == []
+
+
+def test_write_now_does_not_keep_the_connection_alive() -> None:
+    protocol = _protocol()
+    writer = FrameWriter(protocol)  # type: ignore[arg-type]
+    del protocol
+    gc.collect()
+    assert not writer.write([b"x"], False)

@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -43,7 +42,8 @@ from airlane.transports.http.asgi import HttpError, Receive, Request, Send
 from airlane.transports.http.chat_request import parse_chat_request
 from airlane.transports.http.context import AppContext
 from airlane.transports.http.loadtest import loadtest_chunks, loadtest_request, loadtest_stream
-from airlane.transports.http.ws_protocol import SEND_MANY, SEND_MANY_TYPE
+from airlane.transports.http.ws_protocol import SEND_MANY, WRITE_NOW
+from airlane.transports.http.ws_pump import WebSocketPump, WriteNow
 from airlane.wire.errors import DecodeError
 from airlane.wire.event_json import event_from_dict, event_to_dict, event_to_json
 
@@ -98,13 +98,16 @@ class WebSocketSession:
         subprotocol: str,
         *,
         send_many: bool = False,
+        write_now: WriteNow | None = None,
     ) -> None:
         self.app = app
         self.principal = principal
         self._send = send
         self.binary = subprotocol == MSGPACK_PROTOCOL
-        # The server offers airlane.websocket.send_many: a batch of frames is one write.
+        # The server offers airlane.websocket.send_many: a batch of frames is one write; and
+        # airlane.websocket.write_now: pumps write from the hub's call-back (`WebSocketPump`).
         self._send_many = send_many
+        self._write_now = write_now
         self._lock = asyncio.Lock()  # two writers never interleave on one socket
         self._pumps: dict[str, tuple[Subscription, asyncio.Task[None]]] = {}
         self._ops: dict[str, Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]] = {
@@ -280,21 +283,20 @@ class WebSocketSession:
     # -- writing ----------------------------------------------------------------------------
 
     async def _pump(self, stream_id: str, epoch: str, subscription: Subscription) -> None:
-        limit = self.app.config.batch_limit
-        metrics = self.app.metrics
-        while batch := await subscription.next_batch(limit):
-            frames = [self._event_frame(stream_id, epoch, event) for event in batch]
-            async with self._lock:
-                if self._send_many:
-                    key = "bytes" if self.binary else "texts"
-                    await self._send({"type": SEND_MANY_TYPE, key: frames})
-                    metrics.count_sent(sum(map(len, frames)))
-                else:
-                    for frame in frames:
-                        await self._send_frame(frame)
-            now_ns = time.monotonic_ns()
-            subscription.mark_written(batch, now_ns)
-            metrics.observe_written(batch, now_ns)
+        def frames(batch: list[Event]) -> list[bytes]:
+            return [self._event_frame(stream_id, epoch, event) for event in batch]
+
+        await WebSocketPump(
+            subscription,
+            frames,
+            send=self._send,
+            binary=self.binary,
+            send_many=self._send_many,
+            write_now=self._write_now,
+            metrics=self.app.metrics,
+            batch_limit=self.app.config.batch_limit,
+            lock=self._lock,
+        ).run()
         # The stream ended for this reader: release its cursor now, not at disconnect.
         if self._pumps.get(stream_id, (None,))[0] is subscription:
             del self._pumps[stream_id]
@@ -371,8 +373,14 @@ async def serve_websocket(app: AppContext, request: Request, receive: Receive, s
         finally:
             app.metrics.connections["ws"] -= 1
         return
-    send_many = request.extension(SEND_MANY) is not None
-    session = WebSocketSession(app, principal, send, chosen or JSON_PROTOCOL, send_many=send_many)
+    session = WebSocketSession(
+        app,
+        principal,
+        send,
+        chosen or JSON_PROTOCOL,
+        send_many=request.extension(SEND_MANY) is not None,
+        write_now=request.extension(WRITE_NOW),
+    )
     app.metrics.connections["ws"] += 1
     try:
         await session.run(receive)
@@ -399,26 +407,23 @@ async def serve_loadtest_ws(
         return
     if not await accept(receive, send, None):
         return
-    metrics = app.metrics
     async with loadtest_stream(app.gateway, principal, generation) as (_, subscription):
         pump = asyncio.current_task()
         assert pump is not None
         watcher = asyncio.create_task(_watch_disconnect(receive, pump))
-        # With the send_many extension (`airlane serve`) a batch is one write; elsewhere, one
-        # ASGI message per chunk.
-        send_many = request.extension(SEND_MANY) is not None
+        # Under `airlane serve` chunks are written from the hub's call-back, a batch a write;
+        # elsewhere, one ASGI message per chunk.
         try:
-            while batch := await subscription.next_batch(app.config.batch_limit):
-                chunks = loadtest_chunks(batch)
-                if send_many:
-                    await send({"type": SEND_MANY_TYPE, "texts": chunks})
-                else:
-                    for chunk in chunks:
-                        await send({"type": "websocket.send", "text": chunk.decode()})
-                metrics.count_sent(sum(map(len, chunks)))
-                now_ns = time.monotonic_ns()
-                subscription.mark_written(batch, now_ns)
-                metrics.observe_written(batch, now_ns)
+            await WebSocketPump(
+                subscription,
+                loadtest_chunks,
+                send=send,
+                binary=False,
+                send_many=request.extension(SEND_MANY) is not None,
+                write_now=request.extension(WRITE_NOW),
+                metrics=app.metrics,
+                batch_limit=app.config.batch_limit,
+            ).run()
             await close(send, CLOSE_NORMAL, "done")
         except asyncio.CancelledError:
             if watcher.done() and pump.uncancel() == 0:

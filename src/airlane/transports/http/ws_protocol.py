@@ -11,6 +11,12 @@ the ``airlane.websocket.send_many`` extension in the scope: a handler that sees 
 and every message is written with one ``write``. Handlers check the scope, so the app stays
 mountable under any ASGI server, where they send message by message.
 
+A second extension, ``airlane.websocket.write_now`` (`WRITE_NOW`), is a plain call rather than
+a message: `FrameWriter.write` writes messages at once when the connection takes them without
+waiting (accepted, open, not paused by flow control), and otherwise writes nothing and says
+so, and the caller sends them through ASGI, which waits. A stream's pump writes from the hub's
+call-back through it (`airlane.transports.http.ws_pump`), with no task woken per batch.
+
 Framing: with no extension negotiated, the frames are built here (`frame_messages`: a server
 frame is a two-to-ten-byte header and the payload, RFC 6455 section 5.2), which costs about a
 tenth of building them through ``websockets``' ``Frame`` objects (3.3 us per 1.2 KB message
@@ -30,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+import weakref
 from collections.abc import Iterable
 from typing import Any, cast
 
@@ -46,7 +53,9 @@ __all__ = [
     "SEND_MANY",
     "SEND_MANY_TYPE",
     "TEXT",
+    "WRITE_NOW",
     "BatchingWebSocketProtocol",
+    "FrameWriter",
     "frame_messages",
 ]
 
@@ -54,6 +63,9 @@ SEND_MANY = "airlane.websocket.send_many"
 """The scope extension's name."""
 SEND_MANY_TYPE = "websocket.send_many"
 """The ASGI message type it adds."""
+WRITE_NOW = "airlane.websocket.write_now"
+"""Scope extension: a call-back that writes messages at once if the connection takes them
+without waiting; see `FrameWriter.write`."""
 
 
 TEXT = 0x81
@@ -123,11 +135,14 @@ class BatchingWebSocketProtocol(WebSocketsSansIOProtocol):
             self.logger = self.conn.logger = cast(logging.Logger, CONNECTION_LOGGER)
 
     def handle_connect(self, event: Request) -> None:
-        """Build the scope as uvicorn does, then advertise the extension (a refused handshake
+        """Build the scope as uvicorn does, then advertise the extensions (a refused handshake
         has been answered and has no scope)."""
         super().handle_connect(event)
         if self.response.status_code == 101:
-            self.scope["extensions"][SEND_MANY] = {}
+            # A call-back where ASGI's types expect a dict: uvicorn only passes the scope on.
+            extensions = cast(dict[str, Any], self.scope["extensions"])
+            extensions[SEND_MANY] = {}
+            extensions[WRITE_NOW] = FrameWriter(self).write
 
     def upgrade(self, transport: asyncio.Transport, request: Request) -> None:
         """Take over ``transport`` for an upgrade request the HTTP protocol has parsed into
@@ -152,22 +167,53 @@ class BatchingWebSocketProtocol(WebSocketsSansIOProtocol):
             raise ClientDisconnected()
         if not self.handshake_complete or self.close_sent:
             raise RuntimeError("websocket.send_many needs an accepted, open WebSocket")
-        conn = self.conn
         texts = message.get("texts")
+        if texts is not None:
+            self.write_messages(texts, binary=False)
+        else:
+            self.write_messages(message.get("bytes", ()), binary=True)
+
+    def write_messages(self, messages: Iterable[bytes], *, binary: bool) -> None:
+        """Write ``messages`` (UTF-8 text, or binary) to the transport with one ``write``, on
+        an accepted connection: the caller has checked that it may write now."""
+        conn = self.conn
         if conn.extensions or conn.state is not State.OPEN:
             # An extension (permessage-deflate) transforms each frame, and a closing
             # connection must refuse to send: both are websockets' to handle.
-            if texts is not None:
-                for text in texts:
-                    conn.send_text(text)
-            else:
-                for data in message.get("bytes", ()):
-                    conn.send_binary(data)
+            send = conn.send_binary if binary else conn.send_text
+            for message in messages:
+                send(message)
             self.transport.write(b"".join(conn.data_to_send()))
             return
         pending = conn.data_to_send()  # empty unless websockets queued a frame (a pong)
-        if texts is not None:
-            frames = frame_messages(TEXT, texts)
-        else:
-            frames = frame_messages(BINARY, message.get("bytes", ()))
+        frames = frame_messages(BINARY if binary else TEXT, messages)
         self.transport.write(b"".join((*pending, frames)) if pending else frames)
+
+
+class FrameWriter:
+    """Writes messages on one WebSocket connection at once, when it can (``WRITE_NOW``)."""
+
+    __slots__ = ("_protocol",)
+
+    def __init__(self, protocol: BatchingWebSocketProtocol) -> None:
+        # A weak reference: the scope holds this writer, and the protocol holds the scope.
+        self._protocol = weakref.ref(protocol)
+
+    def write(self, messages: list[bytes], binary: bool) -> bool:
+        """Write ``messages`` (UTF-8 text, or binary if ``binary``), as one ``write``, if the
+        connection is accepted, open and not paused by flow control; False, having written
+        nothing, in every other case, where the caller sends them through ASGI (which waits,
+        or raises for a connection that is gone)."""
+        protocol = self._protocol()
+        if (
+            protocol is None
+            or not protocol.handshake_complete
+            or protocol.close_sent
+            or protocol.disconnected
+            or protocol.initial_response is not None
+            or not protocol.writable.is_set()
+            or protocol.conn.state is not State.OPEN
+        ):
+            return False
+        protocol.write_messages(messages, binary=binary)
+        return True

@@ -1,0 +1,205 @@
+"""`WebSocketPump`: writes one subscription's events to a WebSocket, as messages.
+
+Two ways to wait for events, chosen by what the hub and the server offer:
+
+- **direct** (the hub can call back, `Subscription.listen`, and the server offers the
+  ``airlane.websocket.write_now`` extension, `airlane.transports.http.ws_protocol`): the hub
+  calls the pump from the appending task, and at the end of that loop turn the pump reads what
+  is new and writes it at once, with a plain call. No task wakes up per batch: on the paced
+  path, a task step per chunk was the largest cost the WebSocket path had over SSE's. When the
+  write cannot go at once (flow control has paused the connection, or another writer of the
+  socket is waiting, `lock`), the batch goes through the ASGI ``send`` instead, driven in
+  place and finished in a task if it must wait, and the pump writes nothing else until it is
+  done;
+- **tasked** (any hub, any server): the pump's task awaits `Subscription.next_batch` and
+  sends each batch.
+
+Either way, a slow reader blocks only its own pump: its cursor falls behind and its next read
+is coalesced, and what the gateway holds for it stays bounded by the server's write buffer
+plus one batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+
+from airlane.core import TERMINAL_KINDS, Event
+from airlane.eager import start_eagerly
+from airlane.hub import Subscription
+from airlane.transports.http.asgi import Send
+from airlane.transports.http.metrics import HttpMetrics
+from airlane.transports.http.ws_protocol import SEND_MANY_TYPE
+
+__all__ = ["Frames", "WebSocketPump", "WriteNow"]
+
+Frames = Callable[[list[Event]], list[bytes]]
+"""Turns a batch of events into the messages that carry them (possibly none)."""
+WriteNow = Callable[[list[bytes], bool], bool]
+"""The server's ``airlane.websocket.write_now`` call-back: (messages, binary) -> written."""
+
+# Reads one call-back may write before it lets the loop run: a reader far behind catches up
+# over several loop turns rather than in one long one.
+_MAX_DIRECT_READS = 8
+
+
+class WebSocketPump:
+    """Writes ``subscription``'s events to a WebSocket until the stream ends for this reader.
+
+    ``frames`` renders a batch; ``send`` is the connection's ASGI send, used with the
+    ``websocket.send_many`` message when ``send_many`` (the server offers it) and message by
+    message otherwise; ``write_now`` is the server's ``airlane.websocket.write_now``, if it has
+    one. ``lock``, if given, is held around every ASGI send and is free for a direct write:
+    the socket's other writers (a session's replies) take it too, so writes never interleave
+    and a reply waiting to be written is not overtaken.
+    """
+
+    def __init__(
+        self,
+        subscription: Subscription,
+        frames: Frames,
+        *,
+        send: Send,
+        binary: bool,
+        send_many: bool,
+        write_now: WriteNow | None,
+        metrics: HttpMetrics,
+        batch_limit: int,
+        lock: asyncio.Lock | None = None,
+    ) -> None:
+        self._subscription = subscription
+        self._frames = frames
+        self._send = send
+        self._binary = binary
+        self._send_many = send_many
+        self._write_now = write_now
+        self._metrics = metrics
+        self._limit = batch_limit
+        self._lock = lock
+        # Direct mode: the run's outcome, a send the server made wait, the loop.
+        self._done: asyncio.Future[None] | None = None
+        self._inflight: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._scheduled = False  # a drain is scheduled for the end of this loop turn
+
+    async def run(self) -> None:
+        """Write until the stream ends for this reader (its terminal event written) or the
+        subscription is over (the stream deleted, the hub closing); cancel it to stop sooner.
+        Raises what sending raised (a connection that is gone: uvicorn's
+        ``ClientDisconnected``)."""
+        subscription = self._subscription
+        if self._write_now is None or not subscription.listen(self._on_ready):
+            await self._run_tasked()
+            return
+        loop = self._loop = asyncio.get_running_loop()
+        done = self._done = loop.create_future()
+        try:
+            self._drain()  # what is already there
+            await done
+        finally:
+            subscription.listen(None)
+            self._done = None
+            inflight = self._inflight
+            if inflight is not None:  # stopped mid-send: that send stops too
+                inflight.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await inflight
+                self._inflight = None
+
+    # -- direct mode ------------------------------------------------------------------------
+
+    def _on_ready(self) -> None:
+        """The hub's call-back: the subscription may have something new. The drain runs as a
+        plain call-back at the end of this loop turn, so what the producers of this turn
+        append goes out in one write."""
+        if not self._scheduled and self._done is not None:
+            self._scheduled = True
+            assert self._loop is not None
+            self._loop.call_soon(self._drain)
+
+    def _drain(self) -> None:
+        """Write what the subscription has, in place, while the connection takes writes."""
+        self._scheduled = False
+        done = self._done
+        if done is None or done.done() or self._inflight is not None:
+            return
+        subscription, limit, lock = self._subscription, self._limit, self._lock
+        write_now = self._write_now
+        assert write_now is not None  # direct mode has one
+        try:
+            for _ in range(_MAX_DIRECT_READS):
+                batch = subscription.poll(limit)
+                if not batch:
+                    # Woken with nothing to read: the stream, or the hub, may have closed.
+                    if subscription.over:
+                        done.set_result(None)
+                    return
+                frames = self._frames(batch)
+                inflight = None
+                if frames and (
+                    (lock is not None and lock.locked()) or not write_now(frames, self._binary)
+                ):
+                    inflight = start_eagerly(self._send_frames(frames))
+                self._written(batch, frames)
+                if inflight is not None:
+                    # Write nothing more until the server has taken this, and end the run (at
+                    # the stream's end) only then: `_on_inflight_done` drains again.
+                    self._inflight = inflight
+                    inflight.add_done_callback(self._on_inflight_done)
+                    return
+                if batch[-1].kind in TERMINAL_KINDS:
+                    done.set_result(None)
+                    return
+                if len(batch) < limit:
+                    return  # a short read took everything there was
+            # Far behind: let the loop run, then go on.
+            self._on_ready()
+        except Exception as exc:
+            if not done.done():
+                done.set_exception(exc)
+
+    def _on_inflight_done(self, task: asyncio.Task[None]) -> None:
+        self._inflight = None
+        done = self._done
+        if done is None or done.done():
+            return
+        if task.cancelled():
+            done.cancel()
+        elif (exc := task.exception()) is not None:
+            done.set_exception(exc)
+        else:
+            self._drain()
+
+    # -- tasked mode ------------------------------------------------------------------------
+
+    async def _run_tasked(self) -> None:
+        next_batch, frames_of, limit = self._subscription.next_batch, self._frames, self._limit
+        while batch := await next_batch(limit):
+            frames = frames_of(batch)
+            if frames:
+                await self._send_frames(frames)
+            self._written(batch, frames)
+
+    # -- shared -----------------------------------------------------------------------------
+
+    async def _send_frames(self, frames: list[bytes]) -> None:
+        """``frames`` through the ASGI ``send``, holding the lock if there is one."""
+        async with self._lock if self._lock is not None else contextlib.nullcontext():
+            send = self._send
+            if self._send_many:
+                key = "bytes" if self._binary else "texts"
+                await send({"type": SEND_MANY_TYPE, key: frames})
+            elif self._binary:
+                for frame in frames:
+                    await send({"type": "websocket.send", "bytes": frame})
+            else:
+                for frame in frames:
+                    await send({"type": "websocket.send", "text": frame.decode()})
+
+    def _written(self, batch: list[Event], frames: list[bytes]) -> None:
+        """Bookkeeping after a batch was handed to the server."""
+        now_ns = time.monotonic_ns()
+        self._subscription.mark_written(batch, now_ns)  # the subscriber's gateway latency
+        self._metrics.observe_written(batch, now_ns, sum(map(len, frames)))  # lag, bytes
