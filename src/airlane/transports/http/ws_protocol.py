@@ -37,7 +37,7 @@ import asyncio
 import logging
 import struct
 import weakref
-from collections.abc import Iterable
+from collections.abc import Sequence
 from typing import Any, cast
 
 from uvicorn.config import Config
@@ -95,24 +95,30 @@ CONNECTION_LOGGER = _WarningsOnly(_ERROR_LOGGER)
 """What WebSocket connections log through below DEBUG: uvicorn's error logger, warnings and
 errors only."""
 
+_OPEN = State.OPEN
 _HEADER_16 = struct.Struct("!BBH").pack
 _HEADER_64 = struct.Struct("!BBQ").pack
 
 
-def frame_messages(first_byte: int, messages: Iterable[bytes]) -> bytes:
+def _header(first_byte: int, size: int) -> bytes:
+    if size < 126:
+        return bytes((first_byte, size))
+    if size < 65536:
+        return _HEADER_16(first_byte, 126, size)
+    return _HEADER_64(first_byte, 127, size)
+
+
+def frame_messages(first_byte: int, messages: Sequence[bytes]) -> bytes:
     """``messages`` as consecutive unmasked, unfragmented frames (what a server sends), with
     ``first_byte`` (`TEXT` or `BINARY`) opening each header; byte for byte what ``websockets``
     writes for them when no extension is in use."""
+    if len(messages) == 1:  # a paced stream's every write: no list to build
+        message = messages[0]
+        return _header(first_byte, len(message)) + message
     parts: list[bytes] = []
     append = parts.append
     for message in messages:
-        size = len(message)
-        if size < 126:
-            append(bytes((first_byte, size)))
-        elif size < 65536:
-            append(_HEADER_16(first_byte, 126, size))
-        else:
-            append(_HEADER_64(first_byte, 127, size))
+        append(_header(first_byte, len(message)))
         append(message)
     return b"".join(parts)
 
@@ -173,7 +179,7 @@ class BatchingWebSocketProtocol(WebSocketsSansIOProtocol):
         else:
             self.write_messages(message.get("bytes", ()), binary=True)
 
-    def write_messages(self, messages: Iterable[bytes], *, binary: bool) -> None:
+    def write_messages(self, messages: Sequence[bytes], *, binary: bool) -> None:
         """Write ``messages`` (UTF-8 text, or binary) to the transport with one ``write``, on
         an accepted connection: the caller has checked that it may write now."""
         conn = self.conn
@@ -212,8 +218,16 @@ class FrameWriter:
             or protocol.disconnected
             or protocol.initial_response is not None
             or not protocol.writable.is_set()
-            or protocol.conn.state is not State.OPEN
         ):
             return False
-        protocol.write_messages(messages, binary=binary)
+        conn = protocol.conn
+        if conn.state is not _OPEN:
+            return False
+        if conn.extensions:
+            protocol.write_messages(messages, binary=binary)
+            return True
+        # `write_messages` without an extension, inlined: this runs for every batch.
+        pending = conn.data_to_send()  # empty unless websockets queued a frame (a pong)
+        frames = frame_messages(BINARY if binary else TEXT, messages)
+        protocol.transport.write(b"".join((*pending, frames)) if pending else frames)
         return True
