@@ -319,11 +319,19 @@ def _server_us_per_chunk(record: dict[str, Any]) -> float | None:
     return pct / 100 * wall_s * 1e6 / chunks
 
 
+def _steady_lag_p99(record: dict[str, Any]) -> float | None:
+    """Lag p99 while every stream ran (`airlane.bench.stats.steady_window`); None in runs
+    recorded before it was measured, or with no such window."""
+    steady = record.get("steady_lag_ms")
+    return None if steady is None else steady["p99"]
+
+
 METRICS = (
     Metric("payload_mb_s", "payload MB/s", lambda r: r["payload_mb_s"]),
     Metric("chunks_per_s", "chunks/s", lambda r: r["chunks_per_s"]),
     Metric("ttfc_p99_ms", "TTFC p99 ms", lambda r: r["ttfc_ms"]["p99"]),
     Metric("lag_p99_ms", "lag p99 ms", lambda r: r["lag_ms"]["p99"]),
+    Metric("steady_lag_p99_ms", "steady lag p99", _steady_lag_p99, paced_only=True),
     Metric("kept_up_pct", "kept up %", lambda r: r["kept_up_pct"], paced_only=True),
     Metric("server_cpu_pct", "server CPU %", lambda r: _cpu_pct(r, "server_cpu")),
     Metric("server_us_per_chunk", "server us/chunk", _server_us_per_chunk),
@@ -396,15 +404,15 @@ def _number(value: float | None) -> str:
 
 def run_header(mode: str) -> str:
     """The per-run table's header."""
-    cells = "".join(f"{m.label:>14}" for m in metrics_for(mode))
-    return f"{'round':>5} {'side':>4} {cells}  flags"
+    cells = "".join(f" {m.label:>15}" for m in metrics_for(mode))
+    return f"{'round':>5} {'side':>4}{cells}  flags"
 
 
 def run_line(record: dict[str, Any], mode: str) -> str:
     """One run's row."""
-    cells = "".join(f"{_number(m.value(record)):>14}" for m in metrics_for(mode))
+    cells = "".join(f" {_number(m.value(record)):>15}" for m in metrics_for(mode))
     flagged = "FLAGGED: " + "; ".join(record["flags"]) if record["flags"] else ""
-    return f"{record['round']:>5} {record['side']:>4} {cells}  {flagged}".rstrip()
+    return f"{record['round']:>5} {record['side']:>4}{cells}  {flagged}".rstrip()
 
 
 def summary_lines(summary: dict[str, Any], mode: str) -> list[str]:

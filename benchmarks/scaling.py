@@ -4,7 +4,10 @@ At each N (100 ... 4000 by default) and for each transport (SSE, WebSocket) a fr
 spawned and pinned to its own core, N paced load-test streams run against it (200 chunks every
 20 ms unless told), and kept-up %, delivery lag p50/p99, TTFC p99 and CPU are recorded. A
 point keeps up with kept-up >= 99 %, lag p99 <= 20 ms and no failed stream; the report names
-the largest N that keeps up per transport (definitions in `airlane.bench.sweep`).
+the largest N that keeps up per transport (definitions in `airlane.bench.sweep`). The
+"steady" column is lag p99 over the chunks that arrived while every stream was running (the
+run without the start and end of its streams, `airlane.bench.stats.steady_window`); it is
+shown, not judged.
 
     .venv/bin/python benchmarks/scaling.py --json bench-results/scaling.json \\
         --plot bench-results/scaling.png                        # full sweep, ~6 minutes
@@ -52,7 +55,8 @@ LAG_FLOOR_MS = 0.01
 """Lags below this are drawn at it: a log axis has no room for zero or negative values."""
 
 _HEADER = (
-    f"{'transport':>9} {'N':>6} {'kept up':>8} {'lag p50':>9} {'lag p99':>9} {'TTFC p99':>9} "
+    f"{'transport':>9} {'N':>6} {'kept up':>8} {'lag p50':>9} {'lag p99':>9} {'steady':>9} "
+    f"{'TTFC p99':>9} "
     f"{'server CPU':>10} {'client CPU':>10} {'errors':>6}  keeps up"
 )
 
@@ -174,6 +178,7 @@ def _point_line(point: dict[str, Any]) -> str:
     return (
         f"{point['transport']:>9} {point['streams']:>6} {kept_up:>8} "
         f"{_ms(point['lag_ms']['p50']):>9} {_ms(point['lag_ms']['p99']):>9} "
+        f"{_ms((point.get('steady_lag_ms') or {}).get('p99')):>9} "
         f"{_ms(point['ttfc_ms']['p99']):>9} {_cpu(point['server_cpu']):>10} {client:>10} "
         f"{point['errors']:>6}  {'yes' if point['keeps_up'] else 'no'}"
     )

@@ -11,8 +11,8 @@ from tests.cli.conftest import airlane
 RESULT_FIELDS = {
     "transport", "streams", "chunks_per_stream", "mode", "wall_s", "chunks_expected",
     "chunks_received", "streams_completed", "errors", "out_of_order", "payload_bytes",
-    "payload_mb_s", "chunks_per_s", "ttfc_ms", "lag_ms", "kept_up_pct", "server_cpu",
-    "client_cpu",
+    "payload_mb_s", "chunks_per_s", "ttfc_ms", "lag_ms", "steady_lag_ms", "kept_up_pct",
+    "server_cpu", "client_cpu",
 }  # fmt: skip
 
 
@@ -44,8 +44,11 @@ def test_bench_paced_smoke(tmp_path: Path) -> None:
         "--interval-ms", "5", "--transport", "sse", "--json", str(json_path),
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
+    assert "while all streams ran" in result.stdout
     [run] = json.loads(json_path.read_text())["results"]
     assert run["chunks_received"] == 30 and run["kept_up_pct"] is not None
+    # Three streams that start together and run for ten intervals overlap.
+    assert run["steady_lag_ms"]["count"] > 0
 
 
 def test_bench_refuses_remote_targets() -> None:

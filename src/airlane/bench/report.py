@@ -85,6 +85,10 @@ METRIC_ROWS: list[tuple[str, Callable[[TransportResult], str]]] = [
     ("chunks/s", lambda r: f"{r.chunks_per_s:,.0f}"),
     ("delivery lag p50 (ms)", lambda r: _ms(r.lag_ms.p50)),
     ("delivery lag p99 (ms)", lambda r: _ms(r.lag_ms.p99)),
+    (
+        "  while all streams ran",
+        lambda r: "-" if r.steady_lag_ms is None else _ms(r.steady_lag_ms.p99),
+    ),
     ("kept up (paced)", _kept_up),
     ("server CPU", lambda r: _cpu(r.server_cpu)),
     ("client CPU", _client),

@@ -25,7 +25,14 @@ from airlane.bench.config import BenchConfig
 from airlane.bench.cpu import CpuUsage
 from airlane.bench.tally import StreamTally
 
-__all__ = ["MAX_ERROR_SAMPLES", "Percentiles", "TransportResult", "percentile", "summarize"]
+__all__ = [
+    "MAX_ERROR_SAMPLES",
+    "Percentiles",
+    "TransportResult",
+    "percentile",
+    "steady_window",
+    "summarize",
+]
 
 MAX_ERROR_SAMPLES = 5
 """Distinct error messages kept in a result."""
@@ -85,6 +92,10 @@ class TransportResult:
     kept_up_pct: float | None
     server_cpu: CpuUsage | None = None
     client_cpu: CpuUsage | None = None
+    steady_lag_ms: Percentiles | None = None
+    """Delivery lag of the chunks that arrived while every stream was running (after the
+    last stream's first chunk, before the first stream's last): the run without its start and
+    end. None when no chunk arrived in that window."""
     ttfc_samples_ms: list[float] = field(default_factory=list, repr=False)
     lag_samples_ms: list[float] = field(default_factory=list, repr=False)
 
@@ -118,6 +129,7 @@ class TransportResult:
             "chunks_per_s": round(self.chunks_per_s, 1),
             "ttfc_ms": self.ttfc_ms.to_dict(),
             "lag_ms": self.lag_ms.to_dict(),
+            "steady_lag_ms": None if self.steady_lag_ms is None else self.steady_lag_ms.to_dict(),
             "kept_up_pct": None if self.kept_up_pct is None else round(self.kept_up_pct, 2),
             "server_cpu": self.server_cpu.to_dict() if self.server_cpu else None,
             "client_cpu": self.client_cpu.to_dict() if self.client_cpu else None,
@@ -154,9 +166,29 @@ def summarize(
         ttfc_ms=Percentiles.of(ttfc),
         lag_ms=Percentiles.of(lags),
         kept_up_pct=_kept_up(config, tallies),
+        steady_lag_ms=_steady_lag(tallies, lags_ns),
         ttfc_samples_ms=ttfc,
         lag_samples_ms=lags,
     )
+
+
+def steady_window(tallies: Sequence[StreamTally]) -> tuple[int, int] | None:
+    """The slice of the shared lag samples taken while every stream was running: from the
+    last stream's first chunks to the first stream's last ones (the sink is filled in arrival
+    order). None if some stream got nothing, or the streams never all ran at once."""
+    if not tallies or any(t.first_index < 0 for t in tallies):
+        return None
+    start = max(t.first_index for t in tallies)
+    end = min(t.last_index for t in tallies)
+    return (start, end) if end > start else None
+
+
+def _steady_lag(tallies: Sequence[StreamTally], lags_ns: array[int]) -> Percentiles | None:
+    window = steady_window(tallies)
+    if window is None:
+        return None
+    start, end = window
+    return Percentiles.of(sorted(lag / 1e6 for lag in lags_ns[start:end]))
 
 
 def _kept_up(config: BenchConfig, tallies: Sequence[StreamTally]) -> float | None:

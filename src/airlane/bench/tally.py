@@ -47,9 +47,11 @@ class StreamTally:
         "disorder",
         "error",
         "finished",
+        "first_index",
         "first_ns",
         "first_ts",
         "lags",
+        "last_index",
         "last_ns",
         "last_ts",
         "next_seq",
@@ -70,6 +72,12 @@ class StreamTally:
         """When the first chunk arrived; 0 until then."""
         self.first_ts = 0
         """The first chunk's scheduled time."""
+        self.first_index = -1
+        """How many lags the shared sink held when this stream's first chunks arrived (-1
+        until then): with `last_index`, where the samples taken while every stream was
+        running begin and end (`airlane.bench.stats.steady_window`)."""
+        self.last_index = 0
+        """How many lags the shared sink held when this stream's latest chunks arrived."""
         self.last_ns = 0
         """When the latest chunk arrived."""
         self.last_ts = 0
@@ -102,8 +110,11 @@ class StreamTally:
         expected = self.next_seq
         self.received += count
         self.payload_bytes += payload_bytes
+        lags = self.lags
+        self.last_index = len(lags)
         if not self.first_ns:
             self.first_ns, self.first_ts = now_ns, int(stamps[0])
+            self.first_index = self.last_index
         self.last_ns, self.last_ts = now_ns, int(stamps[-1])
         stride = self.stride
         if _seq_digits(expected, expected + count) == seqs:
@@ -112,7 +123,7 @@ class StreamTally:
             sampled = stamps if stride == 1 else stamps[-expected % stride :: stride]
         else:
             sampled = self._check_order(list(map(int, seqs)), stamps)
-        self.lags.extend(map(sub, repeat(now_ns), map(int, sampled)))
+        lags.extend(map(sub, repeat(now_ns), map(int, sampled)))
 
     def _check_order(self, numbers: list[int], stamps: list[bytes]) -> list[bytes]:
         """Count out-of-order chunks one by one (as `chunk` does); the stamps to sample."""
@@ -133,8 +144,10 @@ class StreamTally:
         if seq != self.next_seq:
             self.disorder += 1
         self.next_seq = seq + 1
+        self.last_index = len(self.lags)
         if not self.first_ns:
             self.first_ns, self.first_ts = now_ns, ts
+            self.first_index = self.last_index
         self.last_ns, self.last_ts = now_ns, ts
         if seq % self.stride == 0:
             self.lags.append(now_ns - ts)
