@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import socket
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -15,6 +17,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 from websockets.protocol import State
 from websockets.server import ServerProtocol
+from websockets.sync.client import connect as sync_connect
 
 from airlane.transports.http.ws_protocol import (
     BINARY,
@@ -176,3 +179,30 @@ def test_write_now_does_not_keep_the_connection_alive() -> None:
     del protocol
     gc.collect()
     assert not writer.write([b"x"], False)
+
+
+def test_a_slow_reader_gets_every_chunk_in_order() -> None:
+    """A reader that takes its messages slowly, through a small receive buffer: the gateway's
+    socket buffer fills, flow control pauses the connection, the pump's direct writes are
+    declined and its batches wait in ASGI ``send``; every chunk still arrives, once, in order,
+    and the stream ends with a normal close."""
+    # ~9.6 MB, more than the socket buffers between the two ends hold (on loopback the
+    # sender's grows to a few MB); the stream retains all of it, so that the reader, however
+    # far behind, is sent chunks and not the folded state that retention leaves of older ones.
+    chunks = 8000
+    config = "[retention]\nmax_events = 20000\nmax_bytes = 67108864\n"
+    with run_server(config=config) as server:
+        host, port = server.url.removeprefix("http://").rsplit(":", 1)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect
+        sock.settimeout(30)
+        sock.connect((host, int(port)))
+        url = f"ws://{host}:{port}/v1/loadtest/ws?chunks={chunks}&mode=burst"
+        seqs: list[int] = []
+        with sync_connect(url, sock=sock, max_queue=4, compression=None, max_size=None) as ws:
+            for index, message in enumerate(ws):
+                seqs.append(orjson.loads(message)["seq"])
+                if index % 10 == 0:
+                    time.sleep(0.002)
+            assert ws.close_code == 1000
+    assert seqs == list(range(1, chunks + 1))
