@@ -14,7 +14,7 @@ from typing import Any, cast
 
 from airlane.eager import start_eagerly
 
-__all__ = ["send_now"]
+__all__ = ["send_now", "send_went_through"]
 
 
 def send_now(
@@ -22,3 +22,18 @@ def send_now(
 ) -> asyncio.Task[None] | None:
     """Send ``message``; None if that completed here, else the task that completes it."""
     return start_eagerly(cast(Coroutine[Any, Any, None], send(message)))
+
+
+def send_went_through(task: asyncio.Task[None], done: asyncio.Future[Any]) -> bool:
+    """For a send that `send_now` finished in ``task``: True if it completed and the run whose
+    outcome is ``done`` goes on; False if ``done`` is settled already, or once the send's
+    cancellation or error has been passed on to it."""
+    if done.done():
+        return False
+    if task.cancelled():
+        done.cancel()
+        return False
+    if (exc := task.exception()) is not None:
+        done.set_exception(exc)
+        return False
+    return True

@@ -32,7 +32,7 @@ from airlane.core import TERMINAL_KINDS, Event
 from airlane.hub import Subscription
 from airlane.transports.http.asgi import Receive, Send
 from airlane.transports.http.metrics import HttpMetrics
-from airlane.transports.http.send_now import send_now
+from airlane.transports.http.send_now import send_now, send_went_through
 from airlane.wire.compression import Compression, CompressionChoice, make_compressor
 
 __all__ = ["SSE_HEADERS", "SSEPump"]
@@ -286,14 +286,7 @@ class SSEPump:
 
     def _on_inflight_done(self, task: asyncio.Task[None]) -> None:
         self._inflight = None
-        done = self._done
-        if done is None or done.done():
-            return
-        if task.cancelled():
-            done.cancel()
-        elif (exc := task.exception()) is not None:
-            done.set_exception(exc)
-        else:
+        if self._done is not None and send_went_through(task, self._done):
             self._drain()
 
     # -- tasked mode ------------------------------------------------------------------------

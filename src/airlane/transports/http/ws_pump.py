@@ -31,6 +31,7 @@ from airlane.eager import start_eagerly
 from airlane.hub import Subscription
 from airlane.transports.http.asgi import Send
 from airlane.transports.http.metrics import HttpMetrics
+from airlane.transports.http.send_now import send_went_through
 from airlane.transports.http.ws_protocol import SEND_MANY_TYPE
 
 __all__ = ["Frames", "WebSocketPump", "WriteNow"]
@@ -162,14 +163,7 @@ class WebSocketPump:
 
     def _on_inflight_done(self, task: asyncio.Task[None]) -> None:
         self._inflight = None
-        done = self._done
-        if done is None or done.done():
-            return
-        if task.cancelled():
-            done.cancel()
-        elif (exc := task.exception()) is not None:
-            done.set_exception(exc)
-        else:
+        if self._done is not None and send_went_through(task, self._done):
             self._drain()
 
     # -- tasked mode ------------------------------------------------------------------------
