@@ -456,6 +456,15 @@ class StreamLog:
         usage["subscriber_tokens"] = cursor.delivered_tokens
         return event.replace(data={**(event.data or {}), "usage": usage})
 
+    def release(self) -> tuple[list[Event], int]:
+        """Give up the retained events, for a log nobody will read again (its stream is
+        forgotten): ``(events, their bytes)``; the log is left empty. The caller frees them as
+        it sees fit (the memory hub spreads the work over time: `airlane.hub.reaper`)."""
+        # The list as it is: its folded head (before _head) is garbage too, freed with it.
+        events, size = self._events, self._retained_bytes
+        self._events, self._head, self._retained_bytes = [], 0, 0
+        return events, size
+
     # -- whole-stream views -----------------------------------------------------------------
 
     def snapshot(self) -> Event:

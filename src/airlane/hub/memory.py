@@ -4,7 +4,9 @@ Each stream is a `StreamLog` plus a wake-up: the futures of the readers waiting 
 tail, resolved and dropped by the next append (or batch of appends), so a reader wakes once per
 append however many events it carried.
 One housekeeping task owned by the hub applies orphan deadlines, time-based retention and the
-expiry of ended streams; there is no timer per stream.
+expiry of ended streams; there is no timer per stream. A stream the hub forgets (deleted, or
+expired) gives its retained events to the hub's `Reaper` once its last reader has gone, which
+frees them a slice at a time instead of in one loop step.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from airlane.hub.base import (
     StreamNotFound,
     Subscription,
 )
+from airlane.hub.reaper import Reaper
 
 __all__ = ["MemoryHub", "MemoryHubConfig"]
 
@@ -238,6 +241,7 @@ class MemoryHub(Hub):
         self._deadlines: list[tuple[float, int, str]] = []
         self._order = itertools.count()
         self._housekeeper: asyncio.Task[None] | None = None
+        self._reaper = Reaper()
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -254,6 +258,7 @@ class MemoryHub(Hub):
             self._housekeeper = None
         for stream in self._streams.values():
             stream.notify()
+        self._reaper.close()
 
     # -- streams ----------------------------------------------------------------------------
 
@@ -347,6 +352,7 @@ class MemoryHub(Hub):
         self._cancel(stream, "deleted")
         del self._streams[stream_id]
         stream.notify()
+        self._forget(stream)
 
     def on_cancel(self, stream_id: str, callback: Callable[[], object]) -> None:
         stream = self._get(stream_id)
@@ -408,11 +414,20 @@ class MemoryHub(Hub):
     def _release(self, stream: _Stream) -> None:
         self._subscribers -= 1
         stream.readers -= 1
+        if self._streams.get(stream.log.stream_id) is not stream:  # forgotten meanwhile
+            self._forget(stream)
+            return
         if stream.orphan is None:
             return
         deadline = stream.orphan.unsubscribe(time.monotonic())
         if deadline is not None and stream.log.terminal is None:
             self._schedule(deadline, stream.log.stream_id)
+
+    def _forget(self, stream: _Stream) -> None:
+        """Free a stream no longer in the hub once nobody reads it (its last reader's release
+        calls this again), through the reaper: a large history freed at once stalls the loop."""
+        if stream.readers == 0:
+            self._reaper.discard(*stream.log.release())
 
     def _schedule(self, deadline: float, stream_id: str) -> None:
         heapq.heappush(self._deadlines, (deadline, next(self._order), stream_id))
@@ -448,5 +463,6 @@ class MemoryHub(Hub):
         for stream_id in expired:
             stream = self._streams.pop(stream_id)
             stream.notify()
+            self._forget(stream)
         for stream in self._streams.values():
             stream.log.trim(now_ns)
