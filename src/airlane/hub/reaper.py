@@ -7,9 +7,7 @@ streams past their time to live, hold the loop for tens of milliseconds (measure
 the gateway's time in the 100 ms where 500 paced streams end, `_int_free` and
 `subtype_dealloc` at the top of a `perf` profile), and every live stream's due chunks wait
 behind them. The hub hands such lists to a reaper instead, which deletes them from the end in
-small slices, at most `DEFAULT_SLICE_S` of work every `DEFAULT_PERIOD_S`, from a loop timer;
-a step whose timer fires late finds the loop busy and frees one batch only, leaving the rest
-for when the burst that made the garbage is over.
+small slices, at most `DEFAULT_SLICE_S` of work every `DEFAULT_PERIOD_S`, from a loop timer.
 
 Bounded: a list that would take the reaper past ``max_pending_bytes`` is freed at once, as
 without a reaper. It belongs to the loop it first schedules on; `close` frees everything left.
@@ -59,7 +57,6 @@ class Reaper:
         self._pending: deque[tuple[list[Any], int]] = deque()
         self._pending_bytes = 0
         self._timer: asyncio.TimerHandle | None = None
-        self._due = 0.0  # when the armed step should run, on the loop's clock
 
     @property
     def pending_bytes(self) -> int:
@@ -87,7 +84,7 @@ class Reaper:
         self._pending.append((items, size))
         self._pending_bytes += size
         if self._timer is None:
-            self._arm(loop)
+            self._timer = loop.call_later(self._period_s, self._step, loop)
 
     def close(self) -> None:
         """Free everything pending now and stop."""
@@ -98,17 +95,10 @@ class Reaper:
             self._pending.popleft()[0].clear()
         self._pending_bytes = 0
 
-    def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._due = loop.time() + self._period_s
-        self._timer = loop.call_at(self._due, self._step, loop)
-
     def _step(self, loop: asyncio.AbstractEventLoop) -> None:
         self._timer = None
         pending = self._pending
-        # Late by more than a period: the loop has more to do than it can (set-ups, a
-        # saturated core). One batch, so the work still progresses, and no more.
-        busy = loop.time() - self._due > self._period_s
-        deadline = time.perf_counter() + (0.0 if busy else self._slice_s)
+        deadline = time.perf_counter() + self._slice_s
         while pending:
             items, size = pending[0]
             # From the end: deleting a list's tail moves nothing.
@@ -119,4 +109,4 @@ class Reaper:
             if time.perf_counter() >= deadline:
                 break
         if pending:
-            self._arm(loop)
+            self._timer = loop.call_later(self._period_s, self._step, loop)
