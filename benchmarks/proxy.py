@@ -8,7 +8,7 @@ added latency is the difference of the two lag distributions, compared at the sa
 percentiles, and of their means. It also reports the usage ledger's ``gateway_latency_ms``
 from the final usage chunk of each proxied stream, and the CPU each process used.
 
-    .venv/bin/python benchmarks/proxy.py --streams 500 --chunks 100 --interval-ms 20
+    .venv/bin/python benchmarks/proxy.py --streams 500 --chunks 200 --interval-ms 20
     .venv/bin/python benchmarks/proxy.py --streams 3 --chunks 5 --interval-ms 5 --json -
 
 Pinning (on a machine with two or more cores): the gateway gets core 0 to itself, as in the
@@ -450,7 +450,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--streams", type=int, default=500)
-    parser.add_argument("--chunks", type=int, default=100, help="chunks per stream")
+    parser.add_argument("--chunks", type=int, default=200, help="chunks per stream (seed: 200)")
     parser.add_argument("--interval-ms", type=float, default=20.0)
     parser.add_argument(
         "--spread-ms", type=float, default=None, help="start streams over this (default: interval)"
