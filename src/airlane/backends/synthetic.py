@@ -439,7 +439,10 @@ class SyntheticBackend:
         return self._generate(SyntheticScript(request, self.config))
 
     async def aclose(self) -> None:
-        """Nothing to release: the synthetic backend holds no connections."""
+        """Release the pacer's timer (the synthetic backend holds no connections)."""
+        if self._pacer is not None:
+            self._pacer.close()
+            self._pacer = None
 
     async def _generate(self, script: SyntheticScript) -> AsyncGenerator[list[Event], None]:
         speed = self.config.speed
