@@ -439,10 +439,7 @@ class SyntheticBackend:
         return self._generate(SyntheticScript(request, self.config))
 
     async def aclose(self) -> None:
-        """Release the pacer's timer (the synthetic backend holds no connections)."""
-        if self._pacer is not None:
-            self._pacer.close()
-            self._pacer = None
+        """Nothing to release: the synthetic backend holds no connections."""
 
     async def _generate(self, script: SyntheticScript) -> AsyncGenerator[list[Event], None]:
         speed = self.config.speed
