@@ -103,6 +103,18 @@ def _marked(marker: Marker) -> Event:
     return Event.status(marker=marker)
 
 
+def _watched() -> tuple[Marker, weakref.ref[Marker]]:
+    marker = Marker()
+    return marker, weakref.ref(marker)
+
+
+async def _until_freed(hub: MemoryHub, watch: weakref.ref[Marker]) -> None:
+    """Wait until the hub's reaper has nothing left; then the watched marker is gone."""
+    await _until(lambda: hub._reaper.pending_items == 0)
+    gc.collect()
+    assert watch() is None
+
+
 @pytest.fixture
 async def hub():
     hub = MemoryHub(MemoryHubConfig(tick_s=0.05, ended_ttl_s=0.1))
@@ -113,23 +125,19 @@ async def hub():
 
 async def test_a_deleted_stream_is_handed_to_the_reaper_not_freed_in_the_delete(hub):
     await hub.create("s", retention=Retention(max_events=10_000))
-    marker = Marker()
-    watch = weakref.ref(marker)
+    marker, watch = _watched()
     await hub.append_many("s", [_marked(marker)] + [Event.delta("x") for _ in range(2_000)])
     del marker
     await hub.delete("s")
     assert hub._reaper.pending_items >= 2_001  # the whole history, waiting
     gc.collect()
     assert watch() is not None
-    await _until(lambda: hub._reaper.pending_items == 0)
-    gc.collect()
-    assert watch() is None
+    await _until_freed(hub, watch)
 
 
 async def test_a_reader_still_attached_gets_the_end_of_a_deleted_stream_then_it_is_freed(hub):
     await hub.create("s")
-    marker = Marker()
-    watch = weakref.ref(marker)
+    marker, watch = _watched()
     reader = await hub.subscribe("s")
     await hub.append_many("s", [_marked(marker), Event.delta("a"), Event.delta("b")])
     del marker
@@ -140,21 +148,16 @@ async def test_a_reader_still_attached_gets_the_end_of_a_deleted_stream_then_it_
     assert batch[-1].data["finish_reason"] == "deleted"
     del batch
     await reader.aclose()  # the last reader gone: now it is freed
-    await _until(lambda: hub._reaper.pending_items == 0)
-    gc.collect()
-    assert watch() is None
+    await _until_freed(hub, watch)
 
 
 async def test_an_expired_ended_stream_is_freed_through_the_reaper(hub):
     await hub.create("s")
-    marker = Marker()
-    watch = weakref.ref(marker)
+    marker, watch = _watched()
     await hub.append_many("s", [_marked(marker), Event.done()])
     del marker
     await _until(lambda: hub.stats().streams == 0)  # ended_ttl_s=0.1, swept about once a second
-    await _until(lambda: hub._reaper.pending_items == 0)
-    gc.collect()
-    assert watch() is None
+    await _until_freed(hub, watch)
 
 
 async def test_a_stream_recreated_under_a_deleted_ones_id_is_not_freed_with_it(hub):
