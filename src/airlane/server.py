@@ -25,6 +25,7 @@ from airlane.backends.openai import OpenAIUpstreamBackend
 from airlane.backends.synthetic import SyntheticBackend, SyntheticConfig
 from airlane.core import OrphanMode, OrphanPolicy, Retention
 from airlane.eventsourcing import EventSourcing, EventSourcingConfig
+from airlane.fdtable import DEFAULT_RESERVED_FDS, reserve_fd_table
 from airlane.gateway import Gateway, GatewayConfig
 from airlane.gcpacer import GcConfig, GcPacer
 from airlane.hub import Hub, MemoryHub, MemoryHubConfig
@@ -110,6 +111,9 @@ class ServerConfig:
     """Python logging level."""
     gc: GcConfig = field(default_factory=GcConfig)
     """How the garbage collector is scheduled (``[gc]``, `airlane.gcpacer`)."""
+    reserved_fds: int = DEFAULT_RESERVED_FDS
+    """Descriptor slots made at start (at most the soft ``RLIMIT_NOFILE``), so that taking
+    connections never waits for the kernel to grow the table (`airlane.fdtable`); 0: none."""
 
 
 def load_config(path: Path, base: ServerConfig | None = None) -> ServerConfig:
@@ -298,6 +302,7 @@ async def serve(
     config: ServerConfig, *, on_ready: Callable[[Listening], None] | None = None
 ) -> None:
     """Run the gateway until cancelled or signalled; ``on_ready`` gets the addresses."""
+    reserve_fd_table(config.reserved_fds)
     app = build_app(config)
     pacer = GcPacer(config.gc)
     app.metrics.registry.register(pacer)
