@@ -33,6 +33,8 @@ PACKAGES = [
     "airlane.deadline",
     "airlane.gateway",
     "airlane.gcpacer",
+    "airlane.admission",
+    "airlane.fdtable",
     "airlane.server",
     "airlane.eventsourcing",
     "airlane.artifacts",

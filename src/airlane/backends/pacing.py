@@ -7,6 +7,10 @@ sleeper under the whole millisecond its deadline rounds up to and arms one loop 
 millisecond that has sleepers: when it fires, every sleeper filed there is due (on
 `time.monotonic_ns`, never early) and is woken at once. A sleeper costs a future and a list
 append; no heap of tuples, no re-arming.
+
+A pacer is its loop's deadline source for `airlane.admission`: while one of its milliseconds
+is due and not yet served, new streams' set-up waits, so that a burst of new connections does
+not hold the chunks of the streams already running.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from airlane.admission import Admission
 from airlane.eager import yield_to_loop
 
 __all__ = ["Pacer"]
@@ -34,6 +39,7 @@ class Pacer:
         # Sleepers by the whole millisecond (of CLOCK_MONOTONIC) their deadline rounds up to;
         # a key is here exactly while its loop timer is armed.
         self._due: dict[int, list[asyncio.Future[None]]] = {}
+        Admission.for_loop(loop).register(self)
 
     @classmethod
     def for_loop(cls, pacer: Pacer | None) -> Pacer:
@@ -45,6 +51,12 @@ class Pacer:
     def sleepers(self) -> int:
         """Entries waiting (cancelled ones included until their millisecond comes)."""
         return sum(map(len, self._due.values()))
+
+    def overdue(self, now_ns: int) -> bool:
+        """True if sleepers filed under a millisecond at or before ``now_ns`` wait still
+        (their timer has not fired yet): `airlane.admission`'s test for due work."""
+        # A dozen or two keys (one per millisecond of the longest pending sleep): min is cheap.
+        return bool(self._due) and min(self._due) * 1_000_000 <= now_ns
 
     async def sleep_until(self, deadline_ns: int) -> None:
         """Return once ``time.monotonic_ns()`` has reached ``deadline_ns``; a deadline already

@@ -27,6 +27,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
 
+from airlane.admission import Admission
 from airlane.core import BadResumeToken
 from airlane.eventlog import EventLogError
 from airlane.gateway import Gateway
@@ -108,8 +109,10 @@ class AirlaneApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
+            await Admission.for_loop().admit()
             await self._http(scope, receive, send)
         elif kind == "websocket":
+            await Admission.for_loop().admit()
             await self._websocket(scope, receive, send)
         elif kind == "lifespan":
             await self._lifespan(receive, send)

@@ -20,6 +20,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from airlane.admission import Admission
 from airlane.core import Event
 from airlane.hub import HubStats
 
@@ -105,6 +106,7 @@ class HttpMetrics(Collector):
             connections.add_metric([transport], count)
         yield connections
         yield self._lag_family()
+        yield from _admission_families()
 
     def _lag_family(self) -> Metric:
         cumulative, buckets = 0, []
@@ -122,3 +124,19 @@ class HttpMetrics(Collector):
     def render(self) -> bytes:
         """The exposition text."""
         return generate_latest(self.registry)
+
+
+def _admission_families() -> Iterator[Metric]:
+    """The admission of new streams on the loop serving the scrape (`airlane.admission`)."""
+    try:
+        admission = Admission.for_loop()
+    except RuntimeError:  # scraped from outside an event loop: nothing to report
+        return
+    yield CounterMetricFamily(
+        "airlane_admission_deferred",
+        "Requests whose set-up waited while paced work was due",
+        admission.deferred,
+    )
+    yield GaugeMetricFamily(
+        "airlane_admission_waiting", "Requests waiting to be set up", admission.waiting
+    )

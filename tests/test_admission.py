@@ -1,0 +1,164 @@
+"""New streams' set-up waits while timed work is due: first come, first admitted, in batches
+that fit a slice of a loop turn, never starved; a loop without deadline sources admits at once."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+
+from airlane.admission import MAX_BATCH, MIN_BATCH, Admission
+from airlane.backends.pacing import Pacer
+
+
+class Deadlines:
+    """A deadline source whose due work the test switches on and off."""
+
+    def __init__(self, due: bool = False) -> None:
+        self.due = due
+        self.asked = 0
+
+    def overdue(self, now_ns: int) -> bool:
+        self.asked += 1
+        return self.due
+
+
+async def test_without_deadline_sources_every_request_is_admitted_at_once() -> None:
+    admission = Admission()
+    for _ in range(100):
+        await admission.admit()
+    assert admission.deferred == 0
+    assert admission.waiting == 0
+
+
+async def test_while_work_is_due_requests_wait_and_are_admitted_in_arrival_order() -> None:
+    admission = Admission()
+    source = Deadlines(due=True)
+    admission.register(source)
+    admitted: list[int] = []
+
+    async def request(n: int) -> None:
+        await admission.admit()
+        admitted.append(n)
+
+    tasks = [asyncio.create_task(request(n)) for n in range(20)]
+    await asyncio.sleep(0)  # every request has asked
+    assert admitted == []
+    assert admission.waiting == 20
+    # The source stays due: requests are still let through, batch by batch, never starved.
+    await asyncio.wait_for(asyncio.gather(*tasks), 5)
+    assert admitted == list(range(20))
+    assert admission.deferred == 20
+    assert admission.waiting == 0
+
+
+async def test_a_request_arriving_behind_waiting_ones_queues_even_when_nothing_is_due() -> None:
+    admission = Admission()
+    source = Deadlines(due=True)
+    admission.register(source)
+    order: list[str] = []
+
+    async def request(name: str) -> None:
+        await admission.admit()
+        order.append(name)
+
+    first = asyncio.create_task(request("first"))
+    await asyncio.sleep(0)
+    source.due = False  # the due work was served, but "first" still waits for its release
+    second = asyncio.create_task(request("second"))
+    await asyncio.wait_for(asyncio.gather(first, second), 5)
+    assert order == ["first", "second"]
+
+
+async def test_one_release_lets_a_batch_go_and_fits_it_to_the_set_ups_cost() -> None:
+    admission = Admission()
+    source = Deadlines(due=True)  # registered weakly: the test keeps it alive
+    admission.register(source)
+    # Requests let go by one release all see the same number still waiting behind them.
+    left_behind: list[int] = []
+
+    async def request() -> None:
+        await admission.admit()
+        left_behind.append(admission.waiting)
+        time.sleep(0.0005)  # a set-up's half millisecond of work, without a wait
+
+    await asyncio.wait_for(asyncio.gather(*(request() for _ in range(40))), 10)
+    batches = [left_behind.count(waiting) for waiting in sorted(set(left_behind), reverse=True)]
+    assert sum(batches) == 40
+    assert batches[0] == 8  # the first release, before anything was measured
+    # Half a millisecond each against a slice of a millisecond: the smallest batch after.
+    assert set(batches[1:]) == {MIN_BATCH}
+    assert admission.batch == MIN_BATCH
+    assert MIN_BATCH <= admission.batch <= MAX_BATCH
+
+
+async def test_a_cancelled_waiter_gives_up_its_place() -> None:
+    admission = Admission()
+    source = Deadlines(due=True)
+    admission.register(source)
+    admitted: list[str] = []
+
+    async def request(name: str) -> None:
+        await admission.admit()
+        admitted.append(name)
+
+    gone = asyncio.create_task(request("gone"))
+    stays = asyncio.create_task(request("stays"))
+    await asyncio.sleep(0)
+    gone.cancel()
+    await asyncio.wait_for(stays, 5)
+    assert admitted == ["stays"]
+    assert gone.cancelled()
+
+
+async def test_sources_are_held_weakly() -> None:
+    admission = Admission()
+    admission.register(Deadlines(due=True))
+    gc.collect()
+    assert not admission.due()
+    await admission.admit()
+    assert admission.deferred == 0
+
+
+def test_each_loop_has_its_own_admission_and_lets_it_go_with_the_loop() -> None:
+    async def mine() -> Admission:
+        return Admission.for_loop()
+
+    first_loop, second_loop = asyncio.new_event_loop(), asyncio.new_event_loop()
+    try:
+        first = first_loop.run_until_complete(mine())
+        assert first_loop.run_until_complete(mine()) is first
+        assert second_loop.run_until_complete(mine()) is not first
+    finally:
+        first_loop.close()
+        second_loop.close()
+    from airlane import admission as module
+
+    before = len(module._BY_LOOP)
+    del first_loop
+    gc.collect()
+    assert len(module._BY_LOOP) == before - 1
+
+
+async def test_a_pacer_with_a_due_millisecond_holds_new_streams_until_its_sleepers_woke() -> None:
+    pacer = Pacer.for_loop(None)
+    admission = Admission.for_loop()
+    events: list[str] = []
+
+    async def sleeper() -> None:
+        await pacer.sleep_until(time.monotonic_ns() + 2_000_000)
+        events.append("due work")
+
+    async def new_stream() -> None:
+        await admission.admit()
+        events.append("set-up")
+
+    sleeping = asyncio.create_task(sleeper())
+    await asyncio.sleep(0)
+    assert not pacer.overdue(time.monotonic_ns())
+    time.sleep(0.004)  # the loop is busy past the sleeper's deadline
+    assert pacer.overdue(time.monotonic_ns())
+    assert admission.due()
+    await asyncio.wait_for(asyncio.gather(sleeping, new_stream()), 5)
+    assert events == ["due work", "set-up"]
+    assert not pacer.overdue(time.monotonic_ns())
