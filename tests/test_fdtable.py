@@ -36,8 +36,6 @@ def _run(code: str) -> str:
     return result.stdout.strip()
 
 
-
-
 def test_the_table_grows_to_the_reserved_size_and_no_descriptor_stays_open() -> None:
     out = _run(
         """
