@@ -18,7 +18,9 @@ ordered: every loop turn admits at least `MIN_BATCH`. A loop without deadline so
 paced stream) admits every request at once: bursts of new streams then start as fast as
 before, which is what their time to first chunk needs.
 
-Transports call `admit` first thing for each request or stream; producers that keep deadlines
+Transports call `admit` first thing for each request or stream (the HTTP app for every
+request, AIRC for each GEN_REQ, gRPC for each unary ``Generate``; not a gRPC ``Session``'s
+generate, whose requests are handled in order); producers that keep deadlines
 (`airlane.backends.pacing.Pacer`) register with `register`. The module imports asyncio and the
 standard library only, so either side can use it.
 """

@@ -37,6 +37,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from airlane.admission import Admission
 from airlane.backends.base import GenerationRequest, LoadTestSpec
 from airlane.chat_request import InvalidChatRequest, parse_chat_request
 from airlane.core import BadResumeToken, Event, Kind, Lane, OrphanMode, OrphanPolicy, Position
@@ -316,6 +317,9 @@ class AircSession:
         return self._principal
 
     async def _generate(self, message: GenRequest, event: SignalReceived) -> None:
+        # Set-up waits while paced work is due (a burst of GEN_REQs must not hold it); only
+        # this request waits: each runs in a task of its own.
+        await Admission.for_loop().admit()
         principal = self._who()
         try:
             body = orjson.loads(message.body)

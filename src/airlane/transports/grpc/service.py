@@ -29,6 +29,7 @@ from typing import Any, NoReturn
 import grpc
 from grpc import aio
 
+from airlane.admission import Admission
 from airlane.backends.base import GenerationRequest, LoadTestSpec
 from airlane.chat_request import InvalidChatRequest, parse_chat_request
 from airlane.core import BadResumeToken, OrphanMode, OrphanPolicy
@@ -138,6 +139,10 @@ class AirlaneService(service_pb2_grpc.AirlaneServicer):
         self, request: service_pb2.GenerateRequest, context: aio.ServicerContext
     ) -> AsyncIterator[bytes]:
         """Start a generation and stream it."""
+        # Set-up waits while paced work is due, as on every transport (`airlane.admission`).
+        # A Session's generate does not: its requests are handled in order, and waiting there
+        # would hold the session's credits and cancels too.
+        await Admission.for_loop().admit()
         gateway = self.gateway
         loadtest = request.HasField("loadtest")
         try:
