@@ -103,3 +103,21 @@ def test_the_gateway_reserves_its_table_at_start(tmp_path) -> None:
     )
     assert int(out.splitlines()[-1]) >= 4096
     assert DEFAULT_RESERVED_FDS >= 4096
+
+
+def test_a_process_with_every_descriptor_taken_reserves_nothing_and_does_not_fail() -> None:
+    out = _run(
+        """
+        import os
+        from airlane.fdtable import reserve_fd_table
+        soft_limit(64)
+        held = []
+        try:
+            while True:
+                held.append(os.open(os.devnull, os.O_RDONLY))
+        except OSError:
+            pass
+        print(reserve_fd_table(1000))
+        """
+    )
+    assert out.splitlines()[-1] == "0"

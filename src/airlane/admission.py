@@ -60,9 +60,10 @@ class DeadlineSource(Protocol):
 class Admission:
     """The admission of new streams on one event loop; get it with `for_loop`.
 
-    Holds no reference to its loop (the loop's registry is weak), and only weak references
-    to its deadline sources. Waiting requests are bounded by the transports' own connection
-    limits: each is one future in a deque, and one loop timer serves them all.
+    Holds no reference to its loop (the loop's registry is weak; while requests wait, its one
+    loop timer does), and only weak references to its deadline sources. A waiting request is
+    one future in a deque, and each belongs to an open connection, so the process's
+    descriptor limit bounds them; one loop timer serves them all.
     """
 
     def __init__(self) -> None:

@@ -52,7 +52,11 @@ def reserve_fd_table(count: int) -> int:
     # fcntl(F_DUPFD, n) gives the lowest free descriptor >= n; asking for the last slot makes
     # the kernel size the table for it (rounded up to a power of two).
     top = count - 1
-    source = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        source = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:  # no descriptor left at all
+        log.debug("could not reserve %d descriptor slots: %s", count, exc)
+        return 0
     try:
         duplicate = fcntl.fcntl(source, fcntl.F_DUPFD_CLOEXEC, top)
     except OSError as exc:  # EMFILE: every slot from top up is taken; EINVAL: over the limit
