@@ -128,7 +128,9 @@ class GcPacer(Collector):
         self.longest_pause_s = 0.0
         """The longest full pass, in seconds."""
         self.collected = 0
-        """Unreachable objects the full passes found."""
+        """Unreachable objects the full passes found, as `gc.collect` counts them: a cycle
+        that a finalizer breaks (a suspended generator closed by the pass, whose objects then
+        go by reference counting) is freed but not counted."""
         self.live_objects = 0
         """Tracked objects alive after the last full pass."""
 
