@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
+from typing import Any
 
 from airlane.admission import MAX_BATCH, MIN_BATCH, Admission
 from airlane.backends.pacing import Pacer
@@ -23,6 +24,21 @@ class Deadlines:
         return self.due
 
 
+def due_admission() -> tuple[Admission, Deadlines]:
+    """An admission with one source that has work due; the caller must keep the source (the
+    admission holds it weakly)."""
+    admission = Admission()
+    source = Deadlines(due=True)
+    admission.register(source)
+    return admission, source
+
+
+async def admitted(admission: Admission, log: list[Any], item: object) -> None:
+    """Wait for ``admission``, then note ``item`` in ``log``."""
+    await admission.admit()
+    log.append(item)
+
+
 async def test_without_deadline_sources_every_request_is_admitted_at_once() -> None:
     admission = Admission()
     for _ in range(100):
@@ -32,48 +48,32 @@ async def test_without_deadline_sources_every_request_is_admitted_at_once() -> N
 
 
 async def test_while_work_is_due_requests_wait_and_are_admitted_in_arrival_order() -> None:
-    admission = Admission()
-    source = Deadlines(due=True)
-    admission.register(source)
-    admitted: list[int] = []
-
-    async def request(n: int) -> None:
-        await admission.admit()
-        admitted.append(n)
-
-    tasks = [asyncio.create_task(request(n)) for n in range(20)]
+    admission, _source = due_admission()
+    order: list[int] = []
+    tasks = [asyncio.create_task(admitted(admission, order, n)) for n in range(20)]
     await asyncio.sleep(0)  # every request has asked
-    assert admitted == []
+    assert order == []
     assert admission.waiting == 20
     # The source stays due: requests are still let through, batch by batch, never starved.
     await asyncio.wait_for(asyncio.gather(*tasks), 5)
-    assert admitted == list(range(20))
+    assert order == list(range(20))
     assert admission.deferred == 20
     assert admission.waiting == 0
 
 
 async def test_a_request_arriving_behind_waiting_ones_queues_even_when_nothing_is_due() -> None:
-    admission = Admission()
-    source = Deadlines(due=True)
-    admission.register(source)
+    admission, source = due_admission()
     order: list[str] = []
-
-    async def request(name: str) -> None:
-        await admission.admit()
-        order.append(name)
-
-    first = asyncio.create_task(request("first"))
+    first = asyncio.create_task(admitted(admission, order, "first"))
     await asyncio.sleep(0)
     source.due = False  # the due work was served, but "first" still waits for its release
-    second = asyncio.create_task(request("second"))
+    second = asyncio.create_task(admitted(admission, order, "second"))
     await asyncio.wait_for(asyncio.gather(first, second), 5)
     assert order == ["first", "second"]
 
 
 async def test_one_release_lets_a_batch_go_and_fits_it_to_the_set_ups_cost() -> None:
-    admission = Admission()
-    source = Deadlines(due=True)  # registered weakly: the test keeps it alive
-    admission.register(source)
+    admission, _source = due_admission()
     # Requests let go by one release all see the same number still waiting behind them.
     left_behind: list[int] = []
 
@@ -93,21 +93,14 @@ async def test_one_release_lets_a_batch_go_and_fits_it_to_the_set_ups_cost() -> 
 
 
 async def test_a_cancelled_waiter_gives_up_its_place() -> None:
-    admission = Admission()
-    source = Deadlines(due=True)
-    admission.register(source)
-    admitted: list[str] = []
-
-    async def request(name: str) -> None:
-        await admission.admit()
-        admitted.append(name)
-
-    gone = asyncio.create_task(request("gone"))
-    stays = asyncio.create_task(request("stays"))
+    admission, _source = due_admission()
+    order: list[str] = []
+    gone = asyncio.create_task(admitted(admission, order, "gone"))
+    stays = asyncio.create_task(admitted(admission, order, "stays"))
     await asyncio.sleep(0)
     gone.cancel()
     await asyncio.wait_for(stays, 5)
-    assert admitted == ["stays"]
+    assert order == ["stays"]
     assert gone.cancelled()
 
 
