@@ -108,14 +108,15 @@ class AirlaneApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
+        if kind == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        # Every request's set-up waits while paced work is due (`airlane.admission`).
+        await Admission.for_loop().admit()
         if kind == "http":
-            await Admission.for_loop().admit()
             await self._http(scope, receive, send)
         elif kind == "websocket":
-            await Admission.for_loop().admit()
             await self._websocket(scope, receive, send)
-        elif kind == "lifespan":
-            await self._lifespan(receive, send)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
