@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import time
 import weakref
 from collections.abc import Iterator
 
@@ -40,6 +41,8 @@ def restore_gc() -> Iterator[None]:
         {"min_full_interval_s": -1},
         {"min_full_interval_s": 10, "max_full_interval_s": 5},
         {"full_after_growth_mib": 0},
+        {"quiet_cpu_share": -0.1},
+        {"max_quiet_wait_s": -1},
     ],
 )
 def test_bad_settings_are_refused(settings):
@@ -126,6 +129,61 @@ async def test_a_full_pass_once_the_process_has_grown(restore_gc):
         pacer.stop()
 
 
+class _BusyClock:
+    """A process CPU clock that runs as fast as the wall clock while ``busy`` (a process
+    using a whole CPU) and stands still otherwise."""
+
+    def __init__(self) -> None:
+        self.busy = True
+        self._cpu = 0.0
+        self._at = time.monotonic()
+
+    def __call__(self) -> float:
+        now = time.monotonic()
+        if self.busy:
+            self._cpu += now - self._at
+        self._at = now
+        return self._cpu
+
+
+async def _wait_for_passes(pacer: GcPacer, count: int, limit_s: float = 2.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while pacer.full_passes < count and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+
+
+async def test_a_due_pass_waits_for_a_quiet_tick(restore_gc):
+    clock = _BusyClock()
+    config = GcConfig(tick_s=0.01, min_full_interval_s=0, max_full_interval_s=0.02)
+    pacer = GcPacer(config, cpu_s=clock)
+    pacer.start()
+    try:
+        cycle = _garbage_cycle()
+        await asyncio.sleep(0.2)  # due from the second tick on, and busy all along
+        assert pacer.full_passes == 0 and cycle() is not None
+        clock.busy = False
+        await _wait_for_passes(pacer, 1)
+        assert pacer.full_passes >= 1 and cycle() is None
+        assert pacer.quiet_wait_s >= 0.15  # how long it was held back
+    finally:
+        pacer.stop()
+
+
+async def test_a_due_pass_runs_anyway_after_the_longest_wait(restore_gc):
+    clock = _BusyClock()
+    config = GcConfig(
+        tick_s=0.01, min_full_interval_s=0, max_full_interval_s=0.02, max_quiet_wait_s=0.1
+    )
+    pacer = GcPacer(config, cpu_s=clock)
+    pacer.start()
+    try:
+        await _wait_for_passes(pacer, 1)
+        assert pacer.full_passes >= 1
+        assert 0.1 <= pacer.quiet_wait_s < 1.0
+    finally:
+        pacer.stop()
+
+
 def test_peak_memory_is_read():
     assert peak_rss_kb() > 1024  # an interpreter takes more than a MiB
 
@@ -147,6 +205,7 @@ def test_prometheus_families():
         "airlane_gc_full_collections",
         "airlane_gc_full_collection_seconds",
         "airlane_gc_collected_objects",
+        "airlane_gc_full_collection_wait_seconds",
         "airlane_gc_tracked_objects",
     }
 

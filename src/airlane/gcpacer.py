@@ -25,12 +25,17 @@ The pacer changes the schedule, not the collector:
   (CPython's own, a quarter more objects than after the last full pass) set off a full pass
   after every bench run, each a pause of up to 280 ms for a gateway that had made no
   garbage at all. Garbage that accumulates raises the peak; a history that comes and goes
-  within it does not.
+  within it does not;
+- a full pass that falls due waits for a quiet tick, one over which the process used at most
+  ``quiet_cpu_share`` of a CPU, for at most ``max_quiet_wait_s``. The walk pauses every
+  stream of the process (240 ms in a gateway holding the history of 1,000 streams of 200
+  chunks, whose growth is what set the pass off); between bursts of work nobody waits for it.
 
-Cyclic garbage therefore lives at most ``max_full_interval_s``, or until it has grown the
-process by ``full_after_growth_mib``; everything else is freed as before. A pacer belongs to
-the process that runs the gateway (``airlane serve``): an application that mounts the ASGI
-app keeps its own collector. Tools that walk the collector's lists (``gc.get_objects``,
+Cyclic garbage therefore lives at most ``max_full_interval_s`` (plus ``max_quiet_wait_s``),
+or until it has grown the process by ``full_after_growth_mib`` (plus what it grows while the
+pass waits); everything else is freed as before. A pacer belongs to the process that runs the
+gateway (``airlane serve``): an application that mounts the ASGI app keeps its own
+collector. Tools that walk the collector's lists (``gc.get_objects``,
 ``gc.get_referrers``, leak finders built on them) do not see frozen objects: set ``[gc]
 paced = false`` while hunting a leak with them.
 """
@@ -94,6 +99,12 @@ class GcConfig:
     has grown by this much since the last: how much cyclic garbage may accumulate. Less
     makes a fresh gateway pause while its first streams fill it (500 streams of 200 chunks
     grow it by about 150 MiB)."""
+    quiet_cpu_share: float = 0.25
+    """A due full pass runs at the first tick over which the process used at most this
+    share of one CPU (``time.process_time``, every thread): between bursts of streams."""
+    max_quiet_wait_s: float = 30.0
+    """How long a due full pass waits for a quiet tick before it runs anyway (0: never
+    waits). A gateway that is never quiet collects this much later than its schedule."""
 
     def __post_init__(self) -> None:
         if not self.tick_s > 0:
@@ -102,6 +113,10 @@ class GcConfig:
             raise ValueError("gc: need 0 <= min_full_interval_s <= max_full_interval_s")
         if not self.full_after_growth_mib > 0:
             raise ValueError("gc.full_after_growth_mib must be positive")
+        if not self.quiet_cpu_share >= 0:
+            raise ValueError("gc.quiet_cpu_share must not be negative")
+        if not self.max_quiet_wait_s >= 0:
+            raise ValueError("gc.max_quiet_wait_s must not be negative")
 
 
 class GcPacer(Collector):
@@ -111,16 +126,27 @@ class GcPacer(Collector):
     """
 
     def __init__(
-        self, config: GcConfig | None = None, *, memory_kb: Callable[[], int] | None = None
+        self,
+        config: GcConfig | None = None,
+        *,
+        memory_kb: Callable[[], int] | None = None,
+        cpu_s: Callable[[], float] | None = None,
     ) -> None:
         self.config = config or GcConfig()
-        # What "the process has grown" is measured on (tests give their own).
+        # What "the process has grown" and "the process was busy" are measured on (tests
+        # give their own).
         self._memory_kb = memory_kb or peak_rss_kb
+        self._cpu_s = cpu_s or time.process_time
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._saved_threshold: tuple[int, int, int] | None = None
         self._full_at_kb = 0
         self._last_full = 0.0
+        # The previous tick's clocks (monotonic, process CPU), for the CPU share since then.
+        self._tick_at = 0.0
+        self._cpu_at = 0.0
+        # When the pending full pass fell due; None while none is.
+        self._due_since: float | None = None
         self.full_passes = 0
         """Full passes run so far."""
         self.full_pause_s = 0.0
@@ -133,6 +159,8 @@ class GcPacer(Collector):
         go by reference counting) is freed but not counted."""
         self.live_objects = 0
         """Tracked objects alive after the last full pass."""
+        self.quiet_wait_s = 0.0
+        """Seconds due full passes spent waiting for a quiet tick, in all."""
 
     @property
     def running(self) -> bool:
@@ -150,7 +178,8 @@ class GcPacer(Collector):
         self._loop = asyncio.get_running_loop()
         _, gen1, gen2 = gc.get_threshold()
         gc.set_threshold(PACED_GEN0_THRESHOLD, gen1, gen2)
-        self._last_full = time.monotonic()
+        self._last_full = self._tick_at = time.monotonic()
+        self._cpu_at = self._cpu_s()
         self._remember_live()
         self._timer = self._loop.call_later(self.config.tick_s, self._tick)
 
@@ -180,6 +209,7 @@ class GcPacer(Collector):
         self.longest_pause_s = max(self.longest_pause_s, pause)
         self.collected += found
         self._last_full = time.monotonic()
+        self._due_since = None
         self._remember_live()
         log.debug(
             "full collection: %d unreachable, %d alive, %.1f ms",
@@ -199,11 +229,23 @@ class GcPacer(Collector):
         config = self.config
         try:
             gc.freeze()
-            since = time.monotonic() - self._last_full
-            if since >= config.max_full_interval_s or (
-                since >= config.min_full_interval_s and self._memory_kb() >= self._full_at_kb
-            ):
-                self.collect_now()
+            now = time.monotonic()
+            cpu = self._cpu_s()
+            busy = (cpu - self._cpu_at) / max(now - self._tick_at, 1e-3)
+            self._tick_at, self._cpu_at = now, cpu
+            if self._due_since is None:
+                since = now - self._last_full
+                if since >= config.max_full_interval_s or (
+                    since >= config.min_full_interval_s and self._memory_kb() >= self._full_at_kb
+                ):
+                    self._due_since = now
+            if self._due_since is not None:
+                waited = now - self._due_since
+                if busy <= config.quiet_cpu_share or waited >= config.max_quiet_wait_s:
+                    self.quiet_wait_s += waited
+                    self.collect_now()
+                    # The pass's own CPU is not the next tick's load.
+                    self._tick_at, self._cpu_at = time.monotonic(), self._cpu_s()
         finally:
             # Armed again whatever happened: a pacer that stopped ticking would leave every
             # object made from then on to CPython's schedule and everything before it frozen.
@@ -224,6 +266,11 @@ class GcPacer(Collector):
             "airlane_gc_collected_objects",
             "Unreachable objects (reference cycles) found by full passes",
             self.collected,
+        )
+        yield CounterMetricFamily(
+            "airlane_gc_full_collection_wait_seconds",
+            "Time due full passes waited for a quiet moment (little CPU used) to run in",
+            self.quiet_wait_s,
         )
         yield GaugeMetricFamily(
             "airlane_gc_tracked_objects",
