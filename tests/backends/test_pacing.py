@@ -115,3 +115,54 @@ async def test_a_pacer_is_remade_for_another_loop() -> None:
         assert Pacer.for_loop(other_loop_pacer) is not other_loop_pacer
     finally:
         other_loop_pacer._loop.close()
+
+
+async def test_call_backs_run_at_their_deadlines_among_the_sleepers_in_filing_order() -> None:
+    pacer = Pacer.for_loop(None)
+    deadline = time.monotonic_ns() + 20_000_000
+    order: list[str] = []
+
+    def call(name: str) -> None:
+        assert time.monotonic_ns() >= deadline  # never early
+        order.append(name)
+
+    async def sleeper() -> None:
+        await pacer.sleep_until(deadline)
+        order.append("sleeper")
+
+    pacer.call_at(deadline, lambda: call("first"))
+    task = asyncio.create_task(sleeper())
+    await asyncio.sleep(0)  # the sleeper files its wake-up after the first call-back
+    pacer.call_at(deadline, lambda: call("last"))
+    await asyncio.wait_for(task, 1.0)
+    # The sleeper's task resumes a step after its wake-up: both call-backs ran by then.
+    assert order == ["first", "last", "sleeper"]
+    assert pacer.sleepers == 0
+
+
+async def test_a_call_back_for_a_past_deadline_runs_on_the_next_turn() -> None:
+    pacer = Pacer.for_loop(None)
+    ran = asyncio.Event()
+    pacer.call_at(time.monotonic_ns() - 5_000_000, ran.set)
+    assert not ran.is_set()
+    await asyncio.wait_for(ran.wait(), 1.0)
+
+
+async def test_a_failing_call_back_does_not_cost_the_others_their_turn() -> None:
+    pacer = Pacer.for_loop(None)
+    loop = asyncio.get_running_loop()
+    errors: list[object] = []
+    loop.set_exception_handler(lambda _loop, context: errors.append(context.get("exception")))
+    try:
+        ran = asyncio.Event()
+
+        def fails() -> None:
+            raise RuntimeError("a bad call-back")
+
+        deadline = time.monotonic_ns() + 2_000_000
+        pacer.call_at(deadline, fails)
+        pacer.call_at(deadline, ran.set)
+        await asyncio.wait_for(ran.wait(), 1.0)
+        assert [type(error) for error in errors] == [RuntimeError]
+    finally:
+        loop.set_exception_handler(None)

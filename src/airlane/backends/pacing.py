@@ -6,7 +6,9 @@ resolution, often a second sleep for the sub-millisecond remainder. The pacer fi
 sleeper under the whole millisecond its deadline rounds up to and arms one loop timer per
 millisecond that has sleepers: when it fires, every sleeper filed there is due (on
 `time.monotonic_ns`, never early) and is woken at once. A sleeper costs a future and a list
-append; no heap of tuples, no re-arming.
+append; no heap of tuples, no re-arming. A call-back filed with `Pacer.call_at` costs only the
+append: it is called where a sleeper would be woken (a `airlane.backends.base.Feed`'s next
+step), with no task to resume.
 
 A pacer is its loop's deadline source for `airlane.admission`: while one of its milliseconds
 is due and not yet served, new streams' set-up waits, so that a burst of new connections does
@@ -16,7 +18,9 @@ not hold the chunks of the streams already running.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
+from collections.abc import Callable
 
 from airlane.admission import Admission
 from airlane.eager import yield_to_loop
@@ -36,9 +40,10 @@ class Pacer:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        # Sleepers by the whole millisecond (of CLOCK_MONOTONIC) their deadline rounds up to;
-        # a key is here exactly while its loop timer is armed.
-        self._due: dict[int, list[asyncio.Future[None]]] = {}
+        # What to call (a sleeper's wake-up or a call-back) by the whole millisecond (of
+        # CLOCK_MONOTONIC) its deadline rounds up to; a key is here exactly while its loop
+        # timer is armed.
+        self._due: dict[int, list[Callable[[], object]]] = {}
         Admission.for_loop(loop).register(self)
 
     @classmethod
@@ -49,7 +54,8 @@ class Pacer:
 
     @property
     def sleepers(self) -> int:
-        """Entries waiting (cancelled ones included until their millisecond comes)."""
+        """Entries waiting, sleepers and call-backs (cancelled sleepers included until their
+        millisecond comes)."""
         return sum(map(len, self._due.values()))
 
     def overdue(self, now_ns: int) -> bool:
@@ -66,14 +72,21 @@ class Pacer:
             await yield_to_loop()
             return
         waiter: asyncio.Future[None] = self._loop.create_future()
+        self.call_at(deadline_ns, functools.partial(_wake, waiter))
+        await waiter
+
+    def call_at(self, deadline_ns: int, callback: Callable[[], object]) -> None:
+        """Call ``callback()`` once ``time.monotonic_ns()`` has reached ``deadline_ns``, from
+        the pacer's timer; a deadline already past, on the loop's next turn. There is no
+        handle to cancel it with: a call-back that may no longer be wanted checks that
+        itself. It must not raise (what it raises goes to the loop's exception handler)."""
         due_ms = -(-deadline_ns // 1_000_000)
-        sleepers = self._due.get(due_ms)
-        if sleepers is None:
-            self._due[due_ms] = [waiter]
+        due = self._due.get(due_ms)
+        if due is None:
+            self._due[due_ms] = [callback]
             self._arm(due_ms)
         else:
-            sleepers.append(waiter)
-        await waiter
+            due.append(callback)
 
     def _arm(self, due_ms: int) -> None:
         # The loop's clock (uvloop: libuv's) counts whole milliseconds of CLOCK_MONOTONIC, so a
@@ -88,6 +101,15 @@ class Pacer:
             # The loop's timers may fire up to a millisecond early: never an early wake-up.
             self._arm(due_ms)
             return
-        for waiter in self._due.pop(due_ms):
-            if not waiter.done():  # a cancelled sleeper's entry
-                waiter.set_result(None)
+        for callback in self._due.pop(due_ms):
+            try:
+                callback()
+            except Exception as exc:  # one bad call-back must not cost the others their turn
+                self._loop.call_exception_handler(
+                    {"message": "pacer call-back failed", "exception": exc}
+                )
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():  # a cancelled sleeper's entry
+        waiter.set_result(None)
