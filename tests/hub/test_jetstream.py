@@ -56,6 +56,11 @@ async def nodes(nats_session: NatsServer) -> AsyncIterator[tuple[JetStreamHub, J
     await b.aclose()
 
 
+async def test_appends_wait_for_jetstream_so_there_is_no_appender(hub):
+    await hub.create("s")
+    assert hub.appender("s") is None  # not the memory hub's, which would skip the publish
+
+
 async def test_a_stream_made_on_one_node_is_read_live_on_another(nodes):
     a, b = nodes
     info = await a.create("gen-1")

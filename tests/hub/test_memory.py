@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from airlane.core import Event
-from airlane.hub import HubFull, MemoryHub, MemoryHubConfig
+from airlane.hub import HubFull, MemoryHub, MemoryHubConfig, StreamEnded, StreamNotFound
 from tests.hub.contract import HubContract, drain
 
 
@@ -76,3 +76,26 @@ async def test_a_cancelled_wait_leaves_other_readers_waiting_and_nothing_behind(
     assert hub._streams["w"].waiters == []
     await quitter.aclose()
     await stayer.aclose()
+
+
+async def test_the_appender_appends_and_wakes_readers_before_it_returns(hub):
+    await hub.create("s")
+    append = hub.appender("s")
+    assert append is not None
+    woken: list[str] = []
+    async with await hub.subscribe("s") as subscription:
+        subscription.listen(lambda: woken.append("ready"))
+        append([Event.delta("a"), Event.delta("b")])
+        assert woken == ["ready"]  # in the appender's own call
+        assert "".join(event.text for event in subscription.poll()) == "ab"  # coalesced
+        append([Event.done("stop")])
+        with pytest.raises(StreamEnded):
+            append([Event.delta("late")])
+    assert (await hub.info("s")).last_seq == 3
+
+
+async def test_an_appender_for_a_stream_that_is_gone_says_so(hub):
+    append = hub.appender("never-made")
+    assert append is not None
+    with pytest.raises(StreamNotFound):
+        append([Event.delta("a")])

@@ -247,6 +247,17 @@ class Hub(abc.ABC):
             await self.append(stream_id, event)
         return events
 
+    def appender(self, stream_id: str) -> Callable[[Sequence[Event]], None] | None:
+        """A synchronous `append_many` for ``stream_id``'s producer, or None (the default)
+        where an append must wait (a hub that stores elsewhere, JetStream's publish and its
+        acknowledgement).
+
+        The function appends and wakes the readers before it returns, and raises what
+        `append_many` raises (`StreamNotFound`, `StreamEnded`). A producer that pushes
+        (`airlane.backends.base.Feed`) appends through it from loop call-backs, with no task.
+        """
+        return None
+
     @abc.abstractmethod
     async def subscribe(
         self, stream_id: str, *, resume: Position | None = None, subscriber: str | None = None

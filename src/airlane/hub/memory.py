@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import heapq
 import itertools
 import logging
@@ -300,8 +301,15 @@ class MemoryHub(Hub):
         return event
 
     async def append_many(self, stream_id: str, events: Sequence[Event]) -> Sequence[Event]:
-        # One lookup, one clock read, one retention check and one wake-up per batch; the
-        # body is here, not in a helper, since a producer calls this once per batch.
+        self._append_now(stream_id, events)
+        return events
+
+    def appender(self, stream_id: str) -> Callable[[Sequence[Event]], None] | None:
+        return functools.partial(self._append_now, stream_id)
+
+    def _append_now(self, stream_id: str, events: Sequence[Event]) -> None:
+        # `append_many` and the appender: one lookup, one clock read, one retention check
+        # and one wake-up per batch, in one frame, since a producer calls this per batch.
         stream = self._streams.get(stream_id)
         if stream is None:
             raise StreamNotFound(f"no stream {stream_id[:200]!r}")
@@ -319,7 +327,6 @@ class MemoryHub(Hub):
                     stream.ended_at = time.monotonic()
                     stream.cancel_callbacks.clear()
                 stream.notify()
-        return events
 
     async def subscribe(
         self, stream_id: str, *, resume: Position | None = None, subscriber: str | None = None

@@ -203,6 +203,10 @@ class JetStreamHub(MemoryHub):
             raise StreamEnded(f"stream {stream_id!r} has ended; nothing can be appended")
         return events
 
+    def appender(self, stream_id: str) -> Callable[[Sequence[Event]], None] | None:
+        # Not the memory hub's: an append here is a publish that waits for JetStream.
+        return None
+
     async def subscribe(
         self, stream_id: str, *, resume: Position | None = None, subscriber: str | None = None
     ) -> Subscription:
