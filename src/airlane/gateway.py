@@ -3,7 +3,10 @@
 `Gateway` joins a hub, a backend, the security gate and the event sourcing services (event logs
 and the schema registry: `airlane.eventsourcing`). Transports parse their wire, build a
 `Principal` and call these methods; the gateway checks the gate, runs producers (backend ->
-hub) as tasks it owns, and never knows which wire a request came from.
+hub) as tasks it owns, and never knows which wire a request came from. A producer iterates
+the backend's stream and appends each batch, or, where the backend offers a feed for the
+request and the hub an appender for the stream, runs the feed into the appender
+(`airlane.backends.base.Feed`): the same events, with no task step per batch.
 """
 
 from __future__ import annotations
@@ -12,10 +15,17 @@ import asyncio
 import contextlib
 import logging
 import secrets
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from airlane.backends.base import Backend, BackendError, GenerationRequest
+from airlane.backends.base import (
+    Backend,
+    BackendError,
+    Feed,
+    FeedingBackend,
+    GenerationRequest,
+)
 from airlane.core import Event, OrphanMode, OrphanPolicy, Position, Retention
 from airlane.core.events import TERMINAL_KINDS
 from airlane.eager import start_eagerly
@@ -76,6 +86,7 @@ class Gateway:
         self.security: SecurityPolicy = security or AllowAll()
         self.config = config or GatewayConfig()
         self._producers: set[asyncio.Task[None]] = set()
+        self._feeding = backend if isinstance(backend, FeedingBackend) else None
 
     async def start(self) -> None:
         """Start the hub's background work, then the event logs and the registry."""
@@ -186,6 +197,12 @@ class Gateway:
         """Copy the backend's events into the stream; always leave it ended."""
         terminal_seen = False
         try:
+            fed = self._feed(stream_id, request)
+            if fed is not None:
+                feed, sink = fed
+                await feed.run(sink)
+                # A feed's last batch ends with its terminal event; nothing to add.
+                return
             # aclosing: however we leave the loop, the backend's iterator is closed now, which
             # is what aborts an upstream request.
             append_many = self.hub.append_many
@@ -213,6 +230,19 @@ class Gateway:
             await self._end_with_error(
                 stream_id, Event.error("the backend failed unexpectedly", code="internal_error")
             )
+
+    def _feed(
+        self, stream_id: str, request: GenerationRequest
+    ) -> tuple[Feed, Callable[[Sequence[Event]], None]] | None:
+        """The backend's feed for ``request`` and the hub's appender for the stream, where
+        both exist."""
+        if self._feeding is None:
+            return None
+        sink = self.hub.appender(stream_id)
+        if sink is None:
+            return None
+        feed = self._feeding.feed(request)
+        return None if feed is None else (feed, sink)
 
     async def _end_with_error(self, stream_id: str, event: Event) -> None:
         with contextlib.suppress(StreamEnded, StreamNotFound):

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import airlane.backends
-from airlane.backends import base, openai, synthetic
+from airlane.backends import base, openai, paced, pacing, synthetic
 
 
 def test_package_exports() -> None:
     assert sorted(airlane.backends.__all__) == [
         "Backend",
         "BackendError",
+        "Feed",
+        "FeedingBackend",
         "GenerationRequest",
         "LoadTestSpec",
         "OpenAIUpstreamBackend",
@@ -19,6 +21,6 @@ def test_package_exports() -> None:
 
 
 def test_every_exported_name_exists() -> None:
-    for module in (airlane.backends, base, openai, synthetic):
+    for module in (airlane.backends, base, openai, paced, pacing, synthetic):
         for name in module.__all__:
             assert hasattr(module, name), f"{module.__name__}.{name}"

@@ -1,22 +1,32 @@
 """Token sources: where a stream's events come from (DESIGN.md section 2).
 
 - `airlane.backends.base`: the contract (`Backend`, `GenerationRequest`, `LoadTestSpec`,
-  `BackendError`).
+  `BackendError`; `Feed` and `FeedingBackend` for streams pushed rather than pulled).
 - `airlane.backends.synthetic`: deterministic text with realistic timing, and the benchmark
-  workload.
+  workload; `airlane.backends.pacing` (the shared pacer) and `airlane.backends.paced` (paced
+  streams, pulled or fed) time it.
 - `airlane.backends.openai`: any OpenAI-compatible ``/chat/completions`` server upstream;
   `airlane.backends.openai_chunks` translates its stream (sans-I/O), and
   `airlane.backends.upstream_http` is the lean HTTP/1.1 client it uses (with
   `~.http11`, `~.upstream_connection`, `~.upstream_config` and `~.upstream_errors`).
 """
 
-from airlane.backends.base import Backend, BackendError, GenerationRequest, LoadTestSpec
+from airlane.backends.base import (
+    Backend,
+    BackendError,
+    Feed,
+    FeedingBackend,
+    GenerationRequest,
+    LoadTestSpec,
+)
 from airlane.backends.openai import OpenAIUpstreamBackend
 from airlane.backends.synthetic import SyntheticBackend, SyntheticConfig
 
 __all__ = [
     "Backend",
     "BackendError",
+    "Feed",
+    "FeedingBackend",
     "GenerationRequest",
     "LoadTestSpec",
     "OpenAIUpstreamBackend",

@@ -7,17 +7,31 @@ now (one upstream read, one burst), so the gateway appends a batch with one hub 
 readers once for it; the terminal event ends the last batch. It knows nothing of hubs or
 transports: the gateway appends what it yields to the stream log. Cancelling the iteration
 (``aclose()`` or task cancellation) must stop the work and release the upstream request.
+
+A backend may also offer a `Feed` for a request (`FeedingBackend.feed`): the same batches,
+pushed into a sink from loop call-backs as they fall due, with no task step per batch. The
+gateway takes it where its hub can append without waiting (`airlane.hub.Hub.appender`);
+everywhere else it iterates `Backend.stream`, so a feed is an optimisation, never the only way
+to a stream.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from airlane.core.events import Event
 
-__all__ = ["Backend", "BackendError", "GenerationRequest", "LoadTestSpec"]
+__all__ = [
+    "Backend",
+    "BackendError",
+    "Feed",
+    "FeedingBackend",
+    "GenerationRequest",
+    "LoadTestSpec",
+    "Sink",
+]
 
 
 class BackendError(Exception):
@@ -99,4 +113,33 @@ class Backend(Protocol):
 
     async def aclose(self) -> None:
         """Release connections and other resources."""
+        ...
+
+
+Sink = Callable[[list[Event]], None]
+"""Where a `Feed` puts a batch: appended to the stream at once. It raises if the stream can
+take nothing more (it was cancelled or deleted); the feed then stops and `Feed.run` raises
+that exception."""
+
+
+class Feed(Protocol):
+    """One generation's events, pushed: the batches `Backend.stream` would yield, each handed
+    to a sink as it falls due, from plain loop call-backs (a shared timer's), with no task
+    woken per batch: per chunk, no future, no task step, no resumption of the producer's
+    frames (docs/performance.md has what that saves)."""
+
+    async def run(self, sink: Sink) -> None:
+        """Feed every batch to ``sink``, the last one ending with the terminal event, then
+        return. Cancelling the awaiting task stops the feed: ``sink`` is not called again.
+        An exception from ``sink`` stops it too and is raised here."""
+        ...
+
+
+@runtime_checkable
+class FeedingBackend(Protocol):
+    """A `Backend` that can push some of its streams (`Feed`)."""
+
+    def feed(self, request: GenerationRequest) -> Feed | None:
+        """A feed for ``request``, or None where only `Backend.stream` serves it. Raises
+        `BackendError` for a request it cannot serve, as `Backend.stream` would."""
         ...

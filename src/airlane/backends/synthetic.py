@@ -14,7 +14,8 @@ Two halves, kept apart so the text can be tested without a clock:
 Load-test mode (``request.loadtest``) skips the text model and emits the seed's benchmark
 chunks: ``LoadTestSpec.chunks`` pre-encoded JSON messages of 16 tokens and about 1.2 KB each,
 built once per stream by `LoadTestChunk`; only the sequence number and timestamp are spliced in
-per batch, because this path is what the benchmarks measure.
+per batch, because this path is what the benchmarks measure. A paced load test can also be
+pushed rather than pulled (`SyntheticBackend.feed`, `airlane.backends.paced`).
 """
 
 from __future__ import annotations
@@ -26,13 +27,14 @@ import itertools
 import math
 import random
 import time
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 import orjson
 
 from airlane.backends.base import BackendError, GenerationRequest, LoadTestSpec
+from airlane.backends.paced import PacedFeed, PacedSchedule
 from airlane.backends.pacing import Pacer
 from airlane.core.events import Channel, Event, Kind, Lane
 from airlane.eager import yield_to_loop
@@ -402,6 +404,23 @@ class LoadTestChunk:
         return [b'{"seq":%d%b' % (seq, rest) for seq in range(first, stop)]
 
 
+def _checked(spec: LoadTestSpec) -> LoadTestSpec:
+    if spec.chunks < 0 or not (math.isfinite(spec.interval_ms) and spec.interval_ms >= 0):
+        raise BackendError(f"invalid load-test spec: {spec}", code="invalid_request", status=400)
+    return spec
+
+
+class _ScheduleArgs(TypedDict):
+    """A load test's `PacedSchedule` (or `PacedFeed`), as keyword arguments."""
+
+    start_ns: int
+    interval_ns: float
+    count: int
+    cap: int
+    encode: Callable[[int, int], bytes]
+    event: Callable[[bytes], Event]
+
+
 @functools.lru_cache(maxsize=64)
 def _loadtest_chunk(model: str, material: bytes, ts_digits: int) -> LoadTestChunk:
     """The `LoadTestChunk` for a request, made once: building one (words, log-probabilities,
@@ -430,13 +449,19 @@ class SyntheticBackend:
     def stream(self, request: GenerationRequest) -> AsyncGenerator[list[Event], None]:
         """Yield the events of one synthetic generation, in batches."""
         if request.loadtest is not None:
-            spec = request.loadtest
-            if spec.chunks < 0 or not (math.isfinite(spec.interval_ms) and spec.interval_ms >= 0):
-                raise BackendError(
-                    f"invalid load-test spec: {spec}", code="invalid_request", status=400
-                )
-            return self._loadtest(request, spec)
+            return self._loadtest(request, _checked(request.loadtest))
         return self._generate(SyntheticScript(request, self.config))
+
+    def feed(self, request: GenerationRequest) -> PacedFeed | None:
+        """A paced load test's stream as a `PacedFeed` (the same batches as `stream`, the
+        end with the last chunks); None for anything else."""
+        spec = request.loadtest
+        if spec is None or _checked(spec).mode != "paced":
+            return None
+        self._pacer = pacer = Pacer.for_loop(self._pacer)
+        return PacedFeed(
+            pacer, **self._schedule(request, spec), tail=self._loadtest_tail(request, spec)
+        )
 
     async def aclose(self) -> None:
         """Nothing to release: the synthetic backend holds no connections."""
@@ -460,18 +485,37 @@ class SyntheticBackend:
     ) -> AsyncGenerator[list[Event], None]:
         # One generator per mode, not a shared one delegating to a per-mode one: a generator
         # hop per chunk is measurable on this path.
+        if spec.mode == "paced":
+            schedule = PacedSchedule(**self._schedule(request, spec))
+            return self._paced(schedule, self._loadtest_tail(request, spec))
         ts_digits = len(str(time.monotonic_ns()))
         chunk = _loadtest_chunk(request.model, _seed_material(request), ts_digits)
+        return self._burst(chunk, spec, self._loadtest_tail(request, spec))
+
+    def _schedule(self, request: GenerationRequest, spec: LoadTestSpec) -> _ScheduleArgs:
+        # Chunk i is due at start + i * interval on CLOCK_MONOTONIC, and that is its ts; the
+        # first chunk is due at once.
+        start_ns = time.monotonic_ns()
+        chunk = _loadtest_chunk(request.model, _seed_material(request), len(str(start_ns)))
+        return {
+            "start_ns": start_ns,
+            "interval_ns": spec.interval_ms * 1_000_000,
+            "count": spec.chunks,
+            "cap": self.config.yield_every,
+            "encode": chunk.encode,
+            "event": _chunk_event,
+        }
+
+    @staticmethod
+    def _loadtest_tail(request: GenerationRequest, spec: LoadTestSpec) -> list[Event]:
         usage = Event.usage(
             prompt_tokens=estimate_prompt_tokens(request.messages),
             completion_tokens=spec.chunks * LOADTEST_TOKENS_PER_CHUNK,
         )
-        if spec.mode == "paced":
-            return self._paced(chunk, spec, usage)
-        return self._burst(chunk, spec, usage)
+        return [usage, Event.done("stop")]
 
     async def _burst(
-        self, chunk: LoadTestChunk, spec: LoadTestSpec, usage: Event
+        self, chunk: LoadTestChunk, spec: LoadTestSpec, tail: list[Event]
     ) -> AsyncGenerator[list[Event], None]:
         # Slow start: batches of 1, 2, 4, ... up to yield_every chunks. The first chunk goes
         # out alone, at once; later ones in batches large enough to amortise the loop
@@ -485,36 +529,20 @@ class SyntheticBackend:
             yield list(map(_chunk_event, chunk.encode_range(first, stop, time.monotonic_ns())))
             first, size = stop, min(size * 2, cap)
             await yield_to_loop()
-        yield [usage, Event.done("stop")]
+        yield tail
 
     async def _paced(
-        self, chunk: LoadTestChunk, spec: LoadTestSpec, usage: Event
+        self, schedule: PacedSchedule, tail: list[Event]
     ) -> AsyncGenerator[list[Event], None]:
-        # Chunk i is due at start + i * interval on CLOCK_MONOTONIC, and that is its ts. The
-        # pacer wakes every stream of the loop with one timer, never before the due time.
-        # A stream that has fallen behind (the gateway is overloaded) releases every chunk
-        # that is due in one batch, at most `yield_every`: one wake-up, one append and one
-        # write for all of them, so that overload degrades into larger writes rather than
-        # into a backlog that grows without end.
+        # The pacer wakes every stream of the loop with one timer, never before the due time;
+        # a stream that is behind gets every due chunk in one batch (`PacedSchedule`).
         self._pacer = pacer = Pacer.for_loop(self._pacer)
-        start_ns = due_ns = time.monotonic_ns()  # the first chunk is due at once
-        interval_ns = spec.interval_ms * 1_000_000
-        sleep_until, cap = pacer.sleep_until, self.config.yield_every
-        index, end = 0, spec.chunks
-        while index < end:
-            if index:  # no wait for the first chunk, not even a loop turn
-                await sleep_until(due_ns)
-            now_ns = time.monotonic_ns()
-            batch: list[Event] = []
-            # Each due time is computed once, after the chunk before it is made.
-            while True:
-                index += 1
-                batch.append(_chunk_event(chunk.encode(index, due_ns)))
-                due_ns = start_ns + round(index * interval_ns)
-                if index == end or due_ns > now_ns or len(batch) == cap:
-                    break
-            yield batch
-        yield [usage, Event.done("stop")]
+        sleep_until = pacer.sleep_until
+        while not schedule.finished:
+            if schedule.index:  # no wait for the first chunk, not even a loop turn
+                await sleep_until(schedule.due_ns)
+            yield schedule.take(time.monotonic_ns())
+        yield tail
 
 
 _chunk_event = functools.partial(

@@ -1,0 +1,164 @@
+"""Paced streams pushed (`PacedFeed`) and the schedule they share with the pulled generator
+(`PacedSchedule`): the same chunks at the same due times, stopped by a cancel or a refusal."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import orjson
+import pytest
+
+from airlane.backends.base import BackendError, Feed, FeedingBackend, GenerationRequest
+from airlane.backends.paced import PacedFeed, PacedSchedule
+from airlane.backends.synthetic import SyntheticBackend, SyntheticConfig
+from airlane.core import Event, Kind
+from airlane.hub import StreamEnded
+
+from .test_synthetic_backend import LoadTestSpec, check_chunk, request
+
+
+def schedule(count: int, cap: int = 8, start_ns: int = 1_000_000_000) -> PacedSchedule:
+    """Chunks every 20 ms whose bytes are ``index:due_ns``."""
+    return PacedSchedule(
+        start_ns,
+        20_000_000,
+        count,
+        cap,
+        encode=lambda index, due_ns: b"%d:%d" % (index, due_ns),
+        event=lambda raw: Event.message("", raw=raw),
+    )
+
+
+def chunks(batch: list[Event]) -> list[tuple[int, int]]:
+    pairs = (event.raw.split(b":") for event in batch if event.raw is not None)
+    return [(int(index), int(due)) for index, due in pairs]
+
+
+def test_the_schedule_releases_the_next_chunk_and_whatever_is_already_due() -> None:
+    plan = schedule(10, cap=3)
+    start = 1_000_000_000
+    assert chunks(plan.take(start)) == [(1, start)]  # the first is due at once, alone
+    assert plan.due_ns == start + 20_000_000
+    # 50 ms later: chunks 2 and 3 are due (20 and 40 ms), 4 is not (60 ms).
+    due = [(2, start + 20_000_000), (3, start + 40_000_000)]
+    assert chunks(plan.take(start + 50_000_000)) == due
+    # Far behind: every due chunk, but at most the cap in one batch.
+    assert [index for index, _ in chunks(plan.take(start + 10**9))] == [4, 5, 6]
+    assert [index for index, _ in chunks(plan.take(start + 10**9))] == [7, 8, 9]
+    assert not plan.finished
+    assert [index for index, _ in chunks(plan.take(start + 10**9))] == [10]
+    assert plan.finished and plan.index == 10
+
+
+def test_a_schedule_without_chunks_is_finished_from_the_start() -> None:
+    assert schedule(0).finished
+
+
+async def collect_feed(feed: Feed) -> list[list[Event]]:
+    batches: list[list[Event]] = []
+    await asyncio.wait_for(feed.run(batches.append), 10)
+    return batches
+
+
+def paced(chunks: int, interval_ms: float = 15) -> GenerationRequest:
+    return request(loadtest=LoadTestSpec(chunks=chunks, mode="paced", interval_ms=interval_ms))
+
+
+async def test_the_feed_pushes_the_streams_chunks_at_their_due_times() -> None:
+    backend = SyntheticBackend()
+    assert isinstance(backend, FeedingBackend)
+    before = time.monotonic_ns()
+    feed = backend.feed(paced(6))  # its clock starts here
+    assert isinstance(feed, PacedFeed)
+    received: list[tuple[int, int]] = []
+
+    def sink(batch: list[Event]) -> None:
+        for event in batch:
+            if event.kind is Kind.MESSAGE:
+                ts = check_chunk(event.raw, len(received) + 1)["ts"]
+                received.append((ts, time.monotonic_ns()))
+        sinks.append([event.kind for event in batch])
+
+    sinks: list[list[Kind]] = []
+    await asyncio.wait_for(feed.run(sink), 10)
+    stamps = [ts for ts, _ in received]
+    assert [ts - stamps[0] for ts in stamps] == [i * 15_000_000 for i in range(6)]
+    assert before <= stamps[0]
+    assert all(arrival >= ts for ts, arrival in received)  # never before its due time
+    # One batch per chunk, the usage and terminal events with the last.
+    assert sinks[:5] == [[Kind.MESSAGE]] * 5
+    assert sinks[5] == [Kind.MESSAGE, Kind.USAGE, Kind.DONE]
+
+
+async def test_the_feed_carries_what_the_stream_carries() -> None:
+    backend = SyntheticBackend()
+    pulled = [event async for batch in backend.stream(paced(5, 1)) for event in batch]
+    feed = backend.feed(paced(5, 1))
+    assert feed is not None
+    pushed = [event for batch in await collect_feed(feed) for event in batch]
+    assert [event.kind for event in pushed] == [event.kind for event in pulled]
+
+    def without_ts(event: Event) -> object:
+        if event.raw is None:
+            return event.data
+        body = orjson.loads(event.raw)
+        del body["ts"]
+        return body
+
+    assert [without_ts(event) for event in pushed] == [without_ts(event) for event in pulled]
+
+
+async def test_an_empty_load_test_feeds_only_its_end() -> None:
+    feed = SyntheticBackend().feed(paced(0))
+    assert feed is not None
+    batches = await collect_feed(feed)
+    assert [[event.kind for event in batch] for batch in batches] == [[Kind.USAGE, Kind.DONE]]
+
+
+async def test_only_paced_load_tests_have_a_feed() -> None:
+    backend = SyntheticBackend(SyntheticConfig(speed=0))
+    assert backend.feed(request()) is None
+    assert backend.feed(request(loadtest=LoadTestSpec(chunks=5, mode="burst"))) is None
+    with pytest.raises(BackendError, match="invalid load-test spec"):
+        backend.feed(request(loadtest=LoadTestSpec(chunks=-1, mode="paced")))
+
+
+async def test_cancelling_the_run_stops_the_feed() -> None:
+    feed = SyntheticBackend().feed(paced(1000, 5))
+    assert feed is not None
+    batches: list[list[Event]] = []
+    task = asyncio.create_task(feed.run(batches.append))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    fed = len(batches)
+    assert 1 <= fed < 1000
+    await asyncio.sleep(0.05)  # the step still filed with the pacer comes and does nothing
+    assert len(batches) == fed
+
+
+async def test_a_refusing_sink_stops_the_feed_and_its_reason_is_raised() -> None:
+    feed = SyntheticBackend().feed(paced(1000, 1))
+    assert feed is not None
+    calls = 0
+
+    def sink(batch: list[Event]) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 3:
+            raise StreamEnded("cancelled meanwhile")
+
+    with pytest.raises(StreamEnded, match="cancelled meanwhile"):
+        await asyncio.wait_for(feed.run(sink), 10)
+    await asyncio.sleep(0.02)
+    assert calls == 3
+
+
+async def test_a_feed_runs_once() -> None:
+    feed = SyntheticBackend().feed(paced(1))
+    assert feed is not None
+    await collect_feed(feed)
+    with pytest.raises(RuntimeError, match="runs once"):
+        await feed.run(lambda batch: None)
