@@ -201,7 +201,9 @@ class Gateway:
             if fed is not None:
                 feed, sink = fed
                 await feed.run(sink)
-                # A feed's last batch ends with its terminal event; nothing to add.
+                # A feed's last batch ends with its terminal event, so this append is refused
+                # (StreamEnded, below); it ends the stream only if a feed broke that rule.
+                await self.hub.append(stream_id, Event.done("stop"))
                 return
             # aclosing: however we leave the loop, the backend's iterator is closed now, which
             # is what aborts an upstream request.

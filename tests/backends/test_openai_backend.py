@@ -19,7 +19,7 @@ import orjson
 import pytest
 import uvicorn
 
-from airlane.backends.base import Backend, GenerationRequest
+from airlane.backends.base import Backend, FeedingBackend, GenerationRequest
 from airlane.backends.openai import ChunkTranslator, OpenAIUpstreamBackend
 from airlane.backends.openai_chunks import EventSplitter
 from airlane.backends.upstream_config import UpstreamTimeouts
@@ -225,6 +225,7 @@ async def wait_for_disconnect(app: Upstream, key: str) -> None:
 def test_is_a_backend() -> None:
     backend: Backend = OpenAIUpstreamBackend("http://127.0.0.1:1/v1")  # mypy checks this
     assert isinstance(backend, Backend)
+    assert isinstance(backend, FeedingBackend)  # every request can be fed
     assert backend.name == "openai"
 
 
@@ -547,3 +548,96 @@ def test_translator_reads_invalid_utf8_as_the_decoder_does() -> None:
     payload = orjson.dumps(chunk({"content": "AB"})).replace(b"AB", b"A\xffB")
     (event,) = translator.receive_data(b"data: " + payload + b"\n\n")
     assert event.text == "A\ufffdB"
+
+
+# -- the feed: the same events, pushed -----------------------------------------------------
+
+
+async def fed(backend: OpenAIUpstreamBackend, req: GenerationRequest = REQUEST) -> list[Event]:
+    """The events of ``backend.feed(req)``, checking that it ends with its terminal event."""
+    batches: list[list[Event]] = []
+    try:
+        await asyncio.wait_for(backend.feed(req).run(batches.append), 10)
+    finally:
+        await backend.aclose()
+    assert all(batches), "no empty batch"
+    assert batches[-1][-1].terminal
+    return [event for batch in batches for event in batch]
+
+
+def summary(events: list[Event]) -> list[tuple[object, ...]]:
+    return [(e.kind, e.channel, e.text, e.data) for e in events]
+
+
+@pytest.mark.parametrize("key", sorted(SCENARIOS))
+async def test_the_feed_carries_what_the_stream_carries(
+    upstream: tuple[Upstream, str], key: str
+) -> None:
+    _, url = upstream
+    pulled = await collect(OpenAIUpstreamBackend(f"{url}/{key}/v1"))
+    pushed = await fed(OpenAIUpstreamBackend(f"{url}/{key}/v1"))
+    assert summary(pushed) == summary(pulled)
+
+
+async def test_the_feed_reports_failures_before_and_after_the_head(
+    upstream: tuple[Upstream, str],
+) -> None:
+    app, url = upstream
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+        refused = error_of(await fed(OpenAIUpstreamBackend(f"http://127.0.0.1:{port}/v1")))
+    assert refused["code"] == "upstream_unavailable"
+    req = GenerationRequest(model="m", extra={"bad": object()})
+    unencodable = error_of(await fed(OpenAIUpstreamBackend("http://127.0.0.1:1/v1"), req))
+    assert unencodable["code"] == "invalid_request"
+    timeouts = UpstreamTimeouts(idle=0.3)
+    events = await fed(OpenAIUpstreamBackend(f"{url}/stall-feedtimeout/v1", timeouts=timeouts))
+    assert events[0].text == "a"
+    assert error_of(events)["code"] == "upstream_timeout"
+    await wait_for_disconnect(app, "stall-feedtimeout")
+
+
+async def test_cancelling_a_feed_closes_the_upstream(upstream: tuple[Upstream, str]) -> None:
+    app, url = upstream
+    backend = OpenAIUpstreamBackend(f"{url}/stall-feedcancel/v1")
+    got: list[Event] = []
+    task = asyncio.create_task(backend.feed(REQUEST).run(got.extend))
+    deadline = time.monotonic() + 5
+    while not got:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert [e.text for e in got] == ["a"]
+    await wait_for_disconnect(app, "stall-feedcancel")
+    await backend.aclose()
+
+
+class StreamGone(Exception):
+    """What a hub raises when the stream can take nothing more (any exception will do)."""
+
+
+async def test_a_refusing_sink_ends_the_feed_with_its_reason_and_closes_the_upstream(
+    upstream: tuple[Upstream, str],
+) -> None:
+    app, url = upstream
+    backend = OpenAIUpstreamBackend(f"{url}/stall-feedrefused/v1")
+
+    def sink(batch: list[Event]) -> None:
+        raise StreamGone("cancelled meanwhile")
+
+    with pytest.raises(StreamGone, match="cancelled meanwhile"):
+        await asyncio.wait_for(backend.feed(REQUEST).run(sink), 5)
+    await wait_for_disconnect(app, "stall-feedrefused")
+    await backend.aclose()
+
+
+async def test_a_feed_runs_once() -> None:
+    backend = OpenAIUpstreamBackend("http://127.0.0.1:1/v1")
+    feed = backend.feed(GenerationRequest(model="m", extra={"bad": object()}))
+    await feed.run(lambda batch: None)
+    with pytest.raises(RuntimeError, match="runs once"):
+        await feed.run(lambda batch: None)
+    await backend.aclose()

@@ -32,6 +32,7 @@ not see that share; ``benchmarks/proxy.py`` measures the whole added latency fro
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import ssl
 from collections.abc import AsyncGenerator
@@ -40,7 +41,7 @@ from typing import Any
 
 import orjson
 
-from airlane.backends.base import GenerationRequest
+from airlane.backends.base import GenerationRequest, Sink
 from airlane.backends.openai_chunks import PROTOCOL_ERROR, ChunkTranslator, error_message, quote
 from airlane.backends.upstream_config import (
     DEFAULT_LIMITS,
@@ -62,6 +63,7 @@ __all__ = [
     "DEFAULT_TIMEOUTS",
     "ChunkTranslator",
     "OpenAIUpstreamBackend",
+    "UpstreamFeed",
 ]
 
 log = logging.getLogger(__name__)
@@ -122,56 +124,50 @@ class OpenAIUpstreamBackend:
     async def stream(self, request: GenerationRequest) -> AsyncGenerator[list[Event], None]:
         """Yield the events of one upstream completion, a batch per upstream read; the last is
         ``done`` or ``error``."""
-        try:
-            content = orjson.dumps(self._body(request))
-        except orjson.JSONEncodeError as exc:
-            message = f"request cannot be encoded as JSON: {exc}"
-            yield [Event.error(message, code="invalid_request")]
+        content = _encoded(self._body(request))
+        if isinstance(content, Event):
+            yield [content]
             return
-        ended = False
+        relay: _Relay | None = None
         try:
             response = await self._pool.request("POST", self._target, self._headers, content)
             # Leaving this block by any path (the end, aclose(), cancellation) closes the
             # response; an unfinished one takes its connection down with it, which is what
             # aborts the generation upstream.
             async with response:
+                relay = _Relay(response)
                 error = await _unusable_response(response)
                 if error is not None:
-                    ended = True
+                    relay.ended = True
                     yield [error]
                     return
                 # The relay loop: one read, one batch of every event it completed, one yield
                 # (so one hub append). Inlined rather than a nested generator, which would cost
                 # an extra resumption per read.
-                translator = ChunkTranslator()
-                read, receive_data = response.read, translator.receive_data
+                read, batch = response.read, relay.batch
                 while data := await read():
-                    events = receive_data(data)
-                    if not events:
-                        continue
-                    if translator.finished:
-                        ended = True
-                        if events[-1].kind is Kind.DONE:
-                            # The body ends right after [DONE]: let the connection read that
-                            # end and go back to the pool, without holding up the last batch.
-                            response.drain_on_close()
+                    events = batch(data)
+                    if events:
                         yield events
-                        return
-                    yield events
-                ended = True
-                events = translator.end_of_stream()
+                        if relay.ended:
+                            return
+                events = relay.end()
                 if events:
                     yield events
         except UpstreamHTTPError as exc:
-            if not ended:
+            if relay is None or not relay.ended:
                 yield [_transport_error(exc)]
         except Exception as exc:
             # The client's own errors are mapped above; anything else still ends the stream
             # with an error, logged for the operator, instead of escaping into the gateway.
             log.exception("upstream request to %s failed unexpectedly", self._pool.origin)
-            if not ended:
-                message = f"upstream request failed: {type(exc).__name__}: {exc}"
-                yield [Event.error(message, code="upstream_connection_error")]
+            if relay is None or not relay.ended:
+                yield [_unexpected_error(exc)]
+
+    def feed(self, request: GenerationRequest) -> UpstreamFeed:
+        """The same events as `stream`, pushed: each read's batch goes to the sink from the
+        connection's own call-back, with no task woken per upstream read."""
+        return UpstreamFeed(self, request)
 
     async def aclose(self) -> None:
         """Close the connection pool."""
@@ -194,6 +190,145 @@ class OpenAIUpstreamBackend:
         if request.tools:  # OpenAI rejects an empty list
             body["tools"] = request.tools
         return body
+
+
+class UpstreamFeed:
+    """One upstream completion as a `airlane.backends.base.Feed` (`OpenAIUpstreamBackend.feed`).
+
+    `run` sends the request and checks the response as `OpenAIUpstreamBackend.stream` does;
+    then the response's connection calls the feed (`UpstreamResponse.listen`) whenever bytes,
+    the end or an error arrive, and the feed hands each read's batch to the sink at once.
+    Failures become one final ``error`` event, as in `stream`; what the sink raises (the
+    stream was cancelled or deleted) is raised by `run` as it is, and closes the response,
+    which aborts the generation upstream.
+    """
+
+    __slots__ = ("_backend", "_done", "_relay", "_request", "_sink")
+
+    def __init__(self, backend: OpenAIUpstreamBackend, request: GenerationRequest) -> None:
+        self._backend = backend
+        self._request = request
+        self._sink: Sink | None = None
+        self._relay: _Relay | None = None
+        self._done: asyncio.Future[None] | None = None
+
+    async def run(self, sink: Sink) -> None:
+        """Feed the completion's batches to ``sink``; see `airlane.backends.base.Feed.run`."""
+        if self._sink is not None:
+            raise RuntimeError("UpstreamFeed.run: a feed runs once")
+        self._sink = sink
+        backend = self._backend
+        try:
+            content = _encoded(backend._body(self._request))
+            if isinstance(content, Event):
+                self._put([content])
+                return
+            pool = backend._pool
+            try:
+                response = await pool.request("POST", backend._target, backend._headers, content)
+                async with response:  # closed however this ends: see `stream`
+                    self._relay = relay = _Relay(response)
+                    error = await _unusable_response(response)
+                    if error is not None:
+                        relay.ended = True
+                        self._put([error])
+                        return
+                    self._done = done = asyncio.get_running_loop().create_future()
+                    response.listen(self._on_ready)
+                    try:
+                        self._on_ready()  # what arrived with the head
+                        await done
+                    finally:
+                        response.listen(None)
+            except UpstreamHTTPError as exc:
+                if not self._ended:
+                    self._put([_transport_error(exc)])
+            except _Refused:
+                raise
+            except Exception as exc:
+                log.exception("upstream request to %s failed unexpectedly", pool.origin)
+                if not self._ended:
+                    self._put([_unexpected_error(exc)])
+        except _Refused as refused:
+            raise refused.reason from None
+
+    @property
+    def _ended(self) -> bool:
+        return self._relay is not None and self._relay.ended
+
+    def _put(self, events: list[Event]) -> None:
+        assert self._sink is not None
+        try:
+            self._sink(events)
+        except Exception as exc:
+            raise _Refused(exc) from exc
+
+    def _on_ready(self) -> None:
+        """The connection's call-back: hand over what arrived; settle `run` at the end."""
+        done, relay = self._done, self._relay
+        if done is None or done.done() or relay is None:
+            return
+        try:
+            while (data := relay.response.take()) is not None:
+                events = relay.batch(data) if data else relay.end()
+                if events:
+                    self._put(events)
+                if relay.ended:
+                    done.set_result(None)
+                    return
+        except Exception as exc:  # an upstream failure, or the sink refused: `run` sorts it
+            done.set_exception(exc)
+
+
+class _Refused(Exception):
+    """The sink refused a batch: carries its exception past the mapping of upstream
+    failures to error events (it is the stream's end, not the upstream's)."""
+
+    def __init__(self, reason: Exception) -> None:
+        super().__init__(str(reason))
+        self.reason = reason
+
+
+class _Relay:
+    """One streaming response's body as batches of events: each read's bytes in, the events
+    they completed out."""
+
+    __slots__ = ("_translator", "ended", "response")
+
+    def __init__(self, response: UpstreamResponse) -> None:
+        self.response = response
+        self._translator = ChunkTranslator()
+        self.ended = False
+        """True once the stream's last event is out (or an error replaced it)."""
+
+    def batch(self, data: bytes) -> list[Event]:
+        """The events ``data`` completed (possibly none)."""
+        events = self._translator.receive_data(data)
+        if events and self._translator.finished:
+            self.ended = True
+            if events[-1].kind is Kind.DONE:
+                # The body ends right after [DONE]: let the connection read that end and go
+                # back to the pool, without holding up the last batch.
+                self.response.drain_on_close()
+        return events
+
+    def end(self) -> list[Event]:
+        """The body ended: what is left (an error if the stream was cut short)."""
+        self.ended = True
+        return self._translator.end_of_stream()
+
+
+def _encoded(body: dict[str, Any]) -> bytes | Event:
+    """The request body as JSON, or the error event for one that cannot be encoded."""
+    try:
+        return orjson.dumps(body)
+    except orjson.JSONEncodeError as exc:
+        return Event.error(f"request cannot be encoded as JSON: {exc}", code="invalid_request")
+
+
+def _unexpected_error(exc: Exception) -> Event:
+    message = f"upstream request failed: {type(exc).__name__}: {exc}"
+    return Event.error(message, code="upstream_connection_error")
 
 
 async def _unusable_response(response: UpstreamResponse) -> Event | None:

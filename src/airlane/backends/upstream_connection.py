@@ -86,6 +86,7 @@ class UpstreamConnection(asyncio.Protocol):
         self._keep_alive = False
         self._error: UpstreamHTTPError | None = None
         self._waiter: asyncio.Future[None] | None = None
+        self._listener: Callable[[], object] | None = None
         self._reading_paused = False
         self._write_resumed: asyncio.Future[None] | None = None
         self._progress_at = 0.0
@@ -192,12 +193,18 @@ class UpstreamConnection(asyncio.Protocol):
     async def read(self) -> bytes:
         """The body bytes received since the last call (waiting for some); ``b""`` once the
         body is complete. Raises the connection's error once what came before it is read."""
-        while not self._pieces:
+        while (data := self.take()) is None:
+            await self._wait()
+        return data
+
+    def take(self) -> bytes | None:
+        """`read` without waiting: None while nothing new has arrived."""
+        if not self._pieces:
             if self.ended:
                 return b""
             if self._error is not None:
                 raise self._error
-            await self._wait()
+            return None
         pieces = self._pieces
         self._pieces = []
         self._buffered = 0
@@ -206,6 +213,12 @@ class UpstreamConnection(asyncio.Protocol):
             self._progress_at = self._loop.time()
             self._transport.resume_reading()
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+    def listen(self, callback: Callable[[], object] | None) -> None:
+        """Call ``callback`` (from the protocol's own call-backs) instead of waking a reader
+        whenever body bytes, the body's end or an error arrive; None goes back to waking. A
+        listener calls `take` for what is there; it must not raise."""
+        self._listener = callback
 
     def park(self) -> None:
         """The response ended; wait in the pool for the next request."""
@@ -281,6 +294,10 @@ class UpstreamConnection(asyncio.Protocol):
             self._waiter = None
 
     def _wake(self) -> None:
+        listener = self._listener
+        if listener is not None:
+            listener()
+            return
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from airlane.backends.http11 import ResponseHead, encode_request
 from airlane.backends.upstream_config import (
@@ -104,6 +104,16 @@ class UpstreamResponse:
                 before the failure were read).
         """
         return await self._conn.read()
+
+    def take(self) -> bytes | None:
+        """`read` without waiting: None while nothing new has arrived (see `listen`)."""
+        return self._conn.take()
+
+    def listen(self, callback: Callable[[], object] | None) -> None:
+        """Have ``callback`` called whenever `take` may have something new (body bytes, the
+        end, an error), from the connection's protocol call-backs, instead of a reader
+        waiting in `read`; None stops it. For a reader with no task of its own (a feed)."""
+        self._conn.listen(callback)
 
     async def read_up_to(self, limit: int) -> bytes:
         """The body, or its first ``limit`` bytes or so (to quote an error body)."""
