@@ -8,7 +8,9 @@ Ollama, llama.cpp, OpenAI). Two halves:
   events.
 * `OpenAIUpstreamBackend` does the I/O with `airlane.backends.upstream_http` (a lean HTTP/1.1
   client, see there why not httpx): it posts the request, feeds each read of the response body
-  to the translator, and yields what that read completed as one batch.
+  to the translator, and yields what that read completed as one batch; or, as a feed
+  (`UpstreamFeed`, which the gateway runs where its hub appends at once), hands that batch to
+  the stream from the connection's own call-back, with no task woken per read.
 
 Failures never escape as exceptions: each becomes one final ``error`` event whose ``code`` says
 what went wrong (``asyncio.CancelledError`` alone propagates, after the upstream response is
@@ -25,9 +27,10 @@ closed: that is how cancelling a stream aborts the upstream request)::
 
 Latency accounting: the usage ledger's ``gateway_latency`` runs from the hub's append of an
 event to a transport's write of it. In proxy mode the gateway also spends, before that append,
-the time from the upstream's bytes reaching our socket to the backend's yield: one wake-up of
-the producer task plus parsing that read. Events carry no receive time yet, so the ledger does
-not see that share; ``benchmarks/proxy.py`` measures the whole added latency from outside.
+the time from the upstream's bytes reaching our socket to that append: parsing the read (and,
+without a feed, one wake-up of the producer task). Events carry no receive time yet, so the
+ledger does not see that share; ``benchmarks/proxy.py`` measures the whole added latency from
+outside.
 """
 
 from __future__ import annotations
