@@ -20,12 +20,24 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from typing import TypedDict, Unpack
 
 from airlane.backends.base import Sink
 from airlane.backends.pacing import Pacer
 from airlane.core.events import Event
 
-__all__ = ["PacedFeed", "PacedSchedule"]
+__all__ = ["PacedFeed", "PacedSchedule", "ScheduleArgs"]
+
+
+class ScheduleArgs(TypedDict):
+    """A `PacedSchedule`'s arguments (a `PacedFeed` takes the same), as keywords."""
+
+    start_ns: int
+    interval_ns: float
+    count: int
+    cap: int
+    encode: Callable[[int, int], bytes]
+    event: Callable[[bytes], Event]
 
 
 class PacedSchedule:
@@ -108,19 +120,8 @@ class PacedFeed(PacedSchedule):
 
     __slots__ = ("_call_at", "_done", "_sink", "_tail")
 
-    def __init__(
-        self,
-        pacer: Pacer,
-        start_ns: int,
-        interval_ns: float,
-        count: int,
-        cap: int,
-        *,
-        encode: Callable[[int, int], bytes],
-        event: Callable[[bytes], Event],
-        tail: list[Event],
-    ) -> None:
-        super().__init__(start_ns, interval_ns, count, cap, encode=encode, event=event)
+    def __init__(self, pacer: Pacer, tail: list[Event], **schedule: Unpack[ScheduleArgs]) -> None:
+        super().__init__(**schedule)
         self._call_at = pacer.call_at
         self._tail = tail
         self._sink: Sink | None = None

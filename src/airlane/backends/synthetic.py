@@ -27,14 +27,14 @@ import itertools
 import math
 import random
 import time
-from collections.abc import AsyncGenerator, Callable, Iterator
+from collections.abc import AsyncGenerator, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal
 
 import orjson
 
 from airlane.backends.base import BackendError, GenerationRequest, LoadTestSpec
-from airlane.backends.paced import PacedFeed, PacedSchedule
+from airlane.backends.paced import PacedFeed, PacedSchedule, ScheduleArgs
 from airlane.backends.pacing import Pacer
 from airlane.core.events import Channel, Event, Kind, Lane
 from airlane.eager import yield_to_loop
@@ -410,17 +410,6 @@ def _checked(spec: LoadTestSpec) -> LoadTestSpec:
     return spec
 
 
-class _ScheduleArgs(TypedDict):
-    """A load test's `PacedSchedule` (or `PacedFeed`), as keyword arguments."""
-
-    start_ns: int
-    interval_ns: float
-    count: int
-    cap: int
-    encode: Callable[[int, int], bytes]
-    event: Callable[[bytes], Event]
-
-
 @functools.lru_cache(maxsize=64)
 def _loadtest_chunk(model: str, material: bytes, ts_digits: int) -> LoadTestChunk:
     """The `LoadTestChunk` for a request, made once: building one (words, log-probabilities,
@@ -459,9 +448,7 @@ class SyntheticBackend:
         if spec is None or _checked(spec).mode != "paced":
             return None
         self._pacer = pacer = Pacer.for_loop(self._pacer)
-        return PacedFeed(
-            pacer, **self._schedule(request, spec), tail=self._loadtest_tail(request, spec)
-        )
+        return PacedFeed(pacer, self._loadtest_tail(request, spec), **self._schedule(request, spec))
 
     async def aclose(self) -> None:
         """Nothing to release: the synthetic backend holds no connections."""
@@ -492,7 +479,7 @@ class SyntheticBackend:
         chunk = _loadtest_chunk(request.model, _seed_material(request), ts_digits)
         return self._burst(chunk, spec, self._loadtest_tail(request, spec))
 
-    def _schedule(self, request: GenerationRequest, spec: LoadTestSpec) -> _ScheduleArgs:
+    def _schedule(self, request: GenerationRequest, spec: LoadTestSpec) -> ScheduleArgs:
         # Chunk i is due at start + i * interval on CLOCK_MONOTONIC, and that is its ts; the
         # first chunk is due at once.
         start_ns = time.monotonic_ns()
