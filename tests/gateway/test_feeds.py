@@ -130,3 +130,28 @@ async def test_a_failing_feed_ends_its_stream_with_an_error() -> None:
         assert events[-1].data["code"] == "internal_error"
     finally:
         await gateway.aclose()
+
+
+class OpenEndedFeed:
+    """Feeds one batch and returns without a terminal event (breaking the feed's rule)."""
+
+    async def run(self, sink: Sink) -> None:
+        sink([Event.delta("only")])
+
+
+class OpenEndedFeedBackend(SyntheticBackend):
+    def feed(self, request: GenerationRequest) -> Feed | None:
+        return OpenEndedFeed()
+
+
+async def test_a_feed_that_leaves_its_stream_open_still_leaves_it_ended() -> None:
+    hub = MemoryHub()
+    await hub.start()
+    gateway = Gateway(hub, OpenEndedFeedBackend())
+    try:
+        info = await gateway.generate(PRINCIPAL, paced(5))
+        events = await read_all(gateway, info.stream_id)
+        assert [event.kind for event in events] == [Kind.DELTA, Kind.DONE]
+        assert events[-1].data["finish_reason"] == "stop"
+    finally:
+        await gateway.aclose()
