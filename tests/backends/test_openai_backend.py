@@ -8,6 +8,7 @@ disconnected (the ``http.disconnect`` ASGI message).
 from __future__ import annotations
 
 import asyncio
+import gc
 import socket
 import threading
 import time
@@ -631,3 +632,50 @@ async def test_a_feed_runs_once() -> None:
     with pytest.raises(RuntimeError, match="runs once"):
         await feed.run(lambda batch: None)
     await backend.aclose()
+
+
+async def test_feeds_that_fail_leave_no_reference_cycle(upstream: tuple[Upstream, str]) -> None:
+    """A failed feed's exception holds frames that hold the feed, its response and its
+    connection; nothing may hold the exception back (a future, a local, the parser's
+    call-backs), or each failed stream waits for a full collection to be freed. The plain
+    asyncio loop's own socket transports keep a cycle on close (uvloop's do not): those are
+    left out."""
+    _, url = upstream
+
+    def refusing(batch: list[Event]) -> None:
+        raise StreamGone("gone")
+
+    async def fail_twice(backend: OpenAIUpstreamBackend) -> None:
+        # Not pytest.raises nor wait_for: each would hold the exception in a cycle of its own.
+        try:
+            await backend.feed(REQUEST).run(refusing)
+        except StreamGone:
+            pass
+        else:
+            pytest.fail("the refusal was not raised")
+        events: list[Event] = []
+        await backend.feed(REQUEST).run(events.extend)
+        assert events[-1].kind is Kind.ERROR  # the idle timeout, set on the feed's future
+
+    backend = OpenAIUpstreamBackend(f"{url}/stall-cycles/v1", timeouts=UpstreamTimeouts(idle=0.05))
+    try:
+        await fail_twice(backend)  # warm: connections, first-use caches
+        gc.collect()
+        gc.disable()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            await fail_twice(backend)
+            gc.collect()
+            ours = [
+                type(o).__name__
+                for o in gc.garbage
+                if type(o).__module__.startswith(("airlane", "tests"))
+                or type(o).__name__ in ("frame", "traceback", "Future", "Task")
+            ]
+            assert ours == []
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            gc.enable()
+    finally:
+        await backend.aclose()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 
 import orjson
@@ -162,3 +163,33 @@ async def test_a_feed_runs_once() -> None:
     await collect_feed(feed)
     with pytest.raises(RuntimeError, match="runs once"):
         await feed.run(lambda batch: None)
+
+
+async def test_a_refused_feed_leaves_no_reference_cycle() -> None:
+    """An exception set on the feed's future holds the frames that hold the feed; were the
+    future kept, every refused feed would wait for a full collection to be freed."""
+    backend = SyntheticBackend()
+
+    async def refused_once() -> None:
+        feed = backend.feed(paced(100, 1))
+        assert feed is not None
+        calls = 0
+
+        def sink(batch: list[Event]) -> None:
+            nonlocal calls
+            calls += 1
+            if calls == 3:
+                raise StreamEnded("gone")
+
+        with pytest.raises(StreamEnded):
+            await feed.run(sink)
+
+    await refused_once()  # warm: first-use caches are not what this is about
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(5):
+            await refused_once()
+        assert gc.collect() == 0
+    finally:
+        gc.enable()

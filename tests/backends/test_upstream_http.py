@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import shutil
 import ssl
 import subprocess
@@ -155,6 +156,28 @@ def test_parser_rejects_malformed_responses(pieces: list[bytes], words: str) -> 
             parser.receive_data(piece)
     with pytest.raises(UpstreamProtocolError):  # spent: the same error again
         parser.receive_data(b"more")
+
+
+def test_a_closed_parser_holds_no_cycle_and_is_spent_mid_response() -> None:
+    done, _ = parse([CHUNKED])
+    assert done.complete
+    done.close()  # after the response: nothing changes but the cycle with llhttp
+    assert done.complete and done.receive_data(b"") == []
+    cut = ResponseParser()
+    cut.receive_data(CHUNKED[:-20])
+    cut.close()
+    with pytest.raises(UpstreamDisconnected, match="closed"):
+        cut.receive_data(CHUNKED[-20:])
+    gc.collect()
+    gc.disable()
+    try:
+        parser = ResponseParser()
+        parser.receive_data(CHUNKED)
+        parser.close()
+        del parser
+        assert gc.collect() == 0  # llhttp's call-backs no longer hold the parser
+    finally:
+        gc.enable()
 
 
 def test_parser_head_limit_counts_across_reads() -> None:

@@ -133,7 +133,9 @@ class ResponseParser:
     def __init__(self, *, max_head_bytes: int = DEFAULT_MAX_HEAD_BYTES) -> None:
         if max_head_bytes < 1:
             raise ValueError(f"max_head_bytes must be >= 1, not {max_head_bytes}")
-        self._llhttp = httptools.HttpResponseParser(self)  # calls the on_* methods below
+        # Calls the on_* methods below, so it holds this parser and this parser holds it: a
+        # reference cycle until `close` (the connection calls it when it is done with it).
+        self._llhttp: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
         self._max_head_bytes = max_head_bytes
         self._state = _State.HEAD
         self._head_bytes = 0
@@ -164,8 +166,10 @@ class ResponseParser:
             # Counted before parsing, so that a head that never ends is stopped after at most
             # one read past the limit; bytes of the body read along with the head count too.
             self._head_bytes += len(data)
+        llhttp = self._llhttp
+        assert llhttp is not None  # set until close(), which leaves the state DONE or FAILED
         try:
-            self._llhttp.feed_data(data)
+            llhttp.feed_data(data)
         except httptools.HttpParserUpgrade:
             error = UpstreamProtocolError("upstream switched protocols unasked")
             raise self._failed(error) from None
@@ -197,6 +201,16 @@ class ResponseParser:
             UpstreamDisconnected(f"upstream closed the connection in the middle of the {where}")
         )
 
+    def close(self) -> None:
+        """Let go of llhttp, which holds this parser's call-backs: without this, the two form
+        a reference cycle that only the cyclic collector frees (one per request). A parser
+        closed before its response was complete is spent, as if the connection had ended."""
+        if self._llhttp is None:
+            return
+        self._llhttp = None
+        if self._state is _State.HEAD or self._state is _State.BODY:
+            self._failed(UpstreamDisconnected("the response parser was closed"))
+
     # -- llhttp callbacks (through httptools) ----------------------------------------------
 
     def on_message_begin(self) -> None:
@@ -216,7 +230,9 @@ class ResponseParser:
         """The head is complete: emit it, unless it is an interim 1xx response."""
         if self._state is _State.DONE:
             return
-        status = self._llhttp.get_status_code()
+        llhttp = self._llhttp
+        assert llhttp is not None  # called from within feed_data
+        status = llhttp.get_status_code()
         if 100 <= status < 200:
             # RFC 9110 section 15.2: interim responses precede the final one; none of them
             # matters to a client that sent no Expect header.
@@ -225,7 +241,7 @@ class ResponseParser:
             head = ResponseHead(status, self._reason.decode("latin-1"), tuple(self._headers))
             self._events.append(head)
             self._state = _State.BODY
-            self._keep_alive = self._llhttp.should_keep_alive()
+            self._keep_alive = llhttp.should_keep_alive()
             self._until_eof = _delimited_by_close(head)
         self._reason.clear()
         self._headers = []

@@ -36,6 +36,7 @@ outside.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import ssl
 from collections.abc import AsyncGenerator
@@ -158,6 +159,9 @@ class OpenAIUpstreamBackend:
                 if events:
                     yield events
         except UpstreamHTTPError as exc:
+            # The connection keeps this error, to raise it to any later reader, and its
+            # traceback's frames hold the connection: dropped, or that is a reference cycle.
+            exc.__traceback__ = None
             if relay is None or not relay.ended:
                 yield [_transport_error(exc)]
         except Exception as exc:
@@ -206,7 +210,7 @@ class UpstreamFeed:
     which aborts the generation upstream.
     """
 
-    __slots__ = ("_backend", "_done", "_relay", "_request", "_sink")
+    __slots__ = ("_backend", "_done", "_refusal", "_relay", "_request", "_sink")
 
     def __init__(self, backend: OpenAIUpstreamBackend, request: GenerationRequest) -> None:
         self._backend = backend
@@ -214,46 +218,63 @@ class UpstreamFeed:
         self._sink: Sink | None = None
         self._relay: _Relay | None = None
         self._done: asyncio.Future[None] | None = None
+        self._refusal: Exception | None = None
 
     async def run(self, sink: Sink) -> None:
         """Feed the completion's batches to ``sink``; see `airlane.backends.base.Feed.run`."""
         if self._sink is not None:
             raise RuntimeError("UpstreamFeed.run: a feed runs once")
         self._sink = sink
-        backend = self._backend
-        try:
-            content = _encoded(backend._body(self._request))
-            if isinstance(content, Event):
-                self._put([content])
-                return
-            pool = backend._pool
+        with contextlib.suppress(_Refused):
+            await self._relay_all()
+        # Raised here, outside the handler, so that it does not carry the `_Refused` as its
+        # context (which would hold it back: a reference cycle).
+        refusal, self._refusal = self._refusal, None
+        if refusal is not None:
             try:
-                response = await pool.request("POST", backend._target, backend._headers, content)
-                async with response:  # closed however this ends: see `stream`
-                    self._relay = relay = _Relay(response)
-                    error = await _unusable_response(response)
-                    if error is not None:
-                        relay.ended = True
-                        self._put([error])
-                        return
-                    self._done = done = asyncio.get_running_loop().create_future()
-                    response.listen(self._on_ready)
-                    try:
-                        self._on_ready()  # what arrived with the head
-                        await done
-                    finally:
-                        response.listen(None)
-            except UpstreamHTTPError as exc:
-                if not self._ended:
-                    self._put([_transport_error(exc)])
-            except _Refused:
-                raise
-            except Exception as exc:
-                log.exception("upstream request to %s failed unexpectedly", pool.origin)
-                if not self._ended:
-                    self._put([_unexpected_error(exc)])
-        except _Refused as refused:
-            raise refused.reason from None
+                raise refusal
+            finally:
+                del refusal  # its traceback holds this frame: no cycle through the name
+
+    async def _relay_all(self) -> None:
+        backend = self._backend
+        content = _encoded(backend._body(self._request))
+        if isinstance(content, Event):
+            self._put([content])
+            return
+        pool = backend._pool
+        try:
+            response = await pool.request("POST", backend._target, backend._headers, content)
+            async with response:  # closed however this ends: see `stream`
+                self._relay = relay = _Relay(response)
+                error = await _unusable_response(response)
+                if error is not None:
+                    relay.ended = True
+                    self._put([error])
+                    return
+                self._done = done = asyncio.get_running_loop().create_future()
+                response.listen(self._on_ready)
+                try:
+                    self._on_ready()  # what arrived with the head
+                    await done
+                finally:
+                    response.listen(None)
+                    # Nothing here keeps the future, whose exception (if any) holds frames
+                    # that hold this feed: no reference cycle.
+                    self._done = None
+                    del done
+        except UpstreamHTTPError as exc:
+            # The connection keeps this error, to raise it to any later reader, and its
+            # traceback's frames hold the connection: dropped, or that is a reference cycle.
+            exc.__traceback__ = None
+            if not self._ended:
+                self._put([_transport_error(exc)])
+        except _Refused:
+            raise
+        except Exception as exc:
+            log.exception("upstream request to %s failed unexpectedly", pool.origin)
+            if not self._ended:
+                self._put([_unexpected_error(exc)])
 
     @property
     def _ended(self) -> bool:
@@ -264,7 +285,8 @@ class UpstreamFeed:
         try:
             self._sink(events)
         except Exception as exc:
-            raise _Refused(exc) from exc
+            self._refusal = exc
+            raise _Refused from None
 
     def _on_ready(self) -> None:
         """The connection's call-back: hand over what arrived; settle `run` at the end."""
@@ -281,15 +303,12 @@ class UpstreamFeed:
                     return
         except Exception as exc:  # an upstream failure, or the sink refused: `run` sorts it
             done.set_exception(exc)
+            del done  # the exception's traceback holds this frame: no cycle through the name
 
 
 class _Refused(Exception):
-    """The sink refused a batch: carries its exception past the mapping of upstream
-    failures to error events (it is the stream's end, not the upstream's)."""
-
-    def __init__(self, reason: Exception) -> None:
-        super().__init__(str(reason))
-        self.reason = reason
+    """The sink refused a batch (`UpstreamFeed._refusal` says why): passes the mapping of
+    upstream failures to error events by, since it is the stream's end, not the upstream's."""
 
 
 class _Relay:

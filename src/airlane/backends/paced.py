@@ -118,7 +118,7 @@ class PacedFeed(PacedSchedule):
     its millisecond comes; the entry then does nothing.
     """
 
-    __slots__ = ("_call_at", "_done", "_sink", "_tail")
+    __slots__ = ("_call_at", "_done", "_ran", "_sink", "_tail")
 
     def __init__(self, pacer: Pacer, tail: list[Event], **schedule: Unpack[ScheduleArgs]) -> None:
         super().__init__(**schedule)
@@ -126,21 +126,26 @@ class PacedFeed(PacedSchedule):
         self._tail = tail
         self._sink: Sink | None = None
         self._done: asyncio.Future[None] | None = None
+        self._ran = False
 
     async def run(self, sink: Sink) -> None:
         """Feed every batch to ``sink``; see `airlane.backends.base.Feed.run`."""
-        if self._done is not None:
+        if self._ran:
             raise RuntimeError("PacedFeed.run: a feed runs once")
-        self._done = done = asyncio.get_running_loop().create_future()
+        self._ran = True
         if self.finished:  # no chunks at all
             sink(self._tail)
             return
+        self._done = done = asyncio.get_running_loop().create_future()
         self._sink = sink
         self._step()
         try:
             await done
         finally:
-            self._sink = None  # stopped, however: a step still filed does nothing
+            # Stopped, however: a step still filed does nothing. And nothing here keeps the
+            # future, whose exception (if any) holds frames that hold this one: no cycle.
+            self._sink = self._done = None
+            del done
 
     def _step(self) -> None:
         sink = self._sink

@@ -160,6 +160,7 @@ class UpstreamConnection(asyncio.Protocol):
         """Send ``request`` and expect its response."""
         assert self.state is _IDLE and self._transport is not None, self.state
         self.state = _BUSY
+        self._parser.close()
         self._parser = ResponseParser(max_head_bytes=self._limits.max_head_bytes)
         self._head, self._pieces, self._buffered, self._received = None, [], 0, 0
         self.ended, self._error, self._keep_alive = False, None, False
@@ -344,6 +345,7 @@ class UpstreamConnection(asyncio.Protocol):
         if state is _CLOSED:
             return
         self.state = _CLOSED
+        self._parser.close()
         self._cancel_timer()
         if self._transport is not None:
             self._transport.close()
