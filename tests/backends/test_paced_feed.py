@@ -140,21 +140,26 @@ async def test_cancelling_the_run_stops_the_feed() -> None:
     assert len(batches) == fed
 
 
+class RefusingSink:
+    """Takes two batches, then refuses, as a hub does once the stream was cancelled."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, batch: list[Event]) -> None:
+        self.calls += 1
+        if self.calls == 3:
+            raise StreamEnded("cancelled meanwhile")
+
+
 async def test_a_refusing_sink_stops_the_feed_and_its_reason_is_raised() -> None:
     feed = SyntheticBackend().feed(paced(1000, 1))
     assert feed is not None
-    calls = 0
-
-    def sink(batch: list[Event]) -> None:
-        nonlocal calls
-        calls += 1
-        if calls == 3:
-            raise StreamEnded("cancelled meanwhile")
-
+    sink = RefusingSink()
     with pytest.raises(StreamEnded, match="cancelled meanwhile"):
         await asyncio.wait_for(feed.run(sink), 10)
     await asyncio.sleep(0.02)
-    assert calls == 3
+    assert sink.calls == 3
 
 
 async def test_a_feed_runs_once() -> None:
@@ -173,16 +178,8 @@ async def test_a_refused_feed_leaves_no_reference_cycle() -> None:
     async def refused_once() -> None:
         feed = backend.feed(paced(100, 1))
         assert feed is not None
-        calls = 0
-
-        def sink(batch: list[Event]) -> None:
-            nonlocal calls
-            calls += 1
-            if calls == 3:
-                raise StreamEnded("gone")
-
         with pytest.raises(StreamEnded):
-            await feed.run(sink)
+            await feed.run(RefusingSink())
 
     await refused_once()  # warm: first-use caches are not what this is about
     gc.collect()
