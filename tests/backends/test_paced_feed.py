@@ -1,5 +1,6 @@
-"""Paced streams pushed (`PacedFeed`) and the schedule they share with the pulled generator
-(`PacedSchedule`): the same chunks at the same due times, stopped by a cancel or a refusal."""
+"""Timed streams pushed: paced load tests (`PacedFeed`, and the schedule it shares with the
+pulled generator, `PacedSchedule`) and synthetic text (`TimedFeed`): the same events at the
+same due times as `SyntheticBackend.stream`, stopped by a cancel or a refusal."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import orjson
 import pytest
 
 from airlane.backends.base import BackendError, Feed, FeedingBackend, GenerationRequest
-from airlane.backends.paced import PacedFeed, PacedSchedule
-from airlane.backends.synthetic import SyntheticBackend, SyntheticConfig
+from airlane.backends.paced import PacedFeed, PacedSchedule, TimedFeed
+from airlane.backends.pacing import Pacer
+from airlane.backends.synthetic import SyntheticBackend, SyntheticConfig, SyntheticScript
 from airlane.core import Event, Kind
 from airlane.hub import StreamEnded
 
@@ -117,9 +119,10 @@ async def test_an_empty_load_test_feeds_only_its_end() -> None:
     assert [[event.kind for event in batch] for batch in batches] == [[Kind.USAGE, Kind.DONE]]
 
 
-async def test_only_paced_load_tests_have_a_feed() -> None:
+async def test_only_timed_streams_have_a_feed() -> None:
+    assert isinstance(SyntheticBackend().feed(request()), TimedFeed)  # text at speed 1
     backend = SyntheticBackend(SyntheticConfig(speed=0))
-    assert backend.feed(request()) is None
+    assert backend.feed(request()) is None  # text that never waits
     assert backend.feed(request(loadtest=LoadTestSpec(chunks=5, mode="burst"))) is None
     with pytest.raises(BackendError, match="invalid load-test spec"):
         backend.feed(request(loadtest=LoadTestSpec(chunks=-1, mode="paced")))
@@ -190,3 +193,74 @@ async def test_a_refused_feed_leaves_no_reference_cycle() -> None:
         assert gc.collect() == 0
     finally:
         gc.enable()
+
+
+# -- text with its own timing: `TimedFeed` -----------------------------------------------------
+
+FAST = SyntheticConfig(ttft_ms=5, itl_ms=2, itl_jitter_ms=1, default_max_tokens=40)
+
+TOOL = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
+
+
+def kinds_and_texts(events: list[Event]) -> list[tuple[object, ...]]:
+    return [(e.kind, e.channel, e.text, e.data) for e in events]
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{}, {"reasoning": True}, {"tools": [TOOL], "tool_choice": "required"}, {"max_tokens": 3}],
+    ids=["text", "reasoning", "tools", "short"],
+)
+async def test_text_is_fed_as_it_is_streamed(fields: dict[str, object]) -> None:
+    backend = SyntheticBackend(FAST)
+    pulled = [event async for batch in backend.stream(request(**fields)) for event in batch]
+    feed = backend.feed(request(**fields))
+    assert isinstance(feed, TimedFeed)
+    pushed = [event for batch in await collect_feed(feed) for event in batch]
+    assert kinds_and_texts(pushed) == kinds_and_texts(pulled)
+    assert pushed[-1].kind is Kind.DONE
+
+
+async def test_fed_text_is_never_early() -> None:
+    speed = 4.0
+    config = SyntheticConfig(ttft_ms=40, itl_ms=20, itl_jitter_ms=10, speed=speed)
+    due_ns = [round(due_s / speed * 1e9) for due_s, _ in SyntheticScript(request(), config)]
+    before = time.monotonic_ns()
+    feed = SyntheticBackend(config).feed(request())  # its clock starts here
+    assert feed is not None
+    arrivals: list[int] = []
+    await asyncio.wait_for(
+        feed.run(lambda batch: arrivals.extend([time.monotonic_ns()] * len(batch))), 10
+    )
+    assert len(arrivals) == len(due_ns)
+    assert all(at >= before + due for at, due in zip(arrivals, due_ns, strict=True))
+
+
+async def test_a_timed_feed_hands_over_what_is_due_at_most_cap_at_once() -> None:
+    pacer = Pacer.for_loop(None)
+    now = time.monotonic_ns()
+    items = [(now - 1_000_000, Event.delta(str(i))) for i in range(5)]  # all due already
+    items.append((now + 5_000_000, Event.done("stop")))
+    batches = await collect_feed(TimedFeed(pacer, iter(items), cap=2))
+    assert [[event.text for event in batch] for batch in batches] == [
+        ["0", "1"],
+        ["2", "3"],
+        ["4"],
+        [""],
+    ]
+    assert await collect_feed(TimedFeed(pacer, iter([]), cap=2)) == []  # nothing to feed
+
+
+async def test_cancelling_fed_text_stops_it() -> None:
+    feed = SyntheticBackend(SyntheticConfig(ttft_ms=1, itl_ms=5)).feed(request(max_tokens=5000))
+    assert feed is not None
+    batches: list[list[Event]] = []
+    task = asyncio.create_task(feed.run(batches.append))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    fed = len(batches)
+    assert fed >= 1
+    await asyncio.sleep(0.05)
+    assert len(batches) == fed

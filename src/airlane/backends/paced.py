@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypedDict, Unpack
 
 from airlane.backends.base import Sink
 from airlane.backends.pacing import Pacer
 from airlane.core.events import Event
 
-__all__ = ["PacedFeed", "PacedSchedule", "ScheduleArgs"]
+__all__ = ["PacedFeed", "PacedSchedule", "ScheduleArgs", "TimedFeed"]
 
 
 class ScheduleArgs(TypedDict):
@@ -50,11 +50,11 @@ class PacedSchedule:
 
     __slots__ = (
         "_cap",
-        "_count",
         "_encode",
         "_event",
         "_interval_ns",
         "_start_ns",
+        "count",
         "due_ns",
         "index",
     )
@@ -71,7 +71,8 @@ class PacedSchedule:
     ) -> None:
         self._start_ns = start_ns
         self._interval_ns = interval_ns
-        self._count = count
+        self.count = count
+        """How many chunks in all."""
         self._cap = max(1, cap)
         self._encode = encode
         self._event = event
@@ -83,7 +84,7 @@ class PacedSchedule:
     @property
     def finished(self) -> bool:
         """True once every chunk has been made."""
-        return self.index >= self._count
+        return self.index >= self.count
 
     def take(self, now_ns: int) -> list[Event]:
         """The next chunk, and after it every chunk already due at ``now_ns`` (at most the
@@ -93,7 +94,7 @@ class PacedSchedule:
         batch = [self._event(self._encode(index, self.due_ns))]
         self.index = index
         self.due_ns = due_ns = self._start_ns + round(index * self._interval_ns)
-        if due_ns <= now_ns and index < self._count:
+        if due_ns <= now_ns and index < self.count:
             self._catch_up(batch, now_ns)
         return batch
 
@@ -101,7 +102,7 @@ class PacedSchedule:
         """Add the chunks that are due already (the stream is behind), up to the cap."""
         encode, event = self._encode, self._event
         start_ns, interval_ns = self._start_ns, self._interval_ns
-        index, due_ns, end, cap = self.index, self.due_ns, self._count, self._cap
+        index, due_ns, end, cap = self.index, self.due_ns, self.count, self._cap
         while len(batch) < cap and index < end and due_ns <= now_ns:
             index += 1
             batch.append(event(encode(index, due_ns)))
@@ -109,21 +110,13 @@ class PacedSchedule:
         self.index, self.due_ns = index, due_ns
 
 
-class PacedFeed(PacedSchedule):
-    """A `PacedSchedule` pushed into a sink by a `Pacer`'s timer, then ``tail`` (the usage
-    and terminal events) with the last chunks.
+class _Pushed:
+    """What the feeds here share: `run`, which starts the feed and waits for its end, and
+    `_finish`. A subclass defines `_start`, the first step, taken within `run`."""
 
-    The first batch goes out within `run` itself, with no wait; each later one from the
-    pacer's call-back, with no task step. The pacer keeps an entry for a stopped feed until
-    its millisecond comes; the entry then does nothing.
-    """
+    __slots__ = ("_done", "_ran", "_sink")
 
-    __slots__ = ("_call_at", "_done", "_ran", "_sink", "_tail")
-
-    def __init__(self, pacer: Pacer, tail: list[Event], **schedule: Unpack[ScheduleArgs]) -> None:
-        super().__init__(**schedule)
-        self._call_at = pacer.call_at
-        self._tail = tail
+    def __init__(self) -> None:
         self._sink: Sink | None = None
         self._done: asyncio.Future[None] | None = None
         self._ran = False
@@ -131,14 +124,11 @@ class PacedFeed(PacedSchedule):
     async def run(self, sink: Sink) -> None:
         """Feed every batch to ``sink``; see `airlane.backends.base.Feed.run`."""
         if self._ran:
-            raise RuntimeError("PacedFeed.run: a feed runs once")
+            raise RuntimeError(f"{type(self).__name__}.run: a feed runs once")
         self._ran = True
-        if self.finished:  # no chunks at all
-            sink(self._tail)
-            return
         self._done = done = asyncio.get_running_loop().create_future()
         self._sink = sink
-        self._step()
+        self._start()
         try:
             await done
         finally:
@@ -147,22 +137,8 @@ class PacedFeed(PacedSchedule):
             self._sink = self._done = None
             del done
 
-    def _step(self) -> None:
-        sink = self._sink
-        if sink is None:
-            return
-        try:
-            batch = self.take(time.monotonic_ns())
-            if self.index < self._count:
-                sink(batch)
-                self._call_at(self.due_ns, self._step)
-                return
-            # The end goes with the last chunks: one append and one write fewer.
-            batch += self._tail
-            sink(batch)
-            self._finish(None)
-        except Exception as exc:  # the sink refused (the stream ended): stop, and say why
-            self._finish(exc)
+    def _start(self) -> None:
+        raise NotImplementedError
 
     def _finish(self, error: Exception | None) -> None:
         self._sink = None
@@ -172,3 +148,104 @@ class PacedFeed(PacedSchedule):
                 done.set_result(None)
             else:
                 done.set_exception(error)
+
+
+class PacedFeed(_Pushed):
+    """A `PacedSchedule` pushed into a sink by a `Pacer`'s timer, then ``tail`` (the usage
+    and terminal events) with the last chunks.
+
+    The first batch goes out within `run` itself, with no wait; each later one from the
+    pacer's call-back, with no task step. The pacer keeps an entry for a stopped feed until
+    its millisecond comes; the entry then does nothing.
+    """
+
+    __slots__ = ("_call_at", "_schedule", "_tail")
+
+    def __init__(self, pacer: Pacer, tail: list[Event], **schedule: Unpack[ScheduleArgs]) -> None:
+        super().__init__()
+        self._call_at = pacer.call_at
+        self._schedule = PacedSchedule(**schedule)
+        self._tail = tail
+
+    def _start(self) -> None:
+        if self._schedule.finished:  # no chunks at all
+            self._put_last([])
+        else:
+            self._step()
+
+    def _step(self) -> None:
+        sink = self._sink
+        if sink is None:
+            return
+        schedule = self._schedule
+        try:
+            batch = schedule.take(time.monotonic_ns())
+            if schedule.index < schedule.count:
+                sink(batch)
+                self._call_at(schedule.due_ns, self._step)
+                return
+        except Exception as exc:  # the sink refused (the stream ended): stop, and say why
+            self._finish(exc)
+            return
+        self._put_last(batch)
+
+    def _put_last(self, batch: list[Event]) -> None:
+        # The end goes with the last chunks: one append and one write fewer.
+        assert self._sink is not None
+        try:
+            self._sink(batch + self._tail)
+        except Exception as exc:
+            self._finish(exc)
+            return
+        self._finish(None)
+
+
+class TimedFeed(_Pushed):
+    """Events that each come with their own due time (``(due_ns, event)`` pairs, in order,
+    on CLOCK_MONOTONIC), pushed into a sink by a `Pacer`: each step hands over every event
+    already due (at most ``cap``) and files the next step for the next one's time. The
+    synthetic backend's text streams (`airlane.backends.synthetic.SyntheticScript`), fed.
+    """
+
+    __slots__ = ("_call_at", "_cap", "_items", "_next")
+
+    def __init__(self, pacer: Pacer, items: Iterator[tuple[int, Event]], cap: int) -> None:
+        super().__init__()
+        self._call_at = pacer.call_at
+        self._items = items
+        self._cap = max(1, cap)
+        self._next: tuple[int, Event] | None = None
+
+    def _start(self) -> None:
+        try:
+            self._next = next(self._items, None)
+        except Exception as exc:
+            self._finish(exc)
+            return
+        if self._next is None:
+            self._finish(None)
+        elif self._next[0] <= time.monotonic_ns():
+            self._step()
+        else:
+            self._call_at(self._next[0], self._step)
+
+    def _step(self) -> None:
+        sink = self._sink
+        if sink is None:
+            return
+        try:
+            now_ns, items, cap = time.monotonic_ns(), self._items, self._cap
+            item = self._next
+            batch: list[Event] = []
+            while item is not None and item[0] <= now_ns and len(batch) < cap:
+                batch.append(item[1])
+                item = next(items, None)
+            self._next = item
+            if batch:
+                sink(batch)
+            if item is None:
+                self._finish(None)
+            else:
+                self._call_at(item[0], self._step)
+        except Exception as exc:  # the sink refused (the stream ended): stop, and say why
+            self._finish(exc)

@@ -14,8 +14,9 @@ Two halves, kept apart so the text can be tested without a clock:
 Load-test mode (``request.loadtest``) skips the text model and emits the seed's benchmark
 chunks: ``LoadTestSpec.chunks`` pre-encoded JSON messages of 16 tokens and about 1.2 KB each,
 built once per stream by `LoadTestChunk`; only the sequence number and timestamp are spliced in
-per batch, because this path is what the benchmarks measure. A paced load test can also be
-pushed rather than pulled (`SyntheticBackend.feed`, `airlane.backends.paced`).
+per batch, because this path is what the benchmarks measure. A timed stream (text at a speed
+above 0, a paced load test) can also be pushed rather than pulled (`SyntheticBackend.feed`,
+`airlane.backends.paced`).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from typing import Any, Literal
 import orjson
 
 from airlane.backends.base import BackendError, GenerationRequest, LoadTestSpec
-from airlane.backends.paced import PacedFeed, PacedSchedule, ScheduleArgs
+from airlane.backends.paced import PacedFeed, PacedSchedule, ScheduleArgs, TimedFeed
 from airlane.backends.pacing import Pacer
 from airlane.core.events import Channel, Event, Kind, Lane
 from airlane.eager import yield_to_loop
@@ -441,14 +442,28 @@ class SyntheticBackend:
             return self._loadtest(request, _checked(request.loadtest))
         return self._generate(SyntheticScript(request, self.config))
 
-    def feed(self, request: GenerationRequest) -> PacedFeed | None:
-        """A paced load test's stream as a `PacedFeed` (the same batches as `stream`, the
-        end with the last chunks); None for anything else."""
+    def feed(self, request: GenerationRequest) -> PacedFeed | TimedFeed | None:
+        """The stream pushed by the loop's pacer, where it is timed: a paced load test as a
+        `PacedFeed` (the same batches as `stream`, the end with the last chunks), text at a
+        speed above 0 as a `TimedFeed` (the same events, each at its due time and in a batch
+        of its own, as `stream` yields them). None for a burst load test or ``speed=0``."""
         spec = request.loadtest
-        if spec is None or _checked(spec).mode != "paced":
+        if spec is not None:
+            if _checked(spec).mode != "paced":
+                return None
+            self._pacer = pacer = Pacer.for_loop(self._pacer)
+            tail = self._loadtest_tail(request, spec)
+            return PacedFeed(pacer, tail, **self._schedule(request, spec))
+        speed = self.config.speed
+        if speed == 0:
             return None
+        script = SyntheticScript(request, self.config)  # refuses a bad request, as stream does
         self._pacer = pacer = Pacer.for_loop(self._pacer)
-        return PacedFeed(pacer, self._loadtest_tail(request, spec), **self._schedule(request, spec))
+        start_ns = time.monotonic_ns()
+        timed = ((start_ns + round(due_s / speed * 1e9), event) for due_s, event in script)
+        # One event a batch, a loop turn apart when several are due: what `stream` does, and
+        # what readers see (each delta on its own, unless they are behind).
+        return TimedFeed(pacer, timed, 1)
 
     async def aclose(self) -> None:
         """Nothing to release: the synthetic backend holds no connections."""
