@@ -13,10 +13,18 @@ has a deadline that has passed and not yet been served. Then the request waits, 
 order, for a release that runs from a loop timer: after the due timers of the next loop turn,
 so the work that is due goes first. Each release lets a batch of waiting set-ups go, sized so
 that they take about `SLICE_S` together: the admission measures how far apart the released
-set-ups start (they run one after the other) and divides. Set-ups are never refused, only
-ordered: every loop turn admits at least `MIN_BATCH`. A loop without deadline sources (no
-paced stream) admits every request at once: bursts of new streams then start as fast as
-before, which is what their time to first chunk needs.
+set-ups start (they run one after the other) and divides. Every loop turn admits at least
+`MIN_BATCH`. A loop without deadline sources (no paced stream) admits every request at once:
+bursts of new streams then start as fast as before, which is what their time to first chunk
+needs.
+
+The wait is bounded (`AdmissionConfig`): a gateway with more due work than its core can do
+(paced streams past its scale) would otherwise hold new set-ups for seconds, ever longer as
+they pile up. A request still waiting after ``max_wait_s`` is refused with `Overloaded`, and
+one that arrives while ``max_waiting`` wait already is refused at once; the transports answer
+it as "overloaded, retry later" (HTTP 503 with ``Retry-After``, WebSocket close 1013, AIRC
+``ERROR overloaded``, gRPC ``UNAVAILABLE``), so that a client or balancer can go elsewhere
+instead of waiting on a gateway that cannot serve it soon.
 
 Transports call `admit` first thing for each request or stream (the HTTP app for every
 request, AIRC for each GEN_REQ, gRPC for each unary ``Generate``; not a gRPC ``Session``'s
@@ -29,11 +37,21 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import math
 import time
 import weakref
+from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["MAX_BATCH", "MIN_BATCH", "SLICE_S", "Admission", "DeadlineSource"]
+__all__ = [
+    "MAX_BATCH",
+    "MIN_BATCH",
+    "SLICE_S",
+    "Admission",
+    "AdmissionConfig",
+    "DeadlineSource",
+    "Overloaded",
+]
 
 SLICE_S = 0.001
 """How long one loop turn's admitted set-ups should take, about (the batch adapts to it)."""
@@ -49,6 +67,42 @@ _BY_LOOP: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Admission] = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class AdmissionConfig:
+    """How long and how many new streams' set-ups may wait (``[admission]`` in the TOML file)."""
+
+    max_wait_s: float = 5.0
+    """A request not admitted after waiting this long is refused (`Overloaded`)."""
+    max_waiting: int = 10_000
+    """Requests that may wait at once; one more is refused at once (0: never wait, refuse
+    every request that would)."""
+    retry_after_s: int = 1
+    """What a refusal tells the client to wait before it tries again (HTTP ``Retry-After``)."""
+
+    def __post_init__(self) -> None:
+        if not (self.max_wait_s > 0 and math.isfinite(self.max_wait_s)):
+            raise ValueError("admission.max_wait_s must be a positive number of seconds")
+        if self.max_waiting < 0:
+            raise ValueError("admission.max_waiting must be 0 or more")
+        if self.retry_after_s < 0:
+            raise ValueError("admission.retry_after_s must be 0 or more")
+
+
+class Overloaded(Exception):
+    """A new stream was refused: its set-up waited too long, or too many waited already.
+
+    ``status`` and ``code`` follow the gateway's other errors (the HTTP status, the error
+    code every transport reports); ``retry_after_s`` is the configured hint.
+    """
+
+    status = 503
+    code = "overloaded"
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class DeadlineSource(Protocol):
     """Something that keeps deadlines on a loop: a paced producer's pacer."""
 
@@ -62,13 +116,17 @@ class Admission:
 
     Holds no reference to its loop (the loop's registry is weak; while requests wait, its one
     loop timer does), and only weak references to its deadline sources. A waiting request is
-    one future in a deque, and each belongs to an open connection, so the process's
-    descriptor limit bounds them; one loop timer serves them all.
+    one future in a deque of at most ``config.max_waiting``, each for at most
+    ``config.max_wait_s``; one loop timer serves them all.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, config: AdmissionConfig | None = None) -> None:
+        self.config = config or AdmissionConfig()
+        """The bounds on waiting; `configure` replaces them."""
         self._sources: weakref.WeakSet[DeadlineSource] = weakref.WeakSet()
-        self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
+        # (when it began to wait, on the loop's clock; its future), in arrival order: the
+        # oldest waiters are always at the front, which is what the wait bound checks.
+        self._waiting: collections.deque[tuple[float, asyncio.Future[None]]] = collections.deque()
         self._timer: asyncio.TimerHandle | None = None
         self._batch = FIRST_BATCH
         # When the first and the last set-up of the latest release started, and how many did.
@@ -76,6 +134,8 @@ class Admission:
         self._started = 0
         self.deferred = 0
         """Requests that have had to wait, since the loop started (for tests and metrics)."""
+        self.refused = 0
+        """Requests refused with `Overloaded`, since the loop started."""
 
     @classmethod
     def for_loop(cls, loop: asyncio.AbstractEventLoop | None = None) -> Admission:
@@ -86,6 +146,10 @@ class Admission:
         if admission is None:
             admission = _BY_LOOP[loop] = cls()
         return admission
+
+    def configure(self, config: AdmissionConfig) -> None:
+        """Apply new bounds; requests already waiting keep their place."""
+        self.config = config
 
     @property
     def waiting(self) -> int:
@@ -114,9 +178,12 @@ class Admission:
         requests wait already (first come, first admitted)."""
         if not self._waiting and not self.due():
             return
+        if len(self._waiting) >= self.config.max_waiting:
+            self.refused += 1
+            raise self._overloaded(f"{len(self._waiting)} new streams wait to be set up already")
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
-        self._waiting.append(waiter)
+        self._waiting.append((loop.time(), waiter))
         self.deferred += 1
         if self._timer is None:
             self._arm(loop)
@@ -146,9 +213,28 @@ class Admission:
         released = 0
         waiting = self._waiting
         while waiting and released < self._batch:
-            waiter = waiting.popleft()
+            waiter = waiting.popleft()[1]
             if not waiter.done():
                 waiter.set_result(None)
                 released += 1
         if waiting:
-            self._arm(asyncio.get_running_loop())
+            loop = asyncio.get_running_loop()
+            self._refuse_expired(loop.time())
+            if waiting:
+                self._arm(loop)
+
+    def _refuse_expired(self, now: float) -> None:
+        """Refuse the waiters (the oldest, at the front) that have waited past the bound."""
+        waiting, max_wait_s = self._waiting, self.config.max_wait_s
+        while waiting and now - waiting[0][0] >= max_wait_s:
+            waiter = waiting.popleft()[1]
+            if not waiter.done():
+                self.refused += 1
+                waiter.set_exception(self._overloaded(f"waited {max_wait_s:g} s to be set up"))
+
+    def _overloaded(self, why: str) -> Overloaded:
+        retry_after_s = self.config.retry_after_s
+        return Overloaded(
+            f"the gateway is overloaded: {why}; retry in {retry_after_s} s or elsewhere",
+            retry_after_s,
+        )

@@ -19,6 +19,7 @@ from typing import Any
 
 import uvicorn
 
+from airlane.admission import Admission, AdmissionConfig
 from airlane.artifacts.config import ArtifactsConfig
 from airlane.backends.base import Backend
 from airlane.backends.openai import OpenAIUpstreamBackend
@@ -111,6 +112,9 @@ class ServerConfig:
     """Python logging level."""
     gc: GcConfig = field(default_factory=GcConfig)
     """How the garbage collector is scheduled (``[gc]``, `airlane.gcpacer`)."""
+    admission: AdmissionConfig = field(default_factory=AdmissionConfig)
+    """How long and how many new streams may wait to be set up (``[admission]``,
+    `airlane.admission`)."""
     reserved_fds: int = DEFAULT_RESERVED_FDS
     """Descriptor slots made at start (at most the soft ``RLIMIT_NOFILE``), so that taking
     connections never waits for the kernel to grow the table (`airlane.fdtable`); 0: none."""
@@ -119,7 +123,7 @@ class ServerConfig:
 def load_config(path: Path, base: ServerConfig | None = None) -> ServerConfig:
     """Read a TOML file: top-level keys of `ServerConfig`, plus ``[synthetic]``, ``[http]``,
     ``[orphan]``, ``[retention]``, ``[airc]``, ``[grpc]``, ``[jetstream]``, ``[eventsourcing]``,
-    ``[artifacts]``, ``[gc]`` and ``[api_keys]`` tables. Unknown
+    ``[artifacts]``, ``[gc]``, ``[admission]`` and ``[api_keys]`` tables. Unknown
     keys are an error."""
     with path.open("rb") as fh:
         data = tomllib.load(fh)
@@ -135,6 +139,7 @@ def load_config(path: Path, base: ServerConfig | None = None) -> ServerConfig:
         "eventsourcing": (EventSourcingConfig, config.eventsourcing),
         "artifacts": (ArtifactsConfig, config.artifacts),
         "gc": (GcConfig, config.gc),
+        "admission": (AdmissionConfig, config.admission),
     }
     changes: dict[str, Any] = {}
     allowed = {f.name for f in fields(ServerConfig)}
@@ -303,6 +308,7 @@ async def serve(
 ) -> None:
     """Run the gateway until cancelled or signalled; ``on_ready`` gets the addresses."""
     reserve_fd_table(config.reserved_fds)
+    Admission.for_loop().configure(config.admission)
     app = build_app(config)
     pacer = GcPacer(config.gc)
     app.metrics.registry.register(pacer)

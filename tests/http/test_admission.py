@@ -1,5 +1,5 @@
-"""The HTTP application asks the loop's admission before it sets up any request, and reports
-the waits on ``/metrics``."""
+"""The HTTP application asks the loop's admission before it sets up any request but the
+health probe and the metrics scrape, and reports the waits on ``/metrics``."""
 
 from __future__ import annotations
 
@@ -43,16 +43,20 @@ async def test_requests_wait_while_paced_work_is_due_then_are_served() -> None:
     app = airlane.create_app(gateway)
     admission = Admission.for_loop()
     deferred_before = admission.deferred
-    status, _ = await _get(app, "/healthz")
+    status, _ = await _get(app, "/v1/models")
     assert status == 200
     assert admission.deferred == deferred_before  # nothing due: admitted at once
 
     source = AlwaysDue()
     admission.register(source)
     statuses = await asyncio.wait_for(
-        asyncio.gather(*(_get(app, "/healthz") for _ in range(5))), 10
+        asyncio.gather(*(_get(app, "/v1/models") for _ in range(5))), 10
     )
     assert [status for status, _ in statuses] == [200] * 5
+    assert admission.deferred == deferred_before + 5
+    # The probe and the scrape do not queue behind set-ups, even while work is due.
+    assert (await _get(app, "/healthz"))[0] == 200
+    assert (await _get(app, "/metrics"))[0] == 200
     assert admission.deferred == deferred_before + 5
 
     del source  # the source goes: scrapes are admitted at once again, and show the waits

@@ -37,7 +37,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from airlane.admission import Admission
+from airlane.admission import Admission, Overloaded
 from airlane.backends.base import GenerationRequest, LoadTestSpec
 from airlane.chat_request import InvalidChatRequest, parse_chat_request
 from airlane.core import BadResumeToken, Event, Kind, Lane, OrphanMode, OrphanPolicy, Position
@@ -282,7 +282,7 @@ class AircSession:
             await work
         except _RequestFailed as exc:
             self._refuse(request_id, exc.code, exc.message)
-        except (HubError, SecurityError) as exc:
+        except (HubError, SecurityError, Overloaded) as exc:
             self._refuse(request_id, exc.code, str(exc))
         except InvalidChatRequest as exc:
             self._refuse(request_id, exc.code, f"{exc.param}: {exc.message}")

@@ -10,6 +10,7 @@ security gate, and reports what went wrong with the status code that means it:
     StreamExists                        ALREADY_EXISTS
     StreamEnded                         FAILED_PRECONDITION
     HubFull, too many subscriptions     RESOURCE_EXHAUSTED
+    Overloaded (set-up waited too long) UNAVAILABLE (retry later, or on another node)
     Unauthenticated / PermissionDenied  UNAUTHENTICATED / PERMISSION_DENIED
 
 Streaming calls write one ``StreamEvent`` per event and end after the terminal one; a client
@@ -29,7 +30,7 @@ from typing import Any, NoReturn
 import grpc
 from grpc import aio
 
-from airlane.admission import Admission
+from airlane.admission import Admission, Overloaded
 from airlane.backends.base import GenerationRequest, LoadTestSpec
 from airlane.chat_request import InvalidChatRequest, parse_chat_request
 from airlane.core import BadResumeToken, OrphanMode, OrphanPolicy
@@ -72,6 +73,7 @@ _STATUS: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
     (StreamExists, grpc.StatusCode.ALREADY_EXISTS),
     (StreamEnded, grpc.StatusCode.FAILED_PRECONDITION),
     (HubFull, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (Overloaded, grpc.StatusCode.UNAVAILABLE),
     (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
     (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
     (InvalidChatRequest, grpc.StatusCode.INVALID_ARGUMENT),
@@ -88,7 +90,15 @@ class _Refused(Exception):
         self.code = code
 
 
-_EXPECTED = (HubError, SecurityError, InvalidChatRequest, BadResumeToken, DecodeError, _Refused)
+_EXPECTED = (
+    HubError,
+    SecurityError,
+    InvalidChatRequest,
+    BadResumeToken,
+    DecodeError,
+    Overloaded,
+    _Refused,
+)
 
 
 def status_of(exc: Exception) -> grpc.StatusCode:
@@ -142,10 +152,10 @@ class AirlaneService(service_pb2_grpc.AirlaneServicer):
         # Set-up waits while paced work is due, as on every transport (`airlane.admission`).
         # A Session's generate does not: its requests are handled in order, and waiting there
         # would hold the session's credits and cancels too.
-        await Admission.for_loop().admit()
         gateway = self.gateway
         loadtest = request.HasField("loadtest")
         try:
+            await Admission.for_loop().admit()
             principal = self._principal(context)
             if loadtest:
                 spec = request.loadtest

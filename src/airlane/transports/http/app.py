@@ -27,7 +27,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
 
-from airlane.admission import Admission
+from airlane.admission import Admission, Overloaded
 from airlane.core import BadResumeToken
 from airlane.eventlog import EventLogError
 from airlane.gateway import Gateway
@@ -79,6 +79,9 @@ _CORS_EXPOSE_HEADERS = (
     b"x-airlane-stream-id, grpc-status, grpc-message, grpc-status-details-bin, "
     b"content-range, accept-ranges, etag"
 )
+# Paths that never wait for (or are refused by) the admission: the health probe and the
+# metrics scrape cost little and are what an operator needs most from an overloaded gateway.
+_UNQUEUED = frozenset({"/healthz", "/metrics"})
 
 
 class AirlaneApp:
@@ -111,12 +114,35 @@ class AirlaneApp:
         if kind == "lifespan":
             await self._lifespan(receive, send)
             return
-        # Every request's set-up waits while paced work is due (`airlane.admission`).
-        await Admission.for_loop().admit()
+        # Every request's set-up waits while paced work is due (`airlane.admission`), but the
+        # operator's two: an overloaded gateway must still answer its probes and scrapes.
+        if scope["path"] not in _UNQUEUED:
+            try:
+                await Admission.for_loop().admit()
+            except Overloaded as exc:
+                await self._refuse_overloaded(scope, receive, send, exc)
+                return
         if kind == "http":
             await self._http(scope, receive, send)
         elif kind == "websocket":
             await self._websocket(scope, receive, send)
+
+    async def _refuse_overloaded(
+        self, scope: Scope, receive: Receive, send: Send, exc: Overloaded
+    ) -> None:
+        """HTTP 503 with ``Retry-After``; a WebSocket handshake refused the same way where
+        the server can (else accepted and closed with 1013, "try again later")."""
+        if scope["type"] == "websocket":
+            await _refuse_websocket(
+                scope, receive, send, str(exc), status=exc.status, code=exc.code, close_code=1013
+            )
+            return
+        retry_after = [(b"retry-after", str(exc.retry_after_s).encode())]
+        error = HttpError(
+            exc.status, str(exc), code=exc.code, type="server_error", headers=retry_after
+        )
+        await send_error(send, error)
+        self.metrics.count_request(_route_label(scope["path"]), str(exc.status))
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -261,17 +287,27 @@ class AirlaneApp:
         }
 
 
-async def _refuse_websocket(scope: Scope, receive: Receive, send: Send, reason: str) -> None:
-    """Refuse a handshake with a reason: an HTTP 404 where the server supports the ASGI
-    denial-response extension, else accept and close with 1008 and the reason."""
+async def _refuse_websocket(
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    reason: str,
+    *,
+    status: int = 404,
+    code: str = "not_found",
+    close_code: int = 1008,
+) -> None:
+    """Refuse a handshake with a reason: an HTTP ``status`` where the server supports the
+    ASGI denial-response extension, else accept and close with ``close_code`` and the
+    reason."""
     if (await receive())["type"] != "websocket.connect":
         return
     if "websocket.http.response" in scope.get("extensions", {}):
-        body = error_body(reason, code="not_found")
+        body = error_body(reason, code=code)
         await send(
             {
                 "type": "websocket.http.response.start",
-                "status": 404,
+                "status": status,
                 "headers": [
                     (b"content-type", b"application/json"),
                     (b"content-length", str(len(body)).encode()),
@@ -281,7 +317,7 @@ async def _refuse_websocket(scope: Scope, receive: Receive, send: Send, reason: 
         await send({"type": "websocket.http.response.body", "body": body})
         return
     await send({"type": "websocket.accept"})
-    await send({"type": "websocket.close", "code": 1008, "reason": reason[:120]})
+    await send({"type": "websocket.close", "code": close_code, "reason": reason[:120]})
 
 
 def _with_headers(send: Send, headers: list[tuple[bytes, bytes]]) -> Send:

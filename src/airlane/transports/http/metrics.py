@@ -140,3 +140,8 @@ def _admission_families() -> Iterator[Metric]:
     yield GaugeMetricFamily(
         "airlane_admission_waiting", "Requests waiting to be set up", admission.waiting
     )
+    yield CounterMetricFamily(
+        "airlane_admission_refused",
+        "Requests refused as overloaded: their set-up waited too long, or too many waited",
+        admission.refused,
+    )
