@@ -12,7 +12,10 @@ RSS over the second half of the run (KB = 1024 bytes per minute; the first half 
 heaps and free lists grow to their working size), errors, chunks delivered, lag and kept-up.
 Memory is *flat* when the second-half slope is within ``--flat-kb-per-min`` (default 100
 KB/min; a leak of one kilobyte per stream at the default churn, 3000 streams a minute, is about
-3 MB/min). A clear verdict line closes the report.
+3 MB/min). A clear verdict line closes the report; after the verdict's numbers it gives the
+second half's median pairwise (Theil-Sen) slope and its largest rise between two samples,
+which tell one step (the allocator's high-water mark moving once, e.g. at the gateway's first
+full collection under load) from steady growth; they do not change the verdict.
 
     .venv/bin/python benchmarks/soak.py --json bench-results/soak.json \\
         --plot bench-results/soak.png                            # 10 minutes, N=200
@@ -28,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import itertools
 import os
 import signal
 import sys
@@ -47,6 +51,7 @@ from airlane.bench.memory import (
     ResourceSample,
     ResourceSampler,
     describe_host,
+    median_slope_per_min,
     raise_fd_limit,
     slope_per_min,
 )
@@ -248,7 +253,11 @@ def memory_summary(
         return {"flat": None}
     # The second half of the load itself: not the warm-up, nor the drain after new streams stop.
     second_half = [s for s in samples if duration_s / 2 <= s.t_s <= duration_s]
-    slope = slope_per_min([(s.t_s, s.rss_bytes / 1024) for s in second_half])
+    rss_kb = [(s.t_s, s.rss_bytes / 1024) for s in second_half]
+    slope = slope_per_min(rss_kb)
+    # Shown beside the verdict, not part of it: whether a slope is one step or steady growth.
+    median_slope = median_slope_per_min(rss_kb)
+    largest_step = max((b[1] - a[1] for a, b in itertools.pairwise(rss_kb)), default=None)
     fds = [s.open_fds for s in samples if s.open_fds is not None]
     cpus = [s.cpu_pct for s in samples if s.cpu_pct is not None]
     return {
@@ -256,6 +265,12 @@ def memory_summary(
         "rss_last_bytes": samples[-1].rss_bytes,
         "rss_max_bytes": max(s.rss_bytes for s in samples),
         "rss_slope_second_half_kb_per_min": None if slope is None else round(slope, 2),
+        "rss_median_slope_second_half_kb_per_min": (
+            None if median_slope is None else round(median_slope, 2)
+        ),
+        "rss_largest_step_second_half_kb": (
+            None if largest_step is None else round(largest_step, 1)
+        ),
         "second_half_samples": len(second_half),
         "flat_kb_per_min": flat_kb_per_min,
         "flat": None if slope is None else abs(slope) <= flat_kb_per_min,
@@ -280,6 +295,18 @@ def verdict_line(document: dict[str, Any]) -> str:
         f"{_mb(memory.get('rss_max_bytes'))}; fds {memory.get('fds_first')} -> "
         f"{memory.get('fds_last')} (max {memory.get('fds_max')}); {load['errors']:,} errors; "
         f"{load['chunks']:,} chunks over {load['streams_opened']:,} streams"
+        f"{_step_note(memory)}"
+    )
+
+
+def _step_note(memory: dict[str, Any]) -> str:
+    """The median slope and the largest rise between two samples, when there are some."""
+    median = memory.get("rss_median_slope_second_half_kb_per_min")
+    step = memory.get("rss_largest_step_second_half_kb")
+    if median is None or step is None:
+        return ""
+    return (
+        f"; second half: median pairwise slope {median:+,.1f} KB/min, largest step {step:+,.0f} KB"
     )
 
 

@@ -175,7 +175,9 @@ class Admission:
 
     async def admit(self) -> None:
         """Return when a new stream may be set up: at once unless timed work is due or other
-        requests wait already (first come, first admitted)."""
+        requests wait already (first come, first admitted). Raises `Overloaded` when
+        ``config.max_waiting`` wait already, or once this request has waited
+        ``config.max_wait_s`` without its turn coming."""
         if not self._waiting and not self.due():
             return
         if len(self._waiting) >= self.config.max_waiting:

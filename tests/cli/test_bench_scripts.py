@@ -20,6 +20,7 @@ import pytest
 from airlane.bench.memory import (
     ProcessWatch,
     ResourceSampler,
+    median_slope_per_min,
     raise_fd_limit,
     read_pss_bytes,
     slope_per_min,
@@ -167,6 +168,21 @@ def test_slope_per_min() -> None:
     assert slope_per_min([(0.0, 0.0), (30.0, 1.0), (60.0, 2.0)]) == pytest.approx(2.0)
     assert slope_per_min([(1.0, 1.0)]) is None
     assert slope_per_min([(1.0, 1.0), (1.0, 2.0)]) is None
+
+
+def test_median_slope_per_min_tells_one_step_from_steady_growth() -> None:
+    # Flat, one rise of 2,000 a third of the way in, flat again: least squares sees a slope,
+    # the median of the pairwise slopes does not.
+    step = [(t * 5.0, 100.0 if t < 20 else 2100.0) for t in range(60)]
+    assert slope_per_min(step) == pytest.approx(533.5, rel=0.01)
+    assert median_slope_per_min(step) == pytest.approx(0.0)
+    growth = [(t * 5.0, 100.0 + 2.0 * t) for t in range(60)]
+    assert median_slope_per_min(growth) == pytest.approx(24.0)
+    assert median_slope_per_min([(1.0, 1.0)]) is None
+    assert median_slope_per_min([(1.0, 1.0), (1.0, 2.0)]) is None
+    # A long series is thinned, not walked pair by pair: the answer stays the same.
+    long = [(t * 0.1, 3.0 * t) for t in range(20_000)]
+    assert median_slope_per_min(long) == pytest.approx(1800.0)
 
 
 def test_process_watch_and_bounded_sampler() -> None:

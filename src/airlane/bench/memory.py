@@ -35,6 +35,7 @@ __all__ = [
     "ResourceSample",
     "ResourceSampler",
     "describe_host",
+    "median_slope_per_min",
     "raise_fd_limit",
     "read_pss_bytes",
     "slope_per_min",
@@ -196,6 +197,35 @@ def slope_per_min(points: Sequence[tuple[float, float]]) -> float | None:
         return None
     covariance = sum((t - mean_t) * (v - mean_v) for t, v in points)
     return 60.0 * covariance / spread
+
+
+MEDIAN_SLOPE_POINTS = 200
+"""`median_slope_per_min` thins longer series to this many points (evenly spaced)."""
+
+
+def median_slope_per_min(points: Sequence[tuple[float, float]]) -> float | None:
+    """The median of the slopes between every two points (Theil-Sen), per minute; None for
+    fewer than two distinct times.
+
+    Unlike the least-squares slope it ignores a one-off step: a series that is flat except
+    for one rise (the allocator's high-water mark moving once) has a median slope near zero,
+    while steady growth (a leak) moves it as much as the least-squares one. Series longer than
+    `MEDIAN_SLOPE_POINTS` are thinned first, so the pairs stay few.
+    """
+    if len(points) > MEDIAN_SLOPE_POINTS:
+        step = len(points) / MEDIAN_SLOPE_POINTS
+        points = [points[int(i * step)] for i in range(MEDIAN_SLOPE_POINTS)]
+    slopes = sorted(
+        (v2 - v1) / (t2 - t1)
+        for i, (t1, v1) in enumerate(points)
+        for t2, v2 in points[i + 1 :]
+        if t2 != t1
+    )
+    if not slopes:
+        return None
+    middle = len(slopes) // 2
+    median = slopes[middle] if len(slopes) % 2 else (slopes[middle - 1] + slopes[middle]) / 2
+    return 60.0 * median
 
 
 def raise_fd_limit() -> int:
