@@ -129,7 +129,9 @@ SCRIPT = """
 import asyncio, json
 import grpc, httpx, openai, websockets
 from airlane.admission import Admission, AdmissionConfig
-from airlane.client import AircClient, RequestRejected
+from airlane.client import (
+    AircClient, AirlaneClient, GatewayOverloaded, GrpcClient, RequestRejected, RetryPolicy,
+)
 from airlane.gcpacer import GcConfig
 from airlane.server import ServerConfig, serve
 from tests.grpc_transport.conftest import SHORT_REQUEST, airlane_stub, generate_request
@@ -159,7 +161,10 @@ async def main():
     out = {}
     async with httpx.AsyncClient(base_url=listening.http, timeout=10) as http:
         r = await http.post("/v1/chat/completions", json={**CHAT, "stream": True})
-        out["http"] = [r.status_code, r.headers.get("retry-after"), r.json()["error"]["code"]]
+        out["http"] = [
+            r.status_code, r.headers.get("retry-after"), r.headers.get("x-should-retry"),
+            r.json()["error"]["code"],
+        ]
         out["healthz"] = (await http.get("/healthz")).status_code
         sdk = openai.AsyncOpenAI(base_url=listening.http + "/v1", api_key="k", max_retries=0)
         try:
@@ -188,12 +193,41 @@ async def main():
                 out["grpc"] = "served"
             except grpc.aio.AioRpcError as exc:
                 out["grpc"] = [exc.code().name, exc.details()]
+        # Airlane's own clients: the refusal is typed, and the HTTP client's chat request is
+        # sent again (nothing was started) until its retry budget is spent.
+        async with GrpcClient(listening.grpc) as client:
+            try:
+                async for _ in client.generate(CHAT):
+                    pass
+            except GatewayOverloaded as exc:
+                out["grpc_client"] = exc.code
+        async with AirlaneClient(
+            listening.http, retry=RetryPolicy(max_retries=2, base_delay_s=0.01, max_delay_s=0.05)
+        ) as client:
+            try:
+                async for _ in client.chat_stream("synthetic", CHAT["messages"]):
+                    pass
+            except GatewayOverloaded as exc:
+                out["sse_client"] = [exc.status, exc.retry_after_s, client.overload_retries]
         metrics = (await http.get("/metrics")).text
         out["refused_metric"] = [
             line for line in metrics.splitlines()
             if line.startswith("airlane_admission_refused_total")
         ]
-        del source  # nothing due any more: set-ups go ahead again
+        # A chat request sent while overloaded goes through once the overload ends: the
+        # client waits out each refusal (Retry-After, capped by its policy) and sends again.
+        async with AirlaneClient(
+            listening.http, retry=RetryPolicy(max_retries=50, base_delay_s=0.01, max_delay_s=0.05)
+        ) as client:
+            async def chat():
+                deltas = client.chat_stream("synthetic", CHAT["messages"])
+                return "".join([delta.text async for delta in deltas])
+            task = asyncio.create_task(chat())
+            while not client.overload_retries:
+                await asyncio.sleep(0.01)
+            del source  # nothing due any more: set-ups go ahead again
+            text = await asyncio.wait_for(task, 30)
+            out["retried_chat"] = [bool(text), client.overload_retries > 0]
         r = await http.post("/v1/chat/completions", json=CHAT)
         out["after"] = r.status_code
     print(json.dumps(out))
@@ -214,7 +248,7 @@ def test_every_transport_answers_an_overloaded_set_up_with_retry_later() -> None
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     out = json.loads(result.stdout.splitlines()[-1])
-    assert out["http"] == [503, "7", "overloaded"]
+    assert out["http"] == [503, "7", "true", "overloaded"]
     assert out["healthz"] == 200
     assert out["openai"] == [503, "overloaded"]
     assert out["ws"] == [503, "overloaded"]
@@ -222,6 +256,11 @@ def test_every_transport_answers_an_overloaded_set_up_with_retry_later() -> None
     assert code == "overloaded" and "retry in 7 s" in message
     status, details = out["grpc"]
     assert status == "UNAVAILABLE" and "overloaded" in details
-    # http, openai, ws, airc, grpc: five refused; the probe and the scrape never waited.
-    assert out["refused_metric"] == ["airlane_admission_refused_total 5.0"]
+    assert out["grpc_client"] == "overloaded"
+    # Sent three times (two retries), each refused; Retry-After (7 s) was capped at 0.05 s.
+    assert out["sse_client"] == [503, 7.0, 2]
+    # http, openai, ws, airc, grpc, the gRPC client, 3 x the HTTP client: nine refused; the
+    # probe and the scrape never waited.
+    assert out["refused_metric"] == ["airlane_admission_refused_total 9.0"]
+    assert out["retried_chat"] == [True, True]
     assert out["after"] == 200

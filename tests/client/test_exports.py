@@ -27,6 +27,7 @@ def test_client_exports() -> None:
         "ClientError",
         "ConnectFailed",
         "ConnectionLost",
+        "GatewayOverloaded",
         "GrpcClient",
         "ProtocolViolation",
         "RequestRejected",

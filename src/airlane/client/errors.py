@@ -9,7 +9,8 @@ One tree; a caller that wants "anything went wrong with the gateway" catches the
     ├── ResumeFailed          a dropped stream could not be resumed within the retry budget
     ├── RequestRejected       the gateway refused a request (HTTP status, or a WebSocket
     │   │                     ``error`` reply); carries ``status`` and ``code``
-    │   └── StreamNotFound    no such stream (404 / ``stream_not_found``)
+    │   ├── StreamNotFound    no such stream (404 / ``stream_not_found``)
+    │   └── GatewayOverloaded too busy to start it (``overloaded``): nothing was started
     ├── StreamFailed          the stream itself ended with an ``error`` event
     └── ProtocolViolation     the gateway sent something this client cannot parse
 
@@ -24,6 +25,7 @@ __all__ = [
     "ClientError",
     "ConnectFailed",
     "ConnectionLost",
+    "GatewayOverloaded",
     "ProtocolViolation",
     "RequestRejected",
     "ResumeFailed",
@@ -60,15 +62,31 @@ class RequestRejected(ClientError):
     machine-readable error code when it sent one.
     """
 
-    def __init__(self, message: str, *, status: int = 0, code: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int = 0,
+        code: str | None = None,
+        retry_after_s: float | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
         self.code = code
+        self.retry_after_s = retry_after_s
+        """How long the gateway asked the client to wait before trying again (HTTP
+        ``Retry-After``), when it said."""
 
 
 class StreamNotFound(RequestRejected):
     """The stream does not exist on this gateway (never did, was deleted, or was lost)."""
+
+
+class GatewayOverloaded(RequestRejected):
+    """The gateway was too busy to start the request (code ``overloaded``: its set-up waited
+    past the gateway's admission bound). Nothing was started, so sending the same request
+    again is safe; `AirlaneClient.chat_stream` does so by itself within its `RetryPolicy`."""
 
 
 class StreamFailed(ClientError):
@@ -84,8 +102,16 @@ class ProtocolViolation(ClientError):
     """The gateway sent bytes this client cannot interpret (the peer's fault)."""
 
 
-def rejected(message: str, *, status: int = 0, code: str | None = None) -> RequestRejected:
+def rejected(
+    message: str,
+    *,
+    status: int = 0,
+    code: str | None = None,
+    retry_after_s: float | None = None,
+) -> RequestRejected:
     """The `RequestRejected` subclass that fits ``status`` / ``code``."""
     if status == 404 or code == "stream_not_found":
-        return StreamNotFound(message, status=status, code=code)
-    return RequestRejected(message, status=status, code=code)
+        return StreamNotFound(message, status=status, code=code, retry_after_s=retry_after_s)
+    if code == "overloaded":
+        return GatewayOverloaded(message, status=status, code=code, retry_after_s=retry_after_s)
+    return RequestRejected(message, status=status, code=code, retry_after_s=retry_after_s)

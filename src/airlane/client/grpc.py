@@ -20,10 +20,15 @@ from typing import Any
 import grpc
 from grpc import aio
 
-from airlane.client.errors import ClientError, ConnectFailed, RequestRejected, StreamNotFound
+from airlane.client.errors import ClientError, ConnectFailed, rejected
 from airlane.client.events import StreamEvent
 from airlane.v1 import events_pb2, service_pb2, service_pb2_grpc
-from airlane.wire.proto import chat_request_message, event_dict, event_message
+from airlane.wire.proto import (
+    ERROR_CODE_METADATA,
+    chat_request_message,
+    event_dict,
+    event_message,
+)
 
 __all__ = ["KEEPALIVE_OPTIONS", "GrpcClient"]
 
@@ -137,8 +142,16 @@ async def _events(call: Any) -> AsyncIterator[tuple[str, StreamEvent]]:
 
 def _translate(exc: aio.AioRpcError) -> ClientError:
     code, details = exc.code(), exc.details() or ""
+    # The gateway's error code, where it sent one, says more than the status: UNAVAILABLE
+    # with "overloaded" is a refusal to start (safe to resend), not an unreachable gateway.
+    gateway_code = next(
+        (str(value) for key, value in exc.trailing_metadata() or () if key == ERROR_CODE_METADATA),
+        None,
+    )
+    if gateway_code is not None:
+        return rejected(details, code=gateway_code)
     if code in _UNREACHABLE:
         return ConnectFailed(f"gRPC {code.name}: {details}")
     if code == grpc.StatusCode.NOT_FOUND:
-        return StreamNotFound(details, code=code.name)
-    return RequestRejected(details, code=code.name)
+        return rejected(details, status=404, code=code.name)
+    return rejected(details, code=code.name)

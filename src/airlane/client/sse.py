@@ -11,7 +11,9 @@ invisible to its caller:
 - `AirlaneClient.chat_stream` posts an OpenAI-style streaming chat request. It remembers the
   ``x-airlane-stream-id`` header and the last SSE ``id:``; if the response breaks off before
   the finish, it continues the same generation through `events` from that token. The caller
-  sees one sequence of `ChatDelta` pieces whose text is exact (no gap, no repeat).
+  sees one sequence of `ChatDelta` pieces whose text is exact (no gap, no repeat). A request
+  the gateway was too busy to start (503, code ``overloaded``: nothing was started) is sent
+  again within the same `RetryPolicy`, waiting at least what its ``Retry-After`` asked.
 
 SSE bytes are parsed with `airlane.wire.sse.SSEDecoder`. httpx exceptions never escape: they
 become the errors of `airlane.client.errors`.
@@ -34,6 +36,7 @@ from airlane.client.chat import deltas_from_event
 from airlane.client.errors import (
     ClientClosed,
     ConnectFailed,
+    GatewayOverloaded,
     ProtocolViolation,
     RequestRejected,
     ResumeFailed,
@@ -88,6 +91,9 @@ class AirlaneClient:
         """Response body bytes read from streaming responses, over this client's life."""
         self.resumes = 0
         """How many times a stream was resumed on a new connection."""
+        self.overload_retries = 0
+        """How many times a request was sent again because the gateway was too busy to
+        start it."""
 
     async def __aenter__(self) -> AirlaneClient:
         return self
@@ -108,6 +114,8 @@ class AirlaneClient:
 
         Raises:
             ConnectFailed: the request could not be sent.
+            GatewayOverloaded: the gateway was too busy to start it, every time the client's
+                `RetryPolicy` allowed.
             RequestRejected: the gateway refused it (bad model, auth ...).
             StreamFailed: the generation failed.
             ResumeFailed: the response broke off and the stream could not be resumed.
@@ -118,7 +126,7 @@ class AirlaneClient:
         dropped: Exception | None = None
         try:
             async with (
-                self._open("POST", "/v1/chat/completions", json=body) as response,
+                self._open_started("POST", "/v1/chat/completions", json=body) as response,
                 contextlib.aclosing(self._chat_pieces(response, state)) as pieces,
             ):
                 self.stream_id = response.headers.get("x-airlane-stream-id")
@@ -202,7 +210,7 @@ class AirlaneClient:
                     f"stream {stream_id!r}: gave up after {failures} failed reconnections"
                 ) from cause
             self.resumes += 1
-            await asyncio.sleep(policy.delay(failures))
+            await asyncio.sleep(_backoff(policy, failures, cause))
 
     async def _read_events(
         self, path: str, position: str | None, params: Mapping[str, str | int] | None
@@ -242,6 +250,26 @@ class AirlaneClient:
         return body
 
     # -- plumbing ---------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _open_started(
+        self, method: str, path: str, **kwargs: Any
+    ) -> AsyncIterator[httpx.Response]:
+        """`_open` for a request that starts something: sent again while the gateway answers
+        that it was too busy to start it (nothing was started), as `retry` allows."""
+        async with contextlib.AsyncExitStack() as stack:
+            failures = 0
+            while True:
+                try:
+                    response = await stack.enter_async_context(self._open(method, path, **kwargs))
+                    break
+                except GatewayOverloaded as exc:
+                    failures += 1
+                    if self.retry.exhausted(failures):
+                        raise
+                    self.overload_retries += 1
+                    await asyncio.sleep(_backoff(self.retry, failures, exc))
+            yield response
 
     @contextlib.asynccontextmanager
     async def _open(self, method: str, path: str, **kwargs: Any) -> AsyncIterator[httpx.Response]:
@@ -298,4 +326,22 @@ async def _rejection(response: httpx.Response) -> RequestRejected:
         message, code = str(error.get("message")), error.get("code")
     else:
         message, code = f"HTTP {response.status_code}", None
-    return rejected(message, status=response.status_code, code=code)
+    retry_after_s = _retry_after_s(response.headers.get("retry-after"))
+    return rejected(message, status=response.status_code, code=code, retry_after_s=retry_after_s)
+
+
+def _retry_after_s(value: str | None) -> float | None:
+    """A ``Retry-After`` of delay-seconds; None when absent or an HTTP date (which a gateway
+    this client talks to does not send)."""
+    if value is None or not value.strip().isdigit():
+        return None
+    return float(value)
+
+
+def _backoff(policy: RetryPolicy, failures: int, cause: Exception | None) -> float:
+    """The policy's delay after ``failures``, but at least what the gateway's ``Retry-After``
+    asked for, within the policy's cap on a delay."""
+    delay = policy.delay(failures)
+    if isinstance(cause, RequestRejected) and cause.retry_after_s is not None:
+        delay = max(delay, min(cause.retry_after_s, policy.max_delay_s))
+    return delay

@@ -22,6 +22,7 @@ from airlane.v1 import events_pb2, service_pb2
 from airlane.wire.errors import DecodeError
 
 __all__ = [
+    "ERROR_CODE_METADATA",
     "StreamEventWriter",
     "chat_body",
     "chat_request_message",
@@ -34,6 +35,11 @@ __all__ = [
     "position_from_proto",
     "stream_event",
 ]
+
+ERROR_CODE_METADATA = "airlane-error-code"
+"""Trailing metadata key of a refused gRPC call: the gateway's error code (``overloaded``,
+``stream_not_found`` ...), the same as the HTTP API's ``error.code``; one status can stand for
+several codes (``UNAVAILABLE`` is both "unreachable" and "overloaded, nothing started")."""
 
 _KIND = {kind: events_pb2.Kind.Value(f"KIND_{kind.name}") for kind in Kind}
 _KIND_NAME = {value: kind.value for kind, value in _KIND.items()}

@@ -52,6 +52,7 @@ from airlane.v1 import events_pb2, service_pb2, service_pb2_grpc
 from airlane.wire.errors import DecodeError
 from airlane.wire.event_json import event_from_dict
 from airlane.wire.proto import (
+    ERROR_CODE_METADATA,
     StreamEventWriter,
     chat_body,
     event_dict,
@@ -116,7 +117,10 @@ def _message(exc: Exception) -> str:
 
 
 async def _abort(context: aio.ServicerContext, exc: Exception) -> NoReturn:
-    await context.abort(status_of(exc), _message(exc))
+    # The gateway's own error code travels beside the status (`ERROR_CODE_METADATA`).
+    code = getattr(exc, "code", None)
+    trailer = ((ERROR_CODE_METADATA, code),) if isinstance(code, str) else ()
+    await context.abort(status_of(exc), _message(exc), trailing_metadata=trailer)
     raise AssertionError("abort returns by raising")  # pragma: no cover
 
 

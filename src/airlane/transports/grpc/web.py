@@ -89,7 +89,15 @@ class _Context:
     def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
         return tuple((key.lower(), value) for key, value in self._ctx.request_headers.allitems())
 
-    async def abort(self, code: grpc.StatusCode, details: str = "") -> NoReturn:
+    async def abort(
+        self,
+        code: grpc.StatusCode,
+        details: str = "",
+        trailing_metadata: tuple[tuple[str, str], ...] = (),
+    ) -> NoReturn:
+        # connectrpc's errors carry no metadata: over gRPC-Web and Connect the status and its
+        # message stand alone (the native server sends `ERROR_CODE_METADATA` too).
+        del trailing_metadata
         raise ConnectError(_CONNECT_CODE[code], details)
 
 

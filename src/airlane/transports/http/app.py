@@ -137,10 +137,10 @@ class AirlaneApp:
                 scope, receive, send, str(exc), status=exc.status, code=exc.code, close_code=1013
             )
             return
-        retry_after = [(b"retry-after", str(exc.retry_after_s).encode())]
-        error = HttpError(
-            exc.status, str(exc), code=exc.code, type="server_error", headers=retry_after
-        )
+        # Nothing was started, so the request may be sent again: say when, and say so in the
+        # header OpenAI's SDKs read (they retry a 503 anyway; this makes it explicit).
+        headers = [(b"retry-after", str(exc.retry_after_s).encode()), (b"x-should-retry", b"true")]
+        error = HttpError(exc.status, str(exc), code=exc.code, type="server_error", headers=headers)
         await send_error(send, error)
         self.metrics.count_request(_route_label(scope["path"]), str(exc.status))
 
