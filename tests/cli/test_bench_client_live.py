@@ -237,3 +237,19 @@ def test_client_ceiling_benchmark_runs() -> None:
     assert result.returncode == 0, result.stderr
     lines = [line for line in result.stdout.splitlines() if "MB/s" in line]
     assert len(lines) == 4 and all("errors" not in line for line in lines), result.stdout
+
+
+def test_client_ceiling_benchmark_runs_paced() -> None:
+    """Paced mode: every chunk arrives, in order, never before its ts; the lag is printed."""
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "client_ceiling.py"), "--mode", "paced",
+         "--interval-ms", "5", "--streams", "6", "--chunks", "20", "--rounds", "1"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if "MB/s" in line]
+    assert len(lines) == 4 and all("errors" not in line for line in lines), result.stdout
+    for line in lines:
+        lag_p50 = float(line.split("lag p50")[1].split()[0])
+        assert 0 <= lag_p50 < 1000, line  # negative would mean a chunk left before its ts
+        assert "server" in line and "us/chunk" in line
