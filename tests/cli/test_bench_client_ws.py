@@ -269,6 +269,36 @@ def test_the_gateways_frames_take_the_fast_path(monkeypatch: pytest.MonkeyPatch)
         assert summary(tally) == expected(*payloads) and len(calls) <= 3
 
 
+def test_a_read_of_one_frame_is_recorded_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A paced stream's reads, one whole chunk frame each, are recorded by `feed` itself;
+    a read of anything else (two frames, a cut frame, a head that is not a chunk's) goes the
+    general way, with the same tally."""
+    payloads = [chunk(n) for n in range(1, 7)]
+    frames = [frame(p) for p in payloads]
+    transcript = response_head() + b"".join(frames) + CLOSE_1000
+    reads = list(itertools.accumulate([len(response_head()), *map(len, frames)]))
+    whole = run(transcript)
+    tally = StreamTally(array("q"))
+    connection = LoadConnection(tally, "127.0.0.1:1", "/v1/loadtest/ws?chunks=3", key=KEY)
+    connection.receive_data(response_head(), NOW)
+    monkeypatch.setattr(FrameReader, "_read_chunk_frames", _never)
+    for one in frames:  # one frame per read
+        connection.receive_data(one, NOW)
+    monkeypatch.undo()
+    connection.receive_data(CLOSE_1000, NOW)
+    assert summary(tally) == summary(whole[0]) == expected(*payloads)
+    assert connection.state is ConnectionState.CLOSED
+    odd = frame(b'{"seq":x,"ts":1}')  # not a chunk: refused the general way
+    for cuts in ([reads[0], reads[2], reads[2] + 3], [reads[0], reads[1] + 100]):
+        assert summary(run(transcript, cuts)[0]) == expected(*payloads)
+    with pytest.raises(ChunkFormatError):
+        run(response_head() + odd, [len(response_head())])
+
+
+def _never(*args: object) -> int:
+    raise AssertionError("a one-frame read went the general way")
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.data())
 def test_any_fragmentation_pings_and_reads(data: st.DataObject) -> None:

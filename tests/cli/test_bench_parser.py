@@ -249,6 +249,70 @@ def test_the_gateways_stream_takes_the_fast_path(monkeypatch: pytest.MonkeyPatch
         assert summary(feed(response, [cut])[0]) == expected(6)
 
 
+def paced(events_: list[bytes]) -> tuple[bytes, list[int]]:
+    """A paced response (each event its own HTTP chunk) and the cuts that make each HTTP
+    chunk its own read, as a paced gateway's writes arrive."""
+    head = HEAD + b"transfer-encoding: chunked\r\n\r\n"
+    framed = [b"%x\r\n%b\r\n" % (len(e), e) for e in events_]
+    response = head + b"".join(framed) + b"0\r\n\r\n"
+    return response, list(itertools.accumulate([len(head), *map(len, framed)]))
+
+
+def test_a_paced_read_is_recorded_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One HTTP chunk holding one chunk event per read goes by `ChunkEventReader.feed_event`,
+    never through the general de-framing, with the same tally as the whole response."""
+    response, cuts = paced([b"data: " + chunk(n, 1000 * n) + b"\n\n" for n in range(1, 7)])
+
+    def general(*args: object) -> None:
+        raise AssertionError("a paced read went the general way")
+
+    whole = summary(feed(response)[0])
+    tally = StreamTally(array("q"))
+    parser = LoadResponseParser(tally)
+    parser.feed(response[: cuts[0]], NOW)  # the head
+    monkeypatch.setattr(LoadResponseParser, "_dechunk", general)
+    for start, end in itertools.pairwise(cuts):
+        parser.feed(response[start:end], NOW)
+    monkeypatch.undo()
+    parser.feed(response[cuts[-1] :], NOW)  # the last chunk, the general way
+    assert parser.done and summary(tally) == whole == expected(6)
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        b"id: 2\ndata: %b\n\n",  # another field first
+        b"data: %b\n\ndata: {}\n\n",  # two events in one HTTP chunk
+        b"data: %b\n: note\n\n",  # a comment inside the event
+        b"data:%b\n\n",  # no space after the colon (still a chunk, read the general way)
+        b"data: %b\n",  # the event ends in the next HTTP chunk
+    ],
+)
+def test_paced_reads_of_anything_else_go_the_general_way(odd: bytes) -> None:
+    """Whatever the one-event path declines is read by the general path: the same tally as
+    when the response is read whole."""
+    texts = [b"data: " + chunk(n, 1000 * n) + b"\n\n" for n in range(1, 5)]
+    texts[1] = odd % chunk(2, 2000)
+    if odd.endswith(b"%b\n"):
+        texts[2] = b"\n" + texts[2]
+    response, cuts = paced(texts)
+    with contextlib.suppress(ChunkFormatError):
+        whole = summary(feed(response)[0])
+        assert summary(feed(response, cuts)[0]) == whole
+        return
+    with pytest.raises(ChunkFormatError):
+        feed(response, cuts)
+
+
+def test_paced_reads_check_seq_and_ts_digits() -> None:
+    """The one-event path takes ASCII digits only; a chunk with others is refused as the
+    general path refuses it."""
+    for bad in (b'{"seq":1x,"ts":5,"a":1}', b'{"seq":1,"ts":-5,"a":1}', b'{"seq":,"ts":5,"a":1}'):
+        response, cuts = paced([b"data: " + bad + b"\n\n"])
+        with pytest.raises(ChunkFormatError):
+            feed(response, cuts)
+
+
 CLIENT_MODULES = (
     "chunk",
     "tally",

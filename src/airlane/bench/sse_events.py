@@ -41,6 +41,10 @@ _CHUNK_LINE = re.compile(
 _EVENT_END = b"\n\n"
 # Per chunk event "data: " + LF + the blank line's LF.
 _EVENT_FRAMING = 8
+# What a chunk event starts with, and what follows its seq and its ts (`feed_event`).
+_CHUNK_START = b'data: {"seq":'
+_AFTER_SEQ = b',"ts":'
+_AFTER_TS = b","
 
 
 class ChunkEventReader:
@@ -75,6 +79,28 @@ class ChunkEventReader:
             raise LoadProtocolError(f"an event exceeds {self._max_event} bytes")
         # A view, not a copy: the regular expression reads any buffer and returns bytes.
         self._read_events(body if end == len(body) else memoryview(body)[:end], now_ns)
+
+    def feed_event(self, data: bytes, start: int, stop: int, now_ns: int) -> bool:
+        """Record ``data[start:stop]`` if it is exactly one ``data: <chunk>`` event and nothing
+        is carried over (a paced stream's read); False, with nothing taken, if it is anything
+        else (then `feed` it). What it accepts, `feed` would read the same way; it only takes
+        fewer steps (a few finds and no copy of the chunk)."""
+        if self._tail != b"\n" or not data.startswith(_CHUNK_START, start):
+            return False
+        # One line (no LF before the blank line's), ending the event.
+        if not data.endswith(_EVENT_END, start, stop) or data.find(b"\n", start, stop - 2) >= 0:
+            return False
+        seq_start = start + len(_CHUNK_START)
+        seq_end = data.find(_AFTER_SEQ, seq_start, seq_start + MAX_DIGITS + len(_AFTER_SEQ))
+        ts_start = seq_end + len(_AFTER_SEQ)
+        ts_end = data.find(_AFTER_TS, ts_start, ts_start + MAX_DIGITS + 1)
+        if seq_end < 0 or ts_end < 0:
+            return False
+        seq, ts = data[seq_start:seq_end], data[ts_start:ts_end]
+        if not (seq.isdigit() and ts.isdigit()):  # ASCII digits, as the expression's \d
+            return False
+        self._tally.chunk(int(seq), int(ts), stop - start - _EVENT_FRAMING, now_ns)
+        return True
 
     def _read_events(self, events: bytes | memoryview, now_ns: int) -> None:
         """Record the chunks of ``events``: LF, then whole events, the last ending in LF LF."""
