@@ -17,6 +17,13 @@ is the client's cost.
     .venv/bin/python benchmarks/client_ceiling.py --streams 500 --chunks 200
     .venv/bin/python benchmarks/client_ceiling.py --transport ws --server-cpu 2 --client-cpu 3
     .venv/bin/python benchmarks/client_ceiling.py --mode paced --streams 1000 --rounds 1
+
+``--serve`` runs the server alone, pinned to ``--server-cpu``, until interrupted (it prints
+``listening on http://...`` and answers ``/healthz`` with its pid), so that other scripts can
+measure it like any peer: ``benchmarks/scaling.py --url ... --label floor`` draws the floor's
+curve next to the gateway's.
+
+    .venv/bin/python benchmarks/client_ceiling.py --serve
 """
 
 from __future__ import annotations
@@ -190,6 +197,14 @@ class _CeilingServer(asyncio.Protocol):
     def _respond(self, lines: list[str]) -> None:
         assert self.transport is not None
         target = urlsplit(lines[0].split(" ")[1])
+        if target.path == "/healthz":  # for scripts that sample the server's CPU
+            body = b'{"pid":%d}' % os.getpid()
+            self.transport.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                b"content-length: %d\r\nconnection: close\r\n\r\n%b" % (len(body), body)
+            )
+            self.transport.close()
+            return
         query = parse_qs(target.query)
         chunks = int(query.get("chunks", ["200"])[0])
         ws = target.path == "/v1/loadtest/ws"
@@ -217,8 +232,9 @@ def _is_key(line: str) -> bool:
     return line.lower().startswith("sec-websocket-key:")
 
 
-def serve(cpu: int, events_per_write: int, ready: Connection) -> None:
-    """Run the server pinned to ``cpu``; send its port on ``ready``, stop when it closes."""
+def serve(cpu: int, events_per_write: int, ready: Connection | None) -> None:
+    """Run the server pinned to ``cpu``; send its port on ``ready``, stop when it closes.
+    Without ``ready``: print the port and serve until interrupted."""
     os.sched_setaffinity(0, {cpu})
     cache: dict[int, Bodies] = {}
     paced = _PacedWriter()
@@ -233,11 +249,15 @@ def serve(cpu: int, events_per_write: int, ready: Connection) -> None:
         server = await loop.create_server(
             lambda: _CeilingServer(bodies, paced), "127.0.0.1", 0, backlog=4096
         )
-        ready.send(server.sockets[0].getsockname()[1])
+        port = server.sockets[0].getsockname()[1]
+        if ready is None:
+            print(f"listening on http://127.0.0.1:{port}", flush=True)
+            await server.serve_forever()
+        ready.send(port)
         await loop.run_in_executor(None, ready.recv)  # the parent says stop (or exits)
         server.close()
 
-    with contextlib.suppress(EOFError):  # the parent exited without saying stop
+    with contextlib.suppress(EOFError, KeyboardInterrupt):  # the parent exited, or ^C
         uvloop.run(listen())
 
 
@@ -344,6 +364,7 @@ def _options() -> argparse.Namespace:
     parser.add_argument("--chunks", type=int, default=200)
     parser.add_argument("--transport", choices=["sse", "ws", "both"], default="both")
     parser.add_argument("--mode", choices=["burst", "paced"], default="burst")
+    parser.add_argument("--serve", action="store_true", help="only serve, until interrupted")
     parser.add_argument("--interval-ms", type=float, default=20.0, help="paced mode's interval")
     parser.add_argument("--rounds", type=int, default=3, help="runs per transport")
     parser.add_argument("--server-cpu", type=int, default=0)
@@ -381,6 +402,9 @@ async def _measure_all(options: argparse.Namespace, port: int, server_pid: int) 
 def main() -> None:
     """Start the server on one core, then measure the clients on another."""
     options = _options()
+    if options.serve:
+        serve(options.server_cpu, options.events_per_write, None)
+        return
     here, there = multiprocessing.Pipe()
     server = multiprocessing.get_context("spawn").Process(
         target=serve, args=(options.server_cpu, options.events_per_write, there), daemon=True

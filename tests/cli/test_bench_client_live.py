@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
 import pytest
 import uvloop
 from websockets.asyncio.server import ServerConnection, serve
@@ -253,3 +254,31 @@ def test_client_ceiling_benchmark_runs_paced() -> None:
         lag_p50 = float(line.split("lag p50")[1].split()[0])
         assert 0 <= lag_p50 < 1000, line  # negative would mean a chunk left before its ts
         assert "server" in line and "us/chunk" in line
+
+
+def test_client_ceiling_serves_alone() -> None:
+    """``--serve``: the ceiling server alone, its port printed and its pid on ``/healthz``,
+    measurable by the bench's client like any peer."""
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "benchmarks" / "client_ceiling.py"), "--serve"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.startswith("listening on http://127.0.0.1:"), line
+        port = int(line.rsplit(":", 1)[1])
+        health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=10, trust_env=False)
+        assert health.json() == {"pid": process.pid}
+        tally = StreamTally(array("q"))
+        path = "/v1/loadtest/sse?chunks=5&mode=paced&interval_ms=2"
+
+        async def one_stream() -> None:
+            deadline = asyncio.get_running_loop().time() + 20
+            await run_sse_stream("127.0.0.1", port, path, tally, deadline)
+
+        uvloop.run(one_stream())
+        assert tally.error is None and tally.received == 5 and tally.disorder == 0
+    finally:
+        process.terminate()
+        process.wait(10)
