@@ -31,6 +31,13 @@ The pacer changes the schedule, not the collector:
   stream of the process (240 ms in a gateway holding the history of 1,000 streams of 200
   chunks, whose growth is what set the pass off); between bursts of work nobody waits for it.
 
+After a full pass the pacer hands the C allocator's free memory back to the operating
+system (glibc's ``malloc_trim``, ``trim_after_full``): the history of streams that ended is
+freed by then, and without it the allocator keeps the pages for reuse, so the process's
+resident size stays at its highest point after every burst of streams (and rises a step at
+the first full pass of a busy gateway, whose pause the streams catch up on with larger
+writes).
+
 Cyclic garbage therefore lives at most ``max_full_interval_s`` (plus ``max_quiet_wait_s``),
 or until it has grown the process by ``full_after_growth_mib`` (plus what it grows while the
 pass waits); everything else is freed as before. A pacer belongs to the process that runs the
@@ -43,6 +50,7 @@ paced = false`` while hunting a leak with them.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import gc
 import logging
 import resource
@@ -105,6 +113,9 @@ class GcConfig:
     max_quiet_wait_s: float = 30.0
     """How long a due full pass waits for a quiet tick before it runs anyway (0: never
     waits). A gateway that is never quiet collects this much later than its schedule."""
+    trim_after_full: bool = True
+    """After each full pass, return the C allocator's free memory to the operating system
+    (glibc's ``malloc_trim``; nothing where the C library has none)."""
 
     def __post_init__(self) -> None:
         if not self.tick_s > 0:
@@ -161,6 +172,9 @@ class GcPacer(Collector):
         """Tracked objects alive after the last full pass."""
         self.quiet_wait_s = 0.0
         """Seconds due full passes spent waiting for a quiet tick, in all."""
+        self.trim_s = 0.0
+        """Seconds spent returning free memory to the system after full passes, in all."""
+        self._trim = _malloc_trim() if self.config.trim_after_full else None
 
     @property
     def running(self) -> bool:
@@ -204,6 +218,10 @@ class GcPacer(Collector):
         finally:
             gc.freeze()
         pause = time.perf_counter() - started
+        if self._trim is not None:
+            trimmed = time.perf_counter()
+            self._trim()
+            self.trim_s += time.perf_counter() - trimmed
         self.full_passes += 1
         self.full_pause_s += pause
         self.longest_pause_s = max(self.longest_pause_s, pause)
@@ -272,11 +290,28 @@ class GcPacer(Collector):
             "Time due full passes waited for a quiet moment (little CPU used) to run in",
             self.quiet_wait_s,
         )
+        yield CounterMetricFamily(
+            "airlane_gc_trim_seconds",
+            "Time spent returning free memory to the system after full passes",
+            self.trim_s,
+        )
         yield GaugeMetricFamily(
             "airlane_gc_tracked_objects",
             "Objects the garbage collector tracked after its last full pass",
             self.live_objects,
         )
+
+
+def _malloc_trim() -> Callable[[], object] | None:
+    """``malloc_trim(0)`` of the process's C library, or None where it has none (musl,
+    macOS): glibc then gives every wholly free page of its heaps back to the system."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return lambda: trim(0)
 
 
 def peak_rss_kb() -> int:
