@@ -1,0 +1,169 @@
+"""`Acceptor`: takes a listening socket's waiting connections in batches, not one a loop turn.
+
+libuv, under uvloop, accepts one connection each time its loop polls a listening socket and
+leaves the next one to the next poll (libuv 1.45, "unix: don't accept() connections in a
+loop", libuv#3696). That is cheap for a lone connection, but a busy loop polls only once a
+turn: a gateway relaying 500 upstream streams turns about every 10 ms, so 500 clients that
+connect together were accepted at about one a turn, the last 4.6 s after the kernel had
+finished its handshake (docs/performance.md, "Accepting while busy"). Python's own asyncio
+loop accepts up to a hundred connections a poll.
+
+An `Acceptor` watches the socket itself (``add_reader``) and, each time it is readable,
+accepts until the kernel's queue is empty or `MAX_PER_TURN` connections were taken; each
+socket then goes to the loop's ``connect_accepted_socket`` with a protocol from the factory,
+exactly as the loop's own server would have made it. A lone connection costs one ``accept``
+that fails with ``EAGAIN`` after it, as it did before libuv's change.
+
+When the process runs out of descriptors (``EMFILE``, ``ENFILE``) or kernel memory, the
+acceptor stops watching for `RETRY_S` and says so in the log, rather than spinning on a
+socket that stays readable: the connections wait in the listen backlog meanwhile, where the
+kernel bounds them. A connection that failed between the handshake and ``accept`` is skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import socket
+from collections.abc import Callable
+
+__all__ = ["MAX_PER_TURN", "RETRY_S", "Acceptor"]
+
+log = logging.getLogger("airlane.acceptor")
+
+MAX_PER_TURN = 128
+"""Connections accepted per readiness at most, so that one poll cannot hold the loop long
+(accepting is about 10 us each; what the connections then ask for is admitted separately,
+`airlane.admission`)."""
+RETRY_S = 0.1
+"""How long the acceptor stops watching after running out of descriptors or memory."""
+
+_OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+
+
+class Acceptor:
+    """Accepts connections on a bound, listening socket for ``protocol_factory``'s protocols.
+
+    Closing it (`close`, then `wait_closed`) stops accepting; connections already accepted
+    are left to their protocols. The methods mirror `asyncio.Server`'s, so a server that
+    keeps a list of those can keep an acceptor in it.
+    """
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        protocol_factory: Callable[[], asyncio.Protocol],
+        *,
+        max_per_turn: int = MAX_PER_TURN,
+    ) -> None:
+        if max_per_turn < 1:
+            raise ValueError(f"max_per_turn must be >= 1, not {max_per_turn}")
+        self.sock = sock
+        self.protocol_factory = protocol_factory
+        self.max_per_turn = max_per_turn
+        self.accepted = 0
+        """Connections accepted so far."""
+        self.pauses = 0
+        """Times accepting stopped for `RETRY_S` for want of descriptors or memory."""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._retry: asyncio.TimerHandle | None = None
+        # Accepted sockets being handed to the loop, and those whose hand-over has not begun
+        # (a task cancelled before its first step never runs, so `close` closes those).
+        self._handing_over: set[asyncio.Task[None]] = set()
+        self._not_begun: set[socket.socket] = set()
+        self._closed = False
+        self._short = False  # out of descriptors since the last accept (said once)
+
+    def start(self) -> None:
+        """Start accepting on the running loop."""
+        if self._loop is not None or self._closed:
+            raise RuntimeError("an acceptor starts once")
+        self._loop = asyncio.get_running_loop()
+        self.sock.setblocking(False)
+        self._watch()
+
+    def close(self) -> None:
+        """Stop accepting (the socket itself stays open: its owner closes it)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._unwatch()
+        for task in self._handing_over:
+            task.cancel()
+        for conn in self._not_begun:
+            conn.close()
+        self._not_begun.clear()
+
+    async def wait_closed(self) -> None:
+        """Wait until the connections accepted before `close` have been handed over."""
+        if self._handing_over:
+            await asyncio.gather(*self._handing_over, return_exceptions=True)
+
+    def is_serving(self) -> bool:
+        """Whether it accepts connections (started, not closed)."""
+        return self._loop is not None and not self._closed
+
+    def _watch(self) -> None:
+        assert self._loop is not None
+        self._retry = None
+        if not self._closed:
+            self._loop.add_reader(self.sock.fileno(), self._on_readable)
+
+    def _unwatch(self) -> None:
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
+        elif self._loop is not None:
+            self._loop.remove_reader(self.sock.fileno())
+
+    def _on_readable(self) -> None:
+        loop = self._loop
+        assert loop is not None
+        accept = self.sock.accept
+        for _ in range(self.max_per_turn):
+            try:
+                conn, _ = accept()
+            except (BlockingIOError, InterruptedError):
+                return  # the queue is empty
+            except OSError as exc:
+                if exc.errno in _OUT_OF_RESOURCES:
+                    self._pause(exc)
+                    return
+                continue  # that connection failed before it was accepted (ECONNABORTED...)
+            self.accepted += 1
+            self._short = False
+            self._not_begun.add(conn)
+            task = loop.create_task(self._hand_over(loop, conn))
+            self._handing_over.add(task)
+            task.add_done_callback(self._handed_over)
+
+    async def _hand_over(self, loop: asyncio.AbstractEventLoop, conn: socket.socket) -> None:
+        self._not_begun.discard(conn)
+        try:
+            # The transport and the protocol are made at once; this waits for connection_made.
+            await loop.connect_accepted_socket(self.protocol_factory, conn)
+        except BaseException:
+            # Closes the socket if no transport took it (the factory failed); a transport
+            # that did has detached it on closing, which makes this a no-op.
+            conn.close()
+            raise
+
+    def _handed_over(self, task: asyncio.Task[None]) -> None:
+        self._handing_over.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.warning("could not set up an accepted connection: %s", exc)
+
+    def _pause(self, exc: OSError) -> None:
+        assert self._loop is not None
+        self.pauses += 1
+        if not self._short:  # once until a connection gets through again, not every RETRY_S
+            self._short = True
+            log.warning(
+                "cannot accept connections (%s); they wait in the listen queue, retried "
+                "every %.1f s",
+                exc.strerror or exc,
+                RETRY_S,
+            )
+        self._loop.remove_reader(self.sock.fileno())
+        self._retry = self._loop.call_later(RETRY_S, self._watch)
