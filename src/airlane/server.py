@@ -19,6 +19,7 @@ from typing import Any
 
 import uvicorn
 
+from airlane.acceptor import Acceptor
 from airlane.admission import Admission, AdmissionConfig
 from airlane.artifacts.config import ArtifactsConfig
 from airlane.backends.base import Backend
@@ -275,6 +276,36 @@ def uvicorn_config(app: AirlaneApp, config: ServerConfig) -> uvicorn.Config:
     )
 
 
+class _AcceptingServer(uvicorn.Server):
+    """uvicorn's server, taking its connections through an `Acceptor` rather than the loop's
+    own server, which under uvloop accepts one connection a loop turn (`airlane.acceptor`).
+
+    Plain TCP only: `uvicorn_config` sets no TLS, which the acceptor would not apply."""
+
+    def __init__(self, config: uvicorn.Config, sock: socket.socket) -> None:
+        super().__init__(config)
+        self._sock = sock
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        """uvicorn's start-up (the lifespan, the shared state) with no listener of its own,
+        then the acceptor on the socket; `shutdown` closes it with uvicorn's servers."""
+        assert self.config.ssl is None, "the acceptor does not wrap connections in TLS"
+        await super().startup(sockets=[])
+        if not self.started:
+            return
+        config, state, app_state = self.config, self.server_state, self.lifespan.state
+
+        def protocol() -> asyncio.Protocol:
+            # What uvicorn's own factory makes for each connection.
+            return config.http_protocol_class(  # type: ignore[call-arg]
+                config=config, server_state=state, app_state=app_state
+            )
+
+        acceptor = Acceptor(self._sock, protocol)
+        acceptor.start()
+        self.servers.append(acceptor)  # type: ignore[arg-type]  # close() and wait_closed()
+
+
 @dataclass(frozen=True, slots=True)
 class Listening:
     """Where a running gateway listens."""
@@ -315,7 +346,7 @@ async def serve(
     sock = bind_socket(config.host, config.port, config.tcp_keepalive_s)
     host, port = sock.getsockname()[:2]
     url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
-    server = uvicorn.Server(uvicorn_config(app, config))
+    server = _AcceptingServer(uvicorn_config(app, config), sock)
     airc: AircTcpServer | None = None
     if config.airc.enabled:
         airc = AircTcpServer(app.gateway, config.airc)
@@ -341,7 +372,7 @@ async def serve(
     announcer = asyncio.create_task(announce())
     pacer.start()  # last: what start-up made is frozen once, not walked by every pass
     try:
-        await server.serve(sockets=[sock])
+        await server.serve()
     finally:
         announcer.cancel()
         if airc is not None:
