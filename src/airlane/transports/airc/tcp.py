@@ -13,6 +13,7 @@ import logging
 import socket
 from typing import cast
 
+from airlane.acceptor import Acceptor
 from airlane.gateway import Gateway
 from airlane.security import Principal, Unauthenticated
 from airlane.transports.airc.config import AircServerConfig
@@ -107,14 +108,14 @@ class AircTcpServer:
         self.config = config or AircServerConfig()
         self.sessions: set[AircSession] = set()
         """Open sessions."""
-        self._server: asyncio.Server | None = None
+        self._server: Acceptor | None = None
         self._closing: set[asyncio.Task[None]] = set()
 
     @property
     def address(self) -> tuple[str, int]:
         """The bound host and port."""
         assert self._server is not None, "not started"
-        host, port = self._server.sockets[0].getsockname()[:2]
+        host, port = self._server.sock.getsockname()[:2]
         return host, port
 
     @property
@@ -131,13 +132,12 @@ class AircTcpServer:
             return None
 
     async def start(self, sock: socket.socket) -> None:
-        """Serve connections accepted on ``sock`` (bound and listening)."""
-        loop = asyncio.get_running_loop()
-        # create_server listens again, with its own default backlog of 100 unless told: a
-        # burst of connections would then overflow the queue and wait for SYN retransmits.
-        self._server = await loop.create_server(
-            lambda: _AircProtocol(self), sock=sock, backlog=LISTEN_BACKLOG
-        )
+        """Serve connections accepted on ``sock`` (bound; this server owns it from now on)."""
+        # Listen (again) with a deep queue: a burst of connections would otherwise overflow a
+        # short one and wait for SYN retransmits. Accepted in batches (`airlane.acceptor`).
+        sock.listen(LISTEN_BACKLOG)
+        self._server = Acceptor(sock, lambda: _AircProtocol(self))
+        self._server.start()
 
     def release(self, session: AircSession) -> None:
         """A connection is gone: release its cursors in a task this server owns."""
@@ -157,3 +157,4 @@ class AircTcpServer:
             await asyncio.gather(*self._closing, return_exceptions=True)
         if self._server is not None:
             await self._server.wait_closed()
+            self._server.sock.close()
