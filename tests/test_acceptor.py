@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import socket
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 import uvloop
 
-from airlane.acceptor import Acceptor
+from airlane.acceptor import RETRY_S, Acceptor
 
 LOOPS = {"uvloop": uvloop.new_event_loop, "asyncio": asyncio.new_event_loop}
 
@@ -192,13 +193,67 @@ def test_arguments_and_a_second_start_are_refused() -> None:
         run("uvloop", main)
 
 
+class FailingSocket(socket.socket):
+    """A listening socket whose ``accept`` fails with ``errno`` (counting the calls)."""
+
+    def __init__(self, error: int) -> None:
+        super().__init__()
+        self.error = error
+        self.calls = 0
+
+    def accept(self) -> tuple[socket.socket, Any]:
+        self.calls += 1
+        raise OSError(self.error, "simulated")
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+@pytest.mark.parametrize("error", [errno.ECONNABORTED, errno.EPERM])
+def test_one_connection_failing_is_skipped(loop: str, error: int) -> None:
+    async def main() -> None:
+        with FailingSocket(error) as server:
+            server.bind(("127.0.0.1", 0))
+            server.listen(8)
+            acceptor = Acceptor(server, asyncio.Protocol, max_per_turn=4)
+            acceptor.start()
+            with clients(server, 1):
+                await until(lambda: server.calls > 0)
+            # The turn went on to the next connection, up to its bound; no pause.
+            assert server.calls == 4
+            assert acceptor.pauses == 0
+            acceptor.close()
+
+    run(loop, main)
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_an_unexpected_failure_pauses_instead_of_spinning(
+    loop: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def main() -> None:
+        with FailingSocket(errno.EINVAL) as server:
+            server.bind(("127.0.0.1", 0))
+            server.listen(8)
+            acceptor = Acceptor(server, asyncio.Protocol)
+            acceptor.start()
+            started = asyncio.get_running_loop().time()
+            with clients(server, 1):  # stays readable: a spin would call accept every turn
+                await asyncio.sleep(0.25)
+                elapsed = asyncio.get_running_loop().time() - started
+            assert 1 <= server.calls <= 1 + elapsed / RETRY_S  # once a RETRY_S at most
+            assert acceptor.pauses == server.calls
+            acceptor.close()
+
+    run(loop, main)
+    assert caplog.text.count("cannot accept connections (simulated)") == 1
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_NOFILE semantics")
 def test_out_of_descriptors_pauses_instead_of_spinning_then_catches_up() -> None:
     # In a fresh interpreter: the soft descriptor limit is this process's to lower.
     code = textwrap.dedent(
         """
         import asyncio, logging, os, resource, socket, time, uvloop
-        from airlane.acceptor import Acceptor
+        from airlane.acceptor import RETRY_S, Acceptor
         logging.basicConfig(level=logging.WARNING, format="%(message)s")
 
         async def main():

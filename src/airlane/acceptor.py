@@ -14,10 +14,12 @@ socket then goes to the loop's ``connect_accepted_socket`` with a protocol from 
 exactly as the loop's own server would have made it. A lone connection costs one ``accept``
 that fails with ``EAGAIN`` after it, as it did before libuv's change.
 
-When the process runs out of descriptors (``EMFILE``, ``ENFILE``) or kernel memory, the
-acceptor stops watching for `RETRY_S` and says so in the log, rather than spinning on a
-socket that stays readable: the connections wait in the listen backlog meanwhile, where the
-kernel bounds them. A connection that failed between the handshake and ``accept`` is skipped.
+When the process runs out of descriptors (``EMFILE``, ``ENFILE``) or kernel memory, or
+``accept`` fails in any other way that is not one connection's own, the acceptor stops
+watching for `RETRY_S` and says so in the log, rather than spinning on a socket that stays
+readable: the connections wait in the listen backlog meanwhile, where the kernel bounds
+them. A connection that failed between the handshake and ``accept`` (reset, refused by a
+filter) is skipped.
 """
 
 from __future__ import annotations
@@ -37,9 +39,11 @@ MAX_PER_TURN = 128
 (accepting is about 10 us each; what the connections then ask for is admitted separately,
 `airlane.admission`)."""
 RETRY_S = 0.1
-"""How long the acceptor stops watching after running out of descriptors or memory."""
+"""How long the acceptor stops watching after ``accept`` failed for want of descriptors or
+memory, or for a reason that is not one connection's."""
 
-_OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+# Errors that belong to the one connection being accepted; the next may well succeed.
+_ONE_CONNECTION = frozenset({errno.ECONNABORTED, errno.EPROTO, errno.EPERM})
 
 
 class Acceptor:
@@ -65,7 +69,8 @@ class Acceptor:
         self.accepted = 0
         """Connections accepted so far."""
         self.pauses = 0
-        """Times accepting stopped for `RETRY_S` for want of descriptors or memory."""
+        """Times accepting stopped for `RETRY_S` (out of descriptors or memory, or another
+        failure of ``accept`` that is not one connection's)."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._retry: asyncio.TimerHandle | None = None
         # Accepted sockets being handed to the loop, and those whose hand-over has not begun
@@ -127,10 +132,12 @@ class Acceptor:
             except (BlockingIOError, InterruptedError):
                 return  # the queue is empty
             except OSError as exc:
-                if exc.errno in _OUT_OF_RESOURCES:
-                    self._pause(exc)
-                    return
-                continue  # that connection failed before it was accepted (ECONNABORTED...)
+                if exc.errno in _ONE_CONNECTION:
+                    continue  # that connection failed before it was accepted
+                # Out of descriptors or memory, or the socket itself is wrong: calling again
+                # at once would fail the same way.
+                self._pause(exc)
+                return
             self.accepted += 1
             self._short = False
             self._not_begun.add(conn)
