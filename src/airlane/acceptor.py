@@ -19,7 +19,7 @@ When the process runs out of descriptors (``EMFILE``, ``ENFILE``) or kernel memo
 watching for `RETRY_S` and says so in the log, rather than spinning on a socket that stays
 readable: the connections wait in the listen backlog meanwhile, where the kernel bounds
 them. A connection that failed between the handshake and ``accept`` (reset, refused by a
-filter) is skipped.
+filter) is skipped. `AcceptorMetrics` reports each listener's counts on ``/metrics``.
 """
 
 from __future__ import annotations
@@ -28,9 +28,12 @@ import asyncio
 import errno
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
-__all__ = ["MAX_PER_TURN", "RETRY_S", "Acceptor"]
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+__all__ = ["MAX_PER_TURN", "RETRY_S", "Acceptor", "AcceptorMetrics"]
 
 log = logging.getLogger("airlane.acceptor")
 
@@ -174,3 +177,35 @@ class Acceptor:
             )
         self._loop.remove_reader(self.sock.fileno())
         self._retry = self._loop.call_later(RETRY_S, self._watch)
+
+
+class AcceptorMetrics(Collector):
+    """The ``/metrics`` families of a process's acceptors, labelled by listener name:
+    ``airlane_accepted_connections_total`` and ``airlane_accept_pauses_total`` (each a stop
+    of `RETRY_S`, mostly for want of descriptors)."""
+
+    def __init__(self) -> None:
+        self._acceptors: dict[str, Acceptor] = {}
+
+    def watch(self, listener: str, acceptor: Acceptor) -> None:
+        """Report ``acceptor``'s counts as ``listener``'s (replacing an earlier one)."""
+        self._acceptors[listener] = acceptor
+
+    def collect(self) -> Iterator[Metric]:
+        """The two families, one sample per listener."""
+        accepted = CounterMetricFamily(
+            "airlane_accepted_connections",
+            "Connections accepted, by listener",
+            labels=["listener"],
+        )
+        pauses = CounterMetricFamily(
+            "airlane_accept_pauses",
+            "Times accepting stopped for a while because accept failed (out of descriptors "
+            "or memory), by listener",
+            labels=["listener"],
+        )
+        for listener, acceptor in self._acceptors.items():
+            accepted.add_metric([listener], acceptor.accepted)
+            pauses.add_metric([listener], acceptor.pauses)
+        yield accepted
+        yield pauses

@@ -19,7 +19,7 @@ from typing import Any
 
 import uvicorn
 
-from airlane.acceptor import Acceptor
+from airlane.acceptor import Acceptor, AcceptorMetrics
 from airlane.admission import Admission, AdmissionConfig
 from airlane.artifacts.config import ArtifactsConfig
 from airlane.backends.base import Backend
@@ -282,9 +282,12 @@ class _AcceptingServer(uvicorn.Server):
 
     Plain TCP only: `uvicorn_config` sets no TLS, which the acceptor would not apply."""
 
-    def __init__(self, config: uvicorn.Config, sock: socket.socket) -> None:
+    def __init__(
+        self, config: uvicorn.Config, sock: socket.socket, metrics: AcceptorMetrics
+    ) -> None:
         super().__init__(config)
         self._sock = sock
+        self._metrics = metrics
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         """uvicorn's start-up (the lifespan, the shared state) with no listener of its own,
@@ -303,6 +306,7 @@ class _AcceptingServer(uvicorn.Server):
 
         acceptor = Acceptor(self._sock, protocol)
         acceptor.start()
+        self._metrics.watch("http", acceptor)
         self.servers.append(acceptor)  # type: ignore[arg-type]  # close() and wait_closed()
 
 
@@ -346,11 +350,14 @@ async def serve(
     sock = bind_socket(config.host, config.port, config.tcp_keepalive_s)
     host, port = sock.getsockname()[:2]
     url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
-    server = _AcceptingServer(uvicorn_config(app, config), sock)
+    accept_metrics = AcceptorMetrics()
+    app.metrics.registry.register(accept_metrics)
+    server = _AcceptingServer(uvicorn_config(app, config), sock, accept_metrics)
     airc: AircTcpServer | None = None
     if config.airc.enabled:
         airc = AircTcpServer(app.gateway, config.airc)
         await airc.start(bind_socket(config.host, airc_port(config, port), config.tcp_keepalive_s))
+        accept_metrics.watch("airc", airc.acceptor)
         # GOAWAY to every AIRC session before the hub closes under their streams.
         app.on_shutdown.append(airc.aclose)
     grpc_server: GrpcServer | None = None

@@ -112,6 +112,12 @@ class AircTcpServer:
         self._closing: set[asyncio.Task[None]] = set()
 
     @property
+    def acceptor(self) -> Acceptor:
+        """What takes this server's connections (its counts: `Acceptor.accepted`...)."""
+        assert self._server is not None, "not started"
+        return self._server
+
+    @property
     def address(self) -> tuple[str, int]:
         """The bound host and port."""
         assert self._server is not None, "not started"
