@@ -240,11 +240,16 @@ def build_app(config: ServerConfig) -> AirlaneApp:
 
 
 def bind_socket(host: str, port: int, keepalive_s: int) -> socket.socket:
-    """A listening socket whose accepted connections inherit TCP keepalive settings."""
+    """A listening socket whose accepted connections inherit TCP keepalive settings and
+    ``TCP_NODELAY``."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    # uvloop sets it on each connection; asyncio's own loop does only for sockets made with
+    # proto=IPPROTO_TCP, which these are not: without it a chunk written while the previous
+    # one is unacknowledged would wait for the peer's delayed ACK (up to 40 ms).
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     if hasattr(socket, "TCP_KEEPIDLE"):  # Linux; accepted sockets inherit these options
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, keepalive_s)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, max(1, keepalive_s // 3))
