@@ -39,8 +39,8 @@ log = logging.getLogger("airlane.acceptor")
 
 MAX_PER_TURN = 128
 """Connections accepted per readiness at most, so that one poll cannot hold the loop long
-(accepting is about 10 us each; what the connections then ask for is admitted separately,
-`airlane.admission`)."""
+(each is an ``accept`` and a task to hand it over; the requests the connections then make
+are admitted separately, `airlane.admission`)."""
 RETRY_S = 0.1
 """How long the acceptor stops watching after ``accept`` failed for want of descriptors or
 memory, or for a reason that is not one connection's."""
