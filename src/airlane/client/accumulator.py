@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from airlane.client.events import ChatDelta, StreamEvent
+from airlane.core.text import TextBuffer
 
 __all__ = ["TextAccumulator"]
 
@@ -21,7 +22,7 @@ class TextAccumulator:
     __slots__ = ("_text", "_tool_calls", "epoch", "error", "finish_reason", "seq", "usage")
 
     def __init__(self) -> None:
-        self._text: dict[str, list[str]] = {}
+        self._text: dict[str, TextBuffer] = {}
         self._tool_calls: dict[int, dict[str, Any]] = {}
         self.epoch: str | None = None
         """Epoch of the last event applied (from its resume token), if known."""
@@ -38,12 +39,8 @@ class TextAccumulator:
 
     def text(self, channel: str = "content") -> str:
         """All text of ``channel`` so far."""
-        parts = self._text.get(channel)
-        if not parts:
-            return ""
-        if len(parts) > 1:
-            parts[:] = ["".join(parts)]  # join once; later reads stay cheap
-        return parts[0]
+        buffer = self._text.get(channel)
+        return "" if buffer is None else str(buffer)
 
     @property
     def content(self) -> str:
@@ -58,7 +55,10 @@ class TextAccumulator:
     @property
     def tool_calls(self) -> list[dict[str, Any]]:
         """Tool calls so far, by index: ``{"index", "id"?, "name"?, "arguments"}``."""
-        return [dict(self._tool_calls[i]) for i in sorted(self._tool_calls)]
+        return [
+            {**call, "arguments": str(call["arguments"])}
+            for _, call in sorted(self._tool_calls.items())
+        ]
 
     @property
     def ended(self) -> bool:
@@ -91,7 +91,7 @@ class TextAccumulator:
     def apply_delta(self, delta: ChatDelta) -> None:
         """Apply one piece of an OpenAI-format chat stream."""
         if delta.replace and not delta.tool_calls:
-            self._text[delta.channel] = [delta.text]
+            self._text[delta.channel] = TextBuffer(delta.text)
         elif delta.text:
             self._append(delta.channel, delta.text)
         for call in delta.tool_calls:
@@ -110,20 +110,25 @@ class TextAccumulator:
             self.epoch, self.seq = epoch, int(seq) if seq.isdigit() else self.seq
 
     def _append(self, channel: str, text: str) -> None:
-        self._text.setdefault(channel, []).append(text)
+        buffer = self._text.get(channel)
+        if buffer is None:
+            buffer = self._text[channel] = TextBuffer()
+        buffer.append(text)
 
     def _extend_call(self, index: Any, call_id: Any, name: Any, arguments: str) -> None:
         key = index if isinstance(index, int) else 0
-        call = self._tool_calls.setdefault(key, {"index": key, "arguments": ""})
+        call = self._tool_calls.get(key)
+        if call is None:
+            call = self._tool_calls[key] = {"index": key, "arguments": TextBuffer()}
         if call_id is not None:
             call["id"] = call_id
         if name is not None:
             call["name"] = name
-        call["arguments"] += arguments
+        call["arguments"].append(arguments)
 
     def _replace(self, data: dict[str, Any]) -> None:
         texts = data.get("text") or {}
-        self._text = {str(channel): [str(text)] for channel, text in texts.items() if text}
+        self._text = {str(key): TextBuffer(str(text)) for key, text in texts.items() if text}
         self._tool_calls = {}
         for call in data.get("tool_calls") or ():
             if isinstance(call, dict):

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airlane.core.events import Channel, Event, Kind, Lane
+from airlane.core.text import TextBuffer
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -64,15 +65,19 @@ class Folded:
     caught up with plain text deltas instead of a snapshot."""
     lengths: dict[Channel, int] = field(default_factory=dict)
     """Characters of folded text per channel."""
-    _text: dict[Channel, list[str]] = field(default_factory=dict)
+    _text: dict[Channel, TextBuffer] = field(default_factory=dict)
     _tool_calls: dict[int, dict[str, Any]] = field(default_factory=dict)
+    """Per index: ``index``, ``id`` and ``name`` when known, ``arguments`` (a `TextBuffer`)."""
 
     def fold(self, event: Event) -> None:
         """Absorb ``event``, which is leaving the log."""
         self.through_seq = event.seq
         self.tokens += event.tokens
         if event.kind is Kind.DELTA:
-            self._text.setdefault(event.channel, []).append(event.text)
+            buffer = self._text.get(event.channel)
+            if buffer is None:
+                buffer = self._text[event.channel] = TextBuffer()
+            buffer.append(event.text)
             self.lengths[event.channel] = self.lengths.get(event.channel, 0) + len(event.text)
             return
         self.last_other_seq = event.seq
@@ -84,25 +89,22 @@ class Folded:
     def _fold_tool_call(self, event: Event) -> None:
         data = event.data or {}
         index = int(data.get("index", 0))
-        call = self._tool_calls.setdefault(index, {"index": index, "arguments": ""})
+        call = self._tool_calls.get(index)
+        if call is None:
+            call = self._tool_calls[index] = {"index": index, "arguments": TextBuffer()}
         for key in ("id", "name"):
             if key in data:
                 call[key] = data[key]
-        call["arguments"] += event.text
+        call["arguments"].append(event.text)
 
     def text(self, channel: Channel) -> str:
         """All folded text of ``channel``."""
-        parts = self._text.get(channel)
-        if not parts:
-            return ""
-        if len(parts) > 1:
-            # Join once and keep the result, so repeated snapshots stay linear.
-            parts[:] = ["".join(parts)]
-        return parts[0]
+        buffer = self._text.get(channel)
+        return "" if buffer is None else str(buffer)
 
     def tool_calls(self) -> list[dict[str, Any]]:
         """Folded tool calls, by index."""
-        return [dict(self._tool_calls[i]) for i in sorted(self._tool_calls)]
+        return [_call_dict(self._tool_calls[i]) for i in sorted(self._tool_calls)]
 
     def extended(self, events: list[Event]) -> Folded:
         """A copy of this state with ``events`` folded in (for full-stream snapshots)."""
@@ -110,8 +112,11 @@ class Folded:
             self.through_seq, self.tokens, self.dropped, self.last_other_seq, dict(self.lengths)
         )
         for channel in self._text:
-            copy._text[channel] = [self.text(channel)]
-        copy._tool_calls = {i: dict(call) for i, call in self._tool_calls.items()}
+            copy._text[channel] = TextBuffer(self.text(channel))
+        copy._tool_calls = {
+            i: {**call, "arguments": TextBuffer(str(call["arguments"]))}
+            for i, call in self._tool_calls.items()
+        }
         for event in events:
             if not event.terminal:
                 copy.fold(event)
@@ -135,10 +140,11 @@ class Folded:
         for name, text in (data.get("text") or {}).items():
             if text:
                 channel = Channel(name)
-                folded._text[channel] = [text]
+                folded._text[channel] = TextBuffer(text)
                 folded.lengths[channel] = len(text)
         for call in data.get("tool_calls") or ():
-            folded._tool_calls[int(call["index"])] = dict(call)
+            arguments = TextBuffer(str(call.get("arguments", "")))
+            folded._tool_calls[int(call["index"])] = {**call, "arguments": arguments}
         return folded
 
     def to_event(self, *, reset: bool = False) -> Event:
@@ -156,3 +162,8 @@ class Folded:
             tokens=self.tokens,
             seq=self.through_seq,
         )
+
+
+def _call_dict(call: dict[str, Any]) -> dict[str, Any]:
+    """A folded tool call as a snapshot carries it: its arguments as one string."""
+    return {**call, "arguments": str(call["arguments"])}

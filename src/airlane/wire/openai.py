@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 
 from airlane.core.events import Channel, Event, Kind
+from airlane.core.text import TextBuffer
 
 __all__ = ["DONE_SENTINEL", "ChatStreamState", "ChunkFactory", "error_body", "tool_call_delta"]
 
@@ -104,13 +105,27 @@ class ChunkFactory:
 
 
 @dataclass(slots=True)
+class _ToolCall:
+    """A tool call as received so far."""
+
+    id: str | None = None
+    name: str | None = None
+    arguments: TextBuffer = field(default_factory=TextBuffer)
+
+
+@dataclass(slots=True)
 class ChatStreamState:
     """What one client of a completion has received, so that a ``snapshot`` (sent when the
     client fell behind retention) can be turned into the append-only deltas OpenAI clients
-    expect, and so that a non-streaming response can be assembled."""
+    expect, and so that a non-streaming response can be assembled.
 
-    text: dict[Channel, str] = field(default_factory=lambda: dict.fromkeys(Channel, ""))
-    tool_calls: dict[int, dict[str, Any]] = field(default_factory=dict)
+    Text and tool-call arguments are `TextBuffer` objects: a streaming client applies every
+    delta, and appending to a plain string would copy the whole answer each time."""
+
+    text: dict[Channel, TextBuffer] = field(
+        default_factory=lambda: {channel: TextBuffer() for channel in Channel}
+    )
+    tool_calls: dict[int, _ToolCall] = field(default_factory=dict)
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
@@ -119,7 +134,7 @@ class ChatStreamState:
         """Absorb ``event``; return the append-only events that carry what was new."""
         kind = event.kind
         if kind is Kind.DELTA:
-            self.text[event.channel] += event.text
+            self.text[event.channel].append(event.text)
             return [event]
         if kind is Kind.TOOL_CALL:
             self._add_tool_call(event.data or {}, event.text)
@@ -137,51 +152,55 @@ class ChatStreamState:
 
     def _add_tool_call(self, data: dict[str, Any], arguments: str) -> None:
         index = int(data.get("index", 0))
-        call = self.tool_calls.setdefault(index, {"id": None, "name": None, "arguments": ""})
-        for key in ("id", "name"):
-            if data.get(key) is not None:
-                call[key] = data[key]
-        call["arguments"] += arguments
+        call = self.tool_calls.get(index)
+        if call is None:
+            call = self.tool_calls[index] = _ToolCall()
+        if data.get("id") is not None:
+            call.id = data["id"]
+        if data.get("name") is not None:
+            call.name = data["name"]
+        call.arguments.append(arguments)
 
     def _catch_up(self, snapshot: dict[str, Any]) -> list[Event]:
         out: list[Event] = []
         for channel in Channel:
             full = str(snapshot.get("text", {}).get(channel.value, ""))
-            missing = full[len(self.text[channel]) :]
+            received = self.text[channel]
+            missing = full[len(received) :]
             if missing:
-                self.text[channel] = full
+                received.append(missing)
                 out.append(Event.delta(missing, channel=channel, tokens=0))
         for call in snapshot.get("tool_calls", []):
             index = int(call["index"])
-            have = self.tool_calls.get(index, {"arguments": "", "id": None, "name": None})
-            missing = str(call.get("arguments", ""))[len(have["arguments"]) :]
-            first = index not in self.tool_calls
-            if missing or first:
+            known = self.tool_calls.get(index)
+            start = len(known.arguments) if known is not None else 0
+            missing = str(call.get("arguments", ""))[start:]
+            if missing or known is None:
                 self._add_tool_call(call, missing)
                 out.append(
                     Event.tool_call(
                         index,
                         missing,
-                        call_id=call.get("id") if first else None,
-                        name=call.get("name") if first else None,
+                        call_id=call.get("id") if known is None else None,
+                        name=call.get("name") if known is None else None,
                     )
                 )
         return out
 
     def completion(self, factory: ChunkFactory) -> dict[str, Any]:
         """The non-streaming ``chat.completion`` object."""
-        message: dict[str, Any] = {"role": "assistant", "content": self.text[Channel.CONTENT]}
+        message: dict[str, Any] = {"role": "assistant", "content": str(self.text[Channel.CONTENT])}
         if self.text[Channel.REASONING]:
-            message["reasoning_content"] = self.text[Channel.REASONING]
+            message["reasoning_content"] = str(self.text[Channel.REASONING])
         if self.tool_calls:
             message["content"] = message["content"] or None
             message["tool_calls"] = [
                 {
-                    "id": c["id"],
+                    "id": call.id,
                     "type": "function",
-                    "function": {"name": c["name"], "arguments": c["arguments"]},
+                    "function": {"name": call.name, "arguments": str(call.arguments)},
                 }
-                for _, c in sorted(self.tool_calls.items())
+                for _, call in sorted(self.tool_calls.items())
             ]
         return {
             "id": factory.completion_id,
