@@ -6,9 +6,18 @@ concurrent streaming chat completions twice: straight at the upstream (the basel
 through the gateway. For every chunk, lag = receive time - scheduled send time; the gateway's
 added latency is the difference of the two lag distributions, compared at the same
 percentiles, and of their means. It also reports the usage ledger's ``gateway_latency_ms``
-from the final usage chunk of each proxied stream, and the CPU each process used.
+from the final usage chunk of each proxied stream, and the CPU each process used. Each
+lag summary is given twice: over the whole run, and over the chunks scheduled while every
+stream ran ("steady"), which leaves out the set-ups at the start and the teardown at the end.
+
+``--via`` puts something else in the gateway's place, run the same way: ``relay``, a TCP
+relay that copies bytes and parses nothing (`peers/proxy_relay.py`: the floor of any proxy on
+this loop), or the proxies a user would write with ``aiohttp`` or ``fastapi`` + httpx
+(`peers/proxy_aiohttp.py`, `peers/proxy_fastapi.py`), which pass the upstream's bytes
+through untouched.
 
     .venv/bin/python benchmarks/proxy.py --streams 500 --chunks 200 --interval-ms 20
+    .venv/bin/python benchmarks/proxy.py --via aiohttp --streams 500 --chunks 200
     .venv/bin/python benchmarks/proxy.py --streams 3 --chunks 5 --interval-ms 5 --json -
 
 Pinning (on a machine with two or more cores): the gateway gets core 0 to itself, as in the
@@ -48,12 +57,15 @@ import uvloop
 
 from airlane.backends.http11 import BodyData, ResponseEnd, ResponseHead, ResponseParser
 from airlane.backends.upstream_errors import UpstreamHTTPError
-from airlane.bench.spawn import LocalGateway, pin_process, pinning_plan
+from airlane.bench.spawn import LocalGateway, ServerProcess, pin_process, pinning_plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from upstream import STAMP  # a sibling script, not a package
 
 UPSTREAM_SCRIPT = Path(__file__).resolve().parent / "upstream.py"
+PEERS = Path(__file__).resolve().parent / "peers"
+VIAS = ("airlane", "relay", "aiohttp", "fastapi")
+"""What sits between client and upstream: Airlane, or a reference (``peers/proxy_*.py``)."""
 MAX_STREAMS = 5000
 """More would exceed what one client core can time honestly."""
 MAX_PENDING_BYTES = 1 << 20
@@ -77,6 +89,8 @@ class StreamResult:
     """Receive time - scheduled time, per chunk, in arrival order."""
     stamps: list[int] = field(default_factory=list)
     """Chunk indices, in arrival order."""
+    scheduled_ns: list[int] = field(default_factory=list)
+    """Each chunk's scheduled send time (the upstream's clock, CLOCK_MONOTONIC), same order."""
     usage: dict[str, Any] | None = None
     """The final usage chunk's ``usage``."""
     error: str | None = None
@@ -127,8 +141,10 @@ class _StreamClient(asyncio.Protocol):
             return
         result = self.result
         for match in STAMP.finditer(lines):
+            scheduled = int(match[2])
             result.stamps.append(int(match[1]))
-            result.lags_ns.append(now - int(match[2]))
+            result.scheduled_ns.append(scheduled)
+            result.lags_ns.append(now - scheduled)
         if _ERROR in lines and result.error is None:
             # An error frame (the gateway's, after an upstream failure): the stream failed.
             start = lines.find(_ERROR)
@@ -249,13 +265,31 @@ def ledger_summary(results: list[StreamResult]) -> dict[str, Any]:
     }
 
 
+def steady_lags(results: list[StreamResult]) -> list[int]:
+    """The lags of chunks scheduled while every stream ran: after the last stream's first
+    chunk and before the first stream's last one. The run's edges (set-ups arriving
+    together, teardown) are left out, as the bench's "while all ran" does."""
+    scheduled = [r.scheduled_ns for r in results if r.scheduled_ns]
+    if not scheduled:
+        return []
+    start = max(times[0] for times in scheduled)
+    end = min(times[-1] for times in scheduled)
+    return [
+        lag
+        for r in results
+        for at, lag in zip(r.scheduled_ns, r.lags_ns, strict=True)
+        if start <= at <= end
+    ]
+
+
 def phase_report(results: list[StreamResult], chunks: int, cpu: dict[str, float]) -> dict[str, Any]:
-    """Lag summary, completeness and CPU of one phase."""
+    """Lag summary (whole run and while every stream ran), completeness and CPU of one phase."""
     lags = [lag for r in results for lag in r.lags_ns]
     errors = [r.error for r in results if r.error]
     complete = sum(1 for r in results if r.stamps == list(range(chunks)))
     return {
         "lag_ms": summarize(lags),
+        "lag_ms_steady": summarize(steady_lags(results)),
         "streams_complete": complete,
         "chunks_received": len(lags),
         "chunks_expected": len(results) * chunks,
@@ -378,6 +412,7 @@ async def measure(args: argparse.Namespace, upstream_url: str, gateway_url: str,
         phases[name]["wall_s"] = round(time.monotonic() - started, 3)
     direct, proxied = phases["direct"]["lag_ms"], phases["proxied"]["lag_ms"]
     extra = added(direct, proxied)
+    steady = added(phases["direct"]["lag_ms_steady"], phases["proxied"]["lag_ms_steady"])
     ledger = ledger_summary(results["proxied"])
     if "mean" in extra and ledger.get("samples"):
         # The ledger times append -> socket write; the rest of the added mean is the read
@@ -390,12 +425,23 @@ async def measure(args: argparse.Namespace, upstream_url: str, gateway_url: str,
             "interval_ms": args.interval_ms,
             "spread_ms": spread,
             "target_chunks_per_s": round(args.streams * 1000 / args.interval_ms),
+            "via": args.via,
         },
         "direct": phases["direct"],
         "proxied": phases["proxied"],
         "added_latency_ms": extra,
+        "added_latency_ms_steady": steady,
         "ledger_gateway_latency_ms": ledger,
     }
+
+
+def proxy_process(via: str, upstream_url: str) -> ServerProcess:
+    """The proxy under test, not yet started: Airlane's gateway or a reference peer."""
+    if via == "airlane":
+        return LocalGateway(["--upstream", upstream_url])
+    script = PEERS / f"proxy_{via}.py"
+    command = [sys.executable, str(script), "--port", "0", "--upstream", upstream_url]
+    return ServerProcess(command, name=f"proxy peer {via}", cwd=PEERS)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -403,7 +449,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     plan = None if args.no_pin else pinning_plan()
     with (
         UpstreamProcess(args.chunks, args.interval_ms) as upstream,
-        LocalGateway(["--upstream", f"{upstream.url}/v1"]) as gateway,
+        proxy_process(args.via, f"{upstream.url}/v1") as gateway,
     ):
         assert gateway.url is not None
         if plan is not None:
@@ -429,7 +475,8 @@ def print_report(report: dict[str, Any]) -> None:
     config = report["config"]
     print(
         f"{config['streams']} streams x {config['chunks']} chunks every "
-        f"{config['interval_ms']} ms ({config['target_chunks_per_s']} chunks/s)"
+        f"{config['interval_ms']} ms ({config['target_chunks_per_s']} chunks/s), "
+        f"via {config.get('via', 'airlane')}"
     )
     for name in ("direct", "proxied"):
         phase = report[name]
@@ -440,9 +487,13 @@ def print_report(report: dict[str, Any]) -> None:
             f"{phase['chunks_expected']}  errors {phase['error_count']}  wall {phase['wall_s']} s"
             f"  cpu {phase['cpu_pct']}"
         )
-    add = report["added_latency_ms"]
-    print(f"  added    p50 {add.get('p50', 0):7.3f}  p99 {add.get('p99', 0):7.3f}  "
-          f"mean {add.get('mean', 0):7.3f} ms")  # fmt: skip
+    for name, key in (("added", "added_latency_ms"), ("steady", "added_latency_ms_steady")):
+        add = report[key]
+        print(f"  {name:8} p50 {add.get('p50', 0):7.3f}  p99 {add.get('p99', 0):7.3f}  "
+              f"mean {add.get('mean', 0):7.3f} ms")  # fmt: skip
+    steady = report["proxied"]["lag_ms_steady"]
+    print(f"  (steady: the {steady.get('samples', 0)} proxied chunks scheduled while every "
+          "stream ran)")  # fmt: skip
     print(f"  ledger gateway_latency_ms: {report['ledger_gateway_latency_ms']}")
 
 
@@ -454,6 +505,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--interval-ms", type=float, default=20.0)
     parser.add_argument(
         "--spread-ms", type=float, default=None, help="start streams over this (default: interval)"
+    )
+    parser.add_argument(
+        "--via",
+        choices=VIAS,
+        default="airlane",
+        help="the proxy measured: Airlane's gateway (default), a TCP relay (the floor), or an "
+        "aiohttp / FastAPI + httpx proxy",
     )
     parser.add_argument("--no-pin", action="store_true", help="do not pin processes to cores")
     parser.add_argument("--json", metavar="PATH", help="write the report as JSON ('-': stdout)")

@@ -164,11 +164,14 @@ async def chunk_stream(query: LoadTestQuery) -> AsyncIterator[str]:
             await asyncio.sleep(0)
 
 
-def parse_args(description: str) -> argparse.Namespace:
-    """``--host`` and ``--port`` (0: any free port) from the command line."""
+def parse_args(description: str, *, upstream: bool = False) -> argparse.Namespace:
+    """``--host`` and ``--port`` (0: any free port) from the command line; with ``upstream``,
+    also the required ``--upstream`` base URL of a proxy peer (``http://HOST:PORT/v1``)."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
     parser.add_argument("--port", type=int, default=8000, help="port; 0 picks a free one")
+    if upstream:
+        parser.add_argument("--upstream", required=True, help="OpenAI-compatible base URL")
     return parser.parse_args()
 
 

@@ -122,6 +122,26 @@ def test_proxy_benchmark_tiny_run() -> None:
         assert lag["samples"] == 15
         assert 0 <= lag["p50"] <= lag["p99"] <= lag["max"]
     assert set(report["added_latency_ms"]) >= {"p50", "p99", "mean"}
+    assert set(report["added_latency_ms_steady"]) >= {"p50", "p99", "mean"}
+    assert 0 < report["proxied"]["lag_ms_steady"]["samples"] <= 15
     ledger = report["ledger_gateway_latency_ms"]
     assert ledger["streams"] == 3
     assert ledger["samples"] > 0
+
+
+@pytest.mark.parametrize("via", ["relay", "aiohttp", "fastapi"])
+def test_proxy_benchmark_through_each_reference_proxy(via: str) -> None:
+    """The reference proxies (`benchmarks/peers/proxy_*.py`) relay every chunk unchanged."""
+    command = [
+        sys.executable, str(BENCHMARKS / "proxy.py"), "--via", via, "--streams", "3",
+        "--chunks", "5", "--interval-ms", "5", "--no-pin", "--json", "-",
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=90, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    assert report["config"]["via"] == via
+    proxied = report["proxied"]
+    assert proxied["error_count"] == 0, proxied["errors"]
+    assert proxied["streams_complete"] == 3
+    assert proxied["chunks_received"] == proxied["chunks_expected"] == 15
+    assert report["ledger_gateway_latency_ms"] == {"streams": 0}  # no Airlane ledger there
