@@ -95,6 +95,10 @@ class StreamResult:
     """The final usage chunk's ``usage``."""
     error: str | None = None
     """Why the stream failed, if it did."""
+    connect_ns: int = 0
+    """When the client began to connect (CLOCK_MONOTONIC)."""
+    first_chunk_ns: int = 0
+    """When the first stamped chunk arrived; 0 if none did."""
 
 
 class _StreamClient(asyncio.Protocol):
@@ -140,6 +144,8 @@ class _StreamClient(asyncio.Protocol):
             self._end("an event line longer than 1 MiB")
             return
         result = self.result
+        if not result.first_chunk_ns and STAMP.search(lines):
+            result.first_chunk_ns = now
         for match in STAMP.finditer(lines):
             scheduled = int(match[2])
             result.stamps.append(int(match[1]))
@@ -186,7 +192,7 @@ def chat_request(url: str, chunks: int, interval_ms: float) -> tuple[str, int, b
 
 async def _one_stream(host: str, port: int, request: bytes, delay_s: float) -> StreamResult:
     await asyncio.sleep(delay_s)
-    result = StreamResult()
+    result = StreamResult(connect_ns=time.monotonic_ns())
     loop = asyncio.get_running_loop()
     try:
         _, client = await loop.create_connection(lambda: _StreamClient(request, result), host, port)
@@ -287,9 +293,13 @@ def phase_report(results: list[StreamResult], chunks: int, cpu: dict[str, float]
     lags = [lag for r in results for lag in r.lags_ns]
     errors = [r.error for r in results if r.error]
     complete = sum(1 for r in results if r.stamps == list(range(chunks)))
+    ttfc = [r.first_chunk_ns - r.connect_ns for r in results if r.first_chunk_ns]
     return {
         "lag_ms": summarize(lags),
         "lag_ms_steady": summarize(steady_lags(results)),
+        # Connect to first content chunk, the upstream's own delay (one interval) included:
+        # what set-up costs, where lag cannot see it (the upstream stamps from its start).
+        "ttfc_ms": summarize(ttfc),
         "streams_complete": complete,
         "chunks_received": len(lags),
         "chunks_expected": len(results) * chunks,
@@ -487,6 +497,9 @@ def print_report(report: dict[str, Any]) -> None:
             f"{phase['chunks_expected']}  errors {phase['error_count']}  wall {phase['wall_s']} s"
             f"  cpu {phase['cpu_pct']}"
         )
+        ttfc = phase["ttfc_ms"]
+        print(f"  {'':8} time to first chunk p50 {ttfc.get('p50', 0):8.3f}  "
+              f"p99 {ttfc.get('p99', 0):8.3f} ms")  # fmt: skip
     for name, key in (("added", "added_latency_ms"), ("steady", "added_latency_ms_steady")):
         add = report[key]
         print(f"  {name:8} p50 {add.get('p50', 0):7.3f}  p99 {add.get('p99', 0):7.3f}  "

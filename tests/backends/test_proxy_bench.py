@@ -124,6 +124,9 @@ def test_proxy_benchmark_tiny_run() -> None:
     assert set(report["added_latency_ms"]) >= {"p50", "p99", "mean"}
     assert set(report["added_latency_ms_steady"]) >= {"p50", "p99", "mean"}
     assert 0 < report["proxied"]["lag_ms_steady"]["samples"] <= 15
+    for phase in ("direct", "proxied"):
+        ttfc = report[phase]["ttfc_ms"]
+        assert ttfc["samples"] == 3 and 0 < ttfc["p50"] <= ttfc["max"]
     ledger = report["ledger_gateway_latency_ms"]
     assert ledger["streams"] == 3
     assert ledger["samples"] > 0
