@@ -12,12 +12,19 @@ makes the gateway tens of times slower: keep N small (50) and compare like with 
 
     .venv/bin/python benchmarks/opcount.py --transport ws --streams 50 --chunks 1
     .venv/bin/python benchmarks/opcount.py --streams 20 --chunks 20 --interval-ms 200  # paced
+    .venv/bin/python benchmarks/opcount.py --proxy --streams 20 --chunks 50 --interval-ms 100
+
+``--proxy`` counts proxy mode instead: the gateway runs with ``--upstream`` in front of
+`benchmarks/upstream.py`, and the streams are `benchmarks/proxy.py`'s streaming chat
+completions (OpenAI format over SSE), paced by the upstream at ``--interval-ms`` (default 100).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import collections
+import contextlib
 import json
 import os
 import signal
@@ -26,11 +33,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from airlane.bench.spawn import GatewayStartError, ServerProcess
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from proxy import UpstreamProcess  # a sibling script, not a package
+
 # Run by the gateway subprocess: SIGUSR1 clears the counts, SIGUSR2 writes them to argv[1];
-# argv[2] is its configuration file.
+# argv[2] is its configuration file, and any further arguments go to ``airlane serve``.
 _BOOTSTRAP = """
 import collections, json, signal, sys
 out = sys.argv[1]
@@ -55,7 +66,8 @@ def dump(*_):
     sys.settrace(tracer)
 signal.signal(signal.SIGUSR1, reset)
 signal.signal(signal.SIGUSR2, dump)
-sys.argv = ["airlane", "serve", "--port", "0", "--log-level", "warning", "--config", sys.argv[2]]
+sys.argv = ["airlane", "serve", "--port", "0", "--log-level", "warning", "--config", sys.argv[2],
+            *sys.argv[3:]]
 sys.settrace(tracer)
 from airlane.cli import main
 main()
@@ -104,6 +116,23 @@ def _bench(url: str, transport: str, streams: int, chunks: int, pacing: list[str
             raise RuntimeError(f"incomplete run: {result['chunks_received']} chunks, errors")
 
 
+def _proxy_streams(url: str, streams: int, chunks: int, interval_ms: float) -> None:
+    """``streams`` streaming chat completions through the gateway at ``url`` (proxy mode);
+    raise unless every chunk arrived."""
+    from proxy import run_phase  # a sibling script, not a package
+
+    async def run() -> list[Any]:
+        return await run_phase(
+            f"{url}/v1/chat/completions", streams, chunks, interval_ms, interval_ms
+        )
+
+    results = asyncio.run(run())
+    received = sum(len(r.stamps) for r in results)
+    errors = [r.error for r in results if r.error]
+    if received != streams * chunks or errors:
+        raise RuntimeError(f"incomplete proxy run: {received} chunks, errors {errors[:3]}")
+
+
 def _dump(pid: int, out: Path) -> list[tuple[str, str, int]]:
     out.unlink(missing_ok=True)
     os.kill(pid, signal.SIGUSR2)
@@ -146,6 +175,9 @@ def main() -> int:
     parser.add_argument("--chunks", type=int, default=1)
     parser.add_argument("--top", type=int, default=25, help="lines per table")
     parser.add_argument(
+        "--proxy", action="store_true", help="proxy mode: the gateway in front of upstream.py"
+    )
+    parser.add_argument(
         "--interval-ms",
         type=float,
         help="paced mode at this interval (make it long: tracing slows the gateway tenfold)",
@@ -161,23 +193,36 @@ def main() -> int:
         else ["--mode", "paced", "--interval-ms", str(args.interval_ms)]
     )
     mode = "burst" if args.interval_ms is None else f"paced every {args.interval_ms:g} ms"
-    with tempfile.TemporaryDirectory() as tmp:
+    if args.proxy:
+        interval_ms = 100.0 if args.interval_ms is None else args.interval_ms
+        mode = f"proxy mode, paced every {interval_ms:g} ms by the upstream"
+        upstream: contextlib.AbstractContextManager[Any] = UpstreamProcess(args.chunks, interval_ms)
+    else:
+        upstream = contextlib.nullcontext()
+    with upstream as up, tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "counts.json"
         config = Path(tmp) / "airlane.toml"
         # The collector's pacer ticks 20 times a second whatever the load: work per second,
         # not per stream, that would swamp a small traced run (which runs ten times slower).
         config.write_text("[gc]\npaced = false\n")
+        serve_args = [] if up is None else ["--upstream", f"{up.url}/v1"]
         server = ServerProcess(
-            [sys.executable, "-c", _BOOTSTRAP, str(out), str(config)], name="the traced gateway"
+            [sys.executable, "-c", _BOOTSTRAP, str(out), str(config), *serve_args],
+            name="the traced gateway",
         )
+
+        def streams() -> None:
+            if up is None:
+                _bench(url, args.transport, args.streams, args.chunks, pacing)
+            else:
+                _proxy_streams(url, args.streams, args.chunks, interval_ms)
+
         try:
             url = server.start()
-            _bench(
-                url, args.transport, args.streams, args.chunks, pacing
-            )  # warm-up: imports, caches
+            streams()  # warm-up: imports, caches
             os.kill(server.pid, signal.SIGUSR1)
             time.sleep(0.5)
-            _bench(url, args.transport, args.streams, args.chunks, pacing)
+            streams()
             time.sleep(0.5)  # connections closing
             counts = _dump(server.pid, out)
         except (GatewayStartError, RuntimeError, subprocess.TimeoutExpired) as exc:
@@ -185,7 +230,8 @@ def main() -> int:
             return 1
         finally:
             server.stop()
-    print(f"{args.transport}, {args.streams} streams x {args.chunks} chunks, {mode}:")
+    transport = "openai sse" if args.proxy else args.transport
+    print(f"{transport}, {args.streams} streams x {args.chunks} chunks, {mode}:")
     print("\n".join(report(counts, args.streams, args.top, args.chunks)))
     return 0
 

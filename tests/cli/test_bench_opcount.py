@@ -45,3 +45,13 @@ def test_bad_sizes_are_refused() -> None:
     assert result.returncode == 2 and "--streams 1..500" in result.stderr
     result = _run("--interval-ms", "0", timeout=30)
     assert result.returncode == 2 and "--interval-ms 1..10000" in result.stderr
+
+
+def test_opcount_proxy_mode_counts_the_backend() -> None:
+    result = _run("--proxy", "--streams", "2", "--chunks", "3", "--interval-ms", "20", "--top", "9")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "proxy mode" in result.stdout
+    match = re.search(r"bytecodes per chunk: ([\d,]+)", result.stdout)
+    assert match is not None, result.stdout
+    assert int(match.group(1).replace(",", "")) > 100
+    assert "airlane/backends/" in result.stdout  # the upstream's chunks parsed
