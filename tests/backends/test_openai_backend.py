@@ -541,6 +541,25 @@ def test_splitter_matches_the_decoder_byte_by_byte(stream: bytes) -> None:
     assert decoded(got) == [(m.event, m.data) for m in SSEDecoder().feed(stream)]
 
 
+@pytest.mark.parametrize("stream", SPLITTER_STREAMS)
+def test_splitter_matches_the_decoder_one_event_a_read(stream: bytes) -> None:
+    # Upstreams usually write one event per read: the splitter's shortest path.
+    reads = [part + b"\n\n" for part in stream.split(b"\n\n")[:-1]] + [stream.split(b"\n\n")[-1]]
+    assert b"".join(reads) == stream
+    splitter = EventSplitter()
+    got: list[bytes | SSEMessage] = []
+    for read in reads:
+        got += splitter.feed(read)
+    assert decoded(got) == [(m.event, m.data) for m in SSEDecoder().feed(stream)]
+
+
+def test_a_whole_event_a_read_is_sliced_out_unchanged() -> None:
+    splitter = EventSplitter()
+    assert splitter.feed(b'data: {"a":1}\n\n') == [b'{"a":1}']
+    assert splitter.feed(b"data: \n\n") == [b""]
+    assert splitter.feed(b"data: [DONE]\n\n") == [b"[DONE]"]
+
+
 def test_splitter_hands_an_overlong_line_to_the_decoder_limit() -> None:
     splitter = EventSplitter(SSEDecoder(max_line_bytes=100), max_line_bytes=100)
     assert splitter.feed(b"data: " + b"x" * 60) == []

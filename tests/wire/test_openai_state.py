@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import orjson
+from hypothesis import given
+from hypothesis import strategies as st
+
 from airlane.core import Channel, Event, Folded, Kind
 from airlane.wire.openai import ChatStreamState, ChunkFactory
 
@@ -62,3 +66,21 @@ def test_completion_without_reasoning_or_calls() -> None:
     state.apply(Event.delta("only text"))
     message = state.completion(ChunkFactory("s1", "m", 7))["choices"][0]["message"]
     assert message == {"role": "assistant", "content": "only text"}
+
+
+@given(st.text(), st.text(max_size=20), st.text(max_size=20), st.integers(0, 2**40))
+def test_text_chunks_are_the_json_of_their_fields(
+    text: str, completion_id: str, model: str, created: int
+) -> None:
+    factory = ChunkFactory(completion_id, model, created)
+    for channel, key in ((Channel.CONTENT, "content"), (Channel.REASONING, "reasoning_content")):
+        expected = {
+            "id": completion_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [{"index": 0, "delta": {key: text}, "finish_reason": None}],
+        }
+        chunk = factory.text(text, channel)
+        assert chunk == orjson.dumps(expected)
+        assert b"\n" not in chunk and b"\r" not in chunk  # one SSE data line

@@ -10,7 +10,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from airlane.wire.sse import SSEDecoder, SSEMessage, encode_comment, encode_event, encode_retry
+from airlane.wire.sse import (
+    SSEDecoder,
+    SSEMessage,
+    encode_comment,
+    encode_event,
+    encode_numbered_event,
+    encode_retry,
+    event_id_prefix,
+)
 
 from .chunking import PROPERTY, chunkings
 
@@ -109,3 +117,22 @@ def test_round_trip(
     decoder = SSEDecoder()
     received = [m for chunk in data.draw(chunkings(stream)) for m in decoder.feed(chunk)]
     assert received + decoder.close() == expected_messages(events)
+
+
+@given(
+    st.text(
+        alphabet=st.characters(blacklist_characters="\r\n\x00", blacklist_categories=("Cs",)),
+        max_size=12,
+    ),
+    st.integers(min_value=0, max_value=2**63),
+    st.binary(max_size=64).filter(lambda b: b"\n" not in b and b"\r" not in b),
+)
+def test_numbered_event_is_encode_event_for_one_line(prefix: str, seq: int, line: bytes) -> None:
+    framed = encode_numbered_event(event_id_prefix(prefix), seq, line)
+    assert framed == encode_event(line, id=f"{prefix}{seq}")
+
+
+@pytest.mark.parametrize("bad", ["a\nb", "a\rb", "a\x00b"])
+def test_event_id_prefix_refuses_what_would_break_the_field(bad: str) -> None:
+    with pytest.raises(ValueError, match="CR, LF or NUL"):
+        event_id_prefix(bad)

@@ -69,9 +69,18 @@ class EventSplitter:
             # Settle the decoder's start-of-stream check (section 9.2.5 strips a byte-order
             # mark only there) so that a block it gets later is not taken for a stream start.
             self._decoder.feed(b"\n")
+        pending = self._pending
+        if (
+            not pending
+            and data.startswith(_DATA)
+            and data.find(b"\n", 6) == len(data) - 2  # one line, then the blank line
+            and data.endswith(_BLANK_LINE)
+            and b"\r" not in data
+            and len(data) <= self._max_line_bytes
+        ):
+            return [data[6:-2]]  # the usual read: exactly one whole event
         if b"\r" in data:
             return self._hand_over(data)
-        pending = self._pending
         if pending:
             searched = len(pending) - 1  # the blank line may begin at the old end
             pending += data

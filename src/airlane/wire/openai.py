@@ -45,6 +45,10 @@ def tool_call_delta(
     return call
 
 
+_TEXT_KEYS = {Channel.CONTENT: b"content", Channel.REASONING: b"reasoning_content"}
+_TEXT_TAIL = b'},"finish_reason":null}]}'
+
+
 @dataclass(frozen=True, slots=True)
 class ChunkFactory:
     """Builds the chunks of one completion (the fields every chunk of it repeats)."""
@@ -55,6 +59,18 @@ class ChunkFactory:
     """The model name echoed back."""
     created: int
     """Unix seconds when the completion was created."""
+    _text_heads: dict[Channel, bytes] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # A text chunk is built for every delta a client reads: its bytes up to the text
+        # are the same each time, so they are encoded once and the text spliced in (the
+        # result is what `_chunk` makes of the same fields; a test holds them equal).
+        common = self._chunk([])[: -len(b',"choices":[]}')]
+        heads = {
+            channel: common + b',"choices":[{"index":0,"delta":{"%b":' % key
+            for channel, key in _TEXT_KEYS.items()
+        }
+        object.__setattr__(self, "_text_heads", heads)
 
     def _chunk(self, choices: list[dict[str, Any]], **extra: Any) -> bytes:
         return orjson.dumps(
@@ -76,8 +92,7 @@ class ChunkFactory:
 
     def text(self, text: str, channel: Channel) -> bytes:
         """A content or reasoning delta."""
-        key = "content" if channel is Channel.CONTENT else "reasoning_content"
-        return self._chunk([{"index": 0, "delta": {key: text}, "finish_reason": None}])
+        return self._text_heads[channel] + orjson.dumps(text) + _TEXT_TAIL
 
     def tool_call(self, index: int, arguments: str, call_id: str | None, name: str | None) -> bytes:
         """A tool-call delta; the first one of a call carries its id and name."""

@@ -27,7 +27,7 @@ from airlane.transports.http.asgi import (
 from airlane.transports.http.chat_request import parse_chat_request
 from airlane.transports.http.context import AppContext
 from airlane.wire.openai import DONE_SENTINEL, ChatStreamState, ChunkFactory
-from airlane.wire.sse import encode_event
+from airlane.wire.sse import encode_event, encode_numbered_event, event_id_prefix
 
 __all__ = ["handle_chat_completions"]
 
@@ -41,6 +41,7 @@ class _OpenAIRenderer:
         self.include_usage = include_usage
         self.state = ChatStreamState()
         self.cache_key = "openai-sse"
+        self._id_prefix = event_id_prefix(f"{epoch}:")
 
     def __call__(self, batch: list[Event]) -> bytes:
         out: list[bytes] = []
@@ -60,7 +61,7 @@ class _OpenAIRenderer:
         if frame is None:
             chunk = self.factory.event_chunk(event)
             assert chunk is not None
-            frame = encode_event(chunk, id=f"{self.epoch}:{event.seq}")
+            frame = encode_numbered_event(self._id_prefix, event.seq, chunk)  # JSON: one line
             event.cache(self.cache_key, frame)
         return frame
 

@@ -43,7 +43,7 @@ from airlane.transports.http.chat_request import parse_chat_request
 from airlane.transports.http.context import AppContext
 from airlane.wire.errors import DecodeError
 from airlane.wire.event_json import event_from_dict, event_to_dict, event_to_json
-from airlane.wire.sse import encode_event, encode_retry
+from airlane.wire.sse import encode_event, encode_numbered_event, encode_retry, event_id_prefix
 
 __all__ = ["handle_streams", "render_native_sse"]
 
@@ -54,10 +54,14 @@ MAX_PUBLISH_BATCH = 1000
 def render_native_sse(epoch: str, batch: list[Event]) -> bytes:
     """SSE frames of native JSON events, cached on each event."""
     out = []
+    id_prefix = event_id_prefix(f"{epoch}:")
     for event in batch:
         frame = event.cached("sse")
         if frame is None:
-            frame = encode_event(event_to_json(event), id=f"{epoch}:{event.seq}")
+            if event.raw is None:  # orjson's own output: one line
+                frame = encode_numbered_event(id_prefix, event.seq, event_to_json(event))
+            else:  # a published payload's bytes, spliced in as they came: any line breaks
+                frame = encode_event(event_to_json(event), id=f"{epoch}:{event.seq}")
             event.cache("sse", frame)
         out.append(frame)
     return b"".join(out)
