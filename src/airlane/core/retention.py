@@ -63,8 +63,6 @@ class Folded:
     last_other_seq: int = 0
     """The last folded event that was not a ``delta``: a reader positioned after it can be
     caught up with plain text deltas instead of a snapshot."""
-    lengths: dict[Channel, int] = field(default_factory=dict)
-    """Characters of folded text per channel."""
     _text: dict[Channel, TextBuffer] = field(default_factory=dict)
     _tool_calls: dict[int, dict[str, Any]] = field(default_factory=dict)
     """Per index: ``index``, ``id`` and ``name`` when known, ``arguments`` (a `TextBuffer`)."""
@@ -78,7 +76,6 @@ class Folded:
             if buffer is None:
                 buffer = self._text[event.channel] = TextBuffer()
             buffer.append(event.text)
-            self.lengths[event.channel] = self.lengths.get(event.channel, 0) + len(event.text)
             return
         self.last_other_seq = event.seq
         if event.kind is Kind.TOOL_CALL:
@@ -97,6 +94,11 @@ class Folded:
                 call[key] = data[key]
         call["arguments"].append(event.text)
 
+    @property
+    def lengths(self) -> dict[Channel, int]:
+        """Characters of folded text per channel."""
+        return {channel: len(buffer) for channel, buffer in self._text.items()}
+
     def text(self, channel: Channel) -> str:
         """All folded text of ``channel``."""
         buffer = self._text.get(channel)
@@ -108,9 +110,7 @@ class Folded:
 
     def extended(self, events: list[Event]) -> Folded:
         """A copy of this state with ``events`` folded in (for full-stream snapshots)."""
-        copy = Folded(
-            self.through_seq, self.tokens, self.dropped, self.last_other_seq, dict(self.lengths)
-        )
+        copy = Folded(self.through_seq, self.tokens, self.dropped, self.last_other_seq)
         for channel in self._text:
             copy._text[channel] = TextBuffer(self.text(channel))
         copy._tool_calls = {
@@ -141,7 +141,6 @@ class Folded:
             if text:
                 channel = Channel(name)
                 folded._text[channel] = TextBuffer(text)
-                folded.lengths[channel] = len(text)
         for call in data.get("tool_calls") or ():
             arguments = TextBuffer(str(call.get("arguments", "")))
             folded._tool_calls[int(call["index"])] = {**call, "arguments": arguments}
