@@ -47,6 +47,7 @@ from airlane.gateway import Gateway, orphan_policy_from
 from airlane.hub import HubError, Subscription
 from airlane.security import Principal, SecurityError, Unauthenticated
 from airlane.transports.airc.config import AircServerConfig
+from airlane.transports.drains import drain_queue
 from airlane.wire.airc import (
     ANY_STREAM,
     LOADTEST_ENCODER,
@@ -142,6 +143,7 @@ class AircSession:
         self._reserved: dict[int, str | None] = {}  # StreamIDs of requests in progress
         self._ready: dict[int, _Binding] = {}  # direct-mode bindings to drain this turn
         self._drain_scheduled = False
+        self._drains = drain_queue(self._loop)
         self._requests: set[asyncio.Task[None]] = set()
         self._timer = DeadlineTimer(self._on_timer)
         self._writable = asyncio.Event()
@@ -449,11 +451,12 @@ class AircSession:
 
     def _on_ready(self, binding: _Binding) -> None:
         """The hub's call-back: ``binding`` may have events. Drained at the end of this loop
-        turn, so that what the producers of this turn append leaves in one write."""
+        turn (or sooner when many pumps are due: `airlane.transports.drains`), so that what the
+        producers of this turn append leaves in one write."""
         self._ready[binding.stream] = binding
         if not self._drain_scheduled:
             self._drain_scheduled = True
-            self._loop.call_soon(self._drain)
+            self._drains.add(self._drain)
 
     def _drain(self) -> None:
         self._drain_scheduled = False

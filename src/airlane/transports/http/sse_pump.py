@@ -30,6 +30,7 @@ from typing import Any
 
 from airlane.core import TERMINAL_KINDS, Event
 from airlane.hub import Subscription
+from airlane.transports.drains import DrainQueue, drain_queue
 from airlane.transports.http.asgi import Receive, Send
 from airlane.transports.http.metrics import HttpMetrics
 from airlane.transports.http.send_now import send_now, send_went_through
@@ -106,7 +107,8 @@ class SSEPump:
         self._inflight: asyncio.Task[None] | None = None
         self._subscription: Subscription | None = None
         self._render: Render | None = None
-        self._scheduled = False  # a drain is scheduled for the end of this loop turn
+        self._scheduled = False  # a drain is due (in the loop's `DrainQueue`)
+        self._drains: DrainQueue | None = None
         self._budget = -1
         self._limit = batch_limit
 
@@ -180,6 +182,7 @@ class SSEPump:
         # run's end (`done`) interrupts that wait by cancelling it (`_on_done`).
         done: asyncio.Future[bool] = loop.create_future()
         self._done = done
+        self._drains = drain_queue(loop)
         self._subscription, self._render = subscription, render
         self._idle_since = loop.time()
         self._pumping = task
@@ -200,7 +203,7 @@ class SSEPump:
             raise
         finally:
             self._idle_since = None
-            self._done = self._pumping = None
+            self._done = self._pumping = self._drains = None
             self._woken = False
             self._subscription = self._render = None
             if self._inflight is not None:
@@ -220,15 +223,14 @@ class SSEPump:
 
     def _on_ready(self) -> None:
         """The hub's call-back: the subscription may have something new. The drain runs as a
-        plain callback at the end of this loop turn, so that what the producers of this turn
-        append goes out in one write (a reader that is behind gets one coalesced read), and
-        costs no task switch."""
-        # The loop from the pump's future: on Python 3.11 `asyncio.get_running_loop()` makes
-        # a getpid() system call each time, and this runs for every append.
-        done = self._done
-        if not self._scheduled and done is not None:
+        plain call-back at the end of this loop turn, or sooner when many are due
+        (`airlane.transports.drains`), so that what the producers of this turn append goes out
+        in one write (a reader that is behind gets one coalesced read), and costs no task
+        switch."""
+        drains = self._drains  # set while a direct run is on (as `_done` is)
+        if not self._scheduled and drains is not None:
             self._scheduled = True
-            done.get_loop().call_soon(self._drain)
+            drains.add(self._drain)
 
     def _drain(self) -> None:
         """Write what the subscription has, in place, while the server takes writes."""

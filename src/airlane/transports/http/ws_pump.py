@@ -29,6 +29,7 @@ from collections.abc import Callable
 from airlane.core import TERMINAL_KINDS, Event
 from airlane.eager import start_eagerly
 from airlane.hub import Subscription
+from airlane.transports.drains import DrainQueue, drain_queue
 from airlane.transports.http.asgi import Send
 from airlane.transports.http.metrics import HttpMetrics
 from airlane.transports.http.send_now import send_went_through
@@ -79,11 +80,11 @@ class WebSocketPump:
         self._metrics = metrics
         self._limit = batch_limit
         self._lock = lock
-        # Direct mode: the run's outcome, a send the server made wait, the loop.
+        # Direct mode: the run's outcome, a send the server made wait, the loop's drains.
         self._done: asyncio.Future[None] | None = None
         self._inflight: asyncio.Task[None] | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._scheduled = False  # a drain is scheduled for the end of this loop turn
+        self._drains: DrainQueue | None = None  # set while a direct run is on
+        self._scheduled = False  # a drain is due (in the loop's `DrainQueue`)
 
     async def run(self) -> None:
         """Write until the stream ends for this reader (its terminal event written) or the
@@ -94,14 +95,15 @@ class WebSocketPump:
         if self._write_now is None or not subscription.listen(self._on_ready):
             await self._run_tasked()
             return
-        loop = self._loop = asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()
         done = self._done = loop.create_future()
+        self._drains = drain_queue(loop)
         try:
             self._drain()  # what is already there
             await done
         finally:
             subscription.listen(None)
-            self._done = None
+            self._done = self._drains = None
             inflight = self._inflight
             if inflight is not None:  # stopped mid-send: that send stops too
                 inflight.cancel()
@@ -113,12 +115,13 @@ class WebSocketPump:
 
     def _on_ready(self) -> None:
         """The hub's call-back: the subscription may have something new. The drain runs as a
-        plain call-back at the end of this loop turn, so what the producers of this turn
-        append goes out in one write."""
-        if not self._scheduled and self._done is not None:
+        plain call-back at the end of this loop turn, or sooner when many are due
+        (`airlane.transports.drains`), so what the producers of this turn append goes out in
+        one write."""
+        drains = self._drains
+        if not self._scheduled and drains is not None:
             self._scheduled = True
-            assert self._loop is not None
-            self._loop.call_soon(self._drain)
+            drains.add(self._drain)
 
     def _drain(self) -> None:
         """Write what the subscription has, in place, while the connection takes writes."""
