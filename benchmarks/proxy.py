@@ -55,7 +55,7 @@ import orjson
 import psutil
 import uvloop
 
-from airlane.backends.http11 import BodyData, ResponseEnd, ResponseHead, ResponseParser
+from airlane.backends.http11 import ResponseEnd, ResponseHead, ResponseParser
 from airlane.backends.upstream_errors import UpstreamHTTPError
 from airlane.bench.spawn import LocalGateway, ServerProcess, pin_process, pinning_plan
 
@@ -125,8 +125,8 @@ class _StreamClient(asyncio.Protocol):
             self._end(str(exc))
             return
         for event in events:
-            if isinstance(event, BodyData):
-                self._body(event.data, now)
+            if isinstance(event, bytes):
+                self._body(event, now)
             elif isinstance(event, ResponseHead):
                 self.status = event.status
             elif isinstance(event, ResponseEnd):

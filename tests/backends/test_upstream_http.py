@@ -29,7 +29,6 @@ from airlane.backends import (
     upstream_http,
 )
 from airlane.backends.http11 import (
-    BodyData,
     ResponseEnd,
     ResponseEvent,
     ResponseHead,
@@ -87,7 +86,7 @@ def parse(pieces: list[bytes], *, eof: bool = False) -> tuple[ResponseParser, li
 def check(events: list[ResponseEvent], body: bytes, keep_alive: bool) -> ResponseHead:
     head = events[0]
     assert isinstance(head, ResponseHead)
-    assert b"".join(e.data for e in events if isinstance(e, BodyData)) == body
+    assert b"".join(e for e in events if isinstance(e, bytes)) == body
     assert events[-1] == ResponseEnd(keep_alive=keep_alive)
     assert sum(isinstance(e, ResponseHead) for e in events) == 1
     return head

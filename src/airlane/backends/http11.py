@@ -5,7 +5,8 @@
 events; it has no socket and no clock::
 
     ResponseHead   the status line and header fields (interim 1xx responses are skipped)
-    BodyData       a piece of the body, with the transfer framing already removed
+    bytes          a piece of the body, with the transfer framing already removed (plain
+                   bytes, not wrapped: a streaming response yields one per upstream read)
     ResponseEnd    the body is complete; ``keep_alive`` says whether the connection may carry
                    another request
 
@@ -30,7 +31,6 @@ from airlane.backends.upstream_errors import UpstreamDisconnected, UpstreamProto
 
 __all__ = [
     "DEFAULT_MAX_HEAD_BYTES",
-    "BodyData",
     "ResponseEnd",
     "ResponseEvent",
     "ResponseHead",
@@ -92,14 +92,6 @@ class ResponseHead:
 
 
 @dataclass(frozen=True, slots=True)
-class BodyData:
-    """A piece of the response body."""
-
-    data: bytes
-    """The bytes, de-framed."""
-
-
-@dataclass(frozen=True, slots=True)
 class ResponseEnd:
     """The response is complete."""
 
@@ -107,8 +99,8 @@ class ResponseEnd:
     """True if the connection may carry another request."""
 
 
-ResponseEvent = ResponseHead | BodyData | ResponseEnd
-"""What `ResponseParser` returns."""
+ResponseEvent = ResponseHead | bytes | ResponseEnd
+"""What `ResponseParser` returns: a head, a piece of the body, or the end."""
 
 
 class _State(enum.Enum):
@@ -249,7 +241,7 @@ class ResponseParser:
     def on_body(self, body: bytes) -> None:
         """A piece of the body."""
         if self._state is _State.BODY:
-            self._events.append(BodyData(body))
+            self._events.append(body)
 
     def on_message_complete(self) -> None:
         """The response (or an interim one) is complete."""

@@ -293,8 +293,9 @@ class UpstreamFeed:
         done, relay = self._done, self._relay
         if done is None or done.done() or relay is None:
             return
+        take = relay.response.take
         try:
-            while (data := relay.response.take()) is not None:
+            while (data := take()) is not None:
                 events = relay.batch(data) if data else relay.end()
                 if events:
                     self._put(events)

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from typing import cast
 
 from airlane.backends.http11 import (
-    BodyData,
     ResponseEnd,
     ResponseEvent,
     ResponseHead,
@@ -249,9 +248,9 @@ class UpstreamConnection(asyncio.Protocol):
 
     def _absorb(self, events: list[ResponseEvent]) -> None:
         for event in events:
-            if type(event) is BodyData:
-                self._pieces.append(event.data)
-                self._buffered += len(event.data)
+            if type(event) is bytes:
+                self._pieces.append(event)
+                self._buffered += len(event)
             elif type(event) is ResponseHead:
                 self._head = event
             elif type(event) is ResponseEnd:
