@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -135,6 +136,24 @@ def test_soak_smoke(tmp_path: Path) -> None:
 def _point(transport: str, streams: int, kept_up: float, lag_p99: float, errors: int = 0):
     return {"transport": transport, "streams": streams, "kept_up_pct": kept_up,
             "lag_ms": {"p99": lag_p99}, "errors": errors}  # fmt: skip
+
+
+def test_proxy_stages_smoke() -> None:
+    """Each stage runs the real classes on the real chunk (a broken stage raises) and is
+    reported in microseconds."""
+    result = script("proxy_stages", "--number", "200", "--repeat", "1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert [line.split("  ")[0] for line in lines] == [
+        "upstream read (connection + translate)",
+        "hub (append, poll, accounting)",
+        "render (OpenAI SSE frame)",
+        "sum",
+    ]
+    for line in lines:
+        match = re.search(r"([\d.]+) us", line)
+        assert match is not None and float(match.group(1)) > 0, line
+    assert script("proxy_stages", "--number", "0").returncode == 2
 
 
 def test_sustained_n_is_the_last_n_before_the_first_failure() -> None:
