@@ -158,3 +158,42 @@ async def _never() -> MutableMapping[str, Any]:
 
 def render(batch: list[Event]) -> bytes:
     return b"".join(b"data: %b\n\n" % e.text.encode() for e in batch if e.text)
+
+
+@pytest.mark.parametrize("ending", ["hub-close", "delete-each", "cancel-each"])
+async def test_many_pumps_ended_in_one_stretch_all_finish(ending: str) -> None:
+    """Ending 100 streams in one loop turn (the hub closing, or each stream deleted or
+    cancelled without an await between them) drains their pumps in bursts from inside the
+    hub's own call; every pump still ends, each with what it owed written once."""
+    count = 3 * DEFAULT_BURST + 4
+    hub = MemoryHub()
+    bodies: dict[int, list[bytes]] = {i: [] for i in range(count)}
+    pumps: list[asyncio.Task[bool]] = []
+    async with contextlib.AsyncExitStack() as stack:
+        for i in range(count):
+            await hub.create(f"s{i}")
+            await hub.append(f"s{i}", Event.delta(f"{i}"))
+            sub = await stack.enter_async_context(await hub.subscribe(f"s{i}"))
+            pump = SSEPump(
+                _discard,
+                _never,
+                ping_s=5,
+                batch_limit=64,
+                metrics=HttpMetrics(hub.stats, lambda: 0),
+                write_body=lambda body, i=i: bodies[i].append(body) is None,
+            )
+            pumps.append(asyncio.create_task(pump.pump(sub, render)))
+        await asyncio.sleep(0.01)
+        if ending == "hub-close":
+            await hub.aclose()
+        else:
+            for i in range(count):
+                if ending == "delete-each":
+                    await hub.delete(f"s{i}")
+                else:
+                    await hub.cancel(f"s{i}")
+        results = await asyncio.wait_for(asyncio.gather(*pumps), 5)
+    assert all(results)  # each run ended with its stream (or the hub), not with an error
+    # Each stream's delta exactly once (`render` gives the terminal event no bytes).
+    assert all(b"".join(parts) == b"data: %d\n\n" % i for i, parts in bodies.items())
+    await hub.aclose()
