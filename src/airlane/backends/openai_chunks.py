@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from airlane.core.events import Channel, Event
+from airlane.core.events import Channel, Event, Kind
 from airlane.wire.errors import SSEError
 from airlane.wire.sse import DEFAULT_MAX_LINE_BYTES, SSEDecoder, SSEMessage
 
@@ -26,6 +26,12 @@ _QUOTE_LIMIT = 200
 _DATA = b"data: "
 _BLANK_LINE = b"\n\n"
 _BOM_FIRST_BYTE = 0xEF
+_CONTENT_KEY = b'"content":'
+_QUOTE, _BACKSLASH = 0x22, 0x5C
+# Text chunks from which a stream's template (`_TextTemplate`) may be learnt, first or again
+# after a change of shape: a stream whose chunks differ beyond their text (a per-chunk nonce,
+# say) stops trying after these.
+_TEMPLATE_TRIES = 4
 
 
 class EventSplitter:
@@ -143,6 +149,8 @@ class ChunkTranslator:
         """True once a terminal event has been returned."""
         self._splitter = EventSplitter(decoder)
         self._finish_reason: str | None = None
+        self._template: _TextTemplate | None = None
+        self._template_tries = _TEMPLATE_TRIES
 
     def receive_data(self, data: bytes) -> list[Event]:
         """The events completed by ``data``, up to and including a terminal one."""
@@ -175,6 +183,11 @@ class ChunkTranslator:
         return events + self._fail("upstream stream ended without [DONE]", PROTOCOL_ERROR)
 
     def _receive_one(self, message: bytes | SSEMessage) -> list[Event]:
+        template = self._template
+        if template is not None and type(message) is bytes:
+            text = template.text(message)
+            if text is not None:  # the stream's usual text chunk: only its text differs
+                return [Event.delta(text)] if text else []
         if isinstance(message, bytes):
             data: bytes | str = message
             is_error = False
@@ -194,12 +207,16 @@ class ChunkTranslator:
         if is_error or (type(chunk) is dict and chunk.get("error")):
             return self._fail(f"upstream error: {error_message(chunk)}", "upstream_error")
         try:
-            return self._chunk_events(chunk)
+            events = self._chunk_events(chunk)
         except _MalformedChunk as exc:
             text = _text(data)
             return self._fail(
                 f"upstream sent a malformed chunk ({exc}): {quote(text)}", PROTOCOL_ERROR
             )
+        if self._template_tries and type(data) is bytes and _is_text(events):
+            self._template_tries -= 1
+            self._template = _TextTemplate.learn(data, chunk) or self._template
+        return events
 
     def _undecodable(self, data: bytes | str, is_error: bool) -> list[Event]:
         if isinstance(data, bytes):
@@ -268,6 +285,85 @@ class ChunkTranslator:
     def _fail(self, message: str, code: str) -> list[Event]:
         self.finished = True
         return [Event.error(message, code=code)]
+
+
+class _TextTemplate:
+    """A stream's text chunk with the text cut out: the bytes before and after it.
+
+    OpenAI-compatible servers (vLLM, TGI, llama.cpp, the benchmark's upstream) send every text
+    chunk of a stream alike but for the text: the same id, model, creation time and field
+    order. A chunk that is the template's head, one JSON string, and its tail means exactly
+    what the template chunk meant with that string as the text: the head leaves a JSON parser
+    expecting a value, and one string token later the tail goes on as it did. So its events are
+    one text delta, found by parsing the string alone rather than the whole chunk. A chunk that
+    does not match goes the long way, as every chunk did before the template was learnt.
+    """
+
+    __slots__ = ("_head", "_tail", "_tail_len")
+
+    def __init__(self, head: bytes, tail: bytes) -> None:
+        self._head = head
+        self._tail = tail
+        self._tail_len = len(tail)
+
+    def text(self, message: bytes) -> str | None:
+        """The text of ``message`` if it is the template with other text; else None."""
+        head = self._head
+        if not (message.startswith(head) and message.endswith(self._tail)):
+            return None
+        try:
+            text = orjson.loads(message[len(head) : len(message) - self._tail_len])
+        except orjson.JSONDecodeError:  # not one string: a chunk of another shape
+            return None
+        return text if type(text) is str else None
+
+    @classmethod
+    def learn(cls, data: bytes, chunk: Any) -> _TextTemplate | None:
+        """The template of ``data`` (parsed: ``chunk``), a chunk whose only event is a text
+        delta (`_is_text`), if its text can be cut out and it sets no finish reason."""
+        # `_chunk_events` made the delta from the first choice, so it is there.
+        if chunk["choices"][0].get("finish_reason") is not None:  # a side effect to keep
+            return None
+        if data.count(_CONTENT_KEY) != 1:
+            return None
+        start = data.find(_CONTENT_KEY) + len(_CONTENT_KEY)
+        while start < len(data) and data[start] in b" \t":
+            start += 1
+        end = _string_end(data, start)
+        if end < 0:
+            return None
+        head, tail = data[:start], data[end:]
+        # Proof, not trust: the template with an empty text must parse as this chunk with an
+        # empty text, and nothing else may differ (a "content" key elsewhere, say).
+        try:
+            probe = orjson.loads(head + b'""' + tail)
+        except orjson.JSONDecodeError:
+            return None
+        expected = orjson.loads(data)
+        expected["choices"][0]["delta"]["content"] = ""
+        return cls(head, tail) if probe == expected else None
+
+
+def _is_text(events: list[Event]) -> bool:
+    """True for the events of a plain text chunk: one delta of the content channel."""
+    return (
+        len(events) == 1 and events[0].kind is Kind.DELTA and events[0].channel is Channel.CONTENT
+    )
+
+
+def _string_end(data: bytes, start: int) -> int:
+    """The index just past the JSON string that starts at ``data[start]``; -1 if none does."""
+    if start >= len(data) or data[start] != _QUOTE:
+        return -1
+    at = start + 1
+    while (quote_at := data.find(b'"', at)) >= 0:
+        escapes = 0
+        while data[quote_at - 1 - escapes] == _BACKSLASH:
+            escapes += 1
+        if escapes % 2 == 0:  # not escaped: the string ends here
+            return quote_at + 1
+        at = quote_at + 1
+    return -1
 
 
 def _present(value: Any, default: Any) -> Any:
