@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 import pytest
@@ -117,21 +117,8 @@ async def test_a_long_turn_writes_its_first_sse_streams_before_it_ends() -> None
     count = 2 * DEFAULT_BURST + 3
     hub = MemoryHub()
     written: list[int] = []
-    pumps: list[asyncio.Task[bool]] = []
     async with contextlib.AsyncExitStack() as stack:
-        for i in range(count):
-            await hub.create(f"s{i}")
-            sub = await stack.enter_async_context(await hub.subscribe(f"s{i}"))
-            pump = SSEPump(
-                _discard,
-                _never,
-                ping_s=5,
-                batch_limit=64,
-                metrics=HttpMetrics(hub.stats, lambda: 0),
-                write_body=lambda body, i=i: written.append(i) is None,
-            )
-            pumps.append(asyncio.create_task(pump.pump(sub, render)))
-        await asyncio.sleep(0.01)  # every pump is listening
+        pumps = await _start_pumps(hub, stack, count, lambda i, body: written.append(i))
         append = [hub.appender(f"s{i}") for i in range(count)]
         for i, put in enumerate(append):  # one stretch, no await: one loop turn
             assert put is not None
@@ -145,6 +132,31 @@ async def test_a_long_turn_writes_its_first_sse_streams_before_it_ends() -> None
             put([Event.done()])
         assert all(await asyncio.wait_for(asyncio.gather(*pumps), 5))
     await hub.aclose()
+
+
+async def _start_pumps(
+    hub: MemoryHub,
+    stack: contextlib.AsyncExitStack,
+    count: int,
+    write: Callable[[int, bytes], None],
+) -> list[asyncio.Task[bool]]:
+    """Direct-mode SSE pumps of streams ``s0``... (created here unless they exist), each
+    writing through ``write(i, body)``; returned once every one is listening."""
+    pumps: list[asyncio.Task[bool]] = []
+    for i in range(count):
+        await hub.create(f"s{i}", exist_ok=True)
+        subscription = await stack.enter_async_context(await hub.subscribe(f"s{i}"))
+        pump = SSEPump(
+            _discard,
+            _never,
+            ping_s=5,
+            batch_limit=64,
+            metrics=HttpMetrics(hub.stats, lambda: 0),
+            write_body=lambda body, i=i: write(i, body) is None,
+        )
+        pumps.append(asyncio.create_task(pump.pump(subscription, render)))
+    await asyncio.sleep(0.01)
+    return pumps
 
 
 async def _discard(message: MutableMapping[str, Any]) -> None:
@@ -168,22 +180,11 @@ async def test_many_pumps_ended_in_one_stretch_all_finish(ending: str) -> None:
     count = 3 * DEFAULT_BURST + 4
     hub = MemoryHub()
     bodies: dict[int, list[bytes]] = {i: [] for i in range(count)}
-    pumps: list[asyncio.Task[bool]] = []
     async with contextlib.AsyncExitStack() as stack:
         for i in range(count):
             await hub.create(f"s{i}")
             await hub.append(f"s{i}", Event.delta(f"{i}"))
-            sub = await stack.enter_async_context(await hub.subscribe(f"s{i}"))
-            pump = SSEPump(
-                _discard,
-                _never,
-                ping_s=5,
-                batch_limit=64,
-                metrics=HttpMetrics(hub.stats, lambda: 0),
-                write_body=lambda body, i=i: bodies[i].append(body) is None,
-            )
-            pumps.append(asyncio.create_task(pump.pump(sub, render)))
-        await asyncio.sleep(0.01)
+        pumps = await _start_pumps(hub, stack, count, lambda i, body: bodies[i].append(body))
         if ending == "hub-close":
             await hub.aclose()
         else:
