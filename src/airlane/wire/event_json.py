@@ -23,19 +23,21 @@ from airlane.wire.errors import DecodeError
 __all__ = ["event_from_dict", "event_to_dict", "event_to_json"]
 
 _PUBLISHABLE = {Kind.DELTA, Kind.TOOL_CALL, Kind.MESSAGE, Kind.STATUS, Kind.DONE, Kind.ERROR}
+# Read per event encoded: a global is a third of the cost of `Kind.DELTA` on Python 3.11.
+_DELTA, _TOOL_CALL, _MESSAGE = Kind.DELTA, Kind.TOOL_CALL, Kind.MESSAGE
 
 
 def event_to_dict(event: Event) -> dict[str, Any]:
     """The JSON-compatible form of ``event``."""
     out: dict[str, Any] = {"seq": event.seq, "kind": event.kind.value}
     kind = event.kind
-    if kind is Kind.DELTA:
+    if kind is _DELTA:
         out["channel"] = event.channel.value
         out["text"] = event.text
-    elif kind is Kind.TOOL_CALL:
+    elif kind is _TOOL_CALL:
         out.update(event.data or {})
         out["arguments"] = event.text
-    elif kind is Kind.MESSAGE and event.raw is not None:
+    elif kind is _MESSAGE and event.raw is not None:
         out["payload"] = orjson.Fragment(event.raw)
     elif event.data:
         out.update(event.data)

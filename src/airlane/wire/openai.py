@@ -46,6 +46,8 @@ def tool_call_delta(
 
 
 _TEXT_KEYS = {Channel.CONTENT: b"content", Channel.REASONING: b"reasoning_content"}
+# Read per event: a global is a third of the cost of `Kind.DELTA` on Python 3.11.
+_DELTA, _TOOL_CALL = Kind.DELTA, Kind.TOOL_CALL
 _TEXT_TAIL = b'},"finish_reason":null}]}'
 
 
@@ -109,9 +111,10 @@ class ChunkFactory:
 
     def event_chunk(self, event: Event) -> bytes | None:
         """The chunk for a delta or tool-call event; None for kinds without one."""
-        if event.kind is Kind.DELTA:
+        kind = event.kind
+        if kind is _DELTA:
             return self.text(event.text, event.channel)
-        if event.kind is Kind.TOOL_CALL:
+        if kind is _TOOL_CALL:
             data = event.data or {}
             return self.tool_call(
                 int(data.get("index", 0)), event.text, data.get("id"), data.get("name")
@@ -148,10 +151,10 @@ class ChatStreamState:
     def apply(self, event: Event) -> list[Event]:
         """Absorb ``event``; return the append-only events that carry what was new."""
         kind = event.kind
-        if kind is Kind.DELTA:
+        if kind is _DELTA:
             self.text[event.channel].append(event.text)
             return [event]
-        if kind is Kind.TOOL_CALL:
+        if kind is _TOOL_CALL:
             self._add_tool_call(event.data or {}, event.text)
             return [event]
         if kind is Kind.SNAPSHOT:

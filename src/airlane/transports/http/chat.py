@@ -31,6 +31,9 @@ from airlane.wire.sse import encode_event, encode_numbered_event, event_id_prefi
 
 __all__ = ["handle_chat_completions"]
 
+# The kinds a chunk carries as they are (the others end the stream or catch a reader up).
+_APPENDED_KINDS = frozenset({Kind.DELTA, Kind.TOOL_CALL})
+
 
 class _OpenAIRenderer:
     """Renders events as OpenAI SSE frames, sharing the per-event encoding across readers."""
@@ -46,7 +49,7 @@ class _OpenAIRenderer:
     def __call__(self, batch: list[Event]) -> bytes:
         out: list[bytes] = []
         for event in batch:
-            if event.kind in (Kind.DELTA, Kind.TOOL_CALL):
+            if event.kind in _APPENDED_KINDS:
                 self.state.apply(event)
                 out.append(self._frame(event))
             else:
