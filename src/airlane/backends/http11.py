@@ -110,6 +110,11 @@ class _State(enum.Enum):
     FAILED = "the response was malformed"
 
 
+# The states as globals: the parser tests them per read and per body piece, and on Python 3.11
+# a member read off its enum class costs three times a global's lookup.
+_IN_HEAD, _IN_BODY, _DONE, _FAILED = _State.HEAD, _State.BODY, _State.DONE, _State.FAILED
+
+
 class ResponseParser:
     """Parses the one response to one request; see the module docstring.
 
@@ -129,7 +134,7 @@ class ResponseParser:
         # reference cycle until `close` (the connection calls it when it is done with it).
         self._llhttp: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
         self._max_head_bytes = max_head_bytes
-        self._state = _State.HEAD
+        self._state = _IN_HEAD
         self._head_bytes = 0
         self._reason = bytearray()
         self._headers: list[tuple[str, str]] = []
@@ -144,17 +149,17 @@ class ResponseParser:
     @property
     def complete(self) -> bool:
         """True once `ResponseEnd` was returned."""
-        return self._state is _State.DONE
+        return self._state is _DONE
 
     def receive_data(self, data: bytes) -> list[ResponseEvent]:
         """The events completed by ``data``, in order."""
         state = self._state
-        if state is _State.DONE:
+        if state is _DONE:
             self.reusable = self.reusable and not data
             return []
         if self._error is not None:
             raise self._error
-        if state is _State.HEAD:
+        if state is _IN_HEAD:
             # Counted before parsing, so that a head that never ends is stopped after at most
             # one read past the limit; bytes of the body read along with the head count too.
             self._head_bytes += len(data)
@@ -166,11 +171,11 @@ class ResponseParser:
             error = UpstreamProtocolError("upstream switched protocols unasked")
             raise self._failed(error) from None
         except httptools.HttpParserError as exc:
-            if self._state is not _State.DONE:
+            if self._state is not _DONE:
                 raise self._failed(_malformed(exc)) from None
             # Garbage after a complete response spoils the connection, not the response.
             self.reusable = False
-        if self._state is _State.HEAD and self._head_bytes > self._max_head_bytes:
+        if self._state is _IN_HEAD and self._head_bytes > self._max_head_bytes:
             limit = self._max_head_bytes
             raise self._failed(
                 UpstreamProtocolError(f"response head longer than the limit of {limit} bytes")
@@ -181,14 +186,14 @@ class ResponseParser:
     def receive_eof(self) -> list[ResponseEvent]:
         """The peer closed the connection: the end of a body delimited by that, or else an
         `UpstreamDisconnected` error."""
-        if self._state is _State.DONE:
+        if self._state is _DONE:
             return []
         if self._error is not None:
             raise self._error
-        if self._state is _State.BODY and self._until_eof:
-            self._state = _State.DONE
+        if self._state is _IN_BODY and self._until_eof:
+            self._state = _DONE
             return [ResponseEnd(keep_alive=False)]
-        where = "head" if self._state is _State.HEAD else "body"
+        where = "head" if self._state is _IN_HEAD else "body"
         raise self._failed(
             UpstreamDisconnected(f"upstream closed the connection in the middle of the {where}")
         )
@@ -200,14 +205,14 @@ class ResponseParser:
         if self._llhttp is None:
             return
         self._llhttp = None
-        if self._state is _State.HEAD or self._state is _State.BODY:
+        if self._state is _IN_HEAD or self._state is _IN_BODY:
             self._failed(UpstreamDisconnected("the response parser was closed"))
 
     # -- llhttp callbacks (through httptools) ----------------------------------------------
 
     def on_message_begin(self) -> None:
         """A response starts: a second one after ours means the peer sent stray bytes."""
-        if self._state is _State.DONE:
+        if self._state is _DONE:
             self.reusable = False
 
     def on_status(self, reason: bytes) -> None:
@@ -220,7 +225,7 @@ class ResponseParser:
 
     def on_headers_complete(self) -> None:
         """The head is complete: emit it, unless it is an interim 1xx response."""
-        if self._state is _State.DONE:
+        if self._state is _DONE:
             return
         llhttp = self._llhttp
         assert llhttp is not None  # called from within feed_data
@@ -232,7 +237,7 @@ class ResponseParser:
         else:
             head = ResponseHead(status, self._reason.decode("latin-1"), tuple(self._headers))
             self._events.append(head)
-            self._state = _State.BODY
+            self._state = _IN_BODY
             self._keep_alive = llhttp.should_keep_alive()
             self._until_eof = _delimited_by_close(head)
         self._reason.clear()
@@ -240,22 +245,22 @@ class ResponseParser:
 
     def on_body(self, body: bytes) -> None:
         """A piece of the body."""
-        if self._state is _State.BODY:
+        if self._state is _IN_BODY:
             self._events.append(body)
 
     def on_message_complete(self) -> None:
         """The response (or an interim one) is complete."""
         if self._interim:
             self._interim = False
-        elif self._state is _State.BODY:
-            self._state = _State.DONE
+        elif self._state is _IN_BODY:
+            self._state = _DONE
             self._events.append(ResponseEnd(self._keep_alive and self.reusable))
 
     def _failed(
         self, error: UpstreamProtocolError | UpstreamDisconnected
     ) -> UpstreamProtocolError | UpstreamDisconnected:
         """Spend the parser on ``error``; return it, for the caller to raise."""
-        self._state = _State.FAILED
+        self._state = _FAILED
         self._error = error
         self._events = []
         return error
