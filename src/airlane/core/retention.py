@@ -29,6 +29,9 @@ DEFAULT_MAX_BYTES = 4 << 20
 DEFAULT_TTL_S = 3600.0
 """Events older than an hour are folded."""
 
+# Read per event folded: a global is a third of the cost of `Kind.DELTA` on Python 3.11.
+_DELTA, _TOOL_CALL = Kind.DELTA, Kind.TOOL_CALL
+
 
 @dataclass(frozen=True, slots=True)
 class Retention:
@@ -71,14 +74,15 @@ class Folded:
         """Absorb ``event``, which is leaving the log."""
         self.through_seq = event.seq
         self.tokens += event.tokens
-        if event.kind is Kind.DELTA:
+        kind = event.kind
+        if kind is _DELTA:
             buffer = self._text.get(event.channel)
             if buffer is None:
                 buffer = self._text[event.channel] = TextBuffer()
             buffer.append(event.text)
             return
         self.last_other_seq = event.seq
-        if event.kind is Kind.TOOL_CALL:
+        if kind is _TOOL_CALL:
             self._fold_tool_call(event)
         else:
             self.dropped += 1

@@ -201,7 +201,7 @@ class BatchingWebSocketProtocol(WebSocketsSansIOProtocol):
         """Write ``messages`` (UTF-8 text, or binary) to the transport with one ``write``, on
         an accepted connection: the caller has checked that it may write now."""
         conn = self.conn
-        if conn.extensions or conn.state is not State.OPEN:
+        if conn.extensions or conn.state is not _OPEN:
             # An extension (permessage-deflate) transforms each frame, and a closing
             # connection must refuse to send: both are websockets' to handle.
             send = conn.send_binary if binary else conn.send_text
