@@ -155,3 +155,48 @@ async def test_a_pacer_with_a_due_millisecond_holds_new_streams_until_its_sleepe
     await asyncio.wait_for(asyncio.gather(sleeping, new_stream()), 5)
     assert events == ["due work", "set-up"]
     assert not pacer.overdue(time.monotonic_ns())
+
+
+async def test_when_loop_turns_are_long_waiting_set_ups_get_a_share_of_them() -> None:
+    admission, _source = due_admission()
+    loop = asyncio.get_running_loop()
+    busy_s = 0.02  # other work in every loop turn: a gateway past what its core does on time
+    running = True
+
+    def busy() -> None:
+        time.sleep(busy_s)
+        if running:
+            loop.call_soon(busy)
+
+    left_behind: list[int] = []
+
+    async def request() -> None:
+        await admission.admit()
+        left_behind.append(admission.waiting)
+        time.sleep(0.0005)
+
+    busy()
+    try:
+        await asyncio.wait_for(asyncio.gather(*(request() for _ in range(80))), 20)
+    finally:
+        running = False
+    batches = [left_behind.count(waiting) for waiting in sorted(set(left_behind), reverse=True)]
+    assert sum(batches) == 80
+    # A quarter of a 20 ms turn is 5 ms: about ten half-millisecond set-ups a release, where a
+    # slice of a millisecond would let two go.
+    assert min(batches[2:-1]) >= 8
+    assert admission.batch >= 8
+
+
+async def test_a_wait_after_an_idle_spell_does_not_count_the_spell_as_a_turn() -> None:
+    admission, _source = due_admission()
+
+    async def request() -> None:
+        await admission.admit()
+        time.sleep(0.0005)
+
+    await asyncio.wait_for(asyncio.gather(*(request() for _ in range(10))), 5)
+    assert admission.batch == MIN_BATCH
+    await asyncio.sleep(0.2)  # nobody waits: no release, and none is remembered
+    await asyncio.wait_for(asyncio.gather(*(request() for _ in range(10))), 5)
+    assert admission.batch == MIN_BATCH

@@ -12,11 +12,16 @@ that is unless a *deadline source* registered for the loop (the paced producers'
 has a deadline that has passed and not yet been served. Then the request waits, in arrival
 order, for a release that runs from a loop timer: after the due timers of the next loop turn,
 so the work that is due goes first. Each release lets a batch of waiting set-ups go, sized so
-that they take about `SLICE_S` together: the admission measures how far apart the released
-set-ups start (they run one after the other) and divides. Every loop turn admits at least
-`MIN_BATCH`. A loop without deadline sources (no paced stream) admits every request at once:
-bursts of new streams then start as fast as before, which is what their time to first chunk
-needs.
+that they take about `SLICE_S` together, or `SHARE` of the time since the release before when
+that is more: the admission measures how far apart the released set-ups start (they run one
+after the other) and divides. Every loop turn admits at least `MIN_BATCH`. The share is for a
+gateway past what its core can do on time, whose loop turns grow to tens of milliseconds: a
+slice per turn would then give new streams a few per cent of the core, start them ever more
+slowly while the running ones are late anyway, and refuse them once they had waited too long
+(measured: 1,000 paced streams opened at once, 7-29 % refused after 5 s); a share keeps them
+starting at a known rate. A loop without deadline sources (no paced stream) admits every
+request at once: bursts of new streams then start as fast as before, which is what their time
+to first chunk needs.
 
 The wait is bounded (`AdmissionConfig`): a gateway with more due work than its core can do
 (paced streams past its scale) would otherwise hold new set-ups for seconds, ever longer as
@@ -46,6 +51,7 @@ from typing import Protocol
 __all__ = [
     "MAX_BATCH",
     "MIN_BATCH",
+    "SHARE",
     "SLICE_S",
     "Admission",
     "AdmissionConfig",
@@ -55,6 +61,9 @@ __all__ = [
 
 SLICE_S = 0.001
 """How long one loop turn's admitted set-ups should take, about (the batch adapts to it)."""
+SHARE = 0.25
+"""The least share of a busy loop's time that waiting set-ups get: a release lets go set-ups
+worth this much of the time since the release before, when that is more than `SLICE_S`."""
 MIN_BATCH = 2
 """Set-ups released by one release at least: two, so that their cost can be measured."""
 MAX_BATCH = 256
@@ -132,6 +141,9 @@ class Admission:
         # When the first and the last set-up of the latest release started, and how many did.
         self._first_start_ns = self._last_start_ns = 0
         self._started = 0
+        # When the latest release ran, while requests wait (0 once none is left): the time
+        # from one release to the next is a loop turn, set-ups included.
+        self._released_ns = 0
         self.deferred = 0
         """Requests that have had to wait, since the loop started (for tests and metrics)."""
         self.refused = 0
@@ -202,16 +214,19 @@ class Admission:
         # were due before it (the pacer's): the due work goes first, then the set-ups.
         self._timer = loop.call_later(0, self._release)
 
-    def _fit_batch(self) -> None:
+    def _fit_batch(self, turn_s: float) -> None:
         started, self._started = self._started, 0
         if started >= 2:
             each_s = (self._last_start_ns - self._first_start_ns) / (started - 1) / 1e9
-            fitted = int(SLICE_S / each_s) if each_s > 0 else MAX_BATCH
+            budget_s = max(SLICE_S, SHARE * turn_s)
+            fitted = int(budget_s / each_s) if each_s > 0 else MAX_BATCH
             self._batch = max(MIN_BATCH, min(fitted, 2 * self._batch, MAX_BATCH))
 
     def _release(self) -> None:
         self._timer = None
-        self._fit_batch()
+        now_ns = time.monotonic_ns()
+        turn_s = (now_ns - self._released_ns) / 1e9 if self._released_ns else 0.0
+        self._fit_batch(turn_s)
         released = 0
         waiting = self._waiting
         while waiting and released < self._batch:
@@ -223,7 +238,10 @@ class Admission:
             loop = asyncio.get_running_loop()
             self._refuse_expired(loop.time())
             if waiting:
+                self._released_ns = now_ns
                 self._arm(loop)
+                return
+        self._released_ns = 0  # the next wait starts afresh, not from this release
 
     def _refuse_expired(self, now: float) -> None:
         """Refuse the waiters (the oldest, at the front) that have waited past the bound."""
