@@ -8,7 +8,7 @@ import gc
 import time
 from typing import Any
 
-from airlane.admission import MAX_BATCH, MIN_BATCH, Admission
+from airlane.admission import MAX_BATCH, MIN_BATCH, Admission, AdmissionConfig
 from airlane.backends.pacing import Pacer
 
 
@@ -157,14 +157,14 @@ async def test_a_pacer_with_a_due_millisecond_holds_new_streams_until_its_sleepe
     assert not pacer.overdue(time.monotonic_ns())
 
 
-async def test_when_loop_turns_are_long_waiting_set_ups_get_a_share_of_them() -> None:
-    admission, _source = due_admission()
+async def batches_under_long_turns(admission: Admission, requests: int = 80) -> list[int]:
+    """Admit ``requests`` half-millisecond set-ups while other work fills every loop turn for
+    20 ms (a gateway past what its core does on time); the sizes of the releases, in order."""
     loop = asyncio.get_running_loop()
-    busy_s = 0.02  # other work in every loop turn: a gateway past what its core does on time
     running = True
 
     def busy() -> None:
-        time.sleep(busy_s)
+        time.sleep(0.02)
         if running:
             loop.call_soon(busy)
 
@@ -177,15 +177,31 @@ async def test_when_loop_turns_are_long_waiting_set_ups_get_a_share_of_them() ->
 
     busy()
     try:
-        await asyncio.wait_for(asyncio.gather(*(request() for _ in range(80))), 20)
+        await asyncio.wait_for(asyncio.gather(*(request() for _ in range(requests))), 30)
     finally:
         running = False
     batches = [left_behind.count(waiting) for waiting in sorted(set(left_behind), reverse=True)]
-    assert sum(batches) == 80
+    assert sum(batches) == requests
+    return batches
+
+
+async def test_when_loop_turns_are_long_waiting_set_ups_get_a_share_of_them() -> None:
+    admission, _source = due_admission()
+    batches = await batches_under_long_turns(admission)
     # A quarter of a 20 ms turn is 5 ms: about ten half-millisecond set-ups a release, where a
     # slice of a millisecond would let two go.
     assert min(batches[2:-1]) >= 8
     assert admission.batch >= 8
+
+
+async def test_the_share_is_configurable() -> None:
+    admission, _source = due_admission()
+    admission.configure(AdmissionConfig(share=0.05))  # a millisecond of a 20 ms turn
+    batches = await batches_under_long_turns(admission, requests=30)
+    assert max(batches[2:]) <= 3
+    admission.configure(AdmissionConfig(share=0.75))
+    await batches_under_long_turns(admission, requests=120)
+    assert admission.batch >= 20
 
 
 async def test_a_wait_after_an_idle_spell_does_not_count_the_spell_as_a_turn() -> None:

@@ -108,7 +108,8 @@ async def test_configure_replaces_the_bounds() -> None:
 @pytest.mark.parametrize(
     "settings",
     [{"max_wait_s": 0}, {"max_wait_s": -1}, {"max_wait_s": float("inf")},
-     {"max_wait_s": float("nan")}, {"max_waiting": -1}, {"retry_after_s": -1}],
+     {"max_wait_s": float("nan")}, {"max_waiting": -1}, {"retry_after_s": -1},
+     {"share": 0}, {"share": 1.5}, {"share": float("nan")}],
 )  # fmt: skip
 def test_bad_bounds_are_refused(settings: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="admission"):
@@ -117,8 +118,10 @@ def test_bad_bounds_are_refused(settings: dict[str, Any]) -> None:
 
 def test_the_admission_table_of_the_configuration_file(tmp_path: Path) -> None:
     path = tmp_path / "airlane.toml"
-    path.write_text("[admission]\nmax_wait_s = 2.5\nmax_waiting = 100\nretry_after_s = 4\n")
-    assert load_config(path).admission == AdmissionConfig(2.5, 100, 4)
+    path.write_text(
+        "[admission]\nmax_wait_s = 2.5\nmax_waiting = 100\nretry_after_s = 4\nshare = 0.5\n"
+    )
+    assert load_config(path).admission == AdmissionConfig(2.5, 100, 4, 0.5)
     path.write_text("[admission]\nmax_wait = 2\n")
     with pytest.raises(ValueError, match="unknown"):
         load_config(path)

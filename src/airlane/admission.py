@@ -12,16 +12,16 @@ that is unless a *deadline source* registered for the loop (the paced producers'
 has a deadline that has passed and not yet been served. Then the request waits, in arrival
 order, for a release that runs from a loop timer: after the due timers of the next loop turn,
 so the work that is due goes first. Each release lets a batch of waiting set-ups go, sized so
-that they take about `SLICE_S` together, or `SHARE` of the time since the release before when
-that is more: the admission measures how far apart the released set-ups start (they run one
-after the other) and divides. Every loop turn admits at least `MIN_BATCH`. The share is for a
-gateway past what its core can do on time, whose loop turns grow to tens of milliseconds: a
-slice per turn would then give new streams a few per cent of the core, start them ever more
-slowly while the running ones are late anyway, and refuse them once they had waited too long
-(measured: of 1,000 paced streams opened at once, up to 14 % refused after waiting 5 s); a
-share keeps them starting at a known rate. A loop without deadline sources (no paced stream)
-admits every request at once: bursts of new streams then start as fast as before, which is
-what their time to first chunk needs.
+that they take about `SLICE_S` together, or a share of the time since the release before
+(`AdmissionConfig.share`, a quarter by default) when that is more: the admission measures how
+far apart the released set-ups start (they run one after the other) and divides. Every loop
+turn admits at least `MIN_BATCH`. The share is for a gateway past what its core can do on
+time, whose loop turns grow to tens of milliseconds: a slice per turn would then give new
+streams a few per cent of the core, start them ever more slowly while the running ones are
+late anyway, and refuse them once they had waited too long (measured: of 1,000 paced streams
+opened at once, up to 14 % refused after waiting 5 s); a share keeps them starting at a known
+rate. A loop without deadline sources (no paced stream) admits every request at once: bursts
+of new streams then start as fast as before, which is what their time to first chunk needs.
 
 The wait is bounded (`AdmissionConfig`): a gateway with more due work than its core can do
 (paced streams past its scale) would otherwise hold new set-ups for seconds, ever longer as
@@ -62,8 +62,9 @@ __all__ = [
 SLICE_S = 0.001
 """How long one loop turn's admitted set-ups should take, about (the batch adapts to it)."""
 SHARE = 0.25
-"""The least share of a busy loop's time that waiting set-ups get: a release lets go set-ups
-worth this much of the time since the release before, when that is more than `SLICE_S`."""
+"""The least share of a busy loop's time that waiting set-ups get, by default
+(`AdmissionConfig.share`): a release lets go set-ups worth this much of the time since the
+release before, when that is more than `SLICE_S`."""
 MIN_BATCH = 2
 """Set-ups released by one release at least: two, so that their cost can be measured."""
 MAX_BATCH = 256
@@ -87,6 +88,10 @@ class AdmissionConfig:
     every request that would)."""
     retry_after_s: int = 1
     """What a refusal tells the client to wait before it tries again (HTTP ``Retry-After``)."""
+    share: float = SHARE
+    """The least share of a busy loop's time that waiting set-ups get (more than 0, at most
+    1): more starts new streams sooner on a gateway past its scale, and leaves the streams
+    already running less of the core."""
 
     def __post_init__(self) -> None:
         if not (self.max_wait_s > 0 and math.isfinite(self.max_wait_s)):
@@ -95,6 +100,8 @@ class AdmissionConfig:
             raise ValueError("admission.max_waiting must be 0 or more")
         if self.retry_after_s < 0:
             raise ValueError("admission.retry_after_s must be 0 or more")
+        if not 0 < self.share <= 1:  # NaN fails this too
+            raise ValueError("admission.share must be more than 0 and at most 1")
 
 
 class Overloaded(Exception):
@@ -218,7 +225,7 @@ class Admission:
         started, self._started = self._started, 0
         if started >= 2:
             each_s = (self._last_start_ns - self._first_start_ns) / (started - 1) / 1e9
-            budget_s = max(SLICE_S, SHARE * turn_s)
+            budget_s = max(SLICE_S, self.config.share * turn_s)
             fitted = int(budget_s / each_s) if each_s > 0 else MAX_BATCH
             self._batch = max(MIN_BATCH, min(fitted, 2 * self._batch, MAX_BATCH))
 
