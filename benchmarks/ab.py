@@ -336,6 +336,7 @@ METRICS = (
     Metric("server_cpu_pct", "server CPU %", lambda r: _cpu_pct(r, "server_cpu")),
     Metric("server_us_per_chunk", "server us/chunk", _server_us_per_chunk),
     Metric("client_cpu_pct", "client CPU %", lambda r: _cpu_pct(r, "client_cpu")),
+    Metric("steal_pct", "VM steal %", lambda r: r.get("steal_pct")),
 )
 RATIO_KEYS = {
     "burst": ("payload_mb_s", "server_us_per_chunk"),

@@ -57,7 +57,7 @@ LAG_FLOOR_MS = 0.01
 _HEADER = (
     f"{'transport':>9} {'N':>6} {'kept up':>8} {'lag p50':>9} {'lag p99':>9} {'steady':>9} "
     f"{'TTFC p99':>9} "
-    f"{'server CPU':>10} {'client CPU':>10} {'errors':>6}  keeps up"
+    f"{'server CPU':>10} {'client CPU':>10} {'steal':>6} {'errors':>6}  keeps up"
 )
 
 
@@ -171,6 +171,10 @@ def _cpu(usage: dict[str, float] | None, flag: str = "") -> str:
     return "-" if usage is None else f"{usage['mean_pct']:.0f} %{flag}"
 
 
+def _steal(pct: float | None) -> str:
+    return "-" if pct is None else f"{pct:.1f} %"
+
+
 def _point_line(point: dict[str, Any]) -> str:
     kept_up = "-" if point["kept_up_pct"] is None else f"{point['kept_up_pct']:.1f} %"
     # "!" marks a client near a full core: then the point may measure the client.
@@ -180,6 +184,7 @@ def _point_line(point: dict[str, Any]) -> str:
         f"{_ms(point['lag_ms']['p50']):>9} {_ms(point['lag_ms']['p99']):>9} "
         f"{_ms((point.get('steady_lag_ms') or {}).get('p99')):>9} "
         f"{_ms(point['ttfc_ms']['p99']):>9} {_cpu(point['server_cpu']):>10} {client:>10} "
+        f"{_steal(point.get('steal_pct')):>6} "
         f"{point['errors']:>6}  {'yes' if point['keeps_up'] else 'no'}"
     )
 

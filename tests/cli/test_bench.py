@@ -12,7 +12,7 @@ RESULT_FIELDS = {
     "transport", "streams", "chunks_per_stream", "mode", "wall_s", "chunks_expected",
     "chunks_received", "streams_completed", "errors", "out_of_order", "payload_bytes",
     "payload_mb_s", "chunks_per_s", "ttfc_ms", "lag_ms", "steady_lag_ms", "kept_up_pct",
-    "server_cpu", "client_cpu",
+    "server_cpu", "client_cpu", "steal_pct",
 }  # fmt: skip
 
 
@@ -24,6 +24,7 @@ def test_bench_spawn_smoke(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     assert "TTFC p99 (ms)" in result.stdout
+    assert "VM steal" in result.stdout
     document = json.loads(json_path.read_text())
     assert document["spawned"] is True
     assert [r["transport"] for r in document["results"]] == ["sse", "ws"]
@@ -34,6 +35,8 @@ def test_bench_spawn_smoke(tmp_path: Path) -> None:
         assert run["errors"] == 0 and run["out_of_order"] == 0
         assert set(run["ttfc_ms"]) >= {"p50", "p95", "p99"} and run["ttfc_ms"]["count"] == 5
         assert run["lag_ms"]["count"] == 100
+        # Linux reports steal (0 on bare metal); anything else, none.
+        assert run["steal_pct"] is None or 0 <= run["steal_pct"] <= 100
     assert plot_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -2,6 +2,12 @@
 
 Means come from CPU-time deltas over the run's wall time (exact); peaks from samples every
 ``interval_s`` (psutil ``cpu_percent``). 100 % is one core fully busy.
+
+On a virtual machine it also reports the *steal*: time this machine's CPUs were ready to run
+but the hypervisor ran something else (``steal`` in ``/proc/stat``, as vmstat's ``st``), in
+per cent of all of the machine's CPU time over the run. A run with steal was slowed by a
+neighbour, not by the code it measures: a few per cent of steal showed as lag spikes of tens of
+milliseconds anywhere in paced runs (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from dataclasses import dataclass
 
 import psutil
 
-__all__ = ["DEFAULT_SAMPLE_INTERVAL_S", "CpuSampler", "CpuUsage"]
+__all__ = ["DEFAULT_SAMPLE_INTERVAL_S", "CpuSampler", "CpuUsage", "steal_share_pct"]
 
 DEFAULT_SAMPLE_INTERVAL_S = 0.25
 """Often enough to catch a peak, rarely enough to cost the client nothing measurable."""
@@ -31,6 +37,20 @@ class CpuUsage:
     def to_dict(self) -> dict[str, float]:
         """JSON form."""
         return {"mean_pct": round(self.mean_pct, 1), "max_pct": round(self.max_pct, 1)}
+
+
+def steal_share_pct(steal_s: float, wall_s: float, cpus: int) -> float | None:
+    """``steal_s`` seconds of steal, summed over ``cpus`` CPUs (as ``/proc/stat`` counts it),
+    over ``wall_s`` seconds: in per cent of all the CPU time there was (None for no time)."""
+    if wall_s <= 0 or cpus < 1:
+        return None
+    return max(0.0, 100.0 * steal_s / (wall_s * cpus))
+
+
+def _steal_s() -> float | None:
+    """Seconds of steal over all CPUs since boot; None where the OS does not report it."""
+    steal = getattr(psutil.cpu_times(), "steal", None)
+    return None if steal is None else float(steal)
 
 
 class _Process:
@@ -81,9 +101,12 @@ class CpuSampler:
         """The gateway's CPU use over the run (None if it cannot be observed)."""
         self.client: CpuUsage | None = None
         """This process's CPU use over the run."""
+        self.steal_pct: float | None = None
+        """Steal over the run, in per cent of all CPU time (None where it is not reported)."""
 
     async def __aenter__(self) -> CpuSampler:
         self._watched = (_Process(self._server_pid), _Process(None, this_process=True))
+        self._steal_started = _steal_s()
         self._started = time.monotonic()
         self._task = asyncio.create_task(self._sample(), name="bench-cpu-sampler")
         return self
@@ -96,6 +119,11 @@ class CpuSampler:
         wall_s = time.monotonic() - self._started
         server, client = self._watched
         self.server, self.client = server.usage(wall_s), client.usage(wall_s)
+        steal_s = _steal_s()
+        if steal_s is not None and self._steal_started is not None:
+            self.steal_pct = steal_share_pct(
+                steal_s - self._steal_started, wall_s, psutil.cpu_count() or 1
+            )
 
     async def _sample(self) -> None:
         while True:

@@ -92,6 +92,7 @@ METRIC_ROWS: list[tuple[str, Callable[[TransportResult], str]]] = [
     ("kept up (paced)", _kept_up),
     ("server CPU", lambda r: _cpu(r.server_cpu)),
     ("client CPU", _client),
+    ("VM steal", lambda r: "-" if r.steal_pct is None else f"{r.steal_pct:.1f} %"),
     ("wall time (s)", lambda r: f"{r.wall_s:.2f}"),
 ]
 """The table's rows: a label and how to render one result's cell."""

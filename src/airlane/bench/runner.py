@@ -130,6 +130,7 @@ async def run_transport(
         wall_ns = time.monotonic_ns() - started
     result = summarize(transport, config, tallies, lags, wall_ns)
     result.server_cpu, result.client_cpu = cpu.server, cpu.client
+    result.steal_pct = cpu.steal_pct
     return result
 
 

@@ -96,6 +96,9 @@ class TransportResult:
     """Delivery lag of the chunks that arrived while every stream was running (after the
     last stream's first chunk, before the first stream's last): the run without its start and
     end. None when no chunk arrived in that window."""
+    steal_pct: float | None = None
+    """The virtual machine's steal over the run, in per cent of all its CPU time
+    (`airlane.bench.cpu.CpuSampler.steal_pct`); None where it is not reported."""
     ttfc_samples_ms: list[float] = field(default_factory=list, repr=False)
     lag_samples_ms: list[float] = field(default_factory=list, repr=False)
 
@@ -133,6 +136,7 @@ class TransportResult:
             "kept_up_pct": None if self.kept_up_pct is None else round(self.kept_up_pct, 2),
             "server_cpu": self.server_cpu.to_dict() if self.server_cpu else None,
             "client_cpu": self.client_cpu.to_dict() if self.client_cpu else None,
+            "steal_pct": None if self.steal_pct is None else round(self.steal_pct, 2),
         }
 
 
