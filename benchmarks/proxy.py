@@ -246,6 +246,19 @@ def added(direct: dict[str, float], proxied: dict[str, float]) -> dict[str, floa
     return {k: round(proxied[k] - direct[k], 3) for k in keys if k in direct and k in proxied}
 
 
+def baseline_check(direct_lag: dict[str, float], interval_ms: float) -> dict[str, Any]:
+    """Whether the baseline kept pace: its lag p99 within one interval. The baseline is the
+    upstream and this client alone, sharing a core; when they fall behind (a slow machine, a
+    run too large for that core), both phases measure them, and the difference between the
+    two, the "added latency", measures nothing (it can even come out negative)."""
+    p99 = direct_lag.get("p99")
+    return {
+        "kept_pace": p99 is not None and p99 <= interval_ms,
+        "lag_p99_ms": p99,
+        "bound_ms": interval_ms,
+    }
+
+
 def ledger_summary(results: list[StreamResult]) -> dict[str, Any]:
     """The ledger's ``gateway_latency_ms`` over all proxied streams (ms). Each stream reports
     its own histogram summary, so the streams' p50 and p99 are summarized, not merged."""
@@ -439,6 +452,7 @@ async def measure(args: argparse.Namespace, upstream_url: str, gateway_url: str,
         },
         "direct": phases["direct"],
         "proxied": phases["proxied"],
+        "baseline": baseline_check(direct, args.interval_ms),
         "added_latency_ms": extra,
         "added_latency_ms_steady": steady,
         "ledger_gateway_latency_ms": ledger,
@@ -500,6 +514,13 @@ def print_report(report: dict[str, Any]) -> None:
         ttfc = phase["ttfc_ms"]
         print(f"  {'':8} time to first chunk p50 {ttfc.get('p50', 0):8.3f}  "
               f"p99 {ttfc.get('p99', 0):8.3f} ms")  # fmt: skip
+    baseline = report["baseline"]
+    if not baseline["kept_pace"]:
+        print(
+            f"  ! the baseline lagged (direct p99 {baseline['lag_p99_ms']} ms, more than one "
+            "interval): the upstream and the client are past their core, so the added latency "
+            "below measures nothing; run fewer streams or on a quieter machine"
+        )
     for name, key in (("added", "added_latency_ms"), ("steady", "added_latency_ms_steady")):
         add = report[key]
         print(f"  {name:8} p50 {add.get('p50', 0):7.3f}  p99 {add.get('p99', 0):7.3f}  "

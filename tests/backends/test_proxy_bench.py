@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import json
 import re
@@ -123,6 +124,9 @@ def test_proxy_benchmark_tiny_run() -> None:
         assert 0 <= lag["p50"] <= lag["p99"] <= lag["max"]
     assert set(report["added_latency_ms"]) >= {"p50", "p99", "mean"}
     assert set(report["added_latency_ms_steady"]) >= {"p50", "p99", "mean"}
+    baseline = report["baseline"]
+    assert baseline["bound_ms"] == 5
+    assert baseline["kept_pace"] is (baseline["lag_p99_ms"] <= 5)
     assert 0 < report["proxied"]["lag_ms_steady"]["samples"] <= 15
     for phase in ("direct", "proxied"):
         ttfc = report[phase]["ttfc_ms"]
@@ -148,3 +152,18 @@ def test_proxy_benchmark_through_each_reference_proxy(via: str) -> None:
     assert proxied["streams_complete"] == 3
     assert proxied["chunks_received"] == proxied["chunks_expected"] == 15
     assert report["ledger_gateway_latency_ms"] == {"streams": 0}  # no Airlane ledger there
+
+
+def test_a_baseline_that_lagged_a_whole_interval_is_flagged() -> None:
+    spec = importlib.util.spec_from_file_location("proxy_benchmark", BENCHMARKS / "proxy.py")
+    assert spec is not None and spec.loader is not None
+    proxy = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = proxy  # its dataclasses look their module up while it executes
+    try:
+        spec.loader.exec_module(proxy)
+        assert proxy.baseline_check({"p50": 0.2, "p99": 1.5}, 20.0)["kept_pace"] is True
+        lagged = proxy.baseline_check({"p50": 148.3, "p99": 203.9}, 20.0)
+        assert lagged == {"kept_pace": False, "lag_p99_ms": 203.9, "bound_ms": 20.0}
+        assert proxy.baseline_check({}, 20.0)["kept_pace"] is False  # no samples at all
+    finally:
+        sys.modules.pop(spec.name, None)
