@@ -188,10 +188,10 @@ async def batches_under_long_turns(admission: Admission, requests: int = 80) -> 
 async def test_when_loop_turns_are_long_waiting_set_ups_get_a_share_of_them() -> None:
     admission, _source = due_admission()
     batches = await batches_under_long_turns(admission)
-    # A quarter of a 20 ms turn is 5 ms: about ten half-millisecond set-ups a release, where a
-    # slice of a millisecond would let two go.
-    assert min(batches[2:-1]) >= 8
-    assert admission.batch >= 8
+    # A quarter of a 20 ms turn is 5 ms: about ten half-millisecond set-ups a release (fewer
+    # when sleeps overrun on a busy machine), where a slice of a millisecond lets two go.
+    assert min(batches[2:-1]) >= 2 * MIN_BATCH
+    assert admission.batch >= 2 * MIN_BATCH
 
 
 async def test_the_share_is_configurable() -> None:
@@ -201,18 +201,23 @@ async def test_the_share_is_configurable() -> None:
     assert max(batches[2:]) <= 3
     admission.configure(AdmissionConfig(share=0.75))
     await batches_under_long_turns(admission, requests=120)
-    assert admission.batch >= 20
+    assert admission.batch >= 6 * MIN_BATCH  # 15 ms of a 20 ms turn: about 30
 
 
 async def test_a_wait_after_an_idle_spell_does_not_count_the_spell_as_a_turn() -> None:
     admission, _source = due_admission()
+    left_behind: list[int] = []
 
     async def request() -> None:
         await admission.admit()
+        left_behind.append(admission.waiting)
         time.sleep(0.0005)
 
     await asyncio.wait_for(asyncio.gather(*(request() for _ in range(10))), 5)
     assert admission.batch == MIN_BATCH
     await asyncio.sleep(0.2)  # nobody waits: no release, and none is remembered
+    left_behind.clear()
     await asyncio.wait_for(asyncio.gather(*(request() for _ in range(10))), 5)
-    assert admission.batch == MIN_BATCH
+    # Had the 200 ms spell counted as a turn, its share (50 ms) would grow the first release.
+    batches = [left_behind.count(waiting) for waiting in sorted(set(left_behind), reverse=True)]
+    assert batches == [MIN_BATCH] * 5
