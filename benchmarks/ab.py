@@ -11,12 +11,17 @@ median and range per side, and the median of the per-round ratios new/base.
     .venv/bin/python benchmarks/ab.py --base main --new my-branch --mode paced \\
         --streams 2000 --chunks 200 --json bench-results/ab.json
     .venv/bin/python benchmarks/ab.py --base HEAD --new HEAD     # A/A: the noise floor
+    .venv/bin/python benchmarks/ab.py --base HEAD --new HEAD \\
+        --new-python /tmp/debian-venv/bin/python                 # the interpreter's build
 
 ``--base`` defaults to ``HEAD``; ``--new`` defaults to this checkout's working tree,
 uncommitted changes included. Any other revision is checked out into a temporary detached
 ``git worktree`` (removed on the way out, also on error or Ctrl-C) and its gateway runs that
 tree's code: ``PYTHONPATH=<tree>/src`` comes before the editable install on ``sys.path``. The
-load client is this process, the same code for both sides.
+load client is this process, the same code for both sides. Each side's gateway runs on this
+script's interpreter unless ``--base-python`` / ``--new-python`` name another (a virtual
+environment's ``python`` with Airlane's dependencies installed): the same code on two builds
+of CPython.
 
 Before the measured rounds each side gets one short warm-up run (not reported). A run with
 errors, missing chunks or chunks out of order is flagged and left out of the medians and
@@ -85,6 +90,8 @@ class Revision:
     """The working tree has uncommitted changes (never true for a commit)."""
     tree: Path = REPO
     """Where its code is: the working tree or a temporary worktree."""
+    python: str = sys.executable
+    """The interpreter its gateway runs on."""
 
     @property
     def title(self) -> str:
@@ -97,7 +104,8 @@ class Revision:
             where = f"working tree{changes}, at {self.sha[:7]}"
         else:
             where = f"{self.spec} = {self.sha[:7]}"
-        return f"{where} {subject}"
+        on = "" if self.python == sys.executable else f" [on {self.python}]"
+        return f"{where} {subject}{on}"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form."""
@@ -108,6 +116,7 @@ class Revision:
             "working_tree": self.spec is None,
             "dirty": self.dirty,
             "tree": str(self.tree),
+            "python": self.python,
         }
 
 
@@ -195,15 +204,18 @@ def check_imports(revision: Revision) -> None:
         GatewayStartError: it imports airlane from elsewhere, or not at all.
     """
     expected = (revision.tree / "src" / "airlane").resolve()
-    done = subprocess.run(
-        [sys.executable, "-c", "import airlane; print(airlane.__file__)"],
-        capture_output=True,
-        text=True,
-        cwd=revision.tree,
-        env={**os.environ, **gateway_env(revision)},
-        timeout=GIT_TIMEOUT_S,
-        check=False,
-    )
+    try:
+        done = subprocess.run(
+            [revision.python, "-c", "import airlane; print(airlane.__file__)"],
+            capture_output=True,
+            text=True,
+            cwd=revision.tree,
+            env={**os.environ, **gateway_env(revision)},
+            timeout=GIT_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:  # no such interpreter, say
+        raise GatewayStartError(f"the {revision.side} side's {revision.python}: {exc}") from None
     if done.returncode != 0:
         tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise GatewayStartError(f"the {revision.side} side cannot import airlane: {tail}")
@@ -223,7 +235,7 @@ def start_gateway(revision: Revision, stack: contextlib.ExitStack) -> ServerProc
         GatewayStartError: it did not become ready (the message quotes its output).
     """
     check_imports(revision)
-    command = [sys.executable, "-m", "airlane", "serve", "--port", "0", "--log-level", "warning"]
+    command = [revision.python, "-m", "airlane", "serve", "--port", "0", "--log-level", "warning"]
     server = ServerProcess(
         command, name=f"the {revision.side} gateway", cwd=revision.tree, env=gateway_env(revision)
     )
@@ -515,7 +527,10 @@ def main(argv: list[str] | None = None) -> int:
             transports=(args.transport,),
             timeout_s=args.timeout,
         )
-        sides = {"base": resolve("base", args.base), "new": resolve("new", args.new)}
+        sides = {
+            "base": replace(resolve("base", args.base), python=args.base_python),
+            "new": replace(resolve("new", args.new), python=args.new_python),
+        }
     except ValueError as exc:  # RevisionError is one
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -557,6 +572,10 @@ def _parser() -> argparse.ArgumentParser:
     add("--base", default="HEAD", metavar="REV", help="the reference revision (default: HEAD)")
     add("--new", default=None, metavar="REV",
         help="the revision measured against it (default: the working tree, as is)")  # fmt: skip
+    add("--base-python", default=sys.executable, metavar="PATH",
+        help="the interpreter of the base side's gateway (default: this one)")  # fmt: skip
+    add("--new-python", default=sys.executable, metavar="PATH",
+        help="the interpreter of the new side's gateway (default: this one)")  # fmt: skip
     add("--transport", choices=("sse", "ws"), default="sse", help="(default: sse)")
     add("--streams", type=int, default=100, help="concurrent streams (default: 100)")
     add("--chunks", type=int, default=200, help="chunks per stream (default: 200)")

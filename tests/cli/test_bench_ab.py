@@ -98,6 +98,7 @@ def test_smoke(transport: str, tmp_path: Path) -> None:
     base, new = document["revisions"]["base"], document["revisions"]["new"]
     assert base["spec"] == "HEAD" and len(base["sha"]) == 40
     assert new["working_tree"] is True and new["tree"] == str(REPO)
+    assert base["python"] == new["python"] == sys.executable  # the default: this interpreter
     assert not Path(base["tree"]).exists()  # the temporary worktree is gone...
     assert base["tree"] not in worktrees()  # ...and unregistered
     assert worktrees() == before
@@ -134,6 +135,34 @@ def test_the_import_guard_refuses_a_tree_without_airlane(ab: ModuleType, tmp_pat
     revision = ab.Revision("base", "fake", "0" * 40, "fake", tree=tmp_path)
     with pytest.raises(ab.GatewayStartError, match="imports airlane from"):
         ab.check_imports(revision)
+
+
+def test_each_side_runs_on_the_interpreter_it_is_given(ab: ModuleType, tmp_path: Path) -> None:
+    # A stand-in interpreter that leaves a mark for each command it runs, then runs it on this
+    # one: the import guard and the gateway both go through it.
+    marks = tmp_path / "marks"
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\necho "$@" >> {marks}\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    revision = ab.Revision("new", None, "0" * 40, "here", python=str(python))
+    assert revision.title.endswith(f"[on {python}]")
+    assert revision.to_dict()["python"] == str(python)
+    with contextlib.ExitStack() as stack:
+        gateway = ab.start_gateway(revision, stack)
+        assert gateway.url.startswith("http://127.0.0.1:")
+    lines = marks.read_text().splitlines()
+    assert lines[0].startswith("-c import airlane")  # the guard
+    assert lines[1].startswith("-m airlane serve --port 0")  # the gateway
+
+
+def test_an_interpreter_that_is_not_there_is_reported(tmp_path: Path) -> None:
+    before = worktrees()
+    missing = tmp_path / "no-such-python"
+    result = ab_script("--base", "HEAD", "--new-python", str(missing), "--runs", "1")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    assert f"error: could not start a gateway: the new side's {missing}" in result.stderr
+    assert worktrees() == before
 
 
 def _record(round_: int, side: str, mb_s: float, errors: int = 0) -> dict[str, Any]:
