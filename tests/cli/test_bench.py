@@ -4,8 +4,13 @@ transports, and writes JSON and a PNG. No timing assertions: CI machines vary.""
 from __future__ import annotations
 
 import json
+import platform
+import sys
 from pathlib import Path
 
+import pytest
+
+from airlane.bench.memory import describe_host, describe_python
 from tests.cli.conftest import airlane
 
 RESULT_FIELDS = {
@@ -25,8 +30,13 @@ def test_bench_spawn_smoke(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert "TTFC p99 (ms)" in result.stdout
     assert "VM steal" in result.stdout
+    assert f"on CPython {platform.python_version()}, " in result.stdout
     document = json.loads(json_path.read_text())
     assert document["spawned"] is True
+    # The interpreter, whose build moves the numbers (the gateway was spawned on this one).
+    build = document["host"]["python_build"]
+    assert build["executable"] == sys.executable and build["version"] == platform.python_version()
+    assert build["libpython"] in {"shared", "static"}
     assert [r["transport"] for r in document["results"]] == ["sse", "ws"]
     for run in document["results"]:
         assert set(run) >= RESULT_FIELDS
@@ -58,3 +68,19 @@ def test_bench_refuses_remote_targets() -> None:
     result = airlane("bench", "--url", "http://example.com:8420")
     assert result.returncode == 2
     assert "loopback" in result.stdout + result.stderr
+
+
+def test_the_interpreter_s_libpython_is_told_from_the_process_s_mappings() -> None:
+    # This interpreter's own mappings decide: a shared libpython is mapped from its own file.
+    maps = Path("/proc/self/maps").read_text()
+    expected = "shared" if "/libpython" in maps else "static"
+    assert describe_python()["libpython"] == expected
+    assert describe_host()["python_build"] == describe_python()
+
+
+def test_without_proc_the_libpython_is_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_proc(*args: object, **kwargs: object) -> None:
+        raise FileNotFoundError("/proc/self/maps")
+
+    monkeypatch.setattr("builtins.open", no_proc)
+    assert describe_python()["libpython"] is None

@@ -35,6 +35,7 @@ __all__ = [
     "ResourceSample",
     "ResourceSampler",
     "describe_host",
+    "describe_python",
     "median_slope_per_min",
     "raise_fd_limit",
     "read_pss_bytes",
@@ -256,5 +257,30 @@ def describe_host() -> dict[str, Any]:
         "cpu_affinity": affinity,
         "memory_bytes": int(psutil.virtual_memory().total),
         "python": sys.version.split()[0],
+        "python_build": describe_python(),
         "platform": platform.platform(),
+    }
+
+
+def describe_python() -> dict[str, Any]:
+    """The interpreter measurements run on (a spawned gateway runs on the same one).
+
+    Its build moves the numbers: on pyenv's default build (``libpython`` a shared library,
+    no ``--enable-optimizations``) the gateway took 2-11 % more CPU per chunk than on Debian's
+    ``python3.11`` (linked statically), the same code in the same rounds (docs/performance.md,
+    "The interpreter's build"). ``libpython`` is ``"shared"``, ``"static"``, or None where
+    the process's mappings cannot be read (not Linux).
+    """
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            shared = any("/libpython" in line for line in maps)
+    except OSError:
+        libpython = None
+    else:
+        libpython = "shared" if shared else "static"
+    return {
+        "version": sys.version.split()[0],
+        "implementation": platform.python_implementation(),
+        "executable": sys.executable,
+        "libpython": libpython,
     }

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from airlane.bench.config import BenchConfig
 from airlane.bench.cpu import CpuUsage
+from airlane.bench.memory import describe_python
 from airlane.bench.stats import TransportResult
 
 __all__ = [
@@ -117,6 +118,7 @@ def bench_document(
         "host": {
             "cpus": os.cpu_count(),
             "python": sys.version.split()[0],
+            "python_build": describe_python(),
             "platform": platform.platform(),
         },
         "config": {

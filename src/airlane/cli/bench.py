@@ -54,6 +54,7 @@ from airlane.bench.config import (
     airc_address,
 )
 from airlane.bench.config import DEFAULT_TIMEOUT_S as DEFAULT_BENCH_TIMEOUT_S
+from airlane.bench.memory import describe_python
 from airlane.bench.peers import PEER_NAMES, Implementation, airlane_implementation, select_peers
 from airlane.bench.runner import run_on_fast_loop
 from airlane.bench.spawn import pin_client
@@ -183,6 +184,10 @@ def _prepare(
         pin_process(gateway.pid, server_cpus)
     where = f"server on CPU {pinning['server']}, client on {pinning['client']}" if pinning else ""
     console.print(f"gateway {target} (pid {gateway.pid}) {where}")
+    # The spawned gateway runs on this interpreter, whose build moves the numbers.
+    python = describe_python()
+    libpython = f", {python['libpython']} libpython" if python["libpython"] else ""
+    console.print(f"on {python['implementation']} {python['version']}{libpython}")
     return target, pinning
 
 
