@@ -4,6 +4,7 @@ what is documented here."""
 from __future__ import annotations
 
 import importlib
+import json
 import subprocess
 import sys
 
@@ -28,7 +29,9 @@ PACKAGES = [
     "airlane.transports.http",
     "airlane.transports.airc",
     "airlane.wire.airc",
+    "airlane.client",
     "airlane.client.airc",
+    "airlane.bench",
     "airlane.chat_request",
     "airlane.deadline",
     "airlane.gateway",
@@ -111,3 +114,51 @@ def test_the_gateway_and_cli_load_no_artifact_machinery_until_asked():
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+def _loaded_after(code: str, modules: tuple[str, ...]) -> list[str]:
+    """Which of ``modules`` a fresh interpreter has loaded after running ``code``."""
+    probe = (
+        f"{code}\nimport json, sys\n"
+        f"print(json.dumps(sorted(m for m in {modules!r} if m in sys.modules)))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    loaded: list[str] = json.loads(result.stdout)
+    return loaded
+
+
+SERVER_STACK = ("airlane.gateway", "airlane.server", "uvicorn", "grpc", "websockets", "httpx")
+
+
+def test_the_package_re_exports_load_on_first_use():
+    # `import airlane` (and so every `import airlane.<module>`) does not pay for the server.
+    assert _loaded_after("import airlane", SERVER_STACK) == []
+    assert _loaded_after("import airlane.core", SERVER_STACK) == []
+    loaded = _loaded_after("from airlane import Gateway", SERVER_STACK)
+    assert "airlane.gateway" in loaded
+    # Every exported name is listed and resolves; an unknown one is an AttributeError.
+    assert set(airlane.__all__) <= set(dir(airlane))
+    for name in airlane.__all__:
+        assert getattr(airlane, name) is not None
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        airlane.Nope  # noqa: B018 - the look-up is the test
+
+
+def test_a_command_loads_only_what_it_runs():
+    # `airlane logs ...` and `airlane --help` need neither the server, nor the benchmark's
+    # load clients, nor the stream clients' transports.
+    heavy = (*SERVER_STACK[:-1], "airlane.bench.runner", "airlane.client.sse", "airlane.client.ws")
+    assert _loaded_after("import airlane.cli.main", heavy) == []
+
+
+def test_a_client_loads_only_its_own_transport():
+    transports = ("httpx", "websockets", "grpc")
+    assert _loaded_after("import airlane.client", transports) == []
+    assert _loaded_after("from airlane.client import AirlaneClient", transports) == ["httpx"]
+    assert "websockets" in _loaded_after("from airlane.client import WsClient", transports)
+    import airlane.client
+
+    for name in airlane.client.__all__:
+        assert getattr(airlane.client, name).__module__.startswith("airlane.client.")

@@ -20,6 +20,7 @@ from typing import Any
 import uvicorn
 
 from airlane.acceptor import Acceptor, AcceptorMetrics
+from airlane.address import DEFAULT_HOST, DEFAULT_PORT
 from airlane.admission import Admission, AdmissionConfig
 from airlane.artifacts.config import ArtifactsConfig
 from airlane.backends.base import Backend
@@ -63,8 +64,6 @@ __all__ = [
 
 log = logging.getLogger("airlane.server")
 
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8420
 DEFAULT_TCP_KEEPALIVE_S = 45
 """The seed's TCP keepalive on accepted sockets."""
 

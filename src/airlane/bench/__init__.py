@@ -12,12 +12,30 @@ are in `airlane.bench.peers`, the runs in `airlane.bench.compare`, the table and
 `airlane.bench.compare_report` (imported from there, not re-exported here).
 """
 
-from airlane.bench.config import BenchConfig, loopback_address
-from airlane.bench.plot import write_plot
-from airlane.bench.report import bench_document, client_bound, results_table
-from airlane.bench.runner import gateway_pid, run_bench, run_transport
-from airlane.bench.spawn import GatewayStartError, LocalGateway, pin_process, pinning_plan
-from airlane.bench.stats import Percentiles, TransportResult
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from airlane.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from airlane.bench.config import BenchConfig, loopback_address
+    from airlane.bench.plot import write_plot
+    from airlane.bench.report import bench_document, client_bound, results_table
+    from airlane.bench.runner import gateway_pid, run_bench, run_transport
+    from airlane.bench.spawn import GatewayStartError, LocalGateway, pin_process, pinning_plan
+    from airlane.bench.stats import Percentiles, TransportResult
+
+# Imported on first use: the command line's other commands, and the light modules here
+# (`airlane.bench.config`, `airlane.bench.peers`), do not load the load clients.
+_HOMES = {
+    "airlane.bench.config": ("BenchConfig", "loopback_address"),
+    "airlane.bench.plot": ("write_plot",),
+    "airlane.bench.report": ("bench_document", "client_bound", "results_table"),
+    "airlane.bench.runner": ("gateway_pid", "run_bench", "run_transport"),
+    "airlane.bench.spawn": ("GatewayStartError", "LocalGateway", "pin_process", "pinning_plan"),
+    "airlane.bench.stats": ("Percentiles", "TransportResult"),
+}
 
 __all__ = [
     "BenchConfig",
@@ -36,3 +54,5 @@ __all__ = [
     "run_transport",
     "write_plot",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES, __all__)

@@ -19,7 +19,10 @@ from rich.console import Console
 from rich.table import Table
 
 from airlane.bench.spawn import GatewayStartError, LocalGateway
-from airlane.client import AirlaneClient, ClientError, TextAccumulator, WsClient
+
+# The transports' clients are imported where they are used: other commands load none of them.
+from airlane.client.accumulator import TextAccumulator
+from airlane.client.errors import ClientError
 
 __all__ = ["DEFAULT_PROMPT", "DemoRun", "demo_command"]
 
@@ -73,6 +76,8 @@ def _show(console: Console, text: str, channel: str = "content") -> None:
 
 async def stream_sse(console: Console, url: str, request: dict[str, Any]) -> DemoRun:
     """One completion over ``POST /v1/chat/completions`` (SSE), printed as it arrives."""
+    from airlane.client.sse import AirlaneClient
+
     async with AirlaneClient(url) as client:
         clock, count, usage = _Clock(), 0, None
         params = {**request, "stream_options": {"include_usage": True}}
@@ -92,6 +97,8 @@ async def stream_sse(console: Console, url: str, request: dict[str, Any]) -> Dem
 
 async def stream_ws(console: Console, url: str, request: dict[str, Any]) -> DemoRun:
     """One completion over ``/v1/ws`` (``generate``), printed as it arrives."""
+    from airlane.client.ws import WsClient
+
     async with WsClient(url) as ws:
         clock, state = _Clock(), TextAccumulator()
         subscription = await ws.generate(request)

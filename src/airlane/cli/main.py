@@ -5,25 +5,21 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
 from airlane import __version__
+from airlane.address import DEFAULT_HOST, DEFAULT_PORT
 from airlane.cli.artifacts import artifacts_app
 from airlane.cli.bench import bench_command
 from airlane.cli.demo import demo_command
 from airlane.cli.logs import logs_app, schemas_app
 from airlane.cli.stream import stream_command
-from airlane.server import (
-    DEFAULT_HOST,
-    DEFAULT_PORT,
-    Listening,
-    ServerConfig,
-    load_config,
-    serve,
-)
+
+if TYPE_CHECKING:
+    from airlane.server import Listening
 
 __all__ = ["app", "main"]
 
@@ -87,6 +83,9 @@ def serve_command(
 ) -> None:
     """Run the gateway (in-memory hub unless --hub names NATS; synthetic backend unless
     --upstream is given)."""
+    # Here, not at the top: the other commands do not load the server.
+    from airlane.server import ServerConfig, load_config, serve
+
     settings = load_config(config) if config else ServerConfig()
     keys = dict(settings.api_keys)
     for item in api_key or []:

@@ -12,24 +12,23 @@ import asyncio
 import sys
 from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 import orjson
 import typer
 from rich.console import Console
 
-from airlane.client import (
-    AircClient,
-    AirlaneClient,
-    ClientError,
-    GrpcClient,
-    StreamEvent,
-    StreamFailed,
-    TextAccumulator,
-    WsClient,
-)
-from airlane.server import DEFAULT_HOST, DEFAULT_PORT
+from airlane.address import DEFAULT_HOST, DEFAULT_PORT
+
+# Each transport's client is imported where it is used: a stream over one transport does not
+# load the others' libraries (and other commands load none of them).
+from airlane.client.accumulator import TextAccumulator
+from airlane.client.errors import ClientError, StreamFailed
+from airlane.client.events import StreamEvent
+
+if TYPE_CHECKING:
+    from airlane.client.airc import AircClient
 
 __all__ = ["StreamOutcome", "stream_command"]
 
@@ -79,6 +78,8 @@ class _Printer:
 async def _follow_sse(
     url: str, api_key: str | None, stream_id: str, resume: str | None, printer: _Printer
 ) -> StreamOutcome:
+    from airlane.client.sse import AirlaneClient
+
     async with AirlaneClient(url, api_key) as client:
         async for event in client.events(stream_id, resume=resume):
             printer.event(event)
@@ -88,6 +89,8 @@ async def _follow_sse(
 async def _follow_ws(
     url: str, api_key: str | None, stream_id: str, resume: str | None, printer: _Printer
 ) -> StreamOutcome:
+    from airlane.client.ws import WsClient
+
     async with WsClient(url, api_key) as ws:
         subscription = await ws.subscribe(stream_id, resume)
         async for event in subscription:
@@ -99,6 +102,8 @@ async def _follow_ws(
 async def _chat_sse(
     url: str, api_key: str | None, request: dict[str, Any], printer: _Printer
 ) -> StreamOutcome:
+    from airlane.client.sse import AirlaneClient
+
     async with AirlaneClient(url, api_key) as client:
         params = dict(request)
         pieces = client.chat_stream(params.pop("model"), params.pop("messages"), **params)
@@ -115,6 +120,8 @@ async def _chat_sse(
 async def _chat_ws(
     url: str, api_key: str | None, request: dict[str, Any], printer: _Printer
 ) -> StreamOutcome:
+    from airlane.client.ws import WsClient
+
     async with WsClient(url, api_key) as ws:
         subscription = await ws.generate(request)
         async for event in subscription:
@@ -125,6 +132,8 @@ async def _chat_ws(
 
 
 async def _open_airc(url: str, api_key: str | None, transport: str) -> AircClient:
+    from airlane.client.airc import AircClient
+
     if transport == "airc-ws":
         return await AircClient.websocket(url, api_key)
     parts = urlsplit(url)
@@ -173,6 +182,8 @@ def _grpc_target(url: str) -> str:
 async def _follow_grpc(
     url: str, api_key: str | None, stream_id: str, resume: str | None, printer: _Printer
 ) -> StreamOutcome:
+    from airlane.client.grpc import GrpcClient
+
     async with GrpcClient(_grpc_target(url), api_key) as client:
         last = resume
         async for event in client.subscribe(stream_id, resume):
@@ -184,6 +195,8 @@ async def _follow_grpc(
 async def _chat_grpc(
     url: str, api_key: str | None, request: dict[str, Any], printer: _Printer
 ) -> StreamOutcome:
+    from airlane.client.grpc import GrpcClient
+
     async with GrpcClient(_grpc_target(url), api_key) as client:
         last = None
         async for event in client.generate(request):

@@ -10,26 +10,58 @@
 Errors are described in `airlane.client.errors`.
 """
 
-from airlane.client.accumulator import TextAccumulator
-from airlane.client.airc import AircClient
-from airlane.client.errors import (
-    ClientClosed,
-    ClientError,
-    ConnectFailed,
-    ConnectionLost,
-    GatewayOverloaded,
-    ProtocolViolation,
-    RequestRejected,
-    ResumeFailed,
-    StreamFailed,
-    StreamNotFound,
-)
-from airlane.client.events import ChatDelta, StreamEvent
-from airlane.client.grpc import GrpcClient
-from airlane.client.retry import RetryPolicy
-from airlane.client.sse import AirlaneClient
-from airlane.client.subscription import WsSubscription
-from airlane.client.ws import WsClient
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from airlane.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from airlane.client.accumulator import TextAccumulator
+    from airlane.client.airc import AircClient
+    from airlane.client.errors import (
+        ClientClosed,
+        ClientError,
+        ConnectFailed,
+        ConnectionLost,
+        GatewayOverloaded,
+        ProtocolViolation,
+        RequestRejected,
+        ResumeFailed,
+        StreamFailed,
+        StreamNotFound,
+    )
+    from airlane.client.events import ChatDelta, StreamEvent
+    from airlane.client.grpc import GrpcClient
+    from airlane.client.retry import RetryPolicy
+    from airlane.client.sse import AirlaneClient
+    from airlane.client.subscription import WsSubscription
+    from airlane.client.ws import WsClient
+
+# Imported on first use: a program that speaks one transport does not load the others'
+# libraries (httpx, websockets, grpcio).
+_HOMES = {
+    "airlane.client.accumulator": ("TextAccumulator",),
+    "airlane.client.airc": ("AircClient",),
+    "airlane.client.errors": (
+        "ClientClosed",
+        "ClientError",
+        "ConnectFailed",
+        "ConnectionLost",
+        "GatewayOverloaded",
+        "ProtocolViolation",
+        "RequestRejected",
+        "ResumeFailed",
+        "StreamFailed",
+        "StreamNotFound",
+    ),
+    "airlane.client.events": ("ChatDelta", "StreamEvent"),
+    "airlane.client.grpc": ("GrpcClient",),
+    "airlane.client.retry": ("RetryPolicy",),
+    "airlane.client.sse": ("AirlaneClient",),
+    "airlane.client.subscription": ("WsSubscription",),
+    "airlane.client.ws": ("WsClient",),
+}
 
 __all__ = [
     "AircClient",
@@ -52,3 +84,5 @@ __all__ = [
     "WsClient",
     "WsSubscription",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES, __all__)

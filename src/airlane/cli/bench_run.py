@@ -1,0 +1,215 @@
+"""The measuring side of ``airlane bench``: start and pin the gateway, drive the load
+clients with progress bars, print the table, write the JSON and the plot. Imported when a
+run starts (`airlane.cli.bench`), so that the other commands do not load the load clients."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+from airlane.address import DEFAULT_HOST, DEFAULT_PORT
+from airlane.bench import (
+    BenchConfig,
+    GatewayStartError,
+    LocalGateway,
+    TransportResult,
+    bench_document,
+    client_bound,
+    gateway_pid,
+    pin_process,
+    results_table,
+    run_bench,
+    write_plot,
+)
+from airlane.bench.compare import ImplementationRun, run_compare
+from airlane.bench.compare_report import compare_document, compare_table
+from airlane.bench.memory import describe_python
+from airlane.bench.peers import Implementation, airlane_implementation
+from airlane.bench.runner import run_on_fast_loop
+from airlane.bench.spawn import pin_client
+from airlane.gcpacer import tune_gc
+
+__all__ = ["compare", "run"]
+
+
+def run(
+    console: Console,
+    config: BenchConfig,
+    *,
+    spawn: bool,
+    url: str | None,
+    airc: tuple[str, int] | None,
+    json_path: Path | None,
+    plot_path: Path | None,
+) -> None:
+    """One run of the workload against ``url`` or, with ``spawn``, a gateway started here."""
+    gateway = LocalGateway() if spawn else None
+    try:
+        target, pinning = _prepare(console, gateway, url)
+        if gateway is not None:
+            airc = gateway.airc
+            if airc is None and "airc" in config.transports:
+                console.print("[red]the spawned gateway has no AIRC/TCP listener[/red]")
+                raise typer.Exit(1)
+        server_pid = gateway_pid(target)
+        grpc = gateway.grpc if gateway is not None else None
+        results = run_on_fast_loop(
+            _measure(console, config, target, server_pid, airc=airc, grpc=grpc)
+        )
+    except GatewayStartError as exc:
+        console.print(f"[red]could not start the gateway:[/red] {exc}")
+        raise typer.Exit(1) from None
+    finally:
+        if gateway is not None:
+            gateway.stop()
+    _report(console, config, results, target, gateway is not None, pinning, json_path, plot_path)
+
+
+def _prepare(
+    console: Console, gateway: LocalGateway | None, url: str | None
+) -> tuple[str, dict[str, list[int]] | None]:
+    """Start (and pin) the gateway if asked; return its URL and the pinning used."""
+    if gateway is None:
+        return url or f"http://{DEFAULT_HOST}:{DEFAULT_PORT}", None
+    with console.status("starting a gateway (synthetic backend)..."):
+        target = gateway.start()
+    server_cpus, pinning = pin_client()
+    if server_cpus is not None:
+        pin_process(gateway.pid, server_cpus)
+    where = f"server on CPU {pinning['server']}, client on {pinning['client']}" if pinning else ""
+    console.print(f"gateway {target} (pid {gateway.pid}) {where}")
+    # The spawned gateway runs on this interpreter, whose build moves the numbers.
+    python = describe_python()
+    libpython = f", {python['libpython']} libpython" if python["libpython"] else ""
+    console.print(f"on {python['implementation']} {python['version']}{libpython}")
+    return target, pinning
+
+
+async def _measure(
+    console: Console,
+    config: BenchConfig,
+    url: str,
+    server_pid: int | None,
+    label: str = "",
+    *,
+    airc: tuple[str, int] | None = None,
+    grpc: str | None = None,
+) -> list[TransportResult]:
+    """Run the workload against ``url`` with a progress bar per transport."""
+    tune_gc()  # the client allocates per read; the collector's defaults cost it 5-10 %
+    prefix = f"{label} " if label else ""
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console, transient=False) as progress:
+        tasks: dict[str, TaskID] = {
+            name: progress.add_task(f"{prefix}{name} chunks", total=config.expected_chunks)
+            for name in config.transports
+        }
+
+        def update(transport: str, received: int, expected: int) -> None:
+            progress.update(tasks[transport], completed=received)
+
+        return await run_bench(
+            config, url, server_pid=server_pid, progress=update, airc=airc, grpc=grpc
+        )
+
+
+def _client_bound_notes(console: Console, results: list[TransportResult], label: str = "") -> None:
+    for result in results:
+        if client_bound(result):
+            console.print(
+                f"[yellow]note:[/yellow] the client used a full core during the "
+                f"{label}{result.transport} run; it may be what limited it"
+            )
+
+
+def _report(
+    console: Console,
+    config: BenchConfig,
+    results: list[TransportResult],
+    url: str,
+    spawned: bool,
+    pinning: dict[str, list[int]] | None,
+    json_path: Path | None,
+    plot_path: Path | None,
+) -> None:
+    console.print(results_table(config, results))
+    _client_bound_notes(console, results)
+    if json_path is not None:
+        document = bench_document(config, results, url=url, spawned=spawned, pinning=pinning)
+        json_path.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")
+        console.print(f"results written to {json_path}")
+    if plot_path is not None:
+        write_plot(plot_path, config, results)
+        console.print(f"plot written to {plot_path}")
+
+
+def compare(
+    console: Console,
+    config: BenchConfig,
+    peers: list[Implementation],
+    json_path: Path | None,
+    plot_path: Path | None,
+) -> None:
+    """``--compare``: Airlane, then each peer, each started fresh on the server core."""
+    server_cpus, pinning = pin_client()
+    if pinning is not None:
+        console.print(f"servers on CPU {pinning['server']}, client on {pinning['client']}")
+
+    async def measure(
+        name: str, url: str, pid: int | None, workload: BenchConfig
+    ) -> list[TransportResult]:
+        console.print(f"{name}: {url} (pid {pid})")
+        return await _measure(console, workload, url, pid, label=name)
+
+    implementations = [airlane_implementation(), *peers]
+    runs = run_on_fast_loop(
+        run_compare(config, implementations, server_cpus=server_cpus, measure=measure)
+    )
+    if runs[0].status != "ran":
+        console.print(f"[red]could not start the gateway:[/red] {runs[0].reason}")
+        raise typer.Exit(1)
+    _compare_report(console, config, runs, pinning, json_path, plot_path)
+    if any(run.status == "failed" for run in runs):
+        raise typer.Exit(1)
+
+
+def _compare_report(
+    console: Console,
+    config: BenchConfig,
+    runs: list[ImplementationRun],
+    pinning: dict[str, list[int]] | None,
+    json_path: Path | None,
+    plot_path: Path | None,
+) -> None:
+    console.print(compare_table(config, runs))
+    for run in runs:
+        if run.status == "skipped":
+            console.print(f"[yellow]skipped {run.name}:[/yellow] {run.reason}")
+        elif run.status == "failed":
+            console.print(f"[red]{run.name} failed:[/red] {run.reason}")
+        _client_bound_notes(console, run.results, label=f"{run.name} ")
+    if json_path is not None:
+        document = compare_document(config, runs, pinning=pinning)
+        json_path.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")
+        console.print(f"results written to {json_path}")
+    if plot_path is not None:
+        results = [result for run in runs for result in run.results]
+        labels = [f"{run.name} {result.transport}" for run in runs for result in run.results]
+        write_plot(plot_path, config, results, labels)
+        console.print(f"plot written to {plot_path}")
