@@ -349,6 +349,7 @@ METRICS = (
     Metric("server_us_per_chunk", "server us/chunk", _server_us_per_chunk),
     Metric("client_cpu_pct", "client CPU %", lambda r: _cpu_pct(r, "client_cpu")),
     Metric("steal_pct", "VM steal %", lambda r: r.get("steal_pct")),
+    Metric("python_op_ns", "Python step ns", lambda r: r.get("python_op_ns")),
 )
 RATIO_KEYS = {
     "burst": ("payload_mb_s", "server_us_per_chunk"),

@@ -57,7 +57,7 @@ LAG_FLOOR_MS = 0.01
 _HEADER = (
     f"{'transport':>9} {'N':>6} {'kept up':>8} {'lag p50':>9} {'lag p99':>9} {'steady':>9} "
     f"{'TTFC p99':>9} "
-    f"{'server CPU':>10} {'client CPU':>10} {'steal':>6} {'errors':>6}  keeps up"
+    f"{'server CPU':>10} {'client CPU':>10} {'steal':>6} {'step':>5} {'errors':>6}  keeps up"
 )
 
 
@@ -175,6 +175,10 @@ def _steal(pct: float | None) -> str:
     return "-" if pct is None else f"{pct:.1f} %"
 
 
+def _step(ns: float | None) -> str:
+    return "-" if ns is None else f"{ns:.0f}"
+
+
 def _point_line(point: dict[str, Any]) -> str:
     kept_up = "-" if point["kept_up_pct"] is None else f"{point['kept_up_pct']:.1f} %"
     # "!" marks a client near a full core: then the point may measure the client.
@@ -184,7 +188,7 @@ def _point_line(point: dict[str, Any]) -> str:
         f"{_ms(point['lag_ms']['p50']):>9} {_ms(point['lag_ms']['p99']):>9} "
         f"{_ms((point.get('steady_lag_ms') or {}).get('p99')):>9} "
         f"{_ms(point['ttfc_ms']['p99']):>9} {_cpu(point['server_cpu']):>10} {client:>10} "
-        f"{_steal(point.get('steal_pct')):>6} "
+        f"{_steal(point.get('steal_pct')):>6} {_step(point.get('python_op_ns')):>5} "
         f"{point['errors']:>6}  {'yes' if point['keeps_up'] else 'no'}"
     )
 

@@ -17,7 +17,7 @@ RESULT_FIELDS = {
     "transport", "streams", "chunks_per_stream", "mode", "wall_s", "chunks_expected",
     "chunks_received", "streams_completed", "errors", "out_of_order", "payload_bytes",
     "payload_mb_s", "chunks_per_s", "ttfc_ms", "lag_ms", "steady_lag_ms", "kept_up_pct",
-    "server_cpu", "client_cpu", "steal_pct",
+    "server_cpu", "client_cpu", "steal_pct", "python_op_ns",
 }  # fmt: skip
 
 
@@ -29,7 +29,7 @@ def test_bench_spawn_smoke(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     assert "TTFC p99 (ms)" in result.stdout
-    assert "VM steal" in result.stdout
+    assert "VM steal" in result.stdout and "Python step (ns)" in result.stdout
     assert f"on CPython {platform.python_version()}, " in result.stdout
     document = json.loads(json_path.read_text())
     assert document["spawned"] is True
@@ -47,6 +47,7 @@ def test_bench_spawn_smoke(tmp_path: Path) -> None:
         assert run["lag_ms"]["count"] == 100
         # Linux reports steal (0 on bare metal); anything else, none.
         assert run["steal_pct"] is None or 0 <= run["steal_pct"] <= 100
+        assert run["python_op_ns"] > 0  # the machine's speed, taken before the run
     assert plot_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -94,6 +94,7 @@ METRIC_ROWS: list[tuple[str, Callable[[TransportResult], str]]] = [
     ("server CPU", lambda r: _cpu(r.server_cpu)),
     ("client CPU", _client),
     ("VM steal", lambda r: "-" if r.steal_pct is None else f"{r.steal_pct:.1f} %"),
+    ("Python step (ns)", lambda r: "-" if r.python_op_ns is None else f"{r.python_op_ns:.0f}"),
     ("wall time (s)", lambda r: f"{r.wall_s:.2f}"),
 ]
 """The table's rows: a label and how to render one result's cell."""

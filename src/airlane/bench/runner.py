@@ -24,6 +24,7 @@ from airlane.bench.config import BenchConfig, loopback_address
 from airlane.bench.cpu import CpuSampler
 from airlane.bench.grpc_load import loadtest_generate, run_grpc_streams
 from airlane.bench.grpc_web_load import run_grpc_web_stream
+from airlane.bench.speed import python_op_ns
 from airlane.bench.sse_load import run_sse_stream
 from airlane.bench.stats import TransportResult, summarize
 from airlane.bench.tally import StreamTally, lag_sampling_stride
@@ -102,6 +103,9 @@ async def run_transport(
     deadline = loop.time() + config.timeout_s
     path = f"/v1/loadtest/{transport}?{config.query}"
     authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    # The machine's speed now (tens of ms, before the clock starts): runs from different
+    # hours compare only at a similar speed.
+    speed_ns = python_op_ns()
     async with CpuSampler(server_pid) as cpu, _reporting(transport, config, tallies, progress):
         started = time.monotonic_ns()
         if transport == "sse":
@@ -131,6 +135,7 @@ async def run_transport(
     result = summarize(transport, config, tallies, lags, wall_ns)
     result.server_cpu, result.client_cpu = cpu.server, cpu.client
     result.steal_pct = cpu.steal_pct
+    result.python_op_ns = speed_ns
     return result
 
 

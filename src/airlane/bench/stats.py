@@ -99,6 +99,9 @@ class TransportResult:
     steal_pct: float | None = None
     """The virtual machine's steal over the run, in per cent of all its CPU time
     (`airlane.bench.cpu.CpuSampler.steal_pct`); None where it is not reported."""
+    python_op_ns: float | None = None
+    """How fast the machine ran Python just before the run: `airlane.bench.speed`'s probe,
+    nanoseconds per step on the client's core (lower is faster); None if not taken."""
     ttfc_samples_ms: list[float] = field(default_factory=list, repr=False)
     lag_samples_ms: list[float] = field(default_factory=list, repr=False)
 
@@ -137,6 +140,7 @@ class TransportResult:
             "server_cpu": self.server_cpu.to_dict() if self.server_cpu else None,
             "client_cpu": self.client_cpu.to_dict() if self.client_cpu else None,
             "steal_pct": None if self.steal_pct is None else round(self.steal_pct, 2),
+            "python_op_ns": None if self.python_op_ns is None else round(self.python_op_ns, 1),
         }
 
 
