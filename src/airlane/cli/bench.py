@@ -125,5 +125,12 @@ def bench_command(
     if compare:
         bench_run.compare(console, config, selected, json_path, plot_path)
     else:
-        bench_run.run(console, config, spawn=spawn, url=url, airc=airc,
-                      json_path=json_path, plot_path=plot_path)  # fmt: skip
+        bench_run.run(
+            console,
+            config,
+            spawn=spawn,
+            url=url,
+            airc=airc,
+            json_path=json_path,
+            plot_path=plot_path,
+        )

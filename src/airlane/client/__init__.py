@@ -7,13 +7,15 @@
 - `GrpcClient`: the same streams over the native gRPC service (``airlane.v1.Airlane``).
 - `TextAccumulator`: a stream's text rebuilt from its events (snapshots replace, deltas append).
 
-Errors are described in `airlane.client.errors`.
+Errors are described in `airlane.client.errors`. Each client is imported on first use
+(`airlane.lazy`): a program that speaks SSE loads httpx, not websockets or grpcio.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from airlane.client import errors
 from airlane.lazy import lazy_exports
 
 if TYPE_CHECKING:
@@ -43,18 +45,7 @@ if TYPE_CHECKING:
 _HOMES = {
     "airlane.client.accumulator": ("TextAccumulator",),
     "airlane.client.airc": ("AircClient",),
-    "airlane.client.errors": (
-        "ClientClosed",
-        "ClientError",
-        "ConnectFailed",
-        "ConnectionLost",
-        "GatewayOverloaded",
-        "ProtocolViolation",
-        "RequestRejected",
-        "ResumeFailed",
-        "StreamFailed",
-        "StreamNotFound",
-    ),
+    "airlane.client.errors": tuple(errors.__all__),  # every one of them
     "airlane.client.events": ("ChatDelta", "StreamEvent"),
     "airlane.client.grpc": ("GrpcClient",),
     "airlane.client.retry": ("RetryPolicy",),
