@@ -13,7 +13,9 @@ The median of timings spread over about a tenth of a second, not the fastest one
 third VM the speed swings between two states (225 and 520 ns a step) every hundred
 milliseconds or so, with the machine otherwise idle, so the fastest of a few timings says
 how fast the machine can be, and only a median over several swings says how fast it is
-(consecutive medians agreed within 5 %, the fastest timings within 2x).
+(ten medians half a second apart agreed within 5 %). It is the machine's state just before
+the run: the VM also keeps one state or the other for longer stretches (probes before runs
+minutes apart read 246-519 ns a step), which a run of a few seconds may span.
 """
 
 from __future__ import annotations
