@@ -12,6 +12,7 @@ __all__ = [
     "DEFAULT_STREAMS",
     "DEFAULT_TIMEOUT_S",
     "LOOPBACK_HOSTS",
+    "MAX_RUNS",
     "TRANSPORTS",
     "BenchConfig",
     "Transport",
@@ -27,6 +28,9 @@ DEFAULT_INTERVAL_MS = 20.0
 """Chunk interval in paced mode: 50 chunks/s per stream, a fast token stream."""
 DEFAULT_TIMEOUT_S = 120.0
 """Upper bound on one transport's run; unfinished streams count as errors."""
+MAX_RUNS = 20
+"""Runs of one ``airlane bench --runs K`` at most: enough for a median, few enough to bound
+the time taken."""
 
 MAX_STREAMS = 20_000
 """More than one client process should open; the file descriptor limit is near anyway."""

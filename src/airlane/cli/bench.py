@@ -25,6 +25,7 @@ from airlane.bench.config import (
     DEFAULT_CHUNKS,
     DEFAULT_INTERVAL_MS,
     DEFAULT_STREAMS,
+    MAX_RUNS,
     TRANSPORTS,
     BenchConfig,
     Transport,
@@ -82,6 +83,15 @@ def bench_command(
             "compare; implies --spawn.",
         ),
     ] = False,
+    runs: Annotated[
+        int,
+        typer.Option(
+            help=f"Run the workload this many times against the same gateway and report each "
+            f"number's median and range (1 to {MAX_RUNS}).",
+            min=1,
+            max=MAX_RUNS,
+        ),
+    ] = 1,
     peers: Annotated[
         str | None,
         typer.Option(
@@ -111,6 +121,11 @@ def bench_command(
                 "--compare measures SSE and WebSocket only (the reference servers do not speak "
                 "AIRC or gRPC): use --transport sse, ws or both"
             )
+        if compare and runs > 1:
+            raise ValueError(
+                "--runs goes without --compare: it repeats one gateway's run "
+                "(benchmarks/ab.py alternates two revisions round by round)"
+            )
         if airc_url is not None and url is None:
             raise ValueError("--airc-url goes with --url (a spawned gateway names its own)")
         if url is not None:
@@ -133,4 +148,5 @@ def bench_command(
             airc=airc,
             json_path=json_path,
             plot_path=plot_path,
+            runs=runs,
         )

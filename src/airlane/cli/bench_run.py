@@ -36,6 +36,7 @@ from airlane.bench.compare import ImplementationRun, run_compare
 from airlane.bench.compare_report import compare_document, compare_table
 from airlane.bench.memory import describe_python
 from airlane.bench.peers import Implementation, airlane_implementation
+from airlane.bench.rounds import rounds_table, summarize_rounds
 from airlane.bench.runner import run_on_fast_loop
 from airlane.bench.spawn import pin_client
 from airlane.gcpacer import tune_gc
@@ -52,8 +53,10 @@ def run(
     airc: tuple[str, int] | None,
     json_path: Path | None,
     plot_path: Path | None,
+    runs: int = 1,
 ) -> None:
-    """One run of the workload against ``url`` or, with ``spawn``, a gateway started here."""
+    """``runs`` runs of the workload, one after the other, against ``url`` or, with
+    ``spawn``, a gateway started here; with more than one, the report is their medians."""
     gateway = LocalGateway() if spawn else None
     try:
         target, pinning = _prepare(console, gateway, url)
@@ -64,16 +67,22 @@ def run(
                 raise typer.Exit(1)
         server_pid = gateway_pid(target)
         grpc = gateway.grpc if gateway is not None else None
-        results = run_on_fast_loop(
-            _measure(console, config, target, server_pid, airc=airc, grpc=grpc)
-        )
+        rounds: list[list[TransportResult]] = []
+        for index in range(runs):
+            if runs > 1:
+                console.print(f"run {index + 1} of {runs}")
+            rounds.append(
+                run_on_fast_loop(
+                    _measure(console, config, target, server_pid, airc=airc, grpc=grpc)
+                )
+            )
     except GatewayStartError as exc:
         console.print(f"[red]could not start the gateway:[/red] {exc}")
         raise typer.Exit(1) from None
     finally:
         if gateway is not None:
             gateway.stop()
-    _report(console, config, results, target, gateway is not None, pinning, json_path, plot_path)
+    _report(console, config, rounds, target, gateway is not None, pinning, json_path, plot_path)
 
 
 def _prepare(
@@ -141,21 +150,33 @@ def _client_bound_notes(console: Console, results: list[TransportResult], label:
 def _report(
     console: Console,
     config: BenchConfig,
-    results: list[TransportResult],
+    rounds: list[list[TransportResult]],
     url: str,
     spawned: bool,
     pinning: dict[str, list[int]] | None,
     json_path: Path | None,
     plot_path: Path | None,
 ) -> None:
-    console.print(results_table(config, results))
+    results = [result for results in rounds for result in results]
+    if len(rounds) == 1:
+        console.print(results_table(config, results))
+    else:
+        console.print(rounds_table(config, rounds))
     _client_bound_notes(console, results)
     if json_path is not None:
         document = bench_document(config, results, url=url, spawned=spawned, pinning=pinning)
+        if len(rounds) > 1:
+            document["config"]["runs"] = len(rounds)
+            for index, entry in enumerate(document["results"]):
+                entry["run"] = index // len(config.transports) + 1
+            document["summary"] = summarize_rounds(rounds)
         json_path.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")
         console.print(f"results written to {json_path}")
     if plot_path is not None:
-        write_plot(plot_path, config, results)
+        labels = None
+        if len(rounds) > 1:
+            labels = [f"{r.transport} run {i + 1}" for i, rs in enumerate(rounds) for r in rs]
+        write_plot(plot_path, config, results, labels)
         console.print(f"plot written to {plot_path}")
 
 
