@@ -157,7 +157,7 @@ def _report(
     json_path: Path | None,
     plot_path: Path | None,
 ) -> None:
-    results = [result for results in rounds for result in results]
+    results = [result for run in rounds for result in run]
     if len(rounds) == 1:
         console.print(results_table(config, results))
     else:
@@ -167,8 +167,9 @@ def _report(
         document = bench_document(config, results, url=url, spawned=spawned, pinning=pinning)
         if len(rounds) > 1:
             document["config"]["runs"] = len(rounds)
-            for index, entry in enumerate(document["results"]):
-                entry["run"] = index // len(config.transports) + 1
+            numbers = [number for number, run in enumerate(rounds, 1) for _ in run]
+            for entry, number in zip(document["results"], numbers, strict=True):
+                entry["run"] = number
             document["summary"] = summarize_rounds(rounds)
         json_path.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")
         console.print(f"results written to {json_path}")
