@@ -38,6 +38,8 @@ PACKAGES = [
     "airlane.gcpacer",
     "airlane.admission",
     "airlane.fdtable",
+    "airlane.address",
+    "airlane.lazy",
     "airlane.server",
     "airlane.eventsourcing",
     "airlane.artifacts",
