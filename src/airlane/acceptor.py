@@ -5,7 +5,7 @@ leaves the next one to the next poll (libuv 1.45, "unix: don't accept() connecti
 loop", libuv#3696). That is cheap for a lone connection, but a busy loop polls only once a
 turn: a gateway relaying 500 upstream streams turns about every 10 ms, so 500 clients that
 connect together were accepted at about one a turn, the last 4.6 s after the kernel had
-finished its handshake (docs/performance.md, "Accepting while busy"). Python's own asyncio
+finished its handshake (docs/performance-journal.md, "Accepting while busy"). Python's own asyncio
 loop accepts up to a hundred connections a poll.
 
 An `Acceptor` watches the socket itself (``add_reader``) and, each time it is readable,

@@ -5,7 +5,7 @@ first write), and clients that connect together arrive together: a load client o
 streams gets them all read in one loop turn, and the loop then runs their 500 set-ups back to
 back, 50-100 ms in which no timer fires. Every stream already running waits that long for its
 next chunk, so one burst of new connections sets the delivery lag of all the others (a paced
-run's first 100 ms held its lag p99; see docs/performance.md).
+run's first 100 ms held its lag p99; see docs/performance-journal.md, "Connection storms").
 
 An `Admission` per event loop lets a request's set-up start at once unless timed work is due,
 that is unless a *deadline source* registered for the loop (the paced producers' `Pacer`)

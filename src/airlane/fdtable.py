@@ -8,7 +8,7 @@ starts its own, as do executors), each doubling waits for an RCU grace period
 needed it returns: 8-11 ms measured here, during which the event loop serves nobody. A
 gateway taking 500 connections in 150 ms crosses 256 and 512 on the way and stalls twice,
 which every stream then running feels as delivery lag (the second VM's paced runs, see
-docs/performance.md).
+docs/performance-journal.md, "Connection storms").
 
 Growing the table to its working size before the first connection moves those waits to
 start-up, where they cost nothing. The price is the table itself: about 8 bytes per slot

@@ -73,7 +73,7 @@ DEFAULT_TOKENS_PER_DELTA = 1
 DEFAULT_SPEED = 1.0
 # A never-sleeping stream hands over at most this many events per batch and then yields to
 # the loop, so it cannot monopolise it. A loop round-trip and a socket write cost as much as
-# a few dozen chunks (docs/performance.md), so batches are large; a stream's first batches
+# a few dozen chunks (docs/performance-journal.md), so batches are large; a stream's first batches
 # are smaller (1, 2, 4, ...) so that its first chunk goes out at once.
 DEFAULT_YIELD_EVERY = 32
 

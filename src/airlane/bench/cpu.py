@@ -6,8 +6,8 @@ Means come from CPU-time deltas over the run's wall time (exact); peaks from sam
 On a virtual machine it also reports the *steal*: time this machine's CPUs were ready to run
 but the hypervisor ran something else (``steal`` in ``/proc/stat``, as vmstat's ``st``), in
 per cent of all of the machine's CPU time over the run. A run with steal was slowed by a
-neighbour as well as by the code it measures (docs/performance.md, Method: 3-10 % on a day when
-the same code ran up to twice as slow as the day before).
+neighbour as well as by the code it measures (docs/performance-journal.md, Method: 3-10 % on a
+day when the same code ran up to twice as slow as the day before).
 """
 
 from __future__ import annotations

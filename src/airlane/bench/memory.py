@@ -267,9 +267,9 @@ def describe_python() -> dict[str, Any]:
 
     Its build moves the numbers: on pyenv's default build (``libpython`` a shared library,
     no ``--enable-optimizations``) the gateway took 2-11 % more CPU per chunk than on Debian's
-    ``python3.11`` (linked statically), the same code in the same rounds (docs/performance.md,
-    "The interpreter's build"). ``libpython`` is ``"shared"``, ``"static"``, or None where
-    the process's mappings cannot be read (not Linux).
+    ``python3.11`` (linked statically), the same code in the same rounds
+    (docs/performance-journal.md, "The interpreter's build"). ``libpython`` is ``"shared"``,
+    ``"static"``, or None where the process's mappings cannot be read (not Linux).
     """
     try:
         with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
