@@ -4,7 +4,8 @@ For each `Implementation` (Airlane first): start its server fresh, pin it to the
 (the one the gateway gets with ``--spawn``), read its pid from ``/healthz`` for CPU sampling,
 run every transport of the workload, stop it. A peer that cannot run on this machine is
 recorded as skipped, with the reason; one that does not start, as failed. `ratios` then
-relates Airlane's numbers to each peer's.
+relates Airlane's numbers to each peer's. `run_compare_rounds` does it K times, in
+alternating order (``--compare --runs K``, summarised by `airlane.bench.compare_rounds`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ __all__ = [
     "RunStatus",
     "ratio",
     "ratios",
+    "round_order",
     "run_compare",
+    "run_compare_rounds",
     "run_implementation",
 ]
 
@@ -119,16 +122,48 @@ async def run_compare(
 ) -> list[ImplementationRun]:
     """Measure each implementation in turn (see the module docstring). ``measure`` defaults to
     `run_bench` without progress reports."""
+    [runs] = await run_compare_rounds(
+        config, implementations, 1, server_cpus=server_cpus, measure=measure
+    )
+    return runs
+
+
+def round_order(count: int, index: int) -> list[int]:
+    """The positions of ``count`` implementations in the order round ``index`` (from 0)
+    measures them: as given in even rounds, reversed in odd ones, so that on a machine whose
+    speed drifts no implementation is always measured first."""
+    positions = list(range(count))
+    return positions if index % 2 == 0 else positions[::-1]
+
+
+async def run_compare_rounds(
+    config: BenchConfig,
+    implementations: Sequence[Implementation],
+    rounds: int,
+    *,
+    server_cpus: set[int] | None = None,
+    measure: Measure | None = None,
+    on_round: Callable[[int], object] | None = None,
+) -> list[list[ImplementationRun]]:
+    """`run_compare` ``rounds`` times, each round in `round_order`; every round's runs are
+    returned in ``implementations``' order. ``on_round(index)`` is called as a round starts."""
 
     async def default_measure(
         name: str, url: str, pid: int | None, workload: BenchConfig
     ) -> list[TransportResult]:
         return await run_bench(workload, url, server_pid=pid)
 
-    return [
-        await run_implementation(implementation, measure or default_measure, config, server_cpus)
-        for implementation in implementations
-    ]
+    measured: list[list[ImplementationRun]] = []
+    for index in range(rounds):
+        if on_round is not None:
+            on_round(index)
+        runs: dict[int, ImplementationRun] = {}
+        for position in round_order(len(implementations), index):
+            runs[position] = await run_implementation(
+                implementations[position], measure or default_measure, config, server_cpus
+            )
+        measured.append([runs[position] for position in range(len(implementations))])
+    return measured
 
 
 async def run_implementation(

@@ -14,13 +14,17 @@ from typing import Any
 from airlane.bench.config import BenchConfig
 from airlane.bench.stats import TransportResult
 
-__all__ = ["LAG_LINEAR_BELOW_MS", "MAX_PLOTTED_POINTS", "write_plot"]
+__all__ = ["LAG_LINEAR_BELOW_MS", "MAX_PLOTTED_POINTS", "Curve", "write_cdfs", "write_plot"]
 
 MAX_PLOTTED_POINTS = 5000
 """Points per curve: a CDF of millions of samples looks the same thinned to this."""
 
 LAG_LINEAR_BELOW_MS = 0.1
 """The lag axis is linear within +-0.1 ms (where negative lags live), logarithmic beyond."""
+
+Curve = tuple[str, Sequence[float], Sequence[float]]
+"""One curve of each panel: its label, then time-to-first-chunk and delivery-lag samples in
+milliseconds, each in ascending order."""
 
 
 def write_plot(
@@ -34,6 +38,15 @@ def write_plot(
     names = list(labels) if labels is not None else [r.transport for r in results]
     if len(names) != len(results):
         raise ValueError("give one label per result")
+    curves = [
+        (name, r.ttfc_samples_ms, r.lag_samples_ms) for r, name in zip(results, names, strict=True)
+    ]
+    write_cdfs(path, config, curves)
+
+
+def write_cdfs(path: Path, config: BenchConfig, curves: Sequence[Curve]) -> None:
+    """Draw ``curves`` (see `Curve`) into the PNG file ``path``, titled with ``config``'s
+    workload."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -42,9 +55,9 @@ def write_plot(
 
     figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5), constrained_layout=True)
     try:
-        for result, name in zip(results, names, strict=True):
-            _cdf(left, [max(v, 1e-3) for v in result.ttfc_samples_ms], name)
-            _cdf(right, result.lag_samples_ms, name)
+        for name, ttfc_ms, lag_ms in curves:
+            _cdf(left, [max(v, 1e-3) for v in ttfc_ms], name)
+            _cdf(right, lag_ms, name)
         detail = f" every {config.interval_ms:g} ms" if config.mode == "paced" else ""
         figure.suptitle(
             f"airlane bench: {config.streams} streams x {config.chunks} chunks, "

@@ -10,7 +10,9 @@ the gRPC listener: the HTTP port + 2, or where the spawned gateway says), ``grpc
 over gRPC-Web on the HTTP port); ``all`` is all six.
 With ``--compare`` (or ``--peers``), the same workload then runs against each reference server
 of ``benchmarks/peers`` (`airlane.bench.compare`), each started fresh on the gateway's core,
-and one table shows them all side by side.
+and one table shows them all side by side; with ``--runs K``, K rounds in alternating order,
+summarised as medians and ranges, ratios taken within each round
+(`airlane.bench.compare_rounds`).
 """
 
 from __future__ import annotations
@@ -87,7 +89,8 @@ def bench_command(
         int,
         typer.Option(
             help=f"Run the workload this many times against the same gateway and report each "
-            f"number's median and range (1 to {MAX_RUNS}).",
+            f"number's median and range (1 to {MAX_RUNS}); with --compare, this many rounds "
+            "of every server, in alternating order, and the ratios' medians.",
             min=1,
             max=MAX_RUNS,
         ),
@@ -121,11 +124,6 @@ def bench_command(
                 "--compare measures SSE and WebSocket only (the reference servers do not speak "
                 "AIRC or gRPC): use --transport sse, ws or both"
             )
-        if compare and runs > 1:
-            raise ValueError(
-                "--runs goes without --compare: it repeats one gateway's run "
-                "(benchmarks/ab.py alternates two revisions round by round)"
-            )
         if airc_url is not None and url is None:
             raise ValueError("--airc-url goes with --url (a spawned gateway names its own)")
         if url is not None:
@@ -138,7 +136,7 @@ def bench_command(
     from airlane.cli import bench_run
 
     if compare:
-        bench_run.compare(console, config, selected, json_path, plot_path)
+        bench_run.compare(console, config, selected, json_path, plot_path, runs=runs)
     else:
         bench_run.run(
             console,

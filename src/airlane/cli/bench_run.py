@@ -32,10 +32,12 @@ from airlane.bench import (
     run_bench,
     write_plot,
 )
-from airlane.bench.compare import ImplementationRun, run_compare
+from airlane.bench.compare import ImplementationRun, run_compare_rounds
 from airlane.bench.compare_report import compare_document, compare_table
+from airlane.bench.compare_rounds import compare_rounds_document, compare_rounds_table
 from airlane.bench.memory import describe_python
 from airlane.bench.peers import Implementation, airlane_implementation
+from airlane.bench.plot import Curve, write_cdfs
 from airlane.bench.rounds import rounds_table, summarize_rounds
 from airlane.bench.runner import run_on_fast_loop
 from airlane.bench.spawn import pin_client
@@ -187,8 +189,10 @@ def compare(
     peers: list[Implementation],
     json_path: Path | None,
     plot_path: Path | None,
+    runs: int = 1,
 ) -> None:
-    """``--compare``: Airlane, then each peer, each started fresh on the server core."""
+    """``--compare``: Airlane, then each peer, each started fresh on the server core; with
+    ``runs`` above 1, that many rounds in alternating order, summarised."""
     server_cpus, pinning = pin_client()
     if pinning is not None:
         console.print(f"servers on CPU {pinning['server']}, client on {pinning['client']}")
@@ -199,15 +203,30 @@ def compare(
         console.print(f"{name}: {url} (pid {pid})")
         return await _measure(console, workload, url, pid, label=name)
 
+    def announce(index: int) -> None:
+        if runs > 1:
+            console.print(f"round {index + 1} of {runs}")
+
     implementations = [airlane_implementation(), *peers]
-    runs = run_on_fast_loop(
-        run_compare(config, implementations, server_cpus=server_cpus, measure=measure)
+    rounds = run_on_fast_loop(
+        run_compare_rounds(
+            config,
+            implementations,
+            runs,
+            server_cpus=server_cpus,
+            measure=measure,
+            on_round=announce,
+        )
     )
-    if runs[0].status != "ran":
-        console.print(f"[red]could not start the gateway:[/red] {runs[0].reason}")
-        raise typer.Exit(1)
-    _compare_report(console, config, runs, pinning, json_path, plot_path)
-    if any(run.status == "failed" for run in runs):
+    for round_ in rounds:
+        if round_[0].status != "ran":
+            console.print(f"[red]could not start the gateway:[/red] {round_[0].reason}")
+            raise typer.Exit(1)
+    if runs == 1:
+        _compare_report(console, config, rounds[0], pinning, json_path, plot_path)
+    else:
+        _compare_rounds_report(console, config, rounds, pinning, json_path, plot_path)
+    if any(run.status == "failed" for round_ in rounds for run in round_):
         raise typer.Exit(1)
 
 
@@ -235,3 +254,46 @@ def _compare_report(
         labels = [f"{run.name} {result.transport}" for run in runs for result in run.results]
         write_plot(plot_path, config, results, labels)
         console.print(f"plot written to {plot_path}")
+
+
+def _compare_rounds_report(
+    console: Console,
+    config: BenchConfig,
+    rounds: list[list[ImplementationRun]],
+    pinning: dict[str, list[int]] | None,
+    json_path: Path | None,
+    plot_path: Path | None,
+) -> None:
+    console.print(compare_rounds_table(config, rounds))
+    for position, first in enumerate(rounds[0]):
+        missed = [r[position] for r in rounds if r[position].status != "ran"]
+        if missed:
+            colour = "yellow" if missed[0].status == "skipped" else "red"
+            console.print(
+                f"[{colour}]{first.name} {missed[0].status} in {len(missed)} of "
+                f"{len(rounds)} rounds:[/{colour}] {missed[0].reason}"
+            )
+    for number, round_ in enumerate(rounds, 1):
+        for run in round_:
+            _client_bound_notes(console, run.results, label=f"round {number}'s {run.name} ")
+    if json_path is not None:
+        document = compare_rounds_document(config, rounds, pinning=pinning)
+        json_path.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")
+        console.print(f"results written to {json_path}")
+    if plot_path is not None:
+        write_cdfs(plot_path, config, _pooled_curves(config, rounds))
+        console.print(f"plot written to {plot_path}")
+
+
+def _pooled_curves(config: BenchConfig, rounds: list[list[ImplementationRun]]) -> list[Curve]:
+    """A curve per implementation and transport, with every round's samples in it."""
+    curves: list[Curve] = []
+    for position, first in enumerate(rounds[0]):
+        for transport in config.transports:
+            found = [r[position].result(transport) for r in rounds]
+            results = [result for result in found if result is not None]
+            if results:
+                ttfc = sorted(v for result in results for v in result.ttfc_samples_ms)
+                lag = sorted(v for result in results for v in result.lag_samples_ms)
+                curves.append((f"{first.name} {transport}", ttfc, lag))
+    return curves
