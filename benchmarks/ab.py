@@ -13,6 +13,8 @@ median and range per side, and the median of the per-round ratios new/base.
     .venv/bin/python benchmarks/ab.py --base HEAD --new HEAD     # A/A: the noise floor
     .venv/bin/python benchmarks/ab.py --base HEAD --new HEAD \\
         --new-python /tmp/debian-venv/bin/python                 # the interpreter's build
+    .venv/bin/python benchmarks/ab.py --base HEAD --new HEAD --mode paced --streams 500 \\
+        --new-config share.toml                                  # a setting's effect
 
 ``--base`` defaults to ``HEAD``; ``--new`` defaults to this checkout's working tree,
 uncommitted changes included. Any other revision is checked out into a temporary detached
@@ -21,7 +23,8 @@ tree's code: ``PYTHONPATH=<tree>/src`` comes before the editable install on ``sy
 load client is this process, the same code for both sides. Each side's gateway runs on this
 script's interpreter unless ``--base-python`` / ``--new-python`` name another (a virtual
 environment's ``python`` with Airlane's dependencies installed): the same code on two builds
-of CPython.
+of CPython. ``--base-config`` / ``--new-config`` give a side's gateway a configuration file
+(``airlane serve --config``): the same code with two settings.
 
 Before the measured rounds each side gets one short warm-up run (not reported). A run with
 errors, missing chunks or chunks out of order is flagged and left out of the medians and
@@ -92,6 +95,8 @@ class Revision:
     """Where its code is: the working tree or a temporary worktree."""
     python: str = sys.executable
     """The interpreter its gateway runs on."""
+    config: Path | None = None
+    """The configuration file its gateway is started with (None: the embedded defaults)."""
 
     @property
     def title(self) -> str:
@@ -105,7 +110,8 @@ class Revision:
         else:
             where = f"{self.spec} = {self.sha[:7]}"
         on = "" if self.python == sys.executable else f" [on {self.python}]"
-        return f"{where} {subject}{on}"
+        config = "" if self.config is None else f" [--config {self.config}]"
+        return f"{where} {subject}{on}{config}"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form."""
@@ -117,6 +123,7 @@ class Revision:
             "dirty": self.dirty,
             "tree": str(self.tree),
             "python": self.python,
+            "config": None if self.config is None else str(self.config),
         }
 
 
@@ -236,6 +243,8 @@ def start_gateway(revision: Revision, stack: contextlib.ExitStack) -> ServerProc
     """
     check_imports(revision)
     command = [revision.python, "-m", "airlane", "serve", "--port", "0", "--log-level", "warning"]
+    if revision.config is not None:
+        command += ["--config", str(revision.config)]
     server = ServerProcess(
         command, name=f"the {revision.side} gateway", cwd=revision.tree, env=gateway_env(revision)
     )
@@ -529,8 +538,16 @@ def main(argv: list[str] | None = None) -> int:
             timeout_s=args.timeout,
         )
         sides = {
-            "base": replace(resolve("base", args.base), python=args.base_python),
-            "new": replace(resolve("new", args.new), python=args.new_python),
+            "base": replace(
+                resolve("base", args.base),
+                python=args.base_python,
+                config=_config_file("base", args.base_config),
+            ),
+            "new": replace(
+                resolve("new", args.new),
+                python=args.new_python,
+                config=_config_file("new", args.new_config),
+            ),
         }
     except ValueError as exc:  # RevisionError is one
         print(f"error: {exc}", file=sys.stderr)
@@ -552,6 +569,16 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
         print(f"results written to {args.json}")
     return 0
+
+
+def _config_file(side: str, path: Path | None) -> Path | None:
+    """``path`` made absolute (a side's gateway runs in its own tree), or ValueError if there
+    is no such file."""
+    if path is None:
+        return None
+    if not path.is_file():
+        raise ValueError(f"the {side} side's configuration file {path} is not there")
+    return path.resolve()
 
 
 def _runs(text: str) -> int:
@@ -577,6 +604,10 @@ def _parser() -> argparse.ArgumentParser:
         help="the interpreter of the base side's gateway (default: this one)")  # fmt: skip
     add("--new-python", default=sys.executable, metavar="PATH",
         help="the interpreter of the new side's gateway (default: this one)")  # fmt: skip
+    add("--base-config", type=Path, metavar="PATH",
+        help="a configuration file for the base side's gateway (default: none)")  # fmt: skip
+    add("--new-config", type=Path, metavar="PATH",
+        help="a configuration file for the new side's gateway (default: none)")  # fmt: skip
     add("--transport", choices=("sse", "ws"), default="sse", help="(default: sse)")
     add("--streams", type=int, default=100, help="concurrent streams (default: 100)")
     add("--chunks", type=int, default=200, help="chunks per stream (default: 200)")

@@ -165,6 +165,36 @@ def test_an_interpreter_that_is_not_there_is_reported(tmp_path: Path) -> None:
     assert worktrees() == before
 
 
+def test_a_side_runs_with_the_configuration_it_is_given(ab: ModuleType, tmp_path: Path) -> None:
+    """``--new-config``: that side's gateway is started with ``--config FILE`` (its command
+    line says so), and reads it (a value it refuses stops it starting, with the reason)."""
+    marks = tmp_path / "marks"
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\necho "$@" >> {marks}\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    config = tmp_path / "share.toml"
+    config.write_text("[admission]\nshare = 1.0\n")
+    revision = ab.Revision("new", None, "0" * 40, "here", python=str(python), config=config)
+    assert revision.title.endswith(f"[--config {config}]")
+    assert revision.to_dict()["config"] == str(config)
+    with contextlib.ExitStack() as stack:
+        gateway = ab.start_gateway(revision, stack)
+        assert gateway.url.startswith("http://127.0.0.1:")
+    assert marks.read_text().splitlines()[1].endswith(f"--config {config}")
+    # A configuration the gateway refuses stops it starting, with its reason.
+    config.write_text("[admission]\nshare = 7\n")
+    with contextlib.ExitStack() as stack, pytest.raises(ab.GatewayStartError, match="share"):
+        ab.start_gateway(revision, stack)
+
+
+def test_a_configuration_file_that_is_not_there_is_refused(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such.toml"
+    result = ab_script("--base", "HEAD", "--base-config", str(missing), "--runs", "1")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    assert f"the base side's configuration file {missing} is not there" in result.stderr
+
+
 def _record(round_: int, side: str, mb_s: float, errors: int = 0) -> dict[str, Any]:
     result = {
         "errors": errors, "error_samples": ["boom"] if errors else [], "out_of_order": 0,
