@@ -119,9 +119,9 @@ def test_bad_bounds_are_refused(settings: dict[str, Any]) -> None:
 def test_the_admission_table_of_the_configuration_file(tmp_path: Path) -> None:
     path = tmp_path / "airlane.toml"
     path.write_text(
-        "[admission]\nmax_wait_s = 2.5\nmax_waiting = 100\nretry_after_s = 4\nshare = 0.5\n"
+        "[admission]\nmax_wait_s = 2.5\nmax_waiting = 100\nretry_after_s = 4\nshare = 0.75\n"
     )
-    assert load_config(path).admission == AdmissionConfig(2.5, 100, 4, 0.5)
+    assert load_config(path).admission == AdmissionConfig(2.5, 100, 4, 0.75)
     path.write_text("[admission]\nmax_wait = 2\n")
     with pytest.raises(ValueError, match="unknown"):
         load_config(path)
