@@ -9,7 +9,8 @@ and the report: `results_table`, `bench_document` (JSON) and `write_plot` (PNG).
 
 ``airlane bench --compare`` runs the same workload against reference servers too: the servers
 are in `airlane.bench.peers`, the runs in `airlane.bench.compare`, the table and JSON in
-`airlane.bench.compare_report` (imported from there, not re-exported here).
+`airlane.bench.compare_report`, and with ``--runs K`` in `airlane.bench.compare_rounds`
+(imported from there, not re-exported here).
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ run starts (`airlane.cli.bench`), so that the other commands do not load the loa
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import orjson
 import typer
@@ -173,8 +174,7 @@ def _report(
             for entry, number in zip(document["results"], numbers, strict=True):
                 entry["run"] = number
             document["summary"] = summarize_rounds(rounds)
-        json_path.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")
-        console.print(f"results written to {json_path}")
+        _write_json(console, json_path, document)
     if plot_path is not None:
         labels = None
         if len(rounds) > 1:
@@ -247,8 +247,7 @@ def _compare_report(
         _client_bound_notes(console, run.results, label=f"{run.name} ")
     if json_path is not None:
         document = compare_document(config, runs, pinning=pinning)
-        json_path.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")
-        console.print(f"results written to {json_path}")
+        _write_json(console, json_path, document)
     if plot_path is not None:
         results = [result for run in runs for result in run.results]
         labels = [f"{run.name} {result.transport}" for run in runs for result in run.results]
@@ -278,8 +277,7 @@ def _compare_rounds_report(
             _client_bound_notes(console, run.results, label=f"round {number}'s {run.name} ")
     if json_path is not None:
         document = compare_rounds_document(config, rounds, pinning=pinning)
-        json_path.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")
-        console.print(f"results written to {json_path}")
+        _write_json(console, json_path, document)
     if plot_path is not None:
         write_cdfs(plot_path, config, _pooled_curves(config, rounds))
         console.print(f"plot written to {plot_path}")
@@ -297,3 +295,8 @@ def _pooled_curves(config: BenchConfig, rounds: list[list[ImplementationRun]]) -
                 lag = sorted(v for result in results for v in result.lag_samples_ms)
                 curves.append((f"{first.name} {transport}", ttfc, lag))
     return curves
+
+
+def _write_json(console: Console, path: Path, document: dict[str, Any]) -> None:
+    path.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")
+    console.print(f"results written to {path}")
