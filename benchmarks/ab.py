@@ -41,7 +41,6 @@ import datetime
 import math
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -54,6 +53,7 @@ import orjson
 
 from airlane.bench.config import DEFAULT_TIMEOUT_S, BenchConfig
 from airlane.bench.memory import describe_host, raise_fd_limit
+from airlane.bench.rounds import spread as rounds_spread
 from airlane.bench.runner import SETTLE_S, run_on_fast_loop, run_transport
 from airlane.bench.spawn import GatewayStartError, ServerProcess, pin_client, pin_process
 
@@ -373,15 +373,9 @@ def metrics_for(mode: str) -> list[Metric]:
 
 
 def spread(values: list[float]) -> dict[str, float | int] | None:
-    """Median, min and max of ``values`` (None if there are none)."""
-    if not values:
-        return None
-    return {
-        "median": round(statistics.median(values), 3),
-        "min": round(min(values), 3),
-        "max": round(max(values), 3),
-        "n": len(values),
-    }
+    """Median, min and max of ``values``, and how many (None if there are none)."""
+    found = rounds_spread(values)
+    return None if found is None else {**found, "n": len(values)}
 
 
 def summarize(records: list[dict[str, Any]], mode: str) -> dict[str, Any]:

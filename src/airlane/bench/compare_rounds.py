@@ -13,7 +13,6 @@ per-round ratios (a paired comparison), beside each server's own medians and ran
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,7 +22,7 @@ from airlane.bench.compare import RATIO_METRICS, ImplementationRun, ratios, roun
 from airlane.bench.compare_report import RATIO_LABELS, RATIO_LEGEND
 from airlane.bench.config import BenchConfig
 from airlane.bench.report import bench_document, workload_title
-from airlane.bench.rounds import SUMMARY_METRICS, clean, summarize_rounds
+from airlane.bench.rounds import SUMMARY_METRICS, clean, spread, summarize_rounds
 
 __all__ = [
     "compare_rounds_document",
@@ -82,14 +81,8 @@ def _clean_only(run: ImplementationRun) -> ImplementationRun:
 
 
 def _stats(values: list[float]) -> dict[str, Any] | None:
-    if not values:
-        return None
-    return {
-        "median": round(statistics.median(values), 4),
-        "min": round(min(values), 4),
-        "max": round(max(values), 4),
-        "rounds": len(values),
-    }
+    found = spread(values, digits=4)
+    return None if found is None else {**found, "rounds": len(values)}
 
 
 def compare_rounds_table(config: BenchConfig, rounds: Sequence[Round]) -> Table:

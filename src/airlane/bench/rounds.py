@@ -22,7 +22,7 @@ from airlane.bench.config import BenchConfig
 from airlane.bench.report import workload_title
 from airlane.bench.stats import TransportResult
 
-__all__ = ["SUMMARY_METRICS", "clean", "rounds_table", "summarize_rounds"]
+__all__ = ["SUMMARY_METRICS", "clean", "rounds_table", "spread", "summarize_rounds"]
 
 
 def _number(value: float | None) -> float | None:
@@ -44,6 +44,17 @@ SUMMARY_METRICS: tuple[tuple[str, str, Callable[[TransportResult], float | None]
     ("python_op_ns", "Python step (ns)", lambda r: r.python_op_ns),
 )
 """What the summary gives for each transport: a JSON key, a row label, and the number."""
+
+
+def spread(values: Sequence[float], digits: int = 3) -> dict[str, float] | None:
+    """``{"median", "min", "max"}`` of ``values``, rounded to ``digits``; None if empty."""
+    if not values:
+        return None
+    return {
+        "median": round(statistics.median(values), digits),
+        "min": round(min(values), digits),
+        "max": round(max(values), digits),
+    }
 
 
 def clean(result: TransportResult) -> bool:
@@ -68,15 +79,7 @@ def summarize_rounds(rounds: Sequence[Sequence[TransportResult]]) -> dict[str, A
         metrics: dict[str, dict[str, float] | None] = {}
         for key, _, value in SUMMARY_METRICS:
             values = [v for v in (value(r) for r in kept) if v is not None]
-            metrics[key] = (
-                {
-                    "median": round(statistics.median(values), 3),
-                    "min": round(min(values), 3),
-                    "max": round(max(values), 3),
-                }
-                if values
-                else None
-            )
+            metrics[key] = spread(values)
         summary[transport] = {"runs": len(results), "clean_runs": len(kept), **metrics}
     return summary
 
