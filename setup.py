@@ -1,4 +1,4 @@
-"""Build hook: generate `airlane.v1` from ``proto/`` into the wheel (see `airlane.protos`).
+"""Build hook: generate `airlane.v1` from ``proto/`` into the wheel (see `airlane.v1.generate`).
 
 Everything else about the package is in pyproject.toml.
 """
@@ -18,10 +18,10 @@ class BuildWithProtos(build_py):
     def run(self) -> None:
         super().run()
         if self.editable_mode:
-            return  # a source checkout generates in place (airlane.protos.ensure_generated)
+            return  # a source checkout generates in place (airlane.v1.generate.ensure_generated)
         # Loaded by path: importing the airlane package would import all its dependencies,
         # which a build environment does not have.
-        path = Path(__file__).parent / "src" / "airlane" / "protos.py"
+        path = Path(__file__).parent / "src" / "airlane" / "v1" / "generate.py"
         spec = importlib.util.spec_from_file_location("_airlane_protos", path)
         assert spec is not None and spec.loader is not None
         protos = importlib.util.module_from_spec(spec)

@@ -52,7 +52,7 @@ from airlane.bench.sse_load import run_sse_stream
 from airlane.bench.stats import Percentiles, steady_window
 from airlane.bench.tally import StreamTally, lag_sampling_stride
 from airlane.bench.ws_load import run_ws_stream
-from airlane.gcpacer import tune_gc
+from airlane.server.gcpacer import tune_gc
 
 WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455 section 1.3
 

@@ -21,8 +21,8 @@ from dataclasses import replace
 
 import uvloop
 
-from airlane.gcpacer import GcConfig, GcPacer
 from airlane.server import ServerConfig, build_app
+from airlane.server.gcpacer import GcConfig, GcPacer
 from airlane.transports.http import AirlaneApp
 
 
@@ -64,7 +64,7 @@ async def run(
 ) -> None:
     """Serve ``streams`` concurrent load-test streams and print the per-chunk cost (wall time,
     and CPU time, which is what counts in paced mode). ``gc_schedule``: ``paced`` (as ``airlane
-    serve`` runs), ``tuned`` (`airlane.gcpacer.tune_gc` only) or ``default`` (CPython's)."""
+    serve`` runs), ``tuned`` (`airlane.server.gcpacer.tune_gc` only) or ``default`` (CPython's)."""
     config = ServerConfig()
     if yield_every:
         config = replace(config, synthetic=replace(config.synthetic, yield_every=yield_every))

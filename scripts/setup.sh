@@ -29,7 +29,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
 fi
 # airlane.v1 is generated from proto/ by grpcio-tools (it is never committed); this is a
 # no-op when the .proto files have not changed.
-.venv/bin/python -m airlane.protos
+.venv/bin/python -m airlane.v1
 # Byte-compile the editable install's sources: where PYTHONDONTWRITEBYTECODE is set (some CI
 # and container images), nothing caches them otherwise, and every `airlane` command and
 # gateway the tests start would compile ~190 modules again (0.5-1 s each). compileall skips

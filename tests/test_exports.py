@@ -22,27 +22,36 @@ PACKAGES = [
     "airlane.registry",
     "airlane.sync",
     "airlane.sync.yjs",
-    "airlane.rooms",
-    "airlane.arbiter",
+    "airlane.sync.rooms",
     "airlane.backends",
     "airlane.security",
+    "airlane.gateway",
+    "airlane.gateway.arbiter",
+    "airlane.gateway.chat_request",
+    "airlane.gateway.eventsourcing",
+    "airlane.runtime.acceptor",
+    "airlane.runtime.admission",
+    "airlane.runtime.callcontext",
+    "airlane.runtime.drains",
+    "airlane.runtime.eager",
+    "airlane.runtime.lazy",
+    "airlane.runtime.timers",
     "airlane.transports.http",
     "airlane.transports.airc",
+    "airlane.transports.grpc",
     "airlane.wire.airc",
     "airlane.client",
     "airlane.client.airc",
     "airlane.bench",
-    "airlane.chat_request",
-    "airlane.deadline",
-    "airlane.gateway",
-    "airlane.gcpacer",
-    "airlane.admission",
-    "airlane.fdtable",
-    "airlane.address",
-    "airlane.lazy",
     "airlane.server",
-    "airlane.eventsourcing",
+    "airlane.server.address",
+    "airlane.server.compose",
+    "airlane.server.config",
+    "airlane.server.fdtable",
+    "airlane.server.gcpacer",
+    "airlane.server.serve",
     "airlane.artifacts",
+    "airlane.v1.generate",
 ]
 
 
@@ -131,7 +140,15 @@ def _loaded_after(code: str, modules: tuple[str, ...]) -> list[str]:
     return loaded
 
 
-SERVER_STACK = ("airlane.gateway", "airlane.server", "uvicorn", "grpc", "websockets", "httpx")
+SERVER_STACK = (
+    "airlane.gateway",
+    "airlane.server.compose",
+    "airlane.server.serve",
+    "uvicorn",
+    "grpc",
+    "websockets",
+    "httpx",
+)
 
 
 def test_the_package_re_exports_load_on_first_use():

@@ -17,8 +17,8 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airlane.chat_request import parse_chat_request
 from airlane.core import Channel, Event, Kind, Lane
+from airlane.gateway.chat_request import parse_chat_request
 from airlane.v1 import events_pb2, service_pb2
 from airlane.wire.event_json import event_from_dict, event_to_dict
 from airlane.wire.proto import (

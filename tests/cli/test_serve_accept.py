@@ -1,4 +1,4 @@
-"""``airlane serve`` takes its HTTP and AIRC connections through `airlane.acceptor` and
+"""``airlane serve`` takes its HTTP and AIRC connections through `airlane.runtime.acceptor` and
 reports them on ``/metrics``: a batch of connections opened together is served, and counted
 per listener."""
 

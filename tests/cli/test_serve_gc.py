@@ -1,4 +1,4 @@
-"""``airlane serve`` paces its garbage collector (`airlane.gcpacer`), which runs full passes
+"""``airlane serve`` paces its garbage collector (`airlane.server.gcpacer`), which runs full passes
 seldom; so the gateway must not leave reference cycles behind per connection. A gateway
 told to make a full pass every 0.2 s serves streams over every transport of ours, finished
 and cut off mid-stream, and its ``/metrics`` must show full passes that found nothing. A cycle

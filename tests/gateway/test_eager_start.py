@@ -1,5 +1,5 @@
 """Producers start eagerly: the first batch exists when `Gateway.generate` returns, the rest
-runs in a task, and cancelling the stream stops that task (`airlane.eager`)."""
+runs in a task, and cancelling the stream stops that task (`airlane.runtime.eager`)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pytest
 from airlane.backends.base import GenerationRequest, LoadTestSpec
 from airlane.backends.synthetic import SyntheticBackend
 from airlane.core import Event, Kind
-from airlane.eager import start_eagerly, yield_to_loop
 from airlane.gateway import Gateway
 from airlane.hub import MemoryHub
+from airlane.runtime.eager import start_eagerly, yield_to_loop
 from airlane.security import AllowAll
 
 

@@ -16,10 +16,10 @@ import pytest
 
 from airlane.backends.base import GenerationRequest
 from airlane.backends.synthetic import SyntheticBackend, SyntheticConfig
-from airlane.callcontext import CALL, CallContext
 from airlane.core import Event
 from airlane.gateway import Gateway
 from airlane.hub import MemoryHub
+from airlane.runtime.callcontext import CALL, CallContext
 from airlane.security import (
     ANONYMOUS,
     Action,

@@ -7,7 +7,7 @@ import asyncio
 from typing import Any
 
 import airlane
-from airlane.admission import Admission
+from airlane.runtime.admission import Admission
 
 
 class AlwaysDue:

@@ -1,7 +1,7 @@
 """A finished WebSocket connection leaves no reference cycle behind: websockets' protocol and
 its parser generator refer to each other, and `BatchingWebSocketProtocol.connection_lost`
 breaks that, so the connection's objects go as soon as it does rather than at the next full
-pass of the collector (minutes apart under `airlane.gcpacer`). Checked in a fresh interpreter
+pass of the collector (minutes apart under `airlane.server.gcpacer`). Checked in a fresh interpreter
 with the collector off, counting the server protocols still alive."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ SCRIPT = """
 import asyncio, gc
 import websockets
 import websockets.server
-from airlane.gcpacer import GcConfig
+from airlane.server.gcpacer import GcConfig
 from airlane.server import ServerConfig, serve
 
 gc.disable()  # nothing but reference counting frees what the connections leave

@@ -10,7 +10,7 @@ append; no heap of tuples, no re-arming. A call-back filed with `Pacer.call_at` 
 append: it is called where a sleeper would be woken (a `airlane.backends.base.Feed`'s next
 step), with no task to resume.
 
-A pacer is its loop's deadline source for `airlane.admission`: while one of its milliseconds
+A pacer is its loop's deadline source for `airlane.runtime.admission`: while one of its milliseconds
 is due and not yet served, new streams' set-up waits, so that a burst of new connections does
 not hold the chunks of the streams already running.
 """
@@ -22,8 +22,8 @@ import functools
 import time
 from collections.abc import Callable
 
-from airlane.admission import Admission
-from airlane.eager import yield_to_loop
+from airlane.runtime.admission import Admission
+from airlane.runtime.eager import yield_to_loop
 
 __all__ = ["Pacer"]
 
@@ -60,7 +60,7 @@ class Pacer:
 
     def overdue(self, now_ns: int) -> bool:
         """True if sleepers filed under a millisecond at or before ``now_ns`` wait still
-        (their timer has not fired yet): `airlane.admission`'s test for due work."""
+        (their timer has not fired yet): `airlane.runtime.admission`'s test for due work."""
         # A dozen or two keys (one per millisecond of the longest pending sleep): min is cheap.
         return bool(self._due) and min(self._due) * 1_000_000 <= now_ns
 

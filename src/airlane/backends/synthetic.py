@@ -38,7 +38,7 @@ from airlane.backends.base import BackendError, GenerationRequest, LoadTestSpec
 from airlane.backends.paced import PacedFeed, PacedSchedule, ScheduleArgs, TimedFeed
 from airlane.backends.pacing import Pacer
 from airlane.core.events import Channel, Event, Kind, Lane
-from airlane.eager import yield_to_loop
+from airlane.runtime.eager import yield_to_loop
 
 __all__ = [
     "DEFAULT_DEFAULT_MAX_TOKENS",

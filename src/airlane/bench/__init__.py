@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from airlane.lazy import lazy_exports
+from airlane.runtime.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from airlane.bench.config import BenchConfig, loopback_address

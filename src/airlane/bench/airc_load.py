@@ -37,7 +37,7 @@ from airlane.bench.ws_frames import (
     close_payload,
 )
 from airlane.bench.ws_handshake import ClientHandshake
-from airlane.deadline import DeadlineTimer
+from airlane.runtime.timers import DeadlineTimer
 from airlane.wire.airc import (
     AIRC_SUBPROTOCOL,
     ANY_STREAM,

@@ -29,7 +29,7 @@ from airlane.bench.sse_load import run_sse_stream
 from airlane.bench.stats import TransportResult, summarize
 from airlane.bench.tally import StreamTally, lag_sampling_stride
 from airlane.bench.ws_load import run_ws_stream
-from airlane.fdtable import DEFAULT_RESERVED_FDS, reserve_fd_table
+from airlane.server.fdtable import DEFAULT_RESERVED_FDS, reserve_fd_table
 
 __all__ = [
     "PROGRESS_INTERVAL_S",
@@ -167,7 +167,7 @@ async def _reporting(
 def run_on_fast_loop(coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro`` in a fresh event loop: uvloop where available (its per-connection cost is
     lower than asyncio's, which matters to a load client), with room for its sockets made
-    in the descriptor table first (`airlane.fdtable`: the client has threads too)."""
+    in the descriptor table first (`airlane.server.fdtable`: the client has threads too)."""
     reserve_fd_table(DEFAULT_RESERVED_FDS)
     if sys.platform != "win32":
         import uvloop

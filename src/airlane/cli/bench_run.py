@@ -19,7 +19,6 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from airlane.address import DEFAULT_HOST, DEFAULT_PORT
 from airlane.bench import (
     BenchConfig,
     GatewayStartError,
@@ -42,7 +41,8 @@ from airlane.bench.plot import Curve, write_cdfs
 from airlane.bench.rounds import rounds_table, summarize_rounds
 from airlane.bench.runner import run_on_fast_loop
 from airlane.bench.spawn import pin_client
-from airlane.gcpacer import tune_gc
+from airlane.server.address import DEFAULT_HOST, DEFAULT_PORT
+from airlane.server.gcpacer import tune_gc
 
 __all__ = ["compare", "run"]
 

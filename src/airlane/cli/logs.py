@@ -25,7 +25,7 @@ import httpx
 import orjson
 import typer
 
-from airlane.address import DEFAULT_HOST, DEFAULT_PORT
+from airlane.server.address import DEFAULT_HOST, DEFAULT_PORT
 
 __all__ = ["logs_app", "schemas_app"]
 

@@ -11,12 +11,12 @@ import typer
 from rich.console import Console
 
 from airlane import __version__
-from airlane.address import DEFAULT_HOST, DEFAULT_PORT
 from airlane.cli.artifacts import artifacts_app
 from airlane.cli.bench import bench_command
 from airlane.cli.demo import demo_command
 from airlane.cli.logs import logs_app, schemas_app
 from airlane.cli.stream import stream_command
+from airlane.server.address import DEFAULT_HOST, DEFAULT_PORT
 
 if TYPE_CHECKING:
     from airlane.server import Listening

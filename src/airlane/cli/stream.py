@@ -19,13 +19,12 @@ import orjson
 import typer
 from rich.console import Console
 
-from airlane.address import DEFAULT_HOST, DEFAULT_PORT
-
 # Each transport's client is imported where it is used: a stream over one transport does not
 # load the others' libraries (and other commands load none of them).
 from airlane.client.accumulator import TextAccumulator
 from airlane.client.errors import ClientError, StreamFailed
 from airlane.client.events import StreamEvent
+from airlane.server.address import DEFAULT_HOST, DEFAULT_PORT
 
 if TYPE_CHECKING:
     from airlane.client.airc import AircClient

@@ -8,7 +8,7 @@
 - `TextAccumulator`: a stream's text rebuilt from its events (snapshots replace, deltas append).
 
 Errors are described in `airlane.client.errors`. Each client is imported on first use
-(`airlane.lazy`): a program that speaks SSE loads httpx, not websockets or grpcio.
+(`airlane.runtime.lazy`): a program that speaks SSE loads httpx, not websockets or grpcio.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from airlane.client import errors
-from airlane.lazy import lazy_exports
+from airlane.runtime.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from airlane.client.accumulator import TextAccumulator

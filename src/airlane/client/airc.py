@@ -41,7 +41,7 @@ from airlane.client.errors import (
 )
 from airlane.client.events import StreamEvent
 from airlane.client.subscription import DEFAULT_MAX_QUEUE, WsSubscription
-from airlane.deadline import DeadlineTimer
+from airlane.runtime.timers import DeadlineTimer
 from airlane.wire.airc import (
     AIRC_SUBPROTOCOL,
     ANY_STREAM,

@@ -5,7 +5,7 @@ Events leave as ``airlane.v1.Event`` (text deltas and tool-call deltas as typed 
 everything else as the same fields the native JSON carries); published events and chat
 requests arrive as Protobuf and are turned into the native JSON form first, so that they go
 through the same validation as on every other wire (`airlane.wire.event_json.event_from_dict`,
-`airlane.chat_request.parse_chat_request`).
+`airlane.gateway.chat_request.parse_chat_request`).
 """
 
 from __future__ import annotations

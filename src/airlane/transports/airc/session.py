@@ -37,17 +37,17 @@ from typing import Any, Protocol
 
 import orjson
 
-from airlane.admission import Admission, Overloaded
 from airlane.backends.base import GenerationRequest, LoadTestSpec
-from airlane.chat_request import InvalidChatRequest, parse_chat_request
 from airlane.core import BadResumeToken, Event, Kind, Lane, OrphanMode, OrphanPolicy, Position
-from airlane.deadline import DeadlineTimer
-from airlane.eager import start_eagerly
 from airlane.gateway import Gateway, orphan_policy_from
+from airlane.gateway.chat_request import InvalidChatRequest, parse_chat_request
 from airlane.hub import HubError, Subscription
+from airlane.runtime.admission import Admission, Overloaded
+from airlane.runtime.drains import drain_queue
+from airlane.runtime.eager import start_eagerly
+from airlane.runtime.timers import DeadlineTimer
 from airlane.security import Principal, SecurityError, Unauthenticated
 from airlane.transports.airc.config import AircServerConfig
-from airlane.transports.drains import drain_queue
 from airlane.wire.airc import (
     ANY_STREAM,
     LOADTEST_ENCODER,
@@ -453,7 +453,7 @@ class AircSession:
 
     def _on_ready(self, binding: _Binding) -> None:
         """The hub's call-back: ``binding`` may have events. Drained at the end of this loop
-        turn (or sooner when many pumps are due: `airlane.transports.drains`), so that what the
+        turn (or sooner when many pumps are due: `airlane.runtime.drains`), so that what the
         producers of this turn append leaves in one write."""
         self._ready[binding.stream] = binding
         if not self._drain_scheduled:

@@ -13,8 +13,8 @@ import logging
 import socket
 from typing import cast
 
-from airlane.acceptor import Acceptor
 from airlane.gateway import Gateway
+from airlane.runtime.acceptor import Acceptor
 from airlane.security import Principal, Unauthenticated
 from airlane.transports.airc.config import AircServerConfig
 from airlane.transports.airc.session import AircSession
@@ -140,7 +140,7 @@ class AircTcpServer:
     async def start(self, sock: socket.socket) -> None:
         """Serve connections accepted on ``sock`` (bound; this server owns it from now on)."""
         # Listen (again) with a deep queue: a burst of connections would otherwise overflow a
-        # short one and wait for SYN retransmits. Accepted in batches (`airlane.acceptor`).
+        # short one and wait for SYN retransmits. Accepted in batches (`airlane.runtime.acceptor`).
         sock.listen(LISTEN_BACKLOG)
         self._server = Acceptor(sock, lambda: _AircProtocol(self))
         self._server.start()

@@ -13,8 +13,8 @@ import contextlib
 from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
 from typing import Any, cast
 
-from airlane.eager import start_eagerly
 from airlane.gateway import Gateway
+from airlane.runtime.eager import start_eagerly
 from airlane.security import Principal
 from airlane.transports.airc.config import AircServerConfig
 from airlane.transports.airc.session import AircSession
@@ -33,7 +33,7 @@ class _WebSocketLink:
     """Sends the session's writes as binary messages, in order, in the writer's own turn.
 
     An ASGI ``send`` only suspends for flow control, so it is driven in place
-    (`airlane.eager.start_eagerly`): no task switch per write. When it does suspend, later
+    (`airlane.runtime.eager.start_eagerly`): no task switch per write. When it does suspend, later
     writes are joined and wait for it (and the session's pumps pause), so the order holds and
     what is buffered stays bounded by the send windows.
     """

@@ -1,8 +1,8 @@
 """The model and request identity a gRPC call carries in its metadata, for backends and logs.
 
 `MetadataInterceptor` reads ``x-model-id``, ``x-model-version`` and ``x-request-id`` from the
-call's metadata into `airlane.callcontext.CALL` for the duration of the handler (the seed's Go
-interceptor indexes the metadata with ``[0]`` and panics when a header is missing; here a
+call's metadata into `airlane.runtime.callcontext.CALL` for the duration of the handler (the
+seed's Go interceptor indexes the metadata with ``[0]`` and panics when a header is missing; here a
 missing header is simply absent, and a repeated one is refused with INVALID_ARGUMENT).
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 from grpc import aio
 
-from airlane.callcontext import CALL, CallContext, new_request_id
+from airlane.runtime.callcontext import CALL, CallContext, new_request_id
 
 __all__ = ["METADATA_KEYS", "MetadataInterceptor", "bearer_token"]
 

@@ -30,11 +30,10 @@ from typing import Any, NoReturn
 import grpc
 from grpc import aio
 
-from airlane.admission import Admission, Overloaded
 from airlane.backends.base import GenerationRequest, LoadTestSpec
-from airlane.chat_request import InvalidChatRequest, parse_chat_request
 from airlane.core import BadResumeToken, OrphanMode, OrphanPolicy
 from airlane.gateway import Gateway, orphan_policy_from
+from airlane.gateway.chat_request import InvalidChatRequest, parse_chat_request
 from airlane.hub import (
     HubError,
     HubFull,
@@ -45,6 +44,7 @@ from airlane.hub import (
     StreamNotFound,
     Subscription,
 )
+from airlane.runtime.admission import Admission, Overloaded
 from airlane.security import PermissionDenied, Principal, SecurityError, Unauthenticated
 from airlane.transports.grpc.config import GrpcServerConfig
 from airlane.transports.grpc.context import bearer_token
@@ -153,7 +153,7 @@ class AirlaneService(service_pb2_grpc.AirlaneServicer):
         self, request: service_pb2.GenerateRequest, context: aio.ServicerContext
     ) -> AsyncIterator[bytes]:
         """Start a generation and stream it."""
-        # Set-up waits while paced work is due, as on every transport (`airlane.admission`).
+        # Set-up waits while paced work is due, as on every transport (`airlane.runtime.admission`).
         # A Session's generate does not: its requests are handled in order, and waiting there
         # would hold the session's credits and cancels too.
         gateway = self.gateway

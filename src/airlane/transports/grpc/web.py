@@ -33,8 +33,8 @@ from google.protobuf import message_factory
 from google.protobuf.descriptor import MethodDescriptor
 from google.protobuf.message import Message
 
-from airlane.callcontext import CALL
 from airlane.gateway import Gateway
+from airlane.runtime.callcontext import CALL
 from airlane.transports.grpc.config import GrpcServerConfig
 from airlane.transports.grpc.context import call_context
 from airlane.transports.grpc.service import AirlaneService
@@ -102,7 +102,7 @@ class _Context:
 
 
 class _CallMetadata:
-    """Sets `airlane.callcontext.CALL` from the request headers (refusing a repeated one, as
+    """Sets `airlane.runtime.callcontext.CALL` from the request headers (refusing a repeated one, as
     the native server does), and reports an unexpected failure as INTERNAL."""
 
     async def on_start(self, ctx: RequestContext[Any, Any]) -> object:

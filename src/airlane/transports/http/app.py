@@ -27,12 +27,12 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
 
-from airlane.admission import Admission, Overloaded
 from airlane.core import BadResumeToken
 from airlane.eventlog import EventLogError
 from airlane.gateway import Gateway
 from airlane.hub import HubError
 from airlane.registry import RegistryError
+from airlane.runtime.admission import Admission, Overloaded
 from airlane.security import Principal, SecurityError
 from airlane.transports.http.artifacts import handle_artifacts
 from airlane.transports.http.asgi import (
@@ -114,8 +114,8 @@ class AirlaneApp:
         if kind == "lifespan":
             await self._lifespan(receive, send)
             return
-        # Every request's set-up waits while paced work is due (`airlane.admission`), but the
-        # operator's two: an overloaded gateway must still answer its probes and scrapes.
+        # Every request's set-up waits while paced work is due (`airlane.runtime.admission`),
+        # but the operator's two: an overloaded gateway must still answer probes and scrapes.
         if scope["path"] not in _UNQUEUED:
             try:
                 await Admission.for_loop().admit()

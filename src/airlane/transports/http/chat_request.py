@@ -1,11 +1,12 @@
-"""`airlane.chat_request` for the HTTP transport: a bad request is a 400 naming the parameter."""
+"""`airlane.gateway.chat_request` for the HTTP transport: a bad request is a 400 naming the
+parameter."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from airlane.chat_request import ChatRequest, InvalidChatRequest
-from airlane.chat_request import parse_chat_request as parse_body
+from airlane.gateway.chat_request import ChatRequest, InvalidChatRequest
+from airlane.gateway.chat_request import parse_chat_request as parse_body
 from airlane.transports.http.asgi import HttpError
 
 __all__ = ["ChatRequest", "parse_chat_request"]

@@ -149,7 +149,7 @@ class UpgradingHttpProtocol(HttpToolsProtocol):
             # uvicorn drops its parser in connection_lost, which this protocol never gets once
             # the transport has another: the parser holds this protocol's bound methods, a
             # cycle of ~29 objects per connection (the transport's too) that only the garbage
-            # collector would free, and `airlane.gcpacer` runs it seldom.
+            # collector would free, and `airlane.server.gcpacer` runs it seldom.
             self.parser = None  # type: ignore[assignment]
 
     def _hand_over(self) -> None:

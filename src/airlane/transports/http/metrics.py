@@ -20,9 +20,9 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from airlane.admission import Admission
 from airlane.core import Event
 from airlane.hub import HubStats
+from airlane.runtime.admission import Admission
 
 __all__ = ["HttpMetrics"]
 
@@ -127,7 +127,7 @@ class HttpMetrics(Collector):
 
 
 def _admission_families() -> Iterator[Metric]:
-    """The admission of new streams on the loop serving the scrape (`airlane.admission`)."""
+    """The admission of new streams on the loop serving the scrape (`airlane.runtime.admission`)."""
     try:
         admission = Admission.for_loop()
     except RuntimeError:  # scraped from outside an event loop: nothing to report

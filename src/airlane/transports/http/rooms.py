@@ -1,4 +1,4 @@
-"""Rooms over HTTP and WebSocket: shared `LWWMap` state (`airlane.rooms`).
+"""Rooms over HTTP and WebSocket: shared `LWWMap` state (`airlane.sync.rooms`).
 
 - ``GET  /v1/rooms/{room}``        the room's state: ``{"entries", "version", "state"}``
 - ``POST /v1/rooms/{room}/ops``    ``{"ops": [...]}``: apply operations (202 once stored)
@@ -23,8 +23,8 @@ from typing import Any
 import orjson
 
 from airlane.hub import HubError
-from airlane.rooms import Room, RoomError, Rooms
 from airlane.security import Action, Principal, SecurityError
+from airlane.sync.rooms import Room, RoomError, Rooms
 from airlane.transports.http.asgi import (
     HttpError,
     Receive,

@@ -21,7 +21,7 @@ A schema is ``{"schema_type": "json", "schema": <JSON Schema>}``, or
 ``{"data": <JSON>}`` or ``{"data_base64": ..., "content_type": "application/x-protobuf"}``.
 
 Event types are subjects: an event of type ``reward.v1`` appended to any log is validated
-against subject ``reward.v1`` when it exists (`airlane.eventsourcing`).
+against subject ``reward.v1`` when it exists (`airlane.gateway.eventsourcing`).
 """
 
 from __future__ import annotations

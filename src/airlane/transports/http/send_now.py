@@ -1,7 +1,7 @@
 """`send_now`: run an ASGI ``send`` without a task switch when the server does not make it wait.
 
 An ASGI server's ``send`` is a coroutine, but it only suspends to apply flow control (the
-socket's buffer is full). Driving the coroutine by hand (`airlane.eager.start_eagerly`)
+socket's buffer is full). Driving the coroutine by hand (`airlane.runtime.eager.start_eagerly`)
 completes it in place in the common case; when it does suspend, the rest runs in a task, and
 the caller waits for that task before it sends anything else, so the order of writes is kept.
 """
@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
 from typing import Any, cast
 
-from airlane.eager import start_eagerly
+from airlane.runtime.eager import start_eagerly
 
 __all__ = ["send_now", "send_went_through"]
 

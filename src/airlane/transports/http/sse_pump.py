@@ -30,7 +30,7 @@ from typing import Any
 
 from airlane.core import TERMINAL_KINDS, Event
 from airlane.hub import Subscription
-from airlane.transports.drains import DrainQueue, drain_queue
+from airlane.runtime.drains import DrainQueue, drain_queue
 from airlane.transports.http.asgi import Receive, Send
 from airlane.transports.http.metrics import HttpMetrics
 from airlane.transports.http.send_now import send_now, send_went_through
@@ -224,7 +224,7 @@ class SSEPump:
     def _on_ready(self) -> None:
         """The hub's call-back: the subscription may have something new. The drain runs as a
         plain call-back at the end of this loop turn, or sooner when many are due
-        (`airlane.transports.drains`), so that what the producers of this turn append goes out
+        (`airlane.runtime.drains`), so that what the producers of this turn append goes out
         in one write (a reader that is behind gets one coalesced read), and costs no task
         switch."""
         drains = self._drains  # set while a direct run is on (as `_done` is)

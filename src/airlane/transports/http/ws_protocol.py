@@ -160,7 +160,7 @@ class BatchingWebSocketProtocol(WebSocketsSansIOProtocol):
         """As uvicorn does, then break the reference cycle between websockets' protocol and
         its parser: the parser is a generator whose frame holds the protocol that holds it,
         so without this every connection's protocol, reader, buffers and frames stay in
-        memory until a full pass of the collector (under `airlane.gcpacer`, up to five
+        memory until a full pass of the collector (under `airlane.server.gcpacer`, up to five
         minutes: the soak's memory climbed by about 1 KB per WebSocket connection until
         then)."""
         super().connection_lost(exc)

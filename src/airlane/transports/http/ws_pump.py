@@ -27,9 +27,9 @@ import time
 from collections.abc import Callable
 
 from airlane.core import TERMINAL_KINDS, Event
-from airlane.eager import start_eagerly
 from airlane.hub import Subscription
-from airlane.transports.drains import DrainQueue, drain_queue
+from airlane.runtime.drains import DrainQueue, drain_queue
+from airlane.runtime.eager import start_eagerly
 from airlane.transports.http.asgi import Send
 from airlane.transports.http.metrics import HttpMetrics
 from airlane.transports.http.send_now import send_went_through
@@ -116,7 +116,7 @@ class WebSocketPump:
     def _on_ready(self) -> None:
         """The hub's call-back: the subscription may have something new. The drain runs as a
         plain call-back at the end of this loop turn, or sooner when many are due
-        (`airlane.transports.drains`), so what the producers of this turn append goes out in
+        (`airlane.runtime.drains`), so what the producers of this turn append goes out in
         one write."""
         drains = self._drains
         if not self._scheduled and drains is not None:

@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from airlane.admission import FIRST_BATCH, Admission, AdmissionConfig, Overloaded
+from airlane.runtime.admission import FIRST_BATCH, Admission, AdmissionConfig, Overloaded
 from airlane.server import load_config
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parent.parent.parent
 
 
 class Due:
@@ -131,11 +131,11 @@ def test_the_admission_table_of_the_configuration_file(tmp_path: Path) -> None:
 SCRIPT = """
 import asyncio, json
 import grpc, httpx, openai, websockets
-from airlane.admission import Admission, AdmissionConfig
+from airlane.runtime.admission import Admission, AdmissionConfig
 from airlane.client import (
     AircClient, AirlaneClient, GatewayOverloaded, GrpcClient, RequestRejected, RetryPolicy,
 )
-from airlane.gcpacer import GcConfig
+from airlane.server.gcpacer import GcConfig
 from airlane.server import ServerConfig, serve
 from tests.grpc_transport.conftest import SHORT_REQUEST, airlane_stub, generate_request
 

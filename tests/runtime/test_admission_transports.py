@@ -8,11 +8,11 @@ import socket
 
 import grpc
 
-from airlane.admission import Admission
 from airlane.backends.synthetic import SyntheticBackend, SyntheticConfig
 from airlane.client.airc import AircClient
 from airlane.gateway import Gateway
 from airlane.hub import MemoryHub
+from airlane.runtime.admission import Admission
 from airlane.transports.airc import AircTcpServer
 from airlane.transports.grpc import GrpcServer
 from airlane.v1 import events_pb2

@@ -35,7 +35,7 @@ from airlane.sync.ops import Op
 
 __all__ = ["Room", "RoomConfig", "RoomError", "Rooms"]
 
-log = logging.getLogger("airlane.rooms")
+log = logging.getLogger("airlane.sync.rooms")
 
 Listener = Callable[[list[dict[str, Any]]], None]
 """Called with the op dicts a room applied (one call per record); must not block."""

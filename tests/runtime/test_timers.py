@@ -7,7 +7,7 @@ import gc
 import time
 import weakref
 
-from airlane.deadline import DeadlineTimer
+from airlane.runtime.timers import DeadlineTimer
 
 
 async def test_fires_by_the_earliest_deadline() -> None:

@@ -24,7 +24,7 @@ import os
 
 __all__ = ["DEFAULT_RESERVED_FDS", "reserve_fd_table"]
 
-log = logging.getLogger("airlane.fdtable")
+log = logging.getLogger("airlane.server.fdtable")
 
 DEFAULT_RESERVED_FDS = 65_536
 """Descriptors ``airlane serve`` makes room for at start (its ``reserved_fds`` setting)."""

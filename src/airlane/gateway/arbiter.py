@@ -22,7 +22,7 @@ from airlane.sync.semantic import ArbitrationRequest, Edit, ModelArbiter, Semant
 
 __all__ = ["ARBITER_PROMPT", "ask_backend", "resolve_with_backend"]
 
-log = logging.getLogger("airlane.arbiter")
+log = logging.getLogger("airlane.gateway.arbiter")
 
 ARBITER_PROMPT = (
     "Several people edited the field {key!r} at the same time. Merge their versions into one "

@@ -1,7 +1,7 @@
 """The gateway service: what every transport calls.
 
 `Gateway` joins a hub, a backend, the security gate and the event sourcing services (event logs
-and the schema registry: `airlane.eventsourcing`). Transports parse their wire, build a
+and the schema registry: `airlane.gateway.eventsourcing`). Transports parse their wire, build a
 `Principal` and call these methods; the gateway checks the gate, runs producers (backend ->
 hub) as tasks it owns, and never knows which wire a request came from. A producer iterates
 the backend's stream and appends each batch, or, where the backend offers a feed for the
@@ -28,11 +28,11 @@ from airlane.backends.base import (
 )
 from airlane.core import Event, OrphanMode, OrphanPolicy, Position, Retention
 from airlane.core.events import TERMINAL_KINDS
-from airlane.eager import start_eagerly
-from airlane.eventsourcing import EventSourcing
+from airlane.gateway.eventsourcing import EventSourcing
 from airlane.hub import Hub, HubFull, StreamEnded, StreamInfo, StreamNotFound, Subscription
-from airlane.rooms import Rooms
+from airlane.runtime.eager import start_eagerly
 from airlane.security import Action, AllowAll, Principal, SecurityPolicy
+from airlane.sync.rooms import Rooms
 
 if TYPE_CHECKING:  # the service loads only where a store is configured
     from airlane.artifacts.service import ArtifactService
@@ -79,7 +79,7 @@ class Gateway:
         self.events = events or EventSourcing()
         """Event logs and the schema registry (in memory unless given)."""
         self.rooms = Rooms(hub, node=getattr(hub, "node", "local"))
-        """Shared-state rooms kept in the hub (`airlane.rooms`)."""
+        """Shared-state rooms kept in the hub (`airlane.sync.rooms`)."""
         self.artifacts: ArtifactService | None = None
         """The artifact store served under ``/v1/artifacts`` and its announcements, when the
         composition root configured one (`airlane.artifacts.service`)."""

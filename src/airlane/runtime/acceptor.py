@@ -35,12 +35,12 @@ from prometheus_client.registry import Collector
 
 __all__ = ["MAX_PER_TURN", "RETRY_S", "Acceptor", "AcceptorMetrics"]
 
-log = logging.getLogger("airlane.acceptor")
+log = logging.getLogger("airlane.runtime.acceptor")
 
 MAX_PER_TURN = 128
 """Connections accepted per readiness at most, so that one poll cannot hold the loop long
 (each is an ``accept`` and a task to hand it over; the requests the connections then make
-are admitted separately, `airlane.admission`)."""
+are admitted separately, `airlane.runtime.admission`)."""
 RETRY_S = 0.1
 """How long the acceptor stops watching after ``accept`` failed for want of descriptors or
 memory, or for a reason that is not one connection's."""

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from airlane.gcpacer import GC_GEN0_THRESHOLD, GcConfig, GcPacer, peak_rss_kb, tune_gc
+from airlane.server.gcpacer import GC_GEN0_THRESHOLD, GcConfig, GcPacer, peak_rss_kb, tune_gc
 
 
 class _Cycle:
@@ -218,7 +218,7 @@ def test_prometheus_families():
 # one full pass: prints how much resident memory the pass gave back, and the trim's time.
 _TRIM_SCRIPT = """
 import sys
-from airlane.gcpacer import GcConfig, GcPacer
+from airlane.server.gcpacer import GcConfig, GcPacer
 
 def rss_kb():
     with open("/proc/self/status") as status:

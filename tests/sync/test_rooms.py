@@ -16,10 +16,10 @@ import websockets
 
 from airlane.core import Event
 from airlane.hub import MemoryHub
-from airlane.rooms import RoomConfig, RoomError, Rooms
 from airlane.sync.hlc import HybridClock
 from airlane.sync.lww import LWWMap
 from airlane.sync.ops import Op
+from airlane.sync.rooms import RoomConfig, RoomError, Rooms
 
 
 def now_ms() -> int:

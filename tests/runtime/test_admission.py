@@ -8,8 +8,8 @@ import gc
 import time
 from typing import Any
 
-from airlane.admission import MAX_BATCH, MIN_BATCH, Admission, AdmissionConfig
 from airlane.backends.pacing import Pacer
+from airlane.runtime.admission import MAX_BATCH, MIN_BATCH, Admission, AdmissionConfig
 
 
 class Deadlines:
@@ -134,7 +134,7 @@ def test_each_loop_has_its_own_admission_and_lets_it_go_with_the_loop() -> None:
     finally:
         first_loop.close()
         second_loop.close()
-    from airlane import admission as module
+    from airlane.runtime import admission as module
 
     before = len(module._BY_LOOP)
     del first_loop

@@ -11,7 +11,7 @@ from airlane.hub import MemoryHub
 from airlane.hub.jetstream import JetStreamHub
 from airlane.server import ServerConfig, build_hub, load_config
 
-EXAMPLE = Path(__file__).parent.parent / "docs" / "airlane.example.toml"
+EXAMPLE = Path(__file__).parent.parent.parent / "docs" / "airlane.example.toml"
 
 
 def test_the_documented_example_is_the_defaults():

@@ -7,24 +7,22 @@ edited or committed. A wheel gets them at build time (``setup.py``); in a source
 them next to ``airlane/v1/__init__.py`` whenever the ``.proto`` files or grpcio-tools
 changed, which a stamp file records.
 
-    python -m airlane.protos          # (re)generate in this checkout
+    python -m airlane.v1          # (re)generate in this checkout
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import sys
 import tempfile
 from pathlib import Path
 
 __all__ = ["GENERATED_DIR", "PROTO_ROOT", "ensure_generated", "generate", "proto_files"]
 
-_PACKAGE_DIR = Path(__file__).resolve().parent
-PROTO_ROOT = _PACKAGE_DIR.parent.parent / "proto"
+GENERATED_DIR = Path(__file__).resolve().parent
+"""Where the generated modules go: the `airlane.v1` package, beside this generator."""
+PROTO_ROOT = GENERATED_DIR.parent.parent.parent / "proto"
 """Where the ``.proto`` files live in a source checkout (``<repo>/proto``)."""
-GENERATED_DIR = _PACKAGE_DIR / "v1"
-"""Where the generated modules go: the `airlane.v1` package."""
 _STAMP = GENERATED_DIR / ".generated"
 
 
@@ -88,8 +86,3 @@ def ensure_generated() -> None:
         return
     generate()
     _STAMP.write_text(fingerprint)
-
-
-if __name__ == "__main__":  # pragma: no cover - exercised by scripts/setup.sh
-    ensure_generated()
-    print(f"airlane.v1 generated from {PROTO_ROOT}", file=sys.stderr)

@@ -12,7 +12,7 @@ import pytest
 
 from airlane.core import Event
 from airlane.hub import MemoryHub
-from airlane.transports.drains import DEFAULT_BURST, DrainQueue, drain_queue
+from airlane.runtime.drains import DEFAULT_BURST, DrainQueue, drain_queue
 from airlane.transports.http.metrics import HttpMetrics
 from airlane.transports.http.sse_pump import SSEPump
 
@@ -113,7 +113,7 @@ def test_burst_must_be_positive() -> None:
 async def test_a_long_turn_writes_its_first_sse_streams_before_it_ends() -> None:
     """A producer that appends to many streams in one call-back (a pacer, a busy loop turn of
     upstream reads) does not hold every write until the turn ends: once a burst of pumps is
-    due, they drain in the middle of it (`airlane.transports.drains`)."""
+    due, they drain in the middle of it (`airlane.runtime.drains`)."""
     count = 2 * DEFAULT_BURST + 3
     hub = MemoryHub()
     written: list[int] = []

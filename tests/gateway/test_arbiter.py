@@ -6,10 +6,10 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncGenerator
 
-from airlane.arbiter import ask_backend, resolve_with_backend
 from airlane.backends.base import BackendError, GenerationRequest
 from airlane.backends.synthetic import SyntheticBackend, SyntheticConfig
 from airlane.core import Event
+from airlane.gateway.arbiter import ask_backend, resolve_with_backend
 from airlane.sync.hlc import HybridClock
 from airlane.sync.semantic import ArbitrationRequest, SemanticMap
 

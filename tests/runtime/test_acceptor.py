@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import uvloop
 
-from airlane.acceptor import RETRY_S, Acceptor
+from airlane.runtime.acceptor import RETRY_S, Acceptor
 
 LOOPS = {"uvloop": uvloop.new_event_loop, "asyncio": asyncio.new_event_loop}
 
@@ -253,7 +253,7 @@ def test_out_of_descriptors_pauses_instead_of_spinning_then_catches_up() -> None
     code = textwrap.dedent(
         """
         import asyncio, logging, os, resource, socket, time, uvloop
-        from airlane.acceptor import RETRY_S, Acceptor
+        from airlane.runtime.acceptor import RETRY_S, Acceptor
         logging.basicConfig(level=logging.WARNING, format="%(message)s")
 
         async def main():

@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from airlane.fdtable import DEFAULT_RESERVED_FDS, reserve_fd_table
+from airlane.server.fdtable import DEFAULT_RESERVED_FDS, reserve_fd_table
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="reads the table size from /proc (Linux)"
@@ -40,7 +40,7 @@ def test_the_table_grows_to_the_reserved_size_and_no_descriptor_stays_open() -> 
     out = _run(
         """
         import os, resource
-        from airlane.fdtable import reserve_fd_table
+        from airlane.server.fdtable import reserve_fd_table
         soft_limit(5000)
         before, open_before = fdsize(), len(os.listdir("/proc/self/fd"))
         reserved = reserve_fd_table(3000)
@@ -58,7 +58,7 @@ def test_the_reservation_stops_at_the_soft_limit() -> None:
     out = _run(
         """
         import resource
-        from airlane.fdtable import reserve_fd_table
+        from airlane.server.fdtable import reserve_fd_table
         soft_limit(300)
         print(reserve_fd_table(65536), fdsize())
         """
@@ -109,7 +109,7 @@ def test_a_process_with_every_descriptor_taken_reserves_nothing_and_does_not_fai
     out = _run(
         """
         import os
-        from airlane.fdtable import reserve_fd_table
+        from airlane.server.fdtable import reserve_fd_table
         soft_limit(64)
         held = []
         try:

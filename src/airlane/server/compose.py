@@ -1,0 +1,91 @@
+"""The composition root: configuration -> hub + backend + security -> gateway -> the HTTP app.
+
+Nothing else in Airlane chooses implementations: the gateway, the hub and the transports are
+handed what they use here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from airlane.backends.base import Backend
+from airlane.backends.openai import OpenAIUpstreamBackend
+from airlane.backends.synthetic import SyntheticBackend
+from airlane.gateway import Gateway, GatewayConfig
+from airlane.gateway.eventsourcing import EventSourcing
+from airlane.hub import Hub, MemoryHub, MemoryHubConfig
+from airlane.security import AllowAll, ApiKeyPolicy, SecurityPolicy
+from airlane.server.config import ServerConfig
+from airlane.transports.airc import AIRC_SUBPROTOCOL, AircWebSocketHandler
+from airlane.transports.grpc.web import GRPC_WEB_PREFIX, grpc_web_app
+from airlane.transports.http import AirlaneApp
+
+__all__ = ["build_app", "build_backend", "build_event_sourcing", "build_hub", "nats_servers"]
+
+
+def build_backend(config: ServerConfig) -> Backend:
+    """The synthetic backend, or the upstream one when ``upstream`` is set."""
+    if config.upstream:
+        return OpenAIUpstreamBackend(config.upstream, config.upstream_api_key, model=config.model)
+    return SyntheticBackend(config.synthetic)
+
+
+def nats_servers(config: ServerConfig) -> tuple[str, ...]:
+    """The NATS servers ``hub`` names; empty for ``memory``."""
+    if config.hub == "memory":
+        return ()
+    servers = tuple(url.strip() for url in config.hub.split(",") if url.strip())
+    if not servers or not all(url.startswith(("nats://", "tls://")) for url in servers):
+        raise ValueError(f"hub {config.hub!r}: use 'memory' or nats://host:port[,nats://...]")
+    return servers
+
+
+def build_hub(config: ServerConfig) -> Hub:
+    """The in-memory hub, or the JetStream hub when ``hub`` names NATS servers."""
+    local = MemoryHubConfig(retention=config.retention)
+    servers = nats_servers(config)
+    if not servers:
+        return MemoryHub(local)
+    from airlane.hub.jetstream.hub import JetStreamHub  # loads the NATS client: only here
+
+    return JetStreamHub(replace(config.jetstream, servers=servers, local=local))
+
+
+def build_event_sourcing(config: ServerConfig) -> EventSourcing:
+    """Event logs and the registry: in JetStream beside the hub, or in memory."""
+    return EventSourcing(
+        config.eventsourcing,
+        servers=nats_servers(config),
+        prefix=config.jetstream.prefix,
+        replicas=config.jetstream.replicas,
+    )
+
+
+def build_app(config: ServerConfig) -> AirlaneApp:
+    """Gateway and HTTP app for ``config`` (the gateway starts on ASGI lifespan startup)."""
+    security: SecurityPolicy = ApiKeyPolicy(config.api_keys) if config.api_keys else AllowAll()
+    gateway = Gateway(
+        build_hub(config),
+        build_backend(config),
+        security=security,
+        config=GatewayConfig(orphan=config.orphan, retention=config.retention),
+        events=build_event_sourcing(config),
+    )
+    if config.artifacts.dir is not None:
+        from airlane.artifacts.service import ArtifactService  # numpy and hashes: only here
+
+        gateway.artifacts = ArtifactService(
+            Path(config.artifacts.dir),
+            gateway.hub,
+            scan_interval_s=config.artifacts.scan_interval_s,
+        )
+    http = config.http
+    if config.model and config.model not in http.models:
+        http = replace(http, models=(config.model, *http.models))
+    airc = AircWebSocketHandler(gateway, config.airc)
+    # gRPC-Web and Connect for browsers, on the HTTP port (native gRPC has its own listener).
+    rpc = grpc_web_app(gateway, config.grpc)
+    return AirlaneApp(
+        gateway, http, subprotocols={AIRC_SUBPROTOCOL: airc}, mounts={GRPC_WEB_PREFIX: rpc}
+    )

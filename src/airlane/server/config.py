@@ -1,0 +1,131 @@
+"""`ServerConfig`: everything ``airlane serve`` can be told, from its flags and a TOML file
+(`load_config`)."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from airlane.artifacts.config import ArtifactsConfig
+from airlane.backends.synthetic import SyntheticConfig
+from airlane.core import OrphanMode, OrphanPolicy, Retention
+from airlane.gateway.eventsourcing import EventSourcingConfig
+from airlane.hub.jetstream import JetStreamHubConfig
+from airlane.runtime.admission import AdmissionConfig
+from airlane.server.address import DEFAULT_HOST, DEFAULT_PORT
+from airlane.server.fdtable import DEFAULT_RESERVED_FDS
+from airlane.server.gcpacer import GcConfig
+from airlane.transports.airc import AircServerConfig
+from airlane.transports.grpc import GrpcServerConfig
+from airlane.transports.http import HttpConfig
+from airlane.wire.airc import AircConfig
+
+__all__ = ["DEFAULT_TCP_KEEPALIVE_S", "ServerConfig", "load_config"]
+
+DEFAULT_TCP_KEEPALIVE_S = 45
+"""The seed's TCP keepalive on accepted sockets."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """Everything ``airlane serve`` can be told."""
+
+    host: str = DEFAULT_HOST
+    """Address to listen on (loopback by default)."""
+    port: int = DEFAULT_PORT
+    """Port to listen on; 0 picks a free one (printed at start)."""
+    upstream: str | None = None
+    """An OpenAI-compatible base URL (``http://host:8000/v1``); None: the synthetic backend."""
+    upstream_api_key: str | None = None
+    """Bearer key sent upstream."""
+    model: str | None = None
+    """Model name forced on upstream requests (None: the client's)."""
+    api_keys: dict[str, str] = field(default_factory=dict)
+    """Client API keys -> principal names; empty: no authentication (localhost default)."""
+    synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
+    """Timing of the synthetic backend."""
+    http: HttpConfig = field(default_factory=HttpConfig)
+    """HTTP transport limits and heartbeats."""
+    orphan: OrphanPolicy = field(default_factory=OrphanPolicy)
+    """Default orphan policy of generations."""
+    retention: Retention = field(default_factory=Retention)
+    """Default retention of every stream."""
+    airc: AircServerConfig = field(default_factory=AircServerConfig)
+    """The AIRC transport: its TCP listener and session limits."""
+    grpc: GrpcServerConfig = field(default_factory=GrpcServerConfig)
+    """The gRPC transport: its listener and limits."""
+    tcp_keepalive_s: int = DEFAULT_TCP_KEEPALIVE_S
+    """Idle seconds before TCP keepalive probes on accepted sockets."""
+    hub: str = "memory"
+    """Where streams live: ``memory`` (this process) or NATS JetStream server URLs,
+    ``nats://host:4222`` (several separated by commas), shared by every node pointed at it."""
+    jetstream: JetStreamHubConfig = field(default_factory=JetStreamHubConfig)
+    """The JetStream hub's settings (``[jetstream]``), used when ``hub`` is a NATS URL."""
+    eventsourcing: EventSourcingConfig = field(default_factory=EventSourcingConfig)
+    """Event logs and the schema registry (``[eventsourcing]``); in JetStream when ``hub``
+    is a NATS URL, else in memory."""
+    artifacts: ArtifactsConfig = field(default_factory=ArtifactsConfig)
+    """The model artifact store served under ``/v1/artifacts`` (``[artifacts]``)."""
+    log_level: str = "info"
+    """Python logging level."""
+    gc: GcConfig = field(default_factory=GcConfig)
+    """How the garbage collector is scheduled (``[gc]``, `airlane.server.gcpacer`)."""
+    admission: AdmissionConfig = field(default_factory=AdmissionConfig)
+    """How long and how many new streams may wait to be set up (``[admission]``,
+    `airlane.runtime.admission`)."""
+    reserved_fds: int = DEFAULT_RESERVED_FDS
+    """Descriptor slots made at start (at most the soft ``RLIMIT_NOFILE``), so that taking
+    connections never waits for the kernel to grow the table (`airlane.server.fdtable`); 0: none."""
+
+
+def load_config(path: Path, base: ServerConfig | None = None) -> ServerConfig:
+    """Read a TOML file: top-level keys of `ServerConfig`, plus ``[synthetic]``, ``[http]``,
+    ``[orphan]``, ``[retention]``, ``[airc]``, ``[grpc]``, ``[jetstream]``, ``[eventsourcing]``,
+    ``[artifacts]``, ``[gc]``, ``[admission]`` and ``[api_keys]`` tables. Unknown
+    keys are an error."""
+    with path.open("rb") as fh:
+        data = tomllib.load(fh)
+    config = base or ServerConfig()
+    nested: dict[str, Any] = {
+        "synthetic": (SyntheticConfig, config.synthetic),
+        "http": (HttpConfig, config.http),
+        "orphan": (OrphanPolicy, config.orphan),
+        "retention": (Retention, config.retention),
+        "airc": (AircServerConfig, config.airc),
+        "grpc": (GrpcServerConfig, config.grpc),
+        "jetstream": (JetStreamHubConfig, config.jetstream),
+        "eventsourcing": (EventSourcingConfig, config.eventsourcing),
+        "artifacts": (ArtifactsConfig, config.artifacts),
+        "gc": (GcConfig, config.gc),
+        "admission": (AdmissionConfig, config.admission),
+    }
+    changes: dict[str, Any] = {}
+    allowed = {f.name for f in fields(ServerConfig)}
+    for key, value in data.items():
+        if key not in allowed:
+            raise ValueError(f"{path}: unknown setting {key!r}")
+        if key not in nested:
+            changes[key] = value
+            continue
+        cls, current = nested[key]
+        section = dict(value)
+        if key == "airc" and "connection" in section:
+            # [airc.connection]: the protocol's windows and timers.
+            unknown = set(section["connection"]) - {f.name for f in fields(AircConfig)}
+            if unknown:
+                raise ValueError(f"{path}: unknown [airc.connection] settings {sorted(unknown)}")
+            section["connection"] = replace(current.connection, **section["connection"])
+        if key == "orphan" and "mode" in section:
+            section["mode"] = OrphanMode(section["mode"])
+        if key == "jetstream" and ("local" in section or "servers" in section):
+            raise ValueError(f"{path}: set the NATS servers with hub = 'nats://...'")
+        for name in ("models", "cors_origins"):
+            if key == "http" and name in section:
+                section[name] = tuple(section[name])
+        unknown = set(section) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ValueError(f"{path}: unknown [{key}] settings {sorted(unknown)}")
+        changes[key] = replace(current, **section)
+    return replace(config, **changes)
