@@ -49,7 +49,7 @@ PACKAGES = [
     "airlane.server.config",
     "airlane.server.fdtable",
     "airlane.server.gcpacer",
-    "airlane.server.serve",
+    "airlane.server.run",
     "airlane.artifacts",
     "airlane.v1.generate",
 ]
@@ -143,7 +143,7 @@ def _loaded_after(code: str, modules: tuple[str, ...]) -> list[str]:
 SERVER_STACK = (
     "airlane.gateway",
     "airlane.server.compose",
-    "airlane.server.serve",
+    "airlane.server.run",
     "uvicorn",
     "grpc",
     "websockets",

@@ -2,7 +2,7 @@
 
 - `config`: `ServerConfig` and `load_config` (flags and a TOML file);
 - `compose`: the composition root, configuration -> hub + backend + gateway -> HTTP app;
-- `serve`: the listeners (HTTP, AIRC/TCP, gRPC) and the process around them;
+- `run`: `serve`, the listeners (HTTP, AIRC/TCP, gRPC) and the process around them;
 - `address`: the default listening address (clients default to it without the server);
 - `fdtable`, `gcpacer`: process tuning (the descriptor table, the garbage collector).
 
@@ -20,13 +20,13 @@ if TYPE_CHECKING:
     from airlane.server.address import DEFAULT_HOST, DEFAULT_PORT
     from airlane.server.compose import build_app, build_event_sourcing, build_hub
     from airlane.server.config import DEFAULT_TCP_KEEPALIVE_S, ServerConfig, load_config
-    from airlane.server.serve import Listening, airc_port, bind_socket, grpc_port, serve
+    from airlane.server.run import Listening, airc_port, bind_socket, grpc_port, serve
 
 _HOMES = {
     "airlane.server.address": ("DEFAULT_HOST", "DEFAULT_PORT"),
     "airlane.server.compose": ("build_app", "build_event_sourcing", "build_hub"),
     "airlane.server.config": ("DEFAULT_TCP_KEEPALIVE_S", "ServerConfig", "load_config"),
-    "airlane.server.serve": ("Listening", "airc_port", "bind_socket", "grpc_port", "serve"),
+    "airlane.server.run": ("Listening", "airc_port", "bind_socket", "grpc_port", "serve"),
 }
 
 __all__ = [
