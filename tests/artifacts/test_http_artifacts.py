@@ -38,7 +38,7 @@ def test_parse_range(header, size, expected):
 def test_unsatisfiable_ranges_are_416_with_the_size(header):
     with pytest.raises(HttpError) as caught:
         parse_range(header, 100)
-    assert caught.value.status == 416
+    assert caught.value.code == "range_not_satisfiable"
     assert (b"content-range", b"bytes */100") in caught.value.headers
 
 

@@ -169,7 +169,7 @@ async def test_tokens_per_delta_groups_tokens() -> None:
 async def test_invalid_max_tokens_is_the_clients_fault() -> None:
     with pytest.raises(BackendError) as info:
         SyntheticBackend(FAST).stream(request(max_tokens=0))
-    assert info.value.status == 400
+    assert info.value.code == "invalid_request"
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,7 @@ import pytest
 
 from airlane.backends.synthetic import SyntheticConfig, SyntheticScript
 from airlane.core import Kind
-from airlane.transports.http.chat_request import parse_chat_request
+from airlane.gateway.chat_request import parse_chat_request
 from tests.servers import ServerProcess, run_server
 
 pytestmark = pytest.mark.browser

@@ -298,7 +298,7 @@ class EventLogContract:
         for call in calls:
             with pytest.raises(LogNotFound) as raised:
                 await call
-            assert raised.value.status == 404 and raised.value.code == "log_not_found"
+            assert raised.value.code == "log_not_found"
         await event_log.create_log("log")
         with pytest.raises(GroupNotFound):
             await event_log.delete_group("log", "g")
@@ -318,7 +318,7 @@ class EventLogContract:
         await event_log.create_log("log", max_events=7)
         with pytest.raises(LogExists) as raised:
             await event_log.create_log("log", exist_ok=False)
-        assert raised.value.status == 409
+        assert raised.value.code == "log_exists"
         info = await event_log.create_log("log", max_events=9)  # exist_ok: unchanged
         assert info.limits.max_events == 7
 
@@ -326,7 +326,7 @@ class EventLogContract:
         for bad in ("", "a b", "x" * 201, "a/b", "é", "a*", None):
             with pytest.raises(InvalidLogName) as raised:
                 await event_log.create_log(bad)  # type: ignore[arg-type]
-            assert raised.value.status == 400
+            assert raised.value.code == "invalid_log_name"
         await event_log.create_log("log")
         with pytest.raises(InvalidLogName):
             await event_log.consumer_group("log", "no spaces")
@@ -356,7 +356,7 @@ class EventLogContract:
         limit = event_log.max_event_bytes
         with pytest.raises(EventTooLarge) as raised:
             await event_log.append("log", "n.v1", b"x" * limit)
-        assert raised.value.status == 413
+        assert raised.value.code == "event_too_large"
         fits = limit - len("n.v1") - len("application/octet-stream")
         record = await event_log.append(
             "log", "n.v1", b"x" * fits, content_type="application/octet-stream"

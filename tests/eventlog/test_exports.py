@@ -7,6 +7,7 @@ import importlib
 import pytest
 
 import airlane.eventlog
+from airlane.core.errors import AirlaneError, ErrorCode
 
 MODULES = [
     "airlane.eventlog",
@@ -70,8 +71,9 @@ def test_package_exports():
     }
 
 
-def test_errors_carry_a_status_and_a_code():
+def test_errors_carry_a_code_and_no_wire_knowledge():
     for name in airlane.eventlog.__all__:
         value = getattr(airlane.eventlog, name)
         if isinstance(value, type) and issubclass(value, airlane.eventlog.EventLogError):
-            assert 400 <= value.status < 600 and value.code
+            assert issubclass(value, AirlaneError) and isinstance(value.code, ErrorCode)
+            assert not hasattr(value, "status")

@@ -50,7 +50,7 @@ async def test_log_and_group_counts_are_bounded():
     await log.create_log("b")
     with pytest.raises(CapacityExceeded) as raised:
         await log.create_log("c")
-    assert raised.value.status == 503
+    assert raised.value.code == "capacity_exceeded"
     await log.consumer_group("a", "g1")
     await log.consumer_group("a", "g1")  # joining an existing group is not a new one
     with pytest.raises(CapacityExceeded):

@@ -51,7 +51,7 @@ class Broken:
 
     def stream(self, request: GenerationRequest) -> AsyncGenerator[list[Event], None]:
         async def fail() -> AsyncGenerator[list[Event], None]:
-            raise BackendError("upstream refused", code="upstream_error", status=502)
+            raise BackendError("upstream refused", code="upstream_error")
             yield []  # pragma: no cover
 
         return fail()

@@ -41,6 +41,11 @@ async def refusal(call: Awaitable[Any] | Any) -> grpc.aio.AioRpcError:
     return refused.value
 
 
+def error_code(error: grpc.aio.AioRpcError) -> str | None:
+    """The gateway's own error code, from the ``airlane-error-code`` trailer."""
+    return dict(error.trailing_metadata() or ()).get("airlane-error-code")  # type: ignore[no-any-return]
+
+
 async def assert_still_serving(stub: Stub, url: str) -> None:
     events = await read_all(stub.Generate(generate_request(SHORT_REQUEST)))
     assert events[-1].event.kind == events_pb2.KIND_DONE
@@ -119,6 +124,7 @@ async def test_publish_stream_stops_at_the_first_invalid_event(stub: Stub) -> No
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "event 3:" in (error.details() or "")
     assert "(2 appended before it)" in (error.details() or "")
+    assert error_code(error) == "invalid_event"  # as the unary Publish says it
     # What came before the invalid event was appended; nothing after it.
     reader = stub.Subscribe(service_pb2.SubscribeRequest(stream_id=stream_id))
     assert [(await reader.read()).event.seq for _ in range(2)] == [1, 2]
@@ -154,10 +160,19 @@ async def test_a_repeated_metadata_header_is_invalid_argument(
     error = await refusal(stub.Generate(generate_request(SHORT_REQUEST), metadata=metadata))
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "x-model-id" in (error.details() or "")
+    assert error_code(error) == "invalid_metadata"  # as every refusal, with its code
     unary = await refusal(
         stub.Publish(publish_request(fresh_stream_id(), message_event(1)), metadata=metadata)
     )
     assert unary.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert error_code(unary) == "invalid_metadata"
+    too_long = (("x-request-id", "r" * 257),)
+    streaming = stub.PublishStream(
+        iter([publish_request(fresh_stream_id(), message_event(1))]), metadata=too_long
+    )
+    refused = await refusal(streaming)
+    assert refused.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert error_code(refused) == "invalid_metadata"
     # Each header once is fine.
     once = (("x-model-id", "model-a"), ("x-model-version", "3"), ("x-request-id", "req-1"))
     events = await read_all(stub.Generate(generate_request(SHORT_REQUEST), metadata=once))

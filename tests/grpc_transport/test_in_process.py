@@ -17,6 +17,7 @@ import pytest
 from airlane.backends.base import GenerationRequest
 from airlane.backends.synthetic import SyntheticBackend, SyntheticConfig
 from airlane.core import Event
+from airlane.core.errors import AirlaneError, ErrorCode
 from airlane.gateway import Gateway
 from airlane.hub import MemoryHub
 from airlane.runtime.callcontext import CALL, CallContext
@@ -133,9 +134,11 @@ def test_call_context_reads_each_header_at_most_once() -> None:
     seen = call_context((("x-model-id", b"m"), ("other", "x"), ("x-request-id", "r")))
     assert seen == CallContext(model_id="m", model_version=None, request_id="r")
     repeated = call_context((("x-model-version", "1"), ("x-model-version", "2")))
-    assert repeated == "metadata 'x-model-version' appears more than once"
+    assert isinstance(repeated, AirlaneError)
+    assert str(repeated) == "metadata 'x-model-version' appears more than once"
+    assert repeated.code is ErrorCode.INVALID_METADATA and repeated.param == "x-model-version"
     too_long = call_context((("x-model-id", "m" * 257),))
-    assert isinstance(too_long, str) and "longer than 256" in too_long
+    assert isinstance(too_long, AirlaneError) and "longer than 256" in str(too_long)
 
 
 async def test_permission_denied() -> None:

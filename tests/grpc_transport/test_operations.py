@@ -42,6 +42,27 @@ async def test_health_check_says_serving(channel: grpc.aio.Channel) -> None:
     assert unknown.value.code() == grpc.StatusCode.NOT_FOUND
 
 
+async def test_health_watch_says_serving_then_not_serving_at_shutdown() -> None:
+    # Clients that health-check with Watch (a streaming call whose handler writes with
+    # context.write) see SERVING at once, and NOT_SERVING when the gateway begins to stop,
+    # before the call ends: not straight from SERVING to UNAVAILABLE.
+    with run_server(config=PACED_SYNTHETIC) as gateway:
+        assert gateway.grpc is not None
+        async with grpc.aio.insecure_channel(gateway.grpc) as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            watch = health.Watch(health_pb2.HealthCheckRequest(service=""))
+            first = await asyncio.wait_for(watch.read(), 10)
+            assert first.status == health_pb2.HealthCheckResponse.SERVING
+            gateway.process.send_signal(signal.SIGINT)
+            seen = []
+            try:
+                while (answer := await asyncio.wait_for(watch.read(), 15)) is not grpc.aio.EOF:
+                    seen.append(answer.status)
+            except grpc.aio.AioRpcError:
+                pass  # the call may end with the server, after what it wrote
+    assert health_pb2.HealthCheckResponse.NOT_SERVING in seen
+
+
 async def test_reflection_lists_and_describes_the_services(channel: grpc.aio.Channel) -> None:
     reflection = reflection_pb2_grpc.ServerReflectionStub(channel)
 

@@ -162,6 +162,6 @@ async def test_broker_down_is_registry_unavailable(nats_server: NatsServer):
     try:
         with pytest.raises(RegistryUnavailable) as info:
             await registry.register("orders", CLOSED_V1)
-        assert info.value.status == 503 and info.value.__cause__ is not None
+        assert info.value.code == "registry_unavailable" and info.value.__cause__ is not None
     finally:
         await nc.close()

@@ -39,7 +39,7 @@ async def test_lost_races_are_retried_then_give_up():
     registry = SchemaRegistry(AlwaysBeaten(), Compatibility.NONE, max_attempts=3)
     with pytest.raises(RegistrationConflict) as info:
         await registry.register("s", Schema.json({"type": "string"}))
-    assert info.value.status == 409
+    assert info.value.code == "registration_conflict"
     assert await registry.versions("s") == [1, 2, 3]
     with pytest.raises(ValueError, match="max_attempts"):
         SchemaRegistry(MemorySchemaStore(), max_attempts=0)

@@ -34,7 +34,7 @@ PROTO2 = proto_schema(message("Order", field("id", 1, "int64", required=True)), 
 def violation(schema, payload, content_type="application/json") -> SchemaViolation:
     with pytest.raises(SchemaViolation) as info:
         validate(schema, payload, content_type)
-    assert info.value.status == 422 and info.value.code == "schema_violation"
+    assert info.value.code == "schema_violation"
     return info.value
 
 

@@ -77,7 +77,7 @@ async def test_one_more_than_max_waiting_is_refused_at_once() -> None:
     with pytest.raises(Overloaded) as refused:
         await admission.admit()
     assert "3 new streams wait to be set up already" in str(refused.value)
-    assert (refused.value.status, refused.value.code) == (503, "overloaded")
+    assert refused.value.code == "overloaded" and refused.value.retry_after_s is not None
     assert refused.value.retry_after_s == 1
     assert await asyncio.wait_for(asyncio.gather(*waiting), 5) == ["admitted"] * 3
     assert admission.refused == 1

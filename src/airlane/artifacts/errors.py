@@ -1,9 +1,12 @@
 """The errors of `airlane.artifacts`: each says what was wrong, never with a traceback.
 
-``status`` and ``code`` are what the HTTP gateway answers with when one reaches it.
+Each is an `airlane.core.errors.AirlaneError` with its stable ``code``; a transport that
+serves artifacts reports it through its own table (``docs/errors.md``).
 """
 
 from __future__ import annotations
+
+from airlane.core.errors import AirlaneError, ErrorCode
 
 __all__ = [
     "ArtifactError",
@@ -15,42 +18,37 @@ __all__ = [
 ]
 
 
-class ArtifactError(Exception):
+class ArtifactError(AirlaneError):
     """Something about an artifact was refused."""
 
-    status = 400
-    code = "artifact_error"
+    code = ErrorCode.ARTIFACT_ERROR
 
 
 class ArtifactNotFound(ArtifactError):
     """No such artifact, version or file."""
 
-    status = 404
-    code = "not_found"
+    code = ErrorCode.NOT_FOUND
 
 
 class MalformedArtifact(ArtifactError):
     """A file or manifest does not follow its format (bad header, offsets, JSON...)."""
 
-    status = 422
-    code = "malformed_artifact"
+    code = ErrorCode.MALFORMED_ARTIFACT
 
 
 class VerificationError(ArtifactError):
     """Bytes do not match the checksums the manifest promised."""
 
-    status = 422
-    code = "verification_failed"
+    code = ErrorCode.VERIFICATION_FAILED
 
 
 class SignatureError(VerificationError):
     """A manifest's Ed25519 signature is missing, malformed or does not verify."""
 
-    code = "bad_signature"
+    code = ErrorCode.BAD_SIGNATURE
 
 
 class DeltaBaseMismatch(ArtifactError):
     """A delta was offered a base other than the one it was made against."""
 
-    status = 409
-    code = "delta_base_mismatch"
+    code = ErrorCode.DELTA_BASE_MISMATCH

@@ -30,7 +30,7 @@ from airlane.artifacts.errors import ArtifactError
 __all__ = ["Body", "RangeConnection", "RateLimit", "ShortBody"]
 
 
-class ShortBody(Exception):
+class ShortBody(ArtifactError):
     """The body ended before the bytes the response promised."""
 
 

@@ -21,6 +21,7 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from airlane.core.errors import AirlaneError, ErrorCode
 from airlane.core.events import Event
 
 __all__ = [
@@ -34,14 +35,16 @@ __all__ = [
 ]
 
 
-class BackendError(Exception):
-    """A backend could not produce the stream; the message is shown to the client."""
+class BackendError(AirlaneError):
+    """A backend could not produce the stream; the message is shown to the client, and
+    ``code`` (``backend_error`` unless the backend knows better) ends the stream's ``error``
+    event."""
 
-    def __init__(self, message: str, *, code: str = "backend_error", status: int = 502) -> None:
-        super().__init__(message)
+    code = ErrorCode.BACKEND_ERROR
+
+    def __init__(self, message: str, *, code: ErrorCode = ErrorCode.BACKEND_ERROR) -> None:
+        super().__init__(message, code=ErrorCode(code))
         self.message = message
-        self.code = code
-        self.status = status
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,7 @@ import orjson
 from airlane.backends.base import BackendError, GenerationRequest, LoadTestSpec
 from airlane.backends.paced import PacedFeed, PacedSchedule, ScheduleArgs, TimedFeed
 from airlane.backends.pacing import Pacer
+from airlane.core.errors import ErrorCode
 from airlane.core.events import Channel, Event, Kind, Lane
 from airlane.runtime.eager import yield_to_loop
 
@@ -256,7 +257,7 @@ class SyntheticScript:
         max_tokens = config.default_max_tokens if request.max_tokens is None else request.max_tokens
         if max_tokens < 1:
             raise BackendError(
-                f"max_tokens must be >= 1, not {max_tokens}", code="invalid_request", status=400
+                f"max_tokens must be >= 1, not {max_tokens}", code=ErrorCode.INVALID_REQUEST
             )
         self._request = request
         self._config = config
@@ -407,7 +408,7 @@ class LoadTestChunk:
 
 def _checked(spec: LoadTestSpec) -> LoadTestSpec:
     if spec.chunks < 0 or not (math.isfinite(spec.interval_ms) and spec.interval_ms >= 0):
-        raise BackendError(f"invalid load-test spec: {spec}", code="invalid_request", status=400)
+        raise BackendError(f"invalid load-test spec: {spec}", code=ErrorCode.INVALID_REQUEST)
     return spec
 
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import enum
 
+from airlane.core.errors import AirlaneError, ErrorCode
+
 __all__ = [
     "TimeoutPhase",
     "UpstreamConnectError",
@@ -30,12 +32,16 @@ __all__ = [
 ]
 
 
-class UpstreamHTTPError(Exception):
+class UpstreamHTTPError(AirlaneError):
     """Base class: a request to the upstream failed."""
+
+    code = ErrorCode.UPSTREAM_CONNECTION_ERROR
 
 
 class UpstreamConnectError(UpstreamHTTPError):
     """No connection to the upstream could be made."""
+
+    code = ErrorCode.UPSTREAM_UNAVAILABLE
 
 
 class TimeoutPhase(enum.Enum):
@@ -52,6 +58,8 @@ class TimeoutPhase(enum.Enum):
 class UpstreamTimeout(UpstreamHTTPError):
     """A deadline passed before the upstream answered (or before a connection was free)."""
 
+    code = ErrorCode.UPSTREAM_TIMEOUT
+
     def __init__(self, phase: TimeoutPhase, where: str) -> None:
         super().__init__(f"timed out {phase.value} upstream {where}")
         self.phase = phase
@@ -64,3 +72,5 @@ class UpstreamDisconnected(UpstreamHTTPError):
 
 class UpstreamProtocolError(UpstreamHTTPError):
     """The upstream sent something that is not a valid HTTP/1.1 response, or too much of it."""
+
+    code = ErrorCode.UPSTREAM_PROTOCOL_ERROR

@@ -1,9 +1,12 @@
-"""The pure core of Airlane: events, stream logs, cursors, retention, usage and orphan policy.
+"""The pure core of Airlane: events, stream logs, cursors, retention, usage, orphan policy,
+stream status and the error model (`errors`).
 
 Nothing here does I/O or reads a clock; time is always passed in.
 """
 
+from airlane.core.errors import AirlaneError, BadRequest, ErrorCode, NotFound
 from airlane.core.events import TERMINAL_KINDS, Channel, Event, Kind, Lane
+from airlane.core.info import StreamInfo
 from airlane.core.log import Cursor, ResumeOutOfRange, StreamClosed, StreamLog
 from airlane.core.orphan import OrphanMode, OrphanPolicy, OrphanTracker
 from airlane.core.position import BadResumeToken, Position, valid_stream_id
@@ -12,14 +15,18 @@ from airlane.core.usage import LatencyHistogram, UsageLedger
 
 __all__ = [
     "TERMINAL_KINDS",
+    "AirlaneError",
+    "BadRequest",
     "BadResumeToken",
     "Channel",
     "Cursor",
+    "ErrorCode",
     "Event",
     "Folded",
     "Kind",
     "Lane",
     "LatencyHistogram",
+    "NotFound",
     "OrphanMode",
     "OrphanPolicy",
     "OrphanTracker",
@@ -27,6 +34,7 @@ __all__ = [
     "ResumeOutOfRange",
     "Retention",
     "StreamClosed",
+    "StreamInfo",
     "StreamLog",
     "UsageLedger",
     "valid_stream_id",

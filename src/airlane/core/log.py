@@ -29,6 +29,7 @@ import operator
 from collections.abc import Iterable
 from typing import Any
 
+from airlane.core.errors import AirlaneError, ErrorCode
 from airlane.core.events import EVENT_OVERHEAD_BYTES, TERMINAL_KINDS, Channel, Event, Kind
 from airlane.core.position import Position
 from airlane.core.retention import Folded, Retention
@@ -60,12 +61,16 @@ _COMPACT_AFTER = 1024
 _NEVER_NS = 1 << 63
 
 
-class StreamClosed(Exception):
+class StreamClosed(AirlaneError):
     """Local misuse: an append after the stream's terminal event."""
 
+    code = ErrorCode.STREAM_ENDED
 
-class ResumeOutOfRange(ValueError):
+
+class ResumeOutOfRange(AirlaneError, ValueError):
     """A client asked to resume after a sequence number the stream has not reached."""
+
+    code = ErrorCode.INVALID_RESUME
 
 
 class Cursor:

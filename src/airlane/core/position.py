@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from airlane.core.errors import BadRequest, ErrorCode
+
 __all__ = ["STREAM_ID_PATTERN", "BadResumeToken", "Position", "valid_stream_id"]
 
 STREAM_ID_PATTERN = re.compile(r"[A-Za-z0-9._:/-]{1,200}")
@@ -24,8 +26,10 @@ def valid_stream_id(stream_id: str) -> bool:
     return STREAM_ID_PATTERN.fullmatch(stream_id) is not None
 
 
-class BadResumeToken(ValueError):
+class BadResumeToken(BadRequest, ValueError):
     """A resume token that is not ``<epoch>:<seq>``; the client sent garbage."""
+
+    code = ErrorCode.BAD_RESUME_TOKEN
 
 
 @dataclass(frozen=True, slots=True)

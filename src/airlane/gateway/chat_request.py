@@ -1,5 +1,5 @@
 """Validation of OpenAI chat requests: every mistake is an `InvalidChatRequest` that names the
-parameter (HTTP answers it with 400, AIRC with an ``Error`` message).
+parameter (``invalid_parameter``: HTTP answers it with 400, AIRC with an ``ERROR`` frame).
 
 Only what the gateway itself reads is checked strictly; other fields are forwarded to an
 upstream unchanged, where that server judges them. Every wire that can start a generation
@@ -13,6 +13,7 @@ from typing import Any
 
 from airlane.backends.base import GenerationRequest
 from airlane.core import OrphanMode
+from airlane.core.errors import BadRequest, ErrorCode
 
 __all__ = ["ChatRequest", "InvalidChatRequest", "parse_chat_request"]
 
@@ -26,15 +27,15 @@ _MAX_TOKENS = 1 << 20
 _TOOL_CHOICE_MODES = ("none", "auto", "required")
 
 
-class InvalidChatRequest(ValueError):
+class InvalidChatRequest(BadRequest, ValueError):
     """A chat request broke a rule; ``param`` names the offending parameter."""
 
-    code = "invalid_parameter"
+    code = ErrorCode.INVALID_PARAMETER
+    param: str
 
     def __init__(self, message: str, param: str) -> None:
-        super().__init__(message)
+        super().__init__(message, param=param)
         self.message = message
-        self.param = param
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from airlane.core.errors import ErrorCode
 from airlane.eventlog import EventLog, MemoryEventLog
 from airlane.registry import (
     InvalidSubject,
@@ -39,7 +40,7 @@ MAX_CACHED_TYPES = 10_000
 class UnknownEventType(SchemaViolation):
     """``require_schema`` is on and the registry has no subject named like the event type."""
 
-    code = "unknown_event_type"
+    code = ErrorCode.UNKNOWN_EVENT_TYPE
 
 
 @dataclass(frozen=True, slots=True)

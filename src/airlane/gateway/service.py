@@ -1,11 +1,21 @@
-"""The gateway service: what every transport calls.
+"""`Gateway`: the service layer, the only thing a transport calls.
 
-`Gateway` joins a hub, a backend, the security gate and the event sourcing services (event logs
-and the schema registry: `airlane.gateway.eventsourcing`). Transports parse their wire, build a
-`Principal` and call these methods; the gateway checks the gate, runs producers (backend ->
-hub) as tasks it owns, and never knows which wire a request came from. A producer iterates
-the backend's stream and appends each batch, or, where the backend offers a feed for the
-request and the hub an appender for the stream, runs the feed into the appender
+A transport parses its wire, turns its credentials into a `Principal` with `authenticate`, and
+calls these methods; the gateway authorizes every call through the security gate itself (a
+transport cannot forget to), runs producers (backend -> hub) as tasks it owns, and never knows
+which wire a request came from. What it raises is an `airlane.core.errors.AirlaneError` with a
+stable code, which each transport reports through its one table.
+
+- streams: `start_chat` (an OpenAI chat body: parsed, its orphan policy derived, generated),
+  `generate`, `start_loadtest` / `loadtest`, `subscribe` (from the start or after a resume
+  position), `publish`, `create_named`, `cancel`, `delete`, `info`, `snapshot`;
+- `logs` (`EventLogs`), `schemas` (`Schemas`), `rooms` (`SharedRooms`), `artifacts`
+  (`Artifacts`): the other services, each authorizing its own calls;
+- `health` and `stats` for probes and metrics; `resolve_conflicts` asks the backend's model to
+  settle semantic merge conflicts (`airlane.gateway.arbiter`).
+
+A producer iterates the backend's stream and appends each batch, or, where the backend offers a
+feed for the request and the hub an appender for the stream, runs the feed into the appender
 (`airlane.backends.base.Feed`): the same events, with no task step per batch.
 """
 
@@ -14,10 +24,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import secrets
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from airlane.backends.base import (
     Backend,
@@ -25,29 +37,58 @@ from airlane.backends.base import (
     Feed,
     FeedingBackend,
     GenerationRequest,
+    LoadTestSpec,
 )
-from airlane.core import Event, OrphanMode, OrphanPolicy, Position, Retention
+from airlane.core import Event, OrphanMode, OrphanPolicy, Position, Retention, StreamInfo
+from airlane.core.errors import BadRequest, ErrorCode
 from airlane.core.events import TERMINAL_KINDS
+from airlane.gateway.artifacts import Artifacts
+from airlane.gateway.chat_request import ChatRequest, parse_chat_request
 from airlane.gateway.eventsourcing import EventSourcing
-from airlane.hub import Hub, HubFull, StreamEnded, StreamInfo, StreamNotFound, Subscription
+from airlane.gateway.logs import EventLogs
+from airlane.gateway.rooms import SharedRooms
+from airlane.gateway.schemas import Schemas
+from airlane.hub import Hub, HubFull, HubStats, StreamEnded, StreamNotFound, Subscription
 from airlane.runtime.eager import start_eagerly
 from airlane.security import Action, AllowAll, Principal, SecurityPolicy
-from airlane.sync.rooms import Rooms
 
-if TYPE_CHECKING:  # the service loads only where a store is configured
-    from airlane.artifacts.service import ArtifactService
+if TYPE_CHECKING:  # the arbiter's machinery loads only when a conflict is settled
+    from airlane.sync.semantic import Edit, SemanticMap
 
-__all__ = ["DEFAULT_MAX_GENERATIONS", "Gateway", "GatewayConfig", "new_generation_id"]
+__all__ = [
+    "DEFAULT_MAX_GENERATIONS",
+    "LOADTEST_MODEL",
+    "LOADTEST_ORPHAN",
+    "Chat",
+    "Gateway",
+    "GatewayConfig",
+    "new_generation_id",
+    "orphan_policy_from",
+]
 
 log = logging.getLogger("airlane.gateway")
 
 DEFAULT_MAX_GENERATIONS = 20_000
-"""Producers running at once; one more is refused with HTTP 503 rather than queued."""
+"""Producers running at once; one more is refused (``hub_full``) rather than queued."""
+LOADTEST_MODEL = "airlane-loadtest"
+"""The model name of a load-test generation."""
+LOADTEST_ORPHAN = OrphanPolicy(OrphanMode.CANCEL)
+"""A load-test stream nobody reads is cancelled at once: it exists only for its reader."""
 
 
 def new_generation_id() -> str:
     """A fresh stream id for a chat completion, in OpenAI's ``chatcmpl-`` style."""
     return f"chatcmpl-{secrets.token_hex(12)}"
+
+
+@dataclass(frozen=True, slots=True)
+class Chat:
+    """A chat completion that has started: the request as parsed, and its stream."""
+
+    request: ChatRequest
+    """What the client asked for (``stream``, ``include_usage``, the generation)."""
+    info: StreamInfo
+    """The stream its events go to."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +104,7 @@ class GatewayConfig:
 
 
 class Gateway:
-    """Hub + backend + security gate. See the module docstring."""
+    """The service layer. See the module docstring."""
 
     def __init__(
         self,
@@ -75,16 +116,25 @@ class Gateway:
         events: EventSourcing | None = None,
     ) -> None:
         self.hub = hub
+        """Where streams live (for the composition root and tests: transports call the
+        methods here instead)."""
         self.backend = backend
+        """Where tokens come from."""
+        self.security: SecurityPolicy = security or AllowAll()
+        """The one security gate every method asks."""
+        self.config = config or GatewayConfig()
         self.events = events or EventSourcing()
         """Event logs and the schema registry (in memory unless given)."""
-        self.rooms = Rooms(hub, node=getattr(hub, "node", "local"))
-        """Shared-state rooms kept in the hub (`airlane.sync.rooms`)."""
-        self.artifacts: ArtifactService | None = None
-        """The artifact store served under ``/v1/artifacts`` and its announcements, when the
-        composition root configured one (`airlane.artifacts.service`)."""
-        self.security: SecurityPolicy = security or AllowAll()
-        self.config = config or GatewayConfig()
+        self.logs = EventLogs(self.events, self.security)
+        """The event logs and consumer groups (`airlane.gateway.logs`)."""
+        self.schemas = Schemas(self.events, self.security)
+        """The schema registry (`airlane.gateway.schemas`)."""
+        self.rooms = SharedRooms(hub, self.security, node=getattr(hub, "node", "local"))
+        """LWW rooms and Yjs documents kept in the hub (`airlane.gateway.rooms`)."""
+        self.artifacts = Artifacts(self.security)
+        """The model artifact store, when the composition root gives one
+        (`airlane.gateway.artifacts`)."""
+        self.started = time.monotonic()
         self._producers: set[asyncio.Task[None]] = set()
         self._feeding = backend if isinstance(backend, FeedingBackend) else None
 
@@ -92,8 +142,7 @@ class Gateway:
         """Start the hub's background work, then the event logs and the registry."""
         await self.hub.start()
         await self.events.start()
-        if self.artifacts is not None:
-            await self.artifacts.start()
+        await self.artifacts.start()
 
     async def aclose(self) -> None:
         """Stop every producer, then the hub and the backend."""
@@ -104,8 +153,8 @@ class Gateway:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self.rooms.aclose()
-        if self.artifacts is not None:
-            await self.artifacts.aclose()
+        await self.artifacts.aclose()
+        await self.logs.aclose()
         await self.hub.aclose()
         await self.events.aclose()
         await self.backend.aclose()
@@ -115,7 +164,82 @@ class Gateway:
         """Producers running now."""
         return len(self._producers)
 
-    # -- the operations ---------------------------------------------------------------------
+    def stats(self) -> HubStats:
+        """The hub's counters (streams, subscribers, events), for metrics."""
+        return self.hub.stats()
+
+    def health(self) -> dict[str, object]:
+        """What a liveness probe reports: this process, its streams and its backend."""
+        stats = self.hub.stats()
+        return {
+            "status": "ok",
+            "pid": os.getpid(),
+            "uptime_s": round(time.monotonic() - self.started, 3),
+            "streams": stats.streams,
+            "subscribers": stats.subscribers,
+            "generations": self.running_generations,
+            "backend": self.backend.name,
+        }
+
+    # -- who is asking ----------------------------------------------------------------------
+
+    def authenticate(self, bearer: str | None) -> Principal:
+        """The principal behind a bearer token (None: none was sent); `Unauthenticated` if
+        the gate refuses it."""
+        return self.security.authenticate(bearer)
+
+    # -- chats and generations --------------------------------------------------------------
+
+    async def start_chat(self, principal: Principal, body: Any) -> Chat:
+        """Start the chat completion an OpenAI request ``body`` asks for: parsed
+        (`InvalidChatRequest` names a bad parameter), its orphan policy derived
+        (``airlane.orphan``), and generated into a new stream."""
+        request = parse_chat_request(body)
+        orphan = orphan_policy_from(request.orphan, self.config.orphan)
+        info = await self.generate(principal, request.generation, orphan=orphan)
+        return Chat(request, info)
+
+    @staticmethod
+    def loadtest_spec(
+        chunks: Any = 200, mode: Any = "burst", interval_ms: Any = 20.0
+    ) -> LoadTestSpec:
+        """The benchmark workload a client asks for, within the limits every wire applies
+        (`BadRequest` says which value is out of range)."""
+        try:
+            return LoadTestSpec.checked(chunks, mode, interval_ms)
+        except ValueError as exc:
+            raise BadRequest(str(exc), param="loadtest") from None
+
+    async def start_loadtest(
+        self, principal: Principal, spec: LoadTestSpec, *, orphan: str | None = "cancel"
+    ) -> StreamInfo:
+        """A synthetic stream of the seed's benchmark chunks; ``orphan`` as a client names it
+        (the default cancels it once nobody reads it)."""
+        try:
+            policy = orphan_policy_from(orphan, self.config.orphan)
+        except ValueError:
+            raise BadRequest(
+                "'orphan' must be 'keep', 'grace' or 'cancel'", param="orphan"
+            ) from None
+        generation = GenerationRequest(model=LOADTEST_MODEL, loadtest=spec)
+        return await self.generate(principal, generation, orphan=policy)
+
+    @contextlib.asynccontextmanager
+    async def loadtest(
+        self, principal: Principal, spec: LoadTestSpec
+    ) -> AsyncIterator[tuple[str, Subscription]]:
+        """A fresh load-test stream and its one reader; the stream is deleted afterwards,
+        since nobody else can want its chunks (keeping them would grow memory with every
+        benchmark)."""
+        info = await self.start_loadtest(principal, spec)
+        try:
+            async with await self.subscribe(principal, info.stream_id) as subscription:
+                yield info.stream_id, subscription
+        finally:
+            with contextlib.suppress(StreamNotFound):
+                await self.delete(principal, info.stream_id)
+
+    # -- streams ----------------------------------------------------------------------------
 
     async def generate(
         self,
@@ -151,9 +275,13 @@ class Gateway:
         resume: Position | None = None,
         subscriber: str | None = None,
     ) -> Subscription:
-        """A cursor on ``stream_id``, after ``resume`` if given."""
+        """A cursor on ``stream_id``, after ``resume`` if given (another epoch's position
+        starts over with a snapshot); ``subscriber`` names the reader in the usage ledger
+        (the principal's name by default)."""
         self.security.authorize(principal, Action.SUBSCRIBE, stream_id)
-        return await self.hub.subscribe(stream_id, resume=resume, subscriber=subscriber)
+        return await self.hub.subscribe(
+            stream_id, resume=resume, subscriber=subscriber or principal.name
+        )
 
     async def publish(self, principal: Principal, stream_id: str, event: Event) -> Event:
         """Append an application event to a named stream, creating the stream if needed."""
@@ -222,7 +350,7 @@ class Gateway:
             # terminal one (the hub refuses them): the stream already has its end.
             pass
         except BackendError as exc:
-            await self._end_with_error(stream_id, Event.error(exc.message, code=exc.code))
+            await self._end_with_error(stream_id, Event.error(exc.message, code=exc.code.value))
         except asyncio.CancelledError:
             # Cancel reached us through the hub (the stream has ended) or the gateway is
             # shutting down; either way the backend iterator was closed, aborting upstream.
@@ -230,7 +358,8 @@ class Gateway:
         except Exception:
             log.exception("backend %s failed on stream %s", self.backend.name, stream_id)
             await self._end_with_error(
-                stream_id, Event.error("the backend failed unexpectedly", code="internal_error")
+                stream_id,
+                Event.error("the backend failed unexpectedly", code=ErrorCode.INTERNAL_ERROR.value),
             )
 
     def _feed(
@@ -250,9 +379,24 @@ class Gateway:
         with contextlib.suppress(StreamEnded, StreamNotFound):
             await self.hub.append(stream_id, event)
 
+    # -- shared state ------------------------------------------------------------------------
+
+    async def resolve_conflicts(
+        self, semantic: SemanticMap, now_ms: int, *, model: str, timeout_s: float = 60.0
+    ) -> list[Edit]:
+        """Settle ``semantic``'s merge conflicts with the model behind this gateway's backend
+        (`airlane.gateway.arbiter`); the decision edits, already applied, to send to the
+        other replicas. A model that fails or stays silent leaves them to last-writer-wins."""
+        from airlane.gateway.arbiter import resolve_with_backend
+
+        return await resolve_with_backend(
+            semantic, self.backend, now_ms, model=model, timeout_s=timeout_s
+        )
+
 
 def orphan_policy_from(name: str | None, default: OrphanPolicy) -> OrphanPolicy:
-    """Parse a client's orphan policy choice (``keep``, ``grace``, ``cancel``)."""
+    """Parse a client's orphan policy choice (``keep``, ``grace``, ``cancel``); a
+    `ValueError` for anything else."""
     if not name:
         return default
     return OrphanPolicy(OrphanMode(name), grace_s=default.grace_s, keep_s=default.keep_s)

@@ -3,27 +3,28 @@
 Every transport talks to a `Hub`; every hub implementation (the in-memory `MemoryHub`, the
 JetStream hub of a later release) passes one contract test suite (``tests/hub/contract.py``).
 
-Exceptions::
+Exceptions (`airlane.core.errors`: each carries its code, no wire knowledge)::
 
-    HubError                 base of everything a hub raises on purpose
-    ├── StreamNotFound       no stream by that id (HTTP 404)
-    ├── StreamExists         create() without exist_ok on an existing id (HTTP 409)
-    ├── StreamEnded          append() after the terminal event (HTTP 409)
-    ├── HubFull              a configured bound on streams or subscribers (HTTP 503)
-    ├── HubUnavailable       the shared store does not answer (HTTP 503)
-    ├── InvalidResume        a resume position the stream cannot honour (HTTP 416)
-    └── InvalidStreamId      not a valid stream id (HTTP 400; also a ValueError)
+    HubError                 base of everything a hub raises on purpose (hub_error)
+    ├── StreamNotFound       no stream by that id (stream_not_found)
+    ├── StreamExists         create() without exist_ok on an existing id (stream_exists)
+    ├── StreamEnded          append() after the terminal event (stream_ended)
+    ├── HubFull              a configured bound on streams or subscribers (hub_full)
+    ├── HubUnavailable       the shared store does not answer (hub_unavailable)
+    ├── InvalidResume        a resume position the stream cannot honour (invalid_resume)
+    └── InvalidStreamId      not a valid stream id (invalid_stream_id; also a ValueError)
 """
 
 from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
 
 from airlane.core import Event, OrphanPolicy, Position, Retention
+from airlane.core.errors import AirlaneError, ErrorCode
+from airlane.core.info import StreamInfo
 
 __all__ = [
     "Hub",
@@ -41,92 +42,52 @@ __all__ = [
 ]
 
 
-class HubError(Exception):
-    """Base class of the hub's own errors; ``status`` is the matching HTTP status."""
+class HubError(AirlaneError):
+    """Base class of the hub's own errors."""
 
-    status = 500
-    code = "hub_error"
+    code = ErrorCode.HUB_ERROR
 
 
 class StreamNotFound(HubError):
     """No stream has that id (or it has expired)."""
 
-    status = 404
-    code = "stream_not_found"
+    code = ErrorCode.STREAM_NOT_FOUND
 
 
 class StreamExists(HubError):
     """A stream with that id already exists."""
 
-    status = 409
-    code = "stream_exists"
+    code = ErrorCode.STREAM_EXISTS
 
 
 class StreamEnded(HubError):
     """The stream has ended; nothing more can be appended."""
 
-    status = 409
-    code = "stream_ended"
+    code = ErrorCode.STREAM_ENDED
 
 
 class HubFull(HubError):
     """A configured limit on streams or subscribers was reached."""
 
-    status = 503
-    code = "hub_full"
+    code = ErrorCode.HUB_FULL
 
 
 class HubUnavailable(HubError):
     """The store behind the hub (JetStream) did not answer within the configured time."""
 
-    status = 503
-    code = "hub_unavailable"
+    code = ErrorCode.HUB_UNAVAILABLE
 
 
 class InvalidResume(HubError):
     """The resume position is beyond the end of the stream."""
 
-    status = 416
-    code = "invalid_resume"
+    code = ErrorCode.INVALID_RESUME
 
 
 class InvalidStreamId(HubError, ValueError):
     """The id does not match ``[A-Za-z0-9._:/-]{1,200}``."""
 
-    status = 400
-    code = "invalid_stream_id"
-
-
-@dataclass(frozen=True, slots=True)
-class StreamInfo:
-    """A stream's status, as the streams API reports it."""
-
-    stream_id: str
-    epoch: str
-    last_seq: int
-    first_retained_seq: int
-    ended: bool
-    finish_reason: str | None
-    subscribers: int
-    retained_events: int
-    retained_bytes: int
-    usage: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-compatible form."""
-        return {
-            "id": self.stream_id,
-            "epoch": self.epoch,
-            "last_seq": self.last_seq,
-            "first_retained_seq": self.first_retained_seq,
-            "resume_token": Position(self.epoch, self.last_seq).token,
-            "ended": self.ended,
-            "finish_reason": self.finish_reason,
-            "subscribers": self.subscribers,
-            "retained_events": self.retained_events,
-            "retained_bytes": self.retained_bytes,
-            "usage": self.usage,
-        }
+    code = ErrorCode.INVALID_STREAM_ID
 
 
 @dataclass(slots=True)

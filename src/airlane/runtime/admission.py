@@ -48,6 +48,8 @@ import weakref
 from dataclasses import dataclass
 from typing import Protocol
 
+from airlane.core.errors import AirlaneError, ErrorCode
+
 __all__ = [
     "MAX_BATCH",
     "MIN_BATCH",
@@ -107,19 +109,14 @@ class AdmissionConfig:
             raise ValueError("admission.share must be more than 0 and at most 1")
 
 
-class Overloaded(Exception):
-    """A new stream was refused: its set-up waited too long, or too many waited already.
+class Overloaded(AirlaneError):
+    """A new stream was refused: its set-up waited too long, or too many waited already;
+    ``retry_after_s`` is the configured hint."""
 
-    ``status`` and ``code`` follow the gateway's other errors (the HTTP status, the error
-    code every transport reports); ``retry_after_s`` is the configured hint.
-    """
-
-    status = 503
-    code = "overloaded"
+    code = ErrorCode.OVERLOADED
 
     def __init__(self, message: str, retry_after_s: int) -> None:
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
+        super().__init__(message, retry_after_s=retry_after_s)
 
 
 class DeadlineSource(Protocol):

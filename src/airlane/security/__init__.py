@@ -5,11 +5,12 @@ and asks `SecurityPolicy.authorize(principal, action, stream_id)` before it gene
 subscribes, publishes or cancels (DESIGN.md section 2). mTLS and RBAC policies come later and
 plug in here.
 
-Exceptions::
+Exceptions (`airlane.core.errors.AirlaneError`, with their codes; each transport reports
+them through its own table, ``docs/errors.md``)::
 
     SecurityError
-    ├── Unauthenticated    no or bad credentials (HTTP 401, WebSocket close 4401)
-    └── PermissionDenied   the principal may not do this (HTTP 403, WebSocket close 4403)
+    ├── Unauthenticated    no or bad credentials (unauthenticated)
+    └── PermissionDenied   the principal may not do this (permission_denied)
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
+
+from airlane.core.errors import AirlaneError, ErrorCode
 
 __all__ = [
     "ANONYMOUS",
@@ -56,20 +59,16 @@ ANONYMOUS = Principal("anonymous")
 """The principal of a request without credentials under `AllowAll`."""
 
 
-class SecurityError(Exception):
-    """Base of the gate's refusals; ``status`` and ``close_code`` say how to report them."""
+class SecurityError(AirlaneError):
+    """Base of the gate's refusals."""
 
-    status = 403
-    close_code = 4403
-    code = "permission_denied"
+    code = ErrorCode.PERMISSION_DENIED
 
 
 class Unauthenticated(SecurityError):
     """Missing or invalid credentials."""
 
-    status = 401
-    close_code = 4401
-    code = "unauthenticated"
+    code = ErrorCode.UNAUTHENTICATED
 
 
 class PermissionDenied(SecurityError):

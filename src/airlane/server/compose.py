@@ -75,11 +75,12 @@ def build_app(config: ServerConfig) -> AirlaneApp:
     if config.artifacts.dir is not None:
         from airlane.artifacts.service import ArtifactService  # numpy and hashes: only here
 
-        gateway.artifacts = ArtifactService(
+        service = ArtifactService(
             Path(config.artifacts.dir),
             gateway.hub,
             scan_interval_s=config.artifacts.scan_interval_s,
         )
+        gateway.artifacts.serve(service)
     http = config.http
     if config.model and config.model not in http.models:
         http = replace(http, models=(config.model, *http.models))

@@ -2,7 +2,8 @@
 
 Exceptions::
 
-    SyncError                 base of everything raised by airlane.sync (not airlane.sync.yjs)
+    SyncError                 base of everything raised by airlane.sync (not airlane.sync.yjs);
+                              an `airlane.core.errors.AirlaneError`
     ├── RemoteSyncError       a peer sent something this replica refuses; state is unchanged
     │   ├── ClockDriftError   a stamp too far ahead of local wall time (hlc.HybridClock)
     │   └── MalformedError    a stamp, op, delta, edit or snapshot that does not decode
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from airlane.core.errors import AirlaneError, ErrorCode
+
 __all__ = [
     "ClockDriftError",
     "LocalSyncError",
@@ -27,12 +30,16 @@ __all__ = [
 ]
 
 
-class SyncError(Exception):
+class SyncError(AirlaneError):
     """Base class of the errors raised by `airlane.sync`."""
+
+    code = ErrorCode.INTERNAL_ERROR
 
 
 class RemoteSyncError(SyncError):
     """A peer sent a stamp, operation or state this replica refuses. Nothing was applied."""
+
+    code = ErrorCode.INVALID_SYNC_DATA
 
 
 class ClockDriftError(RemoteSyncError):
@@ -41,6 +48,8 @@ class ClockDriftError(RemoteSyncError):
     Accepting it would drag every later local stamp ahead with it (and let that peer's writes
     win every last-writer-wins race), so the clock refuses it and stays where it was.
     """
+
+    code = ErrorCode.CLOCK_DRIFT
 
     def __init__(self, remote_wall_ms: int, local_wall_ms: int, max_drift_ms: int) -> None:
         self.remote_wall_ms = remote_wall_ms

@@ -1,6 +1,6 @@
 """Exceptions raised by the sans-I/O wire layer.
 
-One tree, rooted at `WireError`::
+One tree, rooted at `WireError` (an `airlane.core.errors.AirlaneError`, ``invalid_message``)::
 
     WireError                 the bytes on the wire cannot be turned into values (or back)
     ├── SSEError              an event stream broke a limit (line or event too long)
@@ -22,6 +22,8 @@ the built-in `ValueError`, not a `WireError`: it is a bug in the calling code, n
 
 from __future__ import annotations
 
+from airlane.core.errors import AirlaneError, ErrorCode
+
 __all__ = [
     "DecodeError",
     "EncodeError",
@@ -32,8 +34,10 @@ __all__ = [
 ]
 
 
-class WireError(Exception):
+class WireError(AirlaneError):
     """Base class of every error the wire layer raises about data on the wire."""
+
+    code = ErrorCode.INVALID_MESSAGE
 
 
 class SSEError(WireError):
@@ -58,6 +62,10 @@ class DecodeError(WireError):
 class EncodeError(WireError):
     """A value could not be encoded by the chosen codec."""
 
+    code = ErrorCode.INTERNAL_ERROR
+
 
 class UnknownCodec(WireError):
     """No codec is registered under the requested name."""
+
+    code = ErrorCode.INVALID_REQUEST

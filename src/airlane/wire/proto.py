@@ -16,8 +16,7 @@ from typing import Any
 import orjson
 from google.protobuf import json_format
 
-from airlane.core import Channel, Event, Kind, Lane, Position
-from airlane.hub import StreamInfo
+from airlane.core import Channel, Event, Kind, Lane, Position, StreamInfo
 from airlane.v1 import events_pb2, service_pb2
 from airlane.wire.errors import DecodeError
 

@@ -41,7 +41,7 @@ from airlane.transports.http.config import HttpConfig
 from airlane.transports.http.context import AppContext
 from airlane.transports.http.metrics import HttpMetrics
 from airlane.transports.http.ws_protocol import BatchingWebSocketProtocol
-from airlane.transports.http.yjs import YJS_PATH_PREFIX, YjsEndpoint
+from airlane.transports.http.yjs import YJS_PATH_PREFIX, serve_yjs
 
 NODE_DIR = Path(__file__).resolve().parent.parent / "node"
 CLIENT = NODE_DIR / "yjs-client.mjs"
@@ -68,16 +68,17 @@ class YjsTestApp:
     """A minimal ASGI app around the Yjs endpoint: what ``AirlaneApp`` routes to it."""
 
     def __init__(self, gateway: Gateway, config: YRoomsConfig, http: HttpConfig) -> None:
-        metrics = HttpMetrics(gateway.hub.stats, lambda: 0)
+        gateway.rooms.yjs_config = config
+        metrics = HttpMetrics(gateway.stats, lambda: 0)
+        self.gateway = gateway
         self.context = AppContext(gateway, http, metrics)
-        self.endpoint = YjsEndpoint(self.context, config)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "websocket":
             return
         request = Request.from_scope(scope)
         if request.path.startswith(YJS_PATH_PREFIX):
-            await self.endpoint(request, receive, send)
+            await serve_yjs(self.context, request, receive, send)
             return
         await receive()
         await send({"type": "websocket.close", "code": 1008})
@@ -96,7 +97,7 @@ class Node:
 
     @property
     def rooms(self) -> YRooms:
-        return self.app.endpoint.rooms
+        return self.app.gateway.rooms.yjs
 
 
 @contextlib.asynccontextmanager
@@ -131,7 +132,7 @@ async def running_node(
             await asyncio.sleep(0.01)
         yield Node(app, sock.getsockname()[1])
     finally:
-        await app.endpoint.aclose()
+        await app.gateway.rooms.aclose()
         server.should_exit = True
         await task
         sock.close()

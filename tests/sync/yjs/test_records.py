@@ -66,15 +66,6 @@ def test_stream_ids() -> None:
 def test_exports() -> None:
     assert sorted(yjs.__all__) == sorted(
         [
-            "CLOSE_BAD_MESSAGE",
-            "CLOSE_FORBIDDEN",
-            "CLOSE_GOING_AWAY",
-            "CLOSE_INTERNAL_ERROR",
-            "CLOSE_MESSAGE_TOO_BIG",
-            "CLOSE_NORMAL",
-            "CLOSE_TOO_SLOW",
-            "CLOSE_TRY_AGAIN_LATER",
-            "CLOSE_UNSUPPORTED_DATA",
             "ROOM_NAME_PATTERN",
             "InvalidRoomName",
             "InvalidUpdate",

@@ -12,11 +12,9 @@ import pytest
 from pycrdt import Awareness, Doc, Map, Text, create_sync_message, create_update_message
 
 from airlane.core import Event, Kind
+from airlane.core.errors import ErrorCode
 from airlane.hub import MemoryHub
 from airlane.sync.yjs import (
-    CLOSE_GOING_AWAY,
-    CLOSE_TOO_SLOW,
-    CLOSE_TRY_AGAIN_LATER,
     InvalidRoomName,
     InvalidUpdate,
     MalformedMessage,
@@ -272,7 +270,7 @@ async def test_slow_peer_is_closed_not_buffered(hub: MemoryHub) -> None:
     await rooms.join("room", slow)  # never drained
     for i in range(20):
         await alice.edit(insert(str(i)))
-    assert slow.close_code == CLOSE_TOO_SLOW
+    assert slow.close_code is ErrorCode.TOO_SLOW
     assert "too slow" in slow.close_reason
     assert await slow.next_messages() == []
     await rooms.aclose()
@@ -294,7 +292,7 @@ async def test_aclose_closes_peers_and_refuses_joins(hub: MemoryHub) -> None:
     rooms = YRooms(hub, FAST)
     alice = await Client(rooms, "alice").join()
     await rooms.aclose()
-    assert alice.peer.close_code == CLOSE_GOING_AWAY
+    assert alice.peer.close_code is ErrorCode.SHUTTING_DOWN
     with pytest.raises(RoomsClosed):
         await Client(rooms, "bob").join()
 
@@ -314,7 +312,7 @@ async def test_room_whose_stream_is_deleted_closes_its_peers(
     with caplog.at_level(logging.WARNING, logger="airlane.yjs"):
         await hub.delete(doc_stream_id("room"))
         await eventually(lambda: alice.peer.closed)
-    assert alice.peer.close_code == CLOSE_TRY_AGAIN_LATER
+    assert alice.peer.close_code is ErrorCode.ROOM_UNAVAILABLE
     await eventually(lambda: rooms.get("room") is None)
 
 

@@ -202,13 +202,13 @@ def test_malformed(data: bytes, code: ErrorCode, split: Callable[[bytes], list[b
     decoder = FrameDecoder(max_payload=100)
     with pytest.raises(AircProtocolError) as info:
         feed_all(decoder, split(data))
-    assert info.value.code is code
+    assert info.value.goaway is code
     assert decoder.buffered == 0  # nothing is kept once the stream is broken
     # The stream cannot be resynchronised: even a perfect frame is refused now.
     for more in (GOOD, b""):
         with pytest.raises(AircProtocolError) as again:
             decoder.feed(more)
-        assert again.value.code is code
+        assert again.value.goaway is code
 
 
 def test_error_names_its_code() -> None:

@@ -79,7 +79,7 @@ MESSAGES: st.SearchStrategy[SignalMessage] = st.one_of(
 def assert_bad(payload: bytes, code: ErrorCode = ErrorCode.BAD_SIGNALLING) -> AircProtocolError:
     with pytest.raises(AircProtocolError) as info:
         decode_signal(payload)
-    assert info.value.code is code
+    assert info.value.goaway is code
     return info.value
 
 

@@ -27,6 +27,7 @@ import msgspec
 import orjson
 
 from airlane.core import Channel, Event, Kind, Lane, OrphanMode, OrphanPolicy, Retention
+from airlane.hub.base import HubError
 
 __all__ = [
     "MAX_BATCH_BYTES",
@@ -48,7 +49,7 @@ _KINDS = {kind.value: kind for kind in Kind}
 _CHANNELS = {channel.value: channel for channel in Channel}
 
 
-class CorruptRecord(ValueError):
+class CorruptRecord(HubError, ValueError):
     """Bytes in JetStream that are not a record this hub wrote."""
 
 

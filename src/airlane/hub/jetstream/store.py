@@ -55,7 +55,7 @@ FOLLOW_PENDING_BYTES = 16 << 20
 messages (a slow consumer), which the gap check notices and reads back."""
 
 
-class Conflict(Exception):
+class Conflict(HubError):
     """A conditional publish lost: something was appended to the subject in between."""
 
 

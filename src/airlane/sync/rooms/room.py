@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airlane.core import Event, Kind, Retention
+from airlane.core.errors import AirlaneError, ErrorCode
 from airlane.hub import Hub, HubError, StreamNotFound, Subscription
 from airlane.sync.errors import SyncError
 from airlane.sync.hlc import HybridClock
@@ -41,11 +42,10 @@ Listener = Callable[[list[dict[str, Any]]], None]
 """Called with the op dicts a room applied (one call per record); must not block."""
 
 
-class RoomError(Exception):
-    """A request about a room was refused; ``status`` is the matching HTTP status."""
+class RoomError(AirlaneError):
+    """A request about a room was refused (``invalid_room_request``)."""
 
-    status = 400
-    code = "invalid_room_request"
+    code = ErrorCode.INVALID_ROOM_REQUEST
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,15 +15,6 @@ The WebSocket endpoint is `airlane.transports.http.yjs` (``/v1/yjs/<room>``).
 
 from airlane.sync.yjs.config import ROOM_NAME_PATTERN, YRoomsConfig, valid_room_name
 from airlane.sync.yjs.errors import (
-    CLOSE_BAD_MESSAGE,
-    CLOSE_FORBIDDEN,
-    CLOSE_GOING_AWAY,
-    CLOSE_INTERNAL_ERROR,
-    CLOSE_MESSAGE_TOO_BIG,
-    CLOSE_NORMAL,
-    CLOSE_TOO_SLOW,
-    CLOSE_TRY_AGAIN_LATER,
-    CLOSE_UNSUPPORTED_DATA,
     InvalidRoomName,
     InvalidUpdate,
     MalformedMessage,
@@ -41,15 +32,6 @@ from airlane.sync.yjs.room import YRoom
 from airlane.sync.yjs.rooms import YRooms
 
 __all__ = [
-    "CLOSE_BAD_MESSAGE",
-    "CLOSE_FORBIDDEN",
-    "CLOSE_GOING_AWAY",
-    "CLOSE_INTERNAL_ERROR",
-    "CLOSE_MESSAGE_TOO_BIG",
-    "CLOSE_NORMAL",
-    "CLOSE_TOO_SLOW",
-    "CLOSE_TRY_AGAIN_LATER",
-    "CLOSE_UNSUPPORTED_DATA",
     "ROOM_NAME_PATTERN",
     "InvalidRoomName",
     "InvalidUpdate",

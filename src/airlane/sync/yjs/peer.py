@@ -2,7 +2,7 @@
 
 A room never writes to a socket: it hands each peer the messages meant for it with `YPeer.send`,
 which never blocks, and the transport's single writer drains them with `YPeer.next_messages`.
-When the queue is over its bounds the peer is too slow: it is closed with `CLOSE_TOO_SLOW`
+When the queue is over its bounds the peer is too slow: it is closed with ``too_slow``
 rather than buffered without limit (a reconnect resyncs it from step 1, so it loses nothing).
 """
 
@@ -13,8 +13,8 @@ import collections
 import itertools
 from collections.abc import Callable
 
+from airlane.core.errors import ErrorCode
 from airlane.sync.yjs.config import DEFAULT_MAX_QUEUED_BYTES, DEFAULT_MAX_QUEUED_MESSAGES
-from airlane.sync.yjs.errors import CLOSE_TOO_SLOW
 
 __all__ = ["YPeer"]
 
@@ -40,8 +40,9 @@ class YPeer:
         """False for a read-only peer: its changes are refused (`ReadOnlyPeer`)."""
         self.awareness_ids: set[int] = set()
         """Awareness client ids this peer announced; removed from the room when it leaves."""
-        self.close_code: int | None = None
-        """Set once the peer is to be closed: the WebSocket close code ..."""
+        self.close_code: ErrorCode | None = None
+        """Set once the peer is to be closed: why (the endpoint turns it into its close
+        code) ..."""
         self.close_reason = ""
         """... and its reason."""
         self.on_close: Callable[[], object] | None = None
@@ -76,7 +77,7 @@ class YPeer:
             len(queue) >= self._max_messages or self._queued_bytes + len(message) > self._max_bytes
         ):
             self.close(
-                CLOSE_TOO_SLOW,
+                ErrorCode.TOO_SLOW,
                 f"too slow: {len(queue)} messages ({self._queued_bytes} bytes) not yet read",
             )
             return
@@ -84,7 +85,7 @@ class YPeer:
         self._queued_bytes += len(message)
         self._wakeup.set()
 
-    def close(self, code: int, reason: str) -> None:
+    def close(self, code: ErrorCode, reason: str) -> None:
         """Ask the transport to close the socket with ``code`` and ``reason``; the first call
         wins, queued messages are dropped."""
         if self.close_code is not None:

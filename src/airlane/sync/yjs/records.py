@@ -30,6 +30,7 @@ from typing import Any
 import orjson
 
 from airlane.core import Event, Kind
+from airlane.sync.yjs.errors import YjsError
 
 __all__ = [
     "AWARENESS_STREAM_PREFIX",
@@ -66,7 +67,7 @@ def awareness_stream_id(room: str) -> str:
     return AWARENESS_STREAM_PREFIX + room
 
 
-class CorruptRecord(ValueError):
+class CorruptRecord(YjsError, ValueError):
     """A hub event in a room stream that is not a room record (another writer, a newer
     version, damage). The room logs and skips it."""
 

@@ -57,14 +57,14 @@ from typing import Any
 from pycrdt import Awareness, Doc, TransactionEvent
 
 from airlane.core import Event, Kind, Position
+from airlane.core.errors import ErrorCode
 from airlane.hub import Hub, HubError, Subscription
 from airlane.sync.yjs.config import YRoomsConfig
 from airlane.sync.yjs.errors import (
-    CLOSE_GOING_AWAY,
-    CLOSE_TRY_AGAIN_LATER,
     InvalidUpdate,
     ReadOnlyPeer,
     RoomFull,
+    RoomUnavailable,
     UnknownMessage,
     YProtocolError,
 )
@@ -187,7 +187,9 @@ class YRoom:
         self._spawn(self._follow_doc(self._doc_sub), "doc")
         self._spawn(self._follow_awareness(self._awareness_sub), "awareness")
 
-    async def aclose(self, code: int = CLOSE_GOING_AWAY, reason: str = "room closed") -> None:
+    async def aclose(
+        self, code: ErrorCode = ErrorCode.SHUTTING_DOWN, reason: str = "room closed"
+    ) -> None:
         """Close every peer with ``code``, stop following, compact. Idempotent."""
         if self.closing:
             return
@@ -258,8 +260,14 @@ class YRoom:
 
     async def receive(self, peer: YPeer, data: bytes) -> None:
         """Handle one y-websocket message from ``peer``. Raises a `YjsError` subclass (whose
-        ``close_code`` the transport closes with) for a message the room refuses, and a
-        `HubError` if the hub does not take a change."""
+        ``code`` the transport reports) for a message the room refuses; a change the hub does
+        not take is `RoomUnavailable` (transient: the peer reconnects and resyncs)."""
+        try:
+            await self._receive(peer, data)
+        except HubError as exc:
+            raise RoomUnavailable(f"the hub did not take the change: {exc}") from exc
+
+    async def _receive(self, peer: YPeer, data: bytes) -> None:
         message = parse_message(data)
         if isinstance(message, SyncStep1):
             check_state_vector(message.state_vector)
@@ -437,7 +445,7 @@ class YRoom:
         if not self.closing:
             log.warning("room %s: %s; closing it", self.name, why)
             for peer in list(self._peers):
-                peer.close(CLOSE_TRY_AGAIN_LATER, f"room {why}; reconnect")
+                peer.close(ErrorCode.ROOM_UNAVAILABLE, f"room {why}; reconnect")
             if self._on_idle is not None:
                 self._on_idle(self)
 

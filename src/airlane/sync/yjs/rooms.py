@@ -12,9 +12,10 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
+from airlane.core.errors import ErrorCode
 from airlane.hub import Hub
 from airlane.sync.yjs.config import YRoomsConfig, valid_room_name
-from airlane.sync.yjs.errors import CLOSE_GOING_AWAY, InvalidRoomName, RoomsClosed, TooManyRooms
+from airlane.sync.yjs.errors import InvalidRoomName, RoomsClosed, TooManyRooms
 from airlane.sync.yjs.peer import YPeer
 from airlane.sync.yjs.room import YRoom
 
@@ -118,6 +119,6 @@ class YRooms:
         self._closed = True
         rooms, self._rooms = list(self._rooms.values()), {}
         for room in rooms:
-            await room.aclose(CLOSE_GOING_AWAY, "server shutting down")
+            await room.aclose(ErrorCode.SHUTTING_DOWN, "server shutting down")
         while self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)

@@ -37,17 +37,15 @@ from typing import Any, Protocol
 
 import orjson
 
-from airlane.backends.base import GenerationRequest, LoadTestSpec
-from airlane.core import BadResumeToken, Event, Kind, Lane, OrphanMode, OrphanPolicy, Position
-from airlane.gateway import Gateway, orphan_policy_from
-from airlane.gateway.chat_request import InvalidChatRequest, parse_chat_request
-from airlane.hub import HubError, Subscription
-from airlane.runtime.admission import Admission, Overloaded
+from airlane.core import Event, Kind, Lane, Position
+from airlane.core.errors import AirlaneError, BadRequest, ErrorCode
+from airlane.gateway import Gateway, LoadTestSpec, Principal, Subscription
+from airlane.runtime.admission import Admission
 from airlane.runtime.drains import drain_queue
 from airlane.runtime.eager import start_eagerly
 from airlane.runtime.timers import DeadlineTimer
-from airlane.security import Principal, SecurityError, Unauthenticated
 from airlane.transports.airc.config import AircServerConfig
+from airlane.transports.airc.errors import error_frame
 from airlane.wire.airc import (
     ANY_STREAM,
     LOADTEST_ENCODER,
@@ -61,8 +59,6 @@ from airlane.wire.airc import (
     Cancelled,
     Close,
     ConnectionClosed,
-    Error,
-    ErrorCode,
     GenAck,
     GenRequest,
     MessageReceived,
@@ -71,6 +67,7 @@ from airlane.wire.airc import (
     SignalMessage,
     SignalReceived,
 )
+from airlane.wire.airc import ErrorCode as GoAwayCode
 from airlane.wire.event_json import event_to_json
 
 __all__ = ["FIRST_AIRLANE_STREAM", "AircSession", "Link"]
@@ -79,7 +76,6 @@ log = logging.getLogger("airlane.airc")
 
 FIRST_AIRLANE_STREAM = 20
 """StreamIDs below this are audio (0-9) and video (10-19); 255 is signalling."""
-_LOADTEST_ORPHAN = OrphanPolicy(OrphanMode.CANCEL)  # nobody but its one reader wants it
 _CACHE_KEY = "airc.json"
 # Read per event sent: a global is a third of the cost of `Kind.MESSAGE` on Python 3.11.
 _MESSAGE, _CONTROL = Kind.MESSAGE, Lane.CONTROL
@@ -93,18 +89,9 @@ class Link(Protocol):
         """Send ``data`` (buffered; never blocks)."""
         ...
 
-    def close(self, code: ErrorCode, reason: str) -> None:
+    def close(self, code: GoAwayCode, reason: str) -> None:
         """Close after what was written, for ``code``."""
         ...
-
-
-class _RequestFailed(Exception):
-    """A request the session answers with ``ERROR``; the connection stays open."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @dataclass(slots=True)
@@ -183,7 +170,7 @@ class AircSession:
             if binding.direct:
                 self._on_ready(binding)
 
-    def close(self, code: ErrorCode = ErrorCode.NO_ERROR, reason: str = "") -> None:
+    def close(self, code: GoAwayCode = GoAwayCode.NO_ERROR, reason: str = "") -> None:
         """End the connection with ``GOAWAY``."""
         self.connection.close(code, reason)
         self.flush()
@@ -215,7 +202,7 @@ class AircSession:
             if not self._closed:
                 self._closed = True
                 ended = connection.closed
-                if not ended.by_peer and ended.code is not ErrorCode.NO_ERROR:
+                if not ended.by_peer and ended.code is not GoAwayCode.NO_ERROR:
                     log.info("AIRC connection closed: %s", ended.reason)
                 self._link.close(ended.code, ended.reason)
                 for binding in self._bindings.values():
@@ -241,7 +228,8 @@ class AircSession:
             elif isinstance(event, SignalReceived):
                 self._on_signal(event)
             elif isinstance(event, MessageReceived):
-                self._refuse(0, "unsupported", "clients do not send on data streams")
+                unsupported = "clients do not send on data streams"
+                self._refuse(0, AirlaneError(unsupported, code=ErrorCode.UNSUPPORTED))
             elif isinstance(event, ConnectionClosed):
                 for binding in self._bindings.values():
                     binding.wake.set()
@@ -260,7 +248,7 @@ class AircSession:
             self._authenticate(message)
         else:
             self.connection.close(
-                ErrorCode.BAD_SIGNALLING,
+                GoAwayCode.BAD_SIGNALLING,
                 f"{type(message).__name__} is sent by servers, not clients",
             )
 
@@ -269,8 +257,10 @@ class AircSession:
             work.close()
             self._refuse(
                 request_id,
-                "too_many_requests",
-                f"at most {self.config.max_requests} requests may be in progress at once",
+                AirlaneError(
+                    f"at most {self.config.max_requests} requests may be in progress at once",
+                    code=ErrorCode.TOO_MANY_REQUESTS,
+                ),
             )
             return
         # Run it in place until it first waits (usually to the end: the gateway's calls rarely
@@ -284,18 +274,14 @@ class AircSession:
     async def _answer(self, request_id: int, work: Coroutine[Any, Any, None]) -> None:
         try:
             await work
-        except _RequestFailed as exc:
-            self._refuse(request_id, exc.code, exc.message)
-        except (HubError, SecurityError, Overloaded) as exc:
-            self._refuse(request_id, exc.code, str(exc))
-        except InvalidChatRequest as exc:
-            self._refuse(request_id, exc.code, f"{exc.param}: {exc.message}")
+        except AirlaneError as exc:
+            self._refuse(request_id, exc)
         except Exception:
             log.exception("AIRC request %d failed", request_id)
-            self._refuse(request_id, "internal_error", "the request failed unexpectedly")
+            self._refuse(request_id, AirlaneError("the request failed unexpectedly"))
 
-    def _refuse(self, request_id: int, code: str, message: str) -> None:
-        self._signal(Error(request_id, code[:64], message[:1000]))
+    def _refuse(self, request_id: int, exc: AirlaneError) -> None:
+        self._signal(error_frame(request_id, exc))
 
     def _signal(self, message: SignalMessage) -> None:
         if self.connection.closed is None:
@@ -306,18 +292,20 @@ class AircSession:
 
     def _authenticate(self, message: Auth) -> None:
         try:
-            self._principal = self.gateway.security.authenticate(message.token or None)
-        except SecurityError as exc:
-            self._refuse(message.request_id, exc.code, str(exc))
+            self._principal = self.gateway.authenticate(message.token or None)
+        except AirlaneError as exc:
+            self._refuse(message.request_id, exc)
             return
         self._signal(Authenticated(message.request_id, self._principal.name[:200]))
 
     def _who(self) -> Principal:
         if self._principal is None:
             try:
-                self._principal = self.gateway.security.authenticate(None)
-            except Unauthenticated:
-                raise _RequestFailed("unauthenticated", "send AUTH with an API key first") from None
+                self._principal = self.gateway.authenticate(None)
+            except AirlaneError:
+                raise AirlaneError(
+                    "send AUTH with an API key first", code=ErrorCode.UNAUTHENTICATED
+                ) from None
         return self._principal
 
     async def _generate(self, message: GenRequest, event: SignalReceived) -> None:
@@ -328,21 +316,15 @@ class AircSession:
         try:
             body = orjson.loads(message.body)
         except orjson.JSONDecodeError as exc:
-            raise _RequestFailed("invalid_request", f"GEN_REQ body is not JSON: {exc}") from None
+            raise BadRequest(f"GEN_REQ body is not JSON: {exc}") from None
         gateway = self.gateway
         loadtest = message.encoder == LOADTEST_ENCODER
-        if loadtest:
-            generation = GenerationRequest(model="airlane-loadtest", loadtest=_loadtest_spec(body))
-            policy = _LOADTEST_ORPHAN
-        else:
-            parsed = parse_chat_request(body)
-            generation = parsed.generation
-            policy = orphan_policy_from(parsed.orphan, gateway.config.orphan)
         with self._reserving(message.requested_stream, None) as stream:
-            info = await gateway.generate(principal, generation, orphan=policy)
-            subscription = await gateway.subscribe(
-                principal, info.stream_id, subscriber=principal.name
-            )
+            if loadtest:
+                info = await gateway.start_loadtest(principal, _loadtest_spec(body))
+            else:
+                info = (await gateway.start_chat(principal, body)).info
+            subscription = await gateway.subscribe(principal, info.stream_id)
         offset = self.connection.clock.offset_us  # client clock minus ours
         self._signal(
             GenAck(
@@ -362,13 +344,10 @@ class AircSession:
         principal = self._who()
         resume = None
         if message.epoch:
-            try:
-                resume = Position.parse(f"{message.epoch}:{message.after_seq}")
-            except BadResumeToken as exc:
-                raise _RequestFailed("bad_resume_token", str(exc)) from None
+            resume = Position.parse(f"{message.epoch}:{message.after_seq}")
         with self._reserving(message.requested_stream, message.airlane_stream) as stream:
             subscription = await self.gateway.subscribe(
-                principal, message.airlane_stream, resume=resume, subscriber=principal.name
+                principal, message.airlane_stream, resume=resume
             )
         position = subscription.position
         ended = subscription.exhausted
@@ -392,7 +371,9 @@ class AircSession:
         principal = self._who()
         binding = self._bindings.get(message.stream)
         if binding is None:
-            raise _RequestFailed("unknown_stream", f"no Airlane stream on {message.stream}")
+            raise AirlaneError(
+                f"no Airlane stream on {message.stream}", code=ErrorCode.UNKNOWN_STREAM
+            )
         cancelled = await self.gateway.cancel(principal, binding.stream_id)
         self._signal(Cancelled(message.request_id, message.stream, cancelled))
 
@@ -413,16 +394,18 @@ class AircSession:
         request binds it or fails, so that concurrent requests never share one."""
         taken = self._bindings.keys() | self._reserved.keys()
         if len(taken) >= self.config.max_subscriptions:
-            raise _RequestFailed(
-                "too_many_subscriptions",
+            raise AirlaneError(
                 f"at most {self.config.max_subscriptions} streams per connection",
+                code=ErrorCode.TOO_MANY_SUBSCRIPTIONS,
             )
         # A binding whose stream is over is only waiting to say CLOSE: it does not count.
         if stream_id is not None and stream_id in {
             *(b.stream_id for b in self._bindings.values() if not b.subscription.over),
             *self._reserved.values(),
         }:
-            raise _RequestFailed("already_subscribed", f"already subscribed to {stream_id!r}")
+            raise AirlaneError(
+                f"already subscribed to {stream_id!r}", code=ErrorCode.ALREADY_SUBSCRIBED
+            )
         stream = requested
         if stream in (ANY_STREAM, SIGNALLING_STREAM) or stream in taken:
             stream = FIRST_AIRLANE_STREAM
@@ -468,7 +451,7 @@ class AircSession:
                 self._pump_direct(binding)
         except Exception:  # a call-back must not raise into the hub; end the connection
             log.exception("AIRC pump failed")
-            self.connection.close(ErrorCode.INTERNAL_ERROR, "the gateway failed")
+            self.connection.close(GoAwayCode.INTERNAL_ERROR, "the gateway failed")
         self.flush()
 
     def _pump_direct(self, binding: _Binding) -> None:
@@ -505,8 +488,8 @@ class AircSession:
 
     async def _release(self, binding: _Binding) -> None:
         await binding.subscription.aclose()
-        if binding.loadtest:
-            with contextlib.suppress(HubError, SecurityError):
+        if binding.loadtest:  # nobody else wants a benchmark stream's chunks: free them now
+            with contextlib.suppress(AirlaneError):
                 await self.gateway.delete(self._who(), binding.stream_id)
 
     def _send_events(self, binding: _Binding, batch: list[Event]) -> None:
@@ -564,13 +547,10 @@ def _loadtest_spec(body: Any) -> LoadTestSpec:
     """The benchmark workload a load-test ``GEN_REQ`` asks for (the limits of
     ``/v1/loadtest``)."""
     if not isinstance(body, dict):
-        raise _RequestFailed("invalid_request", "a load-test GEN_REQ body must be an object")
-    try:
-        return LoadTestSpec.checked(
-            body.get("chunks", 200), body.get("mode", "burst"), body.get("interval_ms", 20.0)
-        )
-    except ValueError as exc:
-        raise _RequestFailed("invalid_request", str(exc)) from None
+        raise BadRequest("a load-test GEN_REQ body must be an object")
+    return Gateway.loadtest_spec(
+        body.get("chunks", 200), body.get("mode", "burst"), body.get("interval_ms", 20.0)
+    )
 
 
 def _clamp_i32(value: int) -> int:

@@ -13,12 +13,12 @@ import logging
 import socket
 from typing import cast
 
-from airlane.gateway import Gateway
+from airlane.core.errors import AirlaneError
+from airlane.gateway import Gateway, Principal
 from airlane.runtime.acceptor import Acceptor
-from airlane.security import Principal, Unauthenticated
 from airlane.transports.airc.config import AircServerConfig
 from airlane.transports.airc.session import AircSession
-from airlane.wire.airc import ErrorCode
+from airlane.wire.airc import ErrorCode as GoAwayCode
 
 __all__ = ["LISTEN_BACKLOG", "AircTcpServer"]
 
@@ -86,7 +86,7 @@ class _AircProtocol(asyncio.Protocol):
         if self._transport is not None and not self._transport.is_closing():
             self._transport.write(data)
 
-    def close(self, code: ErrorCode, reason: str) -> None:
+    def close(self, code: GoAwayCode, reason: str) -> None:
         """Close once the written bytes (the ``GOAWAY`` among them) are flushed: half-close
         at once, then read and drop input until the peer closes too or `_LINGER_S` passes."""
         transport = self._transport
@@ -133,8 +133,8 @@ class AircTcpServer:
     def anonymous_principal(self) -> Principal | None:
         """The principal of a connection before ``AUTH``; None if the policy needs a key."""
         try:
-            return self.gateway.security.authenticate(None)
-        except Unauthenticated:
+            return self.gateway.authenticate(None)
+        except AirlaneError:  # credentials are required: the client sends AUTH
             return None
 
     async def start(self, sock: socket.socket) -> None:
@@ -157,7 +157,7 @@ class AircTcpServer:
         if self._server is not None:
             self._server.close()
         for session in list(self.sessions):
-            session.close(ErrorCode.NO_ERROR, "server shutting down")
+            session.close(GoAwayCode.NO_ERROR, "server shutting down")
             await session.aclose()
         while self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)

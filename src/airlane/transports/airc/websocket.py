@@ -3,7 +3,7 @@
 The HTTP transport authenticates the handshake and accepts the subprotocol; this handler then
 carries AIRC's byte stream in binary messages (a message may hold several frames, or part of
 one: the decoder does not care). A text message is refused with close 1003; a protocol error
-closes with ``4000 + ErrorCode`` and the reason, after the ``GOAWAY``.
+closes with ``4000 +`` the GOAWAY code and the reason, after the ``GOAWAY``.
 """
 
 from __future__ import annotations
@@ -13,12 +13,11 @@ import contextlib
 from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
 from typing import Any, cast
 
-from airlane.gateway import Gateway
+from airlane.gateway import Gateway, Principal
 from airlane.runtime.eager import start_eagerly
-from airlane.security import Principal
 from airlane.transports.airc.config import AircServerConfig
 from airlane.transports.airc.session import AircSession
-from airlane.wire.airc import ErrorCode
+from airlane.wire.airc import ErrorCode as GoAwayCode
 
 __all__ = ["AircWebSocketHandler"]
 
@@ -52,7 +51,7 @@ class _WebSocketLink:
             self._pending.append(data)
             self._flush()
 
-    def close(self, code: ErrorCode, reason: str) -> None:
+    def close(self, code: GoAwayCode, reason: str) -> None:
         self.close_with(code.ws_close_code, reason)
 
     def close_with(self, code: int, reason: str) -> None:
@@ -128,7 +127,7 @@ class AircWebSocketHandler:
                 data = message.get("bytes")
                 if data is None:
                     link.close_with(_CLOSE_UNSUPPORTED_DATA, "AIRC travels in binary messages")
-                    session.close(ErrorCode.NO_ERROR, "text message on airc.v1.2")
+                    session.close(GoAwayCode.NO_ERROR, "text message on airc.v1.2")
                     continue
                 session.data_received(data)
         finally:

@@ -2,8 +2,15 @@
 
 `MetadataInterceptor` reads ``x-model-id``, ``x-model-version`` and ``x-request-id`` from the
 call's metadata into `airlane.runtime.callcontext.CALL` for the duration of the handler (the
-seed's Go interceptor indexes the metadata with ``[0]`` and panics when a header is missing; here a
-missing header is simply absent, and a repeated one is refused with INVALID_ARGUMENT).
+seed's Go interceptor indexes the metadata with ``[0]`` and panics when a header is missing;
+here a missing header is simply absent). A repeated or over-long one refuses the call with
+INVALID_ARGUMENT and the code ``invalid_metadata`` in the ``airlane-error-code`` trailer, as
+every refusal carries its code (`airlane.transports.grpc.errors`).
+
+It wraps every kind of handler grpcio serves, whatever its shape: a unary behaviour that
+returns or awaits its response, and a streaming one that is an async generator, a plain
+iterator, or a coroutine that writes its responses with ``context.write`` and returns None
+(``grpc.health.v1.Health/Watch`` is one).
 """
 
 from __future__ import annotations
@@ -17,14 +24,18 @@ from typing import Any
 import grpc
 from grpc import aio
 
+from airlane.core.errors import AirlaneError, BadRequest, ErrorCode
 from airlane.runtime.callcontext import CALL, CallContext, new_request_id
+from airlane.transports.grpc.errors import abort
 
-__all__ = ["METADATA_KEYS", "MetadataInterceptor", "bearer_token"]
+__all__ = ["MAX_METADATA_CHARS", "METADATA_KEYS", "MetadataInterceptor", "bearer_token"]
 
 log = logging.getLogger("airlane.grpc")
 
 METADATA_KEYS = ("x-model-id", "x-model-version", "x-request-id")
 """The metadata the interceptor reads (each at most once)."""
+MAX_METADATA_CHARS = 256
+"""The longest value the interceptor accepts for each of `METADATA_KEYS`."""
 
 
 def bearer_token(metadata: Iterable[tuple[str, str | bytes]] | None) -> str | None:
@@ -38,17 +49,19 @@ def bearer_token(metadata: Iterable[tuple[str, str | bytes]] | None) -> str | No
     return bearer
 
 
-def call_context(metadata: tuple[tuple[str, str | bytes], ...]) -> CallContext | str:
-    """The context in ``metadata``, or the reason it is malformed."""
+def call_context(metadata: tuple[tuple[str, str | bytes], ...]) -> CallContext | AirlaneError:
+    """The context in ``metadata``, or the refusal that says how it is malformed."""
     seen: dict[str, str] = {}
     for key, value in metadata:
         if key not in METADATA_KEYS:
             continue
         if key in seen:
-            return f"metadata {key!r} appears more than once"
+            return _bad_metadata(f"metadata {key!r} appears more than once", key)
         text = value.decode(errors="replace") if isinstance(value, bytes) else value
-        if len(text) > 256:
-            return f"metadata {key!r} is longer than 256 characters"
+        if len(text) > MAX_METADATA_CHARS:
+            return _bad_metadata(
+                f"metadata {key!r} is longer than {MAX_METADATA_CHARS} characters", key
+            )
         seen[key] = text
     return CallContext(
         model_id=seen.get("x-model-id"),
@@ -72,14 +85,20 @@ class MetadataInterceptor(aio.ServerInterceptor):  # type: ignore[misc]
         return _wrap(handler, context)
 
 
-def _wrap(handler: grpc.RpcMethodHandler, context: CallContext | str) -> grpc.RpcMethodHandler:
+def _bad_metadata(message: str, key: str) -> AirlaneError:
+    return BadRequest(message, code=ErrorCode.INVALID_METADATA, param=key)
+
+
+def _wrap(
+    handler: grpc.RpcMethodHandler, context: CallContext | AirlaneError
+) -> grpc.RpcMethodHandler:
     """The same handler, each behaviour running under ``context`` (or refusing the call)."""
 
     def unary(behaviour: Callable[..., Any]) -> Callable[..., Any]:
         async def run(request: Any, servicer_context: aio.ServicerContext) -> Any:
-            if isinstance(context, str):
-                await servicer_context.abort(grpc.StatusCode.INVALID_ARGUMENT, context)
-            token = CALL.set(context)  # type: ignore[arg-type]
+            if isinstance(context, AirlaneError):
+                await abort(servicer_context, context)
+            token = CALL.set(context)
             try:
                 result = behaviour(request, servicer_context)
                 return await result if inspect.isawaitable(result) else result
@@ -89,13 +108,18 @@ def _wrap(handler: grpc.RpcMethodHandler, context: CallContext | str) -> grpc.Rp
         return run
 
     def streaming(behaviour: Callable[..., Any]) -> Callable[..., Any]:
+        if inspect.iscoroutinefunction(behaviour):
+            # It writes its responses with context.write and returns None: grpcio runs a
+            # coroutine handler that way, so the wrapper must be a coroutine too.
+            return unary(behaviour)
+
         async def run(request: Any, servicer_context: aio.ServicerContext) -> Any:
-            if isinstance(context, str):
-                await servicer_context.abort(grpc.StatusCode.INVALID_ARGUMENT, context)
+            if isinstance(context, AirlaneError):
+                await abort(servicer_context, context)
             # No reset: grpcio may close a cancelled call's response generator later, from
             # another task, where the token would be invalid; each call runs in a task (and
             # context) of its own, so nothing leaks.
-            CALL.set(context)  # type: ignore[arg-type]
+            CALL.set(context)
             responses = behaviour(request, servicer_context)
             if hasattr(responses, "__aiter__"):
                 async with contextlib.aclosing(responses):

@@ -85,4 +85,3 @@ class GrpcServer:
         await self.health.enter_graceful_shutdown()
         await self._server.stop(grace_s)
         self._server = None
-        await self._event_logs.aclose()

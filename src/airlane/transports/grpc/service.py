@@ -1,17 +1,9 @@
 """`AirlaneService`: the ``airlane.v1.Airlane`` gRPC service, bound to the gateway.
 
-Every RPC authenticates from the ``authorization: Bearer <key>`` metadata through the single
-security gate, and reports what went wrong with the status code that means it:
-
-    hub / gate / request error          status
-    StreamNotFound                      NOT_FOUND
-    InvalidStreamId, bad request/event  INVALID_ARGUMENT
-    bad resume token, InvalidResume     OUT_OF_RANGE (a position past the end), INVALID_ARGUMENT
-    StreamExists                        ALREADY_EXISTS
-    StreamEnded                         FAILED_PRECONDITION
-    HubFull, too many subscriptions     RESOURCE_EXHAUSTED
-    Overloaded (set-up waited too long) UNAVAILABLE (retry later, or on another node)
-    Unauthenticated / PermissionDenied  UNAUTHENTICATED / PERMISSION_DENIED
+Every RPC authenticates from the ``authorization: Bearer <key>`` metadata through the gateway,
+and a refusal ends the call with the status `airlane.transports.grpc.errors.GRPC_STATUS` gives
+its code, the code itself in the ``airlane-error-code`` trailer (``stream_not_found`` is
+NOT_FOUND, ``overloaded`` UNAVAILABLE, a bad request INVALID_ARGUMENT...).
 
 Streaming calls write one ``StreamEvent`` per event and end after the terminal one; a client
 that cancels its call only detaches (the stream's orphan policy applies); `Cancel` stops the
@@ -25,34 +17,20 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import Any, NoReturn
+from typing import Any
 
-import grpc
 from grpc import aio
 
-from airlane.backends.base import GenerationRequest, LoadTestSpec
-from airlane.core import BadResumeToken, OrphanMode, OrphanPolicy
-from airlane.gateway import Gateway, orphan_policy_from
-from airlane.gateway.chat_request import InvalidChatRequest, parse_chat_request
-from airlane.hub import (
-    HubError,
-    HubFull,
-    InvalidResume,
-    InvalidStreamId,
-    StreamEnded,
-    StreamExists,
-    StreamNotFound,
-    Subscription,
-)
-from airlane.runtime.admission import Admission, Overloaded
-from airlane.security import PermissionDenied, Principal, SecurityError, Unauthenticated
+from airlane.core.errors import AirlaneError, BadRequest, ErrorCode
+from airlane.gateway import Gateway, Principal, Subscription
+from airlane.runtime.admission import Admission
 from airlane.transports.grpc.config import GrpcServerConfig
 from airlane.transports.grpc.context import bearer_token
+from airlane.transports.grpc.errors import abort, message_of
 from airlane.v1 import events_pb2, service_pb2, service_pb2_grpc
 from airlane.wire.errors import DecodeError
 from airlane.wire.event_json import event_from_dict
 from airlane.wire.proto import (
-    ERROR_CODE_METADATA,
     StreamEventWriter,
     chat_body,
     event_dict,
@@ -61,67 +39,9 @@ from airlane.wire.proto import (
     stream_event,
 )
 
-__all__ = ["AirlaneService", "status_of"]
+__all__ = ["AirlaneService"]
 
 log = logging.getLogger("airlane.grpc")
-
-_LOADTEST_ORPHAN = OrphanPolicy(OrphanMode.CANCEL)  # a benchmark stream has one reader
-
-_STATUS: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
-    (StreamNotFound, grpc.StatusCode.NOT_FOUND),
-    (InvalidStreamId, grpc.StatusCode.INVALID_ARGUMENT),
-    (InvalidResume, grpc.StatusCode.OUT_OF_RANGE),
-    (StreamExists, grpc.StatusCode.ALREADY_EXISTS),
-    (StreamEnded, grpc.StatusCode.FAILED_PRECONDITION),
-    (HubFull, grpc.StatusCode.RESOURCE_EXHAUSTED),
-    (Overloaded, grpc.StatusCode.UNAVAILABLE),
-    (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
-    (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
-    (InvalidChatRequest, grpc.StatusCode.INVALID_ARGUMENT),
-    (BadResumeToken, grpc.StatusCode.INVALID_ARGUMENT),
-    (DecodeError, grpc.StatusCode.INVALID_ARGUMENT),
-)
-
-
-class _Refused(Exception):
-    """A Session request refused for a reason of its own (not the hub's)."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-_EXPECTED = (
-    HubError,
-    SecurityError,
-    InvalidChatRequest,
-    BadResumeToken,
-    DecodeError,
-    Overloaded,
-    _Refused,
-)
-
-
-def status_of(exc: Exception) -> grpc.StatusCode:
-    """The status code for a refusal raised by the gateway, the hub or the gate."""
-    for cls, code in _STATUS:
-        if isinstance(exc, cls):
-            return code
-    return grpc.StatusCode.INTERNAL
-
-
-def _message(exc: Exception) -> str:
-    if isinstance(exc, InvalidChatRequest):
-        return f"{exc.param}: {exc.message}"
-    return str(exc)
-
-
-async def _abort(context: aio.ServicerContext, exc: Exception) -> NoReturn:
-    # The gateway's own error code travels beside the status (`ERROR_CODE_METADATA`).
-    code = getattr(exc, "code", None)
-    trailer = ((ERROR_CODE_METADATA, code),) if isinstance(code, str) else ()
-    await context.abort(status_of(exc), _message(exc), trailing_metadata=trailer)
-    raise AssertionError("abort returns by raising")  # pragma: no cover
 
 
 class AirlaneService(service_pb2_grpc.AirlaneServicer):
@@ -134,7 +54,7 @@ class AirlaneService(service_pb2_grpc.AirlaneServicer):
     # -- helpers ----------------------------------------------------------------------------
 
     def _principal(self, context: aio.ServicerContext) -> Principal:
-        return self.gateway.security.authenticate(bearer_token(context.invocation_metadata()))
+        return self.gateway.authenticate(bearer_token(context.invocation_metadata()))
 
     async def _events(
         self, stream_id: str, epoch: str, subscription: Subscription
@@ -163,29 +83,20 @@ class AirlaneService(service_pb2_grpc.AirlaneServicer):
             principal = self._principal(context)
             if loadtest:
                 spec = request.loadtest
-                try:
-                    checked = LoadTestSpec.checked(spec.chunks, spec.mode, spec.interval_ms)
-                except ValueError as exc:
-                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-                generation = GenerationRequest(model="airlane-loadtest", loadtest=checked)
-                policy = _LOADTEST_ORPHAN
+                checked = gateway.loadtest_spec(spec.chunks, spec.mode, spec.interval_ms)
+                info = await gateway.start_loadtest(principal, checked)
             else:
-                parsed = parse_chat_request(chat_body(request.request))
-                generation = parsed.generation
-                policy = orphan_policy_from(parsed.orphan, gateway.config.orphan)
-            info = await gateway.generate(principal, generation, orphan=policy)
-            subscription = await gateway.subscribe(
-                principal, info.stream_id, subscriber=principal.name
-            )
-        except _EXPECTED as exc:
-            await _abort(context, exc)
+                info = (await gateway.start_chat(principal, chat_body(request.request))).info
+            subscription = await gateway.subscribe(principal, info.stream_id)
+        except AirlaneError as exc:
+            await abort(context, exc)
         try:
             async with subscription:
                 async for item in self._events(info.stream_id, info.epoch, subscription):
                     yield item
         finally:
             if loadtest:  # nobody else wants a benchmark stream's chunks: free them now
-                with contextlib.suppress(HubError, SecurityError):
+                with contextlib.suppress(AirlaneError):
                     await gateway.delete(principal, info.stream_id)
 
     async def Subscribe(
@@ -195,11 +106,9 @@ class AirlaneService(service_pb2_grpc.AirlaneServicer):
         try:
             principal = self._principal(context)
             resume = position_from_proto(request.after) if request.HasField("after") else None
-            subscription = await self.gateway.subscribe(
-                principal, request.stream_id, resume=resume, subscriber=principal.name
-            )
-        except _EXPECTED as exc:
-            await _abort(context, exc)
+            subscription = await self.gateway.subscribe(principal, request.stream_id, resume=resume)
+        except AirlaneError as exc:
+            await abort(context, exc)
         async with subscription:
             epoch = subscription.position.epoch
             async for item in self._events(request.stream_id, epoch, subscription):
@@ -212,8 +121,8 @@ class AirlaneService(service_pb2_grpc.AirlaneServicer):
         try:
             principal = self._principal(context)
             return await self._publish(principal, request, 1)
-        except _EXPECTED as exc:
-            await _abort(context, exc)
+        except AirlaneError as exc:
+            await abort(context, exc)
 
     async def PublishStream(
         self,
@@ -229,17 +138,18 @@ class AirlaneService(service_pb2_grpc.AirlaneServicer):
                 reply = await self._publish(principal, request, count + 1)
                 count += 1
             return reply
-        except _EXPECTED as exc:
+        except AirlaneError as exc:
             # The events before the refused one stay appended: say how many.
-            await context.abort(
-                status_of(exc), f"event {count + 1}: {_message(exc)} ({count} appended before it)"
-            )
-            raise AssertionError("abort returns by raising") from None  # pragma: no cover
+            where = f"event {count + 1}: {message_of(exc)} ({count} appended before it)"
+            await abort(context, exc, where)
 
     async def _publish(
         self, principal: Principal, request: service_pb2.PublishRequest, count: int
     ) -> service_pb2.PublishResponse:
-        event = event_from_dict(event_dict(request.event))
+        try:
+            event = event_from_dict(event_dict(request.event))
+        except DecodeError as exc:
+            raise BadRequest(str(exc), code=ErrorCode.INVALID_EVENT) from None
         published = await self.gateway.publish(principal, request.stream_id, event)
         return service_pb2.PublishResponse(
             stream_id=request.stream_id, seq=published.seq, published=count
@@ -252,8 +162,8 @@ class AirlaneService(service_pb2_grpc.AirlaneServicer):
         try:
             principal = self._principal(context)
             cancelled = await self.gateway.cancel(principal, request.stream_id)
-        except _EXPECTED as exc:
-            await _abort(context, exc)
+        except AirlaneError as exc:
+            await abort(context, exc)
         return service_pb2.CancelResponse(cancelled=cancelled)
 
     async def Info(
@@ -263,8 +173,8 @@ class AirlaneService(service_pb2_grpc.AirlaneServicer):
         try:
             principal = self._principal(context)
             info = await self.gateway.info(principal, request.stream_id)
-        except _EXPECTED as exc:
-            await _abort(context, exc)
+        except AirlaneError as exc:
+            await abort(context, exc)
         return info_to_proto(info)
 
     async def Session(
@@ -275,8 +185,8 @@ class AirlaneService(service_pb2_grpc.AirlaneServicer):
         """Many streams on one call, with credit-based flow control."""
         try:
             principal = self._principal(context)
-        except _EXPECTED as exc:
-            await _abort(context, exc)
+        except AirlaneError as exc:
+            await abort(context, exc)
         session = _Session(self, principal)
         reader = asyncio.create_task(session.read(requests), name="grpc-session-reader")
         try:
@@ -363,15 +273,12 @@ class _Session:
                     sub.credit += request.credit.events
                     sub.granted.set()
                 return None
-            return _error("invalid_request", "a SessionRequest needs an op")
-        except _EXPECTED as exc:
-            code = getattr(exc, "code", "invalid_request")
-            return _error(str(code), _message(exc), _stream_of(request))
+            return _error(BadRequest("a SessionRequest needs an op"))
+        except AirlaneError as exc:
+            return _error(exc, _stream_of(request))
 
     async def _generate(self, request: service_pb2.GenerateRequest) -> service_pb2.SessionResponse:
-        parsed = parse_chat_request(chat_body(request.request))
-        policy = orphan_policy_from(parsed.orphan, self.gateway.config.orphan)
-        info = await self.gateway.generate(self.principal, parsed.generation, orphan=policy)
+        info = (await self.gateway.start_chat(self.principal, chat_body(request.request))).info
         handle = events_pb2.StreamHandle(stream_id=info.stream_id, epoch=info.epoch)
         await self._start(info.stream_id, None, 0)
         return service_pb2.SessionResponse(generated=handle)
@@ -385,13 +292,15 @@ class _Session:
 
     async def _start(self, stream_id: str, resume: Any, credit: int) -> events_pb2.StreamHandle:
         if stream_id in self.subs:
-            raise _Refused("already_subscribed", f"already subscribed to {stream_id!r}")
+            raise AirlaneError(
+                f"already subscribed to {stream_id!r}", code=ErrorCode.ALREADY_SUBSCRIBED
+            )
         limit = self.service.config.max_session_streams
         if len(self.subs) >= limit:
-            raise _Refused("too_many_subscriptions", f"at most {limit} streams per session")
-        subscription = await self.gateway.subscribe(
-            self.principal, stream_id, resume=resume, subscriber=self.principal.name
-        )
+            raise AirlaneError(
+                f"at most {limit} streams per session", code=ErrorCode.TOO_MANY_SUBSCRIPTIONS
+            )
+        subscription = await self.gateway.subscribe(self.principal, stream_id, resume=resume)
         position = subscription.position
         handle = events_pb2.StreamHandle(
             stream_id=stream_id, epoch=position.epoch, last_seq=position.seq
@@ -408,7 +317,7 @@ class _Session:
     async def _unsubscribe(self, stream_id: str) -> service_pb2.SessionResponse:
         sub = self.subs.pop(stream_id, None)
         if sub is None:
-            raise _Refused("not_subscribed", f"not subscribed to {stream_id!r}")
+            raise AirlaneError(f"not subscribed to {stream_id!r}", code=ErrorCode.NOT_SUBSCRIBED)
         await self._stop(sub)
         position = sub.subscription.position
         handle = events_pb2.StreamHandle(
@@ -455,8 +364,10 @@ class _Session:
             await self._stop(sub)
 
 
-def _error(code: str, message: str, stream_id: str = "") -> service_pb2.SessionResponse:
-    error = service_pb2.SessionError(code=code, message=message, stream_id=stream_id)
+def _error(exc: AirlaneError, stream_id: str = "") -> service_pb2.SessionResponse:
+    error = service_pb2.SessionError(
+        code=exc.code.value, message=message_of(exc), stream_id=stream_id
+    )
     return service_pb2.SessionResponse(error=error)
 
 

@@ -33,10 +33,12 @@ from google.protobuf import message_factory
 from google.protobuf.descriptor import MethodDescriptor
 from google.protobuf.message import Message
 
+from airlane.core.errors import AirlaneError
 from airlane.gateway import Gateway
 from airlane.runtime.callcontext import CALL
 from airlane.transports.grpc.config import GrpcServerConfig
 from airlane.transports.grpc.context import call_context
+from airlane.transports.grpc.errors import ERROR_CODE_METADATA, message_of, status_of
 from airlane.transports.grpc.service import AirlaneService
 from airlane.v1 import service_pb2
 
@@ -95,15 +97,16 @@ class _Context:
         details: str = "",
         trailing_metadata: tuple[tuple[str, str], ...] = (),
     ) -> NoReturn:
-        # connectrpc's errors carry no metadata: over gRPC-Web and Connect the status and its
-        # message stand alone (the native server sends `ERROR_CODE_METADATA` too).
-        del trailing_metadata
+        # The error's own code travels as on the native server: in the trailers
+        # (`ERROR_CODE_METADATA`; Connect's unary protocol sends them as ``trailer-`` headers).
+        for key, value in trailing_metadata:
+            self._ctx.response_trailers[key] = value
         raise ConnectError(_CONNECT_CODE[code], details)
 
 
 class _CallMetadata:
-    """Sets `airlane.runtime.callcontext.CALL` from the request headers (refusing a repeated one, as
-    the native server does), and reports an unexpected failure as INTERNAL."""
+    """Sets `airlane.runtime.callcontext.CALL` from the request headers (refusing a repeated
+    one, as the native server does), and reports an unexpected failure as INTERNAL."""
 
     async def on_start(self, ctx: RequestContext[Any, Any]) -> object:
         headers = ctx.request_headers
@@ -113,8 +116,9 @@ class _CallMetadata:
             for value in headers.getall(key)
         )
         context = call_context(metadata)
-        if isinstance(context, str):
-            raise ConnectError(Code.INVALID_ARGUMENT, context)
+        if isinstance(context, AirlaneError):
+            ctx.response_trailers[ERROR_CODE_METADATA] = context.code.value
+            raise ConnectError(_CONNECT_CODE[status_of(context)], message_of(context))
         return CALL.set(context)
 
     async def on_end(

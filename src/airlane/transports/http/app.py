@@ -14,29 +14,22 @@ Mount it inside a FastAPI/Starlette app or serve it with any ASGI server. Routes
 - ``GET  /v1/loadtest/sse|ws``         benchmark source
 - ``GET  /healthz``, ``GET /metrics``  liveness and Prometheus metrics
 
-Every failure becomes a JSON error body with a meaningful status (or a WebSocket close code
-with a reason); an unexpected exception is logged here and answered with 500, and the server
-keeps serving.
+Every failure is an `AirlaneError` with a code, which becomes a JSON error body with the status
+`airlane.transports.http.errors` gives it (or a WebSocket close code with a reason); an
+unexpected exception is logged here and answered with 500, and the server keeps serving.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
 
-from airlane.core import BadResumeToken
-from airlane.eventlog import EventLogError
-from airlane.gateway import Gateway
-from airlane.hub import HubError
-from airlane.registry import RegistryError
+from airlane.core.errors import AirlaneError, NotFound
+from airlane.gateway import Gateway, Principal
 from airlane.runtime.admission import Admission, Overloaded
-from airlane.security import Principal, SecurityError
 from airlane.transports.http.artifacts import handle_artifacts
 from airlane.transports.http.asgi import (
-    HttpError,
     Receive,
     Request,
     Scope,
@@ -49,19 +42,15 @@ from airlane.transports.http.asgi import (
 from airlane.transports.http.chat import handle_chat_completions
 from airlane.transports.http.config import HttpConfig
 from airlane.transports.http.context import AppContext, WebSocketHandler
-from airlane.transports.http.loadtest import (
-    loadtest_request,
-    loadtest_stream,
-    render_loadtest_sse,
-)
+from airlane.transports.http.errors import close_code, close_reason, error_json, http_status
+from airlane.transports.http.loadtest import loadtest_spec, render_loadtest_sse
 from airlane.transports.http.logs import handle_logs
 from airlane.transports.http.metrics import HttpMetrics
 from airlane.transports.http.rooms import handle_rooms, serve_room
 from airlane.transports.http.schemas import handle_schemas
 from airlane.transports.http.streams import handle_streams
 from airlane.transports.http.websocket import serve_loadtest_ws, serve_websocket
-from airlane.transports.http.yjs import YJS_PATH_PREFIX, YjsEndpoint
-from airlane.wire.openai import error_body
+from airlane.transports.http.yjs import YJS_PATH_PREFIX, serve_yjs
 
 __all__ = ["AirlaneApp", "create_app"]
 
@@ -97,17 +86,13 @@ class AirlaneApp:
     ) -> None:
         self.gateway = gateway
         self.config = config or HttpConfig()
-        self.metrics = HttpMetrics(gateway.hub.stats, lambda: gateway.running_generations)
+        self.metrics = HttpMetrics(gateway.stats, lambda: gateway.running_generations)
         self.context = AppContext(gateway, self.config, self.metrics, dict(subprotocols or {}))
-        self.started = time.monotonic()
         self.mounts = dict(mounts or {})
         """HTTP paths under each prefix go to that ASGI app (gRPC-Web / Connect), after CORS;
         given by the composition root (a transport never imports another)."""
         self.on_shutdown: list[Callable[[], Awaitable[None]]] = []
         """Run on ASGI shutdown before the gateway closes (other listeners say goodbye)."""
-        # Yjs rooms (y-websocket protocol), made on first use; saved to the hub before it closes.
-        self.yjs = YjsEndpoint(self.context)
-        self.on_shutdown.append(self.yjs.aclose)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -133,16 +118,10 @@ class AirlaneApp:
         """HTTP 503 with ``Retry-After``; a WebSocket handshake refused the same way where
         the server can (else accepted and closed with 1013, "try again later")."""
         if scope["type"] == "websocket":
-            await _refuse_websocket(
-                scope, receive, send, str(exc), status=exc.status, code=exc.code, close_code=1013
-            )
+            await refuse_websocket(scope, receive, send, exc)
             return
-        # Nothing was started, so the request may be sent again: say when, and say so in the
-        # header OpenAI's SDKs read (they retry a 503 anyway; this makes it explicit).
-        headers = [(b"retry-after", str(exc.retry_after_s).encode()), (b"x-should-retry", b"true")]
-        error = HttpError(exc.status, str(exc), code=exc.code, type="server_error", headers=headers)
-        await send_error(send, error)
-        self.metrics.count_request(_route_label(scope["path"]), str(exc.status))
+        status = await send_error(send, exc)
+        self.metrics.count_request(_route_label(scope["path"]), str(status))
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -166,9 +145,11 @@ class AirlaneApp:
         elif request.path.startswith("/v1/rooms/"):
             await serve_room(self.context, request, receive, send)
         elif request.path.startswith(YJS_PATH_PREFIX):
-            await self.yjs(request, receive, send)
+            await serve_yjs(self.context, request, receive, send)
         else:
-            await _refuse_websocket(scope, receive, send, f"no WebSocket endpoint {request.path}")
+            await refuse_websocket(
+                scope, receive, send, NotFound(f"no WebSocket endpoint {request.path[:200]}")
+            )
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request.from_scope(scope)
@@ -188,38 +169,34 @@ class AirlaneApp:
                 return
         try:
             await self._dispatch(request, receive, send)
-        except HttpError as exc:
-            status = exc.status
-            await send_error(send, exc)
-        except (HubError, SecurityError, EventLogError, RegistryError) as exc:
-            status = exc.status
-            # RFC 9110 11.6.1: a 401 names the scheme the client should use.
-            challenge = [(b"www-authenticate", b"Bearer")] if status == 401 else []
-            await send_error(send, HttpError(status, str(exc), code=exc.code, headers=challenge))
-        except BadResumeToken as exc:
-            status = 400
-            await send_error(send, HttpError(400, str(exc), code="bad_resume_token"))
+        except AirlaneError as exc:
+            status = await self._report(send, exc, request)
         except Exception:
             # Reached only by a bug: log it with the traceback here, never send it out.
             log.exception("unhandled error on %s %s", request.method, request.path)
-            status = 500
-            try:
-                await send_error(send, HttpError(500, "internal server error", type="server_error"))
-            except Exception:
-                log.debug("could not report the error: the response had started")
+            status = await self._report(send, AirlaneError("internal server error"), request)
         self.metrics.count_request(route, str(status))
+
+    async def _report(self, send: Send, exc: AirlaneError, request: Request) -> int:
+        """The error response for ``exc``; its status (the one it would have had, when the
+        response had started and only the connection can end now)."""
+        try:
+            return await send_error(send, exc)
+        except Exception:  # the response had started, or the client is gone
+            log.debug("could not report %s on %s %s", exc.code, request.method, request.path)
+            return http_status(exc.code)
 
     async def _dispatch(self, request: Request, receive: Receive, send: Send) -> None:
         path, method = request.path, request.method
         if path == "/healthz":
             allow_methods(method, "GET")
-            await send_json(send, 200, self._health())
+            await send_json(send, 200, self.gateway.health())
             return
         if path == "/metrics":
             allow_methods(method, "GET")
             await send_body(send, 200, self.metrics.render(), b"text/plain; version=0.0.4")
             return
-        principal = self.gateway.security.authenticate(request.bearer)
+        principal = self.gateway.authenticate(request.bearer)
         if path == "/v1/chat/completions":
             allow_methods(method, "POST")
             await handle_chat_completions(self.context, principal, request, receive, send)
@@ -240,13 +217,13 @@ class AirlaneApp:
             allow_methods(method, "GET")
             await self._loadtest_sse(principal, request, receive, send)
         else:
-            raise HttpError(404, f"no route for {method} {path[:200]}", code="not_found")
+            raise NotFound(f"no route for {method} {path[:200]}")
 
     async def _loadtest_sse(
         self, principal: Principal, request: Request, receive: Receive, send: Send
     ) -> None:
-        generation = loadtest_request(request)
-        async with loadtest_stream(self.gateway, principal, generation) as (stream_id, sub):
+        spec = loadtest_spec(request)
+        async with self.gateway.loadtest(principal, spec) as (stream_id, sub):
             pump = self.context.sse_pump(request, receive, send)
             await pump.start([(b"x-airlane-stream-id", stream_id.encode())])
             await pump.pump(sub, render_loadtest_sse)
@@ -265,18 +242,6 @@ class AirlaneApp:
             (b"vary", b"origin"),
         ]
 
-    def _health(self) -> dict[str, object]:
-        stats = self.gateway.hub.stats()
-        return {
-            "status": "ok",
-            "pid": os.getpid(),
-            "uptime_s": round(time.monotonic() - self.started, 3),
-            "streams": stats.streams,
-            "subscribers": stats.subscribers,
-            "generations": self.gateway.running_generations,
-            "backend": self.gateway.backend.name,
-        }
-
     def _models(self) -> dict[str, object]:
         return {
             "object": "list",
@@ -287,27 +252,18 @@ class AirlaneApp:
         }
 
 
-async def _refuse_websocket(
-    scope: Scope,
-    receive: Receive,
-    send: Send,
-    reason: str,
-    *,
-    status: int = 404,
-    code: str = "not_found",
-    close_code: int = 1008,
-) -> None:
-    """Refuse a handshake with a reason: an HTTP ``status`` where the server supports the
-    ASGI denial-response extension, else accept and close with ``close_code`` and the
-    reason."""
+async def refuse_websocket(scope: Scope, receive: Receive, send: Send, exc: AirlaneError) -> None:
+    """Refuse a handshake for ``exc``: with its HTTP status and JSON body where the server
+    supports the ASGI denial-response extension, else accepted and closed with its close code
+    and the message as the reason."""
     if (await receive())["type"] != "websocket.connect":
         return
     if "websocket.http.response" in scope.get("extensions", {}):
-        body = error_body(reason, code=code)
+        body = error_json(exc)
         await send(
             {
                 "type": "websocket.http.response.start",
-                "status": status,
+                "status": http_status(exc.code),
                 "headers": [
                     (b"content-type", b"application/json"),
                     (b"content-length", str(len(body)).encode()),
@@ -317,7 +273,9 @@ async def _refuse_websocket(
         await send({"type": "websocket.http.response.body", "body": body})
         return
     await send({"type": "websocket.accept"})
-    await send({"type": "websocket.close", "code": close_code, "reason": reason[:120]})
+    await send(
+        {"type": "websocket.close", "code": close_code(exc.code), "reason": close_reason(str(exc))}
+    )
 
 
 def _with_headers(send: Send, headers: list[tuple[bytes, bytes]]) -> Send:

@@ -1,5 +1,6 @@
 """Small raw-ASGI helpers shared by the HTTP handlers: requests, JSON and error responses.
-The SSE response pump is `airlane.transports.http.sse_pump`.
+The SSE response pump is `airlane.transports.http.sse_pump`; what an error looks like on this
+transport is `airlane.transports.http.errors`.
 
 Raw ASGI messages, not a framework: the streaming paths are hot and the surface is small.
 """
@@ -13,12 +14,13 @@ from urllib.parse import parse_qsl
 
 import orjson
 
+from airlane.core.errors import AirlaneError, BadRequest, ErrorCode
+from airlane.transports.http.errors import error_response
 from airlane.wire.compression import (
     CompressionChoice,
     classify_client,
     negotiate,
 )
-from airlane.wire.openai import error_body
 
 __all__ = [
     "ASGIApp",
@@ -39,25 +41,20 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
-class HttpError(Exception):
-    """A request failed for a reason the client should be told: status, code and message."""
+class HttpError(AirlaneError):
+    """A refusal by the HTTP transport itself whose response needs headers of its own
+    (``Allow`` with a 405, ``Content-Range`` with a 416); its status comes from its code, as
+    every error's does."""
 
     def __init__(
         self,
-        status: int,
         message: str,
         *,
-        code: str | None = None,
-        type: str = "invalid_request_error",
+        code: ErrorCode,
         param: str | None = None,
         headers: Iterable[tuple[bytes, bytes]] = (),
     ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.code = code
-        self.type = type
-        self.param = param
+        super().__init__(message, code=code, param=param)
         self.headers = list(headers)
 
 
@@ -133,9 +130,11 @@ class Request:
         try:
             value = int(raw)
         except ValueError:
-            raise HttpError(400, f"query parameter {name!r} must be an integer") from None
+            raise BadRequest(f"query parameter {name!r} must be an integer", param=name) from None
         if not low <= value <= high:
-            raise HttpError(400, f"query parameter {name!r} must be between {low} and {high}")
+            raise BadRequest(
+                f"query parameter {name!r} must be between {low} and {high}", param=name
+            )
         return value
 
 
@@ -146,11 +145,11 @@ async def read_body(receive: Receive, limit: int) -> bytes:
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            raise HttpError(499, "client disconnected")
+            raise AirlaneError("client disconnected", code=ErrorCode.CLIENT_DISCONNECTED)
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
-            raise HttpError(413, f"request body exceeds {limit} bytes", code="body_too_large")
+            raise AirlaneError(f"request body exceeds {limit} bytes", code=ErrorCode.BODY_TOO_LARGE)
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
@@ -160,12 +159,12 @@ async def read_json(receive: Receive, limit: int) -> Any:
     """The request body parsed as JSON, or a 400 that says what is wrong."""
     body = await read_body(receive, limit)
     if not body:
-        raise HttpError(400, "request body is empty; send a JSON object")
+        raise BadRequest("request body is empty; send a JSON object")
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        raise HttpError(
-            400, f"request body is not valid JSON: {exc}", code="invalid_json"
+        raise BadRequest(
+            f"request body is not valid JSON: {exc}", code=ErrorCode.INVALID_JSON
         ) from None
 
 
@@ -198,10 +197,16 @@ async def send_json(
     await send_body(send, status, orjson.dumps(obj), b"application/json", headers)
 
 
-async def send_error(send: Send, error: HttpError) -> None:
-    """An OpenAI-style JSON error response."""
-    body = error_body(error.message, type=error.type, code=error.code, param=error.param)
-    await send_body(send, error.status, body, b"application/json", error.headers)
+async def send_error(
+    send: Send, error: AirlaneError, headers: Iterable[tuple[bytes, bytes]] = ()
+) -> int:
+    """The response that reports ``error`` (`airlane.transports.http.errors`); its status."""
+    if isinstance(error, HttpError):
+        headers = [*headers, *error.headers]
+    status, all_headers, body = error_response(error, headers)
+    await send({"type": "http.response.start", "status": status, "headers": all_headers})
+    await send({"type": "http.response.body", "body": body})
+    return status
 
 
 def allow_methods(method: str, allowed: str) -> None:
@@ -209,8 +214,7 @@ def allow_methods(method: str, allowed: str) -> None:
     (``"GET, POST"``)."""
     if method not in allowed.split(", "):
         raise HttpError(
-            405,
             f"{method} is not supported here; use {allowed}",
-            code="method_not_allowed",
+            code=ErrorCode.METHOD_NOT_ALLOWED,
             headers=[(b"allow", allowed.encode())],
         )

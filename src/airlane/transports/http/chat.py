@@ -14,17 +14,9 @@ import time
 import orjson
 
 from airlane.core import Event, Kind
-from airlane.gateway import orphan_policy_from
-from airlane.security import Principal
-from airlane.transports.http.asgi import (
-    HttpError,
-    Receive,
-    Request,
-    Send,
-    read_json,
-    send_json,
-)
-from airlane.transports.http.chat_request import parse_chat_request
+from airlane.core.errors import ErrorCode
+from airlane.gateway import Principal
+from airlane.transports.http.asgi import HttpError, Receive, Request, Send, read_json, send_json
 from airlane.transports.http.context import AppContext
 from airlane.wire.openai import DONE_SENTINEL, ChatStreamState, ChunkFactory
 from airlane.wire.sse import encode_event, encode_numbered_event, event_id_prefix
@@ -102,28 +94,20 @@ async def handle_chat_completions(
 ) -> None:
     """Serve one chat completion, streaming or not."""
     gateway, config = app.gateway, app.config
-    body = await read_json(receive, config.max_body_bytes)
-    parsed = parse_chat_request(body)
-    generation, stream, include_usage = parsed.generation, parsed.stream, parsed.include_usage
-    orphan = parsed.orphan
-    policy = orphan_policy_from(orphan, gateway.config.orphan)
-    info = await gateway.generate(principal, generation, orphan=policy)
-    factory = ChunkFactory(info.stream_id, generation.model, int(time.time()))
+    chat = await gateway.start_chat(principal, await read_json(receive, config.max_body_bytes))
+    info, include_usage = chat.info, chat.request.include_usage
+    factory = ChunkFactory(info.stream_id, chat.request.generation.model, int(time.time()))
     headers = [(b"x-airlane-stream-id", info.stream_id.encode())]
-    async with await gateway.subscribe(
-        principal, info.stream_id, subscriber=principal.name
-    ) as subscription:
-        if not stream:
+    async with await gateway.subscribe(principal, info.stream_id) as subscription:
+        if not chat.request.stream:
             state = ChatStreamState()
             while batch := await subscription.next_batch(config.batch_limit):
                 for event in batch:
                     state.apply(event)
             if state.error is not None:
                 raise HttpError(
-                    502,
                     str(state.error.get("message", "the backend failed")),
-                    type="server_error",
-                    code=str(state.error.get("code")),
+                    code=_stream_error_code(state.error.get("code")),
                     headers=headers,
                 )
             await send_json(send, 200, state.completion(factory), headers)
@@ -133,3 +117,12 @@ async def handle_chat_completions(
         renderer = _OpenAIRenderer(factory, info.epoch, include_usage)
         await pump.pump(subscription, renderer)
         await pump.finish()
+
+
+def _stream_error_code(code: object) -> ErrorCode:
+    """The code a stream's ``error`` event ended it with; ``backend_error`` for one this
+    gateway does not know (an upstream's own)."""
+    try:
+        return ErrorCode(str(code))
+    except ValueError:
+        return ErrorCode.BACKEND_ERROR

@@ -5,9 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
-from airlane.eventlog.handles import GroupHandles
-from airlane.gateway import Gateway
-from airlane.security import Principal
+from airlane.gateway import Gateway, Principal
 from airlane.transports.http.asgi import Receive, Request, Send
 from airlane.transports.http.config import HttpConfig
 from airlane.transports.http.http_protocol import WRITE_BODY
@@ -29,8 +27,6 @@ class AppContext:
     config: HttpConfig
     metrics: HttpMetrics
     subprotocols: Mapping[str, WebSocketHandler] = field(default_factory=dict)
-    log_groups: GroupHandles = field(default_factory=GroupHandles)
-    """Consumer group handles of the event log API's members (`airlane.transports.http.logs`)."""
     """Extra ``/v1/ws`` subprotocols and their handlers, given by the composition root (a
     transport never imports another)."""
 

@@ -11,45 +11,24 @@ Query: ``chunks`` (1..100000, default 200), ``mode`` (``burst`` | ``paced``),
 
 from __future__ import annotations
 
-import contextlib
 import operator
-from collections.abc import AsyncIterator
 
-from airlane.backends.base import GenerationRequest, LoadTestSpec
-from airlane.core import Event, OrphanMode, OrphanPolicy
-from airlane.gateway import Gateway
-from airlane.hub import StreamNotFound, Subscription
-from airlane.security import Principal
-from airlane.transports.http.asgi import HttpError, Request
+from airlane.core import Event
+from airlane.gateway import Gateway, LoadTestSpec
+from airlane.transports.http.asgi import Request
 
-__all__ = [
-    "LOADTEST_ORPHAN",
-    "loadtest_chunks",
-    "loadtest_request",
-    "loadtest_stream",
-    "render_loadtest_sse",
-]
-
-LOADTEST_ORPHAN = OrphanPolicy(OrphanMode.CANCEL)
-"""A load-test stream nobody reads is cancelled at once: it exists only for its reader."""
+__all__ = ["loadtest_chunks", "loadtest_spec", "render_loadtest_sse"]
 
 
-def loadtest_request(request: Request) -> GenerationRequest:
-    """The synthetic generation a load-test GET asks for, or a 400 that says why not."""
+def loadtest_spec(request: Request) -> LoadTestSpec:
+    """The benchmark workload a load-test GET asks for in its query, or a `BadRequest` that
+    says which value is wrong."""
     chunks = request.query_int("chunks", 200, 1, 100_000)
-    mode = request.query.get("mode", "burst")
-    if mode not in ("burst", "paced"):
-        raise HttpError(400, "query parameter 'mode' must be 'burst' or 'paced'")
     try:
-        interval_ms = float(request.query.get("interval_ms", "20"))
+        interval_ms: object = float(request.query.get("interval_ms", "20"))
     except ValueError:
-        raise HttpError(400, "query parameter 'interval_ms' must be a number") from None
-    if not 0.1 <= interval_ms <= 60_000:
-        raise HttpError(400, "query parameter 'interval_ms' must be between 0.1 and 60000")
-    spec = LoadTestSpec(
-        chunks=chunks, mode="paced" if mode == "paced" else "burst", interval_ms=interval_ms
-    )
-    return GenerationRequest(model="airlane-loadtest", loadtest=spec)
+        interval_ms = request.query["interval_ms"]  # refused below, with the reason
+    return Gateway.loadtest_spec(chunks, request.query.get("mode", "burst"), interval_ms)
 
 
 _raw_of = operator.attrgetter("raw")
@@ -71,18 +50,3 @@ def render_loadtest_sse(batch: list[Event]) -> bytes:
     if not chunks:
         return b""
     return b"".join((_DATA, _BETWEEN.join(chunks), _END))
-
-
-@contextlib.asynccontextmanager
-async def loadtest_stream(
-    gateway: Gateway, principal: Principal, generation: GenerationRequest
-) -> AsyncIterator[tuple[str, Subscription]]:
-    """A fresh load-test stream and its one reader; the stream is deleted afterwards, since
-    nobody else can want its chunks (keeping them would grow memory with every benchmark)."""
-    info = await gateway.generate(principal, generation, orphan=LOADTEST_ORPHAN)
-    try:
-        async with await gateway.subscribe(principal, info.stream_id) as subscription:
-            yield info.stream_id, subscription
-    finally:
-        with contextlib.suppress(StreamNotFound):
-            await gateway.delete(principal, info.stream_id)

@@ -21,7 +21,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from airlane.core import Event
-from airlane.hub import HubStats
+from airlane.gateway import HubStats
 from airlane.runtime.admission import Admission
 
 __all__ = ["HttpMetrics"]

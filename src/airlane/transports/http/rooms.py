@@ -5,9 +5,9 @@
 - ``WS   /v1/rooms/{room}``        JSON text messages. The server sends ``{"type": "state",
   ...}`` first, then ``{"type": "ops", "ops": [...]}`` for every change from any client on any
   node; a client sends ``{"type": "ops", "ops": [...]}`` and gets ``{"type": "ack", "count"}``
-  or ``{"type": "error", "message"}`` (the socket stays open). Binary frames close with 1003;
-  a client that does not read its messages is closed with 1008 rather than buffered without
-  bound.
+  or ``{"type": "error", "code", "message"}`` (the socket stays open). Binary frames close
+  with 1003; a client that does not read its messages is closed with 4503 (``too_slow``: try
+  again later) rather than buffered without bound.
 
 An op is `airlane.sync.ops.Op.to_dict`'s form: ``{"action": "set" | "delete", "stamp":
 "<hlc>", "key": "...", "value": ...}``, made by the client's own `airlane.sync.lww.LWWMap`.
@@ -17,16 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 from typing import Any
 
 import orjson
 
-from airlane.hub import HubError
-from airlane.security import Action, Principal, SecurityError
-from airlane.sync.rooms import Room, RoomError, Rooms
+from airlane.core.errors import AirlaneError, BadRequest, ErrorCode, NotFound
+from airlane.gateway import JoinedRoom, Principal
 from airlane.transports.http.asgi import (
-    HttpError,
     Receive,
     Request,
     Send,
@@ -35,7 +32,7 @@ from airlane.transports.http.asgi import (
     send_json,
 )
 from airlane.transports.http.context import AppContext
-from airlane.transports.http.websocket import accept, close
+from airlane.transports.http.websocket import accept, refuse
 
 __all__ = ["MAX_PENDING_MESSAGES", "handle_rooms", "room_name", "serve_room"]
 
@@ -43,21 +40,12 @@ MAX_PENDING_MESSAGES = 1024
 """Messages waiting for one slow WebSocket client before it is closed."""
 MAX_MESSAGE_BYTES = 1 << 20
 """Largest message a client may send."""
-_NAME = re.compile(r"[A-Za-z0-9._-]{1,150}")
-CLOSE_TOO_SLOW = 1008
 
 
 def room_name(path: str) -> tuple[str, str]:
-    """``(room, action)`` of a ``/v1/rooms/...`` path; a 400 for a bad room name."""
-    rest = path[len("/v1/rooms/") :]
-    name, _, action = rest.partition("/")
-    if not _NAME.fullmatch(name):
-        raise HttpError(400, "a room name is 1-150 of A-Z a-z 0-9 . _ -", code="invalid_room")
+    """``(room, action)`` of a ``/v1/rooms/...`` path (the gateway checks the name)."""
+    name, _, action = path[len("/v1/rooms/") :].partition("/")
     return name, action
-
-
-def _rooms(app: AppContext) -> Rooms:
-    return app.gateway.rooms
 
 
 async def handle_rooms(
@@ -65,56 +53,44 @@ async def handle_rooms(
 ) -> None:
     """The HTTP part: a room's state, and operations sent without a WebSocket."""
     name, action = room_name(request.path)
-    security = app.gateway.security
-    try:
-        if action == "":
-            allow_methods(request.method, "GET")
-            security.authorize(principal, Action.SUBSCRIBE, f"rooms/{name}")
-            await send_json(send, 200, await _rooms(app).state(name))
-        elif action == "ops":
-            allow_methods(request.method, "POST")
-            security.authorize(principal, Action.PUBLISH, f"rooms/{name}")
-            body = await read_json(receive, app.config.max_body_bytes)
-            ops = body.get("ops") if isinstance(body, dict) else None
-            count = await (await _rooms(app).room(name)).submit(ops)
-            await send_json(send, 202, {"accepted": count})
-        else:
-            raise HttpError(404, f"no room resource {action[:40]!r}", code="not_found")
-    except RoomError as exc:
-        raise HttpError(exc.status, str(exc), code=exc.code) from None
+    rooms = app.gateway.rooms
+    if action == "":
+        allow_methods(request.method, "GET")
+        await send_json(send, 200, await rooms.state(principal, name))
+    elif action == "ops":
+        allow_methods(request.method, "POST")
+        body = await read_json(receive, app.config.max_body_bytes)
+        ops = body.get("ops") if isinstance(body, dict) else None
+        await send_json(send, 202, {"accepted": await rooms.submit(principal, name, ops)})
+    else:
+        raise NotFound(f"no room resource {action[:40]!r}")
 
 
 async def serve_room(app: AppContext, request: Request, receive: Receive, send: Send) -> None:
     """The WebSocket part (see the module docstring)."""
+    socket: _RoomSocket | None = None
     try:
         name, action = room_name(request.path)
         if action:
-            raise HttpError(404, "a room's WebSocket is /v1/rooms/{room}")
-        principal = app.gateway.security.authenticate(
-            request.bearer or request.query.get("access_token")
-        )
-        app.gateway.security.authorize(principal, Action.SUBSCRIBE, f"rooms/{name}")
-    except HttpError as exc:
+            raise NotFound("a room's WebSocket is /v1/rooms/{room}")
+        principal = app.gateway.authenticate(request.bearer or request.query.get("access_token"))
+        socket = _RoomSocket(send)
+        joined = await app.gateway.rooms.join(principal, name, socket.relay)
+    except AirlaneError as exc:
         if await accept(receive, send, None):
-            await close(send, 1008, exc.message)
+            await refuse(send, exc)
         return
-    except SecurityError as exc:
+    try:
         if await accept(receive, send, None):
-            await close(send, exc.close_code, str(exc))
-        return
-    if not await accept(receive, send, None):
-        return
-    room = await _rooms(app).room(name)
-    await _RoomSocket(app, principal, room, send).run(receive)
+            await socket.run(joined, receive)
+    finally:
+        joined.leave()
 
 
 class _RoomSocket:
     """One client of one room: a bounded outbox, a writer task, the reader loop."""
 
-    def __init__(self, app: AppContext, principal: Principal, room: Room, send: Send) -> None:
-        self.app = app
-        self.principal = principal
-        self.room = room
+    def __init__(self, send: Send) -> None:
         self.send = send
         self.outbox: asyncio.Queue[bytes | None] = asyncio.Queue(MAX_PENDING_MESSAGES)
         self.too_slow = False
@@ -129,18 +105,14 @@ class _RoomSocket:
                 self.outbox.get_nowait()
                 self.outbox.put_nowait(None)  # the writer closes the socket
 
-    async def run(self, receive: Receive) -> None:
-        rooms = self.app.gateway.rooms
-        rooms.join(self.room, self.relay)
-        writer = asyncio.create_task(self._write(), name=f"room {self.room.name} writer")
+    async def run(self, room: JoinedRoom, receive: Receive) -> None:
+        """Send the room's state, then relay both ways until the client leaves."""
+        writer = asyncio.create_task(self._write(), name=f"room {room.name} writer")
         try:
-            await self.send(
-                {"type": "websocket.send", "bytes": None,
-                 "text": orjson.dumps({"type": "state", **self.room.state()}).decode()}
-            )  # fmt: skip
-            await self._read(receive)
+            state = orjson.dumps({"type": "state", **room.state()}).decode()
+            await self.send({"type": "websocket.send", "bytes": None, "text": state})
+            await self._read(room, receive)
         finally:
-            rooms.leave(self.room, self.relay)
             writer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await writer
@@ -148,33 +120,32 @@ class _RoomSocket:
     async def _write(self) -> None:
         while (message := await self.outbox.get()) is not None:
             await self.send({"type": "websocket.send", "text": message.decode()})
-        await close(self.send, CLOSE_TOO_SLOW, "too slow: messages were not read in time")
+        too_slow = "too slow: messages were not read in time"
+        await refuse(self.send, AirlaneError(too_slow, code=ErrorCode.TOO_SLOW))
 
-    async def _read(self, receive: Receive) -> None:
+    async def _read(self, room: JoinedRoom, receive: Receive) -> None:
         while True:
             message = await receive()
             if message["type"] == "websocket.disconnect" or self.too_slow:
                 return
             if message.get("bytes") is not None:
-                await close(self.send, 1003, "send JSON text messages")
+                wrong = AirlaneError("send JSON text messages", code=ErrorCode.UNSUPPORTED)
+                await refuse(self.send, wrong)
                 return
-            reply = await self._handle(message.get("text") or "")
+            reply = await self._handle(room, message.get("text") or "")
             await self.outbox.put(orjson.dumps(reply))
 
-    async def _handle(self, text: str) -> dict[str, Any]:
-        if len(text) > MAX_MESSAGE_BYTES:
-            return {"type": "error", "message": "message too large"}
+    async def _handle(self, room: JoinedRoom, text: str) -> dict[str, Any]:
         try:
-            body = orjson.loads(text)
-        except orjson.JSONDecodeError:
-            return {"type": "error", "message": "not JSON"}
-        if not isinstance(body, dict) or body.get("type") != "ops":
-            return {"type": "error", "message": "send {'type': 'ops', 'ops': [...]}"}
-        try:
-            self.app.gateway.security.authorize(
-                self.principal, Action.PUBLISH, f"rooms/{self.room.name}"
-            )
-            count = await self.room.submit(body.get("ops"))
-        except (RoomError, SecurityError, HubError) as exc:
-            return {"type": "error", "message": str(exc)}
+            if len(text) > MAX_MESSAGE_BYTES:
+                raise BadRequest("message too large", code=ErrorCode.BODY_TOO_LARGE)
+            try:
+                body = orjson.loads(text)
+            except orjson.JSONDecodeError:
+                raise BadRequest("not JSON", code=ErrorCode.INVALID_JSON) from None
+            if not isinstance(body, dict) or body.get("type") != "ops":
+                raise BadRequest("send {'type': 'ops', 'ops': [...]}")
+            count = await room.submit(body.get("ops"))
+        except AirlaneError as exc:
+            return {"type": "error", "code": exc.code.value, "message": str(exc)}
         return {"type": "ack", "count": count}

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from airlane.core import TERMINAL_KINDS, Event
-from airlane.hub import Subscription
+from airlane.gateway import Subscription
 from airlane.runtime.drains import DrainQueue, drain_queue
 from airlane.transports.http.asgi import Receive, Send
 from airlane.transports.http.metrics import HttpMetrics

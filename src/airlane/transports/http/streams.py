@@ -25,11 +25,9 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import unquote
 
-from airlane.backends.base import GenerationRequest, LoadTestSpec
-from airlane.core import BadResumeToken, Event, Position, valid_stream_id
-from airlane.gateway import orphan_policy_from
-from airlane.hub import StreamInfo
-from airlane.security import Principal
+from airlane.core import Event, Position, StreamInfo, valid_stream_id
+from airlane.core.errors import BadRequest, ErrorCode, NotFound
+from airlane.gateway import Gateway, Principal
 from airlane.transports.http.asgi import (
     HttpError,
     Receive,
@@ -39,7 +37,6 @@ from airlane.transports.http.asgi import (
     send_body,
     send_json,
 )
-from airlane.transports.http.chat_request import parse_chat_request
 from airlane.transports.http.context import AppContext
 from airlane.wire.errors import DecodeError
 from airlane.wire.event_json import event_from_dict, event_to_dict, event_to_json
@@ -71,12 +68,7 @@ def resume_position(request: Request) -> Position | None:
     """The position to resume after: ``Last-Event-ID`` (sent by a reconnecting
     ``EventSource``) wins over ``?from=`` (which stays in the URL across reconnects)."""
     token = request.header(b"last-event-id") or request.query.get("from")
-    if not token:
-        return None
-    try:
-        return Position.parse(token)
-    except BadResumeToken as exc:
-        raise HttpError(400, str(exc), code="bad_resume_token") from None
+    return Position.parse(token) if token else None  # BadResumeToken if malformed
 
 
 async def handle_streams(
@@ -86,17 +78,20 @@ async def handle_streams(
     rest = request.path[len("/v1/streams") :]
     if rest in ("", "/"):
         if request.method != "POST":
-            raise HttpError(405, "use POST /v1/streams to create a stream", headers=_ALLOW_POST)
+            raise HttpError(
+                "use POST /v1/streams to create a stream",
+                code=ErrorCode.METHOD_NOT_ALLOWED,
+                headers=_ALLOW_POST,
+            )
         await _create(app, principal, receive, send)
         return
     stream_id, action = stream_target(request)
     if action not in _ALLOWED:
-        raise HttpError(404, f"no stream resource {action[:40]!r}", code="not_found")
+        raise NotFound(f"no stream resource {action[:40]!r}")
     if not valid_stream_id(stream_id):
-        raise HttpError(
-            400,
+        raise BadRequest(
             f"invalid stream id {stream_id[:80]!r}: use 1-200 of A-Z a-z 0-9 . _ : / -",
-            code="invalid_stream_id",
+            code=ErrorCode.INVALID_STREAM_ID,
         )
     method = request.method
     if action == "events" and method == "GET":
@@ -119,9 +114,8 @@ async def handle_streams(
     else:
         allowed = _ALLOWED[action]
         raise HttpError(
-            405,
             f"{method} is not supported here; use {allowed}",
-            code="method_not_allowed",
+            code=ErrorCode.METHOD_NOT_ALLOWED,
             headers=[(b"allow", allowed.encode())],
         )
 
@@ -157,15 +151,12 @@ async def _create(app: AppContext, principal: Principal, receive: Receive, send:
     if isinstance(body, dict) and "name" in body:
         name = body["name"]
         if not isinstance(name, str):
-            raise HttpError(400, "'name' must be a string", param="name")
+            raise BadRequest("'name' must be a string", param="name")
         info = await app.gateway.create_named(principal, name, exist_ok=bool(body.get("exist_ok")))
     elif isinstance(body, dict) and "loadtest" in body:
-        info = await _create_loadtest(app, principal, body)
+        info = await _create_loadtest(app.gateway, principal, body)
     else:
-        parsed = parse_chat_request(body)
-        generation, orphan = parsed.generation, parsed.orphan
-        policy = orphan_policy_from(orphan, app.gateway.config.orphan)
-        info = await app.gateway.generate(principal, generation, orphan=policy)
+        info = (await app.gateway.start_chat(principal, body)).info
     payload = {
         **info.to_dict(),
         "events_url": f"/v1/streams/{info.stream_id}/events",
@@ -174,28 +165,20 @@ async def _create(app: AppContext, principal: Principal, receive: Receive, send:
 
 
 async def _create_loadtest(
-    app: AppContext, principal: Principal, body: dict[str, Any]
+    gateway: Gateway, principal: Principal, body: dict[str, Any]
 ) -> StreamInfo:
     """A load-test generation that clients subscribe to (``airlane bench``'s cluster run):
     ``{"loadtest": {"chunks": 200, "mode": "paced", "interval_ms": 20}, "orphan": "grace"}``."""
     spec = body["loadtest"]
     if not isinstance(spec, dict):
-        raise HttpError(400, "'loadtest' must be an object", param="loadtest")
-    try:
-        loadtest = LoadTestSpec.checked(
-            spec.get("chunks", 200), spec.get("mode", "burst"), spec.get("interval_ms", 20.0)
-        )
-    except ValueError as exc:
-        raise HttpError(400, f"loadtest: {exc}", param="loadtest") from None
+        raise BadRequest("'loadtest' must be an object", param="loadtest")
+    loadtest = gateway.loadtest_spec(
+        spec.get("chunks", 200), spec.get("mode", "burst"), spec.get("interval_ms", 20.0)
+    )
     orphan = body.get("orphan")
     if orphan is not None and not isinstance(orphan, str):
-        raise HttpError(400, "'orphan' must be a string", param="orphan")
-    try:
-        policy = orphan_policy_from(orphan, app.gateway.config.orphan)
-    except ValueError as exc:
-        raise HttpError(400, str(exc), param="orphan") from None
-    generation = GenerationRequest(model="airlane-loadtest", loadtest=loadtest)
-    return await app.gateway.generate(principal, generation, orphan=policy)
+        raise BadRequest("'orphan' must be a string", param="orphan")
+    return await gateway.start_loadtest(principal, loadtest, orphan=orphan)
 
 
 async def _events(
@@ -242,11 +225,11 @@ async def _publish(
     body = await read_json(receive, app.config.max_body_bytes)
     items: Any = body.get("events") if isinstance(body, dict) and "events" in body else [body]
     if not isinstance(items, list) or not 0 < len(items) <= MAX_PUBLISH_BATCH:
-        raise HttpError(400, f"'events' must be an array of 1 to {MAX_PUBLISH_BATCH} events")
+        raise BadRequest(f"'events' must be an array of 1 to {MAX_PUBLISH_BATCH} events")
     try:
         events = [event_from_dict(item) for item in items]
     except DecodeError as exc:
-        raise HttpError(400, str(exc), code="invalid_event") from None
+        raise BadRequest(str(exc), code=ErrorCode.INVALID_EVENT) from None
     seqs = [(await app.gateway.publish(principal, stream_id, event)).seq for event in events]
     info = await app.gateway.info(principal, stream_id)
     token = Position(info.epoch, seqs[-1]).token

@@ -17,10 +17,11 @@ Server to client::
     {"op": "event", "stream": ID, "id": "<epoch>:<seq>", "event": {native event JSON}}
     {"op": "error", "ref": ..., "stream": ..., "code": ..., "message": ...}
 
-A request that cannot be honoured gets an ``error`` message and the socket stays open. Only a
-broken protocol closes it: 1003 for a frame of the wrong type, 1008 for refused credentials
-(4401 / 4403 with the reason), 1009 for an oversize message (enforced by the server), 1002 for
-an unsupported subprotocol.
+A request that cannot be honoured gets an ``error`` message with its code
+(`airlane.core.errors.ErrorCode`) and the socket stays open. Only a broken protocol or a
+refused handshake closes it, with the close code `airlane.transports.http.errors.WS_CLOSE`
+gives the refusal: 1003 for a frame of the wrong type, 4401 / 4403 for refused credentials,
+1009 for an oversize message (enforced by the server), 1002 for an unsupported subprotocol.
 """
 
 from __future__ import annotations
@@ -34,20 +35,19 @@ from typing import Any
 import msgspec
 import orjson
 
-from airlane.core import BadResumeToken, Event, Kind, Position
-from airlane.gateway import orphan_policy_from
-from airlane.hub import HubError, Subscription
-from airlane.security import Principal, SecurityError
-from airlane.transports.http.asgi import HttpError, Receive, Request, Send
-from airlane.transports.http.chat_request import parse_chat_request
+from airlane.core import Event, Kind, Position
+from airlane.core.errors import AirlaneError, BadRequest, ErrorCode
+from airlane.gateway import Principal, Subscription
+from airlane.transports.http.asgi import Receive, Request, Send
 from airlane.transports.http.context import AppContext
-from airlane.transports.http.loadtest import loadtest_chunks, loadtest_request, loadtest_stream
+from airlane.transports.http.errors import close_code, close_reason
+from airlane.transports.http.loadtest import loadtest_chunks, loadtest_spec
 from airlane.transports.http.ws_protocol import SEND_MANY, WRITE_NOW
 from airlane.transports.http.ws_pump import WebSocketPump, WriteNow
 from airlane.wire.errors import DecodeError
 from airlane.wire.event_json import event_from_dict, event_to_dict, event_to_json
 
-__all__ = ["SUBPROTOCOLS", "WebSocketSession", "serve_loadtest_ws"]
+__all__ = ["SUBPROTOCOLS", "WebSocketSession", "accept", "close", "refuse", "serve_loadtest_ws"]
 
 log = logging.getLogger("airlane.ws")
 
@@ -57,20 +57,9 @@ SUBPROTOCOLS = (JSON_PROTOCOL, MSGPACK_PROTOCOL)
 """The subprotocols ``/v1/ws`` speaks."""
 
 CLOSE_NORMAL = 1000
-CLOSE_PROTOCOL_ERROR = 1002
-CLOSE_UNSUPPORTED_DATA = 1003
 
 _msgpack_encoder = msgspec.msgpack.Encoder()
 _msgpack_decoder = msgspec.msgpack.Decoder()
-
-
-class _RequestFailed(Exception):
-    """One op could not be honoured: reported to the client, the socket stays open."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 async def accept(receive: Receive, send: Send, subprotocol: str | None) -> bool:
@@ -84,7 +73,12 @@ async def accept(receive: Receive, send: Send, subprotocol: str | None) -> bool:
 
 async def close(send: Send, code: int, reason: str) -> None:
     """Close with a code and a human-readable reason (at most 123 bytes, RFC 6455 5.5)."""
-    await send({"type": "websocket.close", "code": code, "reason": reason[:120]})
+    await send({"type": "websocket.close", "code": code, "reason": close_reason(reason)})
+
+
+async def refuse(send: Send, exc: AirlaneError) -> None:
+    """Close for ``exc``: its close code (`airlane.transports.http.errors`), its message."""
+    await close(send, close_code(exc.code), str(exc))
 
 
 class WebSocketSession:
@@ -133,10 +127,12 @@ class WebSocketSession:
                 data = message.get("bytes") if self.binary else message.get("text")
                 if data is None:
                     kind = "binary" if self.binary else "text"
-                    await close(
+                    await refuse(
                         self._send,
-                        CLOSE_UNSUPPORTED_DATA,
-                        f"this subprotocol expects {kind} messages",
+                        AirlaneError(
+                            f"this subprotocol expects {kind} messages",
+                            code=ErrorCode.UNSUPPORTED,
+                        ),
                     )
                     return
                 await self._handle(data)
@@ -161,17 +157,13 @@ class WebSocketSession:
             op = obj.get("op")
             handler = self._ops.get(op) if isinstance(op, str) else None
             if handler is None:
-                raise _RequestFailed(
-                    "unknown_op",
+                raise BadRequest(
                     f"unknown op {str(obj.get('op'))[:40]!r}; use one of {', '.join(self._ops)}",
+                    code=ErrorCode.UNKNOWN_OP,
                 )
             reply = await handler(obj)
-        except _RequestFailed as exc:
-            reply = {"op": "error", "code": exc.code, "message": exc.message}
-        except (HubError, SecurityError) as exc:
-            reply = {"op": "error", "code": exc.code, "message": str(exc)}
-        except HttpError as exc:
-            reply = {"op": "error", "code": exc.code or "invalid_request", "message": exc.message}
+        except AirlaneError as exc:
+            reply = {"op": "error", "code": exc.code.value, "message": str(exc)}
         if ref is not None:
             reply["ref"] = ref
         await self._send_obj(reply)
@@ -183,9 +175,13 @@ class WebSocketSession:
             else:
                 obj = orjson.loads(data)
         except (orjson.JSONDecodeError, msgspec.DecodeError) as exc:
-            raise _RequestFailed("invalid_message", f"cannot decode message: {exc}") from None
+            raise BadRequest(
+                f"cannot decode message: {exc}", code=ErrorCode.INVALID_MESSAGE
+            ) from None
         if not isinstance(obj, dict):
-            raise _RequestFailed("invalid_message", "a message must be an object with an 'op'")
+            raise BadRequest(
+                "a message must be an object with an 'op'", code=ErrorCode.INVALID_MESSAGE
+            )
         return obj
 
     # -- ops --------------------------------------------------------------------------------
@@ -193,30 +189,25 @@ class WebSocketSession:
     def _stream_id(self, obj: dict[str, Any]) -> str:
         stream_id = obj.get("stream")
         if not isinstance(stream_id, str):
-            raise _RequestFailed("invalid_message", "'stream' must be a stream id string")
+            raise BadRequest("'stream' must be a stream id string", code=ErrorCode.INVALID_MESSAGE)
         return stream_id
 
     async def _op_subscribe(self, obj: dict[str, Any]) -> dict[str, Any]:
         stream_id = self._stream_id(obj)
-        resume = None
-        if obj.get("from"):
-            try:
-                resume = Position.parse(str(obj["from"]))
-            except BadResumeToken as exc:
-                raise _RequestFailed("bad_resume_token", str(exc)) from None
+        resume = Position.parse(str(obj["from"])) if obj.get("from") else None
         return await self._subscribe(stream_id, resume)
 
     async def _subscribe(self, stream_id: str, resume: Position | None) -> dict[str, Any]:
         if stream_id in self._pumps:
-            raise _RequestFailed("already_subscribed", f"already subscribed to {stream_id!r}")
-        if len(self._pumps) >= self.app.config.max_ws_subscriptions:
-            raise _RequestFailed(
-                "too_many_subscriptions",
-                f"at most {self.app.config.max_ws_subscriptions} per socket",
+            raise AirlaneError(
+                f"already subscribed to {stream_id!r}", code=ErrorCode.ALREADY_SUBSCRIBED
             )
-        subscription = await self.app.gateway.subscribe(
-            self.principal, stream_id, resume=resume, subscriber=self.principal.name
-        )
+        if len(self._pumps) >= self.app.config.max_ws_subscriptions:
+            raise AirlaneError(
+                f"at most {self.app.config.max_ws_subscriptions} per socket",
+                code=ErrorCode.TOO_MANY_SUBSCRIPTIONS,
+            )
+        subscription = await self.app.gateway.subscribe(self.principal, stream_id, resume=resume)
         epoch = subscription.position.epoch
         if subscription.exhausted:
             # Resumed at the very end of a finished stream: nothing will ever come (SSE answers
@@ -244,7 +235,7 @@ class WebSocketSession:
         stream_id = self._stream_id(obj)
         entry = self._pumps.pop(stream_id, None)
         if entry is None:
-            raise _RequestFailed("not_subscribed", f"not subscribed to {stream_id!r}")
+            raise AirlaneError(f"not subscribed to {stream_id!r}", code=ErrorCode.NOT_SUBSCRIBED)
         subscription, task = entry
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -253,11 +244,7 @@ class WebSocketSession:
         return {"op": "unsubscribed", "stream": stream_id, "id": subscription.position.token}
 
     async def _op_generate(self, obj: dict[str, Any]) -> dict[str, Any]:
-        parsed = parse_chat_request(obj.get("request"))
-        generation, orphan = parsed.generation, parsed.orphan
-        gateway = self.app.gateway
-        policy = orphan_policy_from(orphan, gateway.config.orphan)
-        info = await gateway.generate(self.principal, generation, orphan=policy)
+        info = (await self.app.gateway.start_chat(self.principal, obj.get("request"))).info
         reply = {"op": "generated", "stream": info.stream_id, "epoch": info.epoch}
         if obj.get("subscribe", True):
             await self._subscribe(info.stream_id, None)
@@ -268,7 +255,7 @@ class WebSocketSession:
         try:
             event = event_from_dict(obj.get("event"))
         except DecodeError as exc:
-            raise _RequestFailed("invalid_event", str(exc)) from None
+            raise BadRequest(str(exc), code=ErrorCode.INVALID_EVENT) from None
         published = await self.app.gateway.publish(self.principal, stream_id, event)
         return {"op": "published", "stream": stream_id, "seq": published.seq}
 
@@ -349,19 +336,21 @@ async def serve_websocket(app: AppContext, request: Request, receive: Receive, s
     chosen = next((p for p in offered if p in known), None)
     if offered and chosen is None:
         if await accept(receive, send, None):
-            await close(
+            await refuse(
                 send,
-                CLOSE_PROTOCOL_ERROR,
-                f"unsupported subprotocol; use {' or '.join(known)}",
+                AirlaneError(
+                    f"unsupported subprotocol; use {' or '.join(known)}",
+                    code=ErrorCode.UNSUPPORTED_SUBPROTOCOL,
+                ),
             )
         return
     # Browsers cannot set headers on a WebSocket: accept the key as ?access_token= too.
     bearer = request.bearer or request.query.get("access_token")
     try:
-        principal = app.gateway.security.authenticate(bearer)
-    except SecurityError as exc:
+        principal = app.gateway.authenticate(bearer)
+    except AirlaneError as exc:
         if await accept(receive, send, chosen):
-            await close(send, exc.close_code, str(exc))
+            await refuse(send, exc)
         return
     if not await accept(receive, send, chosen):
         return
@@ -393,21 +382,15 @@ async def serve_loadtest_ws(
 ) -> None:
     """``/v1/loadtest/ws``: one stream of benchmark chunks, one text message per chunk."""
     try:
-        generation = loadtest_request(request)
-        principal = app.gateway.security.authenticate(
-            request.bearer or request.query.get("access_token")
-        )
-    except HttpError as exc:
+        spec = loadtest_spec(request)
+        principal = app.gateway.authenticate(request.bearer or request.query.get("access_token"))
+    except AirlaneError as exc:
         if await accept(receive, send, None):
-            await close(send, 1008, exc.message)
-        return
-    except SecurityError as exc:
-        if await accept(receive, send, None):
-            await close(send, exc.close_code, str(exc))
+            await refuse(send, exc)
         return
     if not await accept(receive, send, None):
         return
-    async with loadtest_stream(app.gateway, principal, generation) as (_, subscription):
+    async with app.gateway.loadtest(principal, spec) as (_, subscription):
         pump = asyncio.current_task()
         assert pump is not None
         watcher = asyncio.create_task(_watch_disconnect(receive, pump))

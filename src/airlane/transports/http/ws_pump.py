@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 
 from airlane.core import TERMINAL_KINDS, Event
-from airlane.hub import Subscription
+from airlane.gateway import Subscription
 from airlane.runtime.drains import DrainQueue, drain_queue
 from airlane.runtime.eager import start_eagerly
 from airlane.transports.http.asgi import Send

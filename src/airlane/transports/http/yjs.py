@@ -10,7 +10,8 @@ principal needs ``subscribe`` on the stream ``yjs/<room>`` to connect and ``publ
 change the document (without it the peer is read-only: it syncs, sees presence, and is closed
 with 4403 if it sends a change).
 
-The socket is closed with a code and a reason, never a traceback:
+The socket is closed with a code and a reason, never a traceback; the code is the transport's
+close code for the refusal's `ErrorCode` (`airlane.transports.http.errors.WS_CLOSE`):
 
 ====== =============================================================================
 1001   the node is shutting down, or the room was closed under the peer
@@ -38,28 +39,15 @@ import asyncio
 import contextlib
 import logging
 
-from airlane.hub import HubError
-from airlane.security import Action, Principal, SecurityError
-from airlane.sync.yjs import (
-    CLOSE_INTERNAL_ERROR,
-    CLOSE_MESSAGE_TOO_BIG,
-    CLOSE_TRY_AGAIN_LATER,
-    CLOSE_UNSUPPORTED_DATA,
-    InvalidRoomName,
-    YjsError,
-    YPeer,
-    YRoom,
-    YRooms,
-    YRoomsConfig,
-    valid_room_name,
-)
-from airlane.sync.yjs.records import doc_stream_id
+from airlane.core.errors import AirlaneError, ErrorCode
+from airlane.gateway import YPeer, YRoom
 from airlane.transports.http.asgi import Receive, Request, Send
 from airlane.transports.http.context import AppContext
-from airlane.transports.http.websocket import accept, close
+from airlane.transports.http.errors import close_code
+from airlane.transports.http.websocket import accept, close, refuse
 from airlane.transports.http.ws_protocol import SEND_MANY, SEND_MANY_TYPE
 
-__all__ = ["CLOSE_TIMEOUT_S", "YJS_PATH_PREFIX", "YjsEndpoint", "serve_yjs"]
+__all__ = ["CLOSE_TIMEOUT_S", "YJS_PATH_PREFIX", "serve_yjs"]
 
 log = logging.getLogger("airlane.yjs")
 
@@ -69,79 +57,29 @@ CLOSE_TIMEOUT_S = 5.0
 """How long sending our close frame may take (a peer too slow to read may never take it)."""
 
 
-class YjsEndpoint:
-    """The ``/v1/yjs/<room>`` endpoint of one application: its `YRooms`, made on first use
-    (an app that never serves Yjs holds none) and closed by `aclose` on shutdown."""
-
-    def __init__(self, app: AppContext, config: YRoomsConfig | None = None) -> None:
-        self.app = app
-        self.config = config or YRoomsConfig()
-        self._rooms: YRooms | None = None
-
-    @property
-    def rooms(self) -> YRooms:
-        """This node's rooms (made now if need be)."""
-        if self._rooms is None:
-            self._rooms = YRooms(self.app.gateway.hub, self.config)
-        return self._rooms
-
-    async def __call__(self, request: Request, receive: Receive, send: Send) -> None:
-        """Serve a WebSocket whose path starts with `YJS_PATH_PREFIX`."""
-        room = request.path[len(YJS_PATH_PREFIX) :]
-        await serve_yjs(self.app, request, receive, send, room, self.rooms)
-
-    async def aclose(self) -> None:
-        """Close every room (peers get 1001); a later connection makes new rooms."""
-        rooms, self._rooms = self._rooms, None
-        if rooms is not None:
-            await rooms.aclose()
-
-
-async def serve_yjs(
-    app: AppContext, request: Request, receive: Receive, send: Send, room: str, rooms: YRooms
-) -> None:
-    """Serve one y-websocket client in room ``room``: handshake, authentication and
-    authorization, then messages until either side closes."""
+async def serve_yjs(app: AppContext, request: Request, receive: Receive, send: Send) -> None:
+    """Serve one y-websocket client of ``/v1/yjs/<room>``: handshake, authentication and
+    joining the room (read-only without ``publish``), then messages until either side
+    closes."""
+    room = request.path[len(YJS_PATH_PREFIX) :]
     try:
-        if not valid_room_name(room):
-            raise InvalidRoomName(f"invalid room name {room[:80]!r}")
         # Browsers cannot set headers on a WebSocket: accept the key as ?access_token= too.
-        principal = app.gateway.security.authenticate(
-            request.bearer or request.query.get("access_token")
-        )
-        app.gateway.security.authorize(principal, Action.SUBSCRIBE, doc_stream_id(room))
-    except (YjsError, SecurityError) as exc:
+        principal = app.gateway.authenticate(request.bearer or request.query.get("access_token"))
+        joined, peer = await app.gateway.rooms.join_yjs(principal, room)
+    except AirlaneError as exc:
         if await accept(receive, send, None):
-            await close(send, exc.close_code, str(exc))
-        return
-    if not await accept(receive, send, None):
-        return
-    peer = rooms.peer(principal.name, can_write=_may_publish(app, principal, room))
-    try:
-        joined = await rooms.join(room, peer)
-    except YjsError as exc:
-        await close(send, exc.close_code, str(exc))
-        return
-    except HubError as exc:
-        await close(send, CLOSE_TRY_AGAIN_LATER, f"the hub cannot open the room: {exc}")
+            await refuse(send, exc)
         return
     connections = app.metrics.connections
     connections["yjs"] = connections.get("yjs", 0) + 1
     session = _Session(app, joined, peer, send_many=request.extension(SEND_MANY) is not None)
     try:
-        await session.run(receive, send)
+        if await accept(receive, send, None):
+            await session.run(receive, send)
     finally:
         connections["yjs"] -= 1
         await joined.remove(peer)
     await session.send_close(send)
-
-
-def _may_publish(app: AppContext, principal: Principal, room: str) -> bool:
-    try:
-        app.gateway.security.authorize(principal, Action.PUBLISH, doc_stream_id(room))
-    except SecurityError:
-        return False
-    return True
 
 
 class _Session:
@@ -180,7 +118,7 @@ class _Session:
         # take even the close frame; the server drops the connection when we return.
         with contextlib.suppress(TimeoutError, OSError):
             async with asyncio.timeout(CLOSE_TIMEOUT_S):
-                await close(send, peer.close_code, peer.close_reason)
+                await close(send, close_code(peer.close_code), peer.close_reason)
 
     async def _read(self, receive: Receive) -> None:
         limit = self.app.config.max_ws_message_bytes
@@ -195,23 +133,21 @@ class _Session:
                 continue
             data = message.get("bytes")
             if data is None:
-                peer.close(CLOSE_UNSUPPORTED_DATA, "y-websocket messages are binary")
+                peer.close(ErrorCode.UNSUPPORTED, "y-websocket messages are binary")
             elif len(data) > limit:
-                peer.close(CLOSE_MESSAGE_TOO_BIG, f"message over {limit} bytes")
+                peer.close(ErrorCode.BODY_TOO_LARGE, f"message over {limit} bytes")
             else:
                 await self._handle(data)
 
     async def _handle(self, data: bytes) -> None:
         try:
             await self.room.receive(self.peer, data)
-        except YjsError as exc:
-            self.peer.close(exc.close_code, str(exc))
-        except HubError as exc:
-            self.peer.close(CLOSE_TRY_AGAIN_LATER, f"the hub did not take the change: {exc}")
+        except AirlaneError as exc:
+            self.peer.close(exc.code, str(exc))
         except Exception:
             # Reached only by a bug: logged here with its traceback, never sent out.
             log.exception("room %s: unhandled error on a message", self.room.name)
-            self.peer.close(CLOSE_INTERNAL_ERROR, "internal error")
+            self.peer.close(ErrorCode.INTERNAL_ERROR, "internal error")
 
     async def _write(self, send: Send) -> None:
         metrics = self.app.metrics

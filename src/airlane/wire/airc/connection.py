@@ -310,7 +310,7 @@ class AircConnection:
                 if self._closed is not None:
                     break
         except AircProtocolError as exc:
-            events.append(self._end(exc.code, exc.reason, by_peer=False))
+            events.append(self._end(exc.goaway, exc.reason, by_peer=False))
         return events
 
     def _on_frame(self, frame: Frame, now: float, events: list[AircEvent]) -> None:

@@ -45,11 +45,12 @@ class AircError(WireError):
 
 
 class AircProtocolError(AircError):
-    """The peer broke the protocol; the connection must close with ``code``."""
+    """The peer broke the protocol; the connection must close with ``goaway``. (Its
+    `airlane.core.errors.ErrorCode` is ``invalid_message``, as every undecodable input's.)"""
 
     def __init__(self, code: ErrorCode, reason: str) -> None:
         super().__init__(f"{code.name}: {reason}")
-        self.code = code
+        self.goaway = code
         """What kind of violation, as sent in ``GOAWAY``."""
         self.reason = reason
         """A human-readable explanation."""

@@ -1,0 +1,166 @@
+"""`Artifacts`: the model artifact store, as every transport reaches it.
+
+Reading artifact ``<name>`` (its versions, manifests, files) needs ``subscribe`` on the stream
+``artifacts/<name>`` that announces its versions; a rescan of the store needs ``publish`` on
+``artifacts``; a listing shows only what the principal may read. The store and its scanner are
+given by the composition root (`serve`); a gateway without one answers ``not_found``.
+
+The store is a directory: every call that touches the disk runs in a worker thread, so a slow
+disk never stalls the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from airlane.artifacts.errors import ArtifactError, ArtifactNotFound
+from airlane.core.errors import NotFound
+from airlane.security import Action, PermissionDenied, Principal, SecurityPolicy
+
+if TYPE_CHECKING:  # numpy and hashes load only where a store is configured
+    from airlane.artifacts.service import ArtifactService
+
+__all__ = ["ArtifactFile", "Artifacts", "artifact_resource"]
+
+_PUBLISH_RESOURCE = "artifacts"
+
+
+def artifact_resource(name: str) -> str:
+    """The resource the security gate is asked about for artifact ``name``: the stream that
+    announces its versions."""
+    return f"artifacts/{name}"
+
+
+@dataclass(slots=True)
+class ArtifactFile:
+    """One file of one version, opened for reading; the caller closes it."""
+
+    fd: int
+    """An open descriptor (read with ``os.pread``)."""
+    size: int
+    """Its size in bytes."""
+    sha256: str
+    """Its SHA-256 from the manifest: a strong validator (versions never change)."""
+    is_manifest: bool
+    """True for ``manifest.json`` itself (JSON), False for a file it lists (bytes)."""
+
+    def close(self) -> None:
+        """Close the descriptor."""
+        os.close(self.fd)
+
+
+class Artifacts:
+    """The artifact operations; see the module docstring."""
+
+    def __init__(self, security: SecurityPolicy) -> None:
+        self._security = security
+        self.service: ArtifactService | None = None
+        """The store and its announcements, when the composition root configured one."""
+
+    def serve(self, service: ArtifactService) -> None:
+        """Serve ``service``'s store (started and closed with the gateway)."""
+        self.service = service
+
+    def _store(self) -> ArtifactService:
+        if self.service is None:
+            raise NotFound("this gateway serves no artifacts (start it with --artifacts DIR)")
+        return self.service
+
+    def _allow(self, principal: Principal, name: str) -> None:
+        self._security.authorize(principal, Action.SUBSCRIBE, artifact_resource(name))
+
+    async def listing(self, principal: Principal) -> list[dict[str, Any]]:
+        """Every artifact the principal may read: its name, versions and latest."""
+        service = self._store()
+
+        def read() -> list[dict[str, Any]]:
+            store, out = service.store, []
+            for name in store.names():
+                try:
+                    self._allow(principal, name)
+                except PermissionDenied:
+                    continue  # listed only where readable
+                versions = store.versions(name)
+                if versions:
+                    out.append({"name": name, "latest": versions[-1], "versions": versions})
+            return out
+
+        return await asyncio.to_thread(read)
+
+    async def versions(self, principal: Principal, name: str) -> dict[str, Any]:
+        """Artifact ``name``'s versions (sha256, size, files, signed) and its stream."""
+        service = self._store()
+        self._allow(principal, name)
+        return await asyncio.to_thread(_versions, service, name)
+
+    async def rescan(self, principal: Principal) -> list[dict[str, Any]]:
+        """Announce the versions new in the store now; what was announced."""
+        service = self._store()
+        self._security.authorize(principal, Action.PUBLISH, _PUBLISH_RESOURCE)
+        return await service.scan()
+
+    async def open_file(
+        self, principal: Principal, name: str, version: str, path: str
+    ) -> ArtifactFile:
+        """Open ``path`` of ``name``'s ``version`` (``latest`` for the newest):
+        ``manifest.json`` or a file the manifest lists."""
+        service = self._store()
+        self._allow(principal, name)
+        return await asyncio.to_thread(_open_file, service, name, version, path)
+
+    async def start(self) -> None:
+        """Start the store's scanner (announcing what is new first)."""
+        if self.service is not None:
+            await self.service.start()
+
+    async def aclose(self) -> None:
+        """Stop the scanner."""
+        if self.service is not None:
+            await self.service.aclose()
+
+
+def _versions(service: ArtifactService, name: str) -> dict[str, Any]:
+    store = service.store
+    versions: list[dict[str, Any]] = []
+    for version in store.versions(name):
+        try:
+            manifest = store.manifest(name, version)
+        except ArtifactError as exc:
+            versions.append({"version": version, "error": str(exc)})
+            continue
+        versions.append(
+            {
+                "version": version,
+                "sha256": manifest.sha256,
+                "size": manifest.size,
+                "files": [entry.path for entry in manifest.files],
+                "signed": manifest.signature is not None,
+            }
+        )
+    if not versions:
+        raise ArtifactNotFound(f"no artifact named {name!r}")
+    return {
+        "name": name,
+        "latest": versions[-1]["version"],
+        "versions": versions,
+        "stream": artifact_resource(name),
+    }
+
+
+def _open_file(service: ArtifactService, name: str, version: str, path: str) -> ArtifactFile:
+    store = service.store
+    manifest = store.manifest(name, version)
+    folder = store.version_dir(name, manifest.version)
+    if path == "manifest.json":
+        file_path, sha256 = folder / "manifest.json", manifest.sha256
+    else:
+        entry = manifest.file(path)
+        file_path, sha256 = folder / entry.path, entry.sha256
+    try:
+        fd = os.open(file_path, os.O_RDONLY)
+    except FileNotFoundError:
+        raise ArtifactNotFound(f"{file_path.name} is listed but missing on disk") from None
+    return ArtifactFile(fd, os.fstat(fd).st_size, sha256, path == "manifest.json")

@@ -1,0 +1,158 @@
+"""`EventLogs`: the event logs and their consumer groups, as every transport reaches them.
+
+Each method authorizes its call on the resource ``logs/<log>`` (``publish`` to create, delete
+or append; ``subscribe`` to read, replay, consume and settle) and then asks the node's
+`airlane.eventlog.EventLog`. Consumer group handles are kept open here, one per (log, group)
+and bounded (`airlane.eventlog.handles.GroupHandles`), for every wire at once: a delivery
+fetched over gRPC can be settled over HTTP on the same handle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from airlane.eventlog import Delivery, EventLog, GroupInfo, LogInfo, NewEvent, Record
+from airlane.eventlog.base import MAX_BATCH_EVENTS
+from airlane.eventlog.errors import InvalidRequest
+from airlane.eventlog.handles import GroupHandles
+from airlane.gateway.eventsourcing import EventSourcing
+from airlane.security import Action, Principal, SecurityPolicy
+
+__all__ = ["MAX_SETTLE_TOKENS", "EventLogs", "log_resource"]
+
+MAX_SETTLE_TOKENS = 1000
+"""Delivery tokens one settle call may carry."""
+
+
+def log_resource(log: str) -> str:
+    """The resource the security gate is asked about for ``log``."""
+    return f"logs/{log}"
+
+
+class EventLogs:
+    """The event log operations; see the module docstring."""
+
+    def __init__(self, events: EventSourcing, security: SecurityPolicy) -> None:
+        self._events = events
+        self._security = security
+        self._groups = GroupHandles()
+
+    @property
+    def _logs(self) -> EventLog:
+        return self._events.logs
+
+    def _allow(self, principal: Principal, action: Action, log: str) -> None:
+        self._security.authorize(principal, action, log_resource(log))
+
+    # -- logs -------------------------------------------------------------------------------
+
+    async def names(self, principal: Principal) -> list[str]:
+        """Every log's name (any authenticated principal may list them)."""
+        return await self._logs.logs()
+
+    async def create(
+        self,
+        principal: Principal,
+        log: str,
+        *,
+        max_age_s: float | None = None,
+        max_bytes: int | None = None,
+        max_events: int | None = None,
+    ) -> tuple[LogInfo, bool]:
+        """Create ``log`` with these limits (an existing log keeps its own); the info and
+        whether it was created now."""
+        self._allow(principal, Action.PUBLISH, log)
+        existed = log in await self._logs.logs()
+        info = await self._logs.create_log(
+            log, max_age_s=max_age_s, max_bytes=max_bytes, max_events=max_events
+        )
+        return info, not existed
+
+    async def info(self, principal: Principal, log: str) -> LogInfo:
+        """``log``'s state."""
+        self._allow(principal, Action.SUBSCRIBE, log)
+        return await self._logs.info(log)
+
+    async def delete(self, principal: Principal, log: str) -> None:
+        """Delete ``log``, its records and its groups."""
+        self._allow(principal, Action.PUBLISH, log)
+        await self._logs.delete_log(log)
+        await self._groups.forget(log)
+
+    # -- records ----------------------------------------------------------------------------
+
+    async def append(
+        self, principal: Principal, log: str, events: Sequence[NewEvent]
+    ) -> list[Record]:
+        """Append ``events`` (1 to `MAX_BATCH_EVENTS`) in order, each validated against its
+        type's schema first."""
+        self._allow(principal, Action.PUBLISH, log)
+        if not 1 <= len(events) <= MAX_BATCH_EVENTS:
+            raise InvalidRequest(f"append 1 to {MAX_BATCH_EVENTS} events, not {len(events)}")
+        return await self._logs.append_many(log, events)
+
+    async def read(
+        self,
+        principal: Principal,
+        log: str,
+        *,
+        from_seq: int | None = None,
+        from_time_ns: int | None = None,
+        limit: int = 100,
+    ) -> list[Record]:
+        """Up to ``limit`` records from ``from_seq`` or ``from_time_ns`` (or the oldest)."""
+        self._allow(principal, Action.SUBSCRIBE, log)
+        return await self._logs.read(log, from_seq=from_seq, from_time_ns=from_time_ns, limit=limit)
+
+    # -- consumer groups --------------------------------------------------------------------
+
+    async def fetch(
+        self,
+        principal: Principal,
+        log: str,
+        group: str,
+        *,
+        max_events: int = 64,
+        timeout_s: float = 1.0,
+        settings: dict[str, Any] | None = None,
+    ) -> list[Delivery]:
+        """Hand out up to ``max_events`` deliveries to a member of ``group``, waiting up to
+        ``timeout_s``; ``settings`` (``ack_wait_s``, ``max_deliver``, ``start_seq``,
+        ``start_time_ns``) join the group with them where they differ."""
+        self._allow(principal, Action.SUBSCRIBE, log)
+        handle = await self._groups.get(self._logs, log, group, settings or {})
+        return await handle.fetch(max_events, timeout_s)
+
+    async def settle(
+        self,
+        principal: Principal,
+        log: str,
+        tokens: Sequence[str],
+        action: str,
+        delay_s: float | None = None,
+    ) -> int:
+        """Settle deliveries of ``log`` by their tokens (``ack``, ``nak``, ``progress``);
+        how many."""
+        self._allow(principal, Action.SUBSCRIBE, log)
+        if len(tokens) > MAX_SETTLE_TOKENS:
+            raise InvalidRequest(f"at most {MAX_SETTLE_TOKENS} tokens per call")
+        for token in tokens:
+            await self._logs.settle(token, action, delay_s if action == "nak" else None)
+        return len(tokens)
+
+    async def group_info(self, principal: Principal, log: str, group: str) -> GroupInfo:
+        """``group``'s position and pending deliveries."""
+        self._allow(principal, Action.SUBSCRIBE, log)
+        handle = await self._groups.get(self._logs, log, group, {})
+        return await handle.info()
+
+    async def delete_group(self, principal: Principal, log: str, group: str) -> None:
+        """Delete ``group`` (its position and pending deliveries)."""
+        self._allow(principal, Action.SUBSCRIBE, log)
+        await self._groups.forget(log, group)
+        await self._logs.delete_group(log, group)
+
+    async def aclose(self) -> None:
+        """Close the consumer group handles."""
+        await self._groups.aclose()
