@@ -68,10 +68,12 @@ def test_every_exported_name_exists_and_is_documented(name):
 def test_top_level_api():
     assert set(airlane.__all__) == {
         "AirlaneApp",
+        "AirlaneError",
         "ApiKeyPolicy",
         "Backend",
         "BackendError",
         "Channel",
+        "ErrorCode",
         "Event",
         "Gateway",
         "GatewayConfig",

@@ -24,7 +24,9 @@ if TYPE_CHECKING:
         SyntheticConfig,
     )
     from airlane.core import (
+        AirlaneError,
         Channel,
+        ErrorCode,
         Event,
         Kind,
         Lane,
@@ -50,7 +52,9 @@ _HOMES = {
         "SyntheticConfig",
     ),
     "airlane.core": (
+        "AirlaneError",
         "Channel",
+        "ErrorCode",
         "Event",
         "Kind",
         "Lane",
@@ -67,10 +71,12 @@ _HOMES = {
 
 __all__ = [
     "AirlaneApp",
+    "AirlaneError",
     "ApiKeyPolicy",
     "Backend",
     "BackendError",
     "Channel",
+    "ErrorCode",
     "Event",
     "Gateway",
     "GatewayConfig",

@@ -9,7 +9,9 @@ from collections.abc import AsyncGenerator
 from airlane.backends.base import BackendError, GenerationRequest
 from airlane.backends.synthetic import SyntheticBackend, SyntheticConfig
 from airlane.core import Event
+from airlane.gateway import Gateway
 from airlane.gateway.arbiter import ask_backend, resolve_with_backend
+from airlane.hub import MemoryHub
 from airlane.sync.hlc import HybridClock
 from airlane.sync.semantic import ArbitrationRequest, SemanticMap
 
@@ -65,3 +67,17 @@ async def test_a_failing_backend_falls_back_to_last_writer_wins():
     decisions = await resolve_with_backend(ios, Broken(), now_ms(), model="m")  # type: ignore[arg-type]
     assert len(decisions) == 1
     assert ios.value("title") == "Plan for the next quarter, with budget"  # the latest write
+
+
+async def test_the_gateway_settles_conflicts_with_its_own_backend():
+    # What the docs promise: a gateway's model settles a room's conflicts, without the caller
+    # reaching into the gateway for its backend.
+    backend = SyntheticBackend(SyntheticConfig(speed=0, default_max_tokens=12))
+    gateway = Gateway(MemoryHub(), backend)
+    ios, web = conflicted()
+    decisions = await gateway.resolve_conflicts(ios, now_ms(), model="m")
+    assert len(decisions) == 1 and ios.conflicts() == []
+    for decision in decisions:
+        web.apply(decision, now_ms())
+    assert web.value("title") == ios.value("title") and web.conflicts() == []
+    await gateway.aclose()

@@ -24,9 +24,12 @@ The tree, by package (each subtree is documented in its own module)::
     ├── airlane.eventlog          EventLogError: LogNotFound, EventTooLarge...
     ├── airlane.registry          RegistryError: SchemaViolation, IncompatibleSchema...
     ├── airlane.sync              SyncError, RoomError, YjsError
-    ├── airlane.artifacts         ArtifactError: VerificationError...
-    ├── airlane.client            ClientError (raised in a client's process, not sent)
-    └── airlane.bench             the benchmark's own failures
+    └── airlane.artifacts         ArtifactError: VerificationError...
+
+Two trees stand apart, on purpose: `airlane.client.ClientError`, raised in a client's process
+(its ``RequestRejected.code`` is the gateway's code as received, a string, since a newer gateway
+may send one this client does not know), and the benchmark's own failures (`airlane.bench`).
+Neither is ever raised inside a gateway.
 
 The same codes name what ended a stream: a stream's terminal ``error`` event carries one
 (``producer_lost``, ``upstream_timeout``...), whichever wire delivers it.
