@@ -81,24 +81,39 @@ def run_server(
             log_level,
             *args,
         ]
-        process = subprocess.Popen(
-            command,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        try:
-            url, airc, grpc = _wait_ready(process, timeout)
-            yield ServerProcess(url, process, airc, grpc)
-        finally:
-            if process.poll() is None:
-                process.send_signal(signal.SIGINT)
-                try:
-                    process.wait(10)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait(5)
+        with run_gateway(command, timeout=timeout, stderr=stderr) as running:
+            yield running
+
+
+@contextlib.contextmanager
+def run_gateway(
+    command: list[str],
+    *,
+    timeout: float = 20.0,
+    stderr: IO[str] | None = None,
+    cwd: Path | None = None,
+) -> Iterator[ServerProcess]:
+    """Start ``command``, a gateway that prints ``airlane serve``'s ready line; stop it
+    after with SIGINT (killed if it does not stop within 10 s)."""
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        url, airc, grpc = _wait_ready(process, timeout)
+        yield ServerProcess(url, process, airc, grpc)
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(5)
 
 
 def _wait_ready(

@@ -11,10 +11,7 @@ library, grpcio, and Airlane's own AIRC client.
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,7 +31,7 @@ from airlane.transports.http.app import refuse_websocket
 from airlane.transports.http.errors import HTTP_STATUS, WS_CLOSE
 from airlane.v1 import service_pb2
 from tests.grpc_transport.conftest import airlane_stub
-from tests.servers import ServerProcess, _wait_ready
+from tests.servers import ServerProcess, run_gateway
 from tests.transports.failing_gateway import failing_stream
 
 REPO = Path(__file__).resolve().parents[2]
@@ -95,24 +92,10 @@ def test_the_docs_print_every_row_of_every_table():
 @pytest.fixture(scope="module")
 def failing() -> Iterator[ServerProcess]:
     """A real gateway (all listeners) whose hub raises the code a ``fail/<code>`` id names."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.transports.failing_gateway"],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    try:
-        url, airc, grpc_address = _wait_ready(process, 30)
-        yield ServerProcess(url, process, airc, grpc_address)
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
-    assert process.returncode == 0, "the failing gateway did not stop cleanly"
+    command = [sys.executable, "-m", "tests.transports.failing_gateway"]
+    with run_gateway(command, timeout=30, cwd=REPO) as running:
+        yield running
+    assert running.process.returncode == 0, "the failing gateway did not stop cleanly"
 
 
 async def test_every_code_over_http(failing: ServerProcess) -> None:
