@@ -32,7 +32,7 @@ def test_pack_and_pull_are_functions_after_their_modules_load():
     assert not isinstance(pull, types.ModuleType) and callable(pull)
 
 
-# The pure parts: no event loop, no sockets, no clock (DESIGN.md section 2). The transfer
+# The pure parts: no event loop, no sockets, no clock (ARCHITECTURE.md). The transfer
 # parts (fetch, ranges, service) and the GPU measurement are not in this list on purpose.
 PURE = [
     "checksums", "chunker", "config", "delta", "errors", "install", "manifest", "packer",

@@ -241,7 +241,7 @@ async def test_named_stream_publish_and_read(server, client):
 
 
 async def test_named_stream_ending_in_an_action_word_has_status_and_delete(server, client):
-    """Ids may contain slashes (DESIGN.md section 1: ``agents/42/events``); a client can
+    """Ids may contain slashes (docs/streams.md: ``agents/42/events``); a client can
     always address one unambiguously by percent-encoding it as one path segment."""
     url = server.url
     name = "agents/43/events"

@@ -23,7 +23,7 @@ PURE_MODULES = [
     "airlane.sync.semantic",
 ]
 PACKAGE_DIR = Path(airlane.sync.__file__).parent
-# No asyncio, no sockets, no clock reads: time is passed in (DESIGN.md section 2).
+# No asyncio, no sockets, no clock reads: time is passed in (ARCHITECTURE.md).
 FORBIDDEN = re.compile(
     r"import asyncio|from asyncio|socket|time\.time|time\.monotonic|perf_counter"
 )

@@ -1,4 +1,4 @@
-"""Token sources: where a stream's events come from (DESIGN.md section 2).
+"""Token sources: where a stream's events come from (ARCHITECTURE.md).
 
 - `airlane.backends.base`: the contract (`Backend`, `GenerationRequest`, `LoadTestSpec`,
   `BackendError`; `Feed` and `FeedingBackend` for streams pushed rather than pulled).

@@ -1,6 +1,6 @@
 """`TextAccumulator`: a stream's exact text, rebuilt from its events.
 
-The rules are the stream model's (DESIGN.md section 1): a ``snapshot`` *replaces* the reader's
+The rules are the stream model's (docs/streams.md): a ``snapshot`` *replaces* the reader's
 state (text per channel and tool calls so far); ``delta`` and ``tool_call`` events extend it;
 ``done`` and ``error`` end it. An event at or before the last position already applied, in the
 same epoch, is ignored, so a resume that overlaps what was received cannot duplicate text.

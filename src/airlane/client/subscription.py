@@ -5,7 +5,7 @@ bounded (``max_queue``). When it is full the subscription does not block the rea
 serves every stream on the socket) and does not grow: it stops buffering and is marked
 *lagging*. Once the caller has drained what was buffered, the client re-subscribes from the
 last buffered event, and the gateway sends what was missed from its log, coalesced. The log is
-the buffer (DESIGN.md section 1, "subscribers are cursors, not queues").
+the buffer (docs/streams.md, "Slow readers").
 """
 
 from __future__ import annotations

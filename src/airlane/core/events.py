@@ -1,6 +1,6 @@
 """Events: the unit of every Airlane stream.
 
-A stream is an append-only log of events (DESIGN.md section 1). An event is small and carries
+A stream is an append-only log of events (docs/streams.md). An event is small and carries
 only what its kind needs:
 
 ========== ============================================================ =========================
@@ -18,7 +18,7 @@ snapshot   everything folded so far; a reader *replaces* its state      ``data``
 
 ``seq`` is assigned by the stream log when the event is appended; events built by producers
 carry ``seq == 0``. Each event caches its bytes per wire format so that N subscribers on
-one format cost one encode ("encode once", DESIGN.md section 1): see `Event.cached` and
+one format cost one encode ("encode once", docs/streams.md): see `Event.cached` and
 `Event.cache`.
 """
 

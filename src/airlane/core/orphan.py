@@ -1,6 +1,6 @@
 """The orphan policy: what a stream does when its last subscriber leaves.
 
-Cancel is not disconnect (DESIGN.md section 1). A disconnect only removes a cursor; when no
+Cancel is not disconnect (docs/streams.md). A disconnect only removes a cursor; when no
 cursor is left, the policy decides between keeping the producer running for a later resume
 (bounded by ``keep_s``), cancelling after a grace period, or cancelling at once.
 """

@@ -15,7 +15,7 @@ from airlane.core.errors import BadRequest, ErrorCode
 __all__ = ["STREAM_ID_PATTERN", "BadResumeToken", "Position", "valid_stream_id"]
 
 STREAM_ID_PATTERN = re.compile(r"[A-Za-z0-9._:/-]{1,200}")
-"""DESIGN.md section 1: what a stream id may look like."""
+"""docs/streams.md: what a stream id may look like."""
 
 _EPOCH_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _MAX_SEQ = 2**63 - 1

@@ -3,7 +3,7 @@
 When a limit is exceeded the oldest events leave the log, and their content is folded into a
 `Folded` accumulator: text so far per channel and tool calls so far. A reader that has fallen
 behind the retained window gets that state as one ``snapshot`` event and then the tail, so it
-can resume from any point while the stream exists (DESIGN.md section 1, "Retention").
+can resume from any point while the stream exists (docs/streams.md, "Retention and compaction").
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The usage ledger: what a stream cost and how it was delivered.
 
-Every terminal event carries the ledger's report (DESIGN.md section 1, "Usage ledger"):
+Every terminal event carries the ledger's report (docs/streams.md, "Usage ledger"):
 prompt and completion tokens, tokens delivered to each subscriber, time to first token, and
 the gateway's own added latency (from the moment the log accepted an event to the moment a
 transport handed it to the socket), as a bounded histogram.

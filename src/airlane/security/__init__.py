@@ -2,7 +2,7 @@
 
 Every transport turns its credentials into a `Principal` with `SecurityPolicy.authenticate`
 and asks `SecurityPolicy.authorize(principal, action, stream_id)` before it generates,
-subscribes, publishes or cancels (DESIGN.md section 2). mTLS and RBAC policies come later and
+subscribes, publishes or cancels (ARCHITECTURE.md). mTLS and RBAC policies come later and
 plug in here.
 
 Exceptions (`airlane.core.errors.AirlaneError`, with their codes; each transport reports

@@ -1,6 +1,6 @@
 """Sans-I/O wire formats: bytes in, values out, and back.
 
-Nothing in this package performs I/O, reads a clock or imports asyncio (DESIGN.md section 2);
+Nothing in this package performs I/O, reads a clock or imports asyncio (ARCHITECTURE.md);
 transports feed it the bytes they receive and write the bytes it returns.
 
 - `airlane.wire.sse`: server-sent events (``text/event-stream``), encoder and decoder.

@@ -26,7 +26,7 @@ def test_package_exports() -> None:
 
 
 def test_the_wire_package_stays_sans_io() -> None:
-    """DESIGN.md section 2: no asyncio, sockets or clocks in airlane.wire.airc."""
+    """ARCHITECTURE.md: no asyncio, sockets or clocks in airlane.wire.airc."""
     import pathlib
 
     source = pathlib.Path(airlane.wire.airc.__file__).parent

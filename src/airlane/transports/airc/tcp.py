@@ -1,6 +1,6 @@
 """AIRC over TCP: a listener of its own, one `AircSession` per accepted connection.
 
-The protocol object is the thin asyncio adapter DESIGN.md asks for: bytes in go to the
+The protocol object is the thin asyncio adapter ARCHITECTURE.md asks for: bytes in go to the
 session, the session's bytes go to the transport, and the transport's flow control
 (``pause_writing`` / ``resume_writing``) reaches the session's pumps.
 """

@@ -15,7 +15,7 @@ Network byte order::
   then the payload.
 
 The seed white paper calls this header 16 bytes, but its own fields add up to 20, and names
-the CRC "IEEE-802.3", which is a CRC-32; DESIGN.md section 5 records both corrections.
+the CRC "IEEE-802.3", which is a CRC-32; docs/airc.md records both corrections.
 """
 
 from __future__ import annotations
