@@ -4,7 +4,6 @@ waits for each batch). Both deliver whole streams and release them once acknowle
 
 from __future__ import annotations
 
-import asyncio
 import socket
 from collections.abc import AsyncIterator
 
@@ -17,6 +16,7 @@ from airlane.hub import MemoryHub
 from airlane.hub.memory import _MemorySubscription
 from airlane.transports.airc import AircServerConfig, AircTcpServer
 from airlane.wire.airc import AircConfig
+from tests.waiting import eventually
 
 REQUEST = {"model": "m", "messages": [{"role": "user", "content": "tasked"}], "max_tokens": 200}
 
@@ -52,6 +52,7 @@ async def test_pump_delivers_whole_streams(server: AircTcpServer) -> None:
             assert reference in (None, text)
             reference = text
         # Each binding is released once the client has acknowledged its last frame.
-        async with asyncio.timeout(5):
-            while any(session.streams for session in server.sessions):
-                await asyncio.sleep(0.01)
+        await eventually(
+            lambda: not any(session.streams for session in server.sessions),
+            what="every stream binding released",
+        )

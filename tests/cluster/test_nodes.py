@@ -180,8 +180,9 @@ async def test_event_logs_and_schemas_are_shared_by_every_node(nats_server):
                 f"{a.url}/v1/logs/rewards/groups/trainers/ack", json={"tokens": tokens}
             )
             assert acked.status_code == 200, acked.text  # settled on the other node
-            await asyncio.sleep(1.3)
-            again = (await client.post(fetch, json={"timeout_s": 0.3})).json()
+            # A long poll past the 1 s ack deadline: a delivery left unsettled would be handed
+            # out again within it (the broker redelivers to a waiting fetch); these are not.
+            again = (await client.post(fetch, json={"timeout_s": 1.6})).json()
             assert again["deliveries"] == []
             info = (await client.get(f"{a.url}/v1/logs/rewards/groups/trainers")).json()
             assert info["pending_acks"] == 0 and info["next_seq"] == 4

@@ -17,6 +17,7 @@ from airlane.gateway import Gateway
 from airlane.hub import MemoryHub
 from airlane.runtime.eager import start_eagerly, yield_to_loop
 from airlane.security import AllowAll
+from tests.waiting import eventually, settle
 
 
 async def make_gateway(backend: object) -> Gateway:
@@ -67,11 +68,7 @@ async def test_cancelling_the_stream_stops_the_rest_of_an_eager_producer() -> No
     assert (await gateway.info(principal, info.stream_id)).last_seq == 1
     assert gateway.running_generations == 1
     assert await gateway.cancel(principal, info.stream_id)
-    for _ in range(100):
-        if gateway.running_generations == 0:
-            break
-        await asyncio.sleep(0.01)
-    assert gateway.running_generations == 0
+    await eventually(lambda: gateway.running_generations == 0, what="the producer to stop")
     assert SlowBackend.cancelled
     await gateway.aclose()
 
@@ -133,14 +130,14 @@ async def test_a_cancel_after_the_awaited_future_completed_is_not_lost() -> None
         try:
             await future
             seen.append("resumed")
-            await asyncio.sleep(10)
+            await asyncio.Event().wait()  # only a lost cancel would get here
         except asyncio.CancelledError:
             seen.append("cancelled")
             raise
 
     task = start_eagerly(waits())
     assert task is not None
-    await asyncio.sleep(0.01)  # the driver now waits on the future
+    await settle()  # the task has taken its first step: it now waits on the future
     future.set_result(1)
     task.cancel()  # in the same turn: the future is done, the driver has not run yet
     with pytest.raises(asyncio.CancelledError):

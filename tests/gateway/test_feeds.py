@@ -12,6 +12,7 @@ from airlane.core import Event, Kind
 from airlane.gateway import Gateway
 from airlane.hub import MemoryHub
 from airlane.security import AllowAll
+from tests.waiting import eventually
 
 PRINCIPAL = AllowAll().authenticate(None)
 
@@ -44,6 +45,13 @@ class CountingBackend(SyntheticBackend):
     def stream(self, request: GenerationRequest) -> AsyncGenerator[list[Event], None]:
         self.pulled += 1
         return super().stream(request)
+
+    @property
+    def pending_steps(self) -> int:
+        """Steps filed with the loop's pacer and not yet called (a stopped feed's included:
+        the pacer keeps them until their millisecond comes)."""
+        pacer = self._pacer  # the synthetic backend's, made with its first feed
+        return 0 if pacer is None else pacer.sleepers
 
 
 async def read_all(gateway: Gateway, stream_id: str) -> list[Event]:
@@ -84,19 +92,21 @@ async def test_it_is_pulled_where_appends_must_wait() -> None:
 async def test_cancelling_a_fed_stream_stops_its_feed() -> None:
     hub = MemoryHub()
     await hub.start()
-    gateway = Gateway(hub, CountingBackend())
+    backend = CountingBackend()
+    gateway = Gateway(hub, backend)
     try:
         info = await gateway.generate(PRINCIPAL, paced(100_000, 1))
         assert gateway.running_generations == 1
-        await asyncio.sleep(0.02)
+        async with await gateway.subscribe(PRINCIPAL, info.stream_id) as subscription:
+            seen = 0
+            while seen < 3:  # a few of the pacer's steps: the feed is under way
+                seen += len(await asyncio.wait_for(subscription.next_batch(), 5))
         assert await gateway.cancel(PRINCIPAL, info.stream_id)
-        for _ in range(100):
-            if gateway.running_generations == 0:
-                break
-            await asyncio.sleep(0.01)
-        assert gateway.running_generations == 0
+        await eventually(lambda: gateway.running_generations == 0, what="the feed to stop")
         ended = await gateway.info(PRINCIPAL, info.stream_id)
-        await asyncio.sleep(0.02)  # nothing is appended after the end
+        # Nothing is appended after the end: the stopped feed's next step, still filed with
+        # the pacer, comes due and does nothing.
+        await eventually(lambda: backend.pending_steps == 0, what="the filed step to run")
         assert (await gateway.info(PRINCIPAL, info.stream_id)).last_seq == ended.last_seq
         events = await read_all(gateway, info.stream_id)
         assert events[-1].kind is Kind.DONE

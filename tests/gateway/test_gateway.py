@@ -13,24 +13,29 @@ from airlane.gateway import Gateway, GatewayConfig
 from airlane.hub import HubFull, MemoryHub, MemoryHubConfig
 from airlane.security import ANONYMOUS, ApiKeyPolicy, PermissionDenied, Principal, Unauthenticated
 from tests.hub.contract import drain, text_of
+from tests.waiting import eventually
 
 
 class EndlessBackend:
-    """Emits a delta every few ms until closed; records whether it was closed."""
+    """A generation that never ends by itself: three deltas, then a wait for more that never
+    come (``waiting`` is set then), until it is closed; records whether it was. With
+    ``fail_with``, that is raised instead of the fourth delta."""
 
     name = "endless"
 
     def __init__(self, fail_with: Exception | None = None) -> None:
         self.closed = asyncio.Event()
+        self.waiting = asyncio.Event()
         self.fail_with = fail_with
 
     async def stream(self, request: GenerationRequest) -> AsyncGenerator[list[Event], None]:
         try:
-            for i in range(10_000):
-                if self.fail_with is not None and i == 3:
-                    raise self.fail_with
+            for i in range(3):
                 yield [Event.delta(f"{i} ")]
-                await asyncio.sleep(0.002)
+            if self.fail_with is not None:
+                raise self.fail_with
+            self.waiting.set()
+            await asyncio.Event().wait()
         finally:
             self.closed.set()
 
@@ -105,12 +110,11 @@ async def test_cancel_closes_the_backend_iterator(hub: MemoryHub):
     gateway = Gateway(hub, backend)
     await gateway.start()
     info = await gateway.generate(ANONYMOUS, request())
-    await asyncio.sleep(0.02)
+    await asyncio.wait_for(backend.waiting.wait(), 1)  # mid-generation
     assert await gateway.cancel(ANONYMOUS, info.stream_id)
     await asyncio.wait_for(backend.closed.wait(), 1)
     assert (await gateway.info(ANONYMOUS, info.stream_id)).finish_reason == "cancelled"
-    await asyncio.sleep(0.01)
-    assert gateway.running_generations == 0
+    await eventually(lambda: gateway.running_generations == 0, what="the producer to end")
     await gateway.aclose()
 
 

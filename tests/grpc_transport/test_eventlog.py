@@ -3,7 +3,6 @@ as the HTTP API, and its errors as gRPC status codes."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import grpc
@@ -34,9 +33,11 @@ async def test_append_read_fetch_and_settle_over_grpc(logs, gateway):
     assert appended.records[5].content_type == "application/x-blob"
     read = [r async for r in logs.Read(pb.ReadRequest(log=name, from_seq=3, limit=2))]
     assert [r.seq for r in read] == [3, 4]
-    await asyncio.sleep(0.01)
     later = await logs.Append(pb.AppendRequest(log=name, events=[pb.LogEvent(type="a.v1")]))
     since = later.records[0].time_ns
+    # Stamped after the earlier records (a later request, on a nanosecond wall clock): a
+    # read from its time starts with it.
+    assert since > appended.records[-1].time_ns
     by_time = [r async for r in logs.Read(pb.ReadRequest(log=name, from_time_ns=since))]
     assert [r.seq for r in by_time] == [7]
     assert name in (await logs.ListLogs(pb.ListLogsRequest())).names
@@ -50,8 +51,9 @@ async def test_append_read_fetch_and_settle_over_grpc(logs, gateway):
     async with httpx.AsyncClient(base_url=gateway.url) as http:
         response = await http.post(f"/v1/logs/{name}/groups/g/ack", json={"tokens": tokens[6:]})
         assert response.status_code == 200, response.text
-    await asyncio.sleep(0.7)
-    again = await logs.Fetch(pb.FetchRequest(log=name, group="g", timeout_s=0.2))
+    # A long poll past the 0.5 s ack deadline: a delivery left unsettled would be handed out
+    # again within it (the server wakes the poll at the deadline); the settled ones are not.
+    again = await logs.Fetch(pb.FetchRequest(log=name, group="g", timeout_s=1.0))
     assert list(again.deliveries) == []
     group = await logs.GetGroup(pb.GroupRequest(log=name, group="g"))
     assert group.pending_acks == 0 and group.next_seq == 8

@@ -269,7 +269,8 @@ async def test_cancelling_the_call_only_detaches(stub: Stub, gateway: ServerProc
         info = (await http.get(url)).json()
         assert info["finish_reason"] != "cancelled"
         # The stream goes on without readers (its orphan policy allows a grace period) and
-        # ends by itself.
+        # ends by itself. Polled: a reader waiting for the end would be a reader, and the
+        # point is that there is none; each check is a request to the gateway, paced.
         async with asyncio.timeout(10):
             while not info["ended"]:
                 await asyncio.sleep(0.05)

@@ -84,7 +84,11 @@ def assert_healthy(url: str) -> None:
 
 
 async def await_for(predicate: Callable[[], Any], timeout: float, what: str) -> float:
-    """Await ``predicate()`` every 20 ms until it is true; return the seconds it took."""
+    """Await ``predicate()`` every 20 ms until it is true; return the seconds it took.
+
+    For the state of another process that offers no signal of it (a gateway's count of
+    running generations, whether a stream has ended): each check is a request to that
+    process, and the pause between checks leaves it the cores it shares with this one."""
     start = time.monotonic()
     deadline = start + timeout
     while not await predicate():

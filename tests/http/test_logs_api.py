@@ -8,7 +8,6 @@ mistake answered with a clear status and JSON error.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import time
 from collections.abc import AsyncIterator
@@ -77,12 +76,16 @@ async def test_append_replay_and_consume_with_acks(client):
     tokens = [d["token"] for d in deliveries]
     assert (await client.post(f"{group}/ack", json={"tokens": tokens[:2]})).json()["settled"] == 2
     await client.post(f"{group}/nak", json={"tokens": [tokens[2]], "delay_s": 0})
+    progressed_at = time.monotonic()  # seq 4's ack deadline is 0.5 s after the server got it
     await client.post(f"{group}/progress", json={"tokens": [tokens[3]]})
     redelivered = (await client.post(f"{group}/fetch", json={"timeout_s": 0.2})).json()
     assert [(d["record"]["seq"], d["deliveries"]) for d in redelivered["deliveries"]] == [(3, 2)]
     await client.post(f"{group}/ack", json={"tokens": [redelivered["deliveries"][0]["token"]]})
-    await asyncio.sleep(0.7)  # seq 4's ack deadline passes: handed out again
-    late = (await client.post(f"{group}/fetch", json={"timeout_s": 0.5})).json()["deliveries"]
+    # A long poll: the server answers it when seq 4's ack deadline passes and hands it out
+    # again, about 0.5 s after the progress (the bound leaves the server's loop clock, read
+    # once per loop turn, room to lag).
+    late = (await client.post(f"{group}/fetch", json={"timeout_s": 10})).json()["deliveries"]
+    assert time.monotonic() - progressed_at >= 0.4, "handed out again before its deadline"
     assert [(d["record"]["seq"], d["deliveries"]) for d in late] == [(4, 2)]
     await client.post(f"{group}/ack", json={"tokens": [late[0]["token"]]})
     info = (await client.get(group)).json()

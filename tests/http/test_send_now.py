@@ -9,18 +9,22 @@ from typing import Any
 import pytest
 
 from airlane.transports.http.send_now import send_now
+from tests.waiting import settle
 
 
 class Server:
-    """An ASGI-like ``send`` that waits while ``paused`` is set, as servers apply flow control."""
+    """An ASGI-like ``send`` that waits until ``resume`` is set, as servers apply flow control;
+    ``waiting`` is set once a send waits."""
 
     def __init__(self) -> None:
         self.sent: list[Any] = []
         self.resume = asyncio.Event()
         self.resume.set()
+        self.waiting = asyncio.Event()
 
     async def send(self, message: MutableMapping[str, Any]) -> None:
         if not self.resume.is_set():
+            self.waiting.set()
             await self.resume.wait()
         if message.get("fail"):
             raise RuntimeError("the server refused the message")
@@ -38,8 +42,9 @@ async def test_a_send_that_waits_completes_in_a_task_once_the_server_resumes() -
     server.resume.clear()
     task = send_now(server.send, {"n": 1})
     assert task is not None
-    await asyncio.sleep(0.01)
-    assert server.sent == []
+    assert server.waiting.is_set()  # it got as far as the wait, in place
+    await settle()  # the task runs on, and waits still
+    assert server.sent == [] and not task.done()
     server.resume.set()
     await asyncio.wait_for(task, 1.0)
     assert server.sent == [1]
@@ -71,7 +76,7 @@ async def test_cancelling_the_task_cancels_the_waiting_send() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     server.resume.set()
-    await asyncio.sleep(0.01)
+    await settle()  # a send left waiting would now complete
     assert server.sent == []
 
 

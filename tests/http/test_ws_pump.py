@@ -17,6 +17,7 @@ from airlane.core import Channel, Event
 from airlane.hub import MemoryHub, Subscription, memory
 from airlane.transports.http.metrics import HttpMetrics
 from airlane.transports.http.ws_pump import WebSocketPump
+from tests.waiting import eventually, settle
 
 
 def frames(batch: list[Event]) -> list[bytes]:
@@ -25,13 +26,15 @@ def frames(batch: list[Event]) -> list[bytes]:
 
 class Socket:
     """The connection as the pump sees it: ``write_now`` takes messages unless ``paused``;
-    ``send`` (ASGI) waits while ``blocked``. Both record to one ordered list of writes."""
+    ``send`` (ASGI) waits while ``blocked`` (``held`` is set once one does). Both record to
+    one ordered list of writes."""
 
     def __init__(self) -> None:
         self.writes: list[tuple[str, list[bytes]]] = []
         self.paused = False
         self.blocked = False
         self.release = asyncio.Event()
+        self.held = asyncio.Event()
         self.fail: Exception | None = None
 
     def write_now(self, messages: list[bytes], binary: bool) -> bool:
@@ -45,6 +48,7 @@ class Socket:
         if self.fail is not None:
             raise self.fail
         if self.blocked:
+            self.held.set()
             await self.release.wait()
         if message["type"] == "websocket.send_many":
             self.writes.append(("asgi", list(message["texts"])))
@@ -108,12 +112,12 @@ async def test_a_write_the_server_makes_wait_holds_back_the_rest_and_the_end(mod
     socket = Socket()
     running = asyncio.create_task(make_pump(sub, hub, socket, mode).run())
     await hub.append("s", Event.delta("a"))
-    await asyncio.sleep(0.01)
+    await eventually(lambda: socket.messages() == [b"a"], what="a written")
     socket.paused = socket.blocked = True
     await hub.append("s", Event.delta("b"))
-    await asyncio.sleep(0.01)
+    await asyncio.wait_for(socket.held.wait(), 5)  # b's send waits
     await hub.append_many("s", [Event.delta("c", channel=Channel.REASONING), Event.done()])
-    await asyncio.sleep(0.05)
+    await settle()
     assert not running.done()
     assert socket.messages() == [b"a"]
     socket.paused = False
@@ -142,10 +146,10 @@ async def test_a_held_lock_keeps_another_writers_message_first(mode: str) -> Non
             await socket.send({"type": "websocket.send", "text": "subscribed"})
 
     replying = asyncio.create_task(reply())
-    await asyncio.sleep(0)
+    await asyncio.wait_for(socket.held.wait(), 5)  # the reply's send waits, holding the lock
     socket.blocked = False  # later sends do not wait; the reply's already does
     await hub.append_many("s", [Event.delta("x"), Event.done()])
-    await asyncio.sleep(0.02)
+    await settle()
     assert socket.messages() == []
     socket.release.set()
     await asyncio.wait_for(asyncio.gather(replying, running), 5)
@@ -161,12 +165,12 @@ async def test_cancelling_mid_write_stops_the_write_too(mode: str) -> None:
     await asyncio.sleep(0)
     socket.paused = socket.blocked = True
     await hub.append("s", Event.delta("a"))
-    await asyncio.sleep(0.01)
+    await asyncio.wait_for(socket.held.wait(), 5)  # a's send waits
     running.cancel()
     with pytest.raises(asyncio.CancelledError):
         await running
     socket.release.set()
-    await asyncio.sleep(0.01)
+    await settle()  # a send left waiting would now write
     assert socket.writes == []  # the waiting send was cancelled, not left to write later
     assert not [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
     await sub.aclose()
@@ -191,7 +195,7 @@ async def test_a_deleted_stream_ends_the_run(mode: str) -> None:
     socket = Socket()
     running = asyncio.create_task(make_pump(sub, hub, socket, mode).run())
     await hub.append("s", Event.delta("a"))
-    await asyncio.sleep(0.01)
+    await eventually(lambda: socket.messages() == [b"a"], what="a written")
     await hub.delete("s")
     await asyncio.wait_for(running, 5)
     assert socket.messages()[0] == b"a"

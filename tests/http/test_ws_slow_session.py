@@ -62,6 +62,8 @@ def test_a_slow_session_reader_gets_every_event_and_every_reply() -> None:
                     ws.send(orjson.dumps({"op": "ping", "ref": pings}).decode())
                     pings += 1
                 if index % 10 == 0:
+                    # Real time on purpose: the reader must be slow for the server's writes
+                    # to fill the socket and meet flow control; there is no clock to move.
                     time.sleep(0.002)
             # Pongs still on their way after the last event.
             ws.send(orjson.dumps({"op": "ping", "ref": "last"}).decode())

@@ -52,6 +52,8 @@ READ_DEADLINE_S = 40.0
 """Upper bound on the whole slow read, publishing included."""
 SLOW_RECV = 4096
 SLOW_SLEEP_S = 0.002
+"""The slow reader's pause after each read: real time on purpose, the reader must be slower
+than the gateway writes for flow control to hold the gateway back."""
 WARMUP_EVENTS = 60_000
 
 CONFIG = """
@@ -128,6 +130,21 @@ def rss(pid: int) -> int:
     return psutil.Process(pid).memory_info().rss
 
 
+def holds_nothing(client: httpx.Client, timeout: float = 10.0) -> None:
+    """Return once the gateway's ``/metrics`` show no stream, no cursor and no streaming
+    connection: what an earlier stream and its reader held is let go. Each check is a request
+    (the state of another process; the release is expected within a request or two)."""
+    wanted = ("airlane_streams ", "airlane_subscribers ", "airlane_stream_connections{")
+    deadline = time.monotonic() + timeout
+    while True:
+        lines = [
+            line for line in client.get("/metrics").text.splitlines() if line.startswith(wanted)
+        ]
+        if lines and all(float(line.rsplit(" ", 1)[1]) == 0 for line in lines):
+            return
+        assert time.monotonic() < deadline, f"the gateway still holds: {lines}"
+
+
 def read_fast(server: ServerProcess, stream_id: str) -> str:
     """Read a whole stream with httpx (fast reader) and return its content text."""
     text = ""
@@ -179,7 +196,7 @@ def test_slow_consumer_bounded_memory_exact_text() -> None:
         publish_deltas(client, "warmup", WARMUP_EVENTS)
         assert read_fast(server, "warmup") == "".join(token(i) for i in range(WARMUP_EVENTS))
         assert client.delete("/v1/streams/warmup").status_code == 204
-        time.sleep(0.5)
+        holds_nothing(client)  # the warm-up's stream and reader are gone: the baseline
         baseline = max(rss(server.pid) for _ in range(3))
 
         created = client.post("/v1/streams", json={"name": "slow/1"})
@@ -219,7 +236,7 @@ def test_slow_consumer_bounded_memory_exact_text() -> None:
                     break
                 wire_bytes += len(data)
                 received.append(chunked.feed(data))
-                time.sleep(SLOW_SLEEP_S)
+                time.sleep(SLOW_SLEEP_S)  # slow on purpose: see SLOW_SLEEP_S
             elapsed = time.monotonic() - start
         sock.close()
         publisher.join(10)

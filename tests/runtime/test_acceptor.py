@@ -7,10 +7,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import itertools
 import socket
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
@@ -194,16 +196,28 @@ def test_arguments_and_a_second_start_are_refused() -> None:
 
 
 class FailingSocket(socket.socket):
-    """A listening socket whose ``accept`` fails with ``errno`` (counting the calls)."""
+    """A listening socket whose ``accept`` fails with ``errno`` (counting the calls, noting
+    when each came, and setting ``called``)."""
 
     def __init__(self, error: int) -> None:
         super().__init__()
         self.error = error
         self.calls = 0
+        self.times: list[float] = []
+        self.called = asyncio.Event()
 
     def accept(self) -> tuple[socket.socket, Any]:
         self.calls += 1
+        self.times.append(time.monotonic())
+        self.called.set()
         raise OSError(self.error, "simulated")
+
+    async def called_at_least(self, calls: int, timeout: float = 5.0) -> None:
+        """Wait until ``accept`` has been called ``calls`` times."""
+        async with asyncio.timeout(timeout):
+            while self.calls < calls:
+                self.called.clear()
+                await self.called.wait()
 
 
 @pytest.mark.parametrize("loop", LOOPS)
@@ -235,11 +249,12 @@ def test_an_unexpected_failure_pauses_instead_of_spinning(
             server.listen(8)
             acceptor = Acceptor(server, asyncio.Protocol)
             acceptor.start()
-            started = asyncio.get_running_loop().time()
             with clients(server, 1):  # stays readable: a spin would call accept every turn
-                await asyncio.sleep(0.25)
-                elapsed = asyncio.get_running_loop().time() - started
-            assert 1 <= server.calls <= 1 + elapsed / RETRY_S  # once a RETRY_S at most
+                # The first call, and one after each of two pauses.
+                await server.called_at_least(3)
+            # Once a RETRY_S at most (less a millisecond: loop timers may fire that early).
+            gaps = [later - earlier for earlier, later in itertools.pairwise(server.times)]
+            assert min(gaps) >= RETRY_S - 0.002, gaps
             assert acceptor.pauses == server.calls
             acceptor.close()
 
@@ -252,27 +267,52 @@ def test_out_of_descriptors_pauses_instead_of_spinning_then_catches_up() -> None
     # In a fresh interpreter: the soft descriptor limit is this process's to lower.
     code = textwrap.dedent(
         """
-        import asyncio, logging, os, resource, socket, time, uvloop
-        from airlane.runtime.acceptor import RETRY_S, Acceptor
+        import asyncio, errno, logging, os, resource, socket, time, uvloop
+        from airlane.runtime.acceptor import Acceptor
         logging.basicConfig(level=logging.WARNING, format="%(message)s")
 
+        class Watched(socket.socket):
+            # Notes when accept fails for want of descriptors, for the script to wait on.
+            def __init__(self):
+                super().__init__()
+                self.short = []
+                self.changed = asyncio.Event()
+            def accept(self):
+                try:
+                    return super().accept()
+                except OSError as exc:
+                    if exc.errno in (errno.EMFILE, errno.ENFILE):
+                        self.short.append(time.monotonic())
+                        self.changed.set()
+                    raise
+
         async def main():
-            server = socket.socket(); server.bind(("127.0.0.1", 0)); server.listen(64)
+            server = Watched(); server.bind(("127.0.0.1", 0)); server.listen(64)
             conns = [socket.create_connection(server.getsockname()) for _ in range(6)]
             made = []
+            all_made = asyncio.Event()
             class P(asyncio.Protocol):
-                def connection_made(self, transport): made.append(transport)
+                def connection_made(self, transport):
+                    made.append(transport)
+                    if len(made) == 6:
+                        all_made.set()
             soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
             in_use = len(os.listdir("/proc/self/fd"))
             resource.setrlimit(resource.RLIMIT_NOFILE, (in_use + 2, hard))
             acceptor = Acceptor(server, P)
             acceptor.start()
-            await asyncio.sleep(0.35)
-            print("while short", acceptor.accepted, acceptor.pauses)
+            # Short of descriptors, paused, and short again when it tries after the pause.
+            async with asyncio.timeout(5):
+                while len(server.short) < 2:
+                    server.changed.clear()
+                    await server.changed.wait()
+            gap = server.short[1] - server.short[0]
+            print("while short", acceptor.accepted, acceptor.pauses, f"{gap:.4f}")
             resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-            deadline = time.monotonic() + 5
-            while len(made) < 6 and time.monotonic() < deadline:
-                await asyncio.sleep(0.01)
+            try:
+                await asyncio.wait_for(all_made.wait(), 5)
+            except TimeoutError:
+                pass  # reported below
             print("after", acceptor.accepted, len(made))
             acceptor.close()
 
@@ -283,8 +323,11 @@ def test_out_of_descriptors_pauses_instead_of_spinning_then_catches_up() -> None
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     short_line, after_line = result.stdout.splitlines()
-    accepted_short, pauses = map(int, short_line.split()[-2:])
+    accepted_short, pauses = map(int, short_line.split()[-3:-1])
+    gap = float(short_line.split()[-1])
     assert accepted_short < 6
-    assert 1 <= pauses <= 5  # one pause per RETRY_S (0.1 s), not a spin
+    # One pause per RETRY_S (0.1 s), not a spin: tried again a RETRY_S after the first (less
+    # a millisecond: loop timers may fire that early).
+    assert pauses == 2 and gap >= RETRY_S - 0.002, short_line
     assert after_line.split()[-2:] == ["6", "6"]
     assert result.stderr.count("cannot accept connections") == 1  # said once, not per retry

@@ -1,5 +1,9 @@
 """New streams' set-up waits while timed work is due: first come, first admitted, in batches
-that fit a slice of a loop turn, never starved; a loop without deadline sources admits at once."""
+that fit a slice of a loop turn, never starved; a loop without deadline sources admits at once.
+
+The tests of how a batch is fitted give the admission a `VirtualClock` (the ``clock`` fixture)
+and move it by what each set-up and each loop turn costs, rather than sleeping that long: the
+costs are then exactly what the test says, where a sleep on a busy machine overruns."""
 
 from __future__ import annotations
 
@@ -8,8 +12,12 @@ import gc
 import time
 from typing import Any
 
+import pytest
+
 from airlane.backends.pacing import Pacer
+from airlane.runtime import admission as admission_module
 from airlane.runtime.admission import MAX_BATCH, MIN_BATCH, Admission, AdmissionConfig
+from tests.waiting import VirtualClock
 
 
 class Deadlines:
@@ -29,6 +37,18 @@ SLICE_ONLY_SHARE = 0.25
 the time between releases stays under the one-millisecond slice: for the tests of the slice.
 (At the default, half, the set-ups' own time between releases, a millisecond of them plus the
 loop timer's rounding, can reach two milliseconds, and half of that is a slice.)"""
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> VirtualClock:
+    """The clock the admission measures set-ups and loop turns with, moved by the test."""
+    fake = VirtualClock()
+    monkeypatch.setattr(admission_module, "time", fake)
+    return fake
+
+
+SET_UP_S = 0.0005
+"""What one set-up costs in the tests of batch sizes: half a millisecond of work, no wait."""
 
 
 def due_admission(share: float | None = None) -> tuple[Admission, Deadlines]:
@@ -81,7 +101,9 @@ async def test_a_request_arriving_behind_waiting_ones_queues_even_when_nothing_i
     assert order == ["first", "second"]
 
 
-async def test_one_release_lets_a_batch_go_and_fits_it_to_the_set_ups_cost() -> None:
+async def test_one_release_lets_a_batch_go_and_fits_it_to_the_set_ups_cost(
+    clock: VirtualClock,
+) -> None:
     admission, _source = due_admission(SLICE_ONLY_SHARE)
     # Requests let go by one release all see the same number still waiting behind them.
     left_behind: list[int] = []
@@ -89,7 +111,7 @@ async def test_one_release_lets_a_batch_go_and_fits_it_to_the_set_ups_cost() -> 
     async def request() -> None:
         await admission.admit()
         left_behind.append(admission.waiting)
-        time.sleep(0.0005)  # a set-up's half millisecond of work, without a wait
+        clock.advance(SET_UP_S)  # a set-up's half millisecond of work, without a wait
 
     await asyncio.wait_for(asyncio.gather(*(request() for _ in range(40))), 10)
     batches = [left_behind.count(waiting) for waiting in sorted(set(left_behind), reverse=True)]
@@ -158,7 +180,10 @@ async def test_a_pacer_with_a_due_millisecond_holds_new_streams_until_its_sleepe
     sleeping = asyncio.create_task(sleeper())
     await asyncio.sleep(0)
     assert not pacer.overdue(time.monotonic_ns())
-    time.sleep(0.004)  # the loop is busy past the sleeper's deadline
+    # The loop is busy past the sleeper's deadline. Real time on purpose: the pacer keeps its
+    # deadlines on the process's own clock, and the loop must really be held for its timer
+    # not to have fired.
+    time.sleep(0.004)
     assert pacer.overdue(time.monotonic_ns())
     assert admission.due()
     await asyncio.wait_for(asyncio.gather(sleeping, new_stream()), 5)
@@ -166,14 +191,16 @@ async def test_a_pacer_with_a_due_millisecond_holds_new_streams_until_its_sleepe
     assert not pacer.overdue(time.monotonic_ns())
 
 
-async def batches_under_long_turns(admission: Admission, requests: int = 80) -> list[int]:
+async def batches_under_long_turns(
+    admission: Admission, clock: VirtualClock, requests: int = 80
+) -> list[int]:
     """Admit ``requests`` half-millisecond set-ups while other work fills every loop turn for
     20 ms (a gateway past what its core does on time); the sizes of the releases, in order."""
     loop = asyncio.get_running_loop()
     running = True
 
     def busy() -> None:
-        time.sleep(0.02)
+        clock.advance(0.02)
         if running:
             loop.call_soon(busy)
 
@@ -182,7 +209,7 @@ async def batches_under_long_turns(admission: Admission, requests: int = 80) -> 
     async def request() -> None:
         await admission.admit()
         left_behind.append(admission.waiting)
-        time.sleep(0.0005)
+        clock.advance(SET_UP_S)
 
     busy()
     try:
@@ -194,37 +221,43 @@ async def batches_under_long_turns(admission: Admission, requests: int = 80) -> 
     return batches
 
 
-async def test_when_loop_turns_are_long_waiting_set_ups_get_a_share_of_them() -> None:
+async def test_when_loop_turns_are_long_waiting_set_ups_get_a_share_of_them(
+    clock: VirtualClock,
+) -> None:
     admission, _source = due_admission()
-    batches = await batches_under_long_turns(admission)
-    # Half of a 20 ms turn is 10 ms: about twenty half-millisecond set-ups a release (fewer
-    # when sleeps overrun on a busy machine), where a slice of a millisecond lets two go.
+    batches = await batches_under_long_turns(admission, clock)
+    # Half of a 20 ms turn is 10 ms: about twenty half-millisecond set-ups a release, where a
+    # slice of a millisecond lets two go.
     assert min(batches[2:-1]) >= 2 * MIN_BATCH
     assert admission.batch >= 2 * MIN_BATCH
 
 
-async def test_the_share_is_configurable() -> None:
+async def test_the_share_is_configurable(clock: VirtualClock) -> None:
     admission, _source = due_admission()
     admission.configure(AdmissionConfig(share=0.05))  # a millisecond of a 20 ms turn
-    batches = await batches_under_long_turns(admission, requests=30)
+    batches = await batches_under_long_turns(admission, clock, requests=30)
     assert max(batches[2:]) <= 3
     admission.configure(AdmissionConfig(share=0.75))
-    await batches_under_long_turns(admission, requests=120)
+    await batches_under_long_turns(admission, clock, requests=120)
     assert admission.batch >= 6 * MIN_BATCH  # 15 ms of a 20 ms turn: about 30
 
 
-async def test_a_wait_after_an_idle_spell_does_not_count_the_spell_as_a_turn() -> None:
+async def test_a_wait_after_an_idle_spell_does_not_count_the_spell_as_a_turn(
+    clock: VirtualClock,
+) -> None:
     admission, _source = due_admission(SLICE_ONLY_SHARE)
     left_behind: list[int] = []
 
     async def request() -> None:
         await admission.admit()
         left_behind.append(admission.waiting)
-        time.sleep(0.0005)
+        clock.advance(SET_UP_S)
 
     await asyncio.wait_for(asyncio.gather(*(request() for _ in range(10))), 5)
     assert admission.batch == MIN_BATCH
-    await asyncio.sleep(0.2)  # nobody waits: no release, and none is remembered
+    # Nobody waits for 200 ms: no release, and none is remembered.
+    clock.advance(0.2)
+    await asyncio.sleep(0)
     left_behind.clear()
     await asyncio.wait_for(asyncio.gather(*(request() for _ in range(10))), 5)
     # Had the 200 ms spell counted as a turn, its share (50 ms) would grow the first release.

@@ -13,7 +13,6 @@ import json
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ import pytest
 
 from airlane.runtime.admission import FIRST_BATCH, Admission, AdmissionConfig, Overloaded
 from airlane.server import load_config
+from tests.waiting import virtual_clock, virtual_time
 
 REPO = Path(__file__).resolve().parent.parent.parent
 
@@ -40,6 +40,7 @@ async def _admit(admission: Admission) -> str:
     return "admitted"
 
 
+@virtual_time
 async def test_requests_still_waiting_after_max_wait_are_refused_and_the_rest_admitted() -> None:
     admission = Admission(AdmissionConfig(max_wait_s=0.01, retry_after_s=3))
     source = Due()
@@ -47,7 +48,9 @@ async def test_requests_still_waiting_after_max_wait_are_refused_and_the_rest_ad
     tasks = [asyncio.create_task(_admit(admission)) for _ in range(FIRST_BATCH + 12)]
     await asyncio.sleep(0)  # every request waits
     assert admission.waiting == FIRST_BATCH + 12
-    time.sleep(0.02)  # the loop is held past the bound before the first release
+    # The loop is held past the bound before the first release: its clock moves on 20 ms
+    # while nothing runs (the admission measures waits in loop time).
+    virtual_clock().advance(0.02)
     outcomes = await asyncio.wait_for(asyncio.gather(*tasks), 5)
     # The first batch's turn came: they are admitted however long they waited; the others
     # had waited past the bound and were not next: refused, with the configured hint.
@@ -140,7 +143,11 @@ from airlane.server import ServerConfig, serve
 from tests.grpc_transport.conftest import SHORT_REQUEST, airlane_stub, generate_request
 
 class Due:
+    def __init__(self):
+        self.asked = asyncio.Event()  # a request met this due work (and, here, was refused)
+
     def overdue(self, now_ns):
+        self.asked.set()
         return True
 
 CHAT = {"model": "synthetic", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
@@ -225,9 +232,10 @@ async def main():
             async def chat():
                 deltas = client.chat_stream("synthetic", CHAT["messages"])
                 return "".join([delta.text async for delta in deltas])
+            source.asked.clear()
             task = asyncio.create_task(chat())
-            while not client.overload_retries:
-                await asyncio.sleep(0.01)
+            # Its first attempt is refused (the client counts it and waits to try again).
+            await asyncio.wait_for(source.asked.wait(), 30)
             del source  # nothing due any more: set-ups go ahead again
             text = await asyncio.wait_for(task, 30)
             out["retried_chat"] = [bool(text), client.overload_retries > 0]

@@ -15,6 +15,7 @@ from airlane.hub import MemoryHub
 from airlane.runtime.drains import DEFAULT_BURST, DrainQueue, drain_queue
 from airlane.transports.http.metrics import HttpMetrics
 from airlane.transports.http.sse_pump import SSEPump
+from tests.waiting import eventually
 
 
 async def _next_turn() -> None:
@@ -143,19 +144,27 @@ async def _start_pumps(
     """Direct-mode SSE pumps of streams ``s0``... (created here unless they exist), each
     writing through ``write(i, body)``; returned once every one is listening."""
     pumps: list[asyncio.Task[bool]] = []
+    receiving = 0
+
+    async def never() -> MutableMapping[str, Any]:
+        # A direct pump waits here for its client to leave, after it began to listen.
+        nonlocal receiving
+        receiving += 1
+        return await _never()
+
     for i in range(count):
         await hub.create(f"s{i}", exist_ok=True)
         subscription = await stack.enter_async_context(await hub.subscribe(f"s{i}"))
         pump = SSEPump(
             _discard,
-            _never,
+            never,
             ping_s=5,
             batch_limit=64,
             metrics=HttpMetrics(hub.stats, lambda: 0),
             write_body=lambda body, i=i: write(i, body) is None,
         )
         pumps.append(asyncio.create_task(pump.pump(subscription, render)))
-    await asyncio.sleep(0.01)
+    await eventually(lambda: receiving == count, what=f"{count} pumps listening")
     return pumps
 
 

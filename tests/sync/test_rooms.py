@@ -20,6 +20,7 @@ from airlane.sync.hlc import HybridClock
 from airlane.sync.lww import LWWMap
 from airlane.sync.ops import Op
 from airlane.sync.rooms import RoomConfig, RoomError, Rooms
+from tests.waiting import eventually
 
 
 def now_ms() -> int:
@@ -110,11 +111,21 @@ async def test_two_nodes_on_one_hub_share_a_room_and_compaction_keeps_the_state(
         writer = replica("w")
         for i in range(10):
             await room_one.submit([writer.set(f"k{i % 3}", i, now_ms()).to_dict()])
-        await asyncio.sleep(0.05)
+        # Both nodes follow the stream in tasks: node two's listener has every op once node
+        # two has taken all ten records.
+        await eventually(
+            lambda: len(seen) == 10 and room_one.map.to_dict() == writer.to_dict(),
+            what="both nodes to take the ten records",
+        )
         assert room_two.map.to_dict() == room_one.map.to_dict() == writer.to_dict()
         assert len(seen) == 10
-        records = [e.data["payload"] for e in (await hub.subscribe("rooms/shared")).poll(100)]
-        assert any("state" in r for r in records)  # compacted at least once
+        async with await hub.subscribe("rooms/shared") as stream:
+            records: list[dict] = []
+            async with asyncio.timeout(5):  # compacted at least once
+                while not any("state" in r for r in records):
+                    batch = await stream.next_batch(100)
+                    assert batch, "the room's stream ended"
+                    records += [e.data["payload"] for e in batch]
         # A third node starting now gets the same state (state record + tail).
         three = Rooms(hub, node="three", config=config)
         assert (await three.state("shared"))["state"] == writer.to_dict()
@@ -122,7 +133,10 @@ async def test_two_nodes_on_one_hub_share_a_room_and_compaction_keeps_the_state(
         with pytest.raises(RoomError):
             await room_one.submit("nope")
         await hub.append("rooms/shared", Event.message({"ops": [{"bad": 1}]}))  # skipped
-        await asyncio.sleep(0.05)
+        # A good record after it: once node two has applied that, it has read past the bad
+        # one (and still follows the stream).
+        await room_one.submit([writer.set("after", True, now_ms()).to_dict()])
+        await eventually(lambda: len(seen) == 11, what="node two to read past the bad record")
         assert room_two.map.to_dict() == writer.to_dict()
     finally:
         await one.aclose()

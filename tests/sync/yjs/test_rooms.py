@@ -38,6 +38,7 @@ from airlane.sync.yjs.protocol import (
     parse_message,
 )
 from airlane.sync.yjs.records import StateRecord, decode_record, doc_stream_id
+from tests.waiting import elapse, virtual_time
 
 FAST = YRoomsConfig(idle_close_s=0.05)
 
@@ -106,14 +107,15 @@ class Client:
 
 
 async def eventually(check: Callable[[], bool], *clients: Client, timeout: float = 5.0) -> None:
-    """Pump ``clients`` until ``check()`` holds (hub followers run in tasks)."""
+    """Pump ``clients`` until ``check()`` holds, after every loop turn (hub followers run in
+    tasks of this loop)."""
     async with asyncio.timeout(timeout):
         while True:
             for client in clients:
                 await client.pump()
             if check():
                 return
-            await asyncio.sleep(0.005)
+            await asyncio.sleep(0)
 
 
 def insert(text: str) -> Callable[[Client], object]:
@@ -156,7 +158,8 @@ async def test_room_closes_when_idle_and_reloads_from_the_hub(hub: MemoryHub) ->
     first = rooms.get("room")
     await alice.leave()
     await eventually(lambda: rooms.get("room") is None)
-    await asyncio.sleep(0.05)  # its close compacts
+    # Its close compacts, then lets go of its cursors: wait for the close to finish.
+    await eventually(lambda: hub.stats().subscribers == 0)
     assert first is not None and first.compactions == 1
     records = [decode_record(e) for e in (await hub.subscribe(doc_stream_id("room"))).poll()]
     assert isinstance(records[-1], StateRecord)
@@ -166,13 +169,22 @@ async def test_room_closes_when_idle_and_reloads_from_the_hub(hub: MemoryHub) ->
     await rooms.aclose()
 
 
-async def test_a_new_peer_cancels_the_idle_close(rooms: YRooms) -> None:
-    alice = await Client(rooms, "alice").join()
-    room = rooms.get("room")
-    await alice.leave()
-    await Client(rooms, "bob").join()
-    await asyncio.sleep(0.1)
-    assert rooms.get("room") is room and room is not None and not room.closing
+@virtual_time
+async def test_a_new_peer_cancels_the_idle_close() -> None:
+    # In loop time: the idle close alice's leaving armed would be due within the elapse.
+    hub = MemoryHub()
+    await hub.start()
+    rooms = YRooms(hub, FAST)
+    try:
+        alice = await Client(rooms, "alice").join()
+        room = rooms.get("room")
+        await alice.leave()
+        await Client(rooms, "bob").join()
+        await elapse(2 * FAST.idle_close_s)
+        assert rooms.get("room") is room and room is not None and not room.closing
+    finally:
+        await rooms.aclose()
+        await hub.aclose()
 
 
 async def test_two_nodes_on_one_hub(hub: MemoryHub) -> None:
