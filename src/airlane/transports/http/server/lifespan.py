@@ -19,8 +19,10 @@ from typing import Any
 from airlane.transports.http.asgi import ASGIApp
 from airlane.transports.http.server.state import log
 
-__all__ = ["Lifespan", "LifespanFailed"]
+__all__ = ["CANCEL_WAIT_S", "Lifespan", "LifespanFailed"]
 
+CANCEL_WAIT_S = 5.0
+"""How long a cancelled start-up may take to unwind."""
 _ASGI = {"version": "3.0", "spec_version": "2.0"}
 
 
@@ -52,9 +54,15 @@ class Lifespan:
 
     async def shutdown(self) -> None:
         """Stop the application (once started); a failure is logged, not raised: the
-        process is stopping either way."""
+        process is stopping either way. A start-up that has not completed (the server was
+        stopped during it) is cancelled instead: there is nothing to shut down yet, and the
+        application would not read the message while it starts."""
         task = self._task
         if task is None or task.done():
+            return
+        if not self._answers["startup"].done():
+            task.cancel()
+            await asyncio.wait((task,), timeout=CANCEL_WAIT_S)
             return
         try:
             await self._ask("shutdown")
