@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from airlane.gateway import Gateway
 from airlane.runtime.acceptor import AcceptorMetrics
 from airlane.runtime.admission import Admission
-from airlane.server.compose import build_app
+from airlane.server.compose import build_app, nats_servers
 from airlane.server.config import ServerConfig
 from airlane.server.fdtable import reserve_fd_table
 from airlane.server.gcpacer import GcPacer
@@ -145,6 +145,10 @@ async def serve(
 async def _serve(
     config: ServerConfig, on_ready: Callable[[Listening], None] | None, signals: _Signals
 ) -> None:
+    try:
+        nats_servers(config)
+    except ValueError as exc:
+        raise StartupError(f"{exc} (--hub, or hub in the configuration file)") from exc
     try:
         reserve_fd_table(config.reserved_fds)
         Admission.for_loop().configure(config.admission)
