@@ -252,6 +252,12 @@ class HttpProtocol(asyncio.Protocol):
     # -- what the cycles call ----------------------------------------------------------------
 
     @property
+    def reading(self) -> bool:
+        """Whether the connection reads now (not paused for pipelining or a full body
+        buffer)."""
+        return not self._read_paused
+
+    @property
     def stopping(self) -> bool:
         """The server is shutting down."""
         return self.state.stopping

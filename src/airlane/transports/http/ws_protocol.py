@@ -273,6 +273,17 @@ class WebSocketProtocol(asyncio.Protocol):
         self._close_timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
+    @property
+    def queued(self) -> int:
+        """Messages received and not yet read by the application."""
+        return len(self._messages)
+
+    @property
+    def reading(self) -> bool:
+        """Whether the connection reads now (not before the handshake is accepted, nor while
+        `queued` is at `ServerSettings.ws_max_queued`)."""
+        return not self._read_paused
+
     def start(self, rest: bytes, *, reading: bool) -> None:
         """Run the application; read nothing more until it has accepted."""
         self._rest = rest
