@@ -80,8 +80,11 @@ class HttpProtocol(asyncio.Protocol):
         self._high_water = settings.body_high_water
         self.parser: httptools.HttpRequestParser | None = httptools.HttpRequestParser(self)
         # A request pipelined after one that closes the connection is read and dropped,
-        # rather than failing the parse (and the response before it) with a 400.
-        self.parser.set_dangerous_leniencies(lenient_data_after_close=True)
+        # rather than failing the parse (and the response before it) with a 400, where
+        # httptools has the setting (0.6.2 and later).
+        lenient = getattr(self.parser, "set_dangerous_leniencies", None)
+        if lenient is not None:
+            lenient(lenient_data_after_close=True)
         self.transport: asyncio.Transport = None  # type: ignore[assignment]
         self.flow = WriteFlow()
         self.client: tuple[str, int] | None = None
