@@ -144,7 +144,7 @@ SERVER_STACK = (
     "airlane.gateway",
     "airlane.server.compose",
     "airlane.server.serve",
-    "uvicorn",
+    "httptools",
     "grpc",
     "websockets",
     "httpx",
