@@ -121,6 +121,9 @@ class _Transport:
     def close(self) -> None:
         self.closed = True
 
+    def abort(self) -> None:
+        self.closed = True
+
     def pause_reading(self) -> None:
         pass
 

@@ -134,8 +134,8 @@ class HttpProtocol(asyncio.Protocol):
         cancel_later(self.loop, self._tasks, self.settings.disconnect_grace_s)
 
     def data_received(self, data: bytes) -> None:
-        if self._idle is not None:
-            self._disarm_idle()
+        # The idle timer keeps running until a request's head is complete (`_queue`): a
+        # client that sends part of a head and stops is closed like an idle one.
         parser = self.parser
         while parser is not None and data:
             try:
@@ -224,6 +224,7 @@ class HttpProtocol(asyncio.Protocol):
         }
         if parser.should_upgrade() and _is_websocket(self._headers):
             self._upgrade = _Upgrade(scope, method, version)
+            self._parsing = None
             return
         cycle = RequestCycle(
             self,
@@ -320,6 +321,8 @@ class HttpProtocol(asyncio.Protocol):
     # -- internals ---------------------------------------------------------------------------
 
     def _queue(self, item: RequestCycle | _Upgrade) -> None:
+        if self._idle is not None:
+            self._disarm_idle()
         if self._done or self.state.stopping:
             if isinstance(item, RequestCycle):
                 self._parsing = None  # dropped: its body is read and discarded

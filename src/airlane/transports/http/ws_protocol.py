@@ -346,8 +346,8 @@ class WebSocketProtocol(asyncio.Protocol):
             self._refuse(503, "the server is shutting down")
 
     def abort(self) -> None:
-        """Close the TCP connection now."""
-        self.transport.close()
+        """Drop the TCP connection now (what is left in its buffer is not sent)."""
+        self.transport.abort()
 
     # -- ASGI --------------------------------------------------------------------------------
 
@@ -572,6 +572,7 @@ class WebSocketProtocol(asyncio.Protocol):
             self.transport.write(writes[0] if len(writes) == 1 else b"".join(writes))
         if eof:
             self.transport.close()
+            self._drop_later()  # a peer that reads nothing more would hold it open
 
     # -- closing -----------------------------------------------------------------------------
 
@@ -585,11 +586,17 @@ class WebSocketProtocol(asyncio.Protocol):
         self._closing()
         self._flush()
         self._went(code, reason)
-        self._close_timer = self.loop.call_later(
-            self.settings.ws_close_timeout_s, self.transport.close
-        )
+        self._drop_later()
         if self._read_paused and not self.lost:
             self._resume_reading()  # for the peer's Close
+
+    def _drop_later(self) -> None:
+        """Drop the TCP connection `ServerSettings.ws_close_timeout_s` from now unless it has
+        closed by then (the peer did not answer our Close, or does not read what is left)."""
+        if self._close_timer is None and not self.lost:
+            self._close_timer = self.loop.call_later(
+                self.settings.ws_close_timeout_s, self.transport.abort
+            )
 
     def _closing(self) -> None:
         self.open = False
