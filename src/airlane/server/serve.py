@@ -8,13 +8,15 @@ listener and the gRPC server beside it.
 Every listener is bound before anything starts, and what keeps the gateway from starting is
 a `StartupError` whose text is one line for a person: a port that is taken names its listener
 and address (`ListenerError`, which ``airlane serve`` completes with the flag that changes
-it), a bad setting says which, a gateway that cannot start (a NATS hub out of reach) says why.
+it), a bad setting says which, an application that fails its lifespan start-up says why. A
+signal during start-up cancels it.
 
 SIGINT and SIGTERM stop it gracefully (`HttpServer.shutdown`: requests in flight get their
 grace, WebSockets 1012, then the lifespan's shutdown sends AIRC's GOAWAY, stops gRPC and
 closes the gateway); a second signal cuts the grace short. Once stopped, the signal is raised
-again with its default handling, so that the process ends as it would have without a handler
-(SIGINT: ``KeyboardInterrupt``, which ``airlane serve`` turns into exit status 130).
+again, handled as it was before `serve`, so that the process ends as it would have without
+`serve`'s handler (SIGINT: ``KeyboardInterrupt``, which ``airlane serve`` turns into exit
+status 130).
 """
 
 from __future__ import annotations
@@ -275,7 +277,7 @@ class _Signals:
 
     def __init__(self) -> None:
         self.caught: list[int] = []
-        self._installed: list[int] = []
+        self._installed: dict[int, object] = {}  # each signal's handler before ours
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[object] | None = None
         self._server: HttpServer | None = None
@@ -286,11 +288,12 @@ class _Signals:
         loop = self._loop = asyncio.get_running_loop()
         self._task = asyncio.current_task()
         for sig in _SIGNALS:
+            before = signal.getsignal(sig)
             try:
                 loop.add_signal_handler(sig, self._caught, sig)
             except (NotImplementedError, RuntimeError, ValueError):
                 continue  # not the main thread, or a loop without signal handling
-            self._installed.append(sig)
+            self._installed[sig] = before
 
     def serving(self, server: HttpServer) -> asyncio.Event:
         """``server`` has started: a signal now stops it through the returned event."""
@@ -300,14 +303,17 @@ class _Signals:
         return self._stop
 
     def restore(self) -> None:
-        """Remove the handlers (the signals' default handling comes back)."""
+        """Remove the handlers: each signal is handled as it was before `install`."""
         if self._loop is not None:
-            for sig in self._installed:
+            for sig, before in self._installed.items():
                 self._loop.remove_signal_handler(sig)
-        self._installed = []
+                if before is not None:  # None: set outside Python, left as the loop left it
+                    signal.signal(sig, before)  # type: ignore[arg-type]
+        self._installed = {}
 
     def raise_again(self) -> None:
-        """Raise the first signal caught again, now that it has its default handling."""
+        """Raise the first signal caught again, now that it is handled as before (Python's
+        default for SIGINT is ``KeyboardInterrupt``; for SIGTERM, the end of the process)."""
         if self.caught:
             signal.raise_signal(self.caught[0])
 
