@@ -146,7 +146,7 @@ SERVER_STACK = (
     "airlane.gateway",
     "airlane.server.compose",
     "airlane.server.run",
-    "uvicorn",
+    "httptools",
     "grpc",
     "websockets",
     "httpx",

@@ -42,8 +42,8 @@ async def cut_off_streams(url: str) -> None:
     parts = urlsplit(url)
     host, port = parts.hostname or "", parts.port or 80
     sse = "GET /v1/loadtest/sse?chunks=100&mode=paced HTTP/1.1\r\nHost: t\r\n\r\n"
-    # A header value websockets reads differently from httptools: the handshake goes the
-    # byte path (`airlane.transports.http.http_protocol`), the other way tested here.
+    # A header value outside ASCII (websockets takes it as ISO-8859-1), and a client that
+    # drops the connection without a closing handshake.
     ws = (
         "GET /v1/loadtest/ws?chunks=100&mode=paced HTTP/1.1\r\nHost: t\r\n"
         "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"

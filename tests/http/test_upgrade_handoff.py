@@ -1,5 +1,7 @@
-"""`UpgradingHttpProtocol`: a WebSocket upgrade handed over as the `Request` websockets would
-have parsed itself, and requests it might answer differently handed over as bytes, as before.
+"""The WebSocket hand-over: the upgrade request parsed once, by httptools, and given to
+``websockets``' `ServerProtocol.accept` as the `Request` its own parser would have made of the
+same bytes (`airlane.transports.http.server.handshake`); what that parser would have refused
+before ``accept`` is refused here the same way.
 """
 
 from __future__ import annotations
@@ -10,10 +12,15 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from websockets.http11 import MAX_LINE_LENGTH, MAX_NUM_HEADERS, Request
+from websockets.exceptions import InvalidHeaderValue
+from websockets.http11 import Request
 from websockets.server import ServerProtocol
 
-from airlane.transports.http.http_protocol import parsed_upgrade_request
+from airlane.transports.http.server.handshake import (
+    handshake_request,
+    offered_subprotocols,
+    refusal_before_handshake,
+)
 from tests.servers import ServerProcess, run_server
 
 Headers = list[tuple[bytes, bytes]]
@@ -31,7 +38,7 @@ BROWSER_LIKE: Headers = [
 
 
 def websockets_parse(method: bytes, target: bytes, headers: Headers) -> Request | None:
-    """What websockets makes of the bytes uvicorn writes for an upgrade request."""
+    """What websockets makes of the request's bytes with its own parser."""
     lines = [method + b" " + target + b" HTTP/1.1\r\n"]
     lines += [name + b": " + value + b"\r\n" for name, value in headers]
     reference = ServerProtocol()
@@ -45,53 +52,41 @@ def websockets_parse(method: bytes, target: bytes, headers: Headers) -> Request 
 
 
 def same(ours: Request, theirs: Request) -> bool:
-    return ours.path == theirs.path and list(ours.headers.raw_items()) == list(
-        theirs.headers.raw_items()
-    )
+    """The same target and header fields (names compared as websockets reads them: without
+    case; the HTTP parser hands them on lower-cased, as ASGI has them)."""
+    return ours.path == theirs.path and [
+        (name.lower(), value) for name, value in ours.headers.raw_items()
+    ] == [(name.lower(), value) for name, value in theirs.headers.raw_items()]
 
 
 def test_a_browser_like_request_is_what_websockets_parses() -> None:
-    target = b"/v1/loadtest/ws?chunks=3&mode=burst"
-    ours = parsed_upgrade_request("GET", "1.1", target, BROWSER_LIKE)
-    theirs = websockets_parse(b"GET", target, BROWSER_LIKE)
-    assert ours is not None and theirs is not None
+    ours = handshake_request(b"/v1/loadtest/ws", b"chunks=3&mode=burst", BROWSER_LIKE)
+    theirs = websockets_parse(b"GET", b"/v1/loadtest/ws?chunks=3&mode=burst", BROWSER_LIKE)
+    assert theirs is not None
     assert same(ours, theirs)
 
 
 @pytest.mark.parametrize(
-    ("method", "version", "target", "headers"),
+    ("method", "version", "headers", "status"),
     [
-        ("POST", "1.1", b"/ws", BROWSER_LIKE),
-        ("GET", "1.0", b"/ws", BROWSER_LIKE),
-        ("GET", "1.1", "/caf\xe9".encode(), BROWSER_LIKE),
-        ("GET", "1.1", b"/" + b"a" * MAX_LINE_LENGTH, BROWSER_LIKE),
-        ("GET", "1.1", b"/ws", [*BROWSER_LIKE, (b"content-length", b"0")]),
-        ("GET", "1.1", b"/ws", [*BROWSER_LIKE, (b"transfer-encoding", b"chunked")]),
-        ("GET", "1.1", b"/ws", [*BROWSER_LIKE, (b"x-long", b"v" * MAX_LINE_LENGTH)]),
-        ("GET", "1.1", b"/ws", [(b"x-%d" % i, b"1") for i in range(MAX_NUM_HEADERS + 1)]),
-        ("GET", "1.1", b"/ws", [*BROWSER_LIKE, (b"x-bad", b"a\x01b")]),
-        ("GET", "1.1", b"/ws", [*BROWSER_LIKE, (b"bad name", b"1")]),
-        # obs-text: websockets 17 reads it as ISO-8859-1, older versions differently
-        ("GET", "1.1", b"/ws", [*BROWSER_LIKE, (b"cookie", b"a=caf\xe9")]),
+        ("POST", "1.1", BROWSER_LIKE, 405),
+        ("GET", "1.0", BROWSER_LIKE, 505),
+        ("GET", "1.1", [*BROWSER_LIKE, (b"content-length", b"0")], 400),
+        ("GET", "1.1", [*BROWSER_LIKE, (b"transfer-encoding", b"chunked")], 400),
     ],
-    ids=[
-        "post",
-        "http-1.0",
-        "non-ascii-target",
-        "long-target",
-        "content-length",
-        "transfer-encoding",
-        "long-header",
-        "too-many-headers",
-        "control-in-value",
-        "space-in-name",
-        "non-ascii-value",
-    ],
+    ids=["post", "http-1.0", "content-length", "transfer-encoding"],
 )
-def test_what_websockets_might_answer_differently_goes_as_bytes(
-    method: str, version: str, target: bytes, headers: Headers
+def test_what_websockets_would_refuse_is_refused_before_the_handshake(
+    method: str, version: str, headers: Headers, status: int
 ) -> None:
-    assert parsed_upgrade_request(method, version, target, headers) is None
+    refusal = refusal_before_handshake(method, version, headers)
+    assert refusal is not None and refusal[0] == status
+    assert refusal_before_handshake("GET", "1.1", BROWSER_LIKE) is None
+
+
+def test_the_offered_subprotocols_in_order() -> None:
+    headers = [(b"sec-websocket-protocol", b"a, b"), (b"sec-websocket-protocol", b" c ,,")]
+    assert offered_subprotocols(headers) == ["a", "b", "c"]
 
 
 _token = st.text("abcdefghijklmnopqrstuvwxyz0123456789-!#$%&'*+.^_`|~", min_size=1, max_size=12)
@@ -99,20 +94,24 @@ _header = st.tuples(_token.map(str.encode), st.binary(max_size=40))
 
 
 @given(headers=st.lists(_header, max_size=12), query=st.binary(max_size=30))
-def test_either_the_same_request_as_websockets_or_bytes(headers: Headers, query: bytes) -> None:
-    """Never a request websockets would refuse, never one it would read differently.
+def test_either_the_same_request_as_websockets_or_refused(headers: Headers, query: bytes) -> None:
+    """Never a request websockets' parser would read differently, and a value it would refuse
+    is refused here too.
 
     Values are generated raw, so some carry bytes no HTTP parser passes (httptools refuses
-    those before uvicorn sees them); either way the hand-over must not differ.
+    those before the hand-over); either way the hand-over must not differ.
     """
     headers = [(name, value.replace(b"\r", b"").replace(b"\n", b"")) for name, value in headers]
-    target = b"/ws?" + query.replace(b" ", b"").replace(b"\r", b"").replace(b"\n", b"")
-    ours = parsed_upgrade_request("GET", "1.1", target, headers)
-    if ours is None:
+    headers = [(name, value.strip(b" \t")) for name, value in headers]  # as httptools gives them
+    query = query.replace(b" ", b"").replace(b"\r", b"").replace(b"\n", b"").replace(b"#", b"")
+    theirs = websockets_parse(b"GET", b"/ws?" + query if query else b"/ws", headers)
+    try:
+        ours = handshake_request(b"/ws", query, headers)
+    except InvalidHeaderValue:
+        assert theirs is None
         return
-    theirs = websockets_parse(b"GET", target, headers)
-    assert theirs is not None
-    assert same(ours, theirs)
+    if theirs is not None:
+        assert same(ours, theirs)
 
 
 async def _raw_upgrade(server: ServerProcess, extra: bytes) -> bytes:
@@ -130,13 +129,11 @@ async def _raw_upgrade(server: ServerProcess, extra: bytes) -> bytes:
 @pytest.mark.parametrize(
     "extra",
     [b"Sec-WebSocket-Version: 12\r\n", b"Sec-WebSocket-Version: 12\r\nContent-Length: 0\r\n"],
-    ids=["handed-over-parsed", "handed-over-as-bytes"],
+    ids=["refused-by-websockets", "refused-before-the-handshake"],
 )
-async def test_a_refused_handshake_gets_websockets_answer_either_way(
-    tmp_path: Path, extra: bytes
-) -> None:
-    """An unsupported protocol version: 400 from websockets, whichever way the request went,
-    no traceback in the gateway's log, and the gateway goes on serving."""
+async def test_a_refused_handshake_gets_a_400(tmp_path: Path, extra: bytes) -> None:
+    """An unsupported protocol version (websockets' answer), or a handshake with a body (the
+    server's): 400, no traceback in the gateway's log, and the gateway goes on serving."""
     log_path = tmp_path / "serve.log"
     with log_path.open("w") as log, run_server(stderr=log) as server:
         assert await _raw_upgrade(server, extra) == b"HTTP/1.1 400 Bad Request"

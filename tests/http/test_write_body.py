@@ -1,20 +1,21 @@
 """The ``airlane.http.write_body`` extension (`BodyWriter`): body parts written in place while
-uvicorn's response is in a state to take them, nothing written (and False) in every other
-state, so that the caller's ASGI ``send`` handles those as it always did."""
+the response is in a state to take them, nothing written (and False) in every other state, so
+that the caller's ASGI ``send`` handles those as it always did."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
-from types import SimpleNamespace
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
-from airlane.server import DEFAULT_TCP_KEEPALIVE_S, bind_socket
-from airlane.transports.http.http_protocol import WRITE_BODY, BodyWriter, UpgradingHttpProtocol
+from airlane.transports.http.http_protocol import WRITE_BODY, BodyWriter
+from airlane.transports.http.server.cycle import RequestCycle
+from airlane.transports.http.server.flow import WriteFlow
+from tests.asgi_server import serving
 
 
 class _Transport:
@@ -24,67 +25,135 @@ class _Transport:
     def write(self, data: bytes) -> None:
         self.written.append(data)
 
+    def close(self) -> None:
+        pass
 
-class _Cycle(SimpleNamespace):
-    """A stand-in that can be weakly referenced, as uvicorn's cycle can."""
+
+class _Connection:
+    """What a `RequestCycle` asks of its `HttpProtocol`."""
+
+    def __init__(self) -> None:
+        self.transport = _Transport()
+        self.flow = WriteFlow()
+        self.stopping = False
+        self.loop = None  # receive() is not used here
+        self.completed: list[RequestCycle] = []
+
+    def date(self) -> bytes:
+        return b"date: x\r\n"
+
+    def body_wanted(self) -> None:
+        pass
+
+    def body_taken(self) -> None:
+        pass
+
+    def response_complete(self, cycle: RequestCycle) -> None:
+        self.completed.append(cycle)
 
 
-def _cycle(**state: Any) -> _Cycle:
-    """What `BodyWriter` reads of uvicorn's `RequestResponseCycle`, in the writable state."""
-    values: dict[str, Any] = {
-        "chunked_encoding": True,
-        "response_started": True,
-        "response_complete": False,
-        "disconnected": False,
-        "flow": SimpleNamespace(write_paused=False),
-        "transport": _Transport(),
-    }
-    values.update(state)
-    return _Cycle(**values)
+def _cycle(method: str = "GET", version: str = "1.1") -> tuple[RequestCycle, _Connection]:
+    connection = _Connection()
+    scope = {"type": "http", "method": method, "http_version": version, "path": "/"}
+    cycle = RequestCycle(connection, scope, keep_alive=True, wants_continue=False)  # type: ignore[arg-type]
+    cycle.end_of_request()
+    return cycle, connection
+
+
+def _run(coro: Any) -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(coro)
+    finally:
+        loop.close()
+
+
+def _started(headers: list[tuple[bytes, bytes]] | None = None, **kwargs: Any) -> RequestCycle:
+    cycle, connection = _cycle(**kwargs)
+    _run(cycle.send({"type": "http.response.start", "status": 200, "headers": headers or []}))
+    connection.transport.written.clear()
+    return cycle
 
 
 def test_a_part_goes_out_as_one_chunk() -> None:
-    cycle = _cycle()
+    cycle = _started()
     writer = BodyWriter(cycle)
     assert writer.write(b"data: 1\n\n")
     assert writer.write(b"x" * 300)
     assert cycle.transport.written == [b"9\r\ndata: 1\n\n\r\n", b"12c\r\n" + b"x" * 300 + b"\r\n"]
 
 
+def _not_started() -> RequestCycle:
+    return _cycle()[0]
+
+
+def _sized() -> RequestCycle:
+    return _started([(b"content-length", b"6")])
+
+
+def _head() -> RequestCycle:
+    return _started(method="HEAD")
+
+
+def _http_10() -> RequestCycle:
+    return _started(version="1.0")  # no chunks for an HTTP/1.0 client: written until close
+
+
+def _complete() -> RequestCycle:
+    cycle = _started()
+    _run(cycle.send({"type": "http.response.body", "body": b"", "more_body": False}))
+    return cycle
+
+
+def _disconnected() -> RequestCycle:
+    cycle = _started()
+    cycle.lost()
+    return cycle
+
+
+def _paused() -> RequestCycle:
+    cycle = _started()
+    cycle.connection.flow.pause()
+    cycle.writes_paused(True)  # flow control: ASGI send waits
+    return cycle
+
+
 @pytest.mark.parametrize(
-    "state",
-    [
-        {"chunked_encoding": None},  # a HEAD response, or not decided yet
-        {"chunked_encoding": False},  # a Content-Length response
-        {"response_started": False},
-        {"response_complete": True},
-        {"disconnected": True},
-        {"flow": SimpleNamespace(write_paused=True)},  # flow control: ASGI send waits
-    ],
+    "make",
+    [_not_started, _sized, _head, _http_10, _complete, _disconnected, _paused],
+    ids=["not-started", "content-length", "head", "http-1.0", "complete", "disconnected", "paused"],
 )
-def test_every_other_state_writes_nothing(state: dict[str, Any]) -> None:
-    cycle = _cycle(**state)
+def test_every_other_state_writes_nothing(make: Callable[[], RequestCycle]) -> None:
+    cycle = make()
+    written = list(cycle.transport.written)
     assert not BodyWriter(cycle).write(b"data: 1\n\n")
-    assert cycle.transport.written == []
+    assert cycle.transport.written == written
+
+
+def test_writes_go_through_again_once_resumed() -> None:
+    cycle = _paused()
+    cycle.connection.flow.resume()
+    cycle.writes_paused(False)
+    assert BodyWriter(cycle).write(b"x")
 
 
 def test_an_empty_part_is_not_written_as_the_last_chunk() -> None:
-    cycle = _cycle()
+    cycle = _started()
     assert not BodyWriter(cycle).write(b"")  # b"0\r\n\r\n" would end the body
     assert cycle.transport.written == []
 
 
 def test_the_writer_does_not_keep_the_response_alive() -> None:
-    cycle = _cycle()
+    cycle = _started()
     writer = BodyWriter(cycle)
     del cycle
     gc.collect()
     assert not writer.write(b"data: 1\n\n")
 
 
-async def test_uvicorn_responses_through_the_extension() -> None:
-    """A real uvicorn with `UpgradingHttpProtocol`: the extension is in every request's scope,
-    writes the parts of a streamed response, and declines a HEAD and a sized response."""
+async def test_responses_through_the_extension() -> None:
+    """A real server: the extension is in every request's scope, writes the parts of a
+    streamed response, and declines a HEAD and a sized response."""
     seen: dict[str, list[bool]] = {}
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -103,23 +172,10 @@ async def test_uvicorn_responses_through_the_extension() -> None:
         else:
             await send({"type": "http.response.body", "body": b"!", "more_body": False})
 
-    sock = bind_socket("127.0.0.1", 0, DEFAULT_TCP_KEEPALIVE_S)
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(app, http=UpgradingHttpProtocol, lifespan="off", log_level="warning")
-    server = uvicorn.Server(config)
-    serving = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        async with asyncio.timeout(10):
-            while not server.started:
-                await asyncio.sleep(0.01)
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
-            streamed = await client.get("/streamed")
-            sized = await client.get("/sized")
-            head = await client.head("/streamed")
-    finally:
-        server.should_exit = True
-        await serving
-        sock.close()
+    async with serving(app) as served, httpx.AsyncClient(base_url=served.url) as client:
+        streamed = await client.get("/streamed")
+        sized = await client.get("/sized")
+        head = await client.head("/streamed")
     assert streamed.content == b"abcdef!"
     assert seen["GET /streamed"] == [True, True]
     assert sized.content == b"abcdef" and seen["GET /sized"] == [False, False]

@@ -8,22 +8,25 @@ import gc
 import socket
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import orjson
 import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
+from websockets.extensions.permessage_deflate import ServerPerMessageDeflateFactory
 from websockets.protocol import State
 from websockets.server import ServerProtocol
 from websockets.sync.client import connect as sync_connect
 
+from airlane.transports.http.server import ServerSettings
+from airlane.transports.http.server.handshake import handshake_request
+from airlane.transports.http.server.state import ServerState
 from airlane.transports.http.ws_protocol import (
     BINARY,
     TEXT,
-    BatchingWebSocketProtocol,
     FrameWriter,
+    WebSocketProtocol,
     frame_messages,
 )
 from tests.servers import FAST_SYNTHETIC, ServerProcess, run_server
@@ -88,7 +91,7 @@ async def _read_all_with_deflate(server: ServerProcess, *, expect_extension: boo
 
 @pytest.mark.parametrize("log_level", ["info", "debug"])
 async def test_connections_are_logged_only_at_debug(tmp_path: Path, log_level: str) -> None:
-    """uvicorn's ``[accepted]`` line and websockets' ``connection open`` are per-connection
+    """The ``[accepted]`` line and websockets' ``connection closed`` are per-connection
     access lines: not written at INFO (plain HTTP requests are not logged either), written at
     DEBUG; a refused WebSocket (unknown path) still gets its answer either way."""
     log_path = tmp_path / "serve.log"
@@ -101,81 +104,147 @@ async def test_connections_are_logged_only_at_debug(tmp_path: Path, log_level: s
             async with connect(server.url.replace("http://", "ws://") + "/no/such/path"):
                 pass
     text = log_path.read_text()
-    logged = "[accepted]" in text or "connection open" in text
+    logged = "[accepted]" in text or "connection closed" in text
     assert logged is (log_level == "debug"), text[-2000:]
 
 
 class _Transport:
+    """What a `WebSocketProtocol` asks of its transport, recording the writes."""
+
     def __init__(self) -> None:
         self.written: list[bytes] = []
+        self.closed = False
 
     def write(self, data: bytes) -> None:
         self.written.append(data)
 
+    def close(self) -> None:
+        self.closed = True
 
-class _Protocol(SimpleNamespace):
-    """What `FrameWriter` reads of `BatchingWebSocketProtocol`, in the writable state; its
-    ``write_messages`` is the real one."""
+    def abort(self) -> None:
+        self.closed = True
 
-    write_messages = BatchingWebSocketProtocol.write_messages
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
 
 
-def _protocol(**state: Any) -> _Protocol:
-    conn = ServerProtocol()
-    conn.state = State.OPEN
-    writable = asyncio.Event()
-    writable.set()
-    values: dict[str, Any] = {
-        "handshake_complete": True,
-        "close_sent": False,
-        "disconnected": False,
-        "initial_response": None,
-        "writable": writable,
-        "conn": conn,
-        "transport": _Transport(),
-    }
-    values.update(state)
-    return _Protocol(**values)
+HANDSHAKE = [
+    (b"host", b"x"),
+    (b"connection", b"Upgrade"),
+    (b"upgrade", b"websocket"),
+    (b"sec-websocket-key", b"dGhlIHNhbXBsZSBub25jZQ=="),
+    (b"sec-websocket-version", b"13"),
+]
+
+
+def _protocol(*, accepted: bool = True, deflate: bool = False) -> WebSocketProtocol:
+    """A connection as `upgrade_to_websocket` makes it (its application not started),
+    accepted unless told otherwise."""
+    settings = ServerSettings(ws_ping_s=None, ws_compression=deflate)
+    state = ServerState(_no_app, settings, asyncio.get_running_loop())
+    headers = list(HANDSHAKE)
+    if deflate:
+        headers.append((b"sec-websocket-extensions", b"permessage-deflate"))
+    conn = ServerProtocol(
+        state=State.OPEN,
+        extensions=[ServerPerMessageDeflateFactory()] if deflate else None,
+    )
+    response = conn.accept(handshake_request(b"/", b"", headers))
+    assert response.status_code == 101
+    scope = {"type": "websocket", "path": "/", "headers": headers}
+    protocol = WebSocketProtocol(state, _Transport(), scope, conn, response)  # type: ignore[arg-type]
+    if accepted:
+        protocol._accept({"type": "websocket.accept"})
+        protocol.transport.written.clear()  # type: ignore[attr-defined]
+    return protocol
+
+
+async def _no_app(scope: Any, receive: Any, send: Any) -> None:
+    raise AssertionError("not run")
+
+
+def _client_frame(opcode: int, payload: bytes) -> bytes:
+    """A masked client frame (mask of zeros: the payload is as it is)."""
+    return bytes((0x80 | opcode, 0x80 | len(payload))) + b"\0\0\0\0" + payload
 
 
 @pytest.mark.parametrize("binary", [False, True])
-def test_write_now_writes_the_frames_at_once_after_a_queued_pong(binary: bool) -> None:
+async def test_write_now_writes_the_frames_at_once_after_a_pong(binary: bool) -> None:
+    """A ping's Pong goes out as the ping is read, so a later batch never overtakes it."""
     protocol = _protocol()
-    protocol.conn.send_pong(b"p")  # websockets queued it: it must go first
-    pong = b"\x8a\x01p"
-    writer = FrameWriter(protocol)  # type: ignore[arg-type]
+    protocol.data_received(_client_frame(0x9, b"p"))  # ping
+    writer = FrameWriter(protocol)
     assert writer.write([b"one", b"two"], binary)
     frames = frame_messages(BINARY if binary else TEXT, [b"one", b"two"])
-    assert protocol.transport.written == [pong + frames]
+    assert protocol.transport.written == [b"\x8a\x01p", frames]  # type: ignore[attr-defined]
 
 
-def _closing() -> ServerProtocol:
-    conn = ServerProtocol()
-    conn.state = State.CLOSING
-    return conn
+async def test_write_now_frames_through_the_extension_when_one_is_negotiated() -> None:
+    protocol = _protocol(deflate=True)
+    assert not protocol.plain
+    assert FrameWriter(protocol).write([b"one" * 100], False)
+    (written,) = protocol.transport.written  # type: ignore[attr-defined]
+    assert written[0] == 0xC1  # FIN, RSV1 (compressed), text
+
+
+async def _not_accepted() -> WebSocketProtocol:
+    return _protocol(accepted=False)
+
+
+async def _close_sent() -> WebSocketProtocol:
+    protocol = _protocol()
+    await protocol.send({"type": "websocket.close", "code": 1000})
+    return protocol
+
+
+async def _disconnected() -> WebSocketProtocol:
+    protocol = _protocol()
+    protocol.connection_lost(None)
+    return protocol
+
+
+async def _http_answer() -> WebSocketProtocol:
+    protocol = _protocol(accepted=False)
+    await protocol.send({"type": "websocket.http.response.start", "status": 403, "headers": []})
+    return protocol
+
+
+async def _paused() -> WebSocketProtocol:
+    protocol = _protocol()
+    protocol.pause_writing()  # flow control: ASGI send waits
+    return protocol
+
+
+async def _closing() -> WebSocketProtocol:
+    protocol = _protocol()
+    protocol.data_received(_client_frame(0x8, b"\x03\xe8"))  # the peer's Close (1000)
+    return protocol
 
 
 @pytest.mark.parametrize(
-    "state",
-    [
-        {"handshake_complete": False},
-        {"close_sent": True},
-        {"disconnected": True},
-        {"initial_response": (403, [], b"")},  # the app answered the handshake with HTTP
-        {"writable": asyncio.Event()},  # paused by flow control
-        {"conn": _closing()},
-    ],
+    "make",
+    [_not_accepted, _close_sent, _disconnected, _http_answer, _paused, _closing],
     ids=["handshake", "close-sent", "disconnected", "http-answer", "paused", "closing"],
 )
-def test_write_now_writes_nothing_in_every_other_state(state: dict[str, Any]) -> None:
-    protocol = _protocol(**state)
-    assert not FrameWriter(protocol).write([b"x"], False)  # type: ignore[arg-type]
-    assert protocol.transport.written == []
+async def test_write_now_writes_nothing_in_every_other_state(make: Any) -> None:
+    protocol = await make()
+    written = list(protocol.transport.written)
+    assert not FrameWriter(protocol).write([b"x"], False)
+    assert protocol.transport.written == written
 
 
-def test_write_now_does_not_keep_the_connection_alive() -> None:
+async def test_write_now_goes_through_again_once_resumed() -> None:
+    protocol = await _paused()
+    protocol.resume_writing()
+    assert FrameWriter(protocol).write([b"x"], False)
+
+
+async def test_write_now_does_not_keep_the_connection_alive() -> None:
     protocol = _protocol()
-    writer = FrameWriter(protocol)  # type: ignore[arg-type]
+    writer = FrameWriter(protocol)
     del protocol
     gc.collect()
     assert not writer.write([b"x"], False)

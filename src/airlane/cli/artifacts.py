@@ -433,8 +433,8 @@ def serve_command(
     """Run the gateway serving ``store`` under /v1/artifacts (announcing new versions on the
     streams ``artifacts/<name>``)."""
     from airlane.artifacts.config import ArtifactsConfig
-    from airlane.cli.main import run_async
-    from airlane.server import Listening, ServerConfig, serve
+    from airlane.cli.main import serve_or_fail
+    from airlane.server import Listening, ServerConfig
 
     if not store.is_dir():
         _fail(f"{store} is not a directory")
@@ -451,7 +451,7 @@ def serve_command(
     def ready(listening: Listening) -> None:
         print(f"airlane listening on {listening.http} (artifacts from {store})", flush=True)
 
-    run_async(serve(settings, on_ready=ready))
+    serve_or_fail(settings, ready, "airlane artifacts serve")
 
 
 @artifacts_app.command("pull")

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.console import Console
@@ -19,9 +21,19 @@ from airlane.cli.stream import stream_command
 from airlane.server.address import DEFAULT_HOST, DEFAULT_PORT
 
 if TYPE_CHECKING:
-    from airlane.server import Listening
+    from airlane.server import Listening, ServerConfig, StartupError
 
 __all__ = ["app", "main"]
+
+START_FAILED = 2
+"""``airlane serve``'s exit status when it cannot start (a taken port, a bad setting)."""
+_LOG_LEVELS = ("debug", "info", "warning", "error")
+# What changes each listener's address, for the line that says it cannot bind.
+_LISTENER_FLAGS = {
+    "HTTP": "pick another port with --port (or another address with --host)",
+    "AIRC": "pick another port with --airc-port, or turn it off with --airc-port -1",
+    "gRPC": "pick another port with --grpc-port, or turn it off with --grpc-port -1",
+}
 
 app = typer.Typer(
     name="airlane",
@@ -84,9 +96,14 @@ def serve_command(
     """Run the gateway (in-memory hub unless --hub names NATS; synthetic backend unless
     --upstream is given)."""
     # Here, not at the top: the other commands do not load the server.
-    from airlane.server import ServerConfig, load_config, serve
+    from airlane.server import ServerConfig, load_config
 
-    settings = load_config(config) if config else ServerConfig()
+    if log_level.lower() not in _LOG_LEVELS:
+        start_failed(f"--log-level must be one of {', '.join(_LOG_LEVELS)}, not {log_level!r}")
+    try:
+        settings = load_config(config) if config else ServerConfig()
+    except (ValueError, OSError) as exc:
+        start_failed(str(exc))
     keys = dict(settings.api_keys)
     for item in api_key or []:
         name, sep, key = item.partition("=")
@@ -124,7 +141,38 @@ def serve_command(
         grpc = f", gRPC on {listening.grpc}" if listening.grpc else ""
         print(f"airlane listening on {listening.http} ({backend}){airc}{grpc}", flush=True)
 
-    run_async(serve(settings, on_ready=ready))
+    serve_or_fail(settings, ready)
+
+
+def serve_or_fail(
+    settings: ServerConfig, ready: Callable[[Listening], None], command: str = "airlane serve"
+) -> None:
+    """Run the gateway; what keeps it from starting ends the command with one line on stderr
+    (`start_failed`)."""
+    from airlane.server.run import StartupError, serve
+
+    try:
+        run_async(serve(settings, on_ready=ready))
+    except StartupError as exc:
+        start_failed(startup_message(exc), command)
+
+
+def startup_message(exc: StartupError) -> str:
+    """``exc``'s line, completed, for a listener that cannot bind, with the flag that changes
+    its address or turns it off."""
+    from airlane.server.run import ListenerError
+
+    if isinstance(exc, ListenerError) and exc.listener in _LISTENER_FLAGS:
+        return f"{exc}; {_LISTENER_FLAGS[exc.listener]}"
+    return str(exc)
+
+
+def start_failed(message: str, command: str = "airlane serve") -> NoReturn:
+    """End ``command`` with ``message`` as one line on stderr and exit status 2 (no
+    traceback: these are the user's to fix, and the line says how)."""
+    line = " ".join(message.split())  # one line, whatever the message held
+    print(f"{command}: {line}", file=sys.stderr, flush=True)
+    raise typer.Exit(START_FAILED)
 
 
 app.command("demo")(demo_command)

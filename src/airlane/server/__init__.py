@@ -20,21 +20,39 @@ if TYPE_CHECKING:
     from airlane.server.address import DEFAULT_HOST, DEFAULT_PORT
     from airlane.server.compose import build_app, build_event_sourcing, build_hub
     from airlane.server.config import DEFAULT_TCP_KEEPALIVE_S, ServerConfig, load_config
-    from airlane.server.run import Listening, airc_port, bind_socket, grpc_port, serve
+    from airlane.server.run import (
+        ListenerError,
+        Listening,
+        StartupError,
+        airc_port,
+        bind_socket,
+        grpc_port,
+        serve,
+    )
 
 _HOMES = {
     "airlane.server.address": ("DEFAULT_HOST", "DEFAULT_PORT"),
     "airlane.server.compose": ("build_app", "build_event_sourcing", "build_hub"),
     "airlane.server.config": ("DEFAULT_TCP_KEEPALIVE_S", "ServerConfig", "load_config"),
-    "airlane.server.run": ("Listening", "airc_port", "bind_socket", "grpc_port", "serve"),
+    "airlane.server.run": (
+        "ListenerError",
+        "Listening",
+        "StartupError",
+        "airc_port",
+        "bind_socket",
+        "grpc_port",
+        "serve",
+    ),
 }
 
 __all__ = [
     "DEFAULT_HOST",
     "DEFAULT_PORT",
     "DEFAULT_TCP_KEEPALIVE_S",
+    "ListenerError",
     "Listening",
     "ServerConfig",
+    "StartupError",
     "airc_port",
     "bind_socket",
     "build_app",

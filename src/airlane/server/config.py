@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import tomllib
+import types
+import typing
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,7 @@ from airlane.transports.grpc import GrpcServerConfig
 from airlane.transports.http import HttpConfig
 from airlane.wire.airc import AircConfig
 
-__all__ = ["DEFAULT_TCP_KEEPALIVE_S", "ServerConfig", "load_config"]
+__all__ = ["DEFAULT_TCP_KEEPALIVE_S", "ConfigError", "ServerConfig", "load_config"]
 
 DEFAULT_TCP_KEEPALIVE_S = 45
 """The seed's TCP keepalive on accepted sockets."""
@@ -80,14 +82,35 @@ class ServerConfig:
     connections never waits for the kernel to grow the table (`airlane.server.fdtable`); 0: none."""
 
 
+class ConfigError(ValueError):
+    """A configuration file that cannot be read, is not TOML, or holds a setting that does not
+    exist or a value of the wrong type; the text names the file and the setting."""
+
+
 def load_config(path: Path, base: ServerConfig | None = None) -> ServerConfig:
     """Read a TOML file: top-level keys of `ServerConfig`, plus ``[synthetic]``, ``[http]``,
     ``[orphan]``, ``[retention]``, ``[airc]``, ``[grpc]``, ``[jetstream]``, ``[eventsourcing]``,
-    ``[artifacts]``, ``[gc]``, ``[admission]`` and ``[api_keys]`` tables. Unknown
-    keys are an error."""
-    with path.open("rb") as fh:
-        data = tomllib.load(fh)
-    config = base or ServerConfig()
+    ``[artifacts]``, ``[gc]``, ``[admission]`` and ``[api_keys]`` tables. An unreadable file,
+    one that is not TOML, an unknown key and a value of the wrong type are a `ConfigError`
+    (a `ValueError`); so is a value the setting itself refuses."""
+    try:
+        with path.open("rb") as fh:
+            data = tomllib.load(fh)
+    except OSError as exc:
+        reason = (exc.strerror or str(exc)).lower()
+        raise ConfigError(f"cannot read the configuration file {path}: {reason}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
+    try:
+        return _settings(path, data, base or ServerConfig())
+    except ConfigError:
+        raise
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
+
+
+def _settings(path: Path, data: dict[str, Any], config: ServerConfig) -> ServerConfig:
+    """``config`` with ``data`` (a parsed file) applied."""
     nested: dict[str, Any] = {
         "synthetic": (SyntheticConfig, config.synthetic),
         "http": (HttpConfig, config.http),
@@ -103,13 +126,16 @@ def load_config(path: Path, base: ServerConfig | None = None) -> ServerConfig:
     }
     changes: dict[str, Any] = {}
     allowed = {f.name for f in fields(ServerConfig)}
+    _check_types(path, ServerConfig, "", {k: v for k, v in data.items() if k not in nested})
     for key, value in data.items():
         if key not in allowed:
-            raise ValueError(f"{path}: unknown setting {key!r}")
+            raise ConfigError(f"{path}: unknown setting {key!r}")
         if key not in nested:
             changes[key] = value
             continue
         cls, current = nested[key]
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path}: {key} must be a table ([{key}]), not {value!r}")
         section = dict(value)
         if key == "airc" and "connection" in section:
             # [airc.connection]: the protocol's windows and timers.
@@ -126,6 +152,63 @@ def load_config(path: Path, base: ServerConfig | None = None) -> ServerConfig:
                 section[name] = tuple(section[name])
         unknown = set(section) - {f.name for f in fields(cls)}
         if unknown:
-            raise ValueError(f"{path}: unknown [{key}] settings {sorted(unknown)}")
+            raise ConfigError(f"{path}: unknown [{key}] settings {sorted(unknown)}")
+        _check_types(path, cls, f"[{key}] ", section)
         changes[key] = replace(current, **section)
     return replace(config, **changes)
+
+
+_KINDS: dict[object, str] = {
+    bool: "true or false",
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+}
+
+
+def _check_types(path: Path, cls: type, where: str, values: dict[str, Any]) -> None:
+    """A `ConfigError` for the first of ``values`` whose type its field of ``cls`` does not
+    take (only plain types are checked: numbers, strings, booleans, arrays, tables)."""
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # a hint that cannot be resolved here: nothing is checked
+        return
+    for name, value in values.items():
+        hint = hints.get(name)
+        if hint is not None and _takes(hint, value) is False:
+            raise ConfigError(f"{path}: {where}{name} must be {_kind(hint)}, not {value!r}")
+
+
+def _takes(hint: Any, value: Any) -> bool | None:
+    """Whether a field typed ``hint`` takes ``value`` from TOML; None when not checked."""
+    origin = typing.get_origin(hint)
+    if origin is typing.Union or origin is types.UnionType:
+        answers = [_takes(arg, value) for arg in typing.get_args(hint)]
+        return True if True in answers else (None if None in answers else False)
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, str)
+    if origin in (tuple, list, frozenset, set):
+        return isinstance(value, list | tuple)
+    if origin is dict:
+        return isinstance(value, dict)
+    return None
+
+
+def _kind(hint: Any) -> str:
+    args = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+    if args and typing.get_origin(hint) in (typing.Union, types.UnionType):
+        hint = args[0]
+    origin = typing.get_origin(hint)
+    if origin in (tuple, list, frozenset, set):
+        return "an array"
+    if origin is dict:
+        return "a table"
+    return _KINDS.get(hint, "of another type")

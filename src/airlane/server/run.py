@@ -1,36 +1,75 @@
 """`serve`: the gateway's listeners and its process, until cancelled or signalled.
 
-`serve` binds the listening sockets itself (so TCP keepalive applies to every accepted socket
-and ``--port 0`` works), then runs the ASGI app under uvicorn with uvloop and httptools, the
-AIRC/TCP listener and the gRPC server beside it.
+`serve` binds the listening sockets itself (so TCP keepalive and ``TCP_NODELAY`` apply to
+every accepted socket, and ``--port 0`` works), then runs the ASGI app on Airlane's own
+HTTP/1.1 and WebSocket server (`airlane.transports.http.server`, under uvloop), the AIRC/TCP
+listener and the gRPC server beside it.
+
+Every listener is bound before anything starts, and what keeps the gateway from starting is
+a `StartupError` whose text is one line for a person: a port that is taken names its listener
+and address (`ListenerError`, which ``airlane serve`` completes with the flag that changes
+it), a bad setting says which, an application that fails its lifespan start-up says why. A
+signal during start-up cancels it.
+
+SIGINT and SIGTERM stop it gracefully (`HttpServer.shutdown`: requests in flight get their
+grace, WebSockets 1012, then the lifespan's shutdown sends AIRC's GOAWAY, stops gRPC and
+closes the gateway); a second signal cuts the grace short. Once stopped, the signal is raised
+again, handled as it was before `serve`, so that the process ends as it would have without
+`serve`'s handler (SIGINT: ``KeyboardInterrupt``, which ``airlane serve`` turns into exit
+status 130).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import socket
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import uvicorn
-
-from airlane.runtime.acceptor import Acceptor, AcceptorMetrics
+from airlane.gateway import Gateway
+from airlane.runtime.acceptor import AcceptorMetrics
 from airlane.runtime.admission import Admission
-from airlane.server.compose import build_app
+from airlane.server.compose import build_app, nats_servers
 from airlane.server.config import ServerConfig
 from airlane.server.fdtable import reserve_fd_table
 from airlane.server.gcpacer import GcPacer
 from airlane.transports.airc import AircTcpServer
 from airlane.transports.grpc import GrpcServer
 from airlane.transports.http import AirlaneApp
-from airlane.transports.http.http_protocol import UpgradingHttpProtocol
-from airlane.transports.http.ws_protocol import BatchingWebSocketProtocol
+from airlane.transports.http.server import HttpServer, LifespanFailed, ServerSettings
 
-__all__ = ["Listening", "airc_port", "bind_socket", "grpc_port", "serve"]
+__all__ = [
+    "ListenerError",
+    "Listening",
+    "StartupError",
+    "airc_port",
+    "bind_socket",
+    "grpc_port",
+    "serve",
+]
 
 log = logging.getLogger("airlane.server")
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class StartupError(Exception):
+    """The gateway cannot start, for a reason its user can act on; the text is one line."""
+
+
+class ListenerError(StartupError):
+    """A listener cannot bind its address (the port is taken, or not allowed)."""
+
+    def __init__(self, listener: str, host: str, port: int, reason: str) -> None:
+        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        super().__init__(f"the {listener} listener cannot bind {where}: {reason}")
+        self.listener = listener
+        """``HTTP``, ``AIRC`` or ``gRPC``."""
+        self.host = host
+        self.port = port
+        self.reason = reason
 
 
 def bind_socket(host: str, port: int, keepalive_s: int) -> socket.socket:
@@ -38,75 +77,24 @@ def bind_socket(host: str, port: int, keepalive_s: int) -> socket.socket:
     ``TCP_NODELAY``."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    # uvloop sets it on each connection; asyncio's own loop does only for sockets made with
-    # proto=IPPROTO_TCP, which these are not: without it a chunk written while the previous
-    # one is unacknowledged would wait for the peer's delayed ACK (up to 40 ms).
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    if hasattr(socket, "TCP_KEEPIDLE"):  # Linux; accepted sockets inherit these options
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, keepalive_s)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, max(1, keepalive_s // 3))
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
-    sock.bind((host, port))
-    sock.listen(4096)
-    sock.setblocking(False)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        # uvloop sets it on each connection; asyncio's own loop does only for sockets made
+        # with proto=IPPROTO_TCP, which these are not: without it a chunk written while the
+        # previous one is unacknowledged would wait for the peer's delayed ACK (up to 40 ms).
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if hasattr(socket, "TCP_KEEPIDLE"):  # Linux; accepted sockets inherit these options
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, keepalive_s)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, max(1, keepalive_s // 3))
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
+        sock.bind((host, port))
+        sock.listen(4096)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
     return sock
-
-
-def uvicorn_config(app: AirlaneApp, config: ServerConfig) -> uvicorn.Config:
-    """uvicorn settings: uvloop + httptools (`UpgradingHttpProtocol`), WebSocket pings and size
-    limit from ``http``, and `BatchingWebSocketProtocol` for WebSockets."""
-    return uvicorn.Config(
-        app,
-        loop="uvloop" if sys.platform != "win32" else "asyncio",
-        # httptools, handing WebSocket upgrades over already parsed (http_protocol.py).
-        http=UpgradingHttpProtocol,
-        # uvicorn's websockets-sansio protocol, plus sending a batch of messages in one write.
-        ws=BatchingWebSocketProtocol,
-        ws_ping_interval=config.http.ws_ping_s,
-        ws_ping_timeout=config.http.ws_ping_s,
-        ws_max_size=config.http.max_ws_message_bytes,
-        ws_per_message_deflate=config.http.ws_compression,
-        lifespan="on",
-        log_level=config.log_level,
-        access_log=False,
-        timeout_graceful_shutdown=5,
-    )
-
-
-class _AcceptingServer(uvicorn.Server):
-    """uvicorn's server, taking its connections through an `Acceptor` rather than the loop's
-    own server, which under uvloop accepts one connection a loop turn (`airlane.runtime.acceptor`).
-
-    Plain TCP only: `uvicorn_config` sets no TLS, which the acceptor would not apply."""
-
-    def __init__(
-        self, config: uvicorn.Config, sock: socket.socket, metrics: AcceptorMetrics
-    ) -> None:
-        super().__init__(config)
-        self._sock = sock
-        self._metrics = metrics
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        """uvicorn's start-up (the lifespan, the shared state) with no listener of its own,
-        then the acceptor on the socket; `shutdown` closes it with uvicorn's servers."""
-        assert self.config.ssl is None, "the acceptor does not wrap connections in TLS"
-        await super().startup(sockets=[])
-        if not self.started:
-            return
-        config, state, app_state = self.config, self.server_state, self.lifespan.state
-
-        def protocol() -> asyncio.Protocol:
-            # What uvicorn's own factory makes for each connection.
-            return config.http_protocol_class(  # type: ignore[call-arg]
-                config=config, server_state=state, app_state=app_state
-            )
-
-        acceptor = Acceptor(self._sock, protocol)
-        acceptor.start()
-        self._metrics.watch("http", acceptor)
-        self.servers.append(acceptor)  # type: ignore[arg-type]  # close() and wait_closed()
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,50 +128,203 @@ def airc_port(config: ServerConfig, http_port: int) -> int:
 async def serve(
     config: ServerConfig, *, on_ready: Callable[[Listening], None] | None = None
 ) -> None:
-    """Run the gateway until cancelled or signalled; ``on_ready`` gets the addresses."""
-    reserve_fd_table(config.reserved_fds)
-    Admission.for_loop().configure(config.admission)
-    app = build_app(config)
+    """Run the gateway until cancelled or signalled; ``on_ready`` gets the addresses once
+    every listener takes connections. Raises `StartupError` when it cannot start."""
+    signals = _Signals()
+    signals.install()
+    try:
+        await _serve(config, on_ready, signals)
+    except asyncio.CancelledError:
+        # A signal during start-up cancels it (nothing is serving yet to stop gracefully).
+        task = asyncio.current_task()
+        if not signals.caught or task is None or task.uncancel() > 0:
+            raise
+    finally:
+        signals.restore()
+    signals.raise_again()
+
+
+async def _serve(
+    config: ServerConfig, on_ready: Callable[[Listening], None] | None, signals: _Signals
+) -> None:
+    try:
+        nats_servers(config)
+    except ValueError as exc:
+        raise StartupError(f"{exc} (--hub, or hub in the configuration file)") from exc
+    try:
+        reserve_fd_table(config.reserved_fds)
+        Admission.for_loop().configure(config.admission)
+        app = build_app(config)
+    except (ValueError, OSError) as exc:
+        raise StartupError(str(exc)) from exc
     pacer = GcPacer(config.gc)
     app.metrics.registry.register(pacer)
-    sock = bind_socket(config.host, config.port, config.tcp_keepalive_s)
-    host, port = sock.getsockname()[:2]
-    url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
     accept_metrics = AcceptorMetrics()
     app.metrics.registry.register(accept_metrics)
-    server = _AcceptingServer(uvicorn_config(app, config), sock, accept_metrics)
-    airc: AircTcpServer | None = None
-    if config.airc.enabled:
-        airc = AircTcpServer(app.gateway, config.airc)
-        await airc.start(bind_socket(config.host, airc_port(config, port), config.tcp_keepalive_s))
-        accept_metrics.watch("airc", airc.acceptor)
-        # GOAWAY to every AIRC session before the hub closes under their streams.
-        app.on_shutdown.append(airc.aclose)
-    grpc_server: GrpcServer | None = None
-    if config.grpc.enabled:
-        grpc_server = GrpcServer(app.gateway, config.grpc)
-        await grpc_server.start(config.host, grpc_port(config, port))
-        app.on_shutdown.append(grpc_server.aclose)
-
-    async def announce() -> None:
-        # uvicorn exposes readiness only as a flag, so poll it briefly.
-        while not server.started:  # noqa: ASYNC110
-            await asyncio.sleep(0.01)
-        if on_ready is not None:
-            grpc_address = None
-            if grpc_server is not None:
-                grpc_address = f"{f'[{host}]' if ':' in host else host}:{grpc_server.port}"
-            on_ready(Listening(url, airc.url if airc is not None else None, grpc_address))
-
-    announcer = asyncio.create_task(announce())
-    pacer.start()  # last: what start-up made is frozen once, not walked by every pass
+    listeners = _Listeners()
+    server: HttpServer | None = None
     try:
-        await server.serve()
+        sock = listeners.bind("HTTP", config.host, config.port, config)
+        host, port = sock.getsockname()[:2]
+        await listeners.start(app, config, port, accept_metrics)
+        server = HttpServer(app, ServerSettings.from_http(config.http))
+        try:
+            await server.start(sock)
+        except LifespanFailed as exc:
+            log.debug("the gateway failed to start", exc_info=exc.__cause__ or exc)
+            raise StartupError(f"the gateway cannot start: {exc}") from exc
+        assert server.acceptor is not None
+        accept_metrics.watch("http", server.acceptor)
+        stop = signals.serving(server)
+        pacer.start()  # last: what start-up made is frozen once, not walked by every pass
+        if on_ready is not None:
+            on_ready(listeners.listening(f"http://{_bracketed(host)}:{port}", host))
+        await stop.wait()
     finally:
-        announcer.cancel()
-        if airc is not None:
-            await airc.aclose()
-        if grpc_server is not None:
-            await grpc_server.aclose()
-        sock.close()
+        if server is not None:
+            await server.shutdown()
+        await listeners.aclose()
         pacer.stop()
+
+
+class _Listeners:
+    """Every socket `serve` binds, and the AIRC/TCP and gRPC listeners beside HTTP."""
+
+    def __init__(self) -> None:
+        self.sockets: list[socket.socket] = []
+        self.airc: AircTcpServer | None = None
+        self.grpc: GrpcServer | None = None
+
+    def bind(self, listener: str, host: str, port: int, config: ServerConfig) -> socket.socket:
+        """A listening socket for ``listener`` (closed by `aclose`)."""
+        try:
+            sock = bind_socket(host, port, config.tcp_keepalive_s)
+        except OSError as exc:
+            raise ListenerError(listener, host, port, _reason(exc)) from exc
+        self.sockets.append(sock)
+        return sock
+
+    async def start(
+        self, app: AirlaneApp, config: ServerConfig, http_port: int, metrics: AcceptorMetrics
+    ) -> None:
+        """Bind and start AIRC/TCP and gRPC as configured (their ports follow the HTTP one)."""
+        airc_sock = None
+        if config.airc.enabled:
+            airc_sock = self.bind("AIRC", config.host, airc_port(config, http_port), config)
+        if config.grpc.enabled:
+            self.grpc = await _start_grpc(app.gateway, config, grpc_port(config, http_port))
+            app.on_shutdown.append(self.grpc.aclose)
+        if airc_sock is not None:
+            self.airc = AircTcpServer(app.gateway, config.airc)
+            await self.airc.start(airc_sock)
+            metrics.watch("airc", self.airc.acceptor)
+            # GOAWAY to every AIRC session before the hub closes under their streams.
+            app.on_shutdown.append(self.airc.aclose)
+
+    def listening(self, url: str, host: str) -> Listening:
+        """The addresses, for ``on_ready``."""
+        grpc = None if self.grpc is None else f"{_bracketed(host)}:{self.grpc.port}"
+        return Listening(url, self.airc.url if self.airc is not None else None, grpc)
+
+    async def aclose(self) -> None:
+        """Stop AIRC and gRPC (idempotent: the lifespan's shutdown may have) and close every
+        socket."""
+        if self.airc is not None:
+            await self.airc.aclose()
+        if self.grpc is not None:
+            await self.grpc.aclose()
+        for sock in self.sockets:
+            sock.close()
+
+
+async def _start_grpc(gateway: Gateway, config: ServerConfig, port: int) -> GrpcServer:
+    """The gRPC server, listening on ``port`` of the configured host."""
+    host = config.host
+    if port:
+        # gRPC's C core reports a port it cannot bind on stderr itself, a line of its own, and
+        # binds with SO_REUSEPORT (it would share a port that another such process holds):
+        # a plain bind first says whether the port is free, in the gateway's own words.
+        try:
+            bind_socket(host, port, config.tcp_keepalive_s).close()
+        except OSError as exc:
+            raise ListenerError("gRPC", host, port, _reason(exc)) from exc
+    server = GrpcServer(gateway, config.grpc)
+    try:
+        bound = await server.start(host, port)
+    except RuntimeError as exc:  # grpcio raises when it cannot bind (older ones return 0)
+        await server.aclose()
+        raise ListenerError("gRPC", host, port, "the port cannot be bound") from exc
+    if not bound:
+        await server.aclose()
+        raise ListenerError("gRPC", host, port, "the port cannot be bound")
+    return server
+
+
+def _reason(exc: OSError) -> str:
+    """``address already in use``, ``permission denied``: the system's words, as a clause."""
+    text = exc.strerror or str(exc) or type(exc).__name__
+    return text[:1].lower() + text[1:]
+
+
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+class _Signals:
+    """SIGINT and SIGTERM while `serve` runs: during start-up the first cancels it; once
+    serving, the first stops the gateway gracefully and a second cuts the grace short.
+    `raise_again` gives the first its default handling back and raises it."""
+
+    def __init__(self) -> None:
+        self.caught: list[int] = []
+        self._installed: dict[int, object] = {}  # each signal's handler before ours
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[object] | None = None
+        self._server: HttpServer | None = None
+        self._stop = asyncio.Event()
+
+    def install(self) -> None:
+        """Handle the signals on the running loop (where it can: the main thread)."""
+        loop = self._loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task()
+        for sig in _SIGNALS:
+            before = signal.getsignal(sig)
+            try:
+                loop.add_signal_handler(sig, self._caught, sig)
+            except (NotImplementedError, RuntimeError, ValueError):
+                continue  # not the main thread, or a loop without signal handling
+            self._installed[sig] = before
+
+    def serving(self, server: HttpServer) -> asyncio.Event:
+        """``server`` has started: a signal now stops it through the returned event."""
+        self._server = server
+        if self.caught:
+            self._stop.set()
+        return self._stop
+
+    def restore(self) -> None:
+        """Remove the handlers: each signal is handled as it was before `install`."""
+        if self._loop is not None:
+            for sig, before in self._installed.items():
+                self._loop.remove_signal_handler(sig)
+                if before is not None:  # None: set outside Python, left as the loop left it
+                    signal.signal(sig, before)  # type: ignore[arg-type]
+        self._installed = {}
+
+    def raise_again(self) -> None:
+        """Raise the first signal caught again, now that it is handled as before (Python's
+        default for SIGINT is ``KeyboardInterrupt``; for SIGTERM, the end of the process)."""
+        if self.caught:
+            signal.raise_signal(self.caught[0])
+
+    def _caught(self, sig: int) -> None:
+        self.caught.append(sig)
+        if len(self.caught) > 1:
+            if self._server is not None:
+                self._server.force()
+            return
+        log.info("stopping (%s)", signal.Signals(sig).name)
+        if self._server is not None:
+            self._stop.set()
+        elif self._task is not None:
+            self._task.cancel()

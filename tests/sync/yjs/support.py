@@ -1,6 +1,7 @@
-"""What the Yjs interop tests share: a real server on 127.0.0.1 around `serve_yjs` (uvicorn, in
-the test's own event loop, so a test can look at the rooms and share one hub between two
-"nodes"), the Node client (``tests/sync/node/yjs-client.mjs``) and a pycrdt client."""
+"""What the Yjs interop tests share: a real server on 127.0.0.1 around `serve_yjs` (Airlane's
+own, as ``airlane serve`` runs it, or uvicorn, in the test's own event loop, so a test can look
+at the rooms and share one hub between two "nodes"), the Node client
+(``tests/sync/node/yjs-client.mjs``) and a pycrdt client."""
 
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 from pycrdt import Doc, Map, Text, create_sync_message, create_update_message
 from websockets.asyncio.client import ClientConnection, connect
 
@@ -40,8 +40,9 @@ from airlane.transports.http.asgi import Receive, Request, Scope, Send
 from airlane.transports.http.config import HttpConfig
 from airlane.transports.http.context import AppContext
 from airlane.transports.http.metrics import HttpMetrics
-from airlane.transports.http.ws_protocol import BatchingWebSocketProtocol
+from airlane.transports.http.server import ServerSettings
 from airlane.transports.http.yjs import YJS_PATH_PREFIX, serve_yjs
+from tests.asgi_server import serving
 
 NODE_DIR = Path(__file__).resolve().parent.parent / "node"
 CLIENT = NODE_DIR / "yjs-client.mjs"
@@ -107,12 +108,32 @@ async def running_node(
     *,
     http: HttpConfig | None = None,
     security: SecurityPolicy | None = None,
-    batching: bool = True,
+    on_uvicorn: bool = False,
 ) -> AsyncIterator[Node]:
     """Serve the Yjs endpoint on a free port of 127.0.0.1, over ``hub`` (not closed here: two
-    nodes may share it)."""
+    nodes may share it): on Airlane's own server (its WebSocket extensions on), or on uvicorn
+    (a plain ASGI server: the endpoint sends message by message)."""
     gateway = Gateway(hub, SyntheticBackend(), security=security)
-    app = YjsTestApp(gateway, config or YRoomsConfig(), http or HttpConfig())
+    http = http or HttpConfig()
+    app = YjsTestApp(gateway, config or YRoomsConfig(), http)
+    if on_uvicorn:
+        async with _on_uvicorn(app, http) as port:
+            try:
+                yield Node(app, port)
+            finally:
+                await app.gateway.rooms.aclose()
+        return
+    async with serving(app, ServerSettings.from_http(http, graceful_s=2.0)) as served:
+        try:
+            yield Node(app, served.port)
+        finally:
+            await app.gateway.rooms.aclose()
+
+
+@contextlib.asynccontextmanager
+async def _on_uvicorn(app: YjsTestApp, http: HttpConfig) -> AsyncIterator[int]:
+    import uvicorn  # the test extra's: the endpoint under another ASGI server
+
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     server = uvicorn.Server(
@@ -120,19 +141,19 @@ async def running_node(
             app,
             lifespan="off",
             log_level="warning",
-            ws=BatchingWebSocketProtocol if batching else "websockets-sansio",
-            ws_max_size=(http or HttpConfig()).max_ws_message_bytes,
+            ws="websockets-sansio",
+            ws_max_size=http.max_ws_message_bytes,
             timeout_graceful_shutdown=2,
         )
     )
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
-        while not server.started:
-            assert not task.done(), "uvicorn did not start"
-            await asyncio.sleep(0.01)
-        yield Node(app, sock.getsockname()[1])
+        async with asyncio.timeout(10):
+            while not server.started:  # uvicorn says it has started only with this flag
+                assert not task.done(), "uvicorn did not start"
+                await asyncio.sleep(0.01)
+        yield sock.getsockname()[1]
     finally:
-        await app.gateway.rooms.aclose()
         server.should_exit = True
         await task
         sock.close()

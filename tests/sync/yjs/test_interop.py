@@ -1,5 +1,6 @@
 """Real Yjs editors through a real server: yjs + y-websocket under Node, and pycrdt over
-websockets, against `serve_yjs` on 127.0.0.1 (uvicorn, as `airlane serve` runs it)."""
+websockets, against `serve_yjs` on 127.0.0.1 (on Airlane's own server, as `airlane serve` runs
+it; one node on uvicorn, a plain ASGI server)."""
 
 from __future__ import annotations
 
@@ -129,7 +130,7 @@ async def test_room_closes_and_comes_back_from_the_hub(hub: MemoryHub, node: str
 async def test_two_nodes_share_one_hub(hub: MemoryHub, node: str) -> None:
     async with (
         running_node(hub, KEEP) as node_a,
-        running_node(hub, KEEP, batching=False) as node_b,
+        running_node(hub, KEEP, on_uvicorn=True) as node_b,
     ):
         alice, bob = await asyncio.gather(
             node_client_ok(

@@ -81,7 +81,7 @@ class _WebSocketLink:
                 return
             try:
                 self._busy = start_eagerly(cast(Coroutine[Any, Any, None], self._send(message)))
-            except Exception:  # the client is gone (uvicorn raises ClientDisconnected)
+            except Exception:  # the client is gone (the server raises ClientDisconnected)
                 self._broken = True
                 self._pending.clear()
                 return

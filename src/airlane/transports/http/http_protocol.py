@@ -1,173 +1,441 @@
-"""uvicorn's httptools HTTP/1.1 protocol, handing WebSocket upgrades over already parsed and
-letting streaming responses write their body parts in place.
+"""`HttpProtocol`: Airlane's HTTP/1.1 connection, parsed by httptools, answered through ASGI.
 
-uvicorn parses every request with httptools. For a WebSocket upgrade it then writes the
-request back out as bytes and feeds them to the WebSocket protocol, where ``websockets``
-parses them a second time, line by line, in Python: about 1,100 of the 13,100 bytecodes a
-one-chunk WebSocket stream cost the gateway (opcode count of `airlane serve`, 50
-connections), plus uvicorn re-reading the ``Connection`` and ``Upgrade`` headers on each of
-three calls. `UpgradingHttpProtocol` builds the ``websockets`` `Request` from what httptools
-parsed and gives it to `BatchingWebSocketProtocol.upgrade`.
+One protocol per connection. httptools (llhttp) parses the bytes and calls the protocol back
+(``on_url``, ``on_header``, ``on_headers_complete``, ``on_body``, ``on_message_complete``);
+each request becomes a `RequestCycle` (`airlane.transports.http.server.cycle`), whose
+application runs in a task this connection owns.
 
-It does so only for a request ``websockets`` itself would accept as parsed (``GET``,
-HTTP/1.1, no body, within its header count and line length limits, names it accepts and
-ASCII values); anything else goes the old way, so ``websockets`` answers it exactly as before.
+- **Keep-alive and pipelining.** Requests are answered one at a time, in order. A request that
+  arrives while another is being answered waits in a queue of at most
+  `ServerSettings.max_pipelined` (the connection stops reading meanwhile); past that, the
+  connection answers what it has and closes. An idle connection closes after
+  `ServerSettings.keep_alive_s`.
+- **Bounds.** The request target, the header fields (count and bytes) and the request body
+  buffered for an application that is not reading are bounded (`ServerSettings`); a request
+  past a bound gets 414 or 431, a malformed one 400, each with ``connection: close``, in its
+  turn after the responses before it. Nothing the server answers itself carries more than a
+  line of text.
+- **Owned tasks.** When the client goes, the request's task is told (``http.disconnect``)
+  and, if it is still running `ServerSettings.disconnect_grace_s` later, cancelled.
+- **WebSocket upgrades** (``Upgrade: websocket``) are handed over as parsed: the scope is
+  built from what httptools read, the handshake is checked and negotiated by ``websockets``'
+  sans-I/O `ServerProtocol` from a `Request` made of the same headers, and the transport goes
+  to a `WebSocketProtocol` (`airlane.transports.http.ws_protocol`) with whatever bytes followed
+  the request. Nothing is parsed twice. Other upgrades (``h2c``) are ignored, as RFC 9110
+  allows: the request is answered as HTTP/1.1.
 
-Each HTTP request's scope also gets the ``airlane.http.write_body`` extension (`WRITE_BODY`):
-a plain call that writes one part of a started, chunked response body to the transport at
-once. An ASGI ``send`` is a coroutine: one coroutine object, its frame and a ``StopIteration``
-per part, plus uvicorn's checks and message dict, for what is a single ``transport.write``.
-The SSE pump writes through it whenever it can (a paced chunk cost about 65 bytecodes and
-6 % of gateway CPU less, see docs/performance.md) and sends through ASGI otherwise:
-whenever the response is not in that state, flow control has paused the transport, or the
-client has gone, `BodyWriter.write` writes nothing and says so.
-
-Everything else is uvicorn's. This reads uvicorn's per-request attributes (``scope``,
-``url``, ``headers``, and the response cycle's state), so uvicorn is pinned below 0.60 in
-``pyproject.toml``; the WebSocket and SSE tests all run through it.
+Each request's scope carries the ``airlane.http.write_body`` extension (`WRITE_BODY`): a plain
+call that writes one chunk of a started chunked response body at once. An ASGI ``send`` is a
+coroutine: a coroutine object, its frame and a ``StopIteration`` per chunk, plus the message
+dict and its checks, for what is a single ``transport.write``. The SSE pump writes through it
+whenever it can (a paced chunk cost about 65 bytecodes and 6 % of gateway CPU less,
+docs/performance.md) and sends through ASGI otherwise: whenever the response is not in that
+state, flow control has paused the transport, or the client has gone, `BodyWriter.write`
+writes nothing and says so.
 """
 
 from __future__ import annotations
 
-import re
-import weakref
-from collections.abc import Callable, Iterable
+import asyncio
+from collections import deque
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-from websockets.datastructures import Headers
-from websockets.http11 import MAX_LINE_LENGTH, MAX_NUM_HEADERS, Request
+import httptools
 
-from airlane.transports.http.ws_protocol import BatchingWebSocketProtocol
+from airlane.transports.http.server.cycle import BodyWriter, RequestCycle
+from airlane.transports.http.server.flow import WriteFlow
+from airlane.transports.http.server.state import ServerState, cancel_later, log
+from airlane.transports.http.server.status import plain_response
+from airlane.transports.http.server.target import BadTarget, address, split_target
+from airlane.transports.http.ws_protocol import upgrade_to_websocket
 
-__all__ = ["WRITE_BODY", "BodyWriter", "UpgradingHttpProtocol", "parsed_upgrade_request"]
-
-# Request headers that mean a body, which a WebSocket handshake may not have.
-_BODY_HEADERS = frozenset((b"content-length", b"transfer-encoding"))
-
-# A header name websockets' request parser accepts (an RFC 9110 token), and a value it reads
-# the same in every version: printable ASCII and tabs. (It accepts bytes above 0x7F too, but
-# decodes them differently from version 17 on: those requests go as bytes.)
-_TOKEN = re.compile(rb"[-!#$%&'*+.^_`|~0-9a-zA-Z]+").fullmatch
-_VALUE = re.compile(rb"[\x09\x20-\x7e]*").fullmatch
-
-# Add a header already checked (as websockets' parser does); older websockets lack it.
-_add_checked: Callable[[Headers, str, str], None] = getattr(
-    Headers, "set_insecure", Headers.__setitem__
-)
-
-
-def parsed_upgrade_request(
-    method: str, http_version: str, target: bytes, headers: Iterable[tuple[bytes, bytes]]
-) -> Request | None:
-    """The `Request` ``websockets`` would parse from this request, or None when it might
-    answer it differently (then the request must go to it as bytes)."""
-    if method != "GET" or http_version != "1.1":
-        return None
-    if len(target) + 15 >= MAX_LINE_LENGTH:  # "GET " + target + " HTTP/1.1\r\n"
-        return None
-    try:
-        path = target.decode("ascii")
-    except UnicodeDecodeError:
-        return None
-    parsed = Headers()
-    for count, (name, raw_value) in enumerate(headers, 1):
-        value = raw_value.strip(b" \t")
-        if (
-            count > MAX_NUM_HEADERS
-            or name in _BODY_HEADERS
-            or len(name) + len(raw_value) + 4 >= MAX_LINE_LENGTH  # name: value\r\n
-            or not _TOKEN(name)
-            or not _VALUE(value)
-        ):
-            return None
-        _add_checked(parsed, name.decode("ascii"), value.decode("ascii"))
-    return Request(path, parsed)
-
+__all__ = ["WRITE_BODY", "BodyWriter", "HttpProtocol"]
 
 WRITE_BODY = "airlane.http.write_body"
-"""Scope extension: a call-back that writes one more part of a chunked response body at
+"""Scope extension: a call-back that writes one more chunk of a chunked response body at
 once, if the response can take it without waiting; see `BodyWriter.write`."""
 
-
-class BodyWriter:
-    """Writes body parts of one response straight to the transport (``WRITE_BODY``)."""
-
-    __slots__ = ("_cycle",)
-
-    def __init__(self, cycle: Any) -> None:
-        # A weak reference: the scope holds this writer, and the cycle holds the scope.
-        self._cycle = weakref.ref(cycle)
-
-    def write(self, body: bytes) -> bool:
-        """Write ``body`` as the next chunk of a started, chunked, open response whose
-        connection takes writes now; False (nothing written) in every other case, where the
-        caller sends it as ``http.response.body``, which waits, finishes or drops it."""
-        cycle = self._cycle()
-        if (
-            cycle is None
-            or not cycle.chunked_encoding
-            or not cycle.response_started
-            or cycle.response_complete
-            or cycle.disconnected
-            or cycle.flow.write_paused
-            or not body
-        ):
-            return False
-        cycle.transport.write(b"%x\r\n%b\r\n" % (len(body), body))
-        return True
+_ASGI = {"version": "3.0", "spec_version": "2.4"}
 
 
-class UpgradingHttpProtocol(HttpToolsProtocol):
-    """`HttpToolsProtocol` that hands a WebSocket upgrade to `BatchingWebSocketProtocol`
-    as a parsed `Request`; pass it as ``uvicorn.Config(http=UpgradingHttpProtocol)``."""
+class _Refused(Exception):
+    """Raised from a parser call-back to stop parsing a request the server refuses."""
 
-    _upgrade_headers: list[tuple[bytes, bytes]] | None = None
-    _upgrade: bool = False
+    def __init__(self, status: int, text: str) -> None:
+        super().__init__(text)
+        self.status = status
+        self.text = text
 
-    def _should_upgrade(self) -> bool:
-        # uvicorn asks up to three times per request, each time scanning every header.
-        headers = self.headers
-        if self._upgrade_headers is not headers:
-            self._upgrade_headers = headers
-            self._upgrade = super()._should_upgrade()
-        return self._upgrade
+
+class HttpProtocol(asyncio.Protocol):
+    """One HTTP/1.1 connection (see the module docstring)."""
+
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+        self.loop = state.loop
+        self.settings = settings = state.settings
+        self._max_target = settings.max_target_bytes
+        self._max_header_bytes = settings.max_header_bytes
+        self._max_headers = settings.max_headers
+        self._high_water = settings.body_high_water
+        self.parser: httptools.HttpRequestParser | None = httptools.HttpRequestParser(self)
+        # A request pipelined after one that closes the connection is read and dropped,
+        # rather than failing the parse (and the response before it) with a 400, where
+        # httptools has the setting (0.6.2 and later).
+        lenient = getattr(self.parser, "set_dangerous_leniencies", None)
+        if lenient is not None:
+            lenient(lenient_data_after_close=True)
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]
+        self.flow = WriteFlow()
+        self.client: tuple[str, int] | None = None
+        self.server: tuple[str, int] | None = None
+        self.cycle: RequestCycle | None = None
+        """The request being answered."""
+        self._parsing: RequestCycle | None = None  # the request whose body is being read
+        self._pipeline: deque[RequestCycle | _Upgrade] = deque()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._idle: asyncio.TimerHandle | None = None
+        self._read_paused = False
+        self._done = False  # no more requests: answer those read, then close
+        self._refusal: _Refused | None = None  # a response owed after those before it
+        self._lost = False
+        # The request being parsed.
+        self._target = b""
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._header_bytes = 0
+        self._expect_continue = False
+        self._upgrade: _Upgrade | None = None
+
+    # -- asyncio.Protocol --------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.client = address(transport, "peername")
+        self.server = address(transport, "sockname")
+        self.state.connections.add(self)
+        if self.state.stopping:
+            self.transport.close()
+            return
+        self._arm_idle()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        self.state.connections.discard(self)
+        self._disarm_idle()
+        self.flow.resume()  # a sender waiting for the buffer to drain must see the loss
+        cycles = [cycle for cycle in (self.cycle, self._parsing) if cycle is not None]
+        cycles += [item for item in self._pipeline if isinstance(item, RequestCycle)]
+        for cycle in cycles:
+            cycle.lost()
+        self.cycle = self._parsing = None
+        self._pipeline.clear()
+        # The parser holds this protocol's call-backs: a reference cycle otherwise.
+        self.parser = None
+        cancel_later(self.loop, self._tasks, self.settings.disconnect_grace_s)
+
+    def data_received(self, data: bytes) -> None:
+        # The idle timer keeps running until a request's head is complete (`_queue`): a
+        # client that sends part of a head and stops is closed like an idle one.
+        parser = self.parser
+        while parser is not None and data:
+            try:
+                parser.feed_data(data)
+                return
+            except httptools.HttpParserUpgrade as exc:
+                rest = data[exc.args[0] :]
+                upgrade, self._upgrade = self._upgrade, None
+                if upgrade is None:
+                    data = rest  # not a WebSocket: answered as HTTP, the parser goes on
+                    continue
+                upgrade.rest = rest
+                self._queue(upgrade)
+                return
+            except httptools.HttpParserError as exc:
+                self._parse_failed(exc)
+                return
+
+    def eof_received(self) -> bool | None:
+        # The client has closed its side: nothing more will come; let the transport close.
+        return None
+
+    def pause_writing(self) -> None:
+        self.flow.pause()
+        if self.cycle is not None:
+            self.cycle.writes_paused(True)
+
+    def resume_writing(self) -> None:
+        self.flow.resume()
+        if self.cycle is not None:
+            self.cycle.writes_paused(False)
+
+    # -- httptools call-backs ----------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        """A request begins."""
+        self._target = b""
+        self._headers = []
+        self._header_bytes = 0
+        self._expect_continue = False
+
+    def on_url(self, url: bytes) -> None:
+        """A piece of the request target."""
+        target = self._target = self._target + url if self._target else url
+        if len(target) > self._max_target:
+            raise self._refuse(414, "the request target is too long")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        """A header field."""
+        headers = self._headers
+        self._header_bytes += len(name) + len(value)
+        if self._header_bytes > self._max_header_bytes or len(headers) >= self._max_headers:
+            raise self._refuse(431, "the request's header fields are too large")
+        name = name.lower()
+        # llhttp keeps trailing whitespace, which is not part of the value (RFC 9110 5.5).
+        value = value.rstrip(b" \t")
+        if name == b"expect" and value.lower() == b"100-continue":
+            self._expect_continue = True
+        headers.append((name, value))
 
     def on_headers_complete(self) -> None:
-        """uvicorn's, plus the ``WRITE_BODY`` extension in the scope of a new request."""
-        super().on_headers_complete()
-        cycle = self.cycle
-        if cycle is not None and cycle.scope is self.scope:
-            extensions: dict[str, Any] = self.scope.setdefault("extensions", {})
-            extensions[WRITE_BODY] = BodyWriter(cycle).write
-
-    def handle_websocket_upgrade(self) -> None:
-        """Switch the connection to the WebSocket protocol (see the module docstring)."""
+        """The request's head is complete: make its scope and queue it."""
+        parser = self.parser
+        assert parser is not None
         try:
-            self._hand_over()
-        finally:
-            # uvicorn drops its parser in connection_lost, which this protocol never gets once
-            # the transport has another: the parser holds this protocol's bound methods, a
-            # cycle of ~29 objects per connection (the transport's too) that only the garbage
-            # collector would free, and `airlane.server.gcpacer` runs it seldom.
-            self.parser = None  # type: ignore[assignment]
-
-    def _hand_over(self) -> None:
-        ws_class: Any = self.ws_protocol_class
-        scope = self.scope
-        request = (
-            parsed_upgrade_request(
-                scope["method"], scope["http_version"], self.url, scope["headers"]
-            )
-            if isinstance(ws_class, type) and issubclass(ws_class, BatchingWebSocketProtocol)
-            else None
-        )
-        if request is None:
-            super().handle_websocket_upgrade()
+            path, raw_path, query = split_target(self._target)
+        except BadTarget as exc:
+            raise self._refuse(400, str(exc)) from None
+        method = parser.get_method().decode("ascii")
+        version = parser.get_http_version()
+        root = self.settings.root_path
+        scope: dict[str, Any] = {
+            "type": "http",
+            "asgi": _ASGI,
+            "http_version": version,
+            "method": method,
+            "scheme": "http",
+            "root_path": root,
+            "path": root + path if root else path,
+            "raw_path": raw_path,
+            "query_string": query,
+            "headers": self._headers,
+            "client": self.client,
+            "server": self.server,
+            "state": self.state.app_state.copy(),
+        }
+        if parser.should_upgrade() and _is_websocket(self._headers):
+            self._upgrade = _Upgrade(scope, method, version)
+            self._parsing = None
             return
-        self.connections.discard(self)
-        protocol = ws_class(
-            config=self.config, server_state=self.server_state, app_state=self.app_state
+        cycle = RequestCycle(
+            self,
+            scope,
+            keep_alive=parser.should_keep_alive() and not self._done,
+            wants_continue=self._expect_continue,
         )
-        protocol.upgrade(self.transport, request)
-        self.transport.set_protocol(protocol)
+        scope["extensions"] = {WRITE_BODY: BodyWriter(cycle).write}
+        self._parsing = cycle
+        self._queue(cycle)
+
+    def on_body(self, body: bytes) -> None:
+        """A piece of the request body."""
+        cycle = self._parsing
+        if cycle is None:
+            return  # a request being dropped
+        cycle.feed(body)
+        if cycle.buffered > self._high_water:
+            self._pause_reading()
+
+    def on_message_complete(self) -> None:
+        """The request has been read."""
+        cycle = self._parsing
+        if cycle is not None:
+            cycle.end_of_request()
+            if not cycle.keep_alive:
+                self._done = True  # whatever follows a `Connection: close` request is dropped
+
+    # -- what the cycles call ----------------------------------------------------------------
+
+    @property
+    def reading(self) -> bool:
+        """Whether the connection reads now (not paused for pipelining or a full body
+        buffer)."""
+        return not self._read_paused
+
+    @property
+    def stopping(self) -> bool:
+        """The server is shutting down."""
+        return self.state.stopping
+
+    def date(self) -> bytes:
+        """The ``date`` header line."""
+        return self.state.date.line
+
+    def body_wanted(self) -> None:
+        """The request being answered waits for body: read."""
+        if self._read_paused and not self._pipeline:
+            self._resume_reading()
+
+    def body_taken(self) -> None:
+        """The application took the body buffered so far."""
+        if self._read_paused and not self._pipeline:
+            self._resume_reading()
+
+    def response_complete(self, cycle: RequestCycle) -> None:
+        """``cycle``'s response has been sent: the next request, or close, or idle."""
+        if cycle is not self.cycle:
+            return
+        self.cycle = None
+        if self._parsing is cycle and not cycle.more_body:
+            self._parsing = None
+        if self._lost:
+            return
+        if not cycle.keep_alive or self.state.stopping:
+            self.transport.close()
+            return
+        if self._pipeline:
+            self._start(self._pipeline.popleft())
+        elif self._refusal is not None:
+            self._send_refusal()
+        elif self._done:
+            self.transport.close()
+        else:
+            self._arm_idle()
+            if self._read_paused:
+                self._resume_reading()
+
+    # -- the server's side -------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """Close now if idle; else close once the response in flight is sent."""
+        self._done = True
+        self._pipeline.clear()
+        if self.cycle is None:
+            self.transport.close()
+        else:
+            self.cycle.keep_alive = False
+
+    def abort(self) -> None:
+        """Close now."""
+        self.transport.close()
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _queue(self, item: RequestCycle | _Upgrade) -> None:
+        if self._idle is not None:
+            self._disarm_idle()
+        if self._done or self.state.stopping:
+            if isinstance(item, RequestCycle):
+                self._parsing = None  # dropped: its body is read and discarded
+            return
+        if self.cycle is None and not self._pipeline:
+            self._start(item)
+            return
+        if len(self._pipeline) >= self.settings.max_pipelined:
+            # Answer what was read, then close: beyond this the client is not waiting for
+            # answers, and the queue must stay bounded.
+            self._done = True
+            self._parsing = None
+            return
+        self._pipeline.append(item)
+        self._pause_reading()
+
+    def _start(self, item: RequestCycle | _Upgrade) -> None:
+        if isinstance(item, _Upgrade):
+            self._hand_over(item)
+            return
+        self.cycle = item
+        if self._pipeline or item.buffered > self._high_water:
+            self._pause_reading()
+        elif self._read_paused:
+            self._resume_reading()
+        self.state.start_task(item.run(self.state.app), self._tasks)
+
+    def _hand_over(self, upgrade: _Upgrade) -> None:
+        """The transport goes to a WebSocket protocol (or gets the handshake's refusal)."""
+        self._done = True
+        self.state.connections.discard(self)
+        parser, self.parser = self.parser, None  # the reference cycle, as in connection_lost
+        del parser
+        upgrade_to_websocket(
+            self.state,
+            self.transport,
+            upgrade.scope,
+            method=upgrade.method,
+            http_version=upgrade.version,
+            rest=upgrade.rest,
+            reading=not self._read_paused,
+        )
+
+    def _refuse(self, status: int, text: str) -> _Refused:
+        refusal = self._refusal = _Refused(status, text)
+        return refusal
+
+    def _parse_failed(self, exc: httptools.HttpParserError) -> None:
+        if self._refusal is None:
+            if isinstance(exc, httptools.HttpParserCallbackError):
+                # A call-back failed without refusing: a bug here, not the client's.
+                log.error(
+                    "HTTP request from %s: the server failed to read it", self.client, exc_info=exc
+                )
+                self._refusal = _Refused(500, "Internal Server Error")
+            else:
+                log.debug("malformed HTTP request from %s: %s", self.client, exc)
+                self._refusal = _Refused(400, "malformed HTTP request")
+        self.parser = None  # llhttp cannot go on after an error
+        self._done = True
+        self._parsing = None
+        if self.cycle is None and not self._pipeline:
+            self._send_refusal()
+        else:
+            self._pause_reading()  # answered in its turn, after the responses before it
+
+    def _send_refusal(self) -> None:
+        refusal = self._refusal
+        assert refusal is not None
+        self._refusal = None
+        self.transport.write(plain_response(refusal.status, refusal.text, self.date()))
+        self.transport.close()
+
+    def _pause_reading(self) -> None:
+        if not self._read_paused and not self._lost:
+            self._read_paused = True
+            self.transport.pause_reading()
+
+    def _resume_reading(self) -> None:
+        if self._read_paused and not self._lost:
+            self._read_paused = False
+            self.transport.resume_reading()
+
+    def _arm_idle(self) -> None:
+        self._idle = self.loop.call_later(self.settings.keep_alive_s, self._idle_timeout)
+
+    def _disarm_idle(self) -> None:
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
+
+    def _idle_timeout(self) -> None:
+        self._idle = None
+        if self.cycle is None and not self._pipeline:
+            self.transport.close()
+
+
+class _Upgrade:
+    """A WebSocket upgrade request, parsed, waiting for its turn on the connection."""
+
+    __slots__ = ("method", "rest", "scope", "version")
+
+    def __init__(self, scope: dict[str, Any], method: str, version: str) -> None:
+        self.scope = scope
+        self.method = method
+        self.version = version
+        self.rest = b""
+        """The bytes that came after the request (the start of the WebSocket stream)."""
+
+
+def _is_websocket(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether the request asks for a WebSocket (``Upgrade: websocket``)."""
+    for name, value in headers:
+        if name == b"upgrade":
+            return b"websocket" in value.lower()
+    return False

@@ -89,8 +89,8 @@ class WebSocketPump:
     async def run(self) -> None:
         """Write until the stream ends for this reader (its terminal event written) or the
         subscription is over (the stream deleted, the hub closing); cancel it to stop sooner.
-        Raises what sending raised (a connection that is gone: uvicorn's
-        ``ClientDisconnected``)."""
+        Raises what sending raised (a connection that is closing or gone: the server's
+        ``ClientDisconnected``, an ``OSError``)."""
         subscription = self._subscription
         if self._write_now is None or not subscription.listen(self._on_ready):
             await self._run_tasked()

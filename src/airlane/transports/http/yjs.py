@@ -159,5 +159,5 @@ class _Session:
                     for message in messages:
                         await send({"type": "websocket.send", "bytes": message})
                 metrics.count_sent(sum(map(len, messages)))
-        except OSError:  # uvicorn's ClientDisconnected, or the socket's own error
+        except OSError:  # the server's ClientDisconnected (the socket is closing or gone)
             self.disconnected = True

@@ -1,0 +1,75 @@
+"""`ServerState`: what one server's connections share (the application, the settings, the
+live connections and their tasks), and `Connection`, what the server asks of each."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Protocol
+
+from airlane.transports.http.asgi import ASGIApp
+from airlane.transports.http.server.settings import ServerSettings
+from airlane.transports.http.server.status import DateHeader
+
+__all__ = ["Connection", "ServerState", "cancel_later", "log"]
+
+log = logging.getLogger("airlane.http.server")
+"""The server's logger: errors an application let escape (once, with the request), and at
+DEBUG what each connection does."""
+
+
+class Connection(Protocol):
+    """A live connection as the server sees it (an HTTP or a WebSocket protocol)."""
+
+    def shutdown(self) -> None:
+        """The server is stopping: finish what is in flight, take nothing new."""
+
+    def abort(self) -> None:
+        """Close now, whatever is in flight."""
+
+
+class ServerState:
+    """Shared by every connection of one server."""
+
+    __slots__ = ("app", "app_state", "connections", "date", "loop", "settings", "stopping", "tasks")
+
+    def __init__(
+        self, app: ASGIApp, settings: ServerSettings, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        self.app = app
+        self.settings = settings
+        self.loop = loop
+        self.connections: set[Connection] = set()
+        """Connections open now (HTTP and WebSocket)."""
+        self.tasks: set[asyncio.Task[None]] = set()
+        """The applications' tasks running now, one per request or WebSocket: the server
+        waits for them on shutdown, then cancels what is left."""
+        self.app_state: dict[str, Any] = {}
+        """The ASGI lifespan ``state``, copied into every request's scope."""
+        self.date = DateHeader()
+        self.stopping = False
+        """Shutdown has begun: connections take no new requests."""
+
+    def start_task(self, coro: Any, owner: set[asyncio.Task[None]]) -> asyncio.Task[None]:
+        """Run an application coroutine in a task owned by ``owner`` (its connection's set)
+        and by this server."""
+        task: asyncio.Task[None] = self.loop.create_task(coro)
+        self.tasks.add(task)
+        owner.add(task)
+        task.add_done_callback(self.tasks.discard)
+        task.add_done_callback(owner.discard)
+        return task
+
+
+def cancel_later(
+    loop: asyncio.AbstractEventLoop, tasks: set[asyncio.Task[None]], delay: float
+) -> None:
+    """Cancel whatever of ``tasks`` is still running ``delay`` seconds from now: a
+    connection that is gone gives its tasks that long to finish after being told."""
+    if tasks:
+        loop.call_later(delay, _cancel, list(tasks))
+
+
+def _cancel(tasks: list[asyncio.Task[None]]) -> None:
+    for task in tasks:
+        task.cancel()
