@@ -142,11 +142,17 @@ class WebSocketSession:
     async def aclose(self) -> None:
         """Stop every pump and close every subscription."""
         pumps, self._pumps = self._pumps, {}
-        for _, task in pumps.values():
+        tasks = [task for _, task in pumps.values()]
+        for task in tasks:
             task.cancel()
+        if tasks:
+            # Every pump, whatever it ended with (a client gone mid-write is one): one that
+            # raised must not keep the others' cursors open.
+            await asyncio.wait(tasks)
         for subscription, task in pumps.values():
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            failure = None if task.cancelled() else task.exception()
+            if failure is not None and not isinstance(failure, OSError):
+                log.error("WebSocket pump failed", exc_info=failure)
             await subscription.aclose()
 
     async def _handle(self, data: str | bytes) -> None:
