@@ -138,3 +138,16 @@ def test_a_bad_hub_url() -> None:
 
 def test_a_bad_log_level() -> None:
     assert "--log-level" in one_line(serve("--port", "0", "--log-level", "loud"))
+
+
+def test_a_hub_nobody_answers_at(tmp_path: Path) -> None:
+    # Nothing listens on the port: the first connection never succeeds, and the start-up
+    # gives up after the hub's bound with one line (it used to wait for ever, saying nothing).
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    config = tmp_path / "airlane.toml"
+    config.write_text("[jetstream]\nunavailable_after_s = 1.0\n")
+    hub = f"nats://127.0.0.1:{port}"
+    line = one_line(serve("--port", "0", "--config", str(config), "--hub", hub))
+    assert f"cannot reach NATS at {hub} within 1 s" in line

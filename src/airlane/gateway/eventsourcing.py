@@ -12,13 +12,14 @@ every node sees the same logs, consumer groups and schemas.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from airlane.core.errors import ErrorCode
-from airlane.eventlog import EventLog, MemoryEventLog
+from airlane.eventlog import EventLog, EventLogUnavailable, MemoryEventLog
 from airlane.registry import (
     InvalidSubject,
     MemorySchemaStore,
@@ -33,6 +34,8 @@ __all__ = ["EventSourcing", "EventSourcingConfig", "UnknownEventType"]
 SCHEMA_CACHE_S = 1.0
 """How long a node reuses the latest schema it looked up for a type: validation then costs no
 broker round trip per event, and a newly registered version applies within this time."""
+CONNECT_TIMEOUT_S = 10.0
+"""How long start-up waits for the first connection to JetStream before it gives up."""
 MAX_CACHED_TYPES = 10_000
 """Event types whose latest schema a node remembers at once."""
 
@@ -101,12 +104,23 @@ class EventSourcing:
         from airlane.eventlog.jetstream import JetStreamEventLog
         from airlane.registry.jetstream_store import JetStreamSchemaStore
 
-        self._nc = await nats.connect(
-            list(self.servers),
-            name=f"airlane-{self.prefix}-events",
-            max_reconnect_attempts=-1,
-            reconnect_time_wait=0.25,
-        )
+        # Bounded: the client retries for ever, which a first connection that never succeeds
+        # would turn into a start-up that hangs without a word.
+        try:
+            self._nc = await asyncio.wait_for(
+                nats.connect(
+                    list(self.servers),
+                    name=f"airlane-{self.prefix}-events",
+                    max_reconnect_attempts=-1,
+                    reconnect_time_wait=0.25,
+                ),
+                CONNECT_TIMEOUT_S,
+            )
+        except TimeoutError:
+            where = ", ".join(self.servers)
+            raise EventLogUnavailable(
+                f"cannot reach NATS at {where} within {CONNECT_TIMEOUT_S:g} s"
+            ) from None
         upper = self.prefix.upper()
         self._logs = JetStreamEventLog(
             self._nc, stream=f"{upper}_LOGS", prefix=f"{self.prefix}.log", validate=self._validate

@@ -104,18 +104,24 @@ class JetStreamStore:
         """Connect and create the events stream and buckets where missing.
 
         Raises:
-            HubUnavailable: NATS cannot be reached.
+            HubUnavailable: NATS cannot be reached (within ``unavailable_after_s``: the
+                client retries a connection it has had for ever, but a first one that never
+                succeeds would hold the gateway's start-up without a word).
         """
         cfg = self.config
+        where = ", ".join(cfg.servers)
         try:
-            self._nc = await nats.connect(
-                list(cfg.servers),
-                name=f"airlane-{self.node}",
-                connect_timeout=cfg.request_timeout_s,
-                reconnect_time_wait=0.25,
-                max_reconnect_attempts=-1,
-                error_cb=self._on_error,
-                reconnected_cb=self._on_reconnected,
+            self._nc = await asyncio.wait_for(
+                nats.connect(
+                    list(cfg.servers),
+                    name=f"airlane-{self.node}",
+                    connect_timeout=cfg.request_timeout_s,
+                    reconnect_time_wait=0.25,
+                    max_reconnect_attempts=-1,
+                    error_cb=self._on_error,
+                    reconnected_cb=self._on_reconnected,
+                ),
+                cfg.unavailable_after_s,
             )
             self._js = self._nc.jetstream(timeout=cfg.request_timeout_s)
             self._ack_prefix = self._nc.new_inbox() + "."
@@ -124,9 +130,14 @@ class JetStreamStore:
             info = await self._events_stream(storage)
             self._meta = await self._bucket(cfg.meta_bucket, storage)
             self._snapshots = await self._bucket(cfg.snapshot_bucket, storage)
+        except TimeoutError as exc:
+            await self.close()
+            raise HubUnavailable(
+                f"cannot reach NATS at {where} within {cfg.unavailable_after_s:g} s"
+            ) from exc
         except (OSError, *UNREACHABLE) as exc:
             await self.close()
-            raise HubUnavailable(f"cannot reach NATS at {', '.join(cfg.servers)}: {exc}") from exc
+            raise HubUnavailable(f"cannot reach NATS at {where}: {exc}") from exc
         # The stream's creation time identifies this incarnation of the history: if it is lost
         # and made again, streams recorded against the old one are gone, and the hub says so.
         created = getattr(info, "created", None)
