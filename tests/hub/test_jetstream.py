@@ -10,10 +10,12 @@ from dataclasses import replace
 import pytest
 
 from airlane.core import Event, Kind, OrphanMode, OrphanPolicy, Position, Retention
-from airlane.hub import MemoryHubConfig, StreamEnded, StreamNotFound
+from airlane.hub import HubError, MemoryHubConfig, StreamEnded, StreamNotFound
 from airlane.hub.jetstream import JetStreamHub, JetStreamHubConfig
+from airlane.hub.jetstream.records import stream_key
 from tests.hub.contract import HubContract, drain, text_of
 from tests.natsserver import NatsServer
+from tests.waiting import eventually
 
 _prefixes = itertools.count()
 
@@ -208,3 +210,94 @@ async def test_a_lost_history_is_reported_not_papered_over(nodes):
             await c.subscribe("gone")
     finally:
         await c.aclose()
+
+
+async def _vanish(hub: JetStreamHub) -> None:
+    """The process dies without a word (as on SIGKILL): heartbeats stop, the connection drops."""
+    assert hub._presence is not None
+    hub._presence.cancel()
+    await hub._store._client().close()
+
+
+async def test_a_node_restarted_under_its_id_never_loses_acknowledged_writes(nats_session):
+    config = hub_config(nats_session)
+    first = JetStreamHub(replace(config, node_id="a"))
+    await first.start()
+    await first.create("before")
+    await first.append_many("before", [Event.delta(t) for t in "xyz"])
+    await _vanish(first)
+    # Back under the same id within JetStream's duplicate window: its publishes count from
+    # the start again, and none of them may be taken for the previous process's.
+    again = JetStreamHub(replace(config, node_id="a"))
+    b = JetStreamHub(replace(config, node_id="b"))
+    await again.start()
+    await b.start()
+    try:
+        await again.create("after")
+        for t in "abc":
+            await again.append("after", Event.delta(t))
+        await again.append("after", Event.done())
+        assert (await again.info("after")).last_seq == 4
+        assert (await b.info("after")).last_seq == 4
+        async with await b.subscribe("after") as sub:
+            assert text_of(await drain(sub)) == "abc"
+        assert (await b.info("before")).last_seq == 3
+    finally:
+        await b.aclose()
+        await again.aclose()
+        await first.aclose()
+
+
+async def test_an_acknowledgement_for_another_message_is_an_error_not_a_success(hub):
+    store = hub._store
+    await hub.create("dup")
+    key = stream_key("dup")
+    assert await store.publish(key, b"first", msg_id="same-id", after=0) > 0
+    last = await store.last_seq(key)
+    # A retry of that very publish (its acknowledgement lost) is answered with its seq ...
+    assert await store.publish(key, b"first", msg_id="same-id", after=0) == last
+    # ... but a different message under that id is not stored, and says so.
+    with pytest.raises(HubError, match="another message under id"):
+        await store.publish(key, b"second", msg_id="same-id", after=last)
+    assert await store.last_seq(key) == last
+
+
+async def test_a_producer_ends_with_producer_lost_however_fast_its_node_comes_back(nats_session):
+    config = hub_config(nats_session)
+    a = JetStreamHub(replace(config, node_id="a"))
+    b = JetStreamHub(replace(config, node_id="b"))
+    await a.start()
+    await b.start()
+    again: JetStreamHub | None = None
+    try:
+        await a.create("gen-5", orphan=OrphanPolicy(OrphanMode.KEEP))
+        a.on_cancel("gen-5", lambda: None)
+        await a.append("gen-5", Event.delta("half"))
+        sub = await b.subscribe("gen-5")
+        await eventually(lambda: len(b._nodes.last_seen) > 0, what="b hears a")
+        await _vanish(a)
+        again = JetStreamHub(replace(config, node_id="a"))  # at once, under the same id
+        await again.start()
+        events = await drain(sub, timeout=10)
+        assert events[-1].kind is Kind.ERROR and events[-1].data is not None
+        assert events[-1].data["code"] == "producer_lost" and "(a)" in events[-1].data["message"]
+        assert text_of(events) == "half"
+        await sub.aclose()
+        assert (await again.info("gen-5")).ended
+    finally:
+        if again is not None:
+            await again.aclose()
+        await b.aclose()
+        await a.aclose()
+
+
+async def test_time_to_first_token_comes_from_the_streams_records_on_every_node(nodes):
+    a, b = nodes
+    await a.create("timed", orphan=OrphanPolicy(OrphanMode.KEEP))
+    await asyncio.sleep(0.3)  # the backend thinks before its first token
+    await a.append("timed", Event.delta("first", tokens=1))
+    await a.append("timed", Event.done())
+    here = (await a.info("timed")).usage["time_to_first_token_ms"]
+    there = (await b.info("timed")).usage["time_to_first_token_ms"]  # loaded after the fact
+    assert here >= 300
+    assert abs(there - here) < 100, (here, there)

@@ -2,28 +2,30 @@
 
 from __future__ import annotations
 
-from airlane.hub.jetstream.presence import Heartbeat, NodeTable
+from airlane.hub.jetstream.presence import Heartbeat, Member, NodeTable
+
+ME = Member("me", "1")
 
 
 def test_heartbeats_round_trip_and_garbage_is_ignored():
-    beat = Heartbeat("a", {"s": 2}, ["p"], partial=True)
+    beat = Heartbeat("a", {"s": 2}, ["p"], partial=True, run="r1")
     assert Heartbeat.from_bytes(beat.to_bytes()) == beat
     for junk in (b"", b"[]", b'{"readers": 1}', b'{"node": "a", "readers": {"s": "x"}}'):
         assert Heartbeat.from_bytes(junk) is None
 
 
 def test_liveness_needs_time_to_tell():
-    table = NodeTable("me", started=100.0, timeout_s=3.0)
-    assert table.alive("me", 100.0) is True
-    assert table.alive("x", 101.0) is None  # too early to call a stranger dead
-    assert table.alive("x", 104.0) is False
+    table = NodeTable(ME, started=100.0, timeout_s=3.0)
+    assert table.alive(ME, 100.0) is True
+    assert table.alive(Member("x", ""), 101.0) is None  # too early to call a stranger dead
+    assert table.alive(Member("x", ""), 104.0) is False
     table.observe(Heartbeat("x"), 104.0)
-    assert table.alive("x", 106.0) is True
-    assert table.alive("x", 107.5) is False
+    assert table.alive(Member("x", ""), 106.0) is True
+    assert table.alive(Member("x", ""), 107.5) is False
 
 
 def test_reader_counts_change_with_full_and_partial_beats_and_death():
-    table = NodeTable("me", started=0.0, timeout_s=3.0)
+    table = NodeTable(ME, started=0.0, timeout_s=3.0)
     assert sorted(table.observe(Heartbeat("b", {"s": 1, "t": 2}), 1.0)) == [
         ("s", 0, 1),
         ("t", 0, 2),
@@ -34,13 +36,38 @@ def test_reader_counts_change_with_full_and_partial_beats_and_death():
     assert table.observe(Heartbeat("b", {}), 2.0) == [("t", 2, 0)]  # a full beat replaces
     table.observe(Heartbeat("b", {"u": 1}, ["gen"]), 2.5)
     dead, changes = table.expire(6.0)
-    assert dead == ["b"] and changes == [("u", 1, 0)]
-    assert table.producers["gen"] == "b" and table.alive("b", 6.0) is False
+    assert dead == [Member("b", "")] and changes == [("u", 1, 0)]
+    assert table.producers["gen"] == Member("b", "") and table.alive(Member("b", ""), 6.0) is False
 
 
 def test_a_leaving_node_is_forgotten_at_once_and_own_beats_are_ignored():
-    table = NodeTable("me", started=0.0, timeout_s=3.0)
+    table = NodeTable(ME, started=0.0, timeout_s=3.0)
     table.observe(Heartbeat("b", {"s": 1}), 1.0)
     assert table.observe(Heartbeat("b", leaving=True), 1.1) == [("s", 1, 0)]
-    assert table.alive("b", 4.0) is False
-    assert table.observe(Heartbeat("me", {"s": 5}), 1.2) == []
+    assert table.alive(Member("b", ""), 4.0) is False
+    assert table.observe(Heartbeat("me", {"s": 5}, run="1"), 1.2) == []
+
+
+def test_a_node_restarted_under_its_id_is_a_new_member_and_the_old_one_dies():
+    table = NodeTable(ME, started=0.0, timeout_s=3.0)
+    old, new = Member("a", "r1"), Member("a", "r2")
+    table.observe(Heartbeat("a", {"s": 1}, ["gen"], run="r1"), 1.0)
+    # SIGKILL, and the node is back under its id a second later: its beats do not keep the
+    # old process (and the streams it produced) alive.
+    for t in (2.0, 3.0, 4.0, 5.0):
+        table.observe(Heartbeat("a", {}, run="r2"), t)
+    assert table.alive(new, 5.0) is True
+    assert table.alive(old, 4.5) is False
+    assert table.producers["gen"] == old
+    dead, changes = table.expire(5.0)
+    assert dead == [old] and changes == [("s", 1, 0)]
+    # A record made before runs existed names only the node: any of its processes will do.
+    assert table.alive(Member("a", ""), 5.0) is True
+
+
+def test_another_run_of_this_nodes_own_id_is_dead_at_once():
+    table = NodeTable(ME, started=0.0, timeout_s=3.0)
+    assert table.alive(Member("me", "0"), 0.1) is False  # this node before its restart
+    assert table.alive(Member("me", ""), 0.1) is None  # too early to tell for an old record
+    table.observe(Heartbeat("me", run="0"), 0.2)  # two live processes share the id
+    assert table.alive(Member("me", "0"), 0.3) is True

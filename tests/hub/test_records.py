@@ -72,10 +72,14 @@ def test_snapshots_and_meta_round_trip_and_garbage_is_an_error():
     js_seq, back = decode_snapshot(encode_snapshot(snapshot, 42))
     assert js_seq == 42 and back.seq == 9 and back.data == snapshot.data and back.tokens == 2
     meta = StreamMeta.make(
-        "s", "e1", "ab12", Retention(max_events=5), OrphanPolicy(OrphanMode.CANCEL)
-    )
+        "s", "e1", "ab12", Retention(max_events=5), OrphanPolicy(OrphanMode.CANCEL), 7
+    ).produced_by("a", "r1")
     again = StreamMeta.from_bytes(meta.to_bytes())
     assert again == meta and again.retention_policy().max_events == 5
+    assert (again.producer, again.producer_run, again.created_unix_ns) == ("a", "r1", 7)
+    # A record written before runs and creation times existed still reads.
+    legacy = b'{"stream_id": "s", "epoch": "e", "incarnation": "i", "producer": "a"}'
+    assert StreamMeta.from_bytes(legacy).producer_run == ""
     assert again.orphan_policy() == OrphanPolicy(OrphanMode.CANCEL)
     for bad in (b"\xc1", b"[1]", b"[1, [[1, 2]]]"):
         with pytest.raises(CorruptRecord):

@@ -9,7 +9,7 @@ from airlane.hub.jetstream.store import StoredBatch
 
 
 def replica() -> Replica:
-    meta = StreamMeta.make("s", "e", "inc", Retention(), None)
+    meta = StreamMeta.make("s", "e", "inc", Retention(), None, 0)
     return Replica(StreamLog("s", "e", now_ns=0), None, meta)
 
 

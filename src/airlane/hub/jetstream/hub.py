@@ -69,7 +69,7 @@ from airlane.hub.base import (
     Subscription,
 )
 from airlane.hub.jetstream.config import JetStreamHubConfig
-from airlane.hub.jetstream.presence import Heartbeat, NodeTable
+from airlane.hub.jetstream.presence import Heartbeat, Member, NodeTable
 from airlane.hub.jetstream.records import (
     CorruptRecord,
     StreamMeta,
@@ -102,11 +102,15 @@ class JetStreamHub(MemoryHub):
         super().__init__(self.js_config.local)
         self.node = self.js_config.node_id or f"node-{secrets.token_hex(4)}"
         """This node's name among the gateway nodes."""
+        self.run = secrets.token_hex(6)
+        """This process's run: a node restarted under its id is another member (presence)
+        and its message ids never repeat the previous process's."""
+        self.member = Member(self.node, self.run)
         self._store = JetStreamStore(self.js_config, self.node)
         self._loading: dict[str, asyncio.Future[Replica]] = {}
         self._producing: set[str] = set()
         self._ending: set[str] = set()  # streams whose producer_lost append is under way
-        self._nodes = NodeTable(self.node, time.monotonic(), self.js_config.node_timeout_s)
+        self._nodes = NodeTable(self.member, time.monotonic(), self.js_config.node_timeout_s)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._presence: asyncio.Task[None] | None = None
         self._publishes = itertools.count()
@@ -141,7 +145,8 @@ class JetStreamHub(MemoryHub):
             self._presence = None
         await super().aclose()
         if self._started:
-            await self._store.tell("hb", Heartbeat(self.node, leaving=True).to_bytes())
+            goodbye = Heartbeat(self.node, leaving=True, run=self.run)
+            await self._store.tell("hb", goodbye.to_bytes())
         for stream in self._streams.values():
             assert isinstance(stream, Replica)
             self._unfollow(stream)
@@ -171,7 +176,7 @@ class JetStreamHub(MemoryHub):
         retention = retention or self.config.retention
         incarnation = self._store.incarnation
         epoch = f"{incarnation}{_short_id()}"
-        meta = StreamMeta.make(stream_id, epoch, incarnation, retention, orphan)
+        meta = StreamMeta.make(stream_id, epoch, incarnation, retention, orphan, time.time_ns())
         if not await self._store.create_meta(stream_key(stream_id), meta.to_bytes()):
             if not exist_ok:
                 raise StreamExists(f"stream {stream_id!r} already exists")
@@ -314,7 +319,7 @@ class JetStreamHub(MemoryHub):
         if len(self._streams) >= self.config.max_streams:
             raise HubFull(f"the hub holds {self.config.max_streams} streams, its limit")
         stream_log = StreamLog(
-            stream_id, meta.epoch, now_ns=time.monotonic_ns(), retention=meta.retention_policy()
+            stream_id, meta.epoch, now_ns=_created_ns(meta), retention=meta.retention_policy()
         )
         after = 0
         snapshot = await self._store.get_snapshot(key)
@@ -326,6 +331,11 @@ class JetStreamHub(MemoryHub):
         replica.last_js_seq = after
         until = await self._store.last_seq(key)
         await self._store.read_until(key, after, until, self._deliverer(replica))
+        ledger = stream_log.ledger
+        if ledger.first_token_ns is not None and ledger.first_token_ns < ledger.created_ns:
+            # The creator's clock and the broker's (which stamped the events) disagree a
+            # little: a time to first token is never negative.
+            ledger.created_ns = ledger.first_token_ns
         existing = self._streams.get(stream_id)
         if existing is not None:  # created on this node while this load waited
             assert isinstance(existing, Replica)
@@ -355,8 +365,10 @@ class JetStreamHub(MemoryHub):
                 )
             first_seq, count, payload = encode_batches(pending, stream_log.next_seq)[0]
             # Unique per publish and kept across its retries (see JetStreamStore.publish).
-            # Not the seq alone: two nodes racing for one seq would be each other's duplicate.
-            replica.inflight = msg_id = f"{self.node}:{next(self._publishes)}"
+            # Not the seq alone: two nodes racing for one seq would be each other's duplicate;
+            # and the run, because a node restarted under its id counts from 0 again, which
+            # JetStream would take for the old process's messages within its duplicate window.
+            replica.inflight = msg_id = f"{self.node}:{self.run}:{next(self._publishes)}"
             try:
                 js_seq = await self._store.publish(
                     replica.key, payload, msg_id=msg_id, after=replica.last_js_seq
@@ -457,9 +469,7 @@ class JetStreamHub(MemoryHub):
 
     async def _record_producer(self, replica: Replica) -> None:
         meta = replica.meta
-        updated = StreamMeta(
-            meta.stream_id, meta.epoch, meta.incarnation, meta.retention, meta.orphan, self.node
-        )
+        updated = meta.produced_by(self.node, self.run)
         try:
             await self._store.put_meta(replica.key, updated.to_bytes())
             replica.meta = updated
@@ -470,7 +480,9 @@ class JetStreamHub(MemoryHub):
         """Tell the other nodes at once that this node started or stopped reading."""
         if replica.stream_id in self._producing:
             return
-        beat = Heartbeat(self.node, {replica.stream_id: replica.readers}, partial=True)
+        beat = Heartbeat(
+            self.node, {replica.stream_id: replica.readers}, partial=True, run=self.run
+        )
         self._spawn(self._store.tell("hb", beat.to_bytes()))
 
     async def _heartbeats(self) -> None:
@@ -485,6 +497,7 @@ class JetStreamHub(MemoryHub):
                 self.node,
                 {sid: s.readers for sid, s in self._streams.items() if s.readers},
                 sorted(self._producing),
+                run=self.run,
             )
             await self._store.tell("hb", beat.to_bytes())
             now = time.monotonic()
@@ -520,18 +533,19 @@ class JetStreamHub(MemoryHub):
             assert isinstance(stream, Replica)
             if stream.log.terminal is not None:
                 continue
-            producer = self._nodes.producers.get(stream_id) or stream.meta.producer
+            producer = self._nodes.producers.get(stream_id) or _producer_of(stream.meta)
             if (
-                producer not in (None, self.node)
+                producer is not None
+                and producer != self.member
                 and self._nodes.alive(producer, now) is False
                 and stream_id not in self._ending
             ):
                 self._ending.add(stream_id)  # one append at a time, not one per heartbeat
                 self._spawn(self._producer_lost(stream, producer))
 
-    async def _producer_lost(self, replica: Replica, node: str) -> None:
+    async def _producer_lost(self, replica: Replica, producer: Member) -> None:
         error = Event.error(
-            f"the gateway node running this stream's producer ({node}) stopped; "
+            f"the gateway node running this stream's producer ({producer.node}) stopped; "
             "the stream ends here",
             code="producer_lost",
         )
@@ -610,3 +624,17 @@ class JetStreamHub(MemoryHub):
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("hub task failed: %r", task.exception())
+
+
+def _created_ns(meta: StreamMeta) -> int:
+    """When the stream was created, on this process's monotonic clock (now for a record
+    made before creation times were kept)."""
+    now_ns = time.monotonic_ns()
+    if meta.created_unix_ns is None:
+        return now_ns
+    return now_ns - max(0, time.time_ns() - meta.created_unix_ns)
+
+
+def _producer_of(meta: StreamMeta) -> Member | None:
+    """The member recorded as running the stream's producer, if any."""
+    return None if meta.producer is None else Member(meta.producer, meta.producer_run)

@@ -1,32 +1,48 @@
-"""Which gateway nodes are alive, which streams each produces, and where streams have readers.
+"""Which gateway processes are alive, which streams each produces, and where streams have readers.
 
 Pure bookkeeping (time is passed in). Every node publishes a heartbeat on
 ``<prefix>.ctl.hb`` each `JetStreamHubConfig.heartbeat_s` (and at once when a stream gains its
-first or loses its last local reader): its id, the streams whose producer it runs, and its
-reader count per stream. From them each node knows
+first or loses its last local reader): its id, the run of the process (random per start), the
+streams whose producer it runs, and its reader count per stream. From them each node knows
 
-- when another node died (silent for ``node_timeout_s``): the streams it produced can never
+- when another process died (silent for ``node_timeout_s``): the streams it produced can never
   end normally, so a node reading one ends it with a ``producer_lost`` error;
-- how many nodes read each stream it produces, which its orphan policy needs: a stream read
-  only on other nodes is not an orphan.
+- how many processes read each stream it produces, which its orphan policy needs: a stream
+  read only on other nodes is not an orphan.
+
+Liveness belongs to a **member**, a node id and a run together, not to the node id alone: a node
+restarted under its ``--node-id`` is a new member, and the old one's heartbeats stop, so the
+streams the old process produced end with ``producer_lost`` however fast the node came back.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
-__all__ = ["Heartbeat", "NodeTable"]
+__all__ = ["Heartbeat", "Member", "NodeTable"]
 
 MAX_ENTRIES = 50_000
 """Most streams one heartbeat lists (readers and producing each); the rest wait for the next."""
 
 
+class Member(NamedTuple):
+    """One process among the gateway nodes: its node id and the run of that process."""
+
+    node: str
+    run: str
+    """Random per process start; empty for a record made before runs existed (then any
+    process of ``node`` stands for it)."""
+
+    def __str__(self) -> str:
+        return f"{self.node} (run {self.run})" if self.run else self.node
+
+
 @dataclass(slots=True)
 class Heartbeat:
-    """One node's report."""
+    """One process's report."""
 
     node: str
     readers: dict[str, int] = field(default_factory=dict)
@@ -34,13 +50,21 @@ class Heartbeat:
     partial: bool = False
     """True for a change announcement: streams it omits keep their last known counts."""
     leaving: bool = False
-    """The node is shutting down cleanly (no need to wait for its timeout)."""
+    """The process is shutting down cleanly (no need to wait for its timeout)."""
+    run: str = ""
+    """The run of the process (see `Member`)."""
+
+    @property
+    def member(self) -> Member:
+        """Who sent it."""
+        return Member(self.node, self.run)
 
     def to_bytes(self) -> bytes:
         """The wire form (JSON)."""
         return orjson.dumps(
             {
                 "node": self.node,
+                "run": self.run,
                 "readers": dict(list(self.readers.items())[:MAX_ENTRIES]),
                 "producing": self.producing[:MAX_ENTRIES],
                 "partial": self.partial,
@@ -61,35 +85,37 @@ class Heartbeat:
                 producing,
                 bool(raw.get("partial")),
                 bool(raw.get("leaving")),
+                str(raw.get("run") or ""),
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
             return None
 
 
 class NodeTable:
-    """What this node knows of the others, from their heartbeats."""
+    """What this process knows of the others, from their heartbeats."""
 
-    def __init__(self, me: str, started: float, timeout_s: float) -> None:
+    def __init__(self, me: Member, started: float, timeout_s: float) -> None:
         self.me = me
         self.started = started
         self.timeout_s = timeout_s
-        self.last_seen: dict[str, float] = {}
-        self.readers: dict[str, dict[str, int]] = {}
-        """Per other node: its reader count per stream."""
-        self.producers: dict[str, str] = {}
-        """Stream id -> the node that said it produces it."""
+        self.last_seen: dict[Member, float] = {}
+        self.readers: dict[Member, dict[str, int]] = {}
+        """Per other member: its reader count per stream."""
+        self.producers: dict[str, Member] = {}
+        """Stream id -> the member that said it produces it."""
 
     def observe(self, beat: Heartbeat, now: float) -> list[tuple[str, int, int]]:
         """Take in a heartbeat; return ``(stream_id, before, after)`` for every stream whose
-        reader count on that node changed."""
-        if beat.node == self.me:
+        reader count on that member changed."""
+        member = beat.member
+        if member == self.me:
             return []
         if beat.leaving:
-            return self.forget(beat.node)
-        self.last_seen[beat.node] = now
+            return self.forget(member)
+        self.last_seen[member] = now
         for stream_id in beat.producing:
-            self.producers[stream_id] = beat.node
-        known = self.readers.setdefault(beat.node, {})
+            self.producers[stream_id] = member
+        known = self.readers.setdefault(member, {})
         changes = []
         new = dict(known) if beat.partial else {}
         new.update(beat.readers)
@@ -97,36 +123,47 @@ class NodeTable:
             before, after = known.get(stream_id, 0), new.get(stream_id, 0)
             if before != after:
                 changes.append((stream_id, before, after))
-        self.readers[beat.node] = {k: v for k, v in new.items() if v > 0}
+        self.readers[member] = {k: v for k, v in new.items() if v > 0}
         return changes
 
-    def alive(self, node: str, now: float) -> bool | None:
-        """True if ``node`` was heard from within the timeout; False if it is dead; None if
-        this node has not been up long enough to tell."""
-        if node == self.me:
+    def alive(self, member: Member, now: float) -> bool | None:
+        """True if ``member`` was heard from within the timeout; False if it is dead; None if
+        this process has not been up long enough to tell.
+
+        Another run of this process's own node id is dead at once: it is this node before a
+        restart. (Two live processes sharing one node id is a misconfiguration; they see each
+        other's heartbeats and keep each other alive.)
+        """
+        if member == self.me:
             return True
-        seen = self.last_seen.get(node)
+        if member.run:
+            seen = self.last_seen.get(member)
+        else:  # recorded before runs existed: any process of that node stands for it
+            times = [t for m, t in self.last_seen.items() if m.node == member.node]
+            seen = max(times, default=None)
         if seen is not None and now - seen <= self.timeout_s:
             return True
+        if member.node == self.me.node and member.run:
+            return False
         if seen is None and now - self.started < self.timeout_s:
             return None
         return False
 
-    def expire(self, now: float) -> tuple[list[str], list[tuple[str, int, int]]]:
-        """Forget nodes silent for longer than the timeout: the dead nodes, and the reader
-        counts that went with them."""
-        dead = [n for n, seen in self.last_seen.items() if now - seen > self.timeout_s]
+    def expire(self, now: float) -> tuple[list[Member], list[tuple[str, int, int]]]:
+        """Forget members silent for longer than the timeout: the dead members, and the
+        reader counts that went with them."""
+        dead = [m for m, seen in self.last_seen.items() if now - seen > self.timeout_s]
         changes: list[tuple[str, int, int]] = []
-        for node in dead:
-            changes.extend(self.forget(node))
+        for member in dead:
+            changes.extend(self.forget(member))
         return dead, changes
 
-    def forget(self, node: str) -> list[tuple[str, int, int]]:
-        """Drop ``node``; its streams lose its readers."""
-        self.last_seen.pop(node, None)
+    def forget(self, member: Member) -> list[tuple[str, int, int]]:
+        """Drop ``member``; its streams lose its readers."""
+        self.last_seen.pop(member, None)
         # Its producers stay recorded: streams it produced are still owed a producer_lost.
-        return [(s, n, 0) for s, n in self.readers.pop(node, {}).items() if n > 0]
+        return [(s, n, 0) for s, n in self.readers.pop(member, {}).items() if n > 0]
 
     def remote_readers(self, stream_id: str) -> int:
-        """How many other nodes read ``stream_id``."""
+        """How many other processes read ``stream_id``."""
         return sum(1 for counts in self.readers.values() if counts.get(stream_id, 0) > 0)

@@ -6,8 +6,9 @@ Layout on JetStream (names are prefixed by `JetStreamHubConfig.prefix`, ``airlan
 
 - stream ``AIRLANE_EVENTS``, subject ``airlane.s.<key>`` per Airlane stream: one message per
   `Hub.append_many` batch (split when large), MessagePack ``[first_seq, [event, ...]]``;
-  headers ``Airlane-Seq`` (the first seq in it) and ``Nats-Msg-Id`` (``<node>:<n>``, unique
-  per publish, so a publish retried after a lost acknowledgement is stored once);
+  header ``Nats-Msg-Id`` ``<node>:<run>:<n>``, unique per publish and per process (a node
+  restarted under its id has a new run), so a publish retried after a lost acknowledgement is
+  stored once and nothing else is ever taken for a duplicate;
 - key-value bucket ``AIRLANE_META``, key ``<key>``: the stream's `StreamMeta` (JSON);
 - key-value bucket ``AIRLANE_SNAPSHOTS``, key ``<key>``: the folded history below the oldest
   message still kept (MessagePack), written before those messages are purged.
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import msgspec
@@ -146,6 +147,16 @@ class StreamMeta:
     orphan: dict[str, Any] | None = None
     producer: str | None = None
     """The node running the stream's producer, once one registered (`Hub.on_cancel`)."""
+    producer_run: str = ""
+    """The run of that node's process (`airlane.hub.jetstream.presence.Member`); empty in
+    records made before runs existed."""
+    created_unix_ns: int | None = None
+    """When the stream was created (wall clock of the node that made it): a node that loads
+    the stream later times its usage ledger from it, not from the load."""
+
+    def produced_by(self, node: str, run: str) -> StreamMeta:
+        """The same metadata, with the producer recorded."""
+        return replace(self, producer=node, producer_run=run)
 
     def to_bytes(self) -> bytes:
         """JSON, so that ``nats kv get`` shows something readable."""
@@ -168,6 +179,7 @@ class StreamMeta:
         incarnation: str,
         retention: Retention,
         orphan: OrphanPolicy | None,
+        created_unix_ns: int,
     ) -> StreamMeta:
         """Metadata for a new stream."""
         return cls(
@@ -182,6 +194,7 @@ class StreamMeta:
             None
             if orphan is None
             else {"mode": orphan.mode.value, "grace_s": orphan.grace_s, "keep_s": orphan.keep_s},
+            created_unix_ns=created_unix_ns,
         )
 
     def retention_policy(self) -> Retention:

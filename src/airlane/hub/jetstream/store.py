@@ -271,7 +271,10 @@ class JetStreamStore:
                 continue
             error = answer.get("error")
             if error is None:
-                return int(answer["seq"])
+                seq = int(answer["seq"])
+                if answer.get("duplicate"):
+                    await self._confirm_duplicate(key, seq, payload, msg_id)
+                return seq
             if error.get("err_code") == _WRONG_LAST_SEQUENCE:
                 raise Conflict(str(error.get("description")))
             if error.get("code") == 503:  # no JetStream leader yet (restart, election)
@@ -281,6 +284,25 @@ class JetStreamStore:
                 delay = min(delay * 2, 1.0)
                 continue
             raise HubError(f"JetStream refused an append: {error.get('description')}")
+
+    async def _confirm_duplicate(self, key: str, seq: int, payload: bytes, msg_id: str) -> None:
+        """JetStream took a publish for one it stored before (same message id, within its
+        duplicate window): fine if that is this very publish, stored by an earlier try whose
+        acknowledgement was lost; an error otherwise, since acknowledging it would report as
+        stored something that is not.
+
+        Raises:
+            HubError: the message JetStream holds under that id is not this one.
+        """
+        try:
+            stored = await _answer(self._jetstream().get_msg(self.config.events_stream, seq))
+        except nats.js.errors.NotFoundError:
+            stored = None
+        if stored is None or stored.subject != self.subject(key) or stored.data != payload:
+            raise HubError(
+                f"JetStream holds another message under id {msg_id!r} (seq {seq}): "
+                "the append was not stored"
+            )
 
     async def _request_ack(
         self, subject: str, payload: bytes, headers: dict[str, str]
