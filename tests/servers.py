@@ -104,8 +104,7 @@ def run_gateway(
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:
-        url, airc, grpc = _wait_ready(process, timeout)
-        yield ServerProcess(url, process, airc, grpc)
+        yield ready_server(process, timeout)
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGINT)
@@ -114,6 +113,12 @@ def run_gateway(
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(5)
+
+
+def ready_server(process: subprocess.Popen[str], timeout: float = 20.0) -> ServerProcess:
+    """Wait for a started gateway's ready line (killed if it does not come in time)."""
+    url, airc, grpc = _wait_ready(process, timeout)
+    return ServerProcess(url, process, airc, grpc)
 
 
 def _wait_ready(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +31,8 @@ from airlane.registry import (
 )
 
 __all__ = ["EventSourcing", "EventSourcingConfig", "UnknownEventType"]
+
+log = logging.getLogger("airlane.eventlog")
 
 SCHEMA_CACHE_S = 1.0
 """How long a node reuses the latest schema it looked up for a type: validation then costs no
@@ -113,6 +116,7 @@ class EventSourcing:
                     name=f"airlane-{self.prefix}-events",
                     max_reconnect_attempts=-1,
                     reconnect_time_wait=0.25,
+                    error_cb=_on_nats_error,
                 ),
                 CONNECT_TIMEOUT_S,
             )
@@ -167,3 +171,9 @@ class EventSourcing:
             self._latest.clear()
         self._latest[subject] = (now, version)
         return version
+
+
+async def _on_nats_error(exc: Exception) -> None:
+    # The client reconnects by itself and requests made meanwhile fail with a clear error;
+    # without this callback it would log a traceback for every failed reconnection attempt.
+    log.debug("NATS (event logs): %r", exc)

@@ -385,11 +385,17 @@ class JetStreamHub(MemoryHub):
                 continue
             finally:
                 replica.inflight = None
+            if js_seq <= replica.last_js_seq:
+                # Conditional on the newest message, a stored append lands after it: an
+                # answer naming an older message would acknowledge what was not stored.
+                raise HubError(
+                    f"stream {replica.stream_id!r}: JetStream acknowledged an append as "
+                    f"message {js_seq}, not after {replica.last_js_seq}"
+                )
             batch, pending = pending[:count], pending[count:]
-            if js_seq > replica.last_js_seq:
-                replica.last_js_seq = js_seq
-                replica.store(batch, time.monotonic_ns(), js_seq, first_seq)
-                self._appended += count
+            replica.last_js_seq = js_seq
+            replica.store(batch, time.monotonic_ns(), js_seq, first_seq)
+            self._appended += count
             if replica.deferred:
                 replica.deferred = False
                 await self._catch_up(replica)
@@ -501,11 +507,11 @@ class JetStreamHub(MemoryHub):
             )
             await self._store.tell("hb", beat.to_bytes())
             now = time.monotonic()
-            dead, changes = self._nodes.expire(now)
+            dead, changes = self._nodes.expire()
             for node in dead:
                 log.warning("node %s stopped sending heartbeats", node)
             self._apply_reader_changes(changes, now)
-            self._end_orphaned_producers(now)
+            self._end_orphaned_producers()
             await asyncio.sleep(self.js_config.heartbeat_s)
 
     def _on_heartbeat(self, data: bytes) -> None:
@@ -527,7 +533,7 @@ class JetStreamHub(MemoryHub):
                 if deadline is not None and stream.log.terminal is None:
                     self._schedule(deadline, stream_id)
 
-    def _end_orphaned_producers(self, now: float) -> None:
+    def _end_orphaned_producers(self) -> None:
         """End the streams (read here) whose producer's node is dead."""
         for stream_id, stream in self._streams.items():
             assert isinstance(stream, Replica)
@@ -537,7 +543,7 @@ class JetStreamHub(MemoryHub):
             if (
                 producer is not None
                 and producer != self.member
-                and self._nodes.alive(producer, now) is False
+                and self._nodes.alive(producer) is False
                 and stream_id not in self._ending
             ):
                 self._ending.add(stream_id)  # one append at a time, not one per heartbeat

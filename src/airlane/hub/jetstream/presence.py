@@ -10,6 +10,13 @@ streams whose producer it runs, and its reader count per stream. From them each 
 - how many processes read each stream it produces, which its orphan policy needs: a stream
   read only on other nodes is not an orphan.
 
+Silence is measured against this process's own heartbeats, which come back to it through the
+broker like everyone's: a member is dead when it has been silent for ``node_timeout_s`` before
+the latest of this process's own heartbeats came back. A process that was paused (SIGSTOP, a
+long GC, a swapped-out VM) or cut off from the broker hears nobody, itself included, and so
+declares nobody dead from the silence it caused: when it resumes, the others' heartbeats sent
+meanwhile reach it before its own next one does.
+
 Liveness belongs to a **member**, a node id and a run together, not to the node id alone: a node
 restarted under its ``--node-id`` is a new member, and the old one's heartbeats stop, so the
 streams the old process produced end with ``producer_lost`` however fast the node came back.
@@ -98,6 +105,8 @@ class NodeTable:
         self.me = me
         self.started = started
         self.timeout_s = timeout_s
+        self.heard_self: float | None = None
+        """When this process's own heartbeat last came back (see the module docstring)."""
         self.last_seen: dict[Member, float] = {}
         self.readers: dict[Member, dict[str, int]] = {}
         """Per other member: its reader count per stream."""
@@ -109,6 +118,7 @@ class NodeTable:
         reader count on that member changed."""
         member = beat.member
         if member == self.me:
+            self.heard_self = now
             return []
         if beat.leaving:
             return self.forget(member)
@@ -126,7 +136,7 @@ class NodeTable:
         self.readers[member] = {k: v for k, v in new.items() if v > 0}
         return changes
 
-    def alive(self, member: Member, now: float) -> bool | None:
+    def alive(self, member: Member) -> bool | None:
         """True if ``member`` was heard from within the timeout; False if it is dead; None if
         this process has not been up long enough to tell.
 
@@ -141,22 +151,29 @@ class NodeTable:
         else:  # recorded before runs existed: any process of that node stands for it
             times = [t for m, t in self.last_seen.items() if m.node == member.node]
             seen = max(times, default=None)
-        if seen is not None and now - seen <= self.timeout_s:
+        heard = self._heard()
+        if seen is not None and heard - seen <= self.timeout_s:
             return True
         if member.node == self.me.node and member.run:
             return False
-        if seen is None and now - self.started < self.timeout_s:
+        if seen is None and heard - self.started < self.timeout_s:
             return None
         return False
 
-    def expire(self, now: float) -> tuple[list[Member], list[tuple[str, int, int]]]:
+    def expire(self) -> tuple[list[Member], list[tuple[str, int, int]]]:
         """Forget members silent for longer than the timeout: the dead members, and the
         reader counts that went with them."""
-        dead = [m for m, seen in self.last_seen.items() if now - seen > self.timeout_s]
+        heard = self._heard()
+        dead = [m for m, seen in self.last_seen.items() if heard - seen > self.timeout_s]
         changes: list[tuple[str, int, int]] = []
         for member in dead:
             changes.extend(self.forget(member))
         return dead, changes
+
+    def _heard(self) -> float:
+        """Up to when this process is known to have heard every heartbeat sent: when its own
+        last came back (its start, before the first)."""
+        return self.started if self.heard_self is None else self.heard_self
 
     def forget(self, member: Member) -> list[tuple[str, int, int]]:
         """Drop ``member``; its streams lose its readers."""

@@ -1,0 +1,234 @@
+"""The invariants, checked against every node once the faults are over.
+
+Each check returns the violations it found, as sentences; an empty list means the promise held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections import Counter
+from typing import Any
+
+import httpx
+
+from tests.cluster.faultlab.cluster import Cluster, Incarnation
+from tests.cluster.faultlab.workload import (
+    ACK_WAIT_S,
+    NAMED,
+    Generation,
+    Ledger,
+    Workload,
+    path,
+    read_stream,
+)
+
+__all__ = ["check_all"]
+
+READ_TIMEOUT_S = 20.0
+FINISH_REASONS = ("stop", "length")
+
+
+async def check_all(cluster: Cluster, workload: Workload) -> list[str]:
+    """Every invariant, on every node."""
+    client, ledger, nodes = workload.client, workload.ledger, cluster.live()
+    problems = [f"a client got: {error}" for error in ledger.errors]
+    finals: dict[str, list[dict[str, Any]]] = {}
+    problems += await check_named_streams(client, nodes, ledger, finals)
+    problems += await check_generations(client, nodes, ledger, finals)
+    problems += check_readers(ledger, finals)
+    problems += await check_group(cluster, workload)
+    return problems
+
+
+async def _everywhere(
+    client: httpx.AsyncClient, nodes: list[Incarnation], stream_id: str
+) -> tuple[list[list[dict[str, Any]]], list[str]]:
+    """The stream as each node serves it; problems for a node where it does not end."""
+    reads = await asyncio.gather(
+        *(read_stream(client, node, stream_id, READ_TIMEOUT_S) for node in nodes),
+        return_exceptions=True,
+    )
+    problems, events = [], []
+    for node, read in zip(nodes, reads, strict=True):
+        if isinstance(read, BaseException):
+            problems.append(f"{stream_id}: node {node.node_id} did not end it ({read!r})")
+        else:
+            events.append(read)
+    return events, problems
+
+
+def _consistent(stream_id: str, reads: list[list[dict[str, Any]]]) -> list[str]:
+    """Seqs only grow (a reader behind gets consecutive deltas merged into one frame, named
+    by the last seq it covers), and every node serves the same history."""
+    problems = []
+    for events in reads:
+        seqs = [event["seq"] for event in events]
+        if any(b <= a for a, b in itertools.pairwise(seqs)):
+            problems.append(f"{stream_id}: seqs out of order or repeated: {_short(seqs)}")
+    shapes = [_shape(events) for events in reads]
+    if any(shape != shapes[0] for shape in shapes[1:]):
+        lengths = [len(events) for events in reads]
+        problems.append(f"{stream_id}: nodes serve different histories ({lengths} events)")
+    return problems
+
+
+def _shape(events: list[dict[str, Any]]) -> tuple[str, list[tuple[Any, ...]]]:
+    """What every node must agree on: the text, and every other event by seq and content
+    (not usage, whose delivery counts are each node's own)."""
+    others = [
+        (e["seq"], e["kind"], e.get("payload"), e.get("finish_reason"), e.get("code"))
+        for e in events
+        if e["kind"] not in ("delta", "usage")
+    ]
+    return text_of(events), others
+
+
+def text_of(events: list[dict[str, Any]]) -> str:
+    """The content text a client rebuilds from the frames."""
+    return "".join(
+        e["text"] for e in events if e["kind"] == "delta" and e.get("channel") == "content"
+    )
+
+
+async def check_named_streams(
+    client: httpx.AsyncClient,
+    nodes: list[Incarnation],
+    ledger: Ledger,
+    finals: dict[str, list[dict[str, Any]]],
+) -> list[str]:
+    """Every acknowledged publish is at the seq its ack named, on every node; nothing twice."""
+    problems = []
+    for name in NAMED:
+        response = await client.post(
+            f"{nodes[0].url}/v1/streams/{path(name)}/events", json={"kind": "done"}
+        )
+        if response.status_code != 200:
+            problems.append(f"{name}: ending it failed: {response.status_code} {response.text}")
+            continue
+        reads, trouble = await _everywhere(client, nodes, name)
+        problems += trouble
+        if not reads:
+            continue
+        problems += _consistent(name, reads)
+        finals[name] = events = reads[0]
+        by_seq = {event["seq"]: event for event in events}
+        for seq, payload in ledger.published[name].items():
+            got = by_seq.get(seq, {}).get("payload")
+            if got != payload:
+                problems.append(f"{name}: acknowledged {payload} at seq {seq}, found {got!r}")
+        counts = Counter(e.get("payload") for e in events if e["kind"] == "message")
+        acked = set(ledger.published[name].values())
+        for payload, count in counts.items():
+            if count > 1:
+                problems.append(f"{name}: {payload} stored {count} times")
+            if payload not in acked and payload not in ledger.maybe:
+                problems.append(f"{name}: {payload} stored but never sent")
+    return problems
+
+
+async def check_generations(
+    client: httpx.AsyncClient,
+    nodes: list[Incarnation],
+    ledger: Ledger,
+    finals: dict[str, list[dict[str, Any]]],
+) -> list[str]:
+    """Every generation ends, the same on every node: normally, or with ``producer_lost`` when
+    its producer died (or was paused or cut off past the timeout); usage is sane."""
+    problems = []
+    for generation in ledger.generations:
+        sid = generation.stream_id
+        reads, trouble = await _everywhere(client, nodes, sid)
+        problems += trouble
+        if not reads:
+            continue
+        problems += _consistent(sid, reads)
+        finals[sid] = events = reads[0]
+        problems += _ending(generation, events[-1] if events else None)
+        problems += await _usage(client, nodes, sid)
+    return problems
+
+
+def _ending(generation: Generation, last: dict[str, Any] | None) -> list[str]:
+    sid, producer = generation.stream_id, generation.producer
+    if last is None:
+        return [f"{sid}: no events at all"]
+    if last["kind"] == "done" and last.get("finish_reason") in FINISH_REASONS:
+        return []
+    if last["kind"] == "error" and last.get("code") == "producer_lost":
+        if producer.killed is None and not producer.troubled:
+            return [f"{sid}: producer_lost, but {producer.node_id} never failed"]
+        return []
+    return [f"{sid}: ended with {last}"]
+
+
+async def _usage(client: httpx.AsyncClient, nodes: list[Incarnation], sid: str) -> list[str]:
+    problems, tokens = [], set()
+    for node in nodes:
+        response = await client.get(f"{node.url}/v1/streams/{path(sid)}")
+        if response.status_code != 200:
+            problems.append(f"{sid}: info on {node.node_id}: {response.status_code}")
+            continue
+        usage = response.json()["usage"]
+        ttft = usage.get("time_to_first_token_ms")
+        if ttft is not None and ttft < 0:
+            problems.append(f"{sid}: time to first token {ttft} ms on {node.node_id}")
+        if min(usage["completion_tokens"], usage["prompt_tokens"]) < 0:
+            problems.append(f"{sid}: negative token counts on {node.node_id}: {usage}")
+        tokens.add(usage["completion_tokens"])
+    if len(tokens) > 1:
+        problems.append(f"{sid}: completion tokens differ between nodes: {sorted(tokens)}")
+    return problems
+
+
+def check_readers(ledger: Ledger, finals: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """A reader that resumed across nodes saw each event once, in order, with no gap: its
+    seqs only grow and its text is the start of the stream's."""
+    problems = []
+    for sid, events in ledger.reads:
+        seqs = [event["seq"] for event in events]
+        if any(b <= a for a, b in itertools.pairwise(seqs)):
+            problems.append(f"{sid}: a resuming reader saw seqs {_short(seqs)}")
+        final = finals.get(sid)
+        if final is not None and not text_of(final).startswith(text_of(events)):
+            problems.append(f"{sid}: a resuming reader's text is not the stream's")
+    return problems
+
+
+async def check_group(cluster: Cluster, workload: Workload) -> list[str]:
+    """Drain the group, acking everything; then every appended record was acked, no record
+    came back after its ack was confirmed (unless the broker was SIGKILLed in between: its
+    ack state is flushed lazily, documented as at-least-once), and every record left
+    unacknowledged came again."""
+    ledger = workload.ledger
+    deadline = time.monotonic() + 30
+    quiet_since = time.monotonic()
+    while time.monotonic() < deadline:
+        node = cluster.live()[0]
+        try:
+            got = await workload.consume_once(node, leave_some=False)
+        except httpx.HTTPError:
+            got = 0
+        now = time.monotonic()
+        if got:
+            quiet_since = now
+        elif set(ledger.log_appended) <= set(ledger.acked) and now - quiet_since > 2.5 * ACK_WAIT_S:
+            break
+    problems = []
+    missing = sorted(set(ledger.log_appended) - set(ledger.acked))
+    if missing:
+        problems.append(f"group: appended records never acked: {_short(missing)}")
+    for seq, when in ledger.deliveries:
+        acked_at = ledger.acked.get(seq)
+        if (
+            acked_at is not None
+            and acked_at < when
+            and not any(acked_at <= kill <= when for kill in cluster.broker_kills)
+        ):
+            problems.append(f"group: record {seq} redelivered after its ack")
+    return problems
+
+
+def _short(values: list[int]) -> str:
+    return str(values) if len(values) <= 30 else f"{values[:12]} ... {values[-12:]}"
