@@ -53,6 +53,7 @@ def test_package_exports():
         "EventTooLarge",
         "GroupInfo",
         "GroupNotFound",
+        "GroupSettingsConflict",
         "InvalidLogName",
         "InvalidRequest",
         "JetStreamEventLog",
