@@ -175,7 +175,7 @@ class MemoryEventLog(EventLog):
         log = self._log(name)
         existing = log.groups.get(group)
         if existing is not None:
-            existing.configure(settings)
+            settings.check_join(name, group, existing.ack_wait_s, existing.max_deliver)
         else:
             if len(log.groups) >= self.config.max_groups_per_log:
                 raise CapacityExceeded(

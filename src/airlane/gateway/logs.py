@@ -118,8 +118,10 @@ class EventLogs:
         settings: dict[str, Any] | None = None,
     ) -> list[Delivery]:
         """Hand out up to ``max_events`` deliveries to a member of ``group``, waiting up to
-        ``timeout_s``; ``settings`` (``ack_wait_s``, ``max_deliver``, ``start_seq``,
-        ``start_time_ns``) join the group with them where they differ."""
+        ``timeout_s``. ``settings`` (``ack_wait_s``, ``max_deliver``, ``start_seq``,
+        ``start_time_ns``) holds only what the caller asked for: they create a new group; an
+        existing group keeps its own, and an asked one that differs is refused
+        (`airlane.eventlog.GroupSettingsConflict`)."""
         self._allow(principal, Action.SUBSCRIBE, log)
         handle = await self._groups.get(self._logs, log, group, settings or {})
         return await handle.fetch(max_events, timeout_s)
