@@ -277,6 +277,16 @@ class EventLogContract:
         info = await same.info()
         assert (info.ack_wait_s, info.max_deliver) == (1.5, 3)
 
+    async def test_looking_at_a_group_does_not_create_it(self, event_log: EventLog):
+        await event_log.create_log("log")
+        with pytest.raises(GroupNotFound) as raised:
+            await event_log.group_info("log", "g")
+        assert raised.value.code == "group_not_found"
+        # So its first member still chooses its settings.
+        group = await event_log.consumer_group("log", "g", ack_wait_s=0.5)
+        info = await event_log.group_info("log", "g")
+        assert info == await group.info() and info.ack_wait_s == 0.5
+
     async def test_a_group_starts_at_a_sequence_or_a_time(self, event_log: EventLog):
         await event_log.create_log("log")
         records = await append_spaced(event_log, "log", 5)
@@ -345,6 +355,7 @@ class EventLogContract:
             event_log.info("nope"),
             event_log.delete_log("nope"),
             event_log.consumer_group("nope", "g"),
+            event_log.group_info("nope", "g"),
             event_log.delete_group("nope", "g"),
         ]
         for call in calls:

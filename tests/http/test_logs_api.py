@@ -99,6 +99,8 @@ async def test_a_fetch_keeps_the_groups_settings_and_refuses_others(client):
     name = f"settings-{time.monotonic_ns()}"
     await client.put(f"/v1/logs/{name}")
     group = f"/v1/logs/{name}/groups/g"
+    # Looking first neither creates the group nor fixes its settings.
+    assert_json_error(await client.get(group), 404, "group_not_found")
     created = await client.post(f"{group}/fetch", json={"ack_wait_s": 0.5, "max_deliver": 4})
     assert created.status_code == 200, created.text
     # Left out (or null): the group's own settings, unchanged.

@@ -576,6 +576,12 @@ class EventLog(abc.ABC):
         settings = GroupSettings(ack_wait, max_deliver, start_seq, start_time_ns)
         return await self._consumer_group(name, group, settings)
 
+    async def group_info(self, name: str, group: str) -> GroupInfo:
+        """A consumer group's state, without joining it (`LogNotFound` or `GroupNotFound` if
+        missing): looking at a group never creates it, so never fixes its settings before
+        its first member asks for them."""
+        return await self._group_info(check_name(name), check_name(group, "group"))
+
     async def delete_group(self, name: str, group: str) -> None:
         """Delete a consumer group and its position (`GroupNotFound` if missing)."""
         await self._delete_group(check_name(name), check_name(group, "group"))
@@ -619,6 +625,9 @@ class EventLog(abc.ABC):
         """Create the group from ``settings``, or join the existing one unchanged once
         ``settings.check_join`` accepts what it stores (also when another member created it
         a moment earlier)."""
+
+    @abc.abstractmethod
+    async def _group_info(self, name: str, group: str) -> GroupInfo: ...
 
     @abc.abstractmethod
     async def _delete_group(self, name: str, group: str) -> None: ...

@@ -73,6 +73,7 @@ from airlane.eventlog.base import (
     MAX_READ_BYTES,
     ConsumerGroup,
     EventLog,
+    GroupInfo,
     GroupSettings,
     LogInfo,
     LogLimits,
@@ -513,6 +514,11 @@ class JetStreamEventLog(EventLog):
         else:
             payload = b"+WPI"
         await self._retry(action, lambda: self._nc.publish(token, payload))
+
+    async def _group_info(self, name: str, group: str) -> GroupInfo:
+        ref = self._group_ref(name, group)
+        info = await self._retry(f"group_info {name}/{group}", lambda: lookup_group(ref))
+        return group_info(ref, info)
 
     async def _delete_group(self, name: str, group: str) -> None:
         ref = self._group_ref(name, group)

@@ -192,6 +192,10 @@ class MemoryEventLog(EventLog):
             )
         return _MemoryConsumerGroup(self, name, group)
 
+    async def _group_info(self, name: str, group: str) -> GroupInfo:
+        log, state = self._group(name, group)
+        return state.info(log.state, _loop_time())
+
     async def _delete_group(self, name: str, group: str) -> None:
         log = self._log(name)
         state = log.groups.pop(group, None)
@@ -265,8 +269,7 @@ class _MemoryConsumerGroup(ConsumerGroup):
 
     async def info(self) -> GroupInfo:
         """The group's state (`GroupNotFound` once deleted)."""
-        log, state = self._owner._group(self.log, self.group)
-        return state.info(log.state, _loop_time())
+        return await self._owner.group_info(self.log, self.group)
 
 
 class _MemoryDelivery(Delivery):

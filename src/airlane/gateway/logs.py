@@ -144,10 +144,11 @@ class EventLogs:
         return len(tokens)
 
     async def group_info(self, principal: Principal, log: str, group: str) -> GroupInfo:
-        """``group``'s position and pending deliveries."""
+        """``group``'s position and pending deliveries. Looking does not join: a group that
+        does not exist yet is a `GroupNotFound`, not one created with the default settings
+        that its first member's fetch would then conflict with."""
         self._allow(principal, Action.SUBSCRIBE, log)
-        handle = await self._groups.get(self._logs, log, group, {})
-        return await handle.info()
+        return await self._logs.group_info(log, group)
 
     async def delete_group(self, principal: Principal, log: str, group: str) -> None:
         """Delete ``group`` (its position and pending deliveries)."""

@@ -19,6 +19,7 @@ POST     /v1/logs/{log}/groups/{group}/ack           ``{"tokens": [...]}``: sett
 POST     /v1/logs/{log}/groups/{group}/nak           ``{"tokens": [...], "delay_s": 5}``
 POST     /v1/logs/{log}/groups/{group}/progress      ``{"tokens": [...]}``: restart ack deadlines
 GET      /v1/logs/{log}/groups/{group}               the group's position and pending acks
+                                                     (404 until a fetch creates the group)
 DELETE   /v1/logs/{log}/groups/{group}               delete the group
 =======  ==========================================  ============================================
 
