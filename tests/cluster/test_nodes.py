@@ -188,6 +188,47 @@ async def test_event_logs_and_schemas_are_shared_by_every_node(nats_server):
             assert info["pending_acks"] == 0 and info["next_seq"] == 4
 
 
+async def test_a_group_keeps_its_settings_whichever_node_a_member_fetches_on(nats_server):
+    # Issue 34, item 3: a fetch on another node with only max_events and timeout_s used to
+    # re-join with the defaults, resetting ack_wait_s to 30 s: the redelivery never came.
+    with node(nats_server, "a") as a, node(nats_server, "b") as b:
+        async with httpx.AsyncClient(timeout=20) as client:
+            assert (await client.put(f"{a.url}/v1/logs/steps")).status_code == 201
+            group = "/v1/logs/steps/groups/learners"
+            created = await client.post(
+                f"{a.url}{group}/fetch", json={"ack_wait_s": 1.5, "timeout_s": 0}
+            )
+            assert created.json() == {"deliveries": []}, created.text
+            appended = await client.post(
+                f"{a.url}/v1/logs/steps/events", json={"type": "step.v1", "data": {"i": 1}}
+            )
+            assert appended.status_code == 201, appended.text
+
+            fetch = f"{b.url}{group}/fetch"
+            first = (await client.post(fetch, json={"max_events": 10, "timeout_s": 5})).json()
+            handed_out = asyncio.get_running_loop().time()
+            assert [d["deliveries"] for d in first["deliveries"]] == [1]  # and not acked
+            # A long poll that returns as soon as the record is handed out again: after the
+            # group's 1.5 s, not the default 30 s.
+            again = (await client.post(fetch, json={"max_events": 10, "timeout_s": 10})).json()
+            waited = asyncio.get_running_loop().time() - handed_out
+            assert [d["deliveries"] for d in again["deliveries"]] == [2], (again, waited)
+            assert 1.25 < waited < 6.5, waited
+            info = (await client.get(f"{a.url}{group}")).json()
+            assert (info["ack_wait_s"], info["max_deliver"]) == (1.5, None)
+
+            refused = await client.post(fetch, json={"ack_wait_s": 30, "timeout_s": 0})
+            assert refused.status_code == 409, refused.text
+            error = refused.json()["error"]
+            assert (error["code"], error["param"]) == ("group_settings_conflict", "ack_wait_s")
+            assert error["conflicts"] == [{"setting": "ack_wait_s", "stored": 1.5, "asked": 30.0}]
+            assert "1.5" in error["message"] and "30.0" in error["message"]
+            same = await client.post(fetch, json={"ack_wait_s": 1.5, "timeout_s": 0})
+            assert same.status_code == 200, same.text
+            info = (await client.get(f"{b.url}{group}")).json()
+            assert info["ack_wait_s"] == 1.5
+
+
 async def test_a_room_is_shared_by_clients_on_different_nodes(nats_server):
     import time
 

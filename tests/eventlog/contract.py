@@ -15,11 +15,13 @@ from collections.abc import Callable
 import pytest
 
 from airlane.eventlog import (
+    DEFAULT_ACK_WAIT_S,
     ConsumerGroup,
     Delivery,
     EventLog,
     EventTooLarge,
     GroupNotFound,
+    GroupSettingsConflict,
     InvalidLogName,
     InvalidRequest,
     LogExists,
@@ -215,15 +217,75 @@ class EventLogContract:
         for delivery in await fetch_until(group, 3, batch=3):
             await delivery.ack()
         await group.aclose()
-        # Joining again keeps the position (start_seq is for new groups only) and takes the
-        # new ack wait.
-        again = await event_log.consumer_group("log", "g", ack_wait_s=2.0, start_seq=1)
+        # Joining again keeps the position (start_seq is for new groups only) and the
+        # settings.
+        again = await event_log.consumer_group("log", "g", start_seq=1)
         info = await again.info()
-        assert (info.next_seq, info.pending_acks, info.ack_wait_s) == (4, 0, 2.0)
+        assert (info.next_seq, info.pending_acks, info.ack_wait_s) == (4, 0, 10.0)
         rest = await fetch_until(again, 2)
         assert [(d.seq, d.deliveries) for d in rest] == [(4, 1), (5, 1)]
         fresh = await event_log.consumer_group("log", "other")
         assert [d.seq for d in await fetch_until(fresh, 5)] == [1, 2, 3, 4, 5]
+
+    async def test_joining_without_settings_keeps_the_groups_own(self, event_log: EventLog):
+        await event_log.create_log("log")
+        await event_log.append("log", "n.v1", b"x")
+        creator = await event_log.consumer_group("log", "g", ack_wait_s=0.5, max_deliver=3)
+        # A member that asks nothing joins with the group's settings, not with defaults.
+        member = await event_log.consumer_group("log", "g")
+        info = await member.info()
+        assert (info.ack_wait_s, info.max_deliver) == (0.5, 3)
+        [first] = await member.fetch(timeout_s=2)
+        started = time.monotonic()
+        # Not acked: handed out again once the group's 0.5 s pass (a 30 s default would not).
+        [again] = await member.fetch(timeout_s=5)
+        assert time.monotonic() - started > 0.35
+        assert (again.seq, again.deliveries) == (first.seq, 2)
+        await again.ack()
+        info = await creator.info()
+        assert (info.ack_wait_s, info.max_deliver) == (0.5, 3)
+
+    async def test_a_new_group_without_settings_takes_the_defaults(self, event_log: EventLog):
+        await event_log.create_log("log")
+        group = await event_log.consumer_group("log", "g")
+        info = await group.info()
+        assert (info.ack_wait_s, info.max_deliver) == (DEFAULT_ACK_WAIT_S, None)
+        # Asking for the defaults explicitly matches them.
+        await event_log.consumer_group("log", "g", ack_wait_s=DEFAULT_ACK_WAIT_S)
+
+    async def test_joining_with_other_settings_is_refused(self, event_log: EventLog):
+        await event_log.create_log("log")
+        await event_log.consumer_group("log", "g", ack_wait_s=1.5, max_deliver=3)
+        # The same settings, given explicitly, join (an int for a float as well).
+        same = await event_log.consumer_group("log", "g", ack_wait_s=1.5, max_deliver=3)
+        await event_log.consumer_group("log", "h", ack_wait_s=2)
+        await event_log.consumer_group("log", "h", ack_wait_s=2.0)
+        with pytest.raises(GroupSettingsConflict) as raised:
+            await event_log.consumer_group("log", "g", ack_wait_s=30)
+        refused = raised.value
+        assert refused.code == "group_settings_conflict" and refused.param == "ack_wait_s"
+        assert refused.conflicts == [("ack_wait_s", 1.5, 30.0)]
+        assert "ack_wait_s is 1.5" in str(refused) and "asked for 30.0" in str(refused)
+        with pytest.raises(GroupSettingsConflict) as raised:
+            await event_log.consumer_group("log", "g", ack_wait_s=1.5, max_deliver=5)
+        assert raised.value.conflicts == [("max_deliver", 3, 5)]
+        with pytest.raises(GroupSettingsConflict) as raised:
+            await event_log.consumer_group("log", "h", max_deliver=1)
+        assert raised.value.conflicts == [("max_deliver", None, 1)]
+        assert "max_deliver is None (no limit)" in str(raised.value)
+        # Nothing of a refused join stuck.
+        info = await same.info()
+        assert (info.ack_wait_s, info.max_deliver) == (1.5, 3)
+
+    async def test_looking_at_a_group_does_not_create_it(self, event_log: EventLog):
+        await event_log.create_log("log")
+        with pytest.raises(GroupNotFound) as raised:
+            await event_log.group_info("log", "g")
+        assert raised.value.code == "group_not_found"
+        # So its first member still chooses its settings.
+        group = await event_log.consumer_group("log", "g", ack_wait_s=0.5)
+        info = await event_log.group_info("log", "g")
+        assert info == await group.info() and info.ack_wait_s == 0.5
 
     async def test_a_group_starts_at_a_sequence_or_a_time(self, event_log: EventLog):
         await event_log.create_log("log")
@@ -293,6 +355,7 @@ class EventLogContract:
             event_log.info("nope"),
             event_log.delete_log("nope"),
             event_log.consumer_group("nope", "g"),
+            event_log.group_info("nope", "g"),
             event_log.delete_group("nope", "g"),
         ]
         for call in calls:

@@ -36,6 +36,7 @@ def test_every_exported_name_exists_and_is_documented(name):
 
 def test_package_exports():
     assert set(airlane.eventlog.__all__) == {
+        "DEFAULT_ACK_WAIT_S",
         "DEFAULT_MAX_EVENT_BYTES",
         "JSON",
         "MAX_BATCH_EVENTS",
@@ -53,6 +54,7 @@ def test_package_exports():
         "EventTooLarge",
         "GroupInfo",
         "GroupNotFound",
+        "GroupSettingsConflict",
         "InvalidLogName",
         "InvalidRequest",
         "JetStreamEventLog",

@@ -74,6 +74,24 @@ async def test_redelivery_and_nak_over_grpc(logs):
     assert [(d.record.seq, d.deliveries) for d in second.deliveries] == [(1, 2)]
 
 
+async def test_a_fetch_asking_for_other_group_settings_fails_its_precondition(logs):
+    name = f"grpc-settings-{time.monotonic_ns()}"
+    await logs.CreateLog(pb.CreateLogRequest(name=name))
+    await logs.Fetch(pb.FetchRequest(log=name, group="g", ack_wait_s=0.5, timeout_s=0))
+    # Fields left unset are not asked for: the group keeps its own.
+    await logs.Fetch(pb.FetchRequest(log=name, group="g", max_events=5, timeout_s=0))
+    await logs.Fetch(pb.FetchRequest(log=name, group="g", ack_wait_s=0.5, timeout_s=0))
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await logs.Fetch(pb.FetchRequest(log=name, group="g", ack_wait_s=30, timeout_s=0))
+    assert raised.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    trailers = dict(raised.value.trailing_metadata() or ())
+    assert trailers.get("airlane-error-code") == "group_settings_conflict"
+    details = raised.value.details() or ""
+    assert details.startswith("ack_wait_s: ") and "0.5" in details and "30.0" in details
+    group = await logs.GetGroup(pb.GroupRequest(log=name, group="g"))
+    assert group.ack_wait_s == 0.5
+
+
 @pytest.mark.parametrize(
     ("call", "code"),
     [

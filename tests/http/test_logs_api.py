@@ -95,6 +95,29 @@ async def test_append_replay_and_consume_with_acks(client):
     assert_json_error(await client.get(f"/v1/logs/{name}"), 404)
 
 
+async def test_a_fetch_keeps_the_groups_settings_and_refuses_others(client):
+    name = f"settings-{time.monotonic_ns()}"
+    await client.put(f"/v1/logs/{name}")
+    group = f"/v1/logs/{name}/groups/g"
+    # Looking first neither creates the group nor fixes its settings.
+    assert_json_error(await client.get(group), 404, "group_not_found")
+    created = await client.post(f"{group}/fetch", json={"ack_wait_s": 0.5, "max_deliver": 4})
+    assert created.status_code == 200, created.text
+    # Left out (or null): the group's own settings, unchanged.
+    plain = await client.post(f"{group}/fetch", json={"max_events": 5, "timeout_s": 0})
+    assert plain.status_code == 200, plain.text
+    nulls = await client.post(f"{group}/fetch", json={"ack_wait_s": None, "timeout_s": 0})
+    assert nulls.status_code == 200, nulls.text
+    same = await client.post(f"{group}/fetch", json={"ack_wait_s": 0.5, "max_deliver": 4})
+    assert same.status_code == 200, same.text
+    refused = await client.post(f"{group}/fetch", json={"max_deliver": 9, "timeout_s": 0})
+    error = assert_json_error(refused, 409, "group_settings_conflict")
+    assert error["param"] == "max_deliver"
+    assert error["conflicts"] == [{"setting": "max_deliver", "stored": 4, "asked": 9}]
+    info = (await client.get(group)).json()
+    assert (info["ack_wait_s"], info["max_deliver"]) == (0.5, 4)
+
+
 async def test_schemas_validate_appends_and_guard_compatibility(client):
     subject = f"reward-{time.monotonic_ns()}.v1"
     registered = await client.post(

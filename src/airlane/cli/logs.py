@@ -191,7 +191,12 @@ def consume(
     group: str,
     max_events: Annotated[int, typer.Option("--max", min=1, help="Stop after this many.")] = 100,
     ack_wait_s: Annotated[
-        float | None, typer.Option(min=0.001, help="A new group's ack deadline.")
+        float | None,
+        typer.Option(
+            min=0.001,
+            help="A new group's ack deadline (an existing group keeps its own; a different "
+            "one is refused).",
+        ),
     ] = None,
     follow: Annotated[bool, typer.Option(help="Keep waiting for new events.")] = False,
     ack: Annotated[bool, typer.Option(help="Acknowledge each delivery once printed.")] = True,

@@ -104,6 +104,7 @@ class ErrorCode(enum.StrEnum):
     INVALID_LOG_NAME = "invalid_log_name"
     LOG_NOT_FOUND = "log_not_found"
     GROUP_NOT_FOUND = "group_not_found"
+    GROUP_SETTINGS_CONFLICT = "group_settings_conflict"
     LOG_EXISTS = "log_exists"
     EVENT_TOO_LARGE = "event_too_large"
     CAPACITY_EXCEEDED = "capacity_exceeded"

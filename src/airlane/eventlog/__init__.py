@@ -6,6 +6,7 @@ between processes and survives broker restarts. Both pass one contract suite.
 """
 
 from airlane.eventlog.base import (
+    DEFAULT_ACK_WAIT_S,
     DEFAULT_MAX_EVENT_BYTES,
     JSON,
     MAX_BATCH_EVENTS,
@@ -31,6 +32,7 @@ from airlane.eventlog.errors import (
     EventLogUnavailable,
     EventTooLarge,
     GroupNotFound,
+    GroupSettingsConflict,
     InvalidLogName,
     InvalidRequest,
     LogExists,
@@ -39,6 +41,7 @@ from airlane.eventlog.errors import (
 from airlane.eventlog.memory import MemoryEventLog, MemoryEventLogConfig
 
 __all__ = [
+    "DEFAULT_ACK_WAIT_S",
     "DEFAULT_MAX_EVENT_BYTES",
     "JSON",
     "MAX_BATCH_EVENTS",
@@ -56,6 +59,7 @@ __all__ = [
     "EventTooLarge",
     "GroupInfo",
     "GroupNotFound",
+    "GroupSettingsConflict",
     "InvalidLogName",
     "InvalidRequest",
     "JetStreamEventLog",

@@ -40,9 +40,10 @@ from airlane.eventlog.checks import (
     check_size,
     event_size,
 )
-from airlane.eventlog.errors import InvalidRequest
+from airlane.eventlog.errors import GroupSettingsConflict, InvalidRequest
 
 __all__ = [
+    "DEFAULT_ACK_WAIT_S",
     "DEFAULT_MAX_EVENT_BYTES",
     "JSON",
     "MAX_BATCH_EVENTS",
@@ -85,6 +86,8 @@ MAX_FETCH_EVENTS = 1_000
 
 MAX_WAIT_S = 300.0
 """Longest ``timeout_s`` one `ConsumerGroup.fetch` accepts."""
+DEFAULT_ACK_WAIT_S = 30.0
+"""The ack wait of a group whose creator did not ask for one."""
 SETTLE_ACTIONS = ("ack", "nak", "progress")
 """What `EventLog.settle` can do with a delivery."""
 MAX_TOKEN_LENGTH = 1024
@@ -222,12 +225,40 @@ class LogInfo:
 
 @dataclass(frozen=True, slots=True)
 class GroupSettings:
-    """How a consumer group delivers; the start position applies only when it is created."""
+    """What one `EventLog.consumer_group` call asks of a group.
 
-    ack_wait_s: float = 30.0
+    ``None`` means *not asked*, which is not the same as a default: a new group takes
+    `DEFAULT_ACK_WAIT_S` and no ``max_deliver`` limit, while an existing group keeps the
+    settings it was created with. A setting that is asked must match an existing group's
+    (`check_join`). The start position applies only when the group is created.
+    """
+
+    ack_wait_s: float | None = None
     max_deliver: int | None = None
     start_seq: int | None = None
     start_time_ns: int | None = None
+
+    @property
+    def new_ack_wait_s(self) -> float:
+        """The ack wait a group created by this call gets."""
+        return DEFAULT_ACK_WAIT_S if self.ack_wait_s is None else self.ack_wait_s
+
+    def check_join(self, log: str, group: str, ack_wait_s: float, max_deliver: int | None) -> None:
+        """Raise `GroupSettingsConflict` if this call asks for an ``ack_wait_s`` or a
+        ``max_deliver`` other than the existing group's (given: what the group stores)."""
+        conflicts: list[tuple[str, Any, Any]] = []
+        if self.ack_wait_s is not None and not _same_duration(self.ack_wait_s, ack_wait_s):
+            conflicts.append(("ack_wait_s", ack_wait_s, self.ack_wait_s))
+        if self.max_deliver is not None and self.max_deliver != max_deliver:
+            conflicts.append(("max_deliver", max_deliver, self.max_deliver))
+        if conflicts:
+            raise GroupSettingsConflict(log, group, conflicts)
+
+
+def _same_duration(a: float, b: float) -> bool:
+    # JetStream stores durations as integer nanoseconds (nats-py truncates on the way in),
+    # so 0.3 comes back as 0.299999999: equal to within a nanosecond is equal.
+    return abs(round(a * 1e9) - round(b * 1e9)) <= 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -516,17 +547,22 @@ class EventLog(abc.ABC):
         name: str,
         group: str,
         *,
-        ack_wait_s: float = 30.0,
+        ack_wait_s: float | None = None,
         max_deliver: int | None = None,
         start_seq: int | None = None,
         start_time_ns: int | None = None,
     ) -> ConsumerGroup:
         """Join consumer group ``group`` on log ``name``, creating it if needed.
 
-        A new group starts at ``start_seq``, or at the first record stored at or after
-        ``start_time_ns``, or at the oldest retained record. An existing group keeps its
-        position (the start arguments are ignored); its ``ack_wait_s`` and ``max_deliver``
-        become the ones given here. ``max_deliver`` None: redeliver without limit.
+        A new group is created with these settings: ``ack_wait_s`` (`DEFAULT_ACK_WAIT_S`
+        if None) and ``max_deliver`` (None: redeliver without limit); it starts at
+        ``start_seq``, or at the first record stored at or after ``start_time_ns``, or at the
+        oldest retained record.
+
+        Joining an existing group never changes it: it keeps its position (the start
+        arguments are ignored) and its settings. Leave ``ack_wait_s`` and ``max_deliver`` out
+        (None) to join with the group's own; one that is given and differs from the group's
+        raises `GroupSettingsConflict` (giving the same value is fine).
         """
         check_name(name)
         check_name(group, "group")
@@ -536,8 +572,15 @@ class EventLog(abc.ABC):
             raise InvalidRequest("give start_seq or start_time_ns, not both")
         _check_int(start_seq, "start_seq", 1)
         _check_int(start_time_ns, "start_time_ns", 0)
-        settings = GroupSettings(float(ack_wait_s), max_deliver, start_seq, start_time_ns)
+        ack_wait = None if ack_wait_s is None else float(ack_wait_s)
+        settings = GroupSettings(ack_wait, max_deliver, start_seq, start_time_ns)
         return await self._consumer_group(name, group, settings)
+
+    async def group_info(self, name: str, group: str) -> GroupInfo:
+        """A consumer group's state, without joining it (`LogNotFound` or `GroupNotFound` if
+        missing): looking at a group never creates it, so never fixes its settings before
+        its first member asks for them."""
+        return await self._group_info(check_name(name), check_name(group, "group"))
 
     async def delete_group(self, name: str, group: str) -> None:
         """Delete a consumer group and its position (`GroupNotFound` if missing)."""
@@ -578,7 +621,13 @@ class EventLog(abc.ABC):
     @abc.abstractmethod
     async def _consumer_group(
         self, name: str, group: str, settings: GroupSettings
-    ) -> ConsumerGroup: ...
+    ) -> ConsumerGroup:
+        """Create the group from ``settings``, or join the existing one unchanged once
+        ``settings.check_join`` accepts what it stores (also when another member created it
+        a moment earlier)."""
+
+    @abc.abstractmethod
+    async def _group_info(self, name: str, group: str) -> GroupInfo: ...
 
     @abc.abstractmethod
     async def _delete_group(self, name: str, group: str) -> None: ...

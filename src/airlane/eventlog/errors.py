@@ -11,6 +11,8 @@ brackets); each transport reports it in its own way (``docs/errors.md``)::
     │                           (invalid_log_name)
     ├── LogNotFound             no log by that name (log_not_found)
     ├── GroupNotFound           no consumer group by that name on that log (group_not_found)
+    ├── GroupSettingsConflict   a join asked for settings other than the existing group's
+    │                           (group_settings_conflict)
     ├── LogExists               create_log(exist_ok=False) on an existing log (log_exists)
     ├── EventTooLarge           one event is over the configured size bound (event_too_large)
     ├── CapacityExceeded        a configured bound on logs or groups was reached
@@ -27,6 +29,9 @@ by a ``validate`` hook is none of these: it propagates unchanged.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from airlane.core.errors import AirlaneError, ErrorCode
 
 __all__ = [
@@ -36,6 +41,7 @@ __all__ = [
     "EventLogUnavailable",
     "EventTooLarge",
     "GroupNotFound",
+    "GroupSettingsConflict",
     "InvalidLogName",
     "InvalidRequest",
     "LogExists",
@@ -71,6 +77,43 @@ class GroupNotFound(EventLogError):
     """The log has no consumer group by that name (never created, or deleted)."""
 
     code = ErrorCode.GROUP_NOT_FOUND
+
+
+class GroupSettingsConflict(EventLogError):
+    """A join (`EventLog.consumer_group`, a fetch) asked for delivery settings other than
+    the ones the existing group was created with. Joining never changes a group's settings;
+    leave them out to join with the group's own.
+
+    ``conflicts`` holds ``(setting, stored, asked)`` for each setting that differs, in the
+    order ``ack_wait_s``, ``max_deliver``; ``None`` for ``max_deliver`` means no limit.
+    """
+
+    code = ErrorCode.GROUP_SETTINGS_CONFLICT
+
+    def __init__(self, log: str, group: str, conflicts: Sequence[tuple[str, Any, Any]]) -> None:
+        said = "; ".join(
+            f"{setting} is {_shown(stored)}, this join asked for {_shown(asked)}"
+            for setting, stored, asked in conflicts
+        )
+        super().__init__(
+            f"group {group!r} on log {log!r} exists with other settings: {said}. Leave "
+            "them out to join with the group's own (delete the group to change them)",
+            param=conflicts[0][0] if conflicts else None,
+        )
+        self.conflicts = list(conflicts)
+
+    def details(self) -> Mapping[str, Any]:
+        """Each setting that differs, with the group's value and the asked one."""
+        return {
+            "conflicts": [
+                {"setting": setting, "stored": stored, "asked": asked}
+                for setting, stored, asked in self.conflicts
+            ]
+        }
+
+
+def _shown(value: Any) -> str:
+    return "None (no limit)" if value is None else repr(value)
 
 
 class LogExists(EventLogError):

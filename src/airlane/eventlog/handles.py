@@ -31,7 +31,9 @@ class GroupHandles:
         self, logs: EventLog, log: str, group: str, settings: dict[str, Any]
     ) -> ConsumerGroup:
         """The handle for ``(log, group)``, joined (again) if new or if ``settings`` asks for
-        something the open handle was not joined with."""
+        something the open handle was not joined with. That join checks them against the
+        group's own; on a conflict (`airlane.eventlog.GroupSettingsConflict`) the open handle
+        stays as it was."""
         key = (log, group)
         held = self._handles.get(key)
         if held is not None and all(held[0].get(k) == v for k, v in settings.items()):

@@ -73,6 +73,7 @@ from airlane.eventlog.base import (
     MAX_READ_BYTES,
     ConsumerGroup,
     EventLog,
+    GroupInfo,
     GroupSettings,
     LogInfo,
     LogLimits,
@@ -91,6 +92,7 @@ from airlane.eventlog.jetstream_group import (
     ERR_STREAM_NOT_FOUND,
     GroupRef,
     JetStreamConsumerGroup,
+    group_info,
     lookup_group,
 )
 from airlane.eventlog.nats_codec import (
@@ -428,11 +430,12 @@ class JetStreamEventLog(EventLog):
             start_seq = settings.start_seq
             if settings.start_time_ns is not None:
                 start_seq = await self._seq_at_time(name, settings.start_time_ns)
-            config = self._group_config(ref, settings, None, start_seq)
+            config = self._group_config(ref, settings, start_seq)
             info = await self._retry(what, lambda: self._create_group(ref, config))
-        if _group_differs(info, settings):
-            config = self._group_config(ref, settings, info.config, None)
-            await self._retry(what, lambda: self._js.add_consumer(ref.stream, config))
+        # Checked against the broker's copy, which every node shares: a join never writes
+        # the consumer's configuration, so no member can reset another's settings.
+        stored = group_info(ref, info)
+        settings.check_join(name, group, stored.ack_wait_s, stored.max_deliver)
         sub = await self._retry(
             what,
             lambda: self._js.pull_subscribe_bind(
@@ -456,7 +459,10 @@ class JetStreamEventLog(EventLog):
         except nats.js.errors.NotFoundError as exc:
             raise LogNotFound(f"no log {ref.log!r}") from exc
         except nats.js.errors.BadRequestError:
-            # Another member created it at the same moment with other settings: join it.
+            # Another member created it at the same moment, in a way the broker would not
+            # merge with this one: join theirs (the caller then checks the settings). Two
+            # first joins the broker can merge race: nats-server 2.9 updates an existing
+            # durable's ack_wait and max_deliver in place, so the later creation wins.
             found = await self._find_group(ref)
             if found is None:
                 raise
@@ -466,34 +472,26 @@ class JetStreamEventLog(EventLog):
         """The seq of the first record stored at or after ``time_ns`` (or the next one).
 
         A group starts by sequence even when asked to start by time, so that its stored
-        configuration holds nothing that nats-py would round to microseconds when the group's
-        settings are later updated. Info first, then the read: a record appended in between
-        is either found by the read or numbered after ``last_seq``, so none is skipped.
+        configuration holds nothing that nats-py would round to microseconds. Info first, then
+        the read: a record appended in between is either found by the read or numbered after
+        ``last_seq``, so none is skipped.
         """
         last_seq = (await self._info(name)).last_seq
         first = await self._read(name, None, time_ns, 1)
         return first[0].seq if first else last_seq + 1
 
     def _group_config(
-        self,
-        ref: GroupRef,
-        settings: GroupSettings,
-        existing: api.ConsumerConfig | None,
-        start_seq: int | None,
+        self, ref: GroupRef, settings: GroupSettings, start_seq: int | None
     ) -> api.ConsumerConfig:
-        """The consumer configuration; an update keeps the existing start position."""
-        if existing is not None:
-            policy = existing.deliver_policy
-            start_seq = existing.opt_start_seq
-        else:
-            policy = api.DeliverPolicy.BY_START_SEQUENCE if start_seq else api.DeliverPolicy.ALL
+        """A new group's consumer configuration (defaults where ``settings`` asks nothing)."""
+        policy = api.DeliverPolicy.BY_START_SEQUENCE if start_seq else api.DeliverPolicy.ALL
         return api.ConsumerConfig(
             durable_name=ref.consumer,
             description=f"Airlane consumer group {ref.group} on log {ref.log}",
             deliver_policy=policy,
             opt_start_seq=start_seq,
             ack_policy=api.AckPolicy.EXPLICIT,
-            ack_wait=settings.ack_wait_s,
+            ack_wait=settings.new_ack_wait_s,
             max_deliver=settings.max_deliver or -1,
             max_ack_pending=self.config.max_ack_pending,
         )
@@ -516,6 +514,11 @@ class JetStreamEventLog(EventLog):
         else:
             payload = b"+WPI"
         await self._retry(action, lambda: self._nc.publish(token, payload))
+
+    async def _group_info(self, name: str, group: str) -> GroupInfo:
+        ref = self._group_ref(name, group)
+        info = await self._retry(f"group_info {name}/{group}", lambda: lookup_group(ref))
+        return group_info(ref, info)
 
     async def _delete_group(self, name: str, group: str) -> None:
         ref = self._group_ref(name, group)
@@ -544,14 +547,6 @@ def _stream_of_ack(token: str) -> str | None:
         return None
     tokens = token.split(".")
     return tokens[2] if len(tokens) == 9 else tokens[4]
-
-
-def _group_differs(info: api.ConsumerInfo, settings: GroupSettings) -> bool:
-    max_deliver = info.config.max_deliver
-    current_max = max_deliver if max_deliver is not None and max_deliver > 0 else None
-    ack_wait = info.config.ack_wait or 0.0
-    # ack_wait travels as integer nanoseconds: compare at that resolution.
-    return current_max != settings.max_deliver or abs(ack_wait - settings.ack_wait_s) > 1e-6
 
 
 def _log_info(name: str, info: api.StreamInfo) -> LogInfo:

@@ -175,7 +175,7 @@ class MemoryEventLog(EventLog):
         log = self._log(name)
         existing = log.groups.get(group)
         if existing is not None:
-            existing.configure(settings)
+            settings.check_join(name, group, existing.ack_wait_s, existing.max_deliver)
         else:
             if len(log.groups) >= self.config.max_groups_per_log:
                 raise CapacityExceeded(
@@ -191,6 +191,10 @@ class MemoryEventLog(EventLog):
                 name, group, settings, start, self.config.max_ack_pending
             )
         return _MemoryConsumerGroup(self, name, group)
+
+    async def _group_info(self, name: str, group: str) -> GroupInfo:
+        log, state = self._group(name, group)
+        return state.info(log.state, _loop_time())
 
     async def _delete_group(self, name: str, group: str) -> None:
         log = self._log(name)
@@ -265,8 +269,7 @@ class _MemoryConsumerGroup(ConsumerGroup):
 
     async def info(self) -> GroupInfo:
         """The group's state (`GroupNotFound` once deleted)."""
-        log, state = self._owner._group(self.log, self.group)
-        return state.info(log.state, _loop_time())
+        return await self._owner.group_info(self.log, self.group)
 
 
 class _MemoryDelivery(Delivery):

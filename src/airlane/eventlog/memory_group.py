@@ -28,24 +28,21 @@ class _Pending:
 
 
 class GroupState:
-    """A consumer group's cursor (``next_seq``) and pending table, for one log."""
+    """A consumer group's cursor (``next_seq``) and pending table, for one log, and the ack
+    wait and max deliver it was created with (``settings``, defaults where it asks nothing)."""
 
     def __init__(
         self, log: str, group: str, settings: GroupSettings, next_seq: int, max_ack_pending: int
     ) -> None:
         self.log = log
         self.group = group
-        self.ack_wait_s = settings.ack_wait_s
+        # Fixed at creation: later joins are checked against these, never change them.
+        self.ack_wait_s = settings.new_ack_wait_s
         self.max_deliver = settings.max_deliver
         self.next_seq = next_seq
         self.max_ack_pending = max_ack_pending
         self.deleted = False
         self._pending: dict[int, _Pending] = {}
-
-    def configure(self, settings: GroupSettings) -> None:
-        """Take the ack wait and max deliver of a later `EventLog.consumer_group` call."""
-        self.ack_wait_s = settings.ack_wait_s
-        self.max_deliver = settings.max_deliver
 
     def take(self, log: LogState, max_events: int, now: float) -> list[tuple[Record, int]]:
         """Hand out up to ``max_events`` records as ``(record, deliveries)``: redeliveries

@@ -118,8 +118,10 @@ class EventLogs:
         settings: dict[str, Any] | None = None,
     ) -> list[Delivery]:
         """Hand out up to ``max_events`` deliveries to a member of ``group``, waiting up to
-        ``timeout_s``; ``settings`` (``ack_wait_s``, ``max_deliver``, ``start_seq``,
-        ``start_time_ns``) join the group with them where they differ."""
+        ``timeout_s``. ``settings`` (``ack_wait_s``, ``max_deliver``, ``start_seq``,
+        ``start_time_ns``) holds only what the caller asked for: they create a new group; an
+        existing group keeps its own, and an asked one that differs is refused
+        (`airlane.eventlog.GroupSettingsConflict`)."""
         self._allow(principal, Action.SUBSCRIBE, log)
         handle = await self._groups.get(self._logs, log, group, settings or {})
         return await handle.fetch(max_events, timeout_s)
@@ -142,10 +144,11 @@ class EventLogs:
         return len(tokens)
 
     async def group_info(self, principal: Principal, log: str, group: str) -> GroupInfo:
-        """``group``'s position and pending deliveries."""
+        """``group``'s position and pending deliveries. Looking does not join: a group that
+        does not exist yet is a `GroupNotFound`, not one created with the default settings
+        that its first member's fetch would then conflict with."""
         self._allow(principal, Action.SUBSCRIBE, log)
-        handle = await self._groups.get(self._logs, log, group, {})
-        return await handle.info()
+        return await self._logs.group_info(log, group)
 
     async def delete_group(self, principal: Principal, log: str, group: str) -> None:
         """Delete ``group`` (its position and pending deliveries)."""

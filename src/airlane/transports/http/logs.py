@@ -19,6 +19,7 @@ POST     /v1/logs/{log}/groups/{group}/ack           ``{"tokens": [...]}``: sett
 POST     /v1/logs/{log}/groups/{group}/nak           ``{"tokens": [...], "delay_s": 5}``
 POST     /v1/logs/{log}/groups/{group}/progress      ``{"tokens": [...]}``: restart ack deadlines
 GET      /v1/logs/{log}/groups/{group}               the group's position and pending acks
+                                                     (404 until a fetch creates the group)
 DELETE   /v1/logs/{log}/groups/{group}               delete the group
 =======  ==========================================  ============================================
 
@@ -30,6 +31,11 @@ before anything is stored (422 ``schema_violation`` with the errors otherwise).
 A fetch answers ``{"deliveries": [{"token": ..., "deliveries": 1, "record": {...}}]}``; the
 token settles the delivery on any node. What is not acknowledged within the group's
 ``ack_wait_s`` is handed out again, with ``deliveries`` counting up.
+
+The first fetch creates the group, with the settings it gives (defaults for the rest). A fetch
+on an existing group leaves them out and gets the group's own; one that gives a setting other
+than the group's is refused with 409 ``group_settings_conflict``. Absent and ``null`` both mean
+"not given": joining never changes a group's settings.
 """
 
 from __future__ import annotations
@@ -229,6 +235,8 @@ async def _group(
     if not isinstance(body, dict):
         raise BadRequest("send a JSON object")
     if action == "fetch":
+        # Only what the body gives: an absent setting must reach the log as "not asked", so
+        # that an existing group's own applies rather than a default.
         settings: dict[str, Any] = {}
         for name in ("ack_wait_s", "max_deliver", "start_seq"):
             if body.get(name) is not None:
