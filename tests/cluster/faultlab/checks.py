@@ -16,6 +16,7 @@ import httpx
 from tests.cluster.faultlab.cluster import Cluster, Incarnation
 from tests.cluster.faultlab.workload import (
     ACK_WAIT_S,
+    LOG,
     NAMED,
     Generation,
     Ledger,
@@ -39,6 +40,7 @@ async def check_all(cluster: Cluster, workload: Workload) -> list[str]:
     problems += await check_generations(client, nodes, ledger, finals)
     problems += check_readers(ledger, finals)
     problems += await check_group(cluster, workload)
+    problems += await check_log(client, nodes, ledger)
     return problems
 
 
@@ -227,6 +229,30 @@ async def check_group(cluster: Cluster, workload: Workload) -> list[str]:
             and not any(acked_at <= kill <= when for kill in cluster.broker_kills)
         ):
             problems.append(f"group: record {seq} redelivered after its ack")
+    return problems
+
+
+async def check_log(
+    client: httpx.AsyncClient, nodes: list[Incarnation], ledger: Ledger
+) -> list[str]:
+    """Every acknowledged append is in the event log at its seq, as every node replays it."""
+    problems = []
+    for node in nodes:
+        stored: dict[int, str] = {}
+        next_seq: int | None = 1
+        while next_seq is not None:
+            response = await client.get(
+                f"{node.url}/v1/logs/{LOG}/events", params={"from_seq": next_seq, "limit": 1000}
+            )
+            if response.status_code != 200:
+                problems.append(f"log replay on {node.node_id}: {response.status_code}")
+                break
+            body = response.json()
+            stored.update((r["seq"], r["data"]["p"]) for r in body["records"])
+            next_seq = body["next_seq"]
+        wrong = [seq for seq, p in ledger.log_appended.items() if stored.get(seq) != p]
+        if wrong:
+            problems.append(f"log on {node.node_id}: acknowledged records missing: {_short(wrong)}")
     return problems
 
 
