@@ -1,7 +1,7 @@
 """`NodeTable`: liveness and remote readers from heartbeats (time passed in).
 
-Silence is measured against this process's own heartbeats coming back (``me`` below), so each
-test says when they came back with `echo`.
+Silence is counted while this process hears its own heartbeats coming back (``me`` below), so
+each test says when they came back (`hear`).
 """
 
 from __future__ import annotations
@@ -12,9 +12,12 @@ ME = Member("me", "1")
 B, X = Member("b", "rb"), Member("x", "rx")
 
 
-def echo(table: NodeTable, now: float) -> None:
-    """This process's own heartbeat came back at ``now``."""
-    assert table.observe(Heartbeat("me", run="1"), now) == []
+def hear(table: NodeTable, start: float, end: float) -> None:
+    """This process's own heartbeats came back every 0.5 s from ``start`` to ``end``."""
+    t = start
+    while t <= end + 1e-9:
+        assert table.observe(Heartbeat("me", run="1"), t) == []
+        t += 0.5
 
 
 def test_heartbeats_round_trip_and_garbage_is_ignored():
@@ -27,33 +30,38 @@ def test_heartbeats_round_trip_and_garbage_is_ignored():
 def test_liveness_needs_time_to_tell():
     table = NodeTable(ME, started=100.0, timeout_s=3.0)
     assert table.alive(ME) is True
-    echo(table, 101.0)
+    hear(table, 100.0, 102.0)
     assert table.alive(X) is None  # too early to call a stranger dead
-    echo(table, 104.0)
+    hear(table, 102.5, 104.0)
     assert table.alive(X) is False
-    table.observe(Heartbeat("x", run="rx"), 104.0)
-    echo(table, 106.0)
+    table.observe(Heartbeat("x", run="rx"), 104.2)
+    hear(table, 104.5, 107.0)
     assert table.alive(X) is True
-    echo(table, 107.5)
+    hear(table, 107.5, 107.5)
     assert table.alive(X) is False
 
 
 def test_a_process_that_heard_nobody_declares_nobody_dead():
     table = NodeTable(ME, started=0.0, timeout_s=3.0)
     table.observe(Heartbeat("b", {"s": 1}, ["gen"], run="rb"), 1.0)
-    echo(table, 1.1)
-    # Paused (or cut off from the broker) from 1.2 s to 30 s: it heard nothing, not even its
-    # own heartbeats, so the silence is its own.
+    hear(table, 0.0, 2.0)
+    # Paused (or cut off from the broker, or the broker was down) from 2 s to 30 s: it heard
+    # nothing, not even its own heartbeats, so the silence is not b's.
+    hear(table, 30.0, 30.0)
     assert table.alive(B) is True
     assert table.expire() == ([], [])
-    # On waking, b's heartbeats sent meanwhile arrive before this process's own next one.
-    table.observe(Heartbeat("b", {"s": 1}, run="rb"), 30.0)
-    echo(table, 30.1)
-    assert table.alive(B) is True
-    # Had b died during the pause, its silence shows against the first echo after waking.
-    table.observe(Heartbeat("x", run="rx"), 30.2)
-    echo(table, 34.0)
-    assert table.alive(B) is False and table.alive(X) is False
+    # b comes back a little later than this process (its reconnection took longer): fine.
+    hear(table, 30.5, 31.5)
+    table.observe(Heartbeat("b", {"s": 1}, run="rb"), 31.7)
+    table.observe(Heartbeat("x", run="rx"), 31.7)
+    hear(table, 32.0, 34.5)
+    assert table.alive(B) is True and table.alive(X) is True
+    table.observe(Heartbeat("x", run="rx"), 34.6)
+    # b died: its silence, heard, passes the timeout.
+    hear(table, 35.0, 35.0)
+    assert table.alive(B) is False and table.alive(X) is True
+    dead, changes = table.expire()
+    assert dead == [B] and changes == [("s", 1, 0)]
 
 
 def test_reader_counts_change_with_full_and_partial_beats_and_death():
@@ -67,7 +75,7 @@ def test_reader_counts_change_with_full_and_partial_beats_and_death():
     assert table.remote_readers("t") == 1  # a partial beat leaves the others alone
     assert table.observe(Heartbeat("b", {}, run="rb"), 2.0) == [("t", 2, 0)]  # a full one replaces
     table.observe(Heartbeat("b", {"u": 1}, ["gen"], run="rb"), 2.5)
-    echo(table, 6.0)
+    hear(table, 2.5, 6.0)
     dead, changes = table.expire()
     assert dead == [B] and changes == [("u", 1, 0)]
     assert table.producers["gen"] == B and table.alive(B) is False
@@ -75,22 +83,23 @@ def test_reader_counts_change_with_full_and_partial_beats_and_death():
 
 def test_a_leaving_node_is_forgotten_at_once_and_own_beats_are_ignored():
     table = NodeTable(ME, started=0.0, timeout_s=3.0)
-    table.observe(Heartbeat("b", {"s": 1}, run="rb"), 1.0)
-    assert table.observe(Heartbeat("b", leaving=True, run="rb"), 1.1) == [("s", 1, 0)]
-    echo(table, 4.0)
-    assert table.alive(B) is False
-    assert table.observe(Heartbeat("me", {"s": 5}, run="1"), 1.2) == []
+    hear(table, 0.0, 3.5)
+    table.observe(Heartbeat("b", {"s": 1}, run="rb"), 3.6)
+    assert table.observe(Heartbeat("b", leaving=True, run="rb"), 3.7) == [("s", 1, 0)]
+    assert table.alive(B) is False  # at once, not after a timeout
+    assert table.observe(Heartbeat("me", {"s": 5}, run="1"), 3.8) == []
 
 
 def test_a_node_restarted_under_its_id_is_a_new_member_and_the_old_one_dies():
     table = NodeTable(ME, started=0.0, timeout_s=3.0)
     old, new = Member("a", "r1"), Member("a", "r2")
     table.observe(Heartbeat("a", {"s": 1}, ["gen"], run="r1"), 1.0)
-    # SIGKILL, and the node is back under its id a second later: its beats do not keep the
+    hear(table, 0.0, 1.0)
+    # SIGKILL, and the node is back under its id a moment later: its beats do not keep the
     # old process (and the streams it produced) alive.
-    for t in (2.0, 3.0, 4.0, 5.0):
+    for t in (1.5, 2.5, 3.5, 4.5):
         table.observe(Heartbeat("a", {}, run="r2"), t)
-        echo(table, t)
+        hear(table, t, t + 0.5)
     assert table.alive(new) is True
     assert table.alive(old) is False
     assert table.producers["gen"] == old
@@ -105,5 +114,5 @@ def test_another_run_of_this_nodes_own_id_is_dead_at_once():
     assert table.alive(Member("me", "0")) is False  # this node before its restart
     assert table.alive(Member("me", "")) is None  # too early to tell for an old record
     table.observe(Heartbeat("me", run="0"), 0.2)  # two live processes share the id
-    echo(table, 0.3)
+    hear(table, 0.3, 1.0)
     assert table.alive(Member("me", "0")) is True

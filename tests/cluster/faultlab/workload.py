@@ -61,7 +61,10 @@ class Ledger:
     deliveries: list[tuple[int, float]] = field(default_factory=list)
     """(log seq, when) for every record the group handed out."""
     acked: dict[int, float] = field(default_factory=dict)
-    """Log seq -> when its ack was confirmed."""
+    """Log seq -> when its ack was confirmed, for acks confirmed within the ack wait of the
+    fetch that delivered it (a later ack may race the broker's redelivery: not checked)."""
+    settled: set[int] = field(default_factory=set)
+    """Log seqs whose ack was confirmed, in time or not."""
     unacked: set[int] = field(default_factory=set)
     """Seqs delivered and deliberately left unacknowledged (owed a redelivery)."""
     errors: list[str] = field(default_factory=list)
@@ -224,6 +227,7 @@ class Workload:
     async def consume_once(self, node: Incarnation, *, leave_some: bool) -> int:
         """Fetch a batch from the group and ack it (all of it, or about two thirds); return
         how many records came."""
+        sent = time.monotonic()  # the broker delivered nothing of this fetch before
         deliveries = await self._fetch(node)
         if not deliveries:
             return 0
@@ -243,7 +247,9 @@ class Workload:
             if response.status_code == 200 and response.json()["settled"] == len(tokens):
                 now = time.monotonic()
                 for seq, _ in tokens:
-                    self.ledger.acked.setdefault(seq, now)
+                    self.ledger.settled.add(seq)
+                    if now - sent < ACK_WAIT_S:
+                        self.ledger.acked.setdefault(seq, now)
             else:
                 self._unexpected("ack", response)
         return len(deliveries)

@@ -10,12 +10,12 @@ streams whose producer it runs, and its reader count per stream. From them each 
 - how many processes read each stream it produces, which its orphan policy needs: a stream
   read only on other nodes is not an orphan.
 
-Silence is measured against this process's own heartbeats, which come back to it through the
-broker like everyone's: a member is dead when it has been silent for ``node_timeout_s`` before
-the latest of this process's own heartbeats came back. A process that was paused (SIGSTOP, a
-long GC, a swapped-out VM) or cut off from the broker hears nobody, itself included, and so
-declares nobody dead from the silence it caused: when it resumes, the others' heartbeats sent
-meanwhile reach it before its own next one does.
+Silence is counted only while this process can hear. Its own heartbeats come back to it
+through the broker like everyone's; the time between two of them counts towards every other
+member's silence only when they came back close together (within half the timeout). A process
+that was paused (SIGSTOP, a long stall) or cut off from the broker, or that lived through a
+broker restart, heard nobody, itself included, and so declares nobody dead from a silence it
+could not have heard through: every member gets ``node_timeout_s`` of this process's hearing.
 
 Liveness belongs to a **member**, a node id and a run together, not to the node id alone: a node
 restarted under its ``--node-id`` is a new member, and the old one's heartbeats stop, so the
@@ -107,6 +107,10 @@ class NodeTable:
         self.timeout_s = timeout_s
         self.heard_self: float | None = None
         """When this process's own heartbeat last came back (see the module docstring)."""
+        self.hearing_s = 0.0
+        """How long this process has been hearing, in all."""
+        self.silent_s: dict[Member, float] = {}
+        """Per member: how long this process has heard it say nothing."""
         self.last_seen: dict[Member, float] = {}
         self.readers: dict[Member, dict[str, int]] = {}
         """Per other member: its reader count per stream."""
@@ -118,11 +122,12 @@ class NodeTable:
         reader count on that member changed."""
         member = beat.member
         if member == self.me:
-            self.heard_self = now
+            self._heard_self(now)
             return []
         if beat.leaving:
             return self.forget(member)
         self.last_seen[member] = now
+        self.silent_s[member] = 0.0
         for stream_id in beat.producing:
             self.producers[stream_id] = member
         known = self.readers.setdefault(member, {})
@@ -147,37 +152,43 @@ class NodeTable:
         if member == self.me:
             return True
         if member.run:
-            seen = self.last_seen.get(member)
+            members = [member] if member in self.last_seen else []
         else:  # recorded before runs existed: any process of that node stands for it
-            times = [t for m, t in self.last_seen.items() if m.node == member.node]
-            seen = max(times, default=None)
-        heard = self._heard()
-        if seen is not None and heard - seen <= self.timeout_s:
+            members = [m for m in self.last_seen if m.node == member.node]
+        if any(not self._silent_too_long(m) for m in members):
             return True
         if member.node == self.me.node and member.run:
             return False
-        if seen is None and heard - self.started < self.timeout_s:
+        if not members and self.hearing_s < self.timeout_s:
             return None
         return False
 
     def expire(self) -> tuple[list[Member], list[tuple[str, int, int]]]:
         """Forget members silent for longer than the timeout: the dead members, and the
         reader counts that went with them."""
-        heard = self._heard()
-        dead = [m for m, seen in self.last_seen.items() if heard - seen > self.timeout_s]
+        dead = [m for m in self.last_seen if self._silent_too_long(m)]
         changes: list[tuple[str, int, int]] = []
         for member in dead:
             changes.extend(self.forget(member))
         return dead, changes
 
-    def _heard(self) -> float:
-        """Up to when this process is known to have heard every heartbeat sent: when its own
-        last came back (its start, before the first)."""
-        return self.started if self.heard_self is None else self.heard_self
+    def _silent_too_long(self, member: Member) -> bool:
+        return self.silent_s.get(member, 0.0) > self.timeout_s
+
+    def _heard_self(self, now: float) -> None:
+        """This process's own heartbeat came back: the time since the previous one counts
+        as hearing (and as silence of whoever said nothing in it) if it is short."""
+        previous, self.heard_self = self.heard_self, now
+        if previous is None or now - previous > self.timeout_s / 2:
+            return  # deaf in between (paused, cut off, no broker): nothing counts
+        self.hearing_s += now - previous
+        for member, seen in self.last_seen.items():
+            self.silent_s[member] = self.silent_s.get(member, 0.0) + now - max(previous, seen)
 
     def forget(self, member: Member) -> list[tuple[str, int, int]]:
         """Drop ``member``; its streams lose its readers."""
         self.last_seen.pop(member, None)
+        self.silent_s.pop(member, None)
         # Its producers stay recorded: streams it produced are still owed a producer_lost.
         return [(s, n, 0) for s, n in self.readers.pop(member, {}).items() if n > 0]
 
