@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 
 from tests.cluster.faultlab.cluster import Cluster, Incarnation
+from tests.cluster.faultlab.rooms import check_rooms
 from tests.cluster.faultlab.workload import (
     ACK_WAIT_S,
     LOG,
@@ -41,6 +42,7 @@ async def check_all(cluster: Cluster, workload: Workload) -> list[str]:
     problems += check_readers(ledger, finals)
     problems += await check_group(cluster, workload)
     problems += await check_log(client, nodes, ledger)
+    problems += await check_rooms(cluster, client, workload.rooms)
     return problems
 
 

@@ -75,6 +75,7 @@ async def run_seed(seed: int, *, duration: float = DURATION_S, keep: Path | None
             "resuming reads": len(ledger.reads),
             "log records": len(ledger.log_appended),
             "deliveries": len(ledger.deliveries),
+            "room ops": len(workload.rooms.acked),
         }
     outcome.took_s = time.monotonic() - started
     return outcome

@@ -12,17 +12,16 @@ import contextlib
 import itertools
 import random
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
 
 import httpx
-import orjson
 
+from tests.cluster.faultlab.clients import path, sse
 from tests.cluster.faultlab.cluster import Cluster, Incarnation
+from tests.cluster.faultlab.rooms import RoomWriters
 
-__all__ = ["Ledger", "Workload", "read_stream"]
+__all__ = ["Ledger", "Workload", "path", "read_stream"]
 
 NAMED = [f"lab/s{i}" for i in range(3)]
 LOG = "lab"
@@ -30,10 +29,6 @@ GROUP = "workers"
 ACK_WAIT_S = 1.0
 REQUEST_TIMEOUT_S = 6.0
 CHAT = {"model": "synthetic", "messages": [{"role": "user", "content": "go"}]}
-
-
-def path(stream_id: str) -> str:
-    return quote(stream_id, safe="")
 
 
 @dataclass
@@ -82,6 +77,7 @@ class Workload:
         self._stop = asyncio.Event()
         self._payloads = itertools.count()
         self._tasks: list[asyncio.Task[None]] = []
+        self.rooms = RoomWriters(cluster, self.client, rng)
 
     async def setup(self) -> None:
         """The named streams, the event log and the group (made once, before any fault)."""
@@ -103,6 +99,8 @@ class Workload:
         for job in (self._publisher, self._publisher, self._generations, self._readers,
                     self._log_appender, self._consumer):  # fmt: skip
             self._tasks.append(asyncio.create_task(job()))
+        for writer in ("w1", "w2"):
+            self._tasks.append(asyncio.create_task(self.rooms.run(self._stop, writer)))
 
     async def stop(self) -> None:
         """Stop the clients (each finishes the request it is in)."""
@@ -267,22 +265,6 @@ class Workload:
         for item in deliveries:
             self.ledger.deliveries.append((item["record"]["seq"], now))
         return deliveries
-
-
-async def sse(
-    client: httpx.AsyncClient, url: str, resume: str | None = None
-) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-    """``(id, event)`` for each SSE event of ``url`` until the response ends."""
-    headers = {"last-event-id": resume} if resume else {}
-    async with client.stream("GET", url, headers=headers) as response:
-        if response.status_code != 200:
-            return
-        event_id = ""
-        async for line in response.aiter_lines():
-            if line.startswith("id:"):
-                event_id = line[3:].strip()
-            elif line.startswith("data:"):
-                yield event_id, orjson.loads(line[5:])
 
 
 async def read_stream(
