@@ -22,6 +22,7 @@ from airlane.eventlog import (
 )
 from tests.eventlog.contract import EventLogContract, OpenLog, fetch_until
 from tests.natsserver import NatsServer
+from tests.waiting import eventually
 
 
 async def connect(url: str) -> NATS:
@@ -175,6 +176,37 @@ async def test_a_delivery_fetched_on_one_connection_settles_on_another(
         assert (await group.info()).pending_acks == 0
         await group.aclose()
         await fetcher.delete_log("acks")
+    finally:
+        for conn in connections:
+            await conn.close()
+
+
+async def test_a_delivery_that_arrived_after_its_fetch_gave_up_is_not_handed_out(
+    nats_session: NatsServer, namespace: dict[str, str]
+):
+    connections = [await connect(nats_session.url) for _ in range(2)]
+    one, other = (JetStreamEventLog(conn, **namespace) for conn in connections)
+    try:
+        await one.create_log("late")
+        late = await one.consumer_group("late", "g", ack_wait_s=0.5)
+        on_time = await other.consumer_group("late", "g")
+        # A pull request the member's fetch no longer waits for (what a fetch that timed out
+        # while the process was stalled leaves behind): the broker answers it anyway.
+        sub = late._sub  # type: ignore[attr-defined]
+        request = b'{"batch": 1, "expires": 5000000000}'
+        await connections[0].publish(sub._nms, request, reply=sub._deliver)
+        await connections[0].flush()
+        await one.append("late", "a.v1", b"1")
+        await eventually(lambda: sub.pending_msgs > 0, what="the broker answers the pull")
+        # Its ack wait passes; another member gets the record again and acks it.
+        (again,) = await fetch_until(on_time, 1, timeout=5)
+        assert again.deliveries == 2
+        await again.ack()
+        # The late copy, queued all along, must not be handed out after that ack.
+        assert await late.fetch(1, timeout_s=0.3) == []
+        await late.aclose()
+        await on_time.aclose()
+        await one.delete_log("late")
     finally:
         for conn in connections:
             await conn.close()

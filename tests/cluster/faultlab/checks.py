@@ -201,10 +201,10 @@ def check_readers(ledger: Ledger, finals: dict[str, list[dict[str, Any]]]) -> li
 
 
 async def check_group(cluster: Cluster, workload: Workload) -> list[str]:
-    """Drain the group, acking everything; then every appended record was acked, no record
-    came back after an ack confirmed within its ack wait (unless the broker was SIGKILLed in
-    between: its ack state is flushed lazily, documented as at-least-once), and every record
-    left unacknowledged came again."""
+    """Drain the group, acking everything; then every appended record was acked, no fetch
+    sent after an ack was confirmed (within the record's ack wait) got the record again
+    (unless the broker was SIGKILLed in between: it flushes ack state lazily, documented as
+    at least once), and every record left unacknowledged came again."""
     ledger = workload.ledger
     deadline = time.monotonic() + 30
     quiet_since = time.monotonic()

@@ -54,7 +54,8 @@ class Ledger:
     log_appended: dict[int, str] = field(default_factory=dict)
     """Event log seq -> payload, acknowledged."""
     deliveries: list[tuple[int, float]] = field(default_factory=list)
-    """(log seq, when) for every record the group handed out."""
+    """(log seq, when the fetch that got it was sent) for every record handed out: one
+    fetched by a request sent before an ack was confirmed may have been in flight."""
     acked: dict[int, float] = field(default_factory=dict)
     """Log seq -> when its ack was confirmed, for acks confirmed within the ack wait of the
     fetch that delivered it (a later ack may race the broker's redelivery: not checked)."""
@@ -254,6 +255,7 @@ class Workload:
 
     async def _fetch(self, node: Incarnation, settings: dict[str, Any] | None = None) -> list[Any]:
         body = {"max_events": 20, "timeout_s": 0.3, **(settings or {})}
+        sent = time.monotonic()
         response = await self.client.post(
             f"{node.url}/v1/logs/{LOG}/groups/{GROUP}/fetch", json=body
         )
@@ -261,9 +263,8 @@ class Workload:
             self._unexpected("fetch", response)
             return []
         deliveries: list[Any] = response.json()["deliveries"]
-        now = time.monotonic()
         for item in deliveries:
-            self.ledger.deliveries.append((item["record"]["seq"], now))
+            self.ledger.deliveries.append((item["record"]["seq"], sent))
         return deliveries
 
 
