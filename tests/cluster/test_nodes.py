@@ -251,3 +251,37 @@ async def test_a_room_is_shared_by_clients_on_different_nodes(nats_server):
         async with httpx.AsyncClient() as http:
             state = (await http.get(f"{b.url}/v1/rooms/board")).json()
             assert state["state"] == {"card": {"x": 1}}
+
+
+async def test_a_broker_away_too_long_ends_a_generation_with_hub_unavailable(nats_server, tmp_path):
+    config = CLUSTER_CONFIG.replace("[jetstream]", "[jetstream]\nunavailable_after_s = 0.5")
+    log_path = tmp_path / "node.log"
+    with (
+        open(log_path, "w") as log,
+        run_server(
+            "--hub", nats_server.url, "--node-id", "a", "--airc-port", "-1", "--grpc-port", "-1",
+            config=config, stderr=log,
+        ) as a,
+    ):  # fmt: skip
+        async with httpx.AsyncClient() as client:
+            stream_id = await start_generation(client, a, tokens=400)  # ~6 s, 15 ms a token
+            url = f"{a.url}/v1/streams/{stream_id}/events"
+            async for _, event in sse(client, url):
+                if event["seq"] >= 5:
+                    break
+            nats_server.kill()  # away for longer than unavailable_after_s: an append gives up
+            await wait_for_line(log_path, "the hub stopped the generation", "backend synthetic")
+            nats_server.start()
+            events = [event async for _, event in sse(client, url)]
+        last = events[-1]
+        assert last["kind"] == "error" and last["code"] == "hub_unavailable", last
+    node_log = log_path.read_text()
+    assert "Traceback" not in node_log and "the hub stopped the generation" in node_log
+
+
+async def wait_for_line(path, *words: str, timeout: float = 10.0) -> None:
+    """Until a line of the file at ``path`` holds one of ``words`` (a node's log)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not any(word in path.read_text() for word in words):
+        assert asyncio.get_running_loop().time() < deadline, path.read_text()[-2000:]
+        await asyncio.sleep(0.05)  # another process writes it: poll

@@ -48,7 +48,16 @@ from airlane.gateway.eventsourcing import EventSourcing
 from airlane.gateway.logs import EventLogs
 from airlane.gateway.rooms import SharedRooms
 from airlane.gateway.schemas import Schemas
-from airlane.hub import Hub, HubFull, HubStats, StreamEnded, StreamNotFound, Subscription
+from airlane.hub import (
+    Hub,
+    HubError,
+    HubFull,
+    HubStats,
+    HubUnavailable,
+    StreamEnded,
+    StreamNotFound,
+    Subscription,
+)
 from airlane.runtime.eager import start_eagerly
 from airlane.security import Action, AllowAll, Principal, SecurityPolicy
 
@@ -70,6 +79,9 @@ log = logging.getLogger("airlane.gateway")
 
 DEFAULT_MAX_GENERATIONS = 20_000
 """Producers running at once; one more is refused (``hub_full``) rather than queued."""
+END_RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0, 8.0)
+"""Waits between tries to store the error that ends a stream while the hub is away (about
+15 s in all, past which the end is given up and logged)."""
 LOADTEST_MODEL = "airlane-loadtest"
 """The model name of a load-test generation."""
 LOADTEST_ORPHAN = OrphanPolicy(OrphanMode.CANCEL)
@@ -351,6 +363,11 @@ class Gateway:
             pass
         except BackendError as exc:
             await self._end_with_error(stream_id, Event.error(exc.message, code=exc.code.value))
+        except HubError as exc:
+            # The stream store refused or stayed away (a broker gone for longer than the
+            # hub's unavailable_after_s): not the backend's failure, and said as such.
+            log.warning("stream %s: the hub stopped the generation: %s", stream_id, exc)
+            await self._end_with_error(stream_id, Event.error(str(exc), code=exc.code.value))
         except asyncio.CancelledError:
             # Cancel reached us through the hub (the stream has ended) or the gateway is
             # shutting down; either way the backend iterator was closed, aborting upstream.
@@ -376,8 +393,19 @@ class Gateway:
         return None if feed is None else (feed, sink)
 
     async def _end_with_error(self, stream_id: str, event: Event) -> None:
-        with contextlib.suppress(StreamEnded, StreamNotFound):
-            await self.hub.append(stream_id, event)
+        """Append the error that ends a stream whose producer failed. While the hub is away
+        this is retried (bounded): a stream left without an end would keep its readers
+        waiting, and no other node ends a stream whose producer's node is alive."""
+        for delay in (0.0, *END_RETRY_DELAYS_S):
+            await asyncio.sleep(delay)
+            try:
+                await self.hub.append(stream_id, event)
+                return
+            except (StreamEnded, StreamNotFound):
+                return
+            except HubUnavailable:
+                continue
+        log.error("stream %s: could not store its end (the hub stayed away)", stream_id)
 
     # -- shared state ------------------------------------------------------------------------
 

@@ -38,7 +38,7 @@ async def check_all(cluster: Cluster, workload: Workload) -> list[str]:
     problems = [f"a client got: {error}" for error in ledger.errors]
     finals: dict[str, list[dict[str, Any]]] = {}
     problems += await check_named_streams(client, nodes, ledger, finals)
-    problems += await check_generations(client, nodes, ledger, finals)
+    problems += await check_generations(client, nodes, ledger, finals, cluster.broker_kills)
     problems += check_readers(ledger, finals)
     problems += await check_group(cluster, workload)
     problems += await check_log(client, nodes, ledger)
@@ -137,9 +137,11 @@ async def check_generations(
     nodes: list[Incarnation],
     ledger: Ledger,
     finals: dict[str, list[dict[str, Any]]],
+    broker_kills: list[float],
 ) -> list[str]:
-    """Every generation ends, the same on every node: normally, or with ``producer_lost`` when
-    its producer died (or was paused or cut off past the timeout); usage is sane."""
+    """Every generation ends, the same on every node: normally, with ``producer_lost`` when
+    its producer died (or was paused or cut off past the timeout), or with
+    ``hub_unavailable`` when the broker was away meanwhile; usage is sane."""
     problems = []
     for generation in ledger.generations:
         sid = generation.stream_id
@@ -149,17 +151,24 @@ async def check_generations(
             continue
         problems += _consistent(sid, reads)
         finals[sid] = events = reads[0]
-        problems += _ending(generation, events[-1] if events else None)
+        problems += _ending(generation, events[-1] if events else None, broker_kills)
         problems += await _usage(client, nodes, sid)
     return problems
 
 
-def _ending(generation: Generation, last: dict[str, Any] | None) -> list[str]:
+def _ending(
+    generation: Generation, last: dict[str, Any] | None, broker_kills: list[float]
+) -> list[str]:
     sid, producer = generation.stream_id, generation.producer
     if last is None:
         return [f"{sid}: no events at all"]
     if last["kind"] == "done" and last.get("finish_reason") in FINISH_REASONS:
         return []
+    if last["kind"] == "error" and last.get("code") == "hub_unavailable":
+        # An append gave up on a broker away (or unreachable) past unavailable_after_s.
+        if any(kill >= generation.started for kill in broker_kills) or producer.troubled:
+            return []
+        return [f"{sid}: hub_unavailable, but the broker and {producer.node_id} were fine"]
     if last["kind"] == "error" and last.get("code") == "producer_lost":
         if producer.killed is None and not producer.troubled:
             return [f"{sid}: producer_lost, but {producer.node_id} never failed"]
