@@ -136,6 +136,11 @@ def test_a_bad_hub_url() -> None:
     assert "redis://127.0.0.1:6379" in line and "--hub" in line
 
 
+def test_an_api_key_naming_a_bad_tenant() -> None:
+    line = one_line(serve("--api-key", "al@no tenant=sk-1"))
+    assert "API key name 'al@no tenant'" in line and "tenant" in line
+
+
 def test_a_bad_log_level() -> None:
     assert "--log-level" in one_line(serve("--port", "0", "--log-level", "loud"))
 

@@ -34,7 +34,7 @@ CHAT = {"model": "synthetic", "messages": [{"role": "user", "content": "tell me"
 
 
 @contextlib.contextmanager
-def node(nats: NatsServer, name: str) -> Iterator[ServerProcess]:
+def node(nats: NatsServer, name: str, *args: str) -> Iterator[ServerProcess]:
     """One gateway node on the shared hub (no AIRC or gRPC listeners: not needed here)."""
     with run_server(
         "--hub",
@@ -45,6 +45,7 @@ def node(nats: NatsServer, name: str) -> Iterator[ServerProcess]:
         "-1",
         "--grpc-port",
         "-1",
+        *args,
         config=CLUSTER_CONFIG,
     ) as server:
         yield server
@@ -104,6 +105,31 @@ async def test_a_reader_resumes_on_another_node_after_its_node_is_killed(nats_se
             assert rest[-1]["kind"] == "done" and rest[-1]["finish_reason"] == "stop"
             snapshot = (await client.get(f"{b.url}/v1/streams/{stream_id}/snapshot")).json()
             assert text_of(seen + rest) == snapshot["text"]["content"] != ""
+
+
+async def test_another_tenants_streams_are_not_found_on_any_node(nats_server):
+    keys = ("--api-key", "alice=sk-a", "--api-key", "bob=sk-b")
+    alice, bob = {"authorization": "Bearer sk-a"}, {"authorization": "Bearer sk-b"}
+    with node(nats_server, "a", *keys) as a, node(nats_server, "b", *keys) as b:
+        async with httpx.AsyncClient(timeout=20) as client:
+            event = {"kind": "message", "payload": "alice's"}
+            sent = await client.post(
+                f"{a.url}/v1/streams/{NAMED}/events", json=event, headers=alice
+            )
+            assert sent.status_code == 200, sent.text
+            chat = await client.post(f"{a.url}/v1/streams", json=CHAT, headers=alice)
+            assert chat.status_code == 201, chat.text
+            for stream in (NAMED, chat.json()["id"]):
+                seen = await client.get(f"{b.url}/v1/streams/{stream}/snapshot", headers=alice)
+                assert seen.status_code == 200, seen.text
+                for path in ("", "/snapshot", "/events"):
+                    refused = await client.get(f"{b.url}/v1/streams/{stream}{path}", headers=bob)
+                    assert refused.status_code == 404, (path, refused.text)
+                    assert refused.json()["error"]["code"] == "stream_not_found"
+                deleted = await client.delete(f"{b.url}/v1/streams/{stream}", headers=bob)
+                assert deleted.status_code == 404
+            still = await client.get(f"{b.url}/v1/streams/{NAMED}/snapshot", headers=alice)
+            assert still.json()["seq"] == 1
 
 
 async def test_when_the_producer_node_dies_readers_elsewhere_get_a_clear_error(nats_server):

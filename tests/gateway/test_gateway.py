@@ -171,7 +171,7 @@ async def test_the_security_gate_is_asked_before_every_operation(hub):
     with pytest.raises(Unauthenticated):
         policy.authenticate("wrong")
     alice = policy.authenticate("k1")
-    assert alice == Principal("alice")
+    assert alice == Principal("alice", tenant="alice")
     gateway = Gateway(hub, EndlessBackend(), security=policy)
     with pytest.raises(PermissionDenied):
         await gateway.publish(ANONYMOUS, "s", Event.message(1))

@@ -69,7 +69,10 @@ def serve_command(
     model: Annotated[str | None, typer.Option(help="Model name to force upstream.")] = None,
     api_key: Annotated[
         list[str] | None,
-        typer.Option(help="Require this client API key (repeatable); NAME=KEY names it."),
+        typer.Option(
+            help="Require this client API key (repeatable); NAME=KEY names its principal, "
+            "NAME@TENANT=KEY its tenant too (a bare NAME is a tenant of its own)."
+        ),
     ] = None,
     airc_port: Annotated[
         int | None,

@@ -9,7 +9,12 @@ from airlane.core.events import TERMINAL_KINDS, Channel, Event, Kind, Lane
 from airlane.core.info import StreamInfo
 from airlane.core.log import Cursor, ResumeOutOfRange, StreamClosed, StreamLog
 from airlane.core.orphan import OrphanMode, OrphanPolicy, OrphanTracker
-from airlane.core.position import BadResumeToken, Position, valid_stream_id
+from airlane.core.position import (
+    BadResumeToken,
+    Position,
+    valid_hub_stream_id,
+    valid_stream_id,
+)
 from airlane.core.retention import Folded, Retention
 from airlane.core.usage import LatencyHistogram, UsageLedger
 
@@ -37,5 +42,6 @@ __all__ = [
     "StreamInfo",
     "StreamLog",
     "UsageLedger",
+    "valid_hub_stream_id",
     "valid_stream_id",
 ]

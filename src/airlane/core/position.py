@@ -12,18 +12,35 @@ from dataclasses import dataclass
 
 from airlane.core.errors import BadRequest, ErrorCode
 
-__all__ = ["STREAM_ID_PATTERN", "BadResumeToken", "Position", "valid_stream_id"]
+__all__ = [
+    "HUB_STREAM_ID_PATTERN",
+    "STREAM_ID_PATTERN",
+    "BadResumeToken",
+    "Position",
+    "valid_hub_stream_id",
+    "valid_stream_id",
+]
 
 STREAM_ID_PATTERN = re.compile(r"[A-Za-z0-9._:/-]{1,200}")
 """docs/streams.md: what a stream id may look like."""
+
+HUB_STREAM_ID_PATTERN = re.compile(r"(?:@[A-Za-z0-9._-]{1,64}/)?[A-Za-z0-9._:/-]{1,200}")
+"""What a hub stores a stream under: a client's id, after ``@<tenant>/`` for every tenant but
+the default one (``airlane.gateway.tenancy``). Clients cannot write the ``@`` themselves."""
 
 _EPOCH_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _MAX_SEQ = 2**63 - 1
 
 
 def valid_stream_id(stream_id: str) -> bool:
-    """True if ``stream_id`` follows the stream id syntax."""
+    """True if ``stream_id`` follows the stream id syntax (what clients name)."""
     return STREAM_ID_PATTERN.fullmatch(stream_id) is not None
+
+
+def valid_hub_stream_id(stream_id: str) -> bool:
+    """True if a hub may store a stream under ``stream_id`` (a client's id, maybe scoped to
+    a tenant)."""
+    return HUB_STREAM_ID_PATTERN.fullmatch(stream_id) is not None
 
 
 class BadResumeToken(BadRequest, ValueError):

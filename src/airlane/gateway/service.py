@@ -48,6 +48,7 @@ from airlane.gateway.eventsourcing import EventSourcing
 from airlane.gateway.logs import EventLogs
 from airlane.gateway.rooms import SharedRooms
 from airlane.gateway.schemas import Schemas
+from airlane.gateway.tenancy import client_info, client_names, hub_key
 from airlane.hub import (
     Hub,
     HubError,
@@ -263,21 +264,23 @@ class Gateway:
     ) -> StreamInfo:
         """Create a stream and start producing it from the backend."""
         stream_id = stream_id or new_generation_id()
+        key = hub_key(principal, stream_id)
         self.security.authorize(principal, Action.GENERATE, stream_id)
         if len(self._producers) >= self.config.max_generations:
             raise HubFull(f"{self.config.max_generations} generations are running, the limit")
-        info = await self.hub.create(
-            stream_id, retention=self.config.retention, orphan=orphan or self.config.orphan
-        )
+        with client_names(key, stream_id):
+            info = await self.hub.create(
+                key, retention=self.config.retention, orphan=orphan or self.config.orphan
+            )
         # The producer's first steps run here, in the request's own loop turn: its first batch
         # and its pacing clock start with its setup, not after every other request that
         # arrived in the same turn (which would also put all their paced deadlines in step).
-        task = start_eagerly(self._produce(stream_id, request), name=f"produce {stream_id}")
+        task = start_eagerly(self._produce(key, request), name=f"produce {key}")
         if task is not None:
             self._producers.add(task)
             task.add_done_callback(self._producers.discard)
-            self.hub.on_cancel(stream_id, task.cancel)
-        return info
+            self.hub.on_cancel(key, task.cancel)
+        return client_info(info, stream_id)
 
     async def subscribe(
         self,
@@ -290,46 +293,61 @@ class Gateway:
         """A cursor on ``stream_id``, after ``resume`` if given (another epoch's position
         starts over with a snapshot); ``subscriber`` names the reader in the usage ledger
         (the principal's name by default)."""
+        key = hub_key(principal, stream_id)
         self.security.authorize(principal, Action.SUBSCRIBE, stream_id)
-        return await self.hub.subscribe(
-            stream_id, resume=resume, subscriber=subscriber or principal.name
-        )
+        with client_names(key, stream_id):
+            return await self.hub.subscribe(
+                key, resume=resume, subscriber=subscriber or principal.name
+            )
 
     async def publish(self, principal: Principal, stream_id: str, event: Event) -> Event:
         """Append an application event to a named stream, creating the stream if needed."""
+        key = hub_key(principal, stream_id)
         self.security.authorize(principal, Action.PUBLISH, stream_id)
-        try:
-            return await self.hub.append(stream_id, event)
-        except StreamNotFound:
-            await self.hub.create(stream_id, retention=self.config.retention, exist_ok=True)
-            return await self.hub.append(stream_id, event)
+        with client_names(key, stream_id):
+            try:
+                return await self.hub.append(key, event)
+            except StreamNotFound:
+                await self.hub.create(key, retention=self.config.retention, exist_ok=True)
+                return await self.hub.append(key, event)
 
     async def create_named(
         self, principal: Principal, stream_id: str, *, exist_ok: bool = False
     ) -> StreamInfo:
         """Create a named stream (agent events, rooms) that clients publish to."""
+        key = hub_key(principal, stream_id)
         self.security.authorize(principal, Action.PUBLISH, stream_id)
-        return await self.hub.create(stream_id, retention=self.config.retention, exist_ok=exist_ok)
+        with client_names(key, stream_id):
+            info = await self.hub.create(key, retention=self.config.retention, exist_ok=exist_ok)
+        return client_info(info, stream_id)
 
     async def delete(self, principal: Principal, stream_id: str) -> None:
         """End the stream if it is running, then forget it."""
+        key = hub_key(principal, stream_id)
         self.security.authorize(principal, Action.CANCEL, stream_id)
-        await self.hub.delete(stream_id)
+        with client_names(key, stream_id):
+            await self.hub.delete(key)
 
     async def cancel(self, principal: Principal, stream_id: str) -> bool:
         """Stop the producer and end the stream with ``done(cancelled)``."""
+        key = hub_key(principal, stream_id)
         self.security.authorize(principal, Action.CANCEL, stream_id)
-        return await self.hub.cancel(stream_id)
+        with client_names(key, stream_id):
+            return await self.hub.cancel(key)
 
     async def info(self, principal: Principal, stream_id: str) -> StreamInfo:
         """A stream's status."""
+        key = hub_key(principal, stream_id)
         self.security.authorize(principal, Action.SUBSCRIBE, stream_id)
-        return await self.hub.info(stream_id)
+        with client_names(key, stream_id):
+            return client_info(await self.hub.info(key), stream_id)
 
     async def snapshot(self, principal: Principal, stream_id: str) -> Event:
         """Everything a stream carried so far, as one snapshot event."""
+        key = hub_key(principal, stream_id)
         self.security.authorize(principal, Action.SUBSCRIBE, stream_id)
-        return await self.hub.snapshot(stream_id)
+        with client_names(key, stream_id):
+            return await self.hub.snapshot(key)
 
     # -- producing --------------------------------------------------------------------------
 

@@ -33,7 +33,7 @@ from airlane.core import (
     Retention,
     StreamClosed,
     StreamLog,
-    valid_stream_id,
+    valid_hub_stream_id,
 )
 from airlane.core.log import Cursor
 from airlane.hub.base import (
@@ -271,7 +271,7 @@ class MemoryHub(Hub):
         orphan: OrphanPolicy | None = None,
         exist_ok: bool = False,
     ) -> StreamInfo:
-        if not valid_stream_id(stream_id):
+        if not valid_hub_stream_id(stream_id):
             raise InvalidStreamId(
                 f"invalid stream id {stream_id[:80]!r}: use 1-200 of A-Z a-z 0-9 . _ : / -"
             )
@@ -380,7 +380,7 @@ class MemoryHub(Hub):
     def _get(self, stream_id: str) -> _Stream:
         stream = self._streams.get(stream_id)
         if stream is None:
-            if not valid_stream_id(stream_id):  # a malformed id is the caller's mistake
+            if not valid_hub_stream_id(stream_id):  # a malformed id is the caller's mistake
                 raise InvalidStreamId(f"invalid stream id {stream_id[:200]!r}")
             raise StreamNotFound(f"no stream {stream_id[:200]!r}")
         return stream

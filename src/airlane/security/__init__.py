@@ -1,9 +1,14 @@
 """The single security gate.
 
-Every transport turns its credentials into a `Principal` with `SecurityPolicy.authenticate`
-and asks `SecurityPolicy.authorize(principal, action, stream_id)` before it generates,
+Every transport turns its credentials into a `Principal` with `SecurityPolicy.authenticate`;
+the gateway asks `SecurityPolicy.authorize(principal, action, stream_id)` before it generates,
 subscribes, publishes or cancels (ARCHITECTURE.md). mTLS and RBAC policies come later and
 plug in here.
+
+Every principal belongs to a tenant. What a tenant's principals name (a stream id) is looked
+up in that tenant's own namespace (`airlane.gateway.tenancy`), so another tenant's streams are
+not there at all: not found, never forbidden. API keys name their tenant as ``NAME@TENANT``;
+a key named only ``NAME`` is its own tenant, so two keys share streams only when they say so.
 
 Exceptions (`airlane.core.errors.AirlaneError`, with their codes; each transport reports
 them through its own table, ``docs/errors.md``)::
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import enum
 import hmac
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -25,6 +31,8 @@ from airlane.core.errors import AirlaneError, ErrorCode
 
 __all__ = [
     "ANONYMOUS",
+    "DEFAULT_TENANT",
+    "TENANT_PATTERN",
     "Action",
     "AllowAll",
     "ApiKeyPolicy",
@@ -33,6 +41,7 @@ __all__ = [
     "SecurityError",
     "SecurityPolicy",
     "Unauthenticated",
+    "principal_named",
 ]
 
 
@@ -45,6 +54,14 @@ class Action(enum.StrEnum):
     CANCEL = "cancel"
 
 
+DEFAULT_TENANT = "default"
+"""The tenant of principals that name none (everyone, under `AllowAll`): its stream ids are
+stored as they are, so a single-tenant gateway's streams keep the ids clients gave them."""
+
+TENANT_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,64}")
+"""What a tenant's name may look like."""
+
+
 @dataclass(frozen=True, slots=True)
 class Principal:
     """Who is asking."""
@@ -53,10 +70,30 @@ class Principal:
     """Stable identity (an API key's owner, a certificate subject)."""
     roles: frozenset[str] = field(default_factory=frozenset)
     """Roles for role-based policies."""
+    tenant: str = DEFAULT_TENANT
+    """Whose resources this principal sees: its tenant's, and only those."""
+
+    def __post_init__(self) -> None:
+        if TENANT_PATTERN.fullmatch(self.tenant) is None:
+            raise ValueError(f"a tenant is 1 to 64 of A-Z a-z 0-9 . _ -, not {self.tenant!r}")
 
 
 ANONYMOUS = Principal("anonymous")
 """The principal of a request without credentials under `AllowAll`."""
+
+
+def principal_named(spec: str) -> Principal:
+    """The principal an API key's name describes: ``NAME@TENANT``, or ``NAME`` (its own
+    tenant). A `ValueError` says what is wrong with a malformed one."""
+    name, sep, tenant = spec.rpartition("@")
+    if not sep:
+        name, tenant = spec, spec
+    if not name:
+        raise ValueError(f"API key name {spec!r}: NAME@TENANT needs a name before the '@'")
+    try:
+        return Principal(name, tenant=tenant)
+    except ValueError as exc:
+        raise ValueError(f"API key name {spec!r}: {exc}") from None
 
 
 class SecurityError(AirlaneError):
@@ -99,12 +136,13 @@ class AllowAll:
 
 
 class ApiKeyPolicy:
-    """Bearer API keys: each key maps to a principal name; every key may do everything."""
+    """Bearer API keys: each key maps to a principal's name (``NAME`` or ``NAME@TENANT``,
+    see `principal_named`); every key may do everything within its tenant."""
 
     def __init__(self, keys: Mapping[str, str]) -> None:
         if not keys:
             raise ValueError("ApiKeyPolicy needs at least one key")
-        self._keys = {key.encode(): name for key, name in keys.items()}
+        self._keys = {key.encode(): principal_named(name) for key, name in keys.items()}
 
     def authenticate(self, bearer: str | None) -> Principal:
         """Look the key up in constant time per key, so timing does not leak prefixes."""
@@ -112,12 +150,12 @@ class ApiKeyPolicy:
             raise Unauthenticated("missing API key: send 'Authorization: Bearer <key>'")
         offered = bearer.encode()
         match = None
-        for key, name in self._keys.items():
+        for key, principal in self._keys.items():
             if hmac.compare_digest(key, offered):
-                match = name
+                match = principal
         if match is None:
             raise Unauthenticated("invalid API key")
-        return Principal(match)
+        return match
 
     def authorize(self, principal: Principal, action: Action, stream_id: str) -> None:
         """Any authenticated principal may act."""

@@ -56,7 +56,7 @@ from airlane.core import (
     Position,
     Retention,
     StreamLog,
-    valid_stream_id,
+    valid_hub_stream_id,
 )
 from airlane.hub.base import (
     HubError,
@@ -167,7 +167,7 @@ class JetStreamHub(MemoryHub):
         orphan: OrphanPolicy | None = None,
         exist_ok: bool = False,
     ) -> StreamInfo:
-        if not valid_stream_id(stream_id):
+        if not valid_hub_stream_id(stream_id):
             raise InvalidStreamId(
                 f"invalid stream id {stream_id[:80]!r}: use 1-200 of A-Z a-z 0-9 . _ : / -"
             )
@@ -284,7 +284,7 @@ class JetStreamHub(MemoryHub):
         if replica is not None:
             assert isinstance(replica, Replica)
             return replica
-        if not valid_stream_id(stream_id):
+        if not valid_hub_stream_id(stream_id):
             raise InvalidStreamId(f"invalid stream id {stream_id[:200]!r}")
         loading = self._loading.get(stream_id)
         if loading is not None:  # another request is loading it: share its result
