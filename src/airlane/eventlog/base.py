@@ -599,6 +599,11 @@ class EventLog(abc.ABC):
             raise InvalidRequest("a delivery token is a non-empty string")
         await self._settle(token, action, delay)
 
+    def token_log(self, token: str) -> str | None:
+        """The log whose delivery ``token`` settles (None: not a token of this event log), so
+        that a caller allowed on one log settles nothing of another's."""
+        return self._token_log(token) if isinstance(token, str) else None
+
     # -- implementation hooks (arguments already checked) ------------------------------------
 
     @abc.abstractmethod
@@ -606,6 +611,9 @@ class EventLog(abc.ABC):
 
     @abc.abstractmethod
     async def _delete_log(self, name: str) -> None: ...
+
+    @abc.abstractmethod
+    def _token_log(self, token: str) -> str | None: ...
 
     @abc.abstractmethod
     async def _info(self, name: str) -> LogInfo: ...

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from airlane.core.scope import split_scope
 from airlane.eventlog.errors import EventTooLarge, InvalidLogName, InvalidRequest
 
 __all__ = [
@@ -36,10 +37,19 @@ _TOKEN = re.compile(r"[!-~]{1,200}")
 _MEDIA_TYPE = re.compile(r"[!-~](?:[ -~]{0,198}[!-~])?")
 
 
-def check_name(name: object, what: str = "log") -> str:
-    """``name`` if it is a valid log (or group) name, else raise `InvalidLogName`."""
-    if not isinstance(name, str) or _NAME.fullmatch(name) is None:
+def check_name(name: object, what: str = "log", *, scoped: bool = True) -> str:
+    """``name`` if it is a valid log (or group) name, else raise `InvalidLogName`. A log's
+    name may be in a tenant's scope (``@tenant/name``, `airlane.core.scope`, tenant and name
+    together at most 200 characters) unless ``scoped`` is false: what a client sends."""
+    if not isinstance(name, str):
         raise InvalidLogName(f"invalid {what} name {name!r}: expected [A-Za-z0-9._-]{{1,200}}")
+    tenant, plain = split_scope(name) if scoped and what == "log" else (None, name)
+    if _NAME.fullmatch(plain) is None:
+        raise InvalidLogName(f"invalid {what} name {plain!r}: expected [A-Za-z0-9._-]{{1,200}}")
+    if tenant is not None and len(tenant) + len(plain) > MAX_NAME_CHARS:
+        raise InvalidLogName(
+            f"{what} name {plain!r} too long: with its tenant's name at most {MAX_NAME_CHARS}"
+        )
     return name
 
 

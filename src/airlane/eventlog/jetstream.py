@@ -496,6 +496,13 @@ class JetStreamEventLog(EventLog):
             max_ack_pending=self.config.max_ack_pending,
         )
 
+    def _token_log(self, token: str) -> str | None:
+        stream = _stream_of_ack(token)
+        head = f"{self._stream_prefix}_"
+        if stream is None or not stream.startswith(head):
+            return None
+        return name_from_token(stream[len(head) :])
+
     async def _settle(self, token: str, action: str, delay: float | None) -> None:
         stream = _stream_of_ack(token)
         if stream is None or not stream.startswith(f"{self._stream_prefix}_"):

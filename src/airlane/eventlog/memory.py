@@ -204,6 +204,10 @@ class MemoryEventLog(EventLog):
         state.deleted = True
         log.changed.notify()
 
+    def _token_log(self, token: str) -> str | None:
+        parts = token.split("|")
+        return parts[0] if len(parts) == 4 else None
+
     async def _settle(self, token: str, action: str, delay: float | None) -> None:
         try:
             name, group, seq_text, deliveries_text = token.split("|")
@@ -273,18 +277,19 @@ class _MemoryConsumerGroup(ConsumerGroup):
 
 
 class _MemoryDelivery(Delivery):
-    __slots__ = ("_changed", "_state")
+    __slots__ = ("_changed", "_log", "_state")
 
     def __init__(
         self, record: Record, deliveries: int, state: GroupState, changed: _Signal
     ) -> None:
         super().__init__(record, deliveries)
+        self._log = record.log  # the token's, whatever name the record is shown under later
         self._state = state
         self._changed = changed
 
     async def _ack(self) -> None:
         if self._state.deleted:
-            raise GroupNotFound(f"group {self._state.group!r} on {self.record.log!r} is gone")
+            raise GroupNotFound(f"group {self._state.group!r} on {self._log!r} is gone")
         self._state.ack(self.seq)
         self._changed.notify()  # a pending slot is free
 
@@ -301,4 +306,4 @@ class _MemoryDelivery(Delivery):
     @property
     def token(self) -> str:
         # Log and group names cannot contain "|".
-        return f"{self.record.log}|{self._state.group}|{self.seq}|{self.deliveries}"
+        return f"{self._log}|{self._state.group}|{self.seq}|{self.deliveries}"

@@ -25,6 +25,7 @@ import secrets
 import time
 from collections.abc import Mapping
 
+from airlane.core.scope import scoped, split_scope
 from airlane.eventlog.base import NewEvent, Record
 
 __all__ = [
@@ -52,12 +53,19 @@ _OCTET_STREAM = "application/octet-stream"
 
 
 def name_token(name: str) -> str:
-    """The subject token (and stream or consumer name part) for a log or group name."""
-    return name.replace(".", "=")
+    """The subject token (and stream or consumer name part) for a log or group name: dots
+    written as ``=``; a tenant's scope (``@tenant/name``) as ``~tenant~name``, since NATS
+    names may hold neither ``@`` nor ``/``, and plain names never hold ``~``."""
+    tenant, plain = split_scope(name)
+    token = plain.replace(".", "=")
+    return token if tenant is None else f"~{tenant.replace('.', '=')}~{token}"
 
 
 def name_from_token(token: str) -> str:
     """The inverse of `name_token`."""
+    if token.startswith("~"):
+        _, tenant, plain = token.split("~", 2)
+        return scoped(tenant.replace("=", "."), plain.replace("=", "."))
     return token.replace("=", ".")
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airlane.core.errors import ErrorCode
+from airlane.core.scope import scoped, split_scope
 from airlane.eventlog import EventLog, EventLogUnavailable, MemoryEventLog
 from airlane.registry import (
     InvalidSubject,
@@ -142,8 +143,12 @@ class EventSourcing:
                 await nc.drain()
 
     async def _validate(self, log: str, type: str, content_type: str, data: bytes) -> None:
-        """The event logs' validator: the payload against the type's latest schema."""
-        version = await self._schema_of(type)
+        """The event logs' validator: the payload against the latest schema of the subject
+        named like the type, in the log's tenant (`airlane.core.scope`)."""
+        tenant, _ = split_scope(log)
+        # A type that looks scoped is no subject name (a client's names hold no "@"): it must
+        # not reach another tenant's subject.
+        version = None if "@" in type else await self._schema_of(scoped(tenant, type))
         if version is None:
             if self.config.require_schema:
                 raise UnknownEventType(

@@ -2,21 +2,26 @@
 
 Each method authorizes its call on the resource ``logs/<log>`` (``publish`` to create, delete
 or append; ``subscribe`` to read, replay, consume and settle) and then asks the node's
-`airlane.eventlog.EventLog`. Consumer group handles are kept open here, one per (log, group)
-and bounded (`airlane.eventlog.handles.GroupHandles`), for every wire at once: a delivery
-fetched over gRPC can be settled over HTTP on the same handle.
+`airlane.eventlog.EventLog` for the log of that name in the caller's tenant
+(`airlane.gateway.tenancy`): another tenant's log is not found, and is not listed. Consumer
+group handles are kept open here, one per (log, group) and bounded
+(`airlane.eventlog.handles.GroupHandles`), for every wire at once: a delivery fetched over gRPC
+can be settled over HTTP on the same handle.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from airlane.eventlog import Delivery, EventLog, GroupInfo, LogInfo, NewEvent, Record
 from airlane.eventlog.base import MAX_BATCH_EVENTS
+from airlane.eventlog.checks import check_name
 from airlane.eventlog.errors import InvalidRequest
 from airlane.eventlog.handles import GroupHandles
 from airlane.gateway.eventsourcing import EventSourcing
+from airlane.gateway.tenancy import client_names, own_names, scoped_name
 from airlane.security import Action, Principal, SecurityPolicy
 
 __all__ = ["MAX_SETTLE_TOKENS", "EventLogs", "log_resource"]
@@ -42,14 +47,18 @@ class EventLogs:
     def _logs(self) -> EventLog:
         return self._events.logs
 
-    def _allow(self, principal: Principal, action: Action, log: str) -> None:
+    def _allow(self, principal: Principal, action: Action, log: str) -> str:
+        """Authorize ``action`` on ``log``; the key its tenant keeps it under."""
+        check_name(log, scoped=False)
         self._security.authorize(principal, action, log_resource(log))
+        return scoped_name(principal, log)
 
     # -- logs -------------------------------------------------------------------------------
 
     async def names(self, principal: Principal) -> list[str]:
-        """Every log's name (any authenticated principal may list them)."""
-        return await self._logs.logs()
+        """The names of the caller's tenant's logs (any authenticated principal may list
+        them)."""
+        return own_names(principal, await self._logs.logs())
 
     async def create(
         self,
@@ -62,23 +71,26 @@ class EventLogs:
     ) -> tuple[LogInfo, bool]:
         """Create ``log`` with these limits (an existing log keeps its own); the info and
         whether it was created now."""
-        self._allow(principal, Action.PUBLISH, log)
-        existed = log in await self._logs.logs()
-        info = await self._logs.create_log(
-            log, max_age_s=max_age_s, max_bytes=max_bytes, max_events=max_events
-        )
-        return info, not existed
+        key = self._allow(principal, Action.PUBLISH, log)
+        with client_names(key, log):
+            existed = key in await self._logs.logs()
+            info = await self._logs.create_log(
+                key, max_age_s=max_age_s, max_bytes=max_bytes, max_events=max_events
+            )
+        return replace(info, name=log), not existed
 
     async def info(self, principal: Principal, log: str) -> LogInfo:
         """``log``'s state."""
-        self._allow(principal, Action.SUBSCRIBE, log)
-        return await self._logs.info(log)
+        key = self._allow(principal, Action.SUBSCRIBE, log)
+        with client_names(key, log):
+            return replace(await self._logs.info(key), name=log)
 
     async def delete(self, principal: Principal, log: str) -> None:
         """Delete ``log``, its records and its groups."""
-        self._allow(principal, Action.PUBLISH, log)
-        await self._logs.delete_log(log)
-        await self._groups.forget(log)
+        key = self._allow(principal, Action.PUBLISH, log)
+        with client_names(key, log):
+            await self._logs.delete_log(key)
+        await self._groups.forget(key)
 
     # -- records ----------------------------------------------------------------------------
 
@@ -87,10 +99,11 @@ class EventLogs:
     ) -> list[Record]:
         """Append ``events`` (1 to `MAX_BATCH_EVENTS`) in order, each validated against its
         type's schema first."""
-        self._allow(principal, Action.PUBLISH, log)
+        key = self._allow(principal, Action.PUBLISH, log)
         if not 1 <= len(events) <= MAX_BATCH_EVENTS:
             raise InvalidRequest(f"append 1 to {MAX_BATCH_EVENTS} events, not {len(events)}")
-        return await self._logs.append_many(log, events)
+        with client_names(key, log):
+            return _named(await self._logs.append_many(key, events), log)
 
     async def read(
         self,
@@ -102,8 +115,12 @@ class EventLogs:
         limit: int = 100,
     ) -> list[Record]:
         """Up to ``limit`` records from ``from_seq`` or ``from_time_ns`` (or the oldest)."""
-        self._allow(principal, Action.SUBSCRIBE, log)
-        return await self._logs.read(log, from_seq=from_seq, from_time_ns=from_time_ns, limit=limit)
+        key = self._allow(principal, Action.SUBSCRIBE, log)
+        with client_names(key, log):
+            records = await self._logs.read(
+                key, from_seq=from_seq, from_time_ns=from_time_ns, limit=limit
+            )
+        return _named(records, log)
 
     # -- consumer groups --------------------------------------------------------------------
 
@@ -122,9 +139,14 @@ class EventLogs:
         ``start_time_ns``) holds only what the caller asked for: they create a new group; an
         existing group keeps its own, and an asked one that differs is refused
         (`airlane.eventlog.GroupSettingsConflict`)."""
-        self._allow(principal, Action.SUBSCRIBE, log)
-        handle = await self._groups.get(self._logs, log, group, settings or {})
-        return await handle.fetch(max_events, timeout_s)
+        key = self._allow(principal, Action.SUBSCRIBE, log)
+        with client_names(key, log):
+            handle = await self._groups.get(self._logs, key, group, settings or {})
+            deliveries = await handle.fetch(max_events, timeout_s)
+        if key != log:
+            for delivery in deliveries:
+                delivery.record = replace(delivery.record, log=log)
+        return deliveries
 
     async def settle(
         self,
@@ -136,26 +158,39 @@ class EventLogs:
     ) -> int:
         """Settle deliveries of ``log`` by their tokens (``ack``, ``nak``, ``progress``);
         how many."""
-        self._allow(principal, Action.SUBSCRIBE, log)
+        key = self._allow(principal, Action.SUBSCRIBE, log)
         if len(tokens) > MAX_SETTLE_TOKENS:
             raise InvalidRequest(f"at most {MAX_SETTLE_TOKENS} tokens per call")
-        for token in tokens:
-            await self._logs.settle(token, action, delay_s if action == "nak" else None)
+        # Every token first: a call that names another log's delivery settles nothing.
+        if any(self._logs.token_log(token) != key for token in tokens):
+            raise InvalidRequest(f"not a delivery token of the log {log!r}")
+        with client_names(key, log):
+            for token in tokens:
+                await self._logs.settle(token, action, delay_s if action == "nak" else None)
         return len(tokens)
 
     async def group_info(self, principal: Principal, log: str, group: str) -> GroupInfo:
         """``group``'s position and pending deliveries. Looking does not join: a group that
         does not exist yet is a `GroupNotFound`, not one created with the default settings
         that its first member's fetch would then conflict with."""
-        self._allow(principal, Action.SUBSCRIBE, log)
-        return await self._logs.group_info(log, group)
+        key = self._allow(principal, Action.SUBSCRIBE, log)
+        with client_names(key, log):
+            return replace(await self._logs.group_info(key, group), log=log)
 
     async def delete_group(self, principal: Principal, log: str, group: str) -> None:
         """Delete ``group`` (its position and pending deliveries)."""
-        self._allow(principal, Action.SUBSCRIBE, log)
-        await self._groups.forget(log, group)
-        await self._logs.delete_group(log, group)
+        key = self._allow(principal, Action.SUBSCRIBE, log)
+        await self._groups.forget(key, group)
+        with client_names(key, log):
+            await self._logs.delete_group(key, group)
 
     async def aclose(self) -> None:
         """Close the consumer group handles."""
         await self._groups.aclose()
+
+
+def _named(records: list[Record], log: str) -> list[Record]:
+    """``records`` as the client that calls their log ``log`` sees them."""
+    if not records or records[0].log == log:
+        return records
+    return [replace(record, log=log) for record in records]

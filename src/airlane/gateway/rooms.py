@@ -2,7 +2,9 @@
 
 Two kinds of room live in the hub: LWW-map rooms (`airlane.sync.rooms`, resource
 ``rooms/<room>``) and Yjs documents (`airlane.sync.yjs`, resource ``yjs/<room>``). Reading a
-room or joining it needs ``subscribe`` on its resource, changing it ``publish``; a Yjs peer
+room or joining it needs ``subscribe`` on its resource, changing it ``publish``. An LWW room
+is the caller's tenant's (`airlane.gateway.tenancy`): another tenant's room of the same name is
+another room. A Yjs peer
 without ``publish`` joins read-only (it syncs and sees presence; a change from it is refused
 with ``read_only``). The Yjs rooms of a node are made on first use and closed with the gateway.
 """
@@ -14,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from airlane.core.errors import ErrorCode
+from airlane.gateway.tenancy import client_names, scoped_name
 from airlane.hub import Hub
 from airlane.security import Action, PermissionDenied, Principal, SecurityPolicy
 from airlane.sync.rooms import Room, RoomError, Rooms
@@ -38,17 +41,18 @@ class JoinedRoom:
     """One client in one LWW room: its state, its changes, and leaving."""
 
     def __init__(
-        self, rooms: SharedRooms, room: Room, principal: Principal, listener: Listener
+        self, rooms: SharedRooms, room: Room, name: str, principal: Principal, listener: Listener
     ) -> None:
         self._rooms = rooms
         self._room = room
+        self._name = name
         self._principal = principal
         self._listener = listener
 
     @property
     def name(self) -> str:
-        """The room's name."""
-        return self._room.name
+        """The room's name, as its client calls it."""
+        return self._name
 
     def state(self) -> dict[str, Any]:
         """The room's state now: ``{"entries", "version", "state"}``."""
@@ -56,7 +60,7 @@ class JoinedRoom:
 
     async def submit(self, ops: Any) -> int:
         """Apply a client's operations (``publish`` on the room); how many were taken."""
-        return await self._rooms.submit(self._principal, self._room.name, ops)
+        return await self._rooms.submit(self._principal, self._name, ops)
 
     def leave(self) -> None:
         """Stop relaying changes to this client."""
@@ -77,30 +81,35 @@ class SharedRooms:
 
     # -- LWW-map rooms ----------------------------------------------------------------------
 
-    def _allow(self, principal: Principal, action: Action, name: str) -> None:
+    def _allow(self, principal: Principal, action: Action, name: str) -> str:
+        """Authorize ``action`` on room ``name``; the key its tenant keeps it under."""
         if not ROOM_NAME.fullmatch(name):
             raise RoomError(
                 "a room name is 1-150 of A-Z a-z 0-9 . _ -", code=ErrorCode.INVALID_ROOM
             )
         self._security.authorize(principal, action, room_resource(name))
+        return scoped_name(principal, name)
 
     async def state(self, principal: Principal, name: str) -> dict[str, Any]:
         """Room ``name``'s state (opening it on this node if needed)."""
-        self._allow(principal, Action.SUBSCRIBE, name)
-        return await self.lww.state(name)
+        key = self._allow(principal, Action.SUBSCRIBE, name)
+        with client_names(key, name):
+            return await self.lww.state(key)
 
     async def submit(self, principal: Principal, name: str, ops: Any) -> int:
         """Apply operations to room ``name``; how many were taken (once stored)."""
-        self._allow(principal, Action.PUBLISH, name)
-        return await (await self.lww.room(name)).submit(ops)
+        key = self._allow(principal, Action.PUBLISH, name)
+        with client_names(key, name):
+            return await (await self.lww.room(key)).submit(ops)
 
     async def join(self, principal: Principal, name: str, listener: Listener) -> JoinedRoom:
         """Follow room ``name``: ``listener`` gets every change from any client on any node
         until `JoinedRoom.leave`."""
-        self._allow(principal, Action.SUBSCRIBE, name)
-        room = await self.lww.room(name)
+        key = self._allow(principal, Action.SUBSCRIBE, name)
+        with client_names(key, name):
+            room = await self.lww.room(key)
         self.lww.join(room, listener)
-        return JoinedRoom(self, room, principal, listener)
+        return JoinedRoom(self, room, name, principal, listener)
 
     # -- Yjs documents ----------------------------------------------------------------------
 

@@ -3,19 +3,25 @@
 Each method authorizes its call on ``schemas/<subject>``: ``publish`` to change a subject
 (register, delete, set its compatibility mode), ``subscribe`` to read it (versions, a dry-run
 check, validating a payload). Listing the subjects needs only an authenticated principal.
+Subjects are the caller's tenant's (`airlane.gateway.tenancy`): another tenant's subject is not
+found and not listed, and an event appended to a tenant's log is checked against that tenant's
+subject of its type.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Literal
 
 from airlane.gateway.eventsourcing import EventSourcing
+from airlane.gateway.tenancy import client_names, own_names, scoped_name
 from airlane.registry import (
     Compatibility,
     Incompatibility,
     Schema,
     SchemaRegistry,
     SchemaVersion,
+    check_subject,
 )
 from airlane.security import Action, Principal, SecurityPolicy
 
@@ -38,60 +44,76 @@ class Schemas:
     def _registry(self) -> SchemaRegistry:
         return self._events.registry
 
-    def _allow(self, principal: Principal, action: Action, subject: str) -> None:
+    def _allow(self, principal: Principal, action: Action, subject: str) -> str:
+        """Authorize ``action`` on ``subject``; the key its tenant keeps it under."""
+        check_subject(subject, scoped=False)
         self._security.authorize(principal, action, schema_resource(subject))
+        return scoped_name(principal, subject)
 
     async def subjects(self, principal: Principal) -> list[str]:
-        """Every subject's name."""
-        return await self._registry.subjects()
+        """The names of the caller's tenant's subjects."""
+        return own_names(principal, await self._registry.subjects())
 
     async def describe(self, principal: Principal, subject: str) -> tuple[list[int], Compatibility]:
         """``subject``'s version numbers and its compatibility mode."""
-        self._allow(principal, Action.SUBSCRIBE, subject)
-        return await self._registry.versions(subject), await self._registry.compatibility(subject)
+        key = self._allow(principal, Action.SUBSCRIBE, subject)
+        with client_names(key, subject):
+            return await self._registry.versions(key), await self._registry.compatibility(key)
 
     async def register(self, principal: Principal, subject: str, schema: Schema) -> SchemaVersion:
         """Register ``schema`` under ``subject`` (idempotent; `IncompatibleSchema` when the
         subject's mode forbids it)."""
-        self._allow(principal, Action.PUBLISH, subject)
-        return await self._registry.register(subject, schema)
+        key = self._allow(principal, Action.PUBLISH, subject)
+        with client_names(key, subject):
+            return _named(await self._registry.register(key, schema), subject)
 
     async def version(
         self, principal: Principal, subject: str, version: int | Literal["latest"] = "latest"
     ) -> SchemaVersion:
         """One registered version of ``subject``."""
-        self._allow(principal, Action.SUBSCRIBE, subject)
-        return await self._registry.get(subject, version)
+        key = self._allow(principal, Action.SUBSCRIBE, subject)
+        with client_names(key, subject):
+            return _named(await self._registry.get(key, version), subject)
 
     async def check(
         self, principal: Principal, subject: str, schema: Schema
     ) -> list[Incompatibility]:
         """Where ``schema`` would break ``subject``'s mode (empty: it would register)."""
-        self._allow(principal, Action.SUBSCRIBE, subject)
-        return await self._registry.check(subject, schema)
+        key = self._allow(principal, Action.SUBSCRIBE, subject)
+        with client_names(key, subject):
+            return await self._registry.check(key, schema)
 
     async def compatibility(self, principal: Principal, subject: str) -> Compatibility:
         """``subject``'s compatibility mode."""
-        self._allow(principal, Action.SUBSCRIBE, subject)
-        return await self._registry.compatibility(subject)
+        key = self._allow(principal, Action.SUBSCRIBE, subject)
+        with client_names(key, subject):
+            return await self._registry.compatibility(key)
 
     async def set_compatibility(
         self, principal: Principal, subject: str, mode: Compatibility | str
     ) -> Compatibility:
         """Set ``subject``'s compatibility mode; the mode now in force."""
-        self._allow(principal, Action.PUBLISH, subject)
-        await self._registry.set_compatibility(subject, mode)
-        return await self._registry.compatibility(subject)
+        key = self._allow(principal, Action.PUBLISH, subject)
+        with client_names(key, subject):
+            await self._registry.set_compatibility(key, mode)
+            return await self._registry.compatibility(key)
 
     async def validate(
         self, principal: Principal, subject: str, data: bytes, content_type: str
     ) -> SchemaVersion:
         """Check a payload against ``subject``'s latest version (`SchemaViolation` if it does
         not conform); the version it was checked against."""
-        self._allow(principal, Action.SUBSCRIBE, subject)
-        return await self._registry.validate(subject, data, content_type)
+        key = self._allow(principal, Action.SUBSCRIBE, subject)
+        with client_names(key, subject):
+            return _named(await self._registry.validate(key, data, content_type), subject)
 
     async def delete(self, principal: Principal, subject: str) -> list[int]:
         """Delete every version of ``subject``; the versions deleted."""
-        self._allow(principal, Action.PUBLISH, subject)
-        return await self._registry.delete_subject(subject)
+        key = self._allow(principal, Action.PUBLISH, subject)
+        with client_names(key, subject):
+            return await self._registry.delete_subject(key)
+
+
+def _named(version: SchemaVersion, subject: str) -> SchemaVersion:
+    """``version`` as the client that calls its subject ``subject`` sees it."""
+    return version if version.subject == subject else replace(version, subject=subject)

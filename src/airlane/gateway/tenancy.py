@@ -1,13 +1,14 @@
-"""Each tenant's own namespace of stream ids.
+"""Each tenant's own namespace of names: stream ids, event logs, schema subjects.
 
-A client names a stream (``alice/private``, ``chatcmpl-...``); the hub stores it under a key
-that says whose it is: the id itself for the default tenant (so a single-tenant gateway's
-streams keep the ids clients gave them, in memory and in JetStream alike), and
-``@<tenant>/<id>`` for every other tenant. Clients cannot write an ``@`` in a stream id, so no
-name a client sends reaches another tenant's key: another tenant's stream is not found rather
-than forbidden, and two tenants can each have a stream called ``notes``.
+A client names a stream (``alice/private``, ``chatcmpl-...``), a log or a subject; the store
+keeps it under a key that says whose it is (`airlane.core.scope`): the name itself for the
+default tenant (so a single-tenant gateway's names stay the ones clients gave, in memory and in
+JetStream alike), and ``@<tenant>/<name>`` for every other tenant. Clients cannot write an
+``@`` in a name, so no name a client sends reaches another tenant's key: another tenant's
+stream, log or subject is not found rather than forbidden, and two tenants can each have one
+called ``notes``.
 
-Errors the hub raises name its key; `client_names` puts the client's id back before they
+Errors the stores raise name the key; `client_names` puts the client's name back before they
 reach a transport, so a message never shows a tenant's key.
 """
 
@@ -18,10 +19,28 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 from airlane.core import StreamInfo, valid_stream_id
+from airlane.core.scope import scoped, split_scope
 from airlane.hub import InvalidStreamId
 from airlane.security import DEFAULT_TENANT, Principal
 
-__all__ = ["client_info", "client_names", "hub_key"]
+__all__ = ["client_info", "client_names", "hub_key", "own_names", "scope_of", "scoped_name"]
+
+
+def scope_of(principal: Principal) -> str | None:
+    """The scope ``principal``'s names are kept in (None: the default tenant's, none)."""
+    return None if principal.tenant == DEFAULT_TENANT else principal.tenant
+
+
+def scoped_name(principal: Principal, name: str) -> str:
+    """The key ``principal``'s tenant keeps ``name`` under (checked by the caller: a name a
+    client may use holds no ``@``)."""
+    return scoped(scope_of(principal), name)
+
+
+def own_names(principal: Principal, keys: list[str]) -> list[str]:
+    """Of the stored ``keys``, those of ``principal``'s tenant, as its clients name them."""
+    tenant = scope_of(principal)
+    return [name for owner, name in map(split_scope, keys) if owner == tenant]
 
 
 def hub_key(principal: Principal, stream_id: str) -> str:
@@ -31,9 +50,7 @@ def hub_key(principal: Principal, stream_id: str) -> str:
         raise InvalidStreamId(
             f"invalid stream id {stream_id[:80]!r}: use 1-200 of A-Z a-z 0-9 . _ : / -"
         )
-    if principal.tenant == DEFAULT_TENANT:
-        return stream_id
-    return f"@{principal.tenant}/{stream_id}"
+    return scoped_name(principal, stream_id)
 
 
 def client_info(info: StreamInfo, stream_id: str) -> StreamInfo:

@@ -31,6 +31,7 @@ from google.protobuf.message import DecodeError
 from jsonschema.exceptions import SchemaError
 from jsonschema.validators import validator_for
 
+from airlane.core.scope import split_scope
 from airlane.registry.errors import InvalidSchema, InvalidSubject
 
 __all__ = [
@@ -57,11 +58,20 @@ POOL_CACHE_SIZE = 128
 Direction = Literal["backward", "forward"]
 
 
-def check_subject(subject: str) -> str:
-    """Return ``subject`` if it is a valid subject name, else raise `InvalidSubject`."""
-    if not isinstance(subject, str) or _SUBJECT_RE.fullmatch(subject) is None:
+def check_subject(subject: str, *, scoped: bool = True) -> str:
+    """Return ``subject`` if it is a valid subject name, else raise `InvalidSubject`. It may be
+    in a tenant's scope (``@tenant/name``, `airlane.core.scope`: tenant and name together at
+    most `MAX_SUBJECT_LENGTH` characters) unless ``scoped`` is false: what a client sends."""
+    if not isinstance(subject, str):
+        raise InvalidSubject(f"invalid subject {subject!r}")
+    tenant, plain = split_scope(subject) if scoped else (None, subject)
+    if _SUBJECT_RE.fullmatch(plain) is None:
         raise InvalidSubject(
-            f"invalid subject {subject!r}: use 1 to {MAX_SUBJECT_LENGTH} of A-Z a-z 0-9 . _ -"
+            f"invalid subject {plain!r}: use 1 to {MAX_SUBJECT_LENGTH} of A-Z a-z 0-9 . _ -"
+        )
+    if tenant is not None and len(tenant) + len(plain) > MAX_SUBJECT_LENGTH:
+        raise InvalidSubject(
+            f"subject {plain!r} too long: with its tenant's name at most {MAX_SUBJECT_LENGTH}"
         )
     return subject
 

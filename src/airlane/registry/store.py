@@ -28,6 +28,7 @@ import functools
 
 import orjson
 
+from airlane.core.scope import scoped, split_scope
 from airlane.registry.errors import InvalidSchema, RegistryUnavailable
 from airlane.registry.schemas import Compatibility, Schema, SchemaType, SchemaVersion, check_subject
 
@@ -125,12 +126,19 @@ class MemorySchemaStore(SchemaStore):
 
 
 def subject_token(subject: str) -> str:
-    """A subject as one key token (its dots written as ``/``)."""
-    return check_subject(subject).replace(".", "/")
+    """A subject as one key token: its dots written as ``/``; a tenant's scope
+    (``@tenant/name``) as ``=tenant=name``, since key-value keys may hold neither ``@`` nor a
+    ``/`` of their own here, and plain subjects never hold ``=``."""
+    tenant, plain = split_scope(check_subject(subject))
+    token = plain.replace(".", "/")
+    return token if tenant is None else f"={tenant.replace('.', '/')}={token}"
 
 
 def subject_of_token(token: str) -> str:
     """The inverse of `subject_token`."""
+    if token.startswith("="):
+        _, tenant, plain = token.split("=", 2)
+        return scoped(tenant.replace("/", "."), plain.replace("/", "."))
     return token.replace("/", ".")
 
 

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import enum
 import hmac
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from airlane.core.errors import AirlaneError, ErrorCode
+from airlane.core.scope import TENANT_PATTERN
 
 __all__ = [
     "ANONYMOUS",
@@ -57,9 +57,6 @@ class Action(enum.StrEnum):
 DEFAULT_TENANT = "default"
 """The tenant of principals that name none (everyone, under `AllowAll`): its stream ids are
 stored as they are, so a single-tenant gateway's streams keep the ids clients gave them."""
-
-TENANT_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,64}")
-"""What a tenant's name may look like."""
 
 
 @dataclass(frozen=True, slots=True)

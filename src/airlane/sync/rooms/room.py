@@ -28,6 +28,7 @@ from typing import Any
 
 from airlane.core import Event, Kind, Retention
 from airlane.core.errors import AirlaneError, ErrorCode
+from airlane.core.scope import scoped, split_scope
 from airlane.hub import Hub, HubError, StreamNotFound, Subscription
 from airlane.sync.errors import SyncError
 from airlane.sync.hlc import HybridClock
@@ -65,7 +66,9 @@ class RoomConfig:
 
 
 def _stream(name: str) -> str:
-    return f"rooms/{name}"
+    # A room in a tenant's scope (airlane.core.scope) is a stream in the same scope.
+    tenant, plain = split_scope(name)
+    return scoped(tenant, f"rooms/{plain}")
 
 
 class Room:
