@@ -191,8 +191,11 @@ def test_real_updates_and_state_vectors_pass_the_count_check(edits: list[str], c
     doc["text"] = text = Text()
     for edit in edits:
         text += edit
-    if len(text) > cut:
-        del text[0:cut]
+    content = str(text)
+    if len(content) > cut:
+        # pycrdt indexes text by UTF-8 byte; a cut inside a character panics yrs (a pycrdt
+        # bug, not what this test is about), so cut at the cut-th character's boundary.
+        del text[0 : len(content[:cut].encode())]
     check_update(doc.get_update())
     check_update(doc.get_update(doc.get_state()))
     check_state_vector(doc.get_state())
