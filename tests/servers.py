@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-READY = re.compile(r"airlane listening on (http://\S+)")
-AIRC_READY = re.compile(r"AIRC on tcp://([^\s,]+):(\d+)")
+READY = re.compile(r"airlane listening on (https?://\S+)")
+AIRC_READY = re.compile(r"AIRC on tcp(?:\+tls)?://([^\s,]+):(\d+)")
 GRPC_READY = re.compile(r"gRPC on ([^\s,]+)")
 
 FAST_SYNTHETIC = """

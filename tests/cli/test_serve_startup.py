@@ -141,6 +141,15 @@ def test_an_api_key_naming_a_bad_tenant() -> None:
     assert "API key name 'al@no tenant'" in line and "tenant" in line
 
 
+def test_tls_settings_that_cannot_work(tmp_path: Path) -> None:
+    cert = tmp_path / "missing.pem"
+    line = one_line(serve("--port", "0", "--tls-cert", str(cert)))
+    assert "--tls-key" in line
+    line = one_line(serve("--port", "0", "--tls-cert", str(cert), "--tls-key", str(cert)))
+    assert str(cert) in line
+    assert "--tls-cert" in one_line(serve("--port", "0", "--tls-client-ca", str(cert)))
+
+
 def test_a_bad_log_level() -> None:
     assert "--log-level" in one_line(serve("--port", "0", "--log-level", "loud"))
 

@@ -15,6 +15,7 @@ from rich.console import Console
 from airlane import __version__
 from airlane.cli.artifacts import artifacts_app
 from airlane.cli.bench import bench_command
+from airlane.cli.certs import certs_app
 from airlane.cli.demo import demo_command
 from airlane.cli.logs import logs_app, schemas_app
 from airlane.cli.stream import stream_command
@@ -93,6 +94,18 @@ def serve_command(
         Path | None,
         typer.Option(help="Serve this artifact store under /v1/artifacts and announce versions."),
     ] = None,
+    tls_cert: Annotated[
+        Path | None, typer.Option(help="Speak TLS on every listener with this certificate (PEM).")
+    ] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="The certificate's private key.")] = None,
+    tls_client_ca: Annotated[
+        Path | None,
+        typer.Option(help="Require client certificates that chain to this CA bundle (mTLS)."),
+    ] = None,
+    trust_domain: Annotated[
+        list[str] | None,
+        typer.Option(help="Accept client SPIFFE IDs from this trust domain only (repeatable)."),
+    ] = None,
     config: Annotated[Path | None, typer.Option(help="TOML configuration file.")] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
@@ -121,6 +134,16 @@ def serve_command(
         api_keys=keys,
         log_level=log_level,
     )
+    tls = settings.tls
+    if tls_cert is not None or tls_key is not None or tls_client_ca is not None or trust_domain:
+        tls = replace(
+            tls,
+            cert_file=str(tls_cert) if tls_cert else tls.cert_file,
+            key_file=str(tls_key) if tls_key else tls.key_file,
+            client_ca_file=str(tls_client_ca) if tls_client_ca else tls.client_ca_file,
+            trust_domains=tuple(trust_domain) if trust_domain else tls.trust_domains,
+        )
+        settings = replace(settings, tls=tls)
     if hub is not None:
         settings = replace(settings, hub=hub)
     if node_id is not None:
@@ -184,6 +207,7 @@ app.command("bench")(bench_command)
 app.add_typer(logs_app, name="logs")
 app.add_typer(schemas_app, name="schemas")
 app.add_typer(artifacts_app, name="artifacts")
+app.add_typer(certs_app, name="certs")
 
 
 @app.command("version")

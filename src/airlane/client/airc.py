@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import ssl
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -204,16 +205,25 @@ class AircClient:
 
     @classmethod
     async def tcp(
-        cls, host: str, port: int, api_key: str | None = None, **options: Any
+        cls,
+        host: str,
+        port: int,
+        api_key: str | None = None,
+        *,
+        tls: ssl.SSLContext | None = None,
+        **options: Any,
     ) -> AircClient:
-        """Connect to an AIRC/TCP listener (``airlane serve`` prints it as ``tcp://...``).
+        """Connect to an AIRC/TCP listener (``airlane serve`` prints it as ``tcp://...``, or
+        ``tcp+tls://...``: then pass ``tls``, a client context with the CA to trust and, for
+        mutual TLS, this client's certificate).
 
         Raises:
-            ConnectFailed: the listener could not be reached, or refused the API key.
+            ConnectFailed: the listener could not be reached, refused the TLS handshake, or
+                refused the API key.
         """
         try:
-            reader, writer = await asyncio.open_connection(host, port, limit=_READ_SIZE)
-        except OSError as exc:
+            reader, writer = await asyncio.open_connection(host, port, limit=_READ_SIZE, ssl=tls)
+        except (OSError, ssl.SSLError) as exc:
             raise ConnectFailed(f"cannot connect to AIRC at {host}:{port}: {exc}") from exc
         client = cls(_TcpPipe(reader, writer), **options)
         if api_key is not None:

@@ -33,6 +33,7 @@ from airlane.gateway.service import (
 from airlane.hub import HubStats, Subscription
 from airlane.registry import Compatibility, Incompatibility, Schema, SchemaVersion
 from airlane.security import Principal
+from airlane.security.tls import PeerIdentity, ServerTls
 from airlane.sync.yjs import YPeer, YRoom
 
 __all__ = [
@@ -58,11 +59,13 @@ __all__ = [
     "LoadTestSpec",
     "LogInfo",
     "NewEvent",
+    "PeerIdentity",
     "Principal",
     "Record",
     "Schema",
     "SchemaVersion",
     "Schemas",
+    "ServerTls",
     "SharedRooms",
     "Subscription",
     "YPeer",

@@ -63,6 +63,7 @@ from airlane.runtime.eager import start_eagerly
 from airlane.security import Action, AllowAll, Principal, SecurityPolicy
 
 if TYPE_CHECKING:  # the arbiter's machinery loads only when a conflict is settled
+    from airlane.security.tls import PeerIdentity
     from airlane.sync.semantic import Edit, SemanticMap
 
 __all__ = [
@@ -196,10 +197,13 @@ class Gateway:
 
     # -- who is asking ----------------------------------------------------------------------
 
-    def authenticate(self, bearer: str | None) -> Principal:
-        """The principal behind a bearer token (None: none was sent); `Unauthenticated` if
-        the gate refuses it."""
-        return self.security.authenticate(bearer)
+    def authenticate(self, bearer: str | None, peer: PeerIdentity | None = None) -> Principal:
+        """The principal behind a bearer token (None: none was sent), or behind the client
+        certificate a TLS listener verified (``peer``); `Unauthenticated` if the gate refuses
+        it."""
+        if peer is None:  # policies written before TLS take the token alone
+            return self.security.authenticate(bearer)
+        return self.security.authenticate(bearer, peer)
 
     # -- chats and generations --------------------------------------------------------------
 

@@ -28,6 +28,7 @@ import asyncio
 import errno
 import logging
 import socket
+import ssl
 from collections.abc import Callable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, Metric
@@ -63,14 +64,22 @@ class Acceptor:
         protocol_factory: Callable[[], asyncio.Protocol],
         *,
         max_per_turn: int = MAX_PER_TURN,
+        tls: Callable[[], ssl.SSLContext] | None = None,
+        handshake_timeout_s: float = 10.0,
     ) -> None:
         if max_per_turn < 1:
             raise ValueError(f"max_per_turn must be >= 1, not {max_per_turn}")
         self.sock = sock
         self.protocol_factory = protocol_factory
         self.max_per_turn = max_per_turn
+        self.tls = tls
+        """The TLS context for a connection accepted now (asked per connection, so that
+        reloaded certificates apply to the next one); None: plain TCP."""
+        self.handshake_timeout_s = handshake_timeout_s
         self.accepted = 0
         """Connections accepted so far."""
+        self.handshakes_failed = 0
+        """TLS handshakes that failed (no or a bad client certificate, not TLS at all...)."""
         self.pauses = 0
         """Times accepting stopped for `RETRY_S` (out of descriptors or memory, or another
         failure of ``accept`` that is not one connection's)."""
@@ -152,7 +161,21 @@ class Acceptor:
         self._not_begun.discard(conn)
         try:
             # The transport and the protocol are made at once; this waits for connection_made.
-            await loop.connect_accepted_socket(self.protocol_factory, conn)
+            if self.tls is None:
+                await loop.connect_accepted_socket(self.protocol_factory, conn)
+            else:
+                await loop.connect_accepted_socket(
+                    self.protocol_factory,
+                    conn,
+                    ssl=self.tls(),
+                    ssl_handshake_timeout=self.handshake_timeout_s,
+                )
+        except (ssl.SSLError, ConnectionError, TimeoutError) as exc:
+            # A client that is not TLS, shows no or an untrusted certificate, or hangs up:
+            # the handshake is refused; theirs to fix, not a failure of this server's.
+            conn.close()
+            self.handshakes_failed += 1
+            log.debug("TLS handshake refused: %s", exc)
         except BaseException:
             # Closes the socket if no transport took it (the factory failed); a transport
             # that did has detached it on closing, which makes this a no-op.

@@ -24,10 +24,13 @@ import enum
 import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from airlane.core.errors import AirlaneError, ErrorCode
 from airlane.core.scope import TENANT_PATTERN
+
+if TYPE_CHECKING:  # ssl and the certificate code load only where TLS is configured
+    from airlane.security.tls import PeerIdentity
 
 __all__ = [
     "ANONYMOUS",
@@ -41,6 +44,7 @@ __all__ = [
     "SecurityError",
     "SecurityPolicy",
     "Unauthenticated",
+    "peer_principal",
     "principal_named",
 ]
 
@@ -112,8 +116,9 @@ class PermissionDenied(SecurityError):
 class SecurityPolicy(Protocol):
     """Authentication and authorization, in one place."""
 
-    def authenticate(self, bearer: str | None) -> Principal:
-        """The principal behind a bearer token (None: no credentials were sent)."""
+    def authenticate(self, bearer: str | None, peer: PeerIdentity | None = None) -> Principal:
+        """The principal behind a bearer token (None: none was sent) or, without one, behind
+        the client certificate a TLS listener verified (``peer``; None: none was sent)."""
         ...
 
     def authorize(self, principal: Principal, action: Action, stream_id: str) -> None:
@@ -121,12 +126,21 @@ class SecurityPolicy(Protocol):
         ...
 
 
+def peer_principal(peer: PeerIdentity) -> Principal:
+    """The principal a verified client certificate names (its SPIFFE ID, in the default
+    tenant); `Unauthenticated` when the certificate names none that is accepted."""
+    if peer.spiffe_id is None:
+        raise Unauthenticated(peer.error or "the client certificate names no identity")
+    return Principal(peer.spiffe_id)
+
+
 class AllowAll:
     """The default: everyone may do everything (for localhost and trusted networks)."""
 
-    def authenticate(self, bearer: str | None) -> Principal:
-        """Everyone is anonymous."""
-        return ANONYMOUS
+    def authenticate(self, bearer: str | None, peer: PeerIdentity | None = None) -> Principal:
+        """Everyone is anonymous, but for a client certificate's identity (refused when the
+        certificate's ID is malformed or from a trust domain not accepted)."""
+        return ANONYMOUS if peer is None else peer_principal(peer)
 
     def authorize(self, principal: Principal, action: Action, stream_id: str) -> None:
         """Allow."""
@@ -141,8 +155,11 @@ class ApiKeyPolicy:
             raise ValueError("ApiKeyPolicy needs at least one key")
         self._keys = {key.encode(): principal_named(name) for key, name in keys.items()}
 
-    def authenticate(self, bearer: str | None) -> Principal:
-        """Look the key up in constant time per key, so timing does not leak prefixes."""
+    def authenticate(self, bearer: str | None, peer: PeerIdentity | None = None) -> Principal:
+        """Look the key up in constant time per key, so timing does not leak prefixes; with
+        no key, a client certificate's identity."""
+        if not bearer and peer is not None:
+            return peer_principal(peer)
         if not bearer:
             raise Unauthenticated("missing API key: send 'Authorization: Bearer <key>'")
         offered = bearer.encode()

@@ -24,10 +24,33 @@ from airlane.transports.grpc import GrpcServerConfig
 from airlane.transports.http import HttpConfig
 from airlane.wire.airc import AircConfig
 
-__all__ = ["DEFAULT_TCP_KEEPALIVE_S", "ConfigError", "ServerConfig", "load_config"]
+__all__ = ["DEFAULT_TCP_KEEPALIVE_S", "ConfigError", "ServerConfig", "TlsConfig", "load_config"]
 
 DEFAULT_TCP_KEEPALIVE_S = 45
 """The seed's TCP keepalive on accepted sockets."""
+
+
+@dataclass(frozen=True, slots=True)
+class TlsConfig:
+    """``[tls]``: TLS on every listener (HTTP and WebSocket, gRPC, AIRC/TCP) once ``cert_file``
+    is set; mutual TLS once ``client_ca_file`` is set too (docs/security.md)."""
+
+    cert_file: str | None = None
+    """The listeners' certificate chain (PEM)."""
+    key_file: str | None = None
+    """Its private key (PEM)."""
+    client_ca_file: str | None = None
+    """CA bundle client certificates must chain to; set, every client must show one."""
+    trust_domains: tuple[str, ...] = ()
+    """SPIFFE trust domains a client certificate's ID may come from (empty: any)."""
+    reload_s: float = 10.0
+    """How often the files are checked for changes (a changed file applies to connections
+    made after it is read, without a restart)."""
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the listeners speak TLS."""
+        return self.cert_file is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +100,8 @@ class ServerConfig:
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
     """How long and how many new streams may wait to be set up (``[admission]``,
     `airlane.runtime.admission`)."""
+    tls: TlsConfig = field(default_factory=TlsConfig)
+    """TLS and client certificates on every listener (``[tls]``)."""
     reserved_fds: int = DEFAULT_RESERVED_FDS
     """Descriptor slots made at start (at most the soft ``RLIMIT_NOFILE``), so that taking
     connections never waits for the kernel to grow the table (`airlane.server.fdtable`); 0: none."""
@@ -90,9 +115,9 @@ class ConfigError(ValueError):
 def load_config(path: Path, base: ServerConfig | None = None) -> ServerConfig:
     """Read a TOML file: top-level keys of `ServerConfig`, plus ``[synthetic]``, ``[http]``,
     ``[orphan]``, ``[retention]``, ``[airc]``, ``[grpc]``, ``[jetstream]``, ``[eventsourcing]``,
-    ``[artifacts]``, ``[gc]``, ``[admission]`` and ``[api_keys]`` tables. An unreadable file,
-    one that is not TOML, an unknown key and a value of the wrong type are a `ConfigError`
-    (a `ValueError`); so is a value the setting itself refuses."""
+    ``[artifacts]``, ``[gc]``, ``[admission]``, ``[tls]`` and ``[api_keys]`` tables. An
+    unreadable file, one that is not TOML, an unknown key and a value of the wrong type are a
+    `ConfigError` (a `ValueError`); so is a value the setting itself refuses."""
     try:
         with path.open("rb") as fh:
             data = tomllib.load(fh)
@@ -123,6 +148,7 @@ def _settings(path: Path, data: dict[str, Any], config: ServerConfig) -> ServerC
         "artifacts": (ArtifactsConfig, config.artifacts),
         "gc": (GcConfig, config.gc),
         "admission": (AdmissionConfig, config.admission),
+        "tls": (TlsConfig, config.tls),
     }
     changes: dict[str, Any] = {}
     allowed = {f.name for f in fields(ServerConfig)}
@@ -150,6 +176,8 @@ def _settings(path: Path, data: dict[str, Any], config: ServerConfig) -> ServerC
         for name in ("models", "cors_origins"):
             if key == "http" and name in section:
                 section[name] = tuple(section[name])
+        if key == "tls" and isinstance(section.get("trust_domains"), list):
+            section["trust_domains"] = tuple(section["trust_domains"])
         unknown = set(section) - {f.name for f in fields(cls)}
         if unknown:
             raise ConfigError(f"{path}: unknown [{key}] settings {sorted(unknown)}")

@@ -27,10 +27,13 @@ import signal
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
-from airlane.gateway import Gateway
+from airlane.gateway import Gateway, ServerTls
 from airlane.runtime.acceptor import AcceptorMetrics
 from airlane.runtime.admission import Admission
+from airlane.security.spiffe import SpiffeId
+from airlane.security.tls import TlsSettings
 from airlane.server.compose import build_app, nats_servers
 from airlane.server.config import ServerConfig
 from airlane.server.fdtable import reserve_fd_table
@@ -152,6 +155,7 @@ async def _serve(
     except ValueError as exc:
         raise StartupError(f"{exc} (--hub, or hub in the configuration file)") from exc
     try:
+        tls = server_tls(config)
         reserve_fd_table(config.reserved_fds)
         Admission.for_loop().configure(config.admission)
         app = build_app(config)
@@ -161,13 +165,14 @@ async def _serve(
     app.metrics.registry.register(pacer)
     accept_metrics = AcceptorMetrics()
     app.metrics.registry.register(accept_metrics)
-    listeners = _Listeners()
+    listeners = _Listeners(tls)
     server: HttpServer | None = None
+    reloading = None if tls is None else asyncio.create_task(_reload(tls), name="TLS reload")
     try:
         sock = listeners.bind("HTTP", config.host, config.port, config)
         host, port = sock.getsockname()[:2]
         await listeners.start(app, config, port, accept_metrics)
-        server = HttpServer(app, ServerSettings.from_http(config.http))
+        server = HttpServer(app, ServerSettings.from_http(config.http), tls=tls)
         try:
             await server.start(sock)
         except LifespanFailed as exc:
@@ -178,19 +183,56 @@ async def _serve(
         stop = signals.serving(server)
         pacer.start()  # last: what start-up made is frozen once, not walked by every pass
         if on_ready is not None:
-            on_ready(listeners.listening(f"http://{_bracketed(host)}:{port}", host))
+            scheme = "http" if tls is None else "https"
+            on_ready(listeners.listening(f"{scheme}://{_bracketed(host)}:{port}", host))
         await stop.wait()
     finally:
+        if reloading is not None:
+            reloading.cancel()
         if server is not None:
             await server.shutdown()
         await listeners.aclose()
         pacer.stop()
 
 
+def server_tls(config: ServerConfig) -> ServerTls | None:
+    """The listeners' TLS as configured (None: plain TCP); a `ValueError` naming the file or
+    setting that is wrong."""
+    c = config.tls
+    if not c.enabled and (c.key_file or c.client_ca_file or c.trust_domains):
+        raise ValueError("TLS settings without a certificate: set --tls-cert (and --tls-key)")
+    if c.cert_file is None:
+        return None
+    if c.key_file is None:
+        raise ValueError("--tls-cert needs --tls-key (the certificate's private key)")
+    if c.trust_domains and c.client_ca_file is None:
+        raise ValueError("--trust-domain needs --tls-client-ca (client certificates)")
+    if not c.reload_s > 0:
+        raise ValueError(f"[tls] reload_s must be above 0, not {c.reload_s}")
+    for domain in c.trust_domains:
+        SpiffeId.parse(f"spiffe://{domain}")  # BadSpiffeId (a ValueError) names it
+    settings = TlsSettings(
+        Path(c.cert_file),
+        Path(c.key_file),
+        Path(c.client_ca_file) if c.client_ca_file else None,
+        tuple(c.trust_domains),
+        c.reload_s,
+    )
+    return ServerTls(settings)
+
+
+async def _reload(tls: ServerTls) -> None:
+    """Read changed certificate files every ``reload_s`` (for as long as the server runs)."""
+    while True:
+        await asyncio.sleep(tls.settings.reload_s)
+        tls.reload()
+
+
 class _Listeners:
     """Every socket `serve` binds, and the AIRC/TCP and gRPC listeners beside HTTP."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: ServerTls | None) -> None:
+        self.tls = tls
         self.sockets: list[socket.socket] = []
         self.airc: AircTcpServer | None = None
         self.grpc: GrpcServer | None = None
@@ -212,10 +254,11 @@ class _Listeners:
         if config.airc.enabled:
             airc_sock = self.bind("AIRC", config.host, airc_port(config, http_port), config)
         if config.grpc.enabled:
-            self.grpc = await _start_grpc(app.gateway, config, grpc_port(config, http_port))
+            port = grpc_port(config, http_port)
+            self.grpc = await _start_grpc(app.gateway, config, port, self.tls)
             app.on_shutdown.append(self.grpc.aclose)
         if airc_sock is not None:
-            self.airc = AircTcpServer(app.gateway, config.airc)
+            self.airc = AircTcpServer(app.gateway, config.airc, tls=self.tls)
             await self.airc.start(airc_sock)
             metrics.watch("airc", self.airc.acceptor)
             # GOAWAY to every AIRC session before the hub closes under their streams.
@@ -237,7 +280,9 @@ class _Listeners:
             sock.close()
 
 
-async def _start_grpc(gateway: Gateway, config: ServerConfig, port: int) -> GrpcServer:
+async def _start_grpc(
+    gateway: Gateway, config: ServerConfig, port: int, tls: ServerTls | None
+) -> GrpcServer:
     """The gRPC server, listening on ``port`` of the configured host."""
     host = config.host
     if port:
@@ -248,7 +293,7 @@ async def _start_grpc(gateway: Gateway, config: ServerConfig, port: int) -> Grpc
             bind_socket(host, port, config.tcp_keepalive_s).close()
         except OSError as exc:
             raise ListenerError("gRPC", host, port, _reason(exc)) from exc
-    server = GrpcServer(gateway, config.grpc)
+    server = GrpcServer(gateway, config.grpc, tls=tls)
     try:
         bound = await server.start(host, port)
     except RuntimeError as exc:  # grpcio raises when it cannot bind (older ones return 0)

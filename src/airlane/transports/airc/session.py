@@ -39,7 +39,7 @@ import orjson
 
 from airlane.core import Event, Kind, Lane, Position
 from airlane.core.errors import AirlaneError, BadRequest, ErrorCode
-from airlane.gateway import Gateway, LoadTestSpec, Principal, Subscription
+from airlane.gateway import Gateway, LoadTestSpec, PeerIdentity, Principal, Subscription
 from airlane.runtime.admission import Admission
 from airlane.runtime.drains import drain_queue
 from airlane.runtime.eager import start_eagerly
@@ -120,11 +120,13 @@ class AircSession:
         link: Link,
         *,
         principal: Principal | None,
+        peer: PeerIdentity | None = None,
     ) -> None:
         self.gateway = gateway
         self.config = config
         self._link = link
         self._principal = principal
+        self._peer = peer  # the TLS client certificate's identity, if any
         self._loop = asyncio.get_running_loop()
         self.connection = AircConnection(config.connection, now=time.monotonic())
         """The protocol state machine."""
@@ -292,7 +294,7 @@ class AircSession:
 
     def _authenticate(self, message: Auth) -> None:
         try:
-            self._principal = self.gateway.authenticate(message.token or None)
+            self._principal = self.gateway.authenticate(message.token or None, self._peer)
         except AirlaneError as exc:
             self._refuse(message.request_id, exc)
             return
@@ -301,8 +303,10 @@ class AircSession:
     def _who(self) -> Principal:
         if self._principal is None:
             try:
-                self._principal = self.gateway.authenticate(None)
+                self._principal = self.gateway.authenticate(None, self._peer)
             except AirlaneError:
+                if self._peer is not None:
+                    raise  # the certificate's refusal says why
                 raise AirlaneError(
                     "send AUTH with an API key first", code=ErrorCode.UNAUTHENTICATED
                 ) from None

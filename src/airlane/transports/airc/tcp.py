@@ -14,7 +14,7 @@ import socket
 from typing import cast
 
 from airlane.core.errors import AirlaneError
-from airlane.gateway import Gateway, Principal
+from airlane.gateway import Gateway, PeerIdentity, Principal, ServerTls
 from airlane.runtime.acceptor import Acceptor
 from airlane.transports.airc.config import AircServerConfig
 from airlane.transports.airc.session import AircSession
@@ -52,8 +52,15 @@ class _AircProtocol(asyncio.Protocol):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         server = self._server
+        peer = None
+        if server.tls is not None and (sslobj := transport.get_extra_info("ssl_object")):
+            peer = server.tls.peer_identity(sslobj.getpeercert())
         self._session = AircSession(
-            server.gateway, server.config, self, principal=server.anonymous_principal()
+            server.gateway,
+            server.config,
+            self,
+            principal=server.anonymous_principal(peer),
+            peer=peer,
         )
         server.sessions.add(self._session)
 
@@ -103,9 +110,17 @@ class _AircProtocol(asyncio.Protocol):
 class AircTcpServer:
     """The AIRC/TCP listener: start it on a bound socket, close it to end every session."""
 
-    def __init__(self, gateway: Gateway, config: AircServerConfig | None = None) -> None:
+    def __init__(
+        self,
+        gateway: Gateway,
+        config: AircServerConfig | None = None,
+        *,
+        tls: ServerTls | None = None,
+    ) -> None:
         self.gateway = gateway
         self.config = config or AircServerConfig()
+        self.tls = tls
+        """TLS for every connection (with client certificates when it asks for them)."""
         self.sessions: set[AircSession] = set()
         """Open sessions."""
         self._server: Acceptor | None = None
@@ -126,14 +141,16 @@ class AircTcpServer:
 
     @property
     def url(self) -> str:
-        """``tcp://host:port``."""
+        """``tcp://host:port`` (``tcp+tls://`` with TLS)."""
         host, port = self.address
-        return f"tcp://{f'[{host}]' if ':' in host else host}:{port}"
+        scheme = "tcp" if self.tls is None else "tcp+tls"
+        return f"{scheme}://{f'[{host}]' if ':' in host else host}:{port}"
 
-    def anonymous_principal(self) -> Principal | None:
-        """The principal of a connection before ``AUTH``; None if the policy needs a key."""
+    def anonymous_principal(self, peer: PeerIdentity | None = None) -> Principal | None:
+        """The principal of a connection before ``AUTH`` (its client certificate's, if it
+        showed one); None if the policy needs a key."""
         try:
-            return self.gateway.authenticate(None)
+            return self.gateway.authenticate(None, peer)
         except AirlaneError:  # credentials are required: the client sends AUTH
             return None
 
@@ -142,7 +159,10 @@ class AircTcpServer:
         # Listen (again) with a deep queue: a burst of connections would otherwise overflow a
         # short one and wait for SYN retransmits. Accepted in batches (`airlane.runtime.acceptor`).
         sock.listen(LISTEN_BACKLOG)
-        self._server = Acceptor(sock, lambda: _AircProtocol(self))
+        tls = self.tls
+        self._server = Acceptor(
+            sock, lambda: _AircProtocol(self), tls=None if tls is None else lambda: tls.context
+        )
         self._server.start()
 
     def release(self, session: AircSession) -> None:

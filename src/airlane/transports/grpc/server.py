@@ -10,12 +10,13 @@ from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from airlane.gateway import Gateway
+from airlane.gateway import Gateway, ServerTls
 from airlane.transports.grpc.config import GrpcServerConfig
 from airlane.transports.grpc.context import MetadataInterceptor
 from airlane.transports.grpc.eventlog import EventLogService
 from airlane.transports.grpc.handlers import add_service
 from airlane.transports.grpc.service import AirlaneService
+from airlane.transports.grpc.tls import server_credentials
 from airlane.v1 import eventlog_pb2, eventlog_pb2_grpc, service_pb2
 
 __all__ = ["EVENT_LOGS_NAME", "SERVICE_NAME", "GrpcServer"]
@@ -48,22 +49,30 @@ class GrpcServer:
     """The gRPC listener; `start` binds it, `aclose` stops it (in-flight calls get a grace
     period, then are cancelled)."""
 
-    def __init__(self, gateway: Gateway, config: GrpcServerConfig | None = None) -> None:
+    def __init__(
+        self,
+        gateway: Gateway,
+        config: GrpcServerConfig | None = None,
+        *,
+        tls: ServerTls | None = None,
+    ) -> None:
         self.gateway = gateway
         self.config = config or GrpcServerConfig()
+        self.tls = tls
+        """TLS for the listener (client certificates when it asks for them); None: plain."""
         self.port: int | None = None
         """The bound port, once started."""
         self.health = health.aio.HealthServicer()
         """Standard health checking: SERVING for ``""`` and ``airlane.v1.Airlane``."""
         self._server: aio.Server | None = None
-        self._event_logs = EventLogService(gateway)
+        self._event_logs = EventLogService(gateway, tls)
 
     async def start(self, host: str, port: int) -> int:
         """Listen on ``host:port`` (0: a free port); return the port."""
         server = aio.server(
             interceptors=[MetadataInterceptor()], options=server_options(self.config)
         )
-        add_service(AirlaneService(self.gateway, self.config), server)
+        add_service(AirlaneService(self.gateway, self.config, self.tls), server)
         eventlog_pb2_grpc.add_EventLogsServicer_to_server(  # type: ignore[no-untyped-call]
             self._event_logs, server
         )
@@ -71,7 +80,10 @@ class GrpcServer:
         names = (SERVICE_NAME, EVENT_LOGS_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME)
         reflection.enable_server_reflection(names, server)
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        self.port = server.add_insecure_port(address)
+        if self.tls is None:
+            self.port = server.add_insecure_port(address)
+        else:
+            self.port = server.add_secure_port(address, server_credentials(self.tls))
         await server.start()
         for name in ("", SERVICE_NAME, EVENT_LOGS_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)

@@ -22,11 +22,12 @@ from typing import Any
 from grpc import aio
 
 from airlane.core.errors import AirlaneError, BadRequest, ErrorCode
-from airlane.gateway import Gateway, Principal, Subscription
+from airlane.gateway import Gateway, Principal, ServerTls, Subscription
 from airlane.runtime.admission import Admission
 from airlane.transports.grpc.config import GrpcServerConfig
 from airlane.transports.grpc.context import bearer_token
 from airlane.transports.grpc.errors import abort, message_of
+from airlane.transports.grpc.tls import peer_identity
 from airlane.v1 import events_pb2, service_pb2, service_pb2_grpc
 from airlane.wire.errors import DecodeError
 from airlane.wire.event_json import event_from_dict
@@ -47,14 +48,18 @@ log = logging.getLogger("airlane.grpc")
 class AirlaneService(service_pb2_grpc.AirlaneServicer):
     """The service's implementation; see the module docstring."""
 
-    def __init__(self, gateway: Gateway, config: GrpcServerConfig) -> None:
+    def __init__(
+        self, gateway: Gateway, config: GrpcServerConfig, tls: ServerTls | None = None
+    ) -> None:
         self.gateway = gateway
         self.config = config
+        self.tls = tls
 
     # -- helpers ----------------------------------------------------------------------------
 
     def _principal(self, context: aio.ServicerContext) -> Principal:
-        return self.gateway.authenticate(bearer_token(context.invocation_metadata()))
+        bearer = bearer_token(context.invocation_metadata())
+        return self.gateway.authenticate(bearer, peer_identity(context, self.tls))
 
     async def _events(
         self, stream_id: str, epoch: str, subscription: Subscription

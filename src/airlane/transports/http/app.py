@@ -196,7 +196,7 @@ class AirlaneApp:
             allow_methods(method, "GET")
             await send_body(send, 200, self.metrics.render(), b"text/plain; version=0.0.4")
             return
-        principal = self.gateway.authenticate(request.bearer)
+        principal = self.gateway.authenticate(request.bearer, request.peer)
         if path == "/v1/chat/completions":
             allow_methods(method, "POST")
             await handle_chat_completions(self.context, principal, request, receive, send)

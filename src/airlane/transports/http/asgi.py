@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
 import orjson
@@ -21,6 +21,9 @@ from airlane.wire.compression import (
     classify_client,
     negotiate,
 )
+
+if TYPE_CHECKING:
+    from airlane.gateway import PeerIdentity
 
 __all__ = [
     "ASGIApp",
@@ -98,6 +101,12 @@ class Request:
         """A header's value as text, or None."""
         value = self.headers.get(name)
         return None if value is None else value.decode("latin-1")
+
+    @property
+    def peer(self) -> PeerIdentity | None:
+        """Who the connection's TLS client certificate says it is (None: none, or no TLS)."""
+        peer: PeerIdentity | None = self.extension("airlane.peer")
+        return peer
 
     @property
     def bearer(self) -> str | None:

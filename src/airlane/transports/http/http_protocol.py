@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httptools
 
@@ -49,9 +49,15 @@ from airlane.transports.http.server.status import plain_response
 from airlane.transports.http.server.target import BadTarget, address, split_target
 from airlane.transports.http.ws_protocol import upgrade_to_websocket
 
-__all__ = ["WRITE_BODY", "BodyWriter", "HttpProtocol"]
+if TYPE_CHECKING:
+    from airlane.gateway import PeerIdentity
+
+__all__ = ["PEER", "WRITE_BODY", "BodyWriter", "HttpProtocol"]
 
 WRITE_BODY = "airlane.http.write_body"
+PEER = "airlane.peer"
+"""Scope extension: the `airlane.gateway.PeerIdentity` of the connection's TLS client
+certificate, or None."""
 """Scope extension: a call-back that writes one more chunk of a chunked response body at
 once, if the response can take it without waiting; see `BodyWriter.write`."""
 
@@ -89,6 +95,8 @@ class HttpProtocol(asyncio.Protocol):
         self.flow = WriteFlow()
         self.client: tuple[str, int] | None = None
         self.server: tuple[str, int] | None = None
+        self.peer: PeerIdentity | None = None
+        """Who the client's TLS certificate says it is (None: plain HTTP, or none sent)."""
         self.cycle: RequestCycle | None = None
         """The request being answered."""
         self._parsing: RequestCycle | None = None  # the request whose body is being read
@@ -112,6 +120,10 @@ class HttpProtocol(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         self.client = address(transport, "peername")
         self.server = address(transport, "sockname")
+        tls = self.state.tls
+        if tls is not None:
+            sslobj = transport.get_extra_info("ssl_object")
+            self.peer = None if sslobj is None else tls.peer_identity(sslobj.getpeercert())
         self.state.connections.add(self)
         if self.state.stopping:
             self.transport.close()
@@ -212,7 +224,7 @@ class HttpProtocol(asyncio.Protocol):
             "asgi": _ASGI,
             "http_version": version,
             "method": method,
-            "scheme": "http",
+            "scheme": "http" if self.state.tls is None else "https",
             "root_path": root,
             "path": root + path if root else path,
             "raw_path": raw_path,
@@ -221,6 +233,7 @@ class HttpProtocol(asyncio.Protocol):
             "client": self.client,
             "server": self.server,
             "state": self.state.app_state.copy(),
+            "extensions": {PEER: self.peer},
         }
         if parser.should_upgrade() and _is_websocket(self._headers):
             self._upgrade = _Upgrade(scope, method, version)
@@ -232,7 +245,7 @@ class HttpProtocol(asyncio.Protocol):
             keep_alive=parser.should_keep_alive() and not self._done,
             wants_continue=self._expect_continue,
         )
-        scope["extensions"] = {WRITE_BODY: BodyWriter(cycle).write}
+        scope["extensions"][WRITE_BODY] = BodyWriter(cycle).write
         self._parsing = cycle
         self._queue(cycle)
 

@@ -73,7 +73,9 @@ async def serve_room(app: AppContext, request: Request, receive: Receive, send: 
         name, action = room_name(request.path)
         if action:
             raise NotFound("a room's WebSocket is /v1/rooms/{room}")
-        principal = app.gateway.authenticate(request.bearer or request.query.get("access_token"))
+        principal = app.gateway.authenticate(
+            request.bearer or request.query.get("access_token"), request.peer
+        )
         socket = _RoomSocket(send)
         joined = await app.gateway.rooms.join(principal, name, socket.relay)
     except AirlaneError as exc:

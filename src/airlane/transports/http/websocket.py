@@ -353,7 +353,7 @@ async def serve_websocket(app: AppContext, request: Request, receive: Receive, s
     # Browsers cannot set headers on a WebSocket: accept the key as ?access_token= too.
     bearer = request.bearer or request.query.get("access_token")
     try:
-        principal = app.gateway.authenticate(bearer)
+        principal = app.gateway.authenticate(bearer, request.peer)
     except AirlaneError as exc:
         if await accept(receive, send, chosen):
             await refuse(send, exc)
@@ -389,7 +389,9 @@ async def serve_loadtest_ws(
     """``/v1/loadtest/ws``: one stream of benchmark chunks, one text message per chunk."""
     try:
         spec = loadtest_spec(request)
-        principal = app.gateway.authenticate(request.bearer or request.query.get("access_token"))
+        principal = app.gateway.authenticate(
+            request.bearer or request.query.get("access_token"), request.peer
+        )
     except AirlaneError as exc:
         if await accept(receive, send, None):
             await refuse(send, exc)

@@ -215,11 +215,12 @@ def upgrade_to_websocket(
         transport.close()
         return
     scope["type"] = "websocket"
-    scope["scheme"] = "ws"
+    scope["scheme"] = "ws" if scope["scheme"] == "http" else "wss"
     del scope["method"]
     scope["subprotocols"] = offered_subprotocols(headers)
     protocol = WebSocketProtocol(state, transport, scope, conn, response)
     scope["extensions"] = {
+        **scope.get("extensions", {}),  # the connection's, such as its TLS peer
         "websocket.http.response": {},
         SEND_MANY: {},
         WRITE_NOW: FrameWriter(protocol).write,

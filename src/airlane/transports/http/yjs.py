@@ -64,7 +64,9 @@ async def serve_yjs(app: AppContext, request: Request, receive: Receive, send: S
     room = request.path[len(YJS_PATH_PREFIX) :]
     try:
         # Browsers cannot set headers on a WebSocket: accept the key as ?access_token= too.
-        principal = app.gateway.authenticate(request.bearer or request.query.get("access_token"))
+        principal = app.gateway.authenticate(
+            request.bearer or request.query.get("access_token"), request.peer
+        )
         joined, peer = await app.gateway.rooms.join_yjs(principal, room)
     except AirlaneError as exc:
         if await accept(receive, send, None):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from typing import TYPE_CHECKING
 
 from airlane.runtime.acceptor import Acceptor
 from airlane.transports.http.asgi import ASGIApp
@@ -25,6 +26,9 @@ from airlane.transports.http.http_protocol import HttpProtocol
 from airlane.transports.http.server.lifespan import Lifespan
 from airlane.transports.http.server.settings import ServerSettings
 from airlane.transports.http.server.state import ServerState, log
+
+if TYPE_CHECKING:  # the gateway loads with the application, not with this server
+    from airlane.gateway import ServerTls
 
 __all__ = ["CANCEL_WAIT_S", "HttpServer"]
 
@@ -35,9 +39,14 @@ CANCEL_WAIT_S = 2.0
 class HttpServer:
     """Serves ``app`` on a bound, listening socket (see the module docstring)."""
 
-    def __init__(self, app: ASGIApp, settings: ServerSettings | None = None) -> None:
+    def __init__(
+        self, app: ASGIApp, settings: ServerSettings | None = None, *, tls: ServerTls | None = None
+    ) -> None:
         self.app = app
         self.settings = settings or ServerSettings()
+        self.tls = tls
+        """TLS for every connection (HTTPS, WSS), with client certificates when it asks for
+        them; None: plain HTTP."""
         self.lifespan = Lifespan(app)
         self.acceptor: Acceptor | None = None
         """Takes the connections, once started (its counts go to ``/metrics``)."""
@@ -54,10 +63,13 @@ class HttpServer:
         """Start the application, then take connections on ``sock`` (its owner closes it).
         Raises `LifespanFailed` when the application cannot start."""
         loop = asyncio.get_running_loop()
-        state = self._state = ServerState(self.app, self.settings, loop)
+        state = self._state = ServerState(self.app, self.settings, loop, self.tls)
         await self.lifespan.startup()
         state.app_state = self.lifespan.state
-        self.acceptor = Acceptor(sock, lambda: HttpProtocol(state))
+        tls = self.tls
+        self.acceptor = Acceptor(
+            sock, lambda: HttpProtocol(state), tls=None if tls is None else lambda: tls.context
+        )
         self.acceptor.start()
 
     def force(self) -> None:

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from airlane.transports.http.asgi import ASGIApp
 from airlane.transports.http.server.settings import ServerSettings
 from airlane.transports.http.server.status import DateHeader
+
+if TYPE_CHECKING:  # the gateway loads with the application, not with this server
+    from airlane.gateway import ServerTls
 
 __all__ = ["Connection", "ServerState", "cancel_later", "log"]
 
@@ -31,14 +34,30 @@ class Connection(Protocol):
 class ServerState:
     """Shared by every connection of one server."""
 
-    __slots__ = ("app", "app_state", "connections", "date", "loop", "settings", "stopping", "tasks")
+    __slots__ = (
+        "app",
+        "app_state",
+        "connections",
+        "date",
+        "loop",
+        "settings",
+        "stopping",
+        "tasks",
+        "tls",
+    )
 
     def __init__(
-        self, app: ASGIApp, settings: ServerSettings, loop: asyncio.AbstractEventLoop
+        self,
+        app: ASGIApp,
+        settings: ServerSettings,
+        loop: asyncio.AbstractEventLoop,
+        tls: ServerTls | None = None,
     ) -> None:
         self.app = app
         self.settings = settings
         self.loop = loop
+        self.tls = tls
+        """The server's TLS (its connections' identities come from it), or None."""
         self.connections: set[Connection] = set()
         """Connections open now (HTTP and WebSocket)."""
         self.tasks: set[asyncio.Task[None]] = set()
