@@ -106,6 +106,12 @@ def serve_command(
         list[str] | None,
         typer.Option(help="Accept client SPIFFE IDs from this trust domain only (repeatable)."),
     ] = None,
+    trusted_proxy: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Believe x-forwarded-client-cert from this address or network (repeatable)."
+        ),
+    ] = None,
     config: Annotated[Path | None, typer.Option(help="TOML configuration file.")] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
@@ -144,6 +150,8 @@ def serve_command(
             trust_domains=tuple(trust_domain) if trust_domain else tls.trust_domains,
         )
         settings = replace(settings, tls=tls)
+    if trusted_proxy:
+        settings = replace(settings, trusted_proxies=tuple(trusted_proxy))
     if hub is not None:
         settings = replace(settings, hub=hub)
     if node_id is not None:

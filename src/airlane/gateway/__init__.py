@@ -34,6 +34,7 @@ from airlane.hub import HubStats, Subscription
 from airlane.registry import Compatibility, Incompatibility, Schema, SchemaVersion
 from airlane.security import Principal
 from airlane.security.tls import PeerIdentity, ServerTls
+from airlane.security.xfcc import ForwardedIdentity
 from airlane.sync.yjs import YPeer, YRoom
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "Compatibility",
     "Delivery",
     "EventLogs",
+    "ForwardedIdentity",
     "Gateway",
     "GatewayConfig",
     "GenerationRequest",

@@ -12,7 +12,7 @@ from pathlib import Path
 from airlane.backends.base import Backend
 from airlane.backends.openai import OpenAIUpstreamBackend
 from airlane.backends.synthetic import SyntheticBackend
-from airlane.gateway import Gateway, GatewayConfig
+from airlane.gateway import ForwardedIdentity, Gateway, GatewayConfig
 from airlane.gateway.eventsourcing import EventSourcing
 from airlane.hub import Hub, MemoryHub, MemoryHubConfig
 from airlane.security import AllowAll, ApiKeyPolicy, SecurityPolicy
@@ -87,6 +87,13 @@ def build_app(config: ServerConfig) -> AirlaneApp:
     airc = AircWebSocketHandler(gateway, config.airc)
     # gRPC-Web and Connect for browsers, on the HTTP port (native gRPC has its own listener).
     rpc = grpc_web_app(gateway, config.grpc)
+    forwarded = None
+    if config.trusted_proxies:
+        forwarded = ForwardedIdentity(config.trusted_proxies, config.tls.trust_domains)
     return AirlaneApp(
-        gateway, http, subprotocols={AIRC_SUBPROTOCOL: airc}, mounts={GRPC_WEB_PREFIX: rpc}
+        gateway,
+        http,
+        subprotocols={AIRC_SUBPROTOCOL: airc},
+        mounts={GRPC_WEB_PREFIX: rpc},
+        forwarded=forwarded,
     )

@@ -102,6 +102,9 @@ class ServerConfig:
     `airlane.runtime.admission`)."""
     tls: TlsConfig = field(default_factory=TlsConfig)
     """TLS and client certificates on every listener (``[tls]``)."""
+    trusted_proxies: tuple[str, ...] = ()
+    """Addresses or networks (``10.0.0.0/8``) of proxies whose ``x-forwarded-client-cert``
+    names the client (a mesh in front); from anyone else the header is ignored."""
     reserved_fds: int = DEFAULT_RESERVED_FDS
     """Descriptor slots made at start (at most the soft ``RLIMIT_NOFILE``), so that taking
     connections never waits for the kernel to grow the table (`airlane.server.fdtable`); 0: none."""
@@ -157,7 +160,7 @@ def _settings(path: Path, data: dict[str, Any], config: ServerConfig) -> ServerC
         if key not in allowed:
             raise ConfigError(f"{path}: unknown setting {key!r}")
         if key not in nested:
-            changes[key] = value
+            changes[key] = tuple(value) if key == "trusted_proxies" else value
             continue
         cls, current = nested[key]
         if not isinstance(value, dict):

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from airlane.gateway import Gateway, ServerTls
+from airlane.gateway import ServerTls
 from airlane.runtime.acceptor import AcceptorMetrics
 from airlane.runtime.admission import Admission
 from airlane.security.spiffe import SpiffeId
@@ -199,14 +199,16 @@ def server_tls(config: ServerConfig) -> ServerTls | None:
     """The listeners' TLS as configured (None: plain TCP); a `ValueError` naming the file or
     setting that is wrong."""
     c = config.tls
-    if not c.enabled and (c.key_file or c.client_ca_file or c.trust_domains):
+    if not c.enabled and (c.key_file or c.client_ca_file):
         raise ValueError("TLS settings without a certificate: set --tls-cert (and --tls-key)")
     if c.cert_file is None:
         return None
     if c.key_file is None:
         raise ValueError("--tls-cert needs --tls-key (the certificate's private key)")
-    if c.trust_domains and c.client_ca_file is None:
-        raise ValueError("--trust-domain needs --tls-client-ca (client certificates)")
+    if c.trust_domains and c.client_ca_file is None and not config.trusted_proxies:
+        raise ValueError(
+            "--trust-domain needs --tls-client-ca (client certificates) or --trusted-proxy"
+        )
     if not c.reload_s > 0:
         raise ValueError(f"[tls] reload_s must be above 0, not {c.reload_s}")
     for domain in c.trust_domains:
@@ -255,7 +257,7 @@ class _Listeners:
             airc_sock = self.bind("AIRC", config.host, airc_port(config, http_port), config)
         if config.grpc.enabled:
             port = grpc_port(config, http_port)
-            self.grpc = await _start_grpc(app.gateway, config, port, self.tls)
+            self.grpc = await _start_grpc(app, config, port, self.tls)
             app.on_shutdown.append(self.grpc.aclose)
         if airc_sock is not None:
             self.airc = AircTcpServer(app.gateway, config.airc, tls=self.tls)
@@ -281,7 +283,7 @@ class _Listeners:
 
 
 async def _start_grpc(
-    gateway: Gateway, config: ServerConfig, port: int, tls: ServerTls | None
+    app: AirlaneApp, config: ServerConfig, port: int, tls: ServerTls | None
 ) -> GrpcServer:
     """The gRPC server, listening on ``port`` of the configured host."""
     host = config.host
@@ -293,7 +295,7 @@ async def _start_grpc(
             bind_socket(host, port, config.tcp_keepalive_s).close()
         except OSError as exc:
             raise ListenerError("gRPC", host, port, _reason(exc)) from exc
-    server = GrpcServer(gateway, config.grpc, tls=tls)
+    server = GrpcServer(app.gateway, config.grpc, tls=tls, forwarded=app.forwarded)
     try:
         bound = await server.start(host, port)
     except RuntimeError as exc:  # grpcio raises when it cannot bind (older ones return 0)

@@ -13,10 +13,10 @@ from typing import Any
 from grpc import aio
 
 from airlane.core.errors import AirlaneError, BadRequest
-from airlane.gateway import Gateway, NewEvent, Principal, Record, ServerTls
+from airlane.gateway import ForwardedIdentity, Gateway, NewEvent, Principal, Record, ServerTls
 from airlane.transports.grpc.context import bearer_token
 from airlane.transports.grpc.errors import abort
-from airlane.transports.grpc.tls import peer_identity
+from airlane.transports.grpc.tls import caller_identity
 from airlane.v1 import eventlog_pb2 as pb
 from airlane.v1 import eventlog_pb2_grpc
 
@@ -51,13 +51,19 @@ def _optional(message: Any, field: str) -> Any:
 class EventLogService(eventlog_pb2_grpc.EventLogsServicer):
     """The servicer; see the module docstring."""
 
-    def __init__(self, gateway: Gateway, tls: ServerTls | None = None) -> None:
+    def __init__(
+        self,
+        gateway: Gateway,
+        tls: ServerTls | None = None,
+        forwarded: ForwardedIdentity | None = None,
+    ) -> None:
         self.gateway = gateway
         self.tls = tls
+        self.forwarded = forwarded
 
     def _principal(self, context: aio.ServicerContext) -> Principal:
         bearer = bearer_token(context.invocation_metadata())
-        return self.gateway.authenticate(bearer, peer_identity(context, self.tls))
+        return self.gateway.authenticate(bearer, caller_identity(context, self.tls, self.forwarded))
 
     async def CreateLog(
         self, request: pb.CreateLogRequest, context: aio.ServicerContext

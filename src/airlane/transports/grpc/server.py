@@ -10,7 +10,7 @@ from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from airlane.gateway import Gateway, ServerTls
+from airlane.gateway import ForwardedIdentity, Gateway, ServerTls
 from airlane.transports.grpc.config import GrpcServerConfig
 from airlane.transports.grpc.context import MetadataInterceptor
 from airlane.transports.grpc.eventlog import EventLogService
@@ -55,24 +55,27 @@ class GrpcServer:
         config: GrpcServerConfig | None = None,
         *,
         tls: ServerTls | None = None,
+        forwarded: ForwardedIdentity | None = None,
     ) -> None:
         self.gateway = gateway
         self.config = config or GrpcServerConfig()
         self.tls = tls
+        self.forwarded = forwarded
+        """Caller identities forwarded by trusted proxies (``x-forwarded-client-cert``)."""
         """TLS for the listener (client certificates when it asks for them); None: plain."""
         self.port: int | None = None
         """The bound port, once started."""
         self.health = health.aio.HealthServicer()
         """Standard health checking: SERVING for ``""`` and ``airlane.v1.Airlane``."""
         self._server: aio.Server | None = None
-        self._event_logs = EventLogService(gateway, tls)
+        self._event_logs = EventLogService(gateway, tls, forwarded)
 
     async def start(self, host: str, port: int) -> int:
         """Listen on ``host:port`` (0: a free port); return the port."""
         server = aio.server(
             interceptors=[MetadataInterceptor()], options=server_options(self.config)
         )
-        add_service(AirlaneService(self.gateway, self.config, self.tls), server)
+        add_service(AirlaneService(self.gateway, self.config, self.tls, self.forwarded), server)
         eventlog_pb2_grpc.add_EventLogsServicer_to_server(  # type: ignore[no-untyped-call]
             self._event_logs, server
         )

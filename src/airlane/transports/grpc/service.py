@@ -22,12 +22,12 @@ from typing import Any
 from grpc import aio
 
 from airlane.core.errors import AirlaneError, BadRequest, ErrorCode
-from airlane.gateway import Gateway, Principal, ServerTls, Subscription
+from airlane.gateway import ForwardedIdentity, Gateway, Principal, ServerTls, Subscription
 from airlane.runtime.admission import Admission
 from airlane.transports.grpc.config import GrpcServerConfig
 from airlane.transports.grpc.context import bearer_token
 from airlane.transports.grpc.errors import abort, message_of
-from airlane.transports.grpc.tls import peer_identity
+from airlane.transports.grpc.tls import caller_identity
 from airlane.v1 import events_pb2, service_pb2, service_pb2_grpc
 from airlane.wire.errors import DecodeError
 from airlane.wire.event_json import event_from_dict
@@ -49,17 +49,22 @@ class AirlaneService(service_pb2_grpc.AirlaneServicer):
     """The service's implementation; see the module docstring."""
 
     def __init__(
-        self, gateway: Gateway, config: GrpcServerConfig, tls: ServerTls | None = None
+        self,
+        gateway: Gateway,
+        config: GrpcServerConfig,
+        tls: ServerTls | None = None,
+        forwarded: ForwardedIdentity | None = None,
     ) -> None:
         self.gateway = gateway
         self.config = config
         self.tls = tls
+        self.forwarded = forwarded
 
     # -- helpers ----------------------------------------------------------------------------
 
     def _principal(self, context: aio.ServicerContext) -> Principal:
         bearer = bearer_token(context.invocation_metadata())
-        return self.gateway.authenticate(bearer, peer_identity(context, self.tls))
+        return self.gateway.authenticate(bearer, caller_identity(context, self.tls, self.forwarded))
 
     async def _events(
         self, stream_id: str, epoch: str, subscription: Subscription

@@ -15,9 +15,9 @@ import grpc
 from cryptography import x509
 from grpc import aio
 
-from airlane.gateway import PeerIdentity, ServerTls
+from airlane.gateway import ForwardedIdentity, PeerIdentity, ServerTls
 
-__all__ = ["peer_identity", "server_credentials"]
+__all__ = ["caller_identity", "peer_identity", "server_credentials"]
 
 
 def _configuration(tls: ServerTls) -> Any:
@@ -61,3 +61,30 @@ def peer_identity(context: aio.ServicerContext, tls: ServerTls | None) -> PeerId
     if not pems:
         return None
     return tls.identity_from_uris(_uris(pems[0]))
+
+
+def _peer_address(peer: str) -> str | None:
+    """The IP in grpc's peer string (``ipv4:127.0.0.1:5000``, ``ipv6:[::1]:5000``)."""
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv4":
+        return rest.rpartition(":")[0]
+    if kind == "ipv6":
+        return rest.rpartition(":")[0].strip("[]")
+    return None
+
+
+def caller_identity(
+    context: aio.ServicerContext, tls: ServerTls | None, forwarded: ForwardedIdentity | None
+) -> PeerIdentity | None:
+    """Who the caller is by certificate: the identity a trusted proxy forwarded in
+    ``x-forwarded-client-cert`` (when there is one), else the call's own TLS client
+    certificate's."""
+    if forwarded is not None:
+        header = None
+        for key, value in context.invocation_metadata() or ():
+            if key == "x-forwarded-client-cert":
+                header = value if isinstance(value, str) else value.decode("latin-1")
+        identity = forwarded.identity(_peer_address(context.peer()), header)
+        if identity is not None:
+            return identity
+    return peer_identity(context, tls)

@@ -26,10 +26,11 @@ from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
 
 from airlane.core.errors import AirlaneError, NotFound
-from airlane.gateway import Gateway, Principal
+from airlane.gateway import ForwardedIdentity, Gateway, Principal
 from airlane.runtime.admission import Admission, Overloaded
 from airlane.transports.http.artifacts import handle_artifacts
 from airlane.transports.http.asgi import (
+    PEER_EXTENSION,
     Receive,
     Request,
     Scope,
@@ -83,8 +84,12 @@ class AirlaneApp:
         *,
         subprotocols: Mapping[str, WebSocketHandler] | None = None,
         mounts: Mapping[str, Callable[[Scope, Receive, Send], Awaitable[None]]] | None = None,
+        forwarded: ForwardedIdentity | None = None,
     ) -> None:
         self.gateway = gateway
+        self.forwarded = forwarded
+        """Client identities in ``x-forwarded-client-cert`` from trusted proxies (a mesh in
+        front); None: the header is not read."""
         self.config = config or HttpConfig()
         self.metrics = HttpMetrics(gateway.stats, lambda: gateway.running_generations)
         self.context = AppContext(gateway, self.config, self.metrics, dict(subprotocols or {}))
@@ -107,10 +112,25 @@ class AirlaneApp:
             except Overloaded as exc:
                 await self._refuse_overloaded(scope, receive, send, exc)
                 return
+        if self.forwarded is not None:
+            self._forwarded_peer(scope, self.forwarded)
         if kind == "http":
             await self._http(scope, receive, send)
         elif kind == "websocket":
             await self._websocket(scope, receive, send)
+
+    @staticmethod
+    def _forwarded_peer(scope: Scope, forwarded: ForwardedIdentity) -> None:
+        """Put the identity a trusted proxy forwarded in the scope, as the client's (the
+        proxy's own TLS certificate, if any, names the proxy, not the client)."""
+        header = None
+        for name, value in scope.get("headers", ()):
+            if name.lower() == b"x-forwarded-client-cert":
+                header = value.decode("latin-1")
+        client = scope.get("client")
+        peer = forwarded.identity(client[0] if client else None, header)
+        if peer is not None:
+            scope["extensions"] = {**(scope.get("extensions") or {}), PEER_EXTENSION: peer}
 
     async def _refuse_overloaded(
         self, scope: Scope, receive: Receive, send: Send, exc: Overloaded

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from airlane.gateway import PeerIdentity
 
 __all__ = [
+    "PEER_EXTENSION",
     "ASGIApp",
     "HttpError",
     "Receive",
@@ -37,6 +38,10 @@ __all__ = [
     "send_error",
     "send_json",
 ]
+
+PEER_EXTENSION = "airlane.peer"
+"""Scope extension: the client's `airlane.gateway.PeerIdentity` (from its TLS certificate, or
+forwarded by a trusted proxy), or None."""
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -105,7 +110,7 @@ class Request:
     @property
     def peer(self) -> PeerIdentity | None:
         """Who the connection's TLS client certificate says it is (None: none, or no TLS)."""
-        peer: PeerIdentity | None = self.extension("airlane.peer")
+        peer: PeerIdentity | None = self.extension(PEER_EXTENSION)
         return peer
 
     @property

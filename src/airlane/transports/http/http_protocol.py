@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import httptools
 
+from airlane.transports.http.asgi import PEER_EXTENSION
 from airlane.transports.http.server.cycle import BodyWriter, RequestCycle
 from airlane.transports.http.server.flow import WriteFlow
 from airlane.transports.http.server.state import ServerState, cancel_later, log
@@ -55,7 +56,7 @@ if TYPE_CHECKING:
 __all__ = ["PEER", "WRITE_BODY", "BodyWriter", "HttpProtocol"]
 
 WRITE_BODY = "airlane.http.write_body"
-PEER = "airlane.peer"
+PEER = PEER_EXTENSION
 """Scope extension: the `airlane.gateway.PeerIdentity` of the connection's TLS client
 certificate, or None."""
 """Scope extension: a call-back that writes one more chunk of a chunked response body at
