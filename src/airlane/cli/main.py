@@ -106,6 +106,16 @@ def serve_command(
         list[str] | None,
         typer.Option(help="Accept client SPIFFE IDs from this trust domain only (repeatable)."),
     ] = None,
+    jwks: Annotated[
+        str | None,
+        typer.Option(help="Accept bearer JWTs signed by this JWKS (a file, or an https:// URL)."),
+    ] = None,
+    jwt_audience: Annotated[
+        str | None, typer.Option(help="The audience (aud) JWTs must be for.")
+    ] = None,
+    jwt_issuer: Annotated[
+        str | None, typer.Option(help="The issuer (iss) JWTs must be from.")
+    ] = None,
     trusted_proxy: Annotated[
         list[str] | None,
         typer.Option(
@@ -150,6 +160,19 @@ def serve_command(
             trust_domains=tuple(trust_domain) if trust_domain else tls.trust_domains,
         )
         settings = replace(settings, tls=tls)
+    if jwks is not None or jwt_audience is not None or jwt_issuer is not None:
+        url = jwks is not None and jwks.startswith(("https://", "http://"))
+        settings = replace(
+            settings,
+            jwt=replace(
+                settings.jwt,
+                # --jwks replaces both of the file's: it names one source.
+                jwks_url=(jwks if url else None) if jwks is not None else settings.jwt.jwks_url,
+                jwks_file=(None if url else jwks) if jwks is not None else settings.jwt.jwks_file,
+                audience=jwt_audience or settings.jwt.audience,
+                issuer=jwt_issuer or settings.jwt.issuer,
+            ),
+        )
     if trusted_proxy:
         settings = replace(settings, trusted_proxies=tuple(trusted_proxy))
     if hub is not None:

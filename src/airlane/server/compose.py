@@ -62,9 +62,40 @@ def build_event_sourcing(config: ServerConfig) -> EventSourcing:
     )
 
 
+def build_security(config: ServerConfig) -> SecurityPolicy:
+    """The security gate: JWTs and/or API keys as configured, else open to everyone. A JWKS
+    file is read now (`ValueError`/`OSError` naming it if it cannot be used); a JWKS URL is
+    fetched by ``airlane serve`` before it listens."""
+    keys = ApiKeyPolicy(config.api_keys) if config.api_keys else None
+    c = config.jwt
+    if not c.enabled:
+        return keys or AllowAll()
+    from airlane.security.jwt import JwtPolicy, JwtSettings, JwtVerifier
+
+    if c.jwks_url is not None and not c.jwks_url.startswith(("https://", "http://")):
+        raise ValueError(f"[jwt] jwks_url {c.jwks_url!r} is not an http(s) URL")
+    verifier = JwtVerifier(
+        JwtSettings(
+            jwks_file=Path(c.jwks_file) if c.jwks_file else None,
+            jwks_url=c.jwks_url,
+            audience=c.audience,
+            issuer=c.issuer,
+            algorithms=tuple(c.algorithms),
+            leeway_s=c.leeway_s,
+            name_claim=c.name_claim,
+            tenant_claim=c.tenant_claim,
+            roles_claim=c.roles_claim,
+            refresh_s=c.refresh_s,
+        )
+    )
+    if c.jwks_file is not None:
+        verifier.jwks.load_file()
+    return JwtPolicy(verifier, keys)
+
+
 def build_app(config: ServerConfig) -> AirlaneApp:
     """Gateway and HTTP app for ``config`` (the gateway starts on ASGI lifespan startup)."""
-    security: SecurityPolicy = ApiKeyPolicy(config.api_keys) if config.api_keys else AllowAll()
+    security = build_security(config)
     gateway = Gateway(
         build_hub(config),
         build_backend(config),

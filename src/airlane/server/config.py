@@ -24,7 +24,14 @@ from airlane.transports.grpc import GrpcServerConfig
 from airlane.transports.http import HttpConfig
 from airlane.wire.airc import AircConfig
 
-__all__ = ["DEFAULT_TCP_KEEPALIVE_S", "ConfigError", "ServerConfig", "TlsConfig", "load_config"]
+__all__ = [
+    "DEFAULT_TCP_KEEPALIVE_S",
+    "ConfigError",
+    "JwtConfig",
+    "ServerConfig",
+    "TlsConfig",
+    "load_config",
+]
 
 DEFAULT_TCP_KEEPALIVE_S = 45
 """The seed's TCP keepalive on accepted sockets."""
@@ -51,6 +58,32 @@ class TlsConfig:
     def enabled(self) -> bool:
         """Whether the listeners speak TLS."""
         return self.cert_file is not None
+
+
+@dataclass(frozen=True, slots=True)
+class JwtConfig:
+    """``[jwt]``: bearer JWTs verified against a JWKS (a file or a URL), beside any API keys
+    (docs/security.md)."""
+
+    jwks_file: str | None = None
+    jwks_url: str | None = None
+    audience: str | None = None
+    """The ``aud`` tokens must carry (unset: not checked)."""
+    issuer: str | None = None
+    """The ``iss`` tokens must carry (unset: not checked)."""
+    algorithms: tuple[str, ...] = ("RS256", "ES256", "EdDSA")
+    leeway_s: float = 30.0
+    """Clock skew allowed on ``exp``, ``nbf``, ``iat``."""
+    name_claim: str = "sub"
+    tenant_claim: str = "tenant"
+    roles_claim: str = "roles"
+    refresh_s: float = 300.0
+    """How often the JWKS is fetched again (or its file checked)."""
+
+    @property
+    def enabled(self) -> bool:
+        """Whether bearer JWTs are accepted."""
+        return self.jwks_file is not None or self.jwks_url is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +135,8 @@ class ServerConfig:
     `airlane.runtime.admission`)."""
     tls: TlsConfig = field(default_factory=TlsConfig)
     """TLS and client certificates on every listener (``[tls]``)."""
+    jwt: JwtConfig = field(default_factory=JwtConfig)
+    """Bearer JWTs (``[jwt]``)."""
     trusted_proxies: tuple[str, ...] = ()
     """Addresses or networks (``10.0.0.0/8``) of proxies whose ``x-forwarded-client-cert``
     names the client (a mesh in front); from anyone else the header is ignored."""
@@ -118,7 +153,7 @@ class ConfigError(ValueError):
 def load_config(path: Path, base: ServerConfig | None = None) -> ServerConfig:
     """Read a TOML file: top-level keys of `ServerConfig`, plus ``[synthetic]``, ``[http]``,
     ``[orphan]``, ``[retention]``, ``[airc]``, ``[grpc]``, ``[jetstream]``, ``[eventsourcing]``,
-    ``[artifacts]``, ``[gc]``, ``[admission]``, ``[tls]`` and ``[api_keys]`` tables. An
+    ``[artifacts]``, ``[gc]``, ``[admission]``, ``[tls]``, ``[jwt]`` and ``[api_keys]`` tables. An
     unreadable file, one that is not TOML, an unknown key and a value of the wrong type are a
     `ConfigError` (a `ValueError`); so is a value the setting itself refuses."""
     try:
@@ -152,6 +187,7 @@ def _settings(path: Path, data: dict[str, Any], config: ServerConfig) -> ServerC
         "gc": (GcConfig, config.gc),
         "admission": (AdmissionConfig, config.admission),
         "tls": (TlsConfig, config.tls),
+        "jwt": (JwtConfig, config.jwt),
     }
     changes: dict[str, Any] = {}
     allowed = {f.name for f in fields(ServerConfig)}
@@ -181,6 +217,8 @@ def _settings(path: Path, data: dict[str, Any], config: ServerConfig) -> ServerC
                 section[name] = tuple(section[name])
         if key == "tls" and isinstance(section.get("trust_domains"), list):
             section["trust_domains"] = tuple(section["trust_domains"])
+        if key == "jwt" and isinstance(section.get("algorithms"), list):
+            section["algorithms"] = tuple(section["algorithms"])
         unknown = set(section) - {f.name for f in fields(cls)}
         if unknown:
             raise ConfigError(f"{path}: unknown [{key}] settings {sorted(unknown)}")

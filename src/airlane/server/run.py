@@ -25,13 +25,15 @@ import asyncio
 import logging
 import signal
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from airlane.gateway import ServerTls
+from airlane.gateway import Gateway, ServerTls
 from airlane.runtime.acceptor import AcceptorMetrics
 from airlane.runtime.admission import Admission
+from airlane.security.jwt import Jwks
 from airlane.security.spiffe import SpiffeId
 from airlane.security.tls import TlsSettings
 from airlane.server.compose import build_app, nats_servers
@@ -168,6 +170,10 @@ async def _serve(
     listeners = _Listeners(tls)
     server: HttpServer | None = None
     reloading = None if tls is None else asyncio.create_task(_reload(tls), name="TLS reload")
+    keys = _jwks_of(app.gateway)
+    if keys is not None and keys.settings.jwks_url is not None:
+        await keys.refresh()  # the first fetch before listening (a failure is logged)
+    refreshing = None if keys is None else asyncio.create_task(_refresh(keys), name="JWKS")
     try:
         sock = listeners.bind("HTTP", config.host, config.port, config)
         host, port = sock.getsockname()[:2]
@@ -187,8 +193,9 @@ async def _serve(
             on_ready(listeners.listening(f"{scheme}://{_bracketed(host)}:{port}", host))
         await stop.wait()
     finally:
-        if reloading is not None:
-            reloading.cancel()
+        for task in (reloading, refreshing):
+            if task is not None:
+                task.cancel()
         if server is not None:
             await server.shutdown()
         await listeners.aclose()
@@ -221,6 +228,26 @@ def server_tls(config: ServerConfig) -> ServerTls | None:
         c.reload_s,
     )
     return ServerTls(settings)
+
+
+def _jwks_of(gateway: Gateway) -> Jwks | None:
+    """The key set of the gateway's JWT verifier, if it has one."""
+    from airlane.security.jwt import JwtPolicy
+
+    policy = gateway.security
+    return policy.verifier.jwks if isinstance(policy, JwtPolicy) else None
+
+
+async def _refresh(jwks: Jwks) -> None:
+    """Refresh the JWKS every ``refresh_s``, and sooner (rate-limited) once a token named a
+    key id it does not hold, for as long as the server runs."""
+    last = asyncio.get_running_loop().time()
+    while True:
+        await asyncio.sleep(1.0)
+        now = asyncio.get_running_loop().time()
+        if jwks.due(time.monotonic()) or now - last >= jwks.settings.refresh_s:
+            last = now
+            await jwks.refresh()
 
 
 async def _reload(tls: ServerTls) -> None:
