@@ -468,8 +468,13 @@ async def test_ws_oversize_message_is_1009(server):
 
 @pytest.mark.parametrize(
     ("headers", "query"),
-    [({}, ""), ({"authorization": "Bearer wrong"}, ""), ({}, "?access_token=wrong")],
-    ids=["no key", "wrong key", "wrong access_token"],
+    [
+        ({}, ""),
+        ({"authorization": "Bearer wrong"}, ""),
+        ({}, f"?access_token={API_KEY}"),  # a key in the URL: off unless [http] query_tokens
+        ({}, "?ticket=tk_made-up"),
+    ],
+    ids=["no key", "wrong key", "key in the URL", "made-up ticket"],
 )
 async def test_ws_without_a_valid_key_is_4401(keyed_server, headers, query):
     url = ws_url(keyed_server.url) + query
@@ -479,12 +484,14 @@ async def test_ws_without_a_valid_key_is_4401(keyed_server, headers, query):
     assert_healthy(keyed_server.url)
 
 
-@pytest.mark.parametrize(
-    ("headers", "query"),
-    [({"authorization": f"Bearer {API_KEY}"}, ""), ({}, f"?access_token={API_KEY}")],
-    ids=["header", "access_token"],
-)
-async def test_ws_with_the_key_works(keyed_server, headers, query):
+@pytest.mark.parametrize("way", ["header", "ticket"])
+async def test_ws_with_the_key_works(keyed_server, way):
+    key = {"authorization": f"Bearer {API_KEY}"}
+    headers, query = key, ""
+    if way == "ticket":  # what a browser does: a ticket from a fetch, then ?ticket=
+        async with httpx.AsyncClient() as http:
+            issued = await http.post(f"{keyed_server.url}/v1/tickets", headers=key)
+        headers, query = {}, f"?ticket={issued.json()['ticket']}"
     url = ws_url(keyed_server.url) + query
     async with connect(url, subprotocols=["airlane.v1.json"], additional_headers=headers) as ws:
         await assert_usable(ws)

@@ -49,6 +49,7 @@ from airlane.gateway.logs import EventLogs
 from airlane.gateway.rooms import SharedRooms
 from airlane.gateway.schemas import Schemas
 from airlane.gateway.tenancy import client_info, client_names, hub_key
+from airlane.gateway.tickets import Tickets
 from airlane.hub import (
     Hub,
     HubError,
@@ -146,6 +147,8 @@ class Gateway:
         self.rooms = SharedRooms(hub, self.security, node=getattr(hub, "node", "local"))
         """LWW rooms and Yjs documents kept in the hub (`airlane.gateway.rooms`)."""
         self.artifacts = Artifacts(self.security)
+        self.tickets = Tickets()
+        """Short-lived credentials for WebSocket and EventSource clients."""
         """The model artifact store, when the composition root gives one
         (`airlane.gateway.artifacts`)."""
         self.started = time.monotonic()
@@ -197,13 +200,22 @@ class Gateway:
 
     # -- who is asking ----------------------------------------------------------------------
 
-    def authenticate(self, bearer: str | None, peer: PeerIdentity | None = None) -> Principal:
-        """The principal behind a bearer token (None: none was sent), or behind the client
-        certificate a TLS listener verified (``peer``); `Unauthenticated` if the gate refuses
-        it."""
+    def authenticate(
+        self, bearer: str | None, peer: PeerIdentity | None = None, *, ticket: str | None = None
+    ) -> Principal:
+        """The principal behind a ticket (`issue_ticket`), a bearer token (None: none was
+        sent), or the client certificate a TLS listener verified (``peer``), in that order;
+        `Unauthenticated` if the gate refuses it."""
+        if ticket is not None:
+            return self.tickets.principal(ticket)
         if peer is None:  # policies written before TLS take the token alone
             return self.security.authenticate(bearer)
         return self.security.authenticate(bearer, peer)
+
+    def issue_ticket(self, principal: Principal) -> tuple[str, float]:
+        """A short-lived ticket standing for ``principal`` (for a WebSocket or EventSource
+        URL, where headers cannot be set), and its lifetime in seconds."""
+        return self.tickets.issue(principal), self.tickets.ttl_s
 
     # -- chats and generations --------------------------------------------------------------
 

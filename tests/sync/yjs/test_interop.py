@@ -221,11 +221,17 @@ async def test_authentication_and_read_only_peers(hub: MemoryHub, node: str) -> 
         async with connect(f"{server.url}/secret") as ws:
             assert await close_of(ws) == (4401, "missing or invalid key")
         common = {"url": server.url, "room": "secret"}
+        # Browsers cannot set headers on a WebSocket: each gets a ticket first (over HTTP,
+        # POST /v1/tickets; this test app serves only the Yjs endpoint, so from the gateway).
+        gateway = server.app.gateway
+        tickets = {
+            key: gateway.issue_ticket(gateway.authenticate(key))[0] for key in ("writer", "reader")
+        }
         await node_client_ok(
-            node, **common, name="w", text=["written"], params={"access_token": "writer"}
+            node, **common, name="w", text=["written"], params={"ticket": tickets["writer"]}
         )
         reader = await node_client_ok(
-            node, **common, name="r", expectText=["written"], params={"access_token": "reader"}
+            node, **common, name="r", expectText=["written"], params={"ticket": tickets["reader"]}
         )
         assert reader["text"] == "written"
         refused = await run_node_client(
@@ -234,7 +240,7 @@ async def test_authentication_and_read_only_peers(hub: MemoryHub, node: str) -> 
             name="r2",
             text=["nope"],
             expectText=["never"],
-            params={"access_token": "reader"},
+            params={"ticket": tickets["reader"]},
         )
         assert refused["status"] == 3, refused
         assert refused["code"] == 4403 and "read-only" in refused["reason"]

@@ -40,6 +40,7 @@ from airlane.transports.http.asgi import (
     send_error,
     send_json,
 )
+from airlane.transports.http.auth import authenticate
 from airlane.transports.http.chat import handle_chat_completions
 from airlane.transports.http.config import HttpConfig
 from airlane.transports.http.context import AppContext, WebSocketHandler
@@ -216,8 +217,12 @@ class AirlaneApp:
             allow_methods(method, "GET")
             await send_body(send, 200, self.metrics.render(), b"text/plain; version=0.0.4")
             return
-        principal = self.gateway.authenticate(request.bearer, request.peer)
-        if path == "/v1/chat/completions":
+        principal = authenticate(self.gateway, self.config, request)
+        if path == "/v1/tickets":
+            allow_methods(method, "POST")
+            ticket, ttl_s = self.gateway.issue_ticket(principal)
+            await send_json(send, 200, {"ticket": ticket, "expires_in_s": ttl_s})
+        elif path == "/v1/chat/completions":
             allow_methods(method, "POST")
             await handle_chat_completions(self.context, principal, request, receive, send)
         elif path == "/v1/models":
@@ -333,6 +338,7 @@ def _route_label(path: str) -> str:
         "/v1/schemas",
         "/v1/artifacts",
         "/v1/loadtest/sse",
+        "/v1/tickets",
     ):
         return path
     return "other"

@@ -49,6 +49,9 @@ class HttpConfig:
     """Streams one WebSocket may carry at once."""
     batch_limit: int = DEFAULT_BATCH_LIMIT
     """Frames taken from a cursor per write."""
+    query_tokens: bool = False
+    """Accept an API key or JWT as ``?access_token=`` (off: URLs end up in logs; browsers get
+    a ticket from ``POST /v1/tickets`` and pass ``?ticket=``)."""
     cors_origins: tuple[str, ...] = ()
     """Origins allowed to call from a browser page (``"*"`` for any); empty: no CORS."""
     models: tuple[str, ...] = ("airlane-synthetic",)

@@ -31,6 +31,7 @@ from airlane.transports.http.asgi import (
     read_json,
     send_json,
 )
+from airlane.transports.http.auth import authenticate
 from airlane.transports.http.context import AppContext
 from airlane.transports.http.websocket import accept, refuse
 
@@ -73,9 +74,7 @@ async def serve_room(app: AppContext, request: Request, receive: Receive, send: 
         name, action = room_name(request.path)
         if action:
             raise NotFound("a room's WebSocket is /v1/rooms/{room}")
-        principal = app.gateway.authenticate(
-            request.bearer or request.query.get("access_token"), request.peer
-        )
+        principal = authenticate(app.gateway, app.config, request)
         socket = _RoomSocket(send)
         joined = await app.gateway.rooms.join(principal, name, socket.relay)
     except AirlaneError as exc:

@@ -39,6 +39,7 @@ from airlane.core import Event, Kind, Position
 from airlane.core.errors import AirlaneError, BadRequest, ErrorCode
 from airlane.gateway import Principal, Subscription
 from airlane.transports.http.asgi import Receive, Request, Send
+from airlane.transports.http.auth import authenticate
 from airlane.transports.http.context import AppContext
 from airlane.transports.http.errors import close_code, close_reason
 from airlane.transports.http.loadtest import loadtest_chunks, loadtest_spec
@@ -350,10 +351,10 @@ async def serve_websocket(app: AppContext, request: Request, receive: Receive, s
                 ),
             )
         return
-    # Browsers cannot set headers on a WebSocket: accept the key as ?access_token= too.
-    bearer = request.bearer or request.query.get("access_token")
+    # Browsers cannot set headers on a WebSocket: a ?ticket= (or, where allowed, the key
+    # itself as ?access_token=) stands for them.
     try:
-        principal = app.gateway.authenticate(bearer, request.peer)
+        principal = authenticate(app.gateway, app.config, request)
     except AirlaneError as exc:
         if await accept(receive, send, chosen):
             await refuse(send, exc)
@@ -389,9 +390,7 @@ async def serve_loadtest_ws(
     """``/v1/loadtest/ws``: one stream of benchmark chunks, one text message per chunk."""
     try:
         spec = loadtest_spec(request)
-        principal = app.gateway.authenticate(
-            request.bearer or request.query.get("access_token"), request.peer
-        )
+        principal = authenticate(app.gateway, app.config, request)
     except AirlaneError as exc:
         if await accept(receive, send, None):
             await refuse(send, exc)

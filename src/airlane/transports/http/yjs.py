@@ -3,7 +3,7 @@
 A Yjs editor connects with y-websocket's provider, whose URL is ``serverUrl + "/" + room``::
 
     new WebsocketProvider("ws://host:port/v1/yjs", "my-room", doc,
-                          { params: { access_token: KEY } })   // or an Authorization header
+                          { params: { ticket: TICKET } })   // from POST /v1/tickets
 
 Binary messages only (`airlane.sync.yjs.protocol`); the rooms are `airlane.sync.yjs.YRooms`. The
 principal needs ``subscribe`` on the stream ``yjs/<room>`` to connect and ``publish`` on it to
@@ -42,6 +42,7 @@ import logging
 from airlane.core.errors import AirlaneError, ErrorCode
 from airlane.gateway import YPeer, YRoom
 from airlane.transports.http.asgi import Receive, Request, Send
+from airlane.transports.http.auth import authenticate
 from airlane.transports.http.context import AppContext
 from airlane.transports.http.errors import close_code
 from airlane.transports.http.websocket import accept, close, refuse
@@ -63,10 +64,8 @@ async def serve_yjs(app: AppContext, request: Request, receive: Receive, send: S
     closes."""
     room = request.path[len(YJS_PATH_PREFIX) :]
     try:
-        # Browsers cannot set headers on a WebSocket: accept the key as ?access_token= too.
-        principal = app.gateway.authenticate(
-            request.bearer or request.query.get("access_token"), request.peer
-        )
+        # Browsers cannot set headers on a WebSocket: a ?ticket= stands for them.
+        principal = authenticate(app.gateway, app.config, request)
         joined, peer = await app.gateway.rooms.join_yjs(principal, room)
     except AirlaneError as exc:
         if await accept(receive, send, None):

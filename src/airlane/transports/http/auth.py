@@ -1,0 +1,18 @@
+"""Who a request is: its ``?ticket=``, its bearer token (``?access_token=`` only where
+``[http] query_tokens`` allows it), or its TLS client certificate, through the gateway."""
+
+from __future__ import annotations
+
+from airlane.gateway import Gateway, Principal
+from airlane.transports.http.asgi import Request
+from airlane.transports.http.config import HttpConfig
+
+__all__ = ["authenticate"]
+
+
+def authenticate(gateway: Gateway, config: HttpConfig, request: Request) -> Principal:
+    """The request's principal, or the gateway's `Unauthenticated`."""
+    bearer = request.bearer
+    if bearer is None and config.query_tokens:
+        bearer = request.query.get("access_token")
+    return gateway.authenticate(bearer, request.peer, ticket=request.query.get("ticket"))
