@@ -194,7 +194,10 @@ def test_pull_and_rollback_from_a_served_store(workspace):
             "int3",
         ),
         (("rollback", ".", "never"), "no previous version"),
-        (("pull", "http://127.0.0.1:9", "m", "--quiet"), "could not fetch"),
+        (
+            ("pull", "http://127.0.0.1:9", "m", "--quiet"),
+            "cannot reach a gateway at http://127.0.0.1:9",
+        ),
     ],
 )
 def test_errors_are_one_line_without_a_traceback(tmp_path, args, message):

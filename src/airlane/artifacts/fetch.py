@@ -125,7 +125,7 @@ async def fetch_manifest(
     try:
         response = await client.get(url)
     except httpx.HTTPError as exc:
-        raise ArtifactError(f"could not fetch {url}: {exc}") from None
+        raise ArtifactError(f"could not fetch {url}: {exc}") from exc
     if response.status_code == 404:
         raise ArtifactNotFound(f"{url}: not found")
     if response.status_code != 200:

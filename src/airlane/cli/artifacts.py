@@ -45,8 +45,30 @@ _UNITS = {"": 1, "b": 1, "k": 1024, "kib": 1024, "m": 1024**2, "mib": 1024**2, "
 
 
 def _fail(message: str) -> NoReturn:
-    err.print(f"[red]error:[/red] {message}", highlight=False)
+    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(1)
+
+
+@contextmanager
+def _gateway_errors(url: str) -> Iterator[None]:
+    """A gateway that does not answer at ``url`` becomes the line that says to start one, and
+    a client error of ``--follow``'s announcement stream one line (not a traceback)."""
+    import httpx
+
+    from airlane.artifacts.errors import ArtifactError
+    from airlane.cli.reach import unreachable
+    from airlane.client.errors import ClientError, ConnectFailed
+
+    try:
+        yield
+    except ConnectFailed as exc:
+        _fail(unreachable(url, exc, "the URL argument"))
+    except ClientError as exc:
+        _fail(f"{type(exc).__name__}: {exc}")
+    except ArtifactError as exc:
+        if isinstance(exc.__cause__, httpx.ConnectError):
+            _fail(unreachable(url, exc.__cause__, "the URL argument"))
+        raise
 
 
 @contextmanager
@@ -483,7 +505,7 @@ def pull_command(
     kill, reusing chunks already installed, committed atomically (the old one kept)."""
     from airlane.cli.main import run_async
 
-    with _errors():
+    with _errors(), _gateway_errors(url):
         from airlane.artifacts.fetch import PullOptions
 
         options = PullOptions(

@@ -24,11 +24,18 @@ from airlane.bench.spawn import GatewayStartError, LocalGateway
 from airlane.client.accumulator import TextAccumulator
 from airlane.client.errors import ClientError
 
-__all__ = ["DEFAULT_PROMPT", "DemoRun", "demo_command"]
+__all__ = ["DEFAULT_PROMPT", "TTFT_MEANING", "DemoRun", "demo_command"]
 
 DEFAULT_PROMPT = "What does Airlane do?"
 """What the demo asks (the synthetic backend answers anything: this gets about 70 tokens)."""
 DEFAULT_MODEL = "airlane-synthetic"
+
+TTFT_MEANING = (
+    "TTFT: from sending the request, on a connection already open (each client connects and "
+    "loads its libraries first), to the first token printed"
+)
+"""What the demo's time to first token measures: the same span for both transports, so that
+neither includes connecting or the client's one-time set-up and the two compare."""
 
 T = TypeVar("T")
 
@@ -79,6 +86,7 @@ async def stream_sse(console: Console, url: str, request: dict[str, Any]) -> Dem
     from airlane.client.sse import AirlaneClient
 
     async with AirlaneClient(url) as client:
+        await client.health()  # connected (see TTFT_MEANING)
         clock, count, usage = _Clock(), 0, None
         params = {**request, "stream_options": {"include_usage": True}}
         model, messages = params.pop("model"), params.pop("messages")
@@ -169,6 +177,7 @@ def demo_command(
         if gateway is not None:
             gateway.stop()
     console.print(demo_table(runs))
+    console.print(TTFT_MEANING, highlight=False)
     ids = ", ".join(f"{run.transport} [bold]{run.stream_id}[/bold]" for run in runs)
     console.print(f"streams used: {ids}")
     if gateway is None:

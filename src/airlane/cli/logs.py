@@ -25,6 +25,7 @@ import httpx
 import orjson
 import typer
 
+from airlane.cli.reach import unreachable
 from airlane.server.address import DEFAULT_HOST, DEFAULT_PORT
 
 __all__ = ["logs_app", "schemas_app"]
@@ -55,6 +56,8 @@ class _Gateway:
         query = {k: v for k, v in params.items() if v is not None}
         try:
             response = self.http.request(method, path, json=body, params=query)
+        except httpx.ConnectError as exc:
+            _fail(unreachable(str(self.http.base_url).rstrip("/"), exc))
         except httpx.HTTPError as exc:
             _fail(f"cannot reach the gateway: {exc}")
         if response.status_code >= 400:

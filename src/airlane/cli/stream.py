@@ -19,10 +19,12 @@ import orjson
 import typer
 from rich.console import Console
 
+from airlane.cli.reach import unreachable
+
 # Each transport's client is imported where it is used: a stream over one transport does not
 # load the others' libraries (and other commands load none of them).
 from airlane.client.accumulator import TextAccumulator
-from airlane.client.errors import ClientError, StreamFailed
+from airlane.client.errors import ClientError, ConnectFailed, StreamFailed
 from airlane.client.events import StreamEvent
 from airlane.server.address import DEFAULT_HOST, DEFAULT_PORT
 
@@ -240,7 +242,15 @@ def stream_command(
                                max_tokens))  # fmt: skip
     except ClientError as exc:
         console.print()
-        notes.print(f"[red]stream failed:[/red] {type(exc).__name__}: {exc}")
+        # Following a stream retries connecting before it gives up (ResumeFailed): a gateway
+        # that never answered is still the unreachable one.
+        refused = exc if isinstance(exc, ConnectFailed) else exc.__cause__
+        reason = unreachable(url, refused) if isinstance(refused, ConnectFailed) else exc
+        notes.print(
+            f"[red]stream failed:[/red] {type(exc).__name__}: {reason}",
+            soft_wrap=True,  # one line, however narrow the terminal
+            highlight=False,
+        )
         raise typer.Exit(1) from None
     console.print()
     finish = outcome.finish_reason or "-"

@@ -230,6 +230,11 @@ class AirlaneClient:
 
     # -- small requests ---------------------------------------------------------------------
 
+    async def health(self) -> dict[str, Any]:
+        """The gateway's ``GET /healthz`` answer. It also opens the client's connection, so
+        a request sent after it does not wait for connecting (``airlane demo`` measures so)."""
+        return await self._json("GET", "/healthz")
+
     async def info(self, stream_id: str) -> dict[str, Any]:
         """A stream's status, usage and current resume token (``GET /v1/streams/{id}``)."""
         return await self._json("GET", stream_path(stream_id))
