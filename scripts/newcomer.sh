@@ -324,6 +324,58 @@ why_cluster='needs a NATS JetStream broker (nats-server), which the set-up does 
 skip 'airlane serve --port 8420 --hub nats://127.0.0.1:4222 --node-id a' "$why_cluster"
 skip 'airlane serve --port 8520 --hub nats://127.0.0.1:4222 --node-id b' "$why_cluster"
 
+# -- docs/security.md -------------------------------------------------------------------------
+
+read -r keys_port tls_port tls_airc tls_grpc mesh_port <<<"$(free_ports 5)"
+
+example 'airlane serve --api-key alice=sk-alice-1 --api-key bob=sk-bob-2 --api-key ann@alice=sk-ann-3'
+keys_url="http://127.0.0.1:$keys_port"
+serve keys.log "$keys_url" airlane serve --port "$keys_port" --airc-port -1 --grpc-port -1 \
+  --api-key alice=sk-alice-1 --api-key bob=sk-bob-2 --api-key ann@alice=sk-ann-3
+run curl -sSf --max-time 10 "$keys_url/v1/streams/alice/private/events" \
+  -H 'authorization: Bearer sk-alice-1' -H 'content-type: application/json' \
+  -d '{"kind": "message", "payload": "mine"}'
+run curl -sS --max-time 10 "$keys_url/v1/streams/alice/private" -H 'authorization: Bearer sk-bob-2'
+expect "stream_not_found"  # another tenant's stream is not there
+run curl -sSf --max-time 10 "$keys_url/v1/streams/alice/private" -H 'authorization: Bearer sk-ann-3'
+
+example 'airlane certs ca --out certs --trust-domain example.org'
+run airlane certs ca --out certs --trust-domain example.org
+
+example 'airlane certs issue spiffe://example.org/gateway --ca certs --out certs'
+run airlane certs issue spiffe://example.org/gateway --ca certs --out certs
+
+example 'airlane certs issue spiffe://example.org/ai-trainer --ca certs --out certs'
+run airlane certs issue spiffe://example.org/ai-trainer --ca certs --out certs
+
+example 'airlane serve --tls-cert certs/gateway.pem --tls-key certs/gateway.key --tls-client-ca certs/ca.pem --trust-domain example.org'
+tls_url="https://localhost:$tls_port"
+client_cert=(--cacert certs/ca.pem --cert certs/ai-trainer.pem --key certs/ai-trainer.key)
+setsid airlane serve --port "$tls_port" --airc-port "$tls_airc" --grpc-port "$tls_grpc" \
+  --tls-cert certs/gateway.pem --tls-key certs/gateway.key --tls-client-ca certs/ca.pem \
+  --trust-domain example.org >"$work/logs/tls.log" 2>&1 </dev/null &
+server_groups+=("$!")
+for _ in $(seq 150); do
+  curl -sf --max-time 2 "${client_cert[@]}" "$tls_url/healthz" >/dev/null && break
+  sleep 0.2
+done
+run curl -sS --max-time 10 "${client_cert[@]}" "$tls_url/v1/streams/x"
+expect "stream_not_found"  # past the gate, with the client certificate
+if curl -sS --max-time 10 --cacert certs/ca.pem "$tls_url/v1/streams/x" >/dev/null 2>&1; then
+  fail curl --cacert certs/ca.pem "$tls_url/v1/streams/x" "(served a client with no certificate)"
+fi
+
+skip 'airlane serve --jwks https://login.example.org/.well-known/jwks.json --jwt-audience airlane --jwt-issuer https://login.example.org/' 'needs an identity provider; tests/security/test_jwt.py serves a JWKS from a file and a URL, and rotates it'
+
+example 'airlane serve --api-key alice=sk-local-123 --trusted-proxy 10.0.0.0/8 --trust-domain example.org'
+mesh_url="http://127.0.0.1:$mesh_port"
+serve mesh.log "$mesh_url" airlane serve --port "$mesh_port" --airc-port -1 --grpc-port -1 \
+  --api-key alice=sk-local-123 --trusted-proxy 10.0.0.0/8 --trust-domain example.org
+# From 127.0.0.1, not a trusted proxy: the forwarded identity counts for nothing.
+run curl -sS --max-time 10 "$mesh_url/v1/streams/x" \
+  -H 'x-forwarded-client-cert: URI=spiffe://example.org/ai-trainer'
+expect "unauthenticated"
+
 # -- docs/artifacts.md ------------------------------------------------------------------------
 
 mkdir artifacts && cd artifacts
