@@ -376,6 +376,16 @@ run curl -sS --max-time 10 "$mesh_url/v1/streams/x" \
   -H 'x-forwarded-client-cert: URI=spiffe://example.org/ai-trainer'
 expect "unauthenticated"
 
+example 'airlane serve --api-key alice=sk-local-123 --audit-log audit.log'
+read -r audit_port <<<"$(free_ports 1)"
+audit_url="http://127.0.0.1:$audit_port"
+serve audited.log "$audit_url" airlane serve --port "$audit_port" --airc-port -1 --grpc-port -1 \
+  --api-key alice=sk-local-123 --audit-log audit.log
+run curl -sS --max-time 10 "$audit_url/v1/streams/x" -H 'authorization: Bearer not-the-key'
+expect "unauthenticated"
+last_log=audit.log
+expect '"decision": "deny"'
+
 # -- docs/artifacts.md ------------------------------------------------------------------------
 
 mkdir artifacts && cd artifacts

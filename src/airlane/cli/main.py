@@ -116,6 +116,10 @@ def serve_command(
     jwt_issuer: Annotated[
         str | None, typer.Option(help="The issuer (iss) JWTs must be from.")
     ] = None,
+    audit_log: Annotated[
+        Path | None,
+        typer.Option(help="Write a JSON line for every refusal and admin action to this file."),
+    ] = None,
     trusted_proxy: Annotated[
         list[str] | None,
         typer.Option(
@@ -173,6 +177,8 @@ def serve_command(
                 issuer=jwt_issuer or settings.jwt.issuer,
             ),
         )
+    if audit_log is not None:
+        settings = replace(settings, audit=replace(settings.audit, path=str(audit_log)))
     if trusted_proxy:
         settings = replace(settings, trusted_proxies=tuple(trusted_proxy))
     if hub is not None:

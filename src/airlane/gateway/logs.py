@@ -23,6 +23,7 @@ from airlane.eventlog.handles import GroupHandles
 from airlane.gateway.eventsourcing import EventSourcing
 from airlane.gateway.tenancy import client_names, own_names, scoped_name
 from airlane.security import Action, Principal, SecurityPolicy
+from airlane.security.audit import audit_admin
 
 __all__ = ["MAX_SETTLE_TOKENS", "EventLogs", "log_resource"]
 
@@ -91,6 +92,7 @@ class EventLogs:
         with client_names(key, log):
             await self._logs.delete_log(key)
         await self._groups.forget(key)
+        audit_admin(self._security, principal, "delete_log", log_resource(log))
 
     # -- records ----------------------------------------------------------------------------
 
@@ -183,6 +185,7 @@ class EventLogs:
         await self._groups.forget(key, group)
         with client_names(key, log):
             await self._logs.delete_group(key, group)
+        audit_admin(self._security, principal, "delete_group", f"{log_resource(log)}/{group}")
 
     async def aclose(self) -> None:
         """Close the consumer group handles."""

@@ -24,6 +24,7 @@ from airlane.registry import (
     check_subject,
 )
 from airlane.security import Action, Principal, SecurityPolicy
+from airlane.security.audit import audit_admin
 
 __all__ = ["Schemas", "schema_resource"]
 
@@ -96,7 +97,9 @@ class Schemas:
         key = self._allow(principal, Action.PUBLISH, subject)
         with client_names(key, subject):
             await self._registry.set_compatibility(key, mode)
-            return await self._registry.compatibility(key)
+            now = await self._registry.compatibility(key)
+        audit_admin(self._security, principal, "set_compatibility", schema_resource(subject))
+        return now
 
     async def validate(
         self, principal: Principal, subject: str, data: bytes, content_type: str
@@ -111,7 +114,9 @@ class Schemas:
         """Delete every version of ``subject``; the versions deleted."""
         key = self._allow(principal, Action.PUBLISH, subject)
         with client_names(key, subject):
-            return await self._registry.delete_subject(key)
+            deleted = await self._registry.delete_subject(key)
+        audit_admin(self._security, principal, "delete_subject", schema_resource(subject))
+        return deleted
 
 
 def _named(version: SchemaVersion, subject: str) -> SchemaVersion:

@@ -28,7 +28,7 @@ import os
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from airlane.backends.base import (
@@ -40,7 +40,7 @@ from airlane.backends.base import (
     LoadTestSpec,
 )
 from airlane.core import Event, OrphanMode, OrphanPolicy, Position, Retention, StreamInfo
-from airlane.core.errors import BadRequest, ErrorCode
+from airlane.core.errors import AirlaneError, BadRequest, ErrorCode
 from airlane.core.events import TERMINAL_KINDS
 from airlane.gateway.artifacts import Artifacts
 from airlane.gateway.chat_request import ChatRequest, parse_chat_request
@@ -62,6 +62,7 @@ from airlane.hub import (
 )
 from airlane.runtime.eager import start_eagerly
 from airlane.security import Action, AllowAll, Principal, SecurityPolicy
+from airlane.security.audit import AuditedPolicy, AuditLog
 
 if TYPE_CHECKING:  # the arbiter's machinery loads only when a conflict is settled
     from airlane.security.tls import PeerIdentity
@@ -129,14 +130,18 @@ class Gateway:
         security: SecurityPolicy | None = None,
         config: GatewayConfig | None = None,
         events: EventSourcing | None = None,
+        audit: AuditLog | None = None,
     ) -> None:
         self.hub = hub
         """Where streams live (for the composition root and tests: transports call the
         methods here instead)."""
         self.backend = backend
         """Where tokens come from."""
-        self.security: SecurityPolicy = security or AllowAll()
-        """The one security gate every method asks."""
+        self.audit = audit or AuditLog()
+        """Refusals and admin actions, recorded (`airlane.security.audit`)."""
+        self.security = AuditedPolicy(security or AllowAll(), self.audit)
+        """The one security gate every method asks (its refusals audited); the policy itself
+        is ``security.policy``."""
         self.config = config or GatewayConfig()
         self.events = events or EventSourcing()
         """Event logs and the schema registry (in memory unless given)."""
@@ -201,16 +206,26 @@ class Gateway:
     # -- who is asking ----------------------------------------------------------------------
 
     def authenticate(
-        self, bearer: str | None, peer: PeerIdentity | None = None, *, ticket: str | None = None
+        self,
+        bearer: str | None,
+        peer: PeerIdentity | None = None,
+        *,
+        ticket: str | None = None,
+        origin: str | None = None,
     ) -> Principal:
         """The principal behind a ticket (`issue_ticket`), a bearer token (None: none was
         sent), or the client certificate a TLS listener verified (``peer``), in that order;
-        `Unauthenticated` if the gate refuses it."""
-        if ticket is not None:
-            return self.tickets.principal(ticket)
-        if peer is None:  # policies written before TLS take the token alone
-            return self.security.authenticate(bearer)
-        return self.security.authenticate(bearer, peer)
+        `Unauthenticated` if the gate refuses it (audited, with ``origin``: the client's
+        address, which the principal carries too)."""
+        try:
+            if ticket is not None:
+                principal = self.tickets.principal(ticket)
+            else:
+                principal = self.security.authenticate(bearer, peer)
+        except AirlaneError as exc:
+            self.audit.record("deny", exc.code.value, reason=str(exc), origin=origin)
+            raise
+        return principal if origin is None else replace(principal, origin=origin)
 
     def issue_ticket(self, principal: Principal) -> tuple[str, float]:
         """A short-lived ticket standing for ``principal`` (for a WebSocket or EventSource
@@ -343,6 +358,7 @@ class Gateway:
         self.security.authorize(principal, Action.CANCEL, stream_id)
         with client_names(key, stream_id):
             await self.hub.delete(key)
+        self.security.admin(principal, "delete_stream", stream_id)
 
     async def cancel(self, principal: Principal, stream_id: str) -> bool:
         """Stop the producer and end the stream with ``done(cancelled)``."""

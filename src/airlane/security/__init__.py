@@ -73,6 +73,8 @@ class Principal:
     """Roles for role-based policies."""
     tenant: str = DEFAULT_TENANT
     """Whose resources this principal sees: its tenant's, and only those."""
+    origin: str | None = field(default=None, compare=False)
+    """Where the request came from (the client's address), for the audit log."""
 
     def __post_init__(self) -> None:
         if TENANT_PATTERN.fullmatch(self.tenant) is None:

@@ -16,6 +16,7 @@ from airlane.gateway import ForwardedIdentity, Gateway, GatewayConfig
 from airlane.gateway.eventsourcing import EventSourcing
 from airlane.hub import Hub, MemoryHub, MemoryHubConfig
 from airlane.security import AllowAll, ApiKeyPolicy, SecurityPolicy
+from airlane.security.audit import AuditLog
 from airlane.server.config import ServerConfig
 from airlane.transports.airc import AIRC_SUBPROTOCOL, AircWebSocketHandler
 from airlane.transports.grpc.web import GRPC_WEB_PREFIX, grpc_web_app
@@ -96,10 +97,12 @@ def build_security(config: ServerConfig) -> SecurityPolicy:
 def build_app(config: ServerConfig) -> AirlaneApp:
     """Gateway and HTTP app for ``config`` (the gateway starts on ASGI lifespan startup)."""
     security = build_security(config)
+    audit = AuditLog(config.audit)  # opens the file now: an unwritable path stops the start
     gateway = Gateway(
         build_hub(config),
         build_backend(config),
         security=security,
+        audit=audit,
         config=GatewayConfig(orphan=config.orphan, retention=config.retention),
         events=build_event_sourcing(config),
     )

@@ -16,6 +16,7 @@ from airlane.core import OrphanMode, OrphanPolicy, Retention
 from airlane.gateway.eventsourcing import EventSourcingConfig
 from airlane.hub.jetstream import JetStreamHubConfig
 from airlane.runtime.admission import AdmissionConfig
+from airlane.security.audit import AuditConfig
 from airlane.server.address import DEFAULT_HOST, DEFAULT_PORT
 from airlane.server.fdtable import DEFAULT_RESERVED_FDS
 from airlane.server.gcpacer import GcConfig
@@ -135,6 +136,8 @@ class ServerConfig:
     `airlane.runtime.admission`)."""
     tls: TlsConfig = field(default_factory=TlsConfig)
     """TLS and client certificates on every listener (``[tls]``)."""
+    audit: AuditConfig = field(default_factory=AuditConfig)
+    """The audit log (``[audit]``)."""
     jwt: JwtConfig = field(default_factory=JwtConfig)
     """Bearer JWTs (``[jwt]``)."""
     trusted_proxies: tuple[str, ...] = ()
@@ -153,9 +156,10 @@ class ConfigError(ValueError):
 def load_config(path: Path, base: ServerConfig | None = None) -> ServerConfig:
     """Read a TOML file: top-level keys of `ServerConfig`, plus ``[synthetic]``, ``[http]``,
     ``[orphan]``, ``[retention]``, ``[airc]``, ``[grpc]``, ``[jetstream]``, ``[eventsourcing]``,
-    ``[artifacts]``, ``[gc]``, ``[admission]``, ``[tls]``, ``[jwt]`` and ``[api_keys]`` tables. An
-    unreadable file, one that is not TOML, an unknown key and a value of the wrong type are a
-    `ConfigError` (a `ValueError`); so is a value the setting itself refuses."""
+    ``[artifacts]``, ``[gc]``, ``[admission]``, ``[tls]``, ``[jwt]``, ``[audit]`` and
+    ``[api_keys]`` tables. An unreadable file, one that is not TOML, an unknown key and a value
+    of the wrong type are a `ConfigError` (a `ValueError`); so is a value the setting itself
+    refuses."""
     try:
         with path.open("rb") as fh:
             data = tomllib.load(fh)
@@ -188,6 +192,7 @@ def _settings(path: Path, data: dict[str, Any], config: ServerConfig) -> ServerC
         "admission": (AdmissionConfig, config.admission),
         "tls": (TlsConfig, config.tls),
         "jwt": (JwtConfig, config.jwt),
+        "audit": (AuditConfig, config.audit),
     }
     changes: dict[str, Any] = {}
     allowed = {f.name for f in fields(ServerConfig)}

@@ -165,6 +165,7 @@ async def _serve(
         raise StartupError(str(exc)) from exc
     pacer = GcPacer(config.gc)
     app.metrics.registry.register(pacer)
+    app.metrics.registry.register(app.gateway.audit)
     accept_metrics = AcceptorMetrics()
     app.metrics.registry.register(accept_metrics)
     listeners = _Listeners(tls)
@@ -234,7 +235,7 @@ def _jwks_of(gateway: Gateway) -> Jwks | None:
     """The key set of the gateway's JWT verifier, if it has one."""
     from airlane.security.jwt import JwtPolicy
 
-    policy = gateway.security
+    policy = gateway.security.policy
     return policy.verifier.jwks if isinstance(policy, JwtPolicy) else None
 
 

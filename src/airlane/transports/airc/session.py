@@ -121,12 +121,14 @@ class AircSession:
         *,
         principal: Principal | None,
         peer: PeerIdentity | None = None,
+        origin: str | None = None,
     ) -> None:
         self.gateway = gateway
         self.config = config
         self._link = link
         self._principal = principal
         self._peer = peer  # the TLS client certificate's identity, if any
+        self._origin = origin  # the client's address, for the audit log
         self._loop = asyncio.get_running_loop()
         self.connection = AircConnection(config.connection, now=time.monotonic())
         """The protocol state machine."""
@@ -294,7 +296,9 @@ class AircSession:
 
     def _authenticate(self, message: Auth) -> None:
         try:
-            self._principal = self.gateway.authenticate(message.token or None, self._peer)
+            self._principal = self.gateway.authenticate(
+                message.token or None, self._peer, origin=self._origin
+            )
         except AirlaneError as exc:
             self._refuse(message.request_id, exc)
             return
@@ -303,7 +307,7 @@ class AircSession:
     def _who(self) -> Principal:
         if self._principal is None:
             try:
-                self._principal = self.gateway.authenticate(None, self._peer)
+                self._principal = self.gateway.authenticate(None, self._peer, origin=self._origin)
             except AirlaneError:
                 if self._peer is not None:
                     raise  # the certificate's refusal says why

@@ -52,6 +52,7 @@ class _AircProtocol(asyncio.Protocol):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         server = self._server
+        address = transport.get_extra_info("peername")
         peer = None
         if server.tls is not None and (sslobj := transport.get_extra_info("ssl_object")):
             peer = server.tls.peer_identity(sslobj.getpeercert())
@@ -61,6 +62,7 @@ class _AircProtocol(asyncio.Protocol):
             self,
             principal=server.anonymous_principal(peer),
             peer=peer,
+            origin=address[0] if isinstance(address, tuple) else None,
         )
         server.sessions.add(self._session)
 

@@ -16,7 +16,7 @@ from airlane.core.errors import AirlaneError, BadRequest
 from airlane.gateway import ForwardedIdentity, Gateway, NewEvent, Principal, Record, ServerTls
 from airlane.transports.grpc.context import bearer_token
 from airlane.transports.grpc.errors import abort
-from airlane.transports.grpc.tls import caller_identity
+from airlane.transports.grpc.tls import caller_identity, peer_address
 from airlane.v1 import eventlog_pb2 as pb
 from airlane.v1 import eventlog_pb2_grpc
 
@@ -63,7 +63,11 @@ class EventLogService(eventlog_pb2_grpc.EventLogsServicer):
 
     def _principal(self, context: aio.ServicerContext) -> Principal:
         bearer = bearer_token(context.invocation_metadata())
-        return self.gateway.authenticate(bearer, caller_identity(context, self.tls, self.forwarded))
+        return self.gateway.authenticate(
+            bearer,
+            caller_identity(context, self.tls, self.forwarded),
+            origin=peer_address(context.peer()),
+        )
 
     async def CreateLog(
         self, request: pb.CreateLogRequest, context: aio.ServicerContext

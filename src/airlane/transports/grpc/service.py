@@ -27,7 +27,7 @@ from airlane.runtime.admission import Admission
 from airlane.transports.grpc.config import GrpcServerConfig
 from airlane.transports.grpc.context import bearer_token
 from airlane.transports.grpc.errors import abort, message_of
-from airlane.transports.grpc.tls import caller_identity
+from airlane.transports.grpc.tls import caller_identity, peer_address
 from airlane.v1 import events_pb2, service_pb2, service_pb2_grpc
 from airlane.wire.errors import DecodeError
 from airlane.wire.event_json import event_from_dict
@@ -64,7 +64,11 @@ class AirlaneService(service_pb2_grpc.AirlaneServicer):
 
     def _principal(self, context: aio.ServicerContext) -> Principal:
         bearer = bearer_token(context.invocation_metadata())
-        return self.gateway.authenticate(bearer, caller_identity(context, self.tls, self.forwarded))
+        return self.gateway.authenticate(
+            bearer,
+            caller_identity(context, self.tls, self.forwarded),
+            origin=peer_address(context.peer()),
+        )
 
     async def _events(
         self, stream_id: str, epoch: str, subscription: Subscription

@@ -17,7 +17,7 @@ from grpc import aio
 
 from airlane.gateway import ForwardedIdentity, PeerIdentity, ServerTls
 
-__all__ = ["caller_identity", "peer_identity", "server_credentials"]
+__all__ = ["caller_identity", "peer_address", "peer_identity", "server_credentials"]
 
 
 def _configuration(tls: ServerTls) -> Any:
@@ -63,7 +63,7 @@ def peer_identity(context: aio.ServicerContext, tls: ServerTls | None) -> PeerId
     return tls.identity_from_uris(_uris(pems[0]))
 
 
-def _peer_address(peer: str) -> str | None:
+def peer_address(peer: str) -> str | None:
     """The IP in grpc's peer string (``ipv4:127.0.0.1:5000``, ``ipv6:[::1]:5000``)."""
     kind, _, rest = peer.partition(":")
     if kind == "ipv4":
@@ -84,7 +84,7 @@ def caller_identity(
         for key, value in context.invocation_metadata() or ():
             if key == "x-forwarded-client-cert":
                 header = value if isinstance(value, str) else value.decode("latin-1")
-        identity = forwarded.identity(_peer_address(context.peer()), header)
+        identity = forwarded.identity(peer_address(context.peer()), header)
         if identity is not None:
             return identity
     return peer_identity(context, tls)

@@ -88,6 +88,11 @@ class _Context:
     def __init__(self, ctx: RequestContext[Any, Any]) -> None:
         self._ctx = ctx
 
+    def peer(self) -> str:
+        """gRPC's peer string (``ipv4:host:port``); not known here, so empty: the audit log
+        records no address for gRPC-Web calls."""
+        return ""
+
     def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
         return tuple((key.lower(), value) for key, value in self._ctx.request_headers.allitems())
 

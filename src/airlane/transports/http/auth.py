@@ -15,4 +15,10 @@ def authenticate(gateway: Gateway, config: HttpConfig, request: Request) -> Prin
     bearer = request.bearer
     if bearer is None and config.query_tokens:
         bearer = request.query.get("access_token")
-    return gateway.authenticate(bearer, request.peer, ticket=request.query.get("ticket"))
+    client = request.scope.get("client")
+    return gateway.authenticate(
+        bearer,
+        request.peer,
+        ticket=request.query.get("ticket"),
+        origin=str(client[0]) if client else None,
+    )
