@@ -91,6 +91,7 @@ class ErrorCode(enum.StrEnum):
     # -- who is asking -----------------------------------------------------------------------
     UNAUTHENTICATED = "unauthenticated"
     PERMISSION_DENIED = "permission_denied"
+    QUOTA_EXCEEDED = "quota_exceeded"
     # -- backends ----------------------------------------------------------------------------
     BACKEND_ERROR = "backend_error"
     UPSTREAM_ERROR = "upstream_error"

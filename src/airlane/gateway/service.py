@@ -46,6 +46,7 @@ from airlane.gateway.artifacts import Artifacts
 from airlane.gateway.chat_request import ChatRequest, parse_chat_request
 from airlane.gateway.eventsourcing import EventSourcing
 from airlane.gateway.logs import EventLogs
+from airlane.gateway.quotas import Quotas
 from airlane.gateway.rooms import SharedRooms
 from airlane.gateway.schemas import Schemas
 from airlane.gateway.tenancy import client_info, client_names, hub_key
@@ -131,6 +132,7 @@ class Gateway:
         config: GatewayConfig | None = None,
         events: EventSourcing | None = None,
         audit: AuditLog | None = None,
+        quotas: Quotas | None = None,
     ) -> None:
         self.hub = hub
         """Where streams live (for the composition root and tests: transports call the
@@ -152,6 +154,8 @@ class Gateway:
         self.rooms = SharedRooms(hub, self.security, node=getattr(hub, "node", "local"))
         """LWW rooms and Yjs documents kept in the hub (`airlane.gateway.rooms`)."""
         self.artifacts = Artifacts(self.security)
+        self.quotas = quotas or Quotas()
+        """What each principal and tenant may ask of this node."""
         self.tickets = Tickets()
         """Short-lived credentials for WebSocket and EventSource clients."""
         """The model artifact store, when the composition root gives one
@@ -222,6 +226,7 @@ class Gateway:
                 principal = self.tickets.principal(ticket)
             else:
                 principal = self.security.authenticate(bearer, peer)
+            self.quotas.admit(principal)
         except AirlaneError as exc:
             self.audit.record("deny", exc.code.value, reason=str(exc), origin=origin)
             raise
@@ -299,17 +304,25 @@ class Gateway:
         self.security.authorize(principal, Action.GENERATE, stream_id)
         if len(self._producers) >= self.config.max_generations:
             raise HubFull(f"{self.config.max_generations} generations are running, the limit")
-        with client_names(key, stream_id):
-            info = await self.hub.create(
-                key, retention=self.config.retention, orphan=orphan or self.config.orphan
-            )
+        release = self.quotas.start_stream(principal)
+        try:
+            with client_names(key, stream_id):
+                info = await self.hub.create(
+                    key, retention=self.config.retention, orphan=orphan or self.config.orphan
+                )
+        except BaseException:
+            release()
+            raise
         # The producer's first steps run here, in the request's own loop turn: its first batch
         # and its pacing clock start with its setup, not after every other request that
         # arrived in the same turn (which would also put all their paced deadlines in step).
         task = start_eagerly(self._produce(key, request), name=f"produce {key}")
-        if task is not None:
+        if task is None:  # it ran to its end in its first steps
+            release()
+        else:
             self._producers.add(task)
             task.add_done_callback(self._producers.discard)
+            task.add_done_callback(lambda _: release())
             self.hub.on_cancel(key, task.cancel)
         return client_info(info, stream_id)
 

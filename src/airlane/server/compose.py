@@ -14,6 +14,7 @@ from airlane.backends.openai import OpenAIUpstreamBackend
 from airlane.backends.synthetic import SyntheticBackend
 from airlane.gateway import ForwardedIdentity, Gateway, GatewayConfig
 from airlane.gateway.eventsourcing import EventSourcing
+from airlane.gateway.quotas import Quotas
 from airlane.hub import Hub, MemoryHub, MemoryHubConfig
 from airlane.security import AllowAll, ApiKeyPolicy, SecurityPolicy
 from airlane.security.audit import AuditLog
@@ -103,6 +104,7 @@ def build_app(config: ServerConfig) -> AirlaneApp:
         build_backend(config),
         security=security,
         audit=audit,
+        quotas=Quotas(config.quotas),
         config=GatewayConfig(orphan=config.orphan, retention=config.retention),
         events=build_event_sourcing(config),
     )

@@ -14,6 +14,7 @@ from airlane.artifacts.config import ArtifactsConfig
 from airlane.backends.synthetic import SyntheticConfig
 from airlane.core import OrphanMode, OrphanPolicy, Retention
 from airlane.gateway.eventsourcing import EventSourcingConfig
+from airlane.gateway.quotas import QuotaConfig
 from airlane.hub.jetstream import JetStreamHubConfig
 from airlane.runtime.admission import AdmissionConfig
 from airlane.security.audit import AuditConfig
@@ -136,6 +137,8 @@ class ServerConfig:
     `airlane.runtime.admission`)."""
     tls: TlsConfig = field(default_factory=TlsConfig)
     """TLS and client certificates on every listener (``[tls]``)."""
+    quotas: QuotaConfig = field(default_factory=QuotaConfig)
+    """Per principal and tenant limits (``[quotas]``)."""
     audit: AuditConfig = field(default_factory=AuditConfig)
     """The audit log (``[audit]``)."""
     jwt: JwtConfig = field(default_factory=JwtConfig)
@@ -156,10 +159,10 @@ class ConfigError(ValueError):
 def load_config(path: Path, base: ServerConfig | None = None) -> ServerConfig:
     """Read a TOML file: top-level keys of `ServerConfig`, plus ``[synthetic]``, ``[http]``,
     ``[orphan]``, ``[retention]``, ``[airc]``, ``[grpc]``, ``[jetstream]``, ``[eventsourcing]``,
-    ``[artifacts]``, ``[gc]``, ``[admission]``, ``[tls]``, ``[jwt]``, ``[audit]`` and
-    ``[api_keys]`` tables. An unreadable file, one that is not TOML, an unknown key and a value
-    of the wrong type are a `ConfigError` (a `ValueError`); so is a value the setting itself
-    refuses."""
+    ``[artifacts]``, ``[gc]``, ``[admission]``, ``[tls]``, ``[jwt]``, ``[audit]``,
+    ``[quotas]`` and ``[api_keys]`` tables. An unreadable file, one that is not TOML, an
+    unknown key and a value of the wrong type are a `ConfigError` (a `ValueError`); so is a
+    value the setting itself refuses."""
     try:
         with path.open("rb") as fh:
             data = tomllib.load(fh)
@@ -193,6 +196,7 @@ def _settings(path: Path, data: dict[str, Any], config: ServerConfig) -> ServerC
         "tls": (TlsConfig, config.tls),
         "jwt": (JwtConfig, config.jwt),
         "audit": (AuditConfig, config.audit),
+        "quotas": (QuotaConfig, config.quotas),
     }
     changes: dict[str, Any] = {}
     allowed = {f.name for f in fields(ServerConfig)}

@@ -78,6 +78,7 @@ HTTP_STATUS: Mapping[ErrorCode, int] = {
     # who is asking
     _C.UNAUTHENTICATED: 401,
     _C.PERMISSION_DENIED: 403,
+    _C.QUOTA_EXCEEDED: 429,
     # backends (a non-streaming completion whose stream ended in an error)
     _C.BACKEND_ERROR: 502,
     _C.UPSTREAM_ERROR: 502,

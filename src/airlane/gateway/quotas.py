@@ -1,0 +1,147 @@
+"""`Quotas`: how much each principal and each tenant may ask of this node.
+
+Two limits today, both off unless configured (``[quotas]``):
+
+- **requests**: a token bucket per principal and one per tenant (a rate per second and a
+  burst), spent by every authenticated request (an HTTP request, a WebSocket or AIRC
+  connection, a gRPC call);
+- **concurrent streams**: generations a tenant may have running at once.
+
+A request over a limit is refused with ``quota_exceeded`` (HTTP 429 with ``Retry-After``,
+WebSocket close 4429, gRPC ``RESOURCE_EXHAUSTED``, an AIRC ``ERROR``), saying which limit and
+when to try again; the connection is never dropped. Counts are per node: behind a load
+balancer over N nodes a client gets up to N times the rate. The buckets are bounded
+(`MAX_BUCKETS`, least recently used dropped first, which only forgets a spender's debt).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from airlane.core.errors import AirlaneError, ErrorCode
+from airlane.security import Principal
+
+__all__ = ["MAX_BUCKETS", "QuotaConfig", "QuotaExceeded", "Quotas"]
+
+MAX_BUCKETS = 100_000
+"""Token buckets kept per kind (principals, tenants)."""
+
+
+class QuotaExceeded(AirlaneError):
+    """A principal or tenant asked for more than its quota; ``retry_after_s`` says when it can
+    ask again."""
+
+    code = ErrorCode.QUOTA_EXCEEDED
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaConfig:
+    """``[quotas]``: 0 turns a limit off."""
+
+    requests_per_s: float = 0.0
+    """Authenticated requests per second per principal."""
+    requests_burst: int = 0
+    """Requests a principal may make at once above its rate (0: one second's worth)."""
+    tenant_requests_per_s: float = 0.0
+    """Authenticated requests per second per tenant, all its principals together."""
+    tenant_requests_burst: int = 0
+    """As ``requests_burst``, per tenant."""
+    concurrent_streams: int = 0
+    """Generations a tenant may have running at once."""
+
+    def __post_init__(self) -> None:
+        for name in ("requests_per_s", "requests_burst", "tenant_requests_per_s",
+                     "tenant_requests_burst", "concurrent_streams"):  # fmt: skip
+            if getattr(self, name) < 0:
+                raise ValueError(f"[quotas] {name} must be 0 (off) or more")
+
+
+class _Buckets:
+    """Token buckets by key: ``rate`` tokens a second, ``burst`` at most."""
+
+    def __init__(self, rate: float, burst: int, clock: Callable[[], float]) -> None:
+        self.rate = rate
+        self.burst = float(burst or max(1, math.ceil(rate)))
+        self._clock = clock
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+
+    def take(self, key: str) -> float:
+        """Spend one token of ``key``'s bucket: 0.0 if there was one, else the seconds until
+        there is (nothing spent)."""
+        now = self._clock()
+        tokens, then = self._buckets.pop(key, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - then) * self.rate)
+        wait = 0.0
+        if tokens >= 1.0:
+            tokens -= 1.0
+        else:
+            wait = (1.0 - tokens) / self.rate
+        self._buckets[key] = (tokens, now)
+        while len(self._buckets) > MAX_BUCKETS:
+            self._buckets.popitem(last=False)
+        return wait
+
+
+def _nothing() -> None:
+    """What ends a generation that no limit counts."""
+
+
+class Quotas:
+    """This node's quotas (see the module docstring); ``clock`` is for tests."""
+
+    def __init__(
+        self, config: QuotaConfig | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.config = c = config or QuotaConfig()
+        self._principals = _Buckets(c.requests_per_s, c.requests_burst, clock)
+        self._tenants = _Buckets(c.tenant_requests_per_s, c.tenant_requests_burst, clock)
+        self._streams: dict[str, int] = {}
+        self.refused = 0
+        """Requests refused so far."""
+
+    def admit(self, principal: Principal) -> None:
+        """Count a request of ``principal``; `QuotaExceeded` if it is over a rate."""
+        c = self.config
+        if c.requests_per_s:
+            wait = self._principals.take(f"{principal.tenant}/{principal.name}")
+            if wait:
+                self._refuse(f"{principal.name} is over {c.requests_per_s:g} requests/s", wait)
+        if c.tenant_requests_per_s:
+            wait = self._tenants.take(principal.tenant)
+            if wait:
+                rate = c.tenant_requests_per_s
+                self._refuse(f"tenant {principal.tenant} is over {rate:g} requests/s", wait)
+
+    def start_stream(self, principal: Principal) -> Callable[[], None]:
+        """Count a generation of ``principal``'s tenant; the call-back that ends it.
+        `QuotaExceeded` if the tenant has as many running as it may."""
+        limit = self.config.concurrent_streams
+        if not limit:
+            return _nothing  # no count kept when there is no limit to keep it for
+        tenant = principal.tenant
+        running = self._streams.get(tenant, 0)
+        if running >= limit:
+            self._refuse(f"tenant {tenant} has {running} generations running, its limit", 1.0)
+        self._streams[tenant] = running + 1
+        done = False
+
+        def release() -> None:
+            nonlocal done
+            if done:
+                return
+            done = True
+            left = self._streams[tenant] - 1
+            if left:
+                self._streams[tenant] = left
+            else:
+                del self._streams[tenant]
+
+        return release
+
+    def _refuse(self, why: str, wait_s: float) -> None:
+        self.refused += 1
+        raise QuotaExceeded(f"quota exceeded: {why}; retry in {wait_s:.1f} s", retry_after_s=wait_s)
