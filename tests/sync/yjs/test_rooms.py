@@ -339,3 +339,50 @@ async def test_foreign_and_corrupt_records_are_skipped(
     assert "not a version 1 room record" in caplog.text
     await alice.edit(insert("fine"))
     assert (await hub.snapshot(doc_stream_id("room"))).kind is Kind.SNAPSHOT
+
+
+async def test_loading_applies_every_record_after_what_the_best_state_covers(
+    hub: MemoryHub,
+) -> None:
+    # Two writers: A's updates 1, 2, 4 and B's 3; a state written at seq 5 by a node that had
+    # followed only to seq 2 (so it covers 2 and lacks B's 3), a later update 6. Loading must
+    # give the document every record gives, whatever order they came in.
+    from airlane.sync.yjs.records import UpdateRecord, record_event
+
+    a, b = Doc(), Doc()
+    a_text, b_text = a.get("text", type=Text), b.get("text", type=Text)
+    stream = doc_stream_id("two-writers")
+    await hub.create(stream)
+
+    async def update(doc: Doc, text: Text, word: str, origin: str) -> bytes:
+        before = doc.get_state()
+        text.insert(len(text), word)
+        change = doc.get_update(before)
+        await hub.append(stream, record_event(UpdateRecord(origin, change)))
+        return change
+
+    one = await update(a, a_text, "one ", "A")
+    two = await update(a, a_text, "two ", "A")
+    b.apply_update(one)
+    b.apply_update(two)
+    await update(b, b_text, "THREE ", "B")  # seq 3: B's, not seen by the state's writer
+    await update(a, a_text, "four ", "A")  # seq 4
+    lagging = Doc()
+    lagging.apply_update(one)
+    lagging.apply_update(two)
+    state = StateRecord("C", lagging.get_update(), 2)  # seq 5, covers 2
+    await hub.append(stream, record_event(state))
+    await update(a, a_text, "six", "A")  # seq 6
+    everything = Doc()
+    for event in (await hub.subscribe(stream)).poll():
+        record = decode_record(event)
+        everything.apply_update(record.state if isinstance(record, StateRecord) else record.update)
+    expected = str(everything.get("text", type=Text))
+    assert "THREE" in expected and "four" in expected
+
+    rooms = YRooms(hub, FAST)
+    try:
+        carol = await Client(rooms, "carol").join("two-writers")
+        assert carol.state()["text"] == expected
+    finally:
+        await rooms.aclose()

@@ -9,9 +9,11 @@ on ``yjs/R`` (the document) and ``yjs-awareness/R`` (presence); the record layou
 change made on any node reaches every peer on every node, in memory (`MemoryHub`) or through
 NATS JetStream.
 
-Opening. The room reads the document stream from the start up to its last seq at that moment:
-the latest ``state`` record, then every ``update`` after the seq that state covers. The same
-cursor then follows the stream live.
+Opening. The room reads the document stream from the start up to its last seq at that moment
+and applies the ``state`` record that covers the most, then every record after the seq that
+state covers, in order, wherever the state itself was written (a state covers what its writer
+had followed, which may end well before the state's own position, and the records in between
+may be other nodes' changes). The same cursor then follows the stream live.
 
 A peer's change (sync step 2 or update) is applied to the document; what actually changed (the
 update pycrdt's observer emits, empty for a change the room already had, deferred for one whose
@@ -356,16 +358,25 @@ class YRoom:
                 break
             events += batch
         records = [(e.seq, r) for e, r in ((e, self._decode(e)) for e in events) if r]
-        start, covers = 0, 0
-        for index, (_, record) in enumerate(records):
-            if isinstance(record, StateRecord):
-                start, covers = index, record.covers
+        # The state that covers the most, then every record after the seq it covers, wherever
+        # that state itself was written: a state appended at seq 352 may cover only 256 (its
+        # writer had followed that far), and the updates between, from other nodes too, are
+        # in no state but the later ones. Re-applying what a state already holds is harmless.
+        best: tuple[int, StateRecord] | None = None
+        for seq, record in records:
+            if isinstance(record, StateRecord) and (best is None or record.covers > best[1].covers):
+                best = (seq, record)
+        covers = 0 if best is None else best[1].covers
         updates = 0
         with self._doc.transaction():
-            for seq, record in records[start:]:
+            if best is not None:
+                self._apply_logged(best[1].state, best[0])
+            for seq, record in records:
+                if seq <= covers or (best is not None and record is best[1]):
+                    continue
                 if isinstance(record, StateRecord):
                     self._apply_logged(record.state, seq)
-                elif isinstance(record, UpdateRecord) and seq > covers:
+                elif isinstance(record, UpdateRecord):
                     self._apply_logged(record.update, seq)
                     updates += 1
         self._changes.clear()
