@@ -55,9 +55,13 @@ class FaultyProxy:
     port: int = 0
     connections: int = 0
     flipped: int = 0
+    relayed: int = 0
+    """Bytes sent downstream so far, over every connection."""
     _server: asyncio.Server | None = None
 
-    async def _pipe(self, reader, writer, flips: list[int] | None) -> None:
+    async def _pipe(
+        self, reader, writer, flips: list[int] | None, downstream: bool = False
+    ) -> None:
         seen = 0
         try:
             while data := await reader.read(65536):
@@ -69,6 +73,8 @@ class FaultyProxy:
                             self.flipped += 1
                     data = bytes(buffer)
                 seen += len(data)
+                if downstream:
+                    self.relayed += len(data)
                 writer.write(data)
                 await writer.drain()
                 if self.rate:
@@ -89,7 +95,7 @@ class FaultyProxy:
             return
         await asyncio.gather(
             self._pipe(client_reader, up_writer, None),
-            self._pipe(up_reader, client_writer, self.flips.get(number)),
+            self._pipe(up_reader, client_writer, self.flips.get(number), downstream=True),
         )
 
     @contextlib.asynccontextmanager

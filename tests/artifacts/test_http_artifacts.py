@@ -108,7 +108,7 @@ def test_head_says_the_length_without_a_body(http, store):
 @pytest.mark.parametrize(
     ("path", "status"),
     [
-        ("/v1/artifacts/tiny/1/nothing.bin", 422),  # not in the manifest
+        ("/v1/artifacts/tiny/1/nothing.bin", 404),  # not in the manifest: not there
         ("/v1/artifacts/tiny/9/model.safetensors", 404),
         ("/v1/artifacts/tiny/1/..%2F..%2Fplain%2F1%2Fmanifest.json", 422),
         ("/v1/artifacts/tiny/.hidden/model.safetensors", 422),

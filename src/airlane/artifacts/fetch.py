@@ -473,6 +473,9 @@ class _Fetcher:
         self.done_bytes += size
         self._report()
         self._hash_more(file)
+        # Progress is saved as chunks land, not when a whole range is done: with ranges of
+        # 8 MiB x 4 workers, a pull killed before any range completed kept nothing.
+        self._maybe_save(self.files[file])
 
     def _hash_more(self, file: int) -> None:
         """Start hashing the file's newly contiguous prefix, unless a job already runs."""
@@ -490,6 +493,8 @@ class _Fetcher:
         job.add_done_callback(finished)
 
     def _maybe_save(self, state: _FileState) -> None:
+        """Write the file's bitmap if the last write is 0.5 s old (a resume re-checks the
+        chunks a bitmap claims, so one written ahead of its data loses nothing)."""
         now = time.monotonic()
         if now - self._saved_at >= 0.5:
             state.partial.save_bitmap()

@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from airlane.artifacts.errors import ArtifactError, ArtifactNotFound
+from airlane.artifacts.errors import ArtifactError, ArtifactNotFound, MalformedArtifact
 from airlane.core.errors import NotFound
 from airlane.security import Action, PermissionDenied, Principal, SecurityPolicy
 
@@ -157,7 +157,11 @@ def _open_file(service: ArtifactService, name: str, version: str, path: str) -> 
     if path == "manifest.json":
         file_path, sha256 = folder / "manifest.json", manifest.sha256
     else:
-        entry = manifest.file(path)
+        if any(part in ("", ".", "..") for part in path.split("/")):
+            raise MalformedArtifact(f"{path[:200]!r} is not a file path of an artifact")
+        entry = next((e for e in manifest.files if e.path == path), None)
+        if entry is None:  # not there, as a missing version is not: 404, not "malformed"
+            raise ArtifactNotFound(f"{name} {manifest.version} has no file {path[:200]!r}")
         file_path, sha256 = folder / entry.path, entry.sha256
     try:
         fd = os.open(file_path, os.O_RDONLY)
