@@ -25,6 +25,7 @@ from tests.cluster.faultlab.workload import (
     path,
     read_stream,
 )
+from tests.cluster.faultlab.yjs import check_yjs
 
 __all__ = ["check_all"]
 
@@ -43,6 +44,7 @@ async def check_all(cluster: Cluster, workload: Workload) -> list[str]:
     problems += await check_group(cluster, workload)
     problems += await check_log(client, nodes, ledger)
     problems += await check_rooms(cluster, client, workload.rooms)
+    problems += await check_yjs(cluster, client, workload.yjs)
     return problems
 
 

@@ -76,6 +76,7 @@ async def run_seed(seed: int, *, duration: float = DURATION_S, keep: Path | None
             "log records": len(ledger.log_appended),
             "deliveries": len(ledger.deliveries),
             "room ops": len(workload.rooms.acked),
+            "yjs words": len(workload.yjs.confirmed),
         }
     outcome.took_s = time.monotonic() - started
     return outcome

@@ -20,6 +20,7 @@ import httpx
 from tests.cluster.faultlab.clients import path, sse
 from tests.cluster.faultlab.cluster import Cluster, Incarnation
 from tests.cluster.faultlab.rooms import RoomWriters
+from tests.cluster.faultlab.yjs import YjsWriters
 
 __all__ = ["Ledger", "Workload", "path", "read_stream"]
 
@@ -79,6 +80,7 @@ class Workload:
         self._payloads = itertools.count()
         self._tasks: list[asyncio.Task[None]] = []
         self.rooms = RoomWriters(cluster, self.client, rng)
+        self.yjs = YjsWriters(cluster, rng)
 
     async def setup(self) -> None:
         """The named streams, the event log and the group (made once, before any fault)."""
@@ -102,6 +104,8 @@ class Workload:
             self._tasks.append(asyncio.create_task(job()))
         for writer in ("w1", "w2"):
             self._tasks.append(asyncio.create_task(self.rooms.run(self._stop, writer)))
+        for editor in ("y1", "y2"):
+            self._tasks.append(asyncio.create_task(self.yjs.run(self._stop, editor)))
 
     async def stop(self) -> None:
         """Stop the clients (each finishes the request it is in)."""
