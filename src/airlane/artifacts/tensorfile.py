@@ -28,12 +28,13 @@ import contextlib
 import json
 import mmap
 import os
+import struct
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, BinaryIO, Final, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -431,13 +432,30 @@ def write_tensors(
     os.close(fd)
     try:
         safetensors.numpy.save_file(arrays, temp_name, metadata=text or None)
-        with open(temp_name, "rb") as written:
+        with open(temp_name, "r+b") as written:
+            _canonical_header(written)
             os.fsync(written.fileno())
         os.replace(temp_name, target)
     except BaseException:
         Path(temp_name).unlink(missing_ok=True)
         raise
     return read_header(target)
+
+
+def _canonical_header(file: BinaryIO) -> None:
+    """Rewrite a just-written file's header with its keys sorted, in place: the library
+    writes them in hash-map order, which changes from process to process, and the same
+    weights must give the same bytes (chunks that did not change must not travel again).
+    Same content, same compact separators: the same length, so no offset moves."""
+    (size,) = struct.unpack("<Q", file.read(8))
+    raw = file.read(size)
+    header = json.loads(raw)
+    text = json.dumps(header, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    canonical = text.encode()
+    if len(canonical) > size:  # cannot happen for what the library writes; keep its bytes
+        return
+    file.seek(8)
+    file.write(canonical + b" " * (size - len(canonical)))
 
 
 def _storable(name: object, array: object) -> npt.NDArray[Any]:
