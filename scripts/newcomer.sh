@@ -201,9 +201,6 @@ expect "id: "
 # -- README and docs/benchmark.md: the benchmark, at a smoke size -------------------------------
 
 smoke=(--streams 4 --chunks 10)
-# TODO(first-hour-cli): `airlane bench` makes the folders of --json/--plot once that branch is
-# merged; remove this line then (a newcomer's clone has no bench-results/).
-mkdir -p bench-results
 
 example 'airlane bench --spawn --streams 500 --chunks 200 --mode burst --transport both --json bench-results/burst-500.json --plot bench-results/burst-500.png'
 run airlane bench --spawn "${smoke[@]}" --mode burst --transport both \

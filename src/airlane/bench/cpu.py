@@ -39,12 +39,19 @@ class CpuUsage:
         return {"mean_pct": round(self.mean_pct, 1), "max_pct": round(self.max_pct, 1)}
 
 
+MIN_STEAL_WALL_S = 1.0
+"""Shorter runs report no steal (see `steal_share_pct`)."""
+
+
 def steal_share_pct(steal_s: float, wall_s: float, cpus: int) -> float | None:
     """``steal_s`` seconds of steal, summed over ``cpus`` CPUs (as ``/proc/stat`` counts it),
-    over ``wall_s`` seconds: in per cent of all the CPU time there was (None for no time)."""
-    if wall_s <= 0 or cpus < 1:
+    over ``wall_s`` seconds: in per cent of all the CPU time there was. None where it cannot
+    be told: a run shorter than `MIN_STEAL_WALL_S` (the kernel counts steal in 10 ms ticks,
+    so one tick over a few milliseconds read as 434 %), or a share above 100 %."""
+    if wall_s < MIN_STEAL_WALL_S or cpus < 1:
         return None
-    return max(0.0, 100.0 * steal_s / (wall_s * cpus))
+    share = max(0.0, 100.0 * steal_s / (wall_s * cpus))
+    return share if share <= 100.0 else None
 
 
 def _steal_s() -> float | None:

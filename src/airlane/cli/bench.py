@@ -17,6 +17,7 @@ summarised as medians and ranges, ratios taken within each round
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Literal, cast
 
@@ -103,7 +104,13 @@ def bench_command(
         ),
     ] = None,
 ) -> None:
-    """Drive N concurrent load-test streams over SSE, WebSocket and/or AIRC and report."""
+    """Drive N concurrent load-test streams over SSE, WebSocket, AIRC and/or gRPC and report.
+
+    Burst: every chunk as fast as the gateway sends it. Paced: one chunk per --interval-ms
+    per stream, as a model would produce tokens. Exit status: 0 all streams completed; 1 some
+    failed; 2 bad arguments, or a --json/--plot path that cannot be written (said before the
+    run); 3 nothing connected at all.
+    """
     console = Console()
     compare = compare or peers is not None
     try:
@@ -132,6 +139,9 @@ def bench_command(
         selected = select_peers(peers) if compare else []
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
+    for option, path in (("--json", json_path), ("--plot", plot_path)):
+        if path is not None:
+            _output(console, option, path)
     # The measuring side (load clients, gateway, report) loads only when a run starts.
     from airlane.cli import bench_run
 
@@ -148,3 +158,29 @@ def bench_command(
             plot_path=plot_path,
             runs=runs,
         )
+
+
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+"""What ``--plot`` can write."""
+
+
+def _output(console: Console, option: str, path: Path) -> None:
+    """Make ``path``'s folder, before the run, and say in one line (exit 2) if the file
+    cannot be written there: a run of minutes must not end in a traceback."""
+    problem = None
+    if option == "--plot" and path.suffix.lower() not in PLOT_SUFFIXES:
+        problem = f"write {', '.join(PLOT_SUFFIXES)}, not {path.suffix or 'no suffix'}"
+    else:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            problem = f"cannot make its folder: {exc.strerror or exc}"
+        else:
+            writable = path.parent if not path.exists() else path
+            if path.is_dir():
+                problem = "it is a folder"
+            elif not os.access(writable, os.W_OK):
+                problem = f"{writable} is not writable"
+    if problem is not None:
+        console.print(f"airlane bench: {option} {path}: {problem}", highlight=False)
+        raise typer.Exit(2)

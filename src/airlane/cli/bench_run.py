@@ -86,6 +86,24 @@ def run(
         if gateway is not None:
             gateway.stop()
     _report(console, config, rounds, target, gateway is not None, pinning, json_path, plot_path)
+    _exit_status(console, rounds, target)
+
+
+def _exit_status(console: Console, rounds: list[list[TransportResult]], target: str) -> None:
+    """Exit 3 when nothing connected (one line saying so), 1 when any stream failed."""
+    results = [result for run in rounds for result in run]
+    errors = sum(r.errors for r in results)
+    if not errors:
+        return
+    if not any(r.chunks_received or r.streams_completed for r in results):
+        console.print(
+            f"airlane bench: nothing connected to {target}: all {errors} streams failed; "
+            "start a gateway with `airlane serve`, give another --url, or use --spawn",
+            highlight=False,
+        )
+        raise typer.Exit(3)
+    console.print(f"airlane bench: {errors} streams failed", highlight=False)
+    raise typer.Exit(1)
 
 
 def _prepare(
