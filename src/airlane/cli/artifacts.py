@@ -109,7 +109,7 @@ def _human(size: float) -> str:
 def keygen_command(
     path: Annotated[Path, typer.Argument(help="Where to write the Ed25519 private key (PEM).")],
 ) -> None:
-    """Make an Ed25519 signing key; prints the public key that ``pull --key`` takes."""
+    """Make an Ed25519 signing key; prints the public key that 'pull --key' takes."""
     from airlane.artifacts.signing import (
         generate_private_key,
         private_key_to_pem,
@@ -452,8 +452,8 @@ def serve_command(
         float, typer.Option(help="Seconds between scans for new versions.")
     ] = 2.0,
 ) -> None:
-    """Run the gateway serving ``store`` under /v1/artifacts (announcing new versions on the
-    streams ``artifacts/<name>``)."""
+    """Run the gateway serving STORE under /v1/artifacts (announcing new versions on the
+    streams artifacts/<name>)."""
     from airlane.artifacts.config import ArtifactsConfig
     from airlane.cli.main import serve_or_fail
     from airlane.server import Listening, ServerConfig

@@ -7,10 +7,11 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
+from typer.core import TyperOption
 
 from airlane import __version__
 from airlane.cli.artifacts import artifacts_app
@@ -43,6 +44,35 @@ app = typer.Typer(
     add_completion=False,
 )
 console = Console(stderr=True)
+
+# typer 0.29 prints a flag's type, "<bool>", beside every flag in --help (--help itself
+# included): noise, since a flag takes no value. Flags show no type here.
+_display_type = TyperOption.display_type_rich
+
+
+def _flag_without_type(self: TyperOption, ctx: Any) -> str | None:
+    return None if self.is_flag else _display_type(self, ctx)
+
+
+TyperOption.display_type_rich = _flag_without_type  # type: ignore[method-assign]
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(__version__)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version."
+        ),
+    ] = False,
+) -> None:
+    """Airlane: resumable LLM token streams and event logs, one process or many nodes."""
 
 
 def run_async(coro: object) -> None:
