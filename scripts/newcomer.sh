@@ -137,6 +137,7 @@ unset PYTHONPATH VIRTUAL_ENV
 example './scripts/setup.sh'
 started=$SECONDS
 RUN_BOUND_S=600 run ./scripts/setup.sh
+expect "setup: installing Airlane"  # the quiet first install says what it is doing
 echo "newcomer: set-up took $((SECONDS - started)) s" >&2
 export PATH="$work/airlane/.venv/bin:$PATH"  # the docs say both `airlane` and .venv/bin/airlane
 

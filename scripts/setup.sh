@@ -23,9 +23,12 @@ fi
 extras=$([ "$want_test" = 1 ] && echo "[test,bench]" || echo "")
 stamp=".venv/.airlane-installed$extras"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  # Quiet pip, so say what is happening: the first install takes half a minute or more.
+  echo "setup: installing Airlane and its dependencies$([ -n "$extras" ] && echo " with the test and benchmark tools") into .venv (about a minute the first time)..." >&2
   .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".$extras"
   touch "$stamp"
+  echo "setup: installed" >&2
 fi
 # airlane.v1 is generated from proto/ by grpcio-tools (it is never committed); this is a
 # no-op when the .proto files have not changed.
