@@ -117,17 +117,25 @@ def test_whole_stream_snapshot_includes_retained_and_folded_state():
 
 def test_terminal_event_carries_usage_per_reader():
     log = make_log()
+    alice = log.cursor("alice")  # there from the start: everything reaches her live
     log.append(Event.delta("hi", tokens=2), 10 * MS)
     log.append(Event.usage(prompt_tokens=5, completion_tokens=2), 11 * MS)
     log.append(Event.done(), 12 * MS)
-    frames = log.read(log.cursor("alice"))
+    frames = log.read(alice)
     done = frames[-1]
     assert done.kind is Kind.DONE and done.data is not None
     usage = done.data["usage"]
     assert usage["prompt_tokens"] == 5 and usage["completion_tokens"] == 2
     assert usage["time_to_first_token_ms"] == 10.0
     assert usage["subscriber"] == "alice" and usage["subscriber_tokens"] == 2
-    assert usage["delivered_tokens"] == {"alice": 2}
+    assert usage["delivered_tokens"] == {"alice": 2} and usage["replayed_tokens"] == {}
+    # Bob comes once it has ended: all he reads is history, replayed, and no latency.
+    bob = log.cursor("bob")
+    frames = log.read(bob)
+    log.record_write(frames, 100 * MS, bob.live_from)
+    usage = log.ledger.report()
+    assert usage["replayed_tokens"] == {"bob": 2} and usage["delivered_tokens"] == {"alice": 2}
+    assert usage["gateway_latency_ms"]["samples"] == 0 and usage["replayed_events"] == len(frames)
 
 
 def test_append_after_terminal_is_refused_and_cancel_is_idempotent():

@@ -197,13 +197,18 @@ class HubContract:
 
     async def test_info_reports_usage_and_counts(self, hub: Hub):
         await hub.create("u")
-        await hub.append("u", Event.delta("a", tokens=3))
         sub = await hub.subscribe("u", subscriber="alice")
-        sub.poll()
+        await hub.append("u", Event.delta("a", tokens=3))
+        async with asyncio.timeout(5):
+            assert await sub.next_batch()  # alice reads it live
+        late = await hub.subscribe("u", subscriber="bob")  # after it: history, replayed
+        late.poll()
         info = await hub.info("u")
-        assert info.last_seq == 1 and info.subscribers == 1 and not info.ended
+        assert info.last_seq == 1 and info.subscribers == 2 and not info.ended
         assert info.usage["completion_tokens"] == 3
         assert info.usage["delivered_tokens"] == {"alice": 3}
+        assert info.usage["replayed_tokens"] == {"bob": 3}
+        await late.aclose()
         await sub.aclose()
         assert (await hub.info("u")).subscribers == 0
 

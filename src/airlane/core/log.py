@@ -76,13 +76,26 @@ class ResumeOutOfRange(AirlaneError, ValueError):
 class Cursor:
     """A reader's position in one stream, and what it has been given so far."""
 
-    __slots__ = ("after", "delivered_tokens", "finished", "reset", "subscriber", "text_lengths")
+    __slots__ = (
+        "after",
+        "delivered_tokens",
+        "finished",
+        "live_from",
+        "reset",
+        "subscriber",
+        "text_lengths",
+    )
 
-    def __init__(self, subscriber: str, after: int = 0, *, reset: bool = False) -> None:
+    def __init__(
+        self, subscriber: str, after: int = 0, *, reset: bool = False, live_from: int = 0
+    ) -> None:
         self.subscriber = subscriber
         """Who reads: the name the usage ledger reports."""
         self.after = after
         """The last ``seq`` handed to this reader."""
+        self.live_from = live_from
+        """The stream's last seq when this reader came: events up to it are history it
+        replays (counted apart, and not as gateway latency), later ones reach it live."""
         self.reset = reset
         """True if the reader must start over with a snapshot (its epoch was stale)."""
         self.delivered_tokens = 0
@@ -307,15 +320,16 @@ class StreamLog:
         client learns it must replace its state rather than silently missing events. A
         position beyond the end of this epoch raises `ResumeOutOfRange`.
         """
+        live_from = self.last_seq
         if resume is None:
-            return Cursor(subscriber)
+            return Cursor(subscriber, live_from=live_from)
         if resume.epoch != self.epoch:
-            return Cursor(subscriber, 0, reset=True)
+            return Cursor(subscriber, 0, reset=True, live_from=live_from)
         if resume.seq > self.last_seq:
             raise ResumeOutOfRange(
                 f"stream {self.stream_id!r} has no event {resume.seq} yet (last is {self.last_seq})"
             )
-        return Cursor(subscriber, resume.seq)
+        return Cursor(subscriber, resume.seq, live_from=live_from)
 
     def pending(self, cursor: Cursor) -> bool:
         """True if `read` would return something for ``cursor``."""
@@ -342,11 +356,11 @@ class StreamLog:
             stop = min(end, index + limit)
             if stop > index and (self.terminal is None or stop < end):
                 out = events[index:stop]
-                cursor.after = out[-1].seq
+                before, cursor.after = cursor.after, out[-1].seq
                 tokens = sum(map(_tokens_of, out))
                 if tokens:
                     cursor.delivered_tokens += tokens
-                    self.ledger.on_delivered(cursor.subscriber, tokens)
+                    self._account(cursor, before, out, tokens)
                 return out
         lengths = cursor.text_lengths
         if index == end - 1 and not out and limit > 0:
@@ -354,6 +368,7 @@ class StreamLog:
             # read of a token stream. The loop below would give the same, at twice the cost.
             return [self._read_one(cursor, events[index], lengths)]
         tokens = 0
+        before = cursor.after
         terminal: Event | None = None
         # One pass, bookkeeping summed per read rather than per event: this is the hot path.
         while index < end and len(out) < limit:
@@ -376,7 +391,7 @@ class StreamLog:
             cursor.after = out[-1].seq
         if tokens:
             cursor.delivered_tokens += tokens
-            self.ledger.on_delivered(cursor.subscriber, tokens)
+            self._account(cursor, before, out, tokens)
         if terminal is not None:
             cursor.finished = True
             out[-1] = self._terminal_for(cursor, terminal)
@@ -387,11 +402,14 @@ class StreamLog:
         kind = event.kind
         if kind is _DELTA and lengths is not None:
             lengths[event.channel] = lengths.get(event.channel, 0) + len(event.text)
-        cursor.after = event.seq
+        before, cursor.after = cursor.after, event.seq
         tokens = event.tokens
         if tokens:
             cursor.delivered_tokens += tokens
-            self.ledger.on_delivered(cursor.subscriber, tokens)
+            if before >= cursor.live_from:
+                self.ledger.on_delivered(cursor.subscriber, tokens)
+            else:
+                self._account(cursor, before, [event], tokens)
         if kind in TERMINAL_KINDS:
             cursor.finished = True
             return self._terminal_for(cursor, event)
@@ -448,12 +466,31 @@ class StreamLog:
             events = [folded.to_event(reset=cursor.reset)]
         gained = folded.tokens - cursor.delivered_tokens
         if gained > 0:
-            self.ledger.on_delivered(cursor.subscriber, gained)
+            if folded.through_seq <= cursor.live_from:  # history the reader asked for again
+                self.ledger.on_replayed(cursor.subscriber, gained)
+            else:
+                self.ledger.on_delivered(cursor.subscriber, gained)
         cursor.delivered_tokens = folded.tokens
         cursor.reset = False
         cursor.after = folded.through_seq
         cursor.text_lengths = dict(folded.lengths)
         return events
+
+    def _account(self, cursor: Cursor, before: int, out: list[Event], tokens: int) -> None:
+        """Count ``tokens`` handed to ``cursor`` in ``out`` (read after seq ``before``):
+        delivered live, or replayed where they were history when the reader came."""
+        live_from = cursor.live_from
+        if before >= live_from:
+            self.ledger.on_delivered(cursor.subscriber, tokens)
+            return
+        if cursor.after <= live_from:
+            replayed = tokens
+        else:
+            replayed = sum(e.tokens for e in out if e.seq <= live_from)
+        if replayed:
+            self.ledger.on_replayed(cursor.subscriber, replayed)
+        if tokens > replayed:
+            self.ledger.on_delivered(cursor.subscriber, tokens - replayed)
 
     def _terminal_for(self, cursor: Cursor, event: Event) -> Event:
         usage: dict[str, Any] = self.ledger.report()
@@ -480,16 +517,21 @@ class StreamLog:
         event.seq = self.last_seq
         return event
 
-    def record_write(self, events: list[Event], now_ns: int) -> None:
-        """A transport wrote ``events`` to a socket at ``now_ns``: record the added latency."""
+    def record_write(self, events: list[Event], now_ns: int, live_from: int = 0) -> None:
+        """A transport wrote ``events`` to a socket at ``now_ns``: record the added latency
+        of those that reached the reader live (seq after ``live_from``, the stream's last seq
+        when it came); history it replays is counted as replayed events, not as latency."""
         if not events:
             return
         first, last = events[0], events[-1]
         # Events appended together share their ts_ns, and a log's ts_ns never decreases, so a
         # batch whose ends agree is one latency, recorded once with its count.
-        if first.ts_ns == last.ts_ns and first.seq and first.kind is not _SNAPSHOT:
+        if first.ts_ns == last.ts_ns and first.seq > live_from and first.kind is not _SNAPSHOT:
             self.ledger.gateway_latency.observe_n(now_ns - first.ts_ns, len(events))
             return
+        replayed = [e for e in events if e.seq <= live_from or e.kind is _SNAPSHOT]
+        if replayed:
+            self.ledger.replayed_events += len(replayed)
         self.ledger.gateway_latency.observe_many(
-            [now_ns - e.ts_ns for e in events if e.seq and e.kind is not _SNAPSHOT]
+            [now_ns - e.ts_ns for e in events if e.seq > live_from and e.kind is not _SNAPSHOT]
         )

@@ -135,9 +135,15 @@ class UsageLedger:
     reported: bool = False
     """True once a backend reported its own token counts."""
     delivered: dict[str, int] = field(default_factory=dict)
-    """Tokens delivered to each subscriber (bounded, see `MAX_TRACKED_SUBSCRIBERS`)."""
+    """Tokens each subscriber received live, as they were produced (bounded, see
+    `MAX_TRACKED_SUBSCRIBERS`)."""
+    replayed: dict[str, int] = field(default_factory=dict)
+    """Tokens each subscriber read again from history (a resume, a late join)."""
+    replayed_events: int = 0
+    """Events written to readers from history (not counted as gateway latency)."""
     gateway_latency: LatencyHistogram = field(default_factory=LatencyHistogram)
-    """Time events spent inside the gateway before a transport wrote them."""
+    """Time events spent inside the gateway between being appended and a transport writing
+    them to a reader that was there live (history replayed later is not latency)."""
 
     def on_append(self, tokens: int, now_ns: int) -> None:
         """Account for an appended event carrying ``tokens`` completion tokens."""
@@ -153,11 +159,12 @@ class UsageLedger:
         self.reported = True
 
     def on_delivered(self, subscriber: str, tokens: int) -> None:
-        """``tokens`` more tokens reached ``subscriber``."""
-        if subscriber in self.delivered or len(self.delivered) < MAX_TRACKED_SUBSCRIBERS:
-            self.delivered[subscriber] = self.delivered.get(subscriber, 0) + tokens
-        else:
-            self.delivered["others"] = self.delivered.get("others", 0) + tokens
+        """``tokens`` more tokens reached ``subscriber`` live."""
+        _count(self.delivered, subscriber, tokens)
+
+    def on_replayed(self, subscriber: str, tokens: int) -> None:
+        """``subscriber`` read ``tokens`` more tokens again from history."""
+        _count(self.replayed, subscriber, tokens)
 
     def report(self) -> dict[str, Any]:
         """The ledger as a JSON-compatible dict (OpenAI usage field names where they exist)."""
@@ -170,5 +177,15 @@ class UsageLedger:
             "total_tokens": self.prompt_tokens + self.completion_tokens,
             "time_to_first_token_ms": ttft,
             "delivered_tokens": dict(self.delivered),
+            "replayed_tokens": dict(self.replayed),
+            "replayed_events": self.replayed_events,
             "gateway_latency_ms": self.gateway_latency.summary_ms(),
         }
+
+
+def _count(counts: dict[str, int], subscriber: str, tokens: int) -> None:
+    """Add ``tokens`` to ``subscriber``'s count (bounded: later ones go to ``others``)."""
+    if subscriber in counts or len(counts) < MAX_TRACKED_SUBSCRIBERS:
+        counts[subscriber] = counts.get(subscriber, 0) + tokens
+    else:
+        counts["others"] = counts.get("others", 0) + tokens

@@ -219,7 +219,7 @@ class _MemorySubscription(Subscription):
         return True
 
     def mark_written(self, events: list[Event], now_ns: int) -> None:
-        self._log.record_write(events, now_ns)
+        self._log.record_write(events, now_ns, self._cursor.live_from)
 
     async def aclose(self) -> None:
         if self._closed:
