@@ -2,9 +2,9 @@
 
 Two kinds of room live in the hub: LWW-map rooms (`airlane.sync.rooms`, resource
 ``rooms/<room>``) and Yjs documents (`airlane.sync.yjs`, resource ``yjs/<room>``). Reading a
-room or joining it needs ``subscribe`` on its resource, changing it ``publish``. An LWW room
-is the caller's tenant's (`airlane.gateway.tenancy`): another tenant's room of the same name is
-another room. A Yjs peer
+room or joining it needs ``subscribe`` on its resource, changing it ``publish``. A room, LWW
+or Yjs, is the caller's tenant's (`airlane.gateway.tenancy`): another tenant's room of the same
+name is another room. A Yjs peer
 without ``publish`` joins read-only (it syncs and sees presence; a change from it is refused
 with ``read_only``). The Yjs rooms of a node are made on first use and closed with the gateway.
 """
@@ -136,7 +136,9 @@ class SharedRooms:
             can_write = True
         rooms = self.yjs
         peer = rooms.peer(principal.name, can_write=can_write)
-        return await rooms.join(name, peer), peer
+        key = scoped_name(principal, name)  # the tenant's own room of that name
+        with client_names(key, name):
+            return await rooms.join(key, peer), peer
 
     async def aclose(self) -> None:
         """Close every room (Yjs peers are told the node is shutting down)."""

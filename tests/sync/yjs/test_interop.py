@@ -274,3 +274,37 @@ async def test_a_peer_that_does_not_read_is_disconnected(hub: MemoryHub) -> None
             # it all; the server gives up on it after CLOSE_TIMEOUT_S).
             assert slow.close_code is None or slow.close_code in (4503, 1006)
             slow.transport.abort()  # it would wait for the close handshake it cannot read
+
+
+async def test_each_tenant_has_its_own_room_of_a_name(hub: MemoryHub) -> None:
+    from airlane.security import ApiKeyPolicy
+
+    from .support import PyClient
+
+    keys = ApiKeyPolicy({"sk-a": "alice", "sk-b": "bob"})
+    async with running_node(hub, KEEP, security=keys) as server:
+
+        async def editor(key: str) -> PyClient:
+            ws = await connect(
+                f"{server.url}/notes", additional_headers={"authorization": f"Bearer {key}"}
+            )
+            client = PyClient(ws, key)
+            await client.start()
+            await asyncio.wait_for(client.synced.wait(), 10)
+            return client
+
+        alice = await editor("sk-a")
+        alice.text.insert(0, "alice's notes")
+        await alice.flush()
+        again = await editor("sk-a")  # the same tenant: the same room
+        await again.wait_until(lambda: str(again.text) == "alice's notes")
+        bob = await editor("sk-b")  # another tenant: a room of his own, empty
+        assert str(bob.text) == ""
+        bob.text.insert(0, "BOB")
+        await bob.flush()
+        for client in (alice, again, bob):
+            await client.aclose()
+    # Kept apart in the hub: alice's and bob's streams of the same room name.
+    assert (await hub.info("@alice/yjs/notes")).last_seq >= 1
+    assert (await hub.info("@bob/yjs/notes")).last_seq >= 1
+    assert str(alice.text) == "alice's notes"

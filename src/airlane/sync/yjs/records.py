@@ -30,6 +30,7 @@ from typing import Any
 import orjson
 
 from airlane.core import Event, Kind
+from airlane.core.scope import scoped, split_scope
 from airlane.sync.yjs.errors import YjsError
 
 __all__ = [
@@ -58,13 +59,16 @@ no room name can collide with another room's presence stream)."""
 
 
 def doc_stream_id(room: str) -> str:
-    """The hub stream holding ``room``'s document."""
-    return DOC_STREAM_PREFIX + room
+    """The hub stream holding ``room``'s document (in the room's tenant scope, if it has one:
+    `airlane.core.scope`)."""
+    tenant, name = split_scope(room)
+    return scoped(tenant, DOC_STREAM_PREFIX + name)
 
 
 def awareness_stream_id(room: str) -> str:
     """The hub stream carrying ``room``'s awareness updates between nodes."""
-    return AWARENESS_STREAM_PREFIX + room
+    tenant, name = split_scope(room)
+    return scoped(tenant, AWARENESS_STREAM_PREFIX + name)
 
 
 class CorruptRecord(YjsError, ValueError):

@@ -13,6 +13,7 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from airlane.core.errors import ErrorCode
+from airlane.core.scope import split_scope
 from airlane.hub import Hub
 from airlane.sync.yjs.config import YRoomsConfig, valid_room_name
 from airlane.sync.yjs.errors import InvalidRoomName, RoomsClosed, TooManyRooms
@@ -65,7 +66,7 @@ class YRooms:
         """Put ``peer`` in room ``name``, opening the room (loading it from the hub) if it is
         not open on this node. Raises `InvalidRoomName`, `TooManyRooms`, `RoomFull`,
         `RoomsClosed` or the hub's errors."""
-        if not valid_room_name(name):
+        if not valid_room_name(split_scope(name)[1]):  # a tenant's room: the name in its scope
             raise InvalidRoomName(
                 f"invalid room name {name[:80]!r}: use 1-180 of A-Z a-z 0-9 . _ : / -"
             )
