@@ -71,7 +71,18 @@ def _kept_up(r: TransportResult) -> str:
     return "-" if r.kept_up_pct is None else f"{r.kept_up_pct:.1f} %"
 
 
+MIN_CPU_WALL_S = 1.0
+"""Runs shorter than this show no CPU figures: the kernel counts CPU time in 10 ms ticks, so a
+run of milliseconds reads as 0 % (or 300 %)."""
+
+
+def _measurable_cpu(r: TransportResult, usage: CpuUsage | None) -> str:
+    return "-" if r.wall_s < MIN_CPU_WALL_S else _cpu(usage)
+
+
 def _client(r: TransportResult) -> str:
+    if r.wall_s < MIN_CPU_WALL_S:
+        return "-"
     return _cpu(r.client_cpu) + (" (client-bound?)" if client_bound(r) else "")
 
 
@@ -91,7 +102,7 @@ METRIC_ROWS: list[tuple[str, Callable[[TransportResult], str]]] = [
         lambda r: "-" if r.steady_lag_ms is None else _ms(r.steady_lag_ms.p99),
     ),
     ("kept up (paced)", _kept_up),
-    ("server CPU", lambda r: _cpu(r.server_cpu)),
+    ("server CPU", lambda r: _measurable_cpu(r, r.server_cpu)),
     ("client CPU", _client),
     ("VM steal", lambda r: "-" if r.steal_pct is None else f"{r.steal_pct:.1f} %"),
     ("Python step (ns)", lambda r: "-" if r.python_op_ns is None else f"{r.python_op_ns:.0f}"),
