@@ -13,10 +13,16 @@ from safetensors.numpy import save_file
 
 
 def checkpoint(
-    path: Path, *, seed: int = 0, layers: int = 4, hidden: int = 128, changed: tuple[int, ...] = ()
+    path: Path,
+    *,
+    seed: int = 0,
+    layers: int = 4,
+    hidden: int = 128,
+    changed: tuple[int, ...] = (),
+    metadata: dict[str, str] | None = None,
 ) -> Path:
     """A small transformer-shaped checkpoint; layers in ``changed`` get different weights
-    (as a fine-tune of those layers would)."""
+    (as a fine-tune of those layers would); ``metadata`` goes in its header."""
     rng = np.random.default_rng(seed)
     tensors: dict[str, np.ndarray] = {
         "model.embed_tokens.weight": rng.standard_normal((512, hidden), dtype=np.float32),
@@ -38,7 +44,7 @@ def checkpoint(
         name = f"model.layers.{layer}.mlp.up_proj.weight"
         tensors[name] = tensors[name] + bump.standard_normal(tensors[name].shape).astype(np.float32)
     path.parent.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(path))
+    save_file(tensors, str(path), metadata=metadata)
     return path
 
 
