@@ -164,6 +164,28 @@ def test_record_write_feeds_the_latency_histogram():
     assert summary["samples"] == 1 and 1.8 <= summary["p50"] <= 2.0
 
 
+@pytest.mark.parametrize("resume", [None, Position("ep", 0)], ids=["late join", "resume"])
+def test_history_and_what_came_live_are_never_one_frame(resume: Position | None):
+    # A reader comes to a running stream (or resumes it from the start) and more is appended
+    # before its first read: the history it found and the live tail must not be merged into
+    # one delta, or the history would count as live and its age as the gateway's latency.
+    log = make_log()
+    for text in "abc":
+        log.append(Event.delta(text), 1 * MS)
+    reader = log.cursor("late", resume)
+    log.append(Event.delta("d"), 50 * MS)
+    log.append(Event.delta("e"), 50 * MS)
+    frames = log.read(reader)
+    assert "".join(f.text for f in frames) == "abcde"
+    assert [f.seq for f in frames] == [3, 5]  # each run coalesced, on its own side
+    log.record_write(frames, 51 * MS, reader.live_from)
+    usage = log.ledger.report()
+    assert usage["replayed_tokens"] == {"late": 3} and usage["delivered_tokens"] == {"late": 2}
+    assert usage["replayed_events"] == 1
+    latency = usage["gateway_latency_ms"]
+    assert latency["samples"] == 1 and latency["max"] <= 1.0  # 51 - 50 ms, not 51 - 1
+
+
 def test_latency_histogram_quantiles_are_within_bucket_error():
     histogram = LatencyHistogram()
     for value in range(1, 1001):

@@ -7,6 +7,7 @@ housekeeping tick is short (tests wait on orphan deadlines).
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -211,6 +212,28 @@ class HubContract:
         await late.aclose()
         await sub.aclose()
         assert (await hub.info("u")).subscribers == 0
+
+    async def test_a_late_reader_is_replayed_history_then_served_live(self, hub: Hub):
+        await hub.create("h")
+        for text in "abc":
+            await hub.append("h", Event.delta(text))
+        late = await hub.subscribe("h", subscriber="carol")  # comes after three: history
+        for text in "de":
+            await hub.append("h", Event.delta(text))
+        await hub.append("h", Event.done())
+        frames: list[Event] = []
+        async with asyncio.timeout(5):
+            while batch := await late.next_batch():
+                late.mark_written(batch, time.monotonic_ns())
+                frames.extend(batch)
+        assert text_of(frames) == "abcde"
+        usage = (await hub.info("h")).usage
+        assert usage["replayed_tokens"] == {"carol": 3}
+        assert usage["delivered_tokens"] == {"carol": 2}
+        assert 1 <= usage["replayed_events"] <= 3  # "abc", merged or not
+        # Latency samples: "d" and "e" (merged or not) and the done; none for the history.
+        assert 2 <= usage["gateway_latency_ms"]["samples"] <= 3
+        await late.aclose()
 
     async def test_delete_releases_waiting_readers(self, hub: Hub):
         await hub.create("d")

@@ -15,7 +15,9 @@ Readers are `Cursor` objects: the last ``seq`` they were given plus a little boo
    ``delta`` events instead, so a slow reader never receives the same text twice;
 2. then the retained events after the cursor. Consecutive ``delta`` events of one channel are
    coalesced into a single delta for a lagging cursor, up to ``max_coalesce_chars``; control,
-   tool-call, message and terminal events are never merged and never dropped;
+   tool-call, message and terminal events are never merged and never dropped, and history
+   the reader found when it came is never merged with what came after (``Cursor.live_from``:
+   the usage ledger counts the two apart);
 3. the terminal event is handed out as a per-reader copy whose ``usage`` is the ledger's
    report, including the tokens delivered to that reader.
 
@@ -376,7 +378,7 @@ class StreamLog:
             kind = event.kind
             if kind is _DELTA:
                 if coalesce:
-                    event, index = self._coalesce(index, end)
+                    event, index = self._coalesce(index, end, cursor.live_from)
                 else:
                     index += 1
                 if lengths is not None:
@@ -415,11 +417,17 @@ class StreamLog:
             return self._terminal_for(cursor, event)
         return event
 
-    def _coalesce(self, index: int, end: int) -> tuple[Event, int]:
+    def _coalesce(self, index: int, end: int, live_from: int) -> tuple[Event, int]:
         """Merge the run of same-channel deltas starting at ``index``; return it and the next
-        index. A run of one is returned as the stored event itself (shared encode cache)."""
+        index. A run of one is returned as the stored event itself (shared encode cache).
+
+        A run never crosses ``live_from``, the reader's last seq of history: a merged delta
+        carries its first event's ``ts_ns`` and its last event's ``seq``, so history merged
+        with what came live would be counted as live, its age as the gateway's latency."""
         events = self._events
         first = events[index]
+        if first.seq <= live_from:  # seqs are consecutive: the history ends at this index
+            end = min(end, index + live_from - first.seq + 1)
         stop = index + 1
         chars = len(first.text)
         while stop < end:
