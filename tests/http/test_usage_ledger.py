@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from airlane.client import AircClient, AirlaneClient, GrpcClient, StreamEvent, WsClient
 from tests.servers import ServerProcess, run_server
@@ -134,3 +135,25 @@ async def test_a_live_reader_is_timed_and_its_history_is_not(
     assert later["delivered_tokens"] == live["delivered_tokens"]
     assert sum(later["replayed_tokens"].values()) == 1 + 2 * 3
     assert later["replayed_events"] > live["replayed_events"]
+
+
+def lag_samples(metrics: str) -> float:
+    """How many writes ``airlane_delivery_lag_seconds`` has timed, from ``/metrics`` text."""
+    for family in text_string_to_metric_families(metrics):
+        if family.name == "airlane_delivery_lag_seconds":
+            return next(s.value for s in family.samples if s.name.endswith("_count"))
+    raise AssertionError("no airlane_delivery_lag_seconds on /metrics")
+
+
+async def test_the_delivery_lag_metric_times_live_writes_only(server: ServerProcess) -> None:
+    async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+        created = await http.post("/v1/streams", json=BODY)
+        assert created.status_code == 201, created.text
+        info = created.json()
+        before = lag_samples((await http.get("/metrics")).text)
+        await read_all(http, f"/v1/streams/{info['id']}/events")  # partly live: timed
+        live = lag_samples((await http.get("/metrics")).text)
+        assert live > before
+        for wire in ("sse", "ws"):  # the HTTP listener's wires; then history only
+            await read_to_end(wire, server, info["id"], f"{info['epoch']}:0")
+        assert lag_samples((await http.get("/metrics")).text) == live

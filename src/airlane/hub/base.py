@@ -149,9 +149,18 @@ class Subscription(abc.ABC):
         """
         return False
 
+    @property
+    def live_from(self) -> int:
+        """The stream's last seq when this reader came: events up to it are history replayed
+        to it (a resume, a late join), later ones reach it live. Only live deliveries are the
+        gateway's latency (`mark_written`, the HTTP delivery lag metric). 0 where a hub cannot
+        tell: everything counts as live."""
+        return 0
+
     @abc.abstractmethod
     def mark_written(self, events: list[Event], now_ns: int) -> None:
-        """Tell the ledger that ``events`` reached the socket at ``now_ns``."""
+        """Tell the ledger that ``events`` reached the socket at ``now_ns``: the latency of
+        those that reached it live, and how many it replayed from history."""
 
     @abc.abstractmethod
     async def aclose(self) -> None:

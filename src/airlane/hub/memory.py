@@ -218,6 +218,10 @@ class _MemorySubscription(Subscription):
             listeners.append(callback)
         return True
 
+    @property
+    def live_from(self) -> int:
+        return self._cursor.live_from
+
     def mark_written(self, events: list[Event], now_ns: int) -> None:
         self._log.record_write(events, now_ns, self._cursor.live_from)
 

@@ -66,12 +66,19 @@ class HttpMetrics(Collector):
         """``size`` more bytes went out on a stream."""
         self.bytes_sent += size
 
-    def observe_written(self, batch: list[Event], now_ns: int, size: int = 0) -> None:
-        """Record the delivery lag of the oldest event of a written batch, and count ``size``
-        bytes sent (one call per batch where the writer knows both)."""
+    def observe_written(
+        self, batch: list[Event], now_ns: int, size: int = 0, live_from: int = 0
+    ) -> None:
+        """Record the delivery lag of the oldest event of a written batch that reached its
+        reader live (seq after ``live_from``, `Subscription.live_from`: history replayed to a
+        reader that resumed or came late waited for the reader, not for the gateway), and
+        count ``size`` bytes sent (one call per batch where the writer knows both)."""
         self.bytes_sent += size
         if batch:
-            ts_ns = batch[0].ts_ns
+            first = batch[0]
+            ts_ns = first.ts_ns
+            if live_from and first.seq <= live_from:  # history first: the oldest live one
+                ts_ns = next((event.ts_ns for event in batch if event.seq > live_from), 0)
             if ts_ns:
                 lag = now_ns - ts_ns
                 if lag < 0:  # noqa: PLR1730 - a comparison is cheaper than max() here

@@ -346,7 +346,7 @@ class SSEPump:
         """Bookkeeping after a batch was handed to the server."""
         now_ns = time.monotonic_ns()
         subscription.mark_written(batch, now_ns)  # the subscriber's gateway latency
-        self.metrics.observe_written(batch, now_ns)  # delivery lag
+        self.metrics.observe_written(batch, now_ns, 0, subscription.live_from)  # delivery lag
         if self._budget > 0:
             self._budget = max(0, self._budget - len(batch))
             self._limit = min(self._budget, self._limit) if self._budget else self._limit

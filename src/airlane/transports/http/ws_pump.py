@@ -198,5 +198,7 @@ class WebSocketPump:
     def _written(self, batch: list[Event], frames: list[bytes]) -> None:
         """Bookkeeping after a batch was handed to the server."""
         now_ns = time.monotonic_ns()
-        self._subscription.mark_written(batch, now_ns)  # the subscriber's gateway latency
-        self._metrics.observe_written(batch, now_ns, sum(map(len, frames)))  # lag, bytes
+        subscription = self._subscription
+        subscription.mark_written(batch, now_ns)  # the subscriber's gateway latency
+        size = sum(map(len, frames))
+        self._metrics.observe_written(batch, now_ns, size, subscription.live_from)  # lag, bytes
