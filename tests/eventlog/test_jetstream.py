@@ -191,13 +191,15 @@ async def test_a_delivery_that_arrived_after_its_fetch_gave_up_is_not_handed_out
         late = await one.consumer_group("late", "g", ack_wait_s=0.5)
         on_time = await other.consumer_group("late", "g")
         # A pull request the member's fetch no longer waits for (what a fetch that timed out
-        # while the process was stalled leaves behind): the broker answers it anyway.
-        sub = late._sub  # type: ignore[attr-defined]
-        request = b'{"batch": 1, "expires": 5000000000}'
-        await connections[0].publish(sub._nms, request, reply=sub._deliver)
+        # while the process was stalled leaves behind): the broker answers it anyway, on
+        # the member's connection, to the inbox that fetch had.
+        stale_inbox = connections[0].new_inbox()
+        answered = await connections[0].subscribe(stale_inbox)
+        subject = f"$JS.API.CONSUMER.MSG.NEXT.{one.stream_name('late')}.g"
+        await connections[0].publish(subject, b'{"batch": 1, "expires": 5000000000}', stale_inbox)
         await connections[0].flush()
         await one.append("late", "a.v1", b"1")
-        await eventually(lambda: sub.pending_msgs > 0, what="the broker answers the pull")
+        await eventually(lambda: answered.pending_msgs > 0, what="the broker answers the pull")
         # Its ack wait passes; another member gets the record again and acks it.
         (again,) = await fetch_until(on_time, 1, timeout=5)
         assert again.deliveries == 2

@@ -418,6 +418,8 @@ class JetStreamEventLog(EventLog):
             consumer=name_token(group),
             retry=self.config.retry,
             request_timeout_s=self.config.request_timeout_s,
+            buffer_msgs=self.config.member_buffer_msgs,
+            buffer_bytes=self.config.member_buffer_bytes,
         )
 
     async def _consumer_group(
@@ -436,16 +438,7 @@ class JetStreamEventLog(EventLog):
         # the consumer's configuration, so no member can reset another's settings.
         stored = group_info(ref, info)
         settings.check_join(name, group, stored.ack_wait_s, stored.max_deliver)
-        sub = await self._retry(
-            what,
-            lambda: self._js.pull_subscribe_bind(
-                durable=ref.consumer,
-                stream=ref.stream,
-                pending_msgs_limit=self.config.member_buffer_msgs,
-                pending_bytes_limit=self.config.member_buffer_bytes,
-            ),
-        )
-        return JetStreamConsumerGroup(ref, sub)
+        return JetStreamConsumerGroup(ref)
 
     async def _find_group(self, ref: GroupRef) -> api.ConsumerInfo | None:
         try:

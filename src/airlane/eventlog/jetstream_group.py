@@ -1,6 +1,6 @@
 """Consumer groups on JetStream: one durable pull consumer per (log, group).
 
-Every member binds a pull subscription to the same durable consumer; JetStream hands each
+Every member pulls from the same durable consumer; JetStream hands each
 message to one pull request at a time and redelivers it when ``ack_wait`` passes without an
 ack, up to ``max_deliver`` times. The group's position lives in the broker, so a member that
 comes back (in this process or another) continues where the group stands.
@@ -14,7 +14,6 @@ are not confirmed; losing one only moves a redelivery earlier or later.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar, cast
@@ -28,6 +27,7 @@ from nats.js.client import JetStreamContext
 
 from airlane.eventlog.base import ConsumerGroup, Delivery, GroupInfo
 from airlane.eventlog.errors import EventLogUnavailable, GroupNotFound, LogNotFound
+from airlane.eventlog.jetstream_pull import EndOfPull, pull
 from airlane.eventlog.nats_codec import decode_record, parse_ack_reply
 from airlane.eventlog.nats_retry import RetryPolicy, with_retries
 
@@ -55,6 +55,9 @@ class GroupRef:
     consumer: str
     retry: RetryPolicy
     request_timeout_s: float
+    buffer_msgs: int
+    """The most records one fetch's inbox holds before nats-py drops (they are redelivered)."""
+    buffer_bytes: int
 
     async def retrying(self, what: str, request: Callable[[], Awaitable[T]]) -> T:
         """``request()`` with this log's retry policy, once connected."""
@@ -90,60 +93,45 @@ def group_info(ref: GroupRef, info: api.ConsumerInfo) -> GroupInfo:
 
 
 class JetStreamConsumerGroup(ConsumerGroup):
-    """A member's pull subscription on the group's durable consumer."""
+    """A member of the group: each fetch is one pull on the group's durable consumer, on an
+    inbox of its own (`airlane.eventlog.jetstream_pull`), so the member holds nothing on the
+    broker between fetches."""
 
-    def __init__(self, ref: GroupRef, sub: JetStreamContext.PullSubscription) -> None:
+    def __init__(self, ref: GroupRef) -> None:
         super().__init__(ref.log, ref.group)
         self._ref = ref
-        self._sub = sub
+        self._next = f"{ref.js._prefix}.CONSUMER.MSG.NEXT.{ref.stream}.{ref.consumer}"
 
     async def _fetch(self, max_events: int, timeout_s: float) -> list[Delivery]:
-        self._drop_stale()
+        ref = self._ref
         try:
-            msgs = await self._sub.fetch(max_events, timeout=max(timeout_s, MIN_FETCH_WAIT_S))
-        except TimeoutError:
-            # Nothing came: an idle log, or a group, log or broker that is gone. Telling
-            # these apart costs one info request, paid only when a fetch comes back empty.
-            await self._ref.retrying("fetch", lambda: lookup_group(self._ref))
-            return []
+            msgs = await pull(
+                ref.nc,
+                self._next,
+                max_events,
+                max(timeout_s, MIN_FETCH_WAIT_S),
+                buffer_msgs=ref.buffer_msgs,
+                buffer_bytes=ref.buffer_bytes,
+            )
         except (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError) as exc:
             raise EventLogUnavailable("fetch: the NATS connection is closed") from exc
+        except EndOfPull:
+            # 409 "Consumer Deleted", 503 no responders: say which is gone, else nothing came.
+            msgs = []
         except nats.js.errors.APIError:
-            # A status such as 409 "Consumer Deleted": say which, else report the broker's.
-            await self._ref.retrying("fetch", lambda: lookup_group(self._ref))
+            # Another error status: say which is gone, else report the broker's.
+            await ref.retrying("fetch", lambda: lookup_group(ref))
             raise
-        return [_JetStreamDelivery(msg, self._ref) for msg in msgs]
-
-    def _drop_stale(self) -> int:
-        """Discard deliveries that reached this member after its last fetch had returned.
-
-        The broker answers a pull request until it expires; a message that arrives just too
-        late (a stalled loop, a paused process) waits in the subscription's queue, and
-        nats-py's next fetch would hand it out first. Its ack wait started when the broker
-        sent it, maybe long ago, so it may have been handed to another member since and acked
-        there: handing it out now would deliver an acknowledged record again. Left alone, it
-        is redelivered after its ack wait like any unacknowledged message. (nats-py keeps the
-        queue private and offers no way to empty it; a change there shows as a failing test.)
-        """
-        queue = self._sub._sub._pending_queue
-        dropped = 0
-        while not queue.empty():
-            msg = queue.get_nowait()
-            self._sub._sub._pending_size -= len(msg.data)
-            dropped += 1
-        return dropped
+        if not msgs:
+            # Nothing came: an idle log, or a group, log or broker that is gone. Telling
+            # these apart costs one info request, paid only when a fetch comes back empty.
+            await ref.retrying("fetch", lambda: lookup_group(ref))
+        return [_JetStreamDelivery(msg, ref) for msg in msgs]
 
     async def info(self) -> GroupInfo:
         """The group's state (`GroupNotFound` once deleted)."""
         info = await self._ref.retrying("group info", lambda: lookup_group(self._ref))
         return group_info(self._ref, info)
-
-    async def _release(self) -> None:
-        # A closed connection or a gone subscription: nothing left to release.
-        with contextlib.suppress(
-            nats.errors.ConnectionClosedError, nats.errors.BadSubscriptionError
-        ):
-            await self._sub.unsubscribe()
 
 
 class _JetStreamDelivery(Delivery):
