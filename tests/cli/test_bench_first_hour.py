@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 
 
-def bench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def bench(*args: str, cwd: Path, columns: int = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "airlane", "bench", *args],
         capture_output=True, text=True, timeout=180, check=False, cwd=cwd,
-        env={"COLUMNS": "120", "PATH": "/usr/bin:/bin"},
+        env={"COLUMNS": str(columns), "PATH": "/usr/bin:/bin"},
     )  # fmt: skip
 
 
@@ -53,3 +53,17 @@ def test_nothing_listening_is_exit_3_in_one_line(tmp_path: Path) -> None:
     for row in ("VM steal", "client CPU", "server CPU"):  # no figures from a run of ~0 s
         lines = [line for line in out.splitlines() if row in line]
         assert lines and all("%" not in line for line in lines), lines
+
+
+def test_six_transports_fit_an_80_column_terminal_uncut(tmp_path: Path) -> None:
+    result = bench("--spawn", "--streams", "2", "--chunks", "5", "--transport", "all",
+                   cwd=tmp_path, columns=80)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines), max(lines, key=len)
+    assert "\u2026" not in result.stdout and "..." not in result.stdout  # nothing cut
+    assert "(1/2)" in result.stdout  # split over two tables, each with the labels
+    for label in ("out-of-order chunks", "chunks received / expected", "delivery lag p99 (ms)"):
+        assert result.stdout.count(label) >= 2, label
+    for transport in ("sse", "ws", "airc", "airc-ws", "grpc", "grpc-web"):
+        assert any(line.split() and transport in line.split() for line in lines), transport

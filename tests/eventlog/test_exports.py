@@ -16,6 +16,7 @@ MODULES = [
     "airlane.eventlog.errors",
     "airlane.eventlog.jetstream",
     "airlane.eventlog.jetstream_group",
+    "airlane.eventlog.jetstream_pull",
     "airlane.eventlog.memory",
     "airlane.eventlog.memory_group",
     "airlane.eventlog.memory_log",

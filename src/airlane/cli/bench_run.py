@@ -18,6 +18,7 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
+from rich.table import Table
 
 from airlane.bench import (
     BenchConfig,
@@ -35,6 +36,7 @@ from airlane.bench import (
 from airlane.bench.compare import ImplementationRun, run_compare_rounds
 from airlane.bench.compare_report import compare_document, compare_table
 from airlane.bench.compare_rounds import compare_rounds_document, compare_rounds_table
+from airlane.bench.fit import split_columns
 from airlane.bench.memory import describe_python
 from airlane.bench.peers import Implementation, airlane_implementation
 from airlane.bench.plot import Curve, write_cdfs
@@ -180,9 +182,9 @@ def _report(
 ) -> None:
     results = [result for run in rounds for result in run]
     if len(rounds) == 1:
-        console.print(results_table(config, results))
+        _print_table(console, results_table(config, results))
     else:
-        console.print(rounds_table(config, rounds))
+        _print_table(console, rounds_table(config, rounds))
     _client_bound_notes(console, results)
     if json_path is not None:
         document = bench_document(config, results, url=url, spawned=spawned, pinning=pinning)
@@ -256,7 +258,7 @@ def _compare_report(
     json_path: Path | None,
     plot_path: Path | None,
 ) -> None:
-    console.print(compare_table(config, runs))
+    _print_table(console, compare_table(config, runs))
     for run in runs:
         if run.status == "skipped":
             console.print(f"[yellow]skipped {run.name}:[/yellow] {run.reason}")
@@ -281,7 +283,7 @@ def _compare_rounds_report(
     json_path: Path | None,
     plot_path: Path | None,
 ) -> None:
-    console.print(compare_rounds_table(config, rounds))
+    _print_table(console, compare_rounds_table(config, rounds))
     for position, first in enumerate(rounds[0]):
         missed = [r[position] for r in rounds if r[position].status != "ran"]
         if missed:
@@ -318,3 +320,9 @@ def _pooled_curves(config: BenchConfig, rounds: list[list[ImplementationRun]]) -
 def _write_json(console: Console, path: Path, document: dict[str, Any]) -> None:
     path.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")
     console.print(f"results written to {path}")
+
+
+def _print_table(console: Console, table: Table) -> None:
+    """``table``, split over as many tables as the terminal's width needs (nothing cut)."""
+    for part in split_columns(table, console.width):
+        console.print(part)
