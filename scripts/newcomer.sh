@@ -125,6 +125,15 @@ print(next(block for block in blocks if sys.argv[1] in block))
 EOF
 }
 
+# doc_block FILE TEXT: FILE's fenced code block that contains TEXT.
+doc_block() {
+  .venv/bin/python - "$1" "$2" <<'EOF'
+import pathlib, re, sys
+blocks = re.findall(r"^```\w*\n(.*?)^```", pathlib.Path(sys.argv[1]).read_text(), re.M | re.S)
+print(next(block for block in blocks if sys.argv[2] in block))
+EOF
+}
+
 mkdir -p "$work/logs"
 git clone --quiet --no-checkout "$repo" "$work/airlane"
 cd "$work/airlane"
@@ -383,6 +392,29 @@ run curl -sS --max-time 10 "$audit_url/v1/streams/x" -H 'authorization: Bearer n
 expect "unauthenticated"
 last_log=audit.log
 expect '"decision": "deny"'
+
+example 'airlane serve --api-key writer=sk-w-1 --api-key reader=sk-r-2 --policy policy.toml'
+doc_block docs/security.md 'name = "the writer key does the rest"' >policy.toml
+read -r policy_port <<<"$(free_ports 1)"
+policy_url="http://127.0.0.1:$policy_port"
+serve policy.log "$policy_url" airlane serve --port "$policy_port" --airc-port -1 --grpc-port -1 \
+  --api-key writer=sk-w-1 --api-key reader=sk-r-2 --policy policy.toml
+run curl -sSf --max-time 10 "$policy_url/v1/streams/notes/events" \
+  -H 'authorization: Bearer sk-w-1' -H 'content-type: application/json' \
+  -d '{"kind": "message", "payload": "from the writer"}'
+run curl -sS --max-time 10 "$policy_url/v1/streams/notes/events" \
+  -H 'authorization: Bearer sk-r-2' -H 'content-type: application/json' \
+  -d '{"kind": "message", "payload": "from the reader"}'
+expect "permission_denied"  # the reader key may read, not publish
+
+example 'airlane policy check policy.toml'
+run airlane policy check policy.toml
+expect "4 rules, 1 identities"
+
+example 'airlane policy explain policy.toml --principal spiffe://example.org/ns/ml/sa/notebook --action logs.append --resource logs/model-updates --method POST'
+refused "DENIED: no rule allows logs.append there" airlane policy explain policy.toml \
+  --principal spiffe://example.org/ns/ml/sa/notebook --action logs.append \
+  --resource logs/model-updates --method POST
 
 # -- docs/artifacts.md ------------------------------------------------------------------------
 

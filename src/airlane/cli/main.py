@@ -19,6 +19,7 @@ from airlane.cli.bench import bench_command
 from airlane.cli.certs import certs_app
 from airlane.cli.demo import demo_command
 from airlane.cli.logs import logs_app, schemas_app
+from airlane.cli.policy import policy_app
 from airlane.cli.stream import stream_command
 from airlane.server.address import DEFAULT_HOST, DEFAULT_PORT
 
@@ -146,6 +147,12 @@ def serve_command(
     jwt_issuer: Annotated[
         str | None, typer.Option(help="The issuer (iss) JWTs must be from.")
     ] = None,
+    policy: Annotated[
+        Path | None,
+        typer.Option(
+            help="Allow only what this RBAC policy file's rules allow (re-read when it changes)."
+        ),
+    ] = None,
     audit_log: Annotated[
         Path | None,
         typer.Option(help="Write a JSON line for every refusal and admin action to this file."),
@@ -207,6 +214,8 @@ def serve_command(
                 issuer=jwt_issuer or settings.jwt.issuer,
             ),
         )
+    if policy is not None:
+        settings = replace(settings, policy=replace(settings.policy, file=str(policy)))
     if audit_log is not None:
         settings = replace(settings, audit=replace(settings.audit, path=str(audit_log)))
     if trusted_proxy:
@@ -275,6 +284,7 @@ app.add_typer(logs_app, name="logs")
 app.add_typer(schemas_app, name="schemas")
 app.add_typer(artifacts_app, name="artifacts")
 app.add_typer(certs_app, name="certs")
+app.add_typer(policy_app, name="policy")
 
 
 @app.command("version")

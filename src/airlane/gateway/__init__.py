@@ -32,7 +32,7 @@ from airlane.gateway.service import (
 )
 from airlane.hub import HubStats, Subscription
 from airlane.registry import Compatibility, Incompatibility, Schema, SchemaVersion
-from airlane.security import Principal
+from airlane.security import Principal, RequestFacts
 from airlane.security.tls import PeerIdentity, ServerTls
 from airlane.security.xfcc import ForwardedIdentity
 from airlane.sync.yjs import YPeer, YRoom
@@ -64,6 +64,7 @@ __all__ = [
     "PeerIdentity",
     "Principal",
     "Record",
+    "RequestFacts",
     "Schema",
     "SchemaVersion",
     "Schemas",

@@ -70,7 +70,7 @@ class Artifacts:
         return self.service
 
     def _allow(self, principal: Principal, name: str) -> None:
-        self._security.authorize(principal, Action.SUBSCRIBE, artifact_resource(name))
+        self._security.authorize(principal, Action.ARTIFACTS_PULL, artifact_resource(name))
 
     async def listing(self, principal: Principal) -> list[dict[str, Any]]:
         """Every artifact the principal may read: its name, versions and latest."""
@@ -99,7 +99,7 @@ class Artifacts:
     async def rescan(self, principal: Principal) -> list[dict[str, Any]]:
         """Announce the versions new in the store now; what was announced."""
         service = self._store()
-        self._security.authorize(principal, Action.PUBLISH, _PUBLISH_RESOURCE)
+        self._security.authorize(principal, Action.ARTIFACTS_PUBLISH, _PUBLISH_RESOURCE)
         return await service.scan()
 
     async def open_file(

@@ -72,7 +72,7 @@ class EventLogs:
     ) -> tuple[LogInfo, bool]:
         """Create ``log`` with these limits (an existing log keeps its own); the info and
         whether it was created now."""
-        key = self._allow(principal, Action.PUBLISH, log)
+        key = self._allow(principal, Action.LOGS_APPEND, log)
         with client_names(key, log):
             existed = key in await self._logs.logs()
             info = await self._logs.create_log(
@@ -82,13 +82,13 @@ class EventLogs:
 
     async def info(self, principal: Principal, log: str) -> LogInfo:
         """``log``'s state."""
-        key = self._allow(principal, Action.SUBSCRIBE, log)
+        key = self._allow(principal, Action.LOGS_READ, log)
         with client_names(key, log):
             return replace(await self._logs.info(key), name=log)
 
     async def delete(self, principal: Principal, log: str) -> None:
         """Delete ``log``, its records and its groups."""
-        key = self._allow(principal, Action.PUBLISH, log)
+        key = self._allow(principal, Action.LOGS_ADMIN, log)
         with client_names(key, log):
             await self._logs.delete_log(key)
         await self._groups.forget(key)
@@ -101,7 +101,7 @@ class EventLogs:
     ) -> list[Record]:
         """Append ``events`` (1 to `MAX_BATCH_EVENTS`) in order, each validated against its
         type's schema first."""
-        key = self._allow(principal, Action.PUBLISH, log)
+        key = self._allow(principal, Action.LOGS_APPEND, log)
         if not 1 <= len(events) <= MAX_BATCH_EVENTS:
             raise InvalidRequest(f"append 1 to {MAX_BATCH_EVENTS} events, not {len(events)}")
         with client_names(key, log):
@@ -117,7 +117,7 @@ class EventLogs:
         limit: int = 100,
     ) -> list[Record]:
         """Up to ``limit`` records from ``from_seq`` or ``from_time_ns`` (or the oldest)."""
-        key = self._allow(principal, Action.SUBSCRIBE, log)
+        key = self._allow(principal, Action.LOGS_READ, log)
         with client_names(key, log):
             records = await self._logs.read(
                 key, from_seq=from_seq, from_time_ns=from_time_ns, limit=limit
@@ -141,7 +141,7 @@ class EventLogs:
         ``start_time_ns``) holds only what the caller asked for: they create a new group; an
         existing group keeps its own, and an asked one that differs is refused
         (`airlane.eventlog.GroupSettingsConflict`)."""
-        key = self._allow(principal, Action.SUBSCRIBE, log)
+        key = self._allow(principal, Action.LOGS_CONSUME, log)
         with client_names(key, log):
             handle = await self._groups.get(self._logs, key, group, settings or {})
             deliveries = await handle.fetch(max_events, timeout_s)
@@ -160,7 +160,7 @@ class EventLogs:
     ) -> int:
         """Settle deliveries of ``log`` by their tokens (``ack``, ``nak``, ``progress``);
         how many."""
-        key = self._allow(principal, Action.SUBSCRIBE, log)
+        key = self._allow(principal, Action.LOGS_CONSUME, log)
         if len(tokens) > MAX_SETTLE_TOKENS:
             raise InvalidRequest(f"at most {MAX_SETTLE_TOKENS} tokens per call")
         # Every token first: a call that names another log's delivery settles nothing.
@@ -175,13 +175,13 @@ class EventLogs:
         """``group``'s position and pending deliveries. Looking does not join: a group that
         does not exist yet is a `GroupNotFound`, not one created with the default settings
         that its first member's fetch would then conflict with."""
-        key = self._allow(principal, Action.SUBSCRIBE, log)
+        key = self._allow(principal, Action.LOGS_CONSUME, log)
         with client_names(key, log):
             return replace(await self._logs.group_info(key, group), log=log)
 
     async def delete_group(self, principal: Principal, log: str, group: str) -> None:
         """Delete ``group`` (its position and pending deliveries)."""
-        key = self._allow(principal, Action.SUBSCRIBE, log)
+        key = self._allow(principal, Action.LOGS_ADMIN, log)
         await self._groups.forget(key, group)
         with client_names(key, log):
             await self._logs.delete_group(key, group)

@@ -92,20 +92,20 @@ class SharedRooms:
 
     async def state(self, principal: Principal, name: str) -> dict[str, Any]:
         """Room ``name``'s state (opening it on this node if needed)."""
-        key = self._allow(principal, Action.SUBSCRIBE, name)
+        key = self._allow(principal, Action.ROOMS_READ, name)
         with client_names(key, name):
             return await self.lww.state(key)
 
     async def submit(self, principal: Principal, name: str, ops: Any) -> int:
         """Apply operations to room ``name``; how many were taken (once stored)."""
-        key = self._allow(principal, Action.PUBLISH, name)
+        key = self._allow(principal, Action.ROOMS_WRITE, name)
         with client_names(key, name):
             return await (await self.lww.room(key)).submit(ops)
 
     async def join(self, principal: Principal, name: str, listener: Listener) -> JoinedRoom:
         """Follow room ``name``: ``listener`` gets every change from any client on any node
         until `JoinedRoom.leave`."""
-        key = self._allow(principal, Action.SUBSCRIBE, name)
+        key = self._allow(principal, Action.ROOMS_READ, name)
         with client_names(key, name):
             room = await self.lww.room(key)
         self.lww.join(room, listener)
@@ -122,14 +122,14 @@ class SharedRooms:
 
     async def join_yjs(self, principal: Principal, name: str) -> tuple[YRoom, YPeer]:
         """Put a new peer for ``principal`` in Yjs room ``name``: read-only unless it may
-        ``publish`` there. Raises `airlane.sync.yjs.YjsError`s (a bad name, a full room or
+        ``rooms.write`` there. Raises `airlane.sync.yjs.YjsError`s (a bad name, a full room or
         node, shutting down), the gate's refusal, or the hub's errors."""
         if not valid_room_name(name):
             raise InvalidRoomName(f"invalid room name {name[:80]!r}")
         resource = doc_stream_id(name)
-        self._security.authorize(principal, Action.SUBSCRIBE, resource)
+        self._security.authorize(principal, Action.ROOMS_READ, resource)
         try:
-            self._security.authorize(principal, Action.PUBLISH, resource)
+            self._security.authorize(principal, Action.ROOMS_WRITE, resource)
         except PermissionDenied:
             can_write = False
         else:

@@ -57,14 +57,14 @@ class Schemas:
 
     async def describe(self, principal: Principal, subject: str) -> tuple[list[int], Compatibility]:
         """``subject``'s version numbers and its compatibility mode."""
-        key = self._allow(principal, Action.SUBSCRIBE, subject)
+        key = self._allow(principal, Action.SCHEMAS_READ, subject)
         with client_names(key, subject):
             return await self._registry.versions(key), await self._registry.compatibility(key)
 
     async def register(self, principal: Principal, subject: str, schema: Schema) -> SchemaVersion:
         """Register ``schema`` under ``subject`` (idempotent; `IncompatibleSchema` when the
         subject's mode forbids it)."""
-        key = self._allow(principal, Action.PUBLISH, subject)
+        key = self._allow(principal, Action.SCHEMAS_REGISTER, subject)
         with client_names(key, subject):
             return _named(await self._registry.register(key, schema), subject)
 
@@ -72,7 +72,7 @@ class Schemas:
         self, principal: Principal, subject: str, version: int | Literal["latest"] = "latest"
     ) -> SchemaVersion:
         """One registered version of ``subject``."""
-        key = self._allow(principal, Action.SUBSCRIBE, subject)
+        key = self._allow(principal, Action.SCHEMAS_READ, subject)
         with client_names(key, subject):
             return _named(await self._registry.get(key, version), subject)
 
@@ -80,13 +80,13 @@ class Schemas:
         self, principal: Principal, subject: str, schema: Schema
     ) -> list[Incompatibility]:
         """Where ``schema`` would break ``subject``'s mode (empty: it would register)."""
-        key = self._allow(principal, Action.SUBSCRIBE, subject)
+        key = self._allow(principal, Action.SCHEMAS_READ, subject)
         with client_names(key, subject):
             return await self._registry.check(key, schema)
 
     async def compatibility(self, principal: Principal, subject: str) -> Compatibility:
         """``subject``'s compatibility mode."""
-        key = self._allow(principal, Action.SUBSCRIBE, subject)
+        key = self._allow(principal, Action.SCHEMAS_READ, subject)
         with client_names(key, subject):
             return await self._registry.compatibility(key)
 
@@ -94,7 +94,7 @@ class Schemas:
         self, principal: Principal, subject: str, mode: Compatibility | str
     ) -> Compatibility:
         """Set ``subject``'s compatibility mode; the mode now in force."""
-        key = self._allow(principal, Action.PUBLISH, subject)
+        key = self._allow(principal, Action.SCHEMAS_ADMIN, subject)
         with client_names(key, subject):
             await self._registry.set_compatibility(key, mode)
             now = await self._registry.compatibility(key)
@@ -106,13 +106,13 @@ class Schemas:
     ) -> SchemaVersion:
         """Check a payload against ``subject``'s latest version (`SchemaViolation` if it does
         not conform); the version it was checked against."""
-        key = self._allow(principal, Action.SUBSCRIBE, subject)
+        key = self._allow(principal, Action.SCHEMAS_READ, subject)
         with client_names(key, subject):
             return _named(await self._registry.validate(key, data, content_type), subject)
 
     async def delete(self, principal: Principal, subject: str) -> list[int]:
         """Delete every version of ``subject``; the versions deleted."""
-        key = self._allow(principal, Action.PUBLISH, subject)
+        key = self._allow(principal, Action.SCHEMAS_ADMIN, subject)
         with client_names(key, subject):
             deleted = await self._registry.delete_subject(key)
         audit_admin(self._security, principal, "delete_subject", schema_resource(subject))

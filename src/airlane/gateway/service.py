@@ -62,7 +62,7 @@ from airlane.hub import (
     Subscription,
 )
 from airlane.runtime.eager import start_eagerly
-from airlane.security import Action, AllowAll, Principal, SecurityPolicy
+from airlane.security import Action, AllowAll, Principal, RequestFacts, SecurityPolicy
 from airlane.security.audit import AuditedPolicy, AuditLog
 
 if TYPE_CHECKING:  # the arbiter's machinery loads only when a conflict is settled
@@ -216,11 +216,13 @@ class Gateway:
         *,
         ticket: str | None = None,
         origin: str | None = None,
+        request: RequestFacts | None = None,
     ) -> Principal:
         """The principal behind a ticket (`issue_ticket`), a bearer token (None: none was
         sent), or the client certificate a TLS listener verified (``peer``), in that order;
         `Unauthenticated` if the gate refuses it (audited, with ``origin``: the client's
-        address, which the principal carries too)."""
+        address, which the principal carries too, as it carries ``request``: what the
+        transport knows of the request, for policy rules)."""
         try:
             if ticket is not None:
                 principal = self.tickets.principal(ticket)
@@ -230,7 +232,9 @@ class Gateway:
         except AirlaneError as exc:
             self.audit.record("deny", exc.code.value, reason=str(exc), origin=origin)
             raise
-        return principal if origin is None else replace(principal, origin=origin)
+        if origin is None and request is None:
+            return principal
+        return replace(principal, origin=origin, request=request)
 
     def issue_ticket(self, principal: Principal) -> tuple[str, float]:
         """A short-lived ticket standing for ``principal`` (for a WebSocket or EventSource
@@ -368,7 +372,7 @@ class Gateway:
     async def delete(self, principal: Principal, stream_id: str) -> None:
         """End the stream if it is running, then forget it."""
         key = hub_key(principal, stream_id)
-        self.security.authorize(principal, Action.CANCEL, stream_id)
+        self.security.authorize(principal, Action.DELETE, stream_id)
         with client_names(key, stream_id):
             await self.hub.delete(key)
         self.security.admin(principal, "delete_stream", stream_id)

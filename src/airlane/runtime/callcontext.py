@@ -24,6 +24,10 @@ class CallContext:
     """``x-model-version``: the version the caller expects."""
     request_id: str | None = None
     """``x-request-id``, or one made up for the call."""
+    rpc: str | None = None
+    """The gRPC method called (``/airlane.v1.Streams/Subscribe``), where the call is one."""
+    wire: str = "grpc"
+    """``grpc`` or ``grpc-web``."""
 
 
 CALL: contextvars.ContextVar[CallContext | None] = contextvars.ContextVar(

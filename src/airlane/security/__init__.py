@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import enum
 import hmac
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -41,6 +41,7 @@ __all__ = [
     "ApiKeyPolicy",
     "PermissionDenied",
     "Principal",
+    "RequestFacts",
     "SecurityError",
     "SecurityPolicy",
     "Unauthenticated",
@@ -50,12 +51,89 @@ __all__ = [
 
 
 class Action(enum.StrEnum):
-    """What a principal asks to do with a stream."""
+    """What a principal asks to do, and to what kind of resource (the names a policy file's
+    rules use, docs/security.md)."""
 
     GENERATE = "generate"
+    """Start a chat completion or generation (its stream)."""
     SUBSCRIBE = "subscribe"
+    """Read a stream: its events, snapshot and info, resuming too."""
     PUBLISH = "publish"
+    """Write events into a stream, or create a named one."""
     CANCEL = "cancel"
+    """Stop a stream's generation."""
+    DELETE = "delete"
+    """Delete a stream."""
+    LOGS_READ = "logs.read"
+    """Read an event log: info, replay."""
+    LOGS_APPEND = "logs.append"
+    """Create an event log, or append to one."""
+    LOGS_CONSUME = "logs.consume"
+    """Fetch and settle in a consumer group, see its state."""
+    LOGS_ADMIN = "logs.admin"
+    """Delete an event log or a consumer group."""
+    SCHEMAS_READ = "schemas.read"
+    """Read schemas, check or validate against them."""
+    SCHEMAS_REGISTER = "schemas.register"
+    """Register a schema version."""
+    SCHEMAS_ADMIN = "schemas.admin"
+    """Set a subject's compatibility, delete a subject."""
+    ROOMS_READ = "rooms.read"
+    """Join a room and read its state."""
+    ROOMS_WRITE = "rooms.write"
+    """Change a room's state."""
+    ARTIFACTS_PULL = "artifacts.pull"
+    """List, watch and download model artifacts."""
+    ARTIFACTS_PUBLISH = "artifacts.publish"
+    """Announce new artifact versions (a rescan of the store)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFacts:
+    """What a transport knows about the request being authorized, beyond who sent it."""
+
+    wire: str
+    """``http`` (SSE and plain HTTP), ``ws``, ``grpc``, ``grpc-web`` or ``airc``."""
+    method: str | None = None
+    """The HTTP method (``POST``); None where the wire has none (AIRC, gRPC)."""
+    path: str | None = None
+    """The HTTP path, or the gRPC method (``/airlane.v1.Streams/Subscribe``)."""
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    """Headers or gRPC metadata, names in lower case, credentials left out."""
+
+    @classmethod
+    def of(
+        cls,
+        wire: str,
+        pairs: Iterable[tuple[str, str]],
+        method: str | None = None,
+        path: str | None = None,
+    ) -> RequestFacts:
+        """Facts from a request's header or metadata ``pairs``: names in lower case, the last
+        value of a repeated one, credentials and binary metadata left out, and bounded (what
+        the policy sees is never a copy of an unbounded input)."""
+        metadata: dict[str, str] = {}
+        for raw, value in pairs:
+            name = raw.lower()
+            if name in _CREDENTIAL_HEADERS or name.endswith("-bin"):
+                continue
+            if len(metadata) >= _MAX_FACTS and name not in metadata:
+                break
+            metadata[name] = value[:_MAX_FACT_CHARS]
+        return cls(wire, method, path, metadata)
+
+
+_CREDENTIAL_HEADERS = frozenset(
+    {
+        "authorization",
+        "proxy-authorization",
+        "cookie",
+        "x-forwarded-client-cert",
+        "sec-websocket-key",
+    }
+)
+_MAX_FACTS = 64
+_MAX_FACT_CHARS = 1024
 
 
 DEFAULT_TENANT = "default"
@@ -75,6 +153,13 @@ class Principal:
     """Whose resources this principal sees: its tenant's, and only those."""
     origin: str | None = field(default=None, compare=False)
     """Where the request came from (the client's address), for the audit log."""
+    via: str = field(default="anonymous", compare=False)
+    """How it proved who it is: ``key``, ``jwt``, ``spiffe`` (a client certificate, direct or
+    through a trusted proxy) or ``anonymous``; policy rules can match on it."""
+    claims: Mapping[str, str] = field(default_factory=dict, compare=False)
+    """A JWT's claims that are strings or numbers, as strings (policy rules match them)."""
+    request: RequestFacts | None = field(default=None, compare=False)
+    """How the request that asks came (wire, method, path, metadata), for policy rules."""
 
     def __post_init__(self) -> None:
         if TENANT_PATTERN.fullmatch(self.tenant) is None:
@@ -94,7 +179,7 @@ def principal_named(spec: str) -> Principal:
     if not name:
         raise ValueError(f"API key name {spec!r}: NAME@TENANT needs a name before the '@'")
     try:
-        return Principal(name, tenant=tenant)
+        return Principal(name, tenant=tenant, via="key")
     except ValueError as exc:
         raise ValueError(f"API key name {spec!r}: {exc}") from None
 
@@ -133,7 +218,7 @@ def peer_principal(peer: PeerIdentity) -> Principal:
     tenant); `Unauthenticated` when the certificate names none that is accepted."""
     if peer.spiffe_id is None:
         raise Unauthenticated(peer.error or "the client certificate names no identity")
-    return Principal(peer.spiffe_id)
+    return Principal(peer.spiffe_id, via="spiffe")
 
 
 class AllowAll:

@@ -157,7 +157,7 @@ class AuditedPolicy:
                 action=action.value,
                 resource=stream_id,
                 reason=str(exc),
-                rule=type(self.policy).__name__,
+                rule=_rule_of(exc, self.policy),
                 origin=principal.origin,
             )
             raise
@@ -174,6 +174,15 @@ class AuditedPolicy:
             rule=type(self.policy).__name__,
             origin=principal.origin,
         )
+
+
+def _rule_of(refusal: SecurityError, policy: SecurityPolicy) -> str:
+    """What decided a refusal: the policy file's rule, ``default-deny`` when none of its rules
+    allowed it, else the kind of policy (``ApiKeyPolicy``)."""
+    rule: str | None = getattr(refusal, "rule", "")
+    if rule is None:
+        return "default-deny"
+    return rule or type(policy).__name__
 
 
 def audit_admin(security: SecurityPolicy, principal: Principal, action: str, resource: str) -> None:

@@ -30,6 +30,7 @@ from jwt.types import Options
 
 from airlane.security import (
     ANONYMOUS,
+    DEFAULT_TENANT,
     Action,
     ApiKeyPolicy,
     PermissionDenied,
@@ -228,10 +229,19 @@ class JwtVerifier:
         if not isinstance(roles, Sequence) or not all(isinstance(r, str) for r in roles):
             raise Unauthenticated(f"the JWT's {s.roles_claim!r} claim is not a list of names")
         tenant = claims.get(s.tenant_claim)
+        scalars = {
+            key: str(value).lower() if isinstance(value, bool) else str(value)
+            for key, value in claims.items()
+            if isinstance(value, str | int | float)
+        }
         try:
-            if tenant is None:
-                return Principal(name, frozenset(roles))
-            return Principal(name, frozenset(roles), tenant=str(tenant))
+            return Principal(
+                name,
+                frozenset(roles),
+                tenant=DEFAULT_TENANT if tenant is None else str(tenant),
+                via="jwt",
+                claims=scalars,
+            )
         except ValueError as exc:
             raise Unauthenticated(f"the JWT's {s.tenant_claim!r} claim: {exc}") from None
 

@@ -65,9 +65,22 @@ def build_event_sourcing(config: ServerConfig) -> EventSourcing:
 
 
 def build_security(config: ServerConfig) -> SecurityPolicy:
-    """The security gate: JWTs and/or API keys as configured, else open to everyone. A JWKS
-    file is read now (`ValueError`/`OSError` naming it if it cannot be used); a JWKS URL is
-    fetched by ``airlane serve`` before it listens."""
+    """The security gate: who asks from JWTs and/or API keys as configured (else everyone is
+    anonymous), and what they may do from the policy file when one is set (`ValueError`
+    naming what is wrong with it). A JWKS file is read now (`ValueError`/`OSError` naming it
+    if it cannot be used); a JWKS URL is fetched by ``airlane serve`` before it listens."""
+    identify = _authentication(config)
+    if config.policy.file is None:
+        return identify
+    from airlane.security.rbac import RbacPolicy
+
+    if not config.policy.reload_s > 0:
+        raise ValueError(f"[policy] reload_s must be above 0, not {config.policy.reload_s}")
+    return RbacPolicy(identify, Path(config.policy.file))
+
+
+def _authentication(config: ServerConfig) -> SecurityPolicy:
+    """API keys and/or JWTs as configured, else `AllowAll`."""
     keys = ApiKeyPolicy(config.api_keys) if config.api_keys else None
     c = config.jwt
     if not c.enabled:

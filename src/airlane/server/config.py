@@ -63,6 +63,18 @@ class TlsConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    """``[policy]``: role-based access control from a policy file (docs/security.md); set,
+    what no rule allows is denied."""
+
+    file: str | None = None
+    """The policy file (TOML); unset: every authenticated principal may act in its tenant."""
+    reload_s: float = 2.0
+    """How often the file is checked for changes (a new version applies to the requests after
+    it is read; one that does not load is logged and the previous stays)."""
+
+
+@dataclass(frozen=True, slots=True)
 class JwtConfig:
     """``[jwt]``: bearer JWTs verified against a JWKS (a file or a URL), beside any API keys
     (docs/security.md)."""
@@ -143,6 +155,8 @@ class ServerConfig:
     """The audit log (``[audit]``)."""
     jwt: JwtConfig = field(default_factory=JwtConfig)
     """Bearer JWTs (``[jwt]``)."""
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    """Role-based access control from a policy file (``[policy]``)."""
     trusted_proxies: tuple[str, ...] = ()
     """Addresses or networks (``10.0.0.0/8``) of proxies whose ``x-forwarded-client-cert``
     names the client (a mesh in front); from anyone else the header is ignored."""
@@ -159,7 +173,7 @@ class ConfigError(ValueError):
 def load_config(path: Path, base: ServerConfig | None = None) -> ServerConfig:
     """Read a TOML file: top-level keys of `ServerConfig`, plus ``[synthetic]``, ``[http]``,
     ``[orphan]``, ``[retention]``, ``[airc]``, ``[grpc]``, ``[jetstream]``, ``[eventsourcing]``,
-    ``[artifacts]``, ``[gc]``, ``[admission]``, ``[tls]``, ``[jwt]``, ``[audit]``,
+    ``[artifacts]``, ``[gc]``, ``[admission]``, ``[tls]``, ``[jwt]``, ``[policy]``, ``[audit]``,
     ``[quotas]`` and ``[api_keys]`` tables. An unreadable file, one that is not TOML, an
     unknown key and a value of the wrong type are a `ConfigError` (a `ValueError`); so is a
     value the setting itself refuses."""
@@ -195,6 +209,7 @@ def _settings(path: Path, data: dict[str, Any], config: ServerConfig) -> ServerC
         "admission": (AdmissionConfig, config.admission),
         "tls": (TlsConfig, config.tls),
         "jwt": (JwtConfig, config.jwt),
+        "policy": (PolicyConfig, config.policy),
         "audit": (AuditConfig, config.audit),
         "quotas": (QuotaConfig, config.quotas),
     }

@@ -34,6 +34,7 @@ from airlane.gateway import Gateway, ServerTls
 from airlane.runtime.acceptor import AcceptorMetrics
 from airlane.runtime.admission import Admission
 from airlane.security.jwt import Jwks
+from airlane.security.rbac import RbacPolicy
 from airlane.security.spiffe import SpiffeId
 from airlane.security.tls import TlsSettings
 from airlane.server.compose import build_app, nats_servers
@@ -170,11 +171,7 @@ async def _serve(
     app.metrics.registry.register(accept_metrics)
     listeners = _Listeners(tls)
     server: HttpServer | None = None
-    reloading = None if tls is None else asyncio.create_task(_reload(tls), name="TLS reload")
-    keys = _jwks_of(app.gateway)
-    if keys is not None and keys.settings.jwks_url is not None:
-        await keys.refresh()  # the first fetch before listening (a failure is logged)
-    refreshing = None if keys is None else asyncio.create_task(_refresh(keys), name="JWKS")
+    watchers = await _watchers(config, app.gateway, tls)
     try:
         sock = listeners.bind("HTTP", config.host, config.port, config)
         host, port = sock.getsockname()[:2]
@@ -194,9 +191,8 @@ async def _serve(
             on_ready(listeners.listening(f"{scheme}://{_bracketed(host)}:{port}", host))
         await stop.wait()
     finally:
-        for task in (reloading, refreshing):
-            if task is not None:
-                task.cancel()
+        for task in watchers:
+            task.cancel()
         if server is not None:
             await server.shutdown()
         await listeners.aclose()
@@ -249,6 +245,34 @@ async def _refresh(jwks: Jwks) -> None:
         if jwks.due(time.monotonic()) or now - last >= jwks.settings.refresh_s:
             last = now
             await jwks.refresh()
+
+
+async def _watchers(
+    config: ServerConfig, gateway: Gateway, tls: ServerTls | None
+) -> list[asyncio.Task[None]]:
+    """The tasks that keep the security material current while the server runs (the caller
+    cancels them): certificate files, the JWKS (fetched once now, before listening, when it
+    is a URL), the policy file."""
+    watchers = []
+    if tls is not None:
+        watchers.append(asyncio.create_task(_reload(tls), name="TLS reload"))
+    keys = _jwks_of(gateway)
+    if keys is not None:
+        if keys.settings.jwks_url is not None:
+            await keys.refresh()  # a failure is logged
+        watchers.append(asyncio.create_task(_refresh(keys), name="JWKS"))
+    rbac = gateway.security.policy
+    if isinstance(rbac, RbacPolicy):
+        every_s = config.policy.reload_s
+        watchers.append(asyncio.create_task(_reload_policy(rbac, every_s), name="policy reload"))
+    return watchers
+
+
+async def _reload_policy(rbac: RbacPolicy, every_s: float) -> None:
+    """Read the policy file again when it changed, every ``every_s`` (while the server runs)."""
+    while True:
+        await asyncio.sleep(every_s)
+        rbac.reload()
 
 
 async def _reload(tls: ServerTls) -> None:

@@ -39,7 +39,14 @@ import orjson
 
 from airlane.core import Event, Kind, Lane, Position
 from airlane.core.errors import AirlaneError, BadRequest, ErrorCode
-from airlane.gateway import Gateway, LoadTestSpec, PeerIdentity, Principal, Subscription
+from airlane.gateway import (
+    Gateway,
+    LoadTestSpec,
+    PeerIdentity,
+    Principal,
+    RequestFacts,
+    Subscription,
+)
 from airlane.runtime.admission import Admission
 from airlane.runtime.drains import drain_queue
 from airlane.runtime.eager import start_eagerly
@@ -80,6 +87,11 @@ _CACHE_KEY = "airc.json"
 # Read per event sent: a global is a third of the cost of `Kind.MESSAGE` on Python 3.11.
 _MESSAGE, _CONTROL = Kind.MESSAGE, Lane.CONTROL
 _I32 = (-(1 << 31), (1 << 31) - 1)
+
+
+_AIRC = RequestFacts("airc")
+"""What a policy rule can match of an AIRC request: the wire (AIRC has no method, path or
+per-request metadata)."""
 
 
 class Link(Protocol):
@@ -297,7 +309,7 @@ class AircSession:
     def _authenticate(self, message: Auth) -> None:
         try:
             self._principal = self.gateway.authenticate(
-                message.token or None, self._peer, origin=self._origin
+                message.token or None, self._peer, origin=self._origin, request=_AIRC
             )
         except AirlaneError as exc:
             self._refuse(message.request_id, exc)
@@ -307,7 +319,9 @@ class AircSession:
     def _who(self) -> Principal:
         if self._principal is None:
             try:
-                self._principal = self.gateway.authenticate(None, self._peer, origin=self._origin)
+                self._principal = self.gateway.authenticate(
+                    None, self._peer, origin=self._origin, request=_AIRC
+                )
             except AirlaneError:
                 if self._peer is not None:
                     raise  # the certificate's refusal says why

@@ -25,10 +25,17 @@ import grpc
 from grpc import aio
 
 from airlane.core.errors import AirlaneError, BadRequest, ErrorCode
+from airlane.gateway import RequestFacts
 from airlane.runtime.callcontext import CALL, CallContext, new_request_id
 from airlane.transports.grpc.errors import abort
 
-__all__ = ["MAX_METADATA_CHARS", "METADATA_KEYS", "MetadataInterceptor", "bearer_token"]
+__all__ = [
+    "MAX_METADATA_CHARS",
+    "METADATA_KEYS",
+    "MetadataInterceptor",
+    "bearer_token",
+    "request_facts",
+]
 
 log = logging.getLogger("airlane.grpc")
 
@@ -49,8 +56,11 @@ def bearer_token(metadata: Iterable[tuple[str, str | bytes]] | None) -> str | No
     return bearer
 
 
-def call_context(metadata: tuple[tuple[str, str | bytes], ...]) -> CallContext | AirlaneError:
-    """The context in ``metadata``, or the refusal that says how it is malformed."""
+def call_context(
+    metadata: tuple[tuple[str, str | bytes], ...], rpc: str | None = None, wire: str = "grpc"
+) -> CallContext | AirlaneError:
+    """The context in ``metadata`` of a call to ``rpc``, or the refusal that says how it is
+    malformed."""
     seen: dict[str, str] = {}
     for key, value in metadata:
         if key not in METADATA_KEYS:
@@ -67,6 +77,8 @@ def call_context(metadata: tuple[tuple[str, str | bytes], ...]) -> CallContext |
         model_id=seen.get("x-model-id"),
         model_version=seen.get("x-model-version"),
         request_id=seen.get("x-request-id") or new_request_id(),
+        rpc=rpc,
+        wire=wire,
     )
 
 
@@ -81,8 +93,18 @@ class MetadataInterceptor(aio.ServerInterceptor):  # type: ignore[misc]
         handler = await continuation(details)
         if handler is None:
             return None
-        context = call_context(tuple(details.invocation_metadata or ()))
+        context = call_context(tuple(details.invocation_metadata or ()), details.method)
         return _wrap(handler, context)
+
+
+def request_facts(metadata: Iterable[tuple[str, str | bytes]]) -> RequestFacts:
+    """What a policy rule can match of the current call: its method (as the path) and its
+    text metadata."""
+    call = CALL.get()
+    pairs = ((key, value) for key, value in metadata if isinstance(value, str))
+    if call is None:
+        return RequestFacts.of("grpc", pairs)
+    return RequestFacts.of(call.wire, pairs, path=call.rpc)
 
 
 def _bad_metadata(message: str, key: str) -> AirlaneError:

@@ -14,7 +14,7 @@ from grpc import aio
 
 from airlane.core.errors import AirlaneError, BadRequest
 from airlane.gateway import ForwardedIdentity, Gateway, NewEvent, Principal, Record, ServerTls
-from airlane.transports.grpc.context import bearer_token
+from airlane.transports.grpc.context import bearer_token, request_facts
 from airlane.transports.grpc.errors import abort
 from airlane.transports.grpc.tls import caller_identity, peer_address
 from airlane.v1 import eventlog_pb2 as pb
@@ -62,11 +62,12 @@ class EventLogService(eventlog_pb2_grpc.EventLogsServicer):
         self.forwarded = forwarded
 
     def _principal(self, context: aio.ServicerContext) -> Principal:
-        bearer = bearer_token(context.invocation_metadata())
+        metadata = context.invocation_metadata() or ()
         return self.gateway.authenticate(
-            bearer,
+            bearer_token(metadata),
             caller_identity(context, self.tls, self.forwarded),
             origin=peer_address(context.peer()),
+            request=request_facts(metadata),
         )
 
     async def CreateLog(

@@ -25,7 +25,7 @@ from airlane.core.errors import AirlaneError, BadRequest, ErrorCode
 from airlane.gateway import ForwardedIdentity, Gateway, Principal, ServerTls, Subscription
 from airlane.runtime.admission import Admission
 from airlane.transports.grpc.config import GrpcServerConfig
-from airlane.transports.grpc.context import bearer_token
+from airlane.transports.grpc.context import bearer_token, request_facts
 from airlane.transports.grpc.errors import abort, message_of
 from airlane.transports.grpc.tls import caller_identity, peer_address
 from airlane.v1 import events_pb2, service_pb2, service_pb2_grpc
@@ -63,11 +63,12 @@ class AirlaneService(service_pb2_grpc.AirlaneServicer):
     # -- helpers ----------------------------------------------------------------------------
 
     def _principal(self, context: aio.ServicerContext) -> Principal:
-        bearer = bearer_token(context.invocation_metadata())
+        metadata = context.invocation_metadata() or ()
         return self.gateway.authenticate(
-            bearer,
+            bearer_token(metadata),
             caller_identity(context, self.tls, self.forwarded),
             origin=peer_address(context.peer()),
+            request=request_facts(metadata),
         )
 
     async def _events(

@@ -120,7 +120,8 @@ class _CallMetadata:
             for key in ("x-model-id", "x-model-version", "x-request-id")
             for value in headers.getall(key)
         )
-        context = call_context(metadata)
+        rpc = f"/{ctx.method.service_name}/{ctx.method.name}"
+        context = call_context(metadata, rpc, "grpc-web")
         if isinstance(context, AirlaneError):
             ctx.response_trailers[ERROR_CODE_METADATA] = context.code.value
             raise ConnectError(_CONNECT_CODE[status_of(context)], message_of(context))

@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-from airlane.gateway import Gateway, Principal
+from airlane.gateway import Gateway, Principal, RequestFacts
 from airlane.transports.http.asgi import Request
 from airlane.transports.http.config import HttpConfig
 
-__all__ = ["authenticate"]
+__all__ = ["authenticate", "request_facts"]
 
 
 def authenticate(gateway: Gateway, config: HttpConfig, request: Request) -> Principal:
@@ -21,4 +21,13 @@ def authenticate(gateway: Gateway, config: HttpConfig, request: Request) -> Prin
         request.peer,
         ticket=request.query.get("ticket"),
         origin=str(client[0]) if client else None,
+        request=request_facts(request),
     )
+
+
+def request_facts(request: Request) -> RequestFacts:
+    """What a policy rule can match of an HTTP request or WebSocket handshake."""
+    wire = "ws" if request.scope.get("type") == "websocket" else "http"
+    pairs = ((name.decode("latin-1"), value.decode("latin-1")) for name, value in
+             request.headers.items())  # fmt: skip
+    return RequestFacts.of(wire, pairs, request.method, request.path)
