@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
+import struct
 import subprocess
 import sys
 import time
@@ -138,6 +139,16 @@ async def test_every_wire_refuses_what_no_rule_allows(
         )
         assert events
 
+    # gRPC-Web (the browser's gRPC), as grpc-web's JavaScript client frames a call.
+    message = generate_request(body).SerializeToString()
+    grpc_web = {"content-type": "application/grpc-web+proto", "x-grpc-web": "1", **bearer(READER)}
+    async with httpx.AsyncClient(base_url=server.url, timeout=20) as http:
+        framed = struct.pack(">BI", 0, len(message)) + message
+        refused = await http.post("/airlane.v1.Airlane/Generate", content=framed, headers=grpc_web)
+    trailer = refused.content[5:]  # one frame: the trailers (flag 0x80), no message before it
+    assert refused.content[0] == 0x80 and b"grpc-status: 7" in trailer, refused.content
+    assert b"airlane-error-code: permission_denied" in trailer
+
     assert server.airc is not None
     async with await AircClient.tcp(*server.airc, READER) as reader:
         with pytest.raises(RequestRejected) as rejected:
@@ -148,9 +159,9 @@ async def test_every_wire_refuses_what_no_rule_allows(
         record for record in audit_records(tmp_path / "audit.log")
         if record["decision"] == "deny" and record.get("action") == "generate"
     ]  # fmt: skip
-    assert len(denials) == 4  # HTTP, WebSocket, gRPC, AIRC
-    assert {(r["principal"], r["rule"], r["code"]) for r in denials} == {
-        ("reader", "default-deny", "permission_denied")
+    assert len(denials) == 5  # HTTP, WebSocket, gRPC, gRPC-Web, AIRC
+    assert {(r["principal"], r["rule"], r["code"], r["from"]) for r in denials} == {
+        ("reader", "default-deny", "permission_denied", "127.0.0.1")
     }
 
 

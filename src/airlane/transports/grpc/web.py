@@ -89,9 +89,13 @@ class _Context:
         self._ctx = ctx
 
     def peer(self) -> str:
-        """gRPC's peer string (``ipv4:host:port``); not known here, so empty: the audit log
-        records no address for gRPC-Web calls."""
-        return ""
+        """gRPC's peer string (``ipv4:host:port``, ``ipv6:[host]:port``) of the HTTP client,
+        for the audit log; empty when the server did not say."""
+        address = self._ctx.client_address
+        if not address:
+            return ""
+        host, _, port = address.rpartition(":")
+        return f"ipv6:[{host}]:{port}" if ":" in host else f"ipv4:{host}:{port}"
 
     def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
         return tuple((key.lower(), value) for key, value in self._ctx.request_headers.allitems())
