@@ -1,7 +1,7 @@
 """The gateway's artifact service: the store it serves, and announcements of new versions.
 
 Every version that appears in the store is announced once, as a ``message`` event on the hub
-stream ``artifacts/<name>``::
+stream ``artifacts/<name>`` (a tenant's artifact, in the tenant's own scope)::
 
     {"type": "artifact.version", "name": ..., "version": ..., "sha256": ..., "size": ...,
      "files": n, "signed": true|false, "manifest": "/v1/artifacts/<name>/<version>/manifest.json"}
@@ -25,6 +25,7 @@ from typing import Any
 from airlane.artifacts.errors import ArtifactError
 from airlane.artifacts.store import ArtifactStore
 from airlane.core import Event, Kind, Retention
+from airlane.core.scope import scoped, split_scope
 from airlane.hub import Hub, HubError
 
 __all__ = ["ANNOUNCE_TYPE", "ArtifactService", "announcement_stream"]
@@ -38,8 +39,10 @@ _RETENTION = Retention(max_events=1_000, ttl_s=None)
 
 
 def announcement_stream(name: str) -> str:
-    """The hub stream that announces versions of artifact ``name``."""
-    return f"artifacts/{name}"
+    """The hub stream that announces versions of artifact ``name`` (a tenant's artifact
+    ``@tenant/name``: the stream ``artifacts/name`` in that tenant's scope)."""
+    tenant, plain = split_scope(name)
+    return scoped(tenant, f"artifacts/{plain}")
 
 
 class ArtifactService:
@@ -92,6 +95,7 @@ class ArtifactService:
 
     def _payload(self, name: str, version: str) -> dict[str, Any]:
         manifest = self.store.manifest(name, version)
+        name = split_scope(name)[1]  # as the tenant's clients name it
         return {
             "type": ANNOUNCE_TYPE,
             "name": name,

@@ -4,6 +4,11 @@ Layout (one directory per version, never modified once it appears)::
 
     <root>/<name>/<version>/manifest.json
     <root>/<name>/<version>/<files...>          as listed in the manifest
+    <root>/@<tenant>/<name>/<version>/...       a tenant's own artifacts
+
+The store names a tenant's artifact ``@<tenant>/<name>`` (`airlane.core.scope`); the artifacts
+directly under the root belong to no tenant: every tenant can read them, as far as its policy
+allows (the gateway, `airlane.gateway.artifacts`).
 
 A version appears atomically: `airlane.artifacts.packer` builds it in
 ``<root>/<name>/.incoming-<version>-<rand>`` and renames it into place, so a reader (the
@@ -19,6 +24,7 @@ from pathlib import Path
 
 from airlane.artifacts.errors import ArtifactError, ArtifactNotFound, MalformedArtifact
 from airlane.artifacts.manifest import Manifest
+from airlane.core.scope import TENANT_PATTERN, scoped, split_scope
 
 __all__ = ["MANIFEST", "ArtifactStore", "read_manifest", "segment"]
 
@@ -33,10 +39,17 @@ class ArtifactStore:
         self._manifests: dict[tuple[str, str], tuple[int, Manifest]] = {}
 
     def names(self) -> list[str]:
-        """Artifact names, sorted."""
+        """Artifact names, sorted: the shared ones, then every tenant's (``@tenant/name``)."""
         if not self.root.is_dir():
             return []
-        return sorted(p.name for p in self.root.iterdir() if p.is_dir() and _visible(p.name))
+        shared = sorted(_folders(self.root))
+        owned = [
+            scoped(folder.name[1:], name)
+            for folder in sorted(self.root.iterdir())
+            if folder.name.startswith("@") and TENANT_PATTERN.fullmatch(folder.name[1:])
+            for name in sorted(_folders(folder))
+        ]
+        return shared + owned
 
     def versions(self, name: str) -> list[str]:
         """Complete versions of ``name``, oldest first (by when they appeared)."""
@@ -80,7 +93,9 @@ class ArtifactStore:
         return self._folder(name) / segment(version)
 
     def _folder(self, name: str) -> Path:
-        return self.root / segment(name)
+        tenant, plain = split_scope(name)
+        base = self.root if tenant is None else self.root / f"@{tenant}"
+        return base / segment(plain)
 
 
 def read_manifest(directory: Path) -> Manifest:
@@ -93,12 +108,16 @@ def read_manifest(directory: Path) -> Manifest:
 
 
 def _visible(name: str) -> bool:
-    return not name.startswith(".")
+    return not name.startswith((".", "@"))
+
+
+def _folders(directory: Path) -> list[str]:
+    return [p.name for p in directory.iterdir() if p.is_dir() and _visible(p.name)]
 
 
 def segment(value: str) -> str:
     """A name or version as one path segment (they come from URLs)."""
-    if not value or value.startswith(".") or "/" in value or "\\" in value or "\x00" in value:
+    if not value or value.startswith((".", "@")) or any(c in value for c in "/\\\x00"):
         raise MalformedArtifact(f"{value[:80]!r} is not a valid artifact name or version")
     return value
 

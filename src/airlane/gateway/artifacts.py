@@ -1,8 +1,12 @@
 """`Artifacts`: the model artifact store, as every transport reaches it.
 
-Reading artifact ``<name>`` (its versions, manifests, files) needs ``subscribe`` on the stream
-``artifacts/<name>`` that announces its versions; a rescan of the store needs ``publish`` on
-``artifacts``; a listing shows only what the principal may read. The store and its scanner are
+Reading artifact ``<name>`` (its versions, manifests, files) needs ``artifacts.pull`` on
+``artifacts/<name>``; a rescan of the store needs ``artifacts.publish`` on ``artifacts``; a
+listing shows only what the principal may read.
+
+Tenants: a tenant's principals see its own artifacts (``<store>/@<tenant>/<name>``) and the
+shared ones directly under the store's root; its own artifact of a name hides a shared one of
+the same name. Another tenant's artifacts are not there for them. The store and its scanner are
 given by the composition root (`serve`); a gateway without one answers ``not_found``.
 
 The store is a directory: every call that touches the disk runs in a worker thread, so a slow
@@ -17,7 +21,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airlane.artifacts.errors import ArtifactError, ArtifactNotFound, MalformedArtifact
+from airlane.artifacts.store import segment
 from airlane.core.errors import NotFound
+from airlane.core.scope import scoped, split_scope
+from airlane.gateway.tenancy import scope_of
 from airlane.security import Action, PermissionDenied, Principal, SecurityPolicy
 
 if TYPE_CHECKING:  # numpy and hashes load only where a store is configured
@@ -73,19 +80,31 @@ class Artifacts:
         self._security.authorize(principal, Action.ARTIFACTS_PULL, artifact_resource(name))
 
     async def listing(self, principal: Principal) -> list[dict[str, Any]]:
-        """Every artifact the principal may read: its name, versions and latest."""
+        """Every artifact the principal may read: its name, versions and latest, and whether
+        it is shared (not its tenant's own)."""
         service = self._store()
+        tenant = scope_of(principal)
 
         def read() -> list[dict[str, Any]]:
             store, out = service.store, []
-            for name in store.names():
+            stored = [split_scope(key) for key in store.names()]
+            own = {name for owner, name in stored if owner == tenant}
+            shared = {name for owner, name in stored if owner is None} - own
+            for name in sorted(own | shared):
                 try:
                     self._allow(principal, name)
                 except PermissionDenied:
                     continue  # listed only where readable
-                versions = store.versions(name)
+                versions = store.versions(scoped(tenant, name) if name in own else name)
                 if versions:
-                    out.append({"name": name, "latest": versions[-1], "versions": versions})
+                    out.append(
+                        {
+                            "name": name,
+                            "latest": versions[-1],
+                            "versions": versions,
+                            "shared": name in shared and tenant is not None,
+                        }
+                    )
             return out
 
         return await asyncio.to_thread(read)
@@ -94,7 +113,7 @@ class Artifacts:
         """Artifact ``name``'s versions (sha256, size, files, signed) and its stream."""
         service = self._store()
         self._allow(principal, name)
-        return await asyncio.to_thread(_versions, service, name)
+        return await asyncio.to_thread(_versions, service, _key(service, principal, name), name)
 
     async def rescan(self, principal: Principal) -> list[dict[str, Any]]:
         """Announce the versions new in the store now; what was announced."""
@@ -109,7 +128,11 @@ class Artifacts:
         ``manifest.json`` or a file the manifest lists."""
         service = self._store()
         self._allow(principal, name)
-        return await asyncio.to_thread(_open_file, service, name, version, path)
+
+        def open_file() -> ArtifactFile:
+            return _open_file(service, _key(service, principal, name), version, path)
+
+        return await asyncio.to_thread(open_file)
 
     async def start(self) -> None:
         """Start the store's scanner (announcing what is new first)."""
@@ -122,12 +145,22 @@ class Artifacts:
             await self.service.aclose()
 
 
-def _versions(service: ArtifactService, name: str) -> dict[str, Any]:
+def _key(service: ArtifactService, principal: Principal, name: str) -> str:
+    """The store's name of the artifact ``principal`` calls ``name``: its tenant's own when
+    it has one of that name, else the shared one (in a worker thread: it looks at the disk)."""
+    segment(name)  # a name no client may use is refused before any path is made of it
+    tenant = scope_of(principal)
+    if tenant is not None and service.store.versions(own := scoped(tenant, name)):
+        return own
+    return name
+
+
+def _versions(service: ArtifactService, key: str, name: str) -> dict[str, Any]:
     store = service.store
     versions: list[dict[str, Any]] = []
-    for version in store.versions(name):
+    for version in store.versions(key):
         try:
-            manifest = store.manifest(name, version)
+            manifest = store.manifest(key, version)
         except ArtifactError as exc:
             versions.append({"version": version, "error": str(exc)})
             continue
@@ -150,10 +183,11 @@ def _versions(service: ArtifactService, name: str) -> dict[str, Any]:
     }
 
 
-def _open_file(service: ArtifactService, name: str, version: str, path: str) -> ArtifactFile:
+def _open_file(service: ArtifactService, key: str, version: str, path: str) -> ArtifactFile:
     store = service.store
-    manifest = store.manifest(name, version)
-    folder = store.version_dir(name, manifest.version)
+    manifest = store.manifest(key, version)
+    folder = store.version_dir(key, manifest.version)
+    name = split_scope(key)[1]
     if path == "manifest.json":
         file_path, sha256 = folder / "manifest.json", manifest.sha256
     else:

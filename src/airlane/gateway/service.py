@@ -119,6 +119,9 @@ class GatewayConfig:
     max_generations: int = DEFAULT_MAX_GENERATIONS
     """Producers running at once."""
 
+_ANNOUNCEMENTS = "artifacts/"
+"""The streams the artifact store announces versions on (`airlane.artifacts.service`)."""
+
 
 class Gateway:
     """The service layer. See the module docstring."""
@@ -330,6 +333,19 @@ class Gateway:
             self.hub.on_cancel(key, task.cancel)
         return client_info(info, stream_id)
 
+    async def _read_key(self, principal: Principal, stream_id: str) -> str:
+        """Where ``principal`` reads ``stream_id``: its tenant's stream, except that a shared
+        artifact's announcements (``artifacts/<name>``, where the tenant has no artifact of
+        that name) are read where the store announces them, in no tenant's scope."""
+        key = hub_key(principal, stream_id)
+        if key == stream_id or not stream_id.startswith(_ANNOUNCEMENTS):
+            return key
+        try:
+            await self.hub.info(key)
+        except StreamNotFound:
+            return stream_id
+        return key
+
     async def subscribe(
         self,
         principal: Principal,
@@ -341,7 +357,7 @@ class Gateway:
         """A cursor on ``stream_id``, after ``resume`` if given (another epoch's position
         starts over with a snapshot); ``subscriber`` names the reader in the usage ledger
         (the principal's name by default)."""
-        key = hub_key(principal, stream_id)
+        key = await self._read_key(principal, stream_id)
         self.security.authorize(principal, Action.SUBSCRIBE, stream_id)
         with client_names(key, stream_id):
             return await self.hub.subscribe(
@@ -386,14 +402,14 @@ class Gateway:
 
     async def info(self, principal: Principal, stream_id: str) -> StreamInfo:
         """A stream's status."""
-        key = hub_key(principal, stream_id)
+        key = await self._read_key(principal, stream_id)
         self.security.authorize(principal, Action.SUBSCRIBE, stream_id)
         with client_names(key, stream_id):
             return client_info(await self.hub.info(key), stream_id)
 
     async def snapshot(self, principal: Principal, stream_id: str) -> Event:
         """Everything a stream carried so far, as one snapshot event."""
-        key = hub_key(principal, stream_id)
+        key = await self._read_key(principal, stream_id)
         self.security.authorize(principal, Action.SUBSCRIBE, stream_id)
         with client_names(key, stream_id):
             return await self.hub.snapshot(key)
