@@ -57,9 +57,11 @@ class Ledger:
     deliveries: list[tuple[int, float]] = field(default_factory=list)
     """(log seq, when the fetch that got it was sent) for every record handed out: one
     fetched by a request sent before an ack was confirmed may have been in flight."""
-    acked: dict[int, float] = field(default_factory=dict)
-    """Log seq -> when its ack was confirmed, for acks confirmed within the ack wait of the
-    fetch that delivered it (a later ack may race the broker's redelivery: not checked)."""
+    acked: dict[int, tuple[float, float]] = field(default_factory=dict)
+    """Log seq -> when its ack was sent and when it was confirmed, for acks confirmed within
+    the ack wait of the fetch that delivered it (a later ack may race the broker's
+    redelivery: not checked). A broker killed after the ack was sent may have confirmed it
+    and not stored it yet, even where the confirmation reaches the lab after the kill."""
     settled: set[int] = field(default_factory=set)
     """Log seqs whose ack was confirmed, in time or not."""
     unacked: set[int] = field(default_factory=set)
@@ -243,6 +245,7 @@ class Workload:
                 tokens.append((seq, item["token"]))
         if tokens:
             acker = self._node() or node
+            ack_sent = time.monotonic()
             response = await self.client.post(
                 f"{acker.url}/v1/logs/{LOG}/groups/{GROUP}/ack",
                 json={"tokens": [token for _, token in tokens]},
@@ -252,7 +255,7 @@ class Workload:
                 for seq, _ in tokens:
                     self.ledger.settled.add(seq)
                     if now - sent < ACK_WAIT_S:
-                        self.ledger.acked.setdefault(seq, now)
+                        self.ledger.acked.setdefault(seq, (ack_sent, now))
             else:
                 self._unexpected("ack", response)
         return len(deliveries)
