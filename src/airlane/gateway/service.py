@@ -119,6 +119,7 @@ class GatewayConfig:
     max_generations: int = DEFAULT_MAX_GENERATIONS
     """Producers running at once."""
 
+
 _ANNOUNCEMENTS = "artifacts/"
 """The streams the artifact store announces versions on (`airlane.artifacts.service`)."""
 
