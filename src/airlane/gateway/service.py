@@ -64,6 +64,7 @@ from airlane.hub import (
 from airlane.runtime.eager import start_eagerly
 from airlane.security import Action, AllowAll, Principal, RequestFacts, SecurityPolicy
 from airlane.security.audit import AuditedPolicy, AuditLog
+from airlane.wire.limits import MAX_EVENT_BYTES, publishable
 
 if TYPE_CHECKING:  # the arbiter's machinery loads only when a conflict is settled
     from airlane.security.tls import PeerIdentity
@@ -118,6 +119,8 @@ class GatewayConfig:
     """Retention of new streams; None uses the hub's default."""
     max_generations: int = DEFAULT_MAX_GENERATIONS
     """Producers running at once."""
+    max_event_bytes: int = MAX_EVENT_BYTES
+    """The most bytes an event a client publishes may hold (`airlane.wire.limits`)."""
 
 
 _ANNOUNCEMENTS = "artifacts/"
@@ -366,9 +369,11 @@ class Gateway:
             )
 
     async def publish(self, principal: Principal, stream_id: str, event: Event) -> Event:
-        """Append an application event to a named stream, creating the stream if needed."""
+        """Append an application event to a named stream, creating the stream if needed;
+        refused when it passes a limit of `airlane.wire.limits` (too deep, too large)."""
         key = hub_key(principal, stream_id)
         self.security.authorize(principal, Action.PUBLISH, stream_id)
+        event = publishable(event, self.config.max_event_bytes)
         with client_names(key, stream_id):
             try:
                 return await self.hub.append(key, event)

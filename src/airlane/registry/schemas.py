@@ -33,6 +33,7 @@ from jsonschema.validators import validator_for
 
 from airlane.core.scope import split_scope
 from airlane.registry.errors import InvalidSchema, InvalidSubject
+from airlane.wire.limits import MAX_SCHEMA_DEPTH, json_depth
 
 __all__ = [
     "MAX_SUBJECT_LENGTH",
@@ -253,6 +254,8 @@ def _parse_json_schema(definition: bytes) -> tuple[Any, bytes]:
         raise InvalidSchema(
             f"a JSON Schema must be an object or a boolean, not {type(document).__name__}"
         )
+    if json_depth(document, MAX_SCHEMA_DEPTH) > MAX_SCHEMA_DEPTH:
+        raise InvalidSchema(f"the schema nests deeper than {MAX_SCHEMA_DEPTH} levels")
     cls = validator_for(document, default=None) if isinstance(document, dict) else None
     if isinstance(document, dict) and "$schema" in document and cls is None:
         raise InvalidSchema(f"unknown $schema {document['$schema']!r}")

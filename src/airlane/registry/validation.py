@@ -114,6 +114,10 @@ class Validators:
             found = list(itertools.islice(pending, MAX_ERRORS + 1))
         except Unresolvable as exc:  # a reference parsing could not vouch for ($id tricks)
             raise InvalidSchema(f"schema reference cannot be resolved: {exc}") from None
+        except RecursionError:  # a payload nested deeper than validation can follow
+            raise SchemaViolation(
+                "payload nests too deep to validate", ["(nested past the validator's stack)"]
+            ) from None
         if found:
             errors = [f"{_pointer(error.absolute_path)}: {error.message}" for error in found]
             if len(errors) > MAX_ERRORS:

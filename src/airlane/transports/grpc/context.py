@@ -32,6 +32,7 @@ from airlane.transports.grpc.errors import abort
 __all__ = [
     "MAX_METADATA_CHARS",
     "METADATA_KEYS",
+    "Malformed",
     "MetadataInterceptor",
     "bearer_token",
     "request_facts",
@@ -107,6 +108,43 @@ def request_facts(metadata: Iterable[tuple[str, str | bytes]]) -> RequestFacts:
     return RequestFacts.of(call.wire, pairs, path=call.rpc)
 
 
+class Malformed:
+    """What a request message that does not parse becomes (grpcio would otherwise answer
+    UNKNOWN, naming the parser's exception, and log its traceback): the call is refused with
+    INVALID_ARGUMENT and ``invalid_message``. In a client stream, reading it raises that."""
+
+    __slots__ = ("type_name",)
+
+    def __init__(self, type_name: str) -> None:
+        self.type_name = type_name
+
+    def error(self) -> AirlaneError:
+        """The refusal."""
+        return BadRequest(
+            f"the request is not a valid {self.type_name} message",
+            code=ErrorCode.INVALID_MESSAGE,
+        )
+
+
+def _parsing(
+    deserialize: Callable[[bytes], Any] | None,
+) -> Callable[[bytes], Any] | None:
+    """``deserialize``, answering `Malformed` instead of raising on bytes that do not parse."""
+    if deserialize is None:
+        return None
+    owner = getattr(deserialize, "__self__", None)
+    descriptor = getattr(owner, "DESCRIPTOR", None)
+    type_name = str(getattr(descriptor, "full_name", "request"))
+
+    def parse(data: bytes) -> Any:
+        try:
+            return deserialize(data)
+        except Exception:  # DecodeError, or whatever the parser raises on garbage
+            return Malformed(type_name)
+
+    return parse
+
+
 def _bad_metadata(message: str, key: str) -> AirlaneError:
     return BadRequest(message, code=ErrorCode.INVALID_METADATA, param=key)
 
@@ -120,6 +158,8 @@ def _wrap(
         async def run(request: Any, servicer_context: aio.ServicerContext) -> Any:
             if isinstance(context, AirlaneError):
                 await abort(servicer_context, context)
+            if isinstance(request, Malformed):
+                await abort(servicer_context, request.error())
             token = CALL.set(context)
             try:
                 result = behaviour(request, servicer_context)
@@ -138,6 +178,8 @@ def _wrap(
         async def run(request: Any, servicer_context: aio.ServicerContext) -> Any:
             if isinstance(context, AirlaneError):
                 await abort(servicer_context, context)
+            if isinstance(request, Malformed):
+                await abort(servicer_context, request.error())
             # No reset: grpcio may close a cancelled call's response generator later, from
             # another task, where the token would be invalid; each call runs in a task (and
             # context) of its own, so nothing leaks.
@@ -153,6 +195,7 @@ def _wrap(
 
         return run
 
+    handler = handler._replace(request_deserializer=_parsing(handler.request_deserializer))
     if handler.unary_unary:
         return handler._replace(unary_unary=unary(handler.unary_unary))
     if handler.stream_unary:

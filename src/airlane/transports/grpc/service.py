@@ -25,7 +25,7 @@ from airlane.core.errors import AirlaneError, BadRequest, ErrorCode
 from airlane.gateway import ForwardedIdentity, Gateway, Principal, ServerTls, Subscription
 from airlane.runtime.admission import Admission
 from airlane.transports.grpc.config import GrpcServerConfig
-from airlane.transports.grpc.context import bearer_token, request_facts
+from airlane.transports.grpc.context import Malformed, bearer_token, request_facts
 from airlane.transports.grpc.errors import abort, message_of
 from airlane.transports.grpc.tls import caller_identity, peer_address
 from airlane.v1 import events_pb2, service_pb2, service_pb2_grpc
@@ -150,6 +150,8 @@ class AirlaneService(service_pb2_grpc.AirlaneServicer):
             principal = self._principal(context)
             reply = service_pb2.PublishResponse()
             async for request in requests:
+                if isinstance(request, Malformed):
+                    raise request.error()
                 reply = await self._publish(principal, request, count + 1)
                 count += 1
             return reply
@@ -246,6 +248,9 @@ class _Session:
         every subscription has ended."""
         try:
             async for request in requests:
+                if isinstance(request, Malformed):  # answered like any refused request
+                    await self.outbox.put(_error(request.error()))
+                    continue
                 response = await self._handle(request)
                 if response is not None:
                     response.ref = request.ref

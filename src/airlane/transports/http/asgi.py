@@ -21,6 +21,7 @@ from airlane.wire.compression import (
     classify_client,
     negotiate,
 )
+from airlane.wire.limits import MAX_BODY_DEPTH, json_depth
 
 if TYPE_CHECKING:
     from airlane.gateway import PeerIdentity
@@ -175,11 +176,16 @@ async def read_json(receive: Receive, limit: int) -> Any:
     if not body:
         raise BadRequest("request body is empty; send a JSON object")
     try:
-        return orjson.loads(body)
+        obj = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise BadRequest(
             f"request body is not valid JSON: {exc}", code=ErrorCode.INVALID_JSON
         ) from None
+    if json_depth(obj, MAX_BODY_DEPTH) > MAX_BODY_DEPTH:
+        raise BadRequest(
+            f"request body nests deeper than {MAX_BODY_DEPTH} levels", code=ErrorCode.INVALID_JSON
+        )
+    return obj
 
 
 async def send_body(

@@ -47,7 +47,7 @@ from typing import Any
 
 import orjson
 
-from airlane.core.errors import BadRequest, NotFound
+from airlane.core.errors import BadRequest, ErrorCode, NotFound
 from airlane.gateway import EventLogs, NewEvent, Principal
 from airlane.transports.http.asgi import (
     Receive,
@@ -59,6 +59,7 @@ from airlane.transports.http.asgi import (
     send_json,
 )
 from airlane.transports.http.context import AppContext
+from airlane.wire.limits import MAX_EVENT_DEPTH, json_depth
 
 __all__ = ["handle_logs", "parse_time_ns"]
 
@@ -102,6 +103,12 @@ def _new_event(body: Any) -> NewEvent:
             raise BadRequest("'data_base64' is not base64", param="data_base64") from None
     elif "data" in body:
         content_type = body.get("content_type", "application/json")
+        if json_depth(body["data"]) > MAX_EVENT_DEPTH:
+            raise BadRequest(
+                f"'data' nests deeper than {MAX_EVENT_DEPTH} levels",
+                code=ErrorCode.INVALID_EVENT,
+                param="data",
+            )
         data = orjson.dumps(body["data"])
     else:
         raise BadRequest("an event needs 'data' (JSON) or 'data_base64'", param="data")

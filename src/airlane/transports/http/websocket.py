@@ -47,6 +47,7 @@ from airlane.transports.http.ws_protocol import SEND_MANY, WRITE_NOW
 from airlane.transports.http.ws_pump import WebSocketPump, WriteNow
 from airlane.wire.errors import DecodeError
 from airlane.wire.event_json import event_from_dict, event_to_dict, event_to_json
+from airlane.wire.limits import MAX_BODY_DEPTH, json_depth
 
 __all__ = ["SUBPROTOCOLS", "WebSocketSession", "accept", "close", "refuse", "serve_loadtest_ws"]
 
@@ -80,6 +81,9 @@ async def close(send: Send, code: int, reason: str) -> None:
 async def refuse(send: Send, exc: AirlaneError) -> None:
     """Close for ``exc``: its close code (`airlane.transports.http.errors`), its message."""
     await close(send, close_code(exc.code), str(exc))
+
+
+_TOO_DEEP = f"the message nests deeper than {MAX_BODY_DEPTH} levels"
 
 
 class WebSocketSession:
@@ -185,6 +189,10 @@ class WebSocketSession:
             raise BadRequest(
                 f"cannot decode message: {exc}", code=ErrorCode.INVALID_MESSAGE
             ) from None
+        except RecursionError:  # MessagePack nested past the interpreter's stack
+            raise BadRequest(_TOO_DEEP, code=ErrorCode.INVALID_MESSAGE) from None
+        if json_depth(obj, MAX_BODY_DEPTH) > MAX_BODY_DEPTH:
+            raise BadRequest(_TOO_DEEP, code=ErrorCode.INVALID_MESSAGE)
         if not isinstance(obj, dict):
             raise BadRequest(
                 "a message must be an object with an 'op'", code=ErrorCode.INVALID_MESSAGE
