@@ -19,8 +19,10 @@ from __future__ import annotations
 import base64
 import contextlib
 import logging
+import struct
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import Any, NoReturn
+from urllib.parse import quote
 
 import grpc
 from connectrpc.code import Code
@@ -198,16 +200,19 @@ def grpc_web_app(gateway: Gateway, config: GrpcServerConfig | None = None) -> AS
         read_max_bytes=config.max_message_bytes,
         codecs=[_BinaryCodec(), google_protobuf_json_codec()],
     )
-    return _grpc_web_text(app)
+    return _grpc_web_text(app, config.max_message_bytes)
 
 
 _TEXT = b"application/grpc-web-text"
 
 
-def _grpc_web_text(app: ASGIApp) -> ASGIApp:
+def _grpc_web_text(app: ASGIApp, max_message_bytes: int) -> ASGIApp:
     """gRPC-Web text (base64) around the binary gRPC-Web of ``app``: the request body is
     decoded whole (browsers send unary requests at once), and each response chunk is encoded
-    on its own, padded (as Envoy's filter does)."""
+    on its own, padded (as Envoy's filter does). A body longer than one message of
+    ``max_message_bytes`` can be, in base64, is refused as it passes that size, before
+    anything more of it is read or held."""
+    limit = (max_message_bytes + 5 + 2) // 3 * 4  # one framed message, base64-encoded
 
     async def shim(scope: Scope, receive: Receive, send: Send) -> None:
         headers = scope.get("headers", ())
@@ -225,8 +230,13 @@ def _grpc_web_text(app: ASGIApp) -> ASGIApp:
             if message["type"] == "http.disconnect":
                 return
             raw += message.get("body", b"")
-            if len(raw) > 2 * (64 << 20):
-                break  # connectrpc refuses the size; no need to hold more
+            if len(raw) > limit:
+                await _refuse_text(
+                    send,
+                    content_type,
+                    f"the request is larger than {max_message_bytes:,} bytes, the limit",
+                )
+                return
             if not message.get("more_body"):
                 break
         try:
@@ -258,3 +268,15 @@ def _grpc_web_text(app: ASGIApp) -> ASGIApp:
         await app(scope, receive_decoded, send_encoded)
 
     return shim
+
+
+async def _refuse_text(send: Send, content_type: bytes, message: str) -> None:
+    """A gRPC-Web text answer of trailers only: RESOURCE_EXHAUSTED with ``message``."""
+    trailer = (
+        f"grpc-status: 8\r\ngrpc-message: {quote(message)}\r\n"
+        "airlane-error-code: body_too_large\r\n"
+    ).encode()
+    frame = struct.pack(">BI", 0x80, len(trailer)) + trailer
+    headers = [(b"content-type", content_type or _TEXT + b"+proto")]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": base64.b64encode(frame)})

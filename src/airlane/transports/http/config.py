@@ -31,6 +31,14 @@ class HttpConfig:
 
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     """Largest request body accepted."""
+    max_header_bytes: int = 65536
+    """Most bytes of header names and values in one request (more: 431)."""
+    max_headers: int = 128
+    """Most header fields in one request (more: 431)."""
+    keep_alive_s: float = 5.0
+    """An idle connection is closed after this; a request's head must arrive within it."""
+    body_timeout_s: float = 30.0
+    """A request body of which nothing arrives for this long closes the connection."""
     sse_ping_s: float = DEFAULT_PING_S
     """Idle time after which an SSE response gets a ``: ping`` comment."""
     sse_retry_ms: int = 1000

@@ -53,7 +53,12 @@ from airlane.transports.http.ws_protocol import upgrade_to_websocket
 if TYPE_CHECKING:
     from airlane.gateway import PeerIdentity
 
-__all__ = ["PEER", "WRITE_BODY", "BodyWriter", "HttpProtocol"]
+__all__ = ["LINGER_BYTES", "LINGER_S", "PEER", "WRITE_BODY", "BodyWriter", "HttpProtocol"]
+
+LINGER_S = 2.0
+"""How long a connection ended by the server goes on reading what the client still sends."""
+LINGER_BYTES = 4 << 20
+"""How much it reads (and discards) meanwhile, at most."""
 
 WRITE_BODY = "airlane.http.write_body"
 PEER = PEER_EXTENSION
@@ -83,6 +88,7 @@ class HttpProtocol(asyncio.Protocol):
         self.settings = settings = state.settings
         self._max_target = settings.max_target_bytes
         self._max_header_bytes = settings.max_header_bytes
+        self._max_head_bytes = settings.max_target_bytes + settings.max_header_bytes + 4096
         self._max_headers = settings.max_headers
         self._high_water = settings.body_high_water
         self.parser: httptools.HttpRequestParser | None = httptools.HttpRequestParser(self)
@@ -104,6 +110,14 @@ class HttpProtocol(asyncio.Protocol):
         self._pipeline: deque[RequestCycle | _Upgrade] = deque()
         self._tasks: set[asyncio.Task[None]] = set()
         self._idle: asyncio.TimerHandle | None = None
+        self._body_timer: asyncio.TimerHandle | None = None  # a body that stops arriving
+        self._body_seen = 0.0  # when the last piece of the body being read came
+        self._lingering = 0  # bytes discarded after an answer that ends the connection, + 1
+        # httptools hands a header over only once it is whole, holding its pieces meanwhile:
+        # the bytes that arrive while a head is incomplete are counted here instead.
+        self._in_head = False
+        self._head_bytes = 0
+        self._linger_timer: asyncio.TimerHandle | None = None
         self._read_paused = False
         self._done = False  # no more requests: answer those read, then close
         self._refusal: _Refused | None = None  # a response owed after those before it
@@ -135,6 +149,9 @@ class HttpProtocol(asyncio.Protocol):
         self._lost = True
         self.state.connections.discard(self)
         self._disarm_idle()
+        self._disarm_body_timer()
+        if self._linger_timer is not None:
+            self._linger_timer.cancel()
         self.flow.resume()  # a sender waiting for the buffer to drain must see the loss
         cycles = [cycle for cycle in (self.cycle, self._parsing) if cycle is not None]
         cycles += [item for item in self._pipeline if isinstance(item, RequestCycle)]
@@ -147,8 +164,18 @@ class HttpProtocol(asyncio.Protocol):
         cancel_later(self.loop, self._tasks, self.settings.disconnect_grace_s)
 
     def data_received(self, data: bytes) -> None:
+        if self._lingering:
+            self._lingering += len(data)
+            if self._lingering > LINGER_BYTES:
+                self.transport.close()
+            return
         # The idle timer keeps running until a request's head is complete (`_queue`): a
         # client that sends part of a head and stops is closed like an idle one.
+        if self._in_head:
+            self._head_bytes += len(data)
+            if self._head_bytes > self._max_head_bytes:
+                self._head_too_large()
+                return
         parser = self.parser
         while parser is not None and data:
             try:
@@ -188,6 +215,8 @@ class HttpProtocol(asyncio.Protocol):
         self._target = b""
         self._headers = []
         self._header_bytes = 0
+        self._head_bytes = 0
+        self._in_head = True
         self._expect_continue = False
 
     def on_url(self, url: bytes) -> None:
@@ -211,6 +240,7 @@ class HttpProtocol(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         """The request's head is complete: make its scope and queue it."""
+        self._in_head = False
         parser = self.parser
         assert parser is not None
         try:
@@ -249,18 +279,24 @@ class HttpProtocol(asyncio.Protocol):
         scope["extensions"][WRITE_BODY] = BodyWriter(cycle).write
         self._parsing = cycle
         self._queue(cycle)
+        # Until the body is complete (for a request without one: until the parser says so, in
+        # this same call of `data_received`).
+        self._body_seen = self.loop.time()
+        self._body_timer = self.loop.call_later(self.settings.body_timeout_s, self._body_check)
 
     def on_body(self, body: bytes) -> None:
         """A piece of the request body."""
         cycle = self._parsing
         if cycle is None:
             return  # a request being dropped
+        self._body_seen = self.loop.time()
         cycle.feed(body)
         if cycle.buffered > self._high_water:
             self._pause_reading()
 
     def on_message_complete(self) -> None:
         """The request has been read."""
+        self._disarm_body_timer()
         cycle = self._parsing
         if cycle is not None:
             cycle.end_of_request()
@@ -304,7 +340,10 @@ class HttpProtocol(asyncio.Protocol):
         if self._lost:
             return
         if not cycle.keep_alive or self.state.stopping:
-            self.transport.close()
+            if self._parsing is cycle:  # its body is still coming: let the client read this
+                self._linger()
+            else:
+                self.transport.close()
             return
         if self._pipeline:
             self._start(self._pipeline.popleft())
@@ -384,6 +423,19 @@ class HttpProtocol(asyncio.Protocol):
         refusal = self._refusal = _Refused(status, text)
         return refusal
 
+    def _head_too_large(self) -> None:
+        """A head past its bounds before httptools saw it whole: refused like one it saw."""
+        self._in_head = False
+        if self._refusal is None:
+            self._refusal = _Refused(431, "the request's header fields are too large")
+        self.parser = None
+        self._done = True
+        self._parsing = None
+        if self.cycle is None and not self._pipeline:
+            self._send_refusal()
+        else:
+            self._pause_reading()
+
     def _parse_failed(self, exc: httptools.HttpParserError) -> None:
         if self._refusal is None:
             if isinstance(exc, httptools.HttpParserCallbackError):
@@ -408,7 +460,26 @@ class HttpProtocol(asyncio.Protocol):
         assert refusal is not None
         self._refusal = None
         self.transport.write(plain_response(refusal.status, refusal.text, self.date()))
-        self.transport.close()
+        self._linger()
+
+    def _linger(self) -> None:
+        """End the connection after what was written, but go on reading (and discarding) what
+        the client still sends, for at most `LINGER_S` or `LINGER_BYTES`. Closing a socket
+        with unread data resets it, and a client still sending (a body past the limit, a
+        header that never ends) would lose the answer before it read it."""
+        self._done = True
+        self._parsing = None
+        self.parser = None
+        self._lingering = 1
+        self._disarm_idle()
+        self._disarm_body_timer()
+        transport = self.transport
+        if transport.can_write_eof():
+            transport.write_eof()  # the answer, then end of stream: the client reads both
+        if self._read_paused:
+            self._read_paused = False
+            transport.resume_reading()
+        self._linger_timer = self.loop.call_later(LINGER_S, transport.close)
 
     def _pause_reading(self) -> None:
         if not self._read_paused and not self._lost:
@@ -427,6 +498,27 @@ class HttpProtocol(asyncio.Protocol):
         if self._idle is not None:
             self._idle.cancel()
             self._idle = None
+
+    def _disarm_body_timer(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _body_check(self) -> None:
+        """A request body is still incomplete: close the connection if nothing of it came for
+        `ServerSettings.body_timeout_s` while the connection was reading (a paused connection
+        waits for the application, not for the client)."""
+        self._body_timer = None
+        if self._parsing is None or self._lost:
+            return
+        timeout = self.settings.body_timeout_s
+        quiet = self.loop.time() - self._body_seen
+        if quiet >= timeout and not self._read_paused:
+            log.debug("closing a connection whose request body stopped for %.0f s", quiet)
+            self.transport.close()
+            return
+        wait = timeout - quiet if quiet < timeout else timeout
+        self._body_timer = self.loop.call_later(wait, self._body_check)
 
     def _idle_timeout(self) -> None:
         self._idle = None

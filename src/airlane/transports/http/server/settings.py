@@ -31,7 +31,10 @@ class ServerSettings:
     """Requests read ahead of the one being answered (HTTP pipelining); past this, the
     connection answers those and closes."""
     keep_alive_s: float = 5.0
-    """An idle connection (no request in flight, none being read) is closed after this."""
+    """An idle connection (no request in flight, none being read) is closed after this; a
+    request's head must be complete within it too."""
+    body_timeout_s: float = 30.0
+    """A request body of which nothing arrives for this long closes the connection."""
     disconnect_grace_s: float = 2.0
     """A request's or WebSocket's task, told that its client has gone, is cancelled if it is
     still running this long after."""
@@ -56,12 +59,16 @@ class ServerSettings:
 
     @classmethod
     def from_http(cls, http: HttpConfig, **changes: object) -> ServerSettings:
-        """Settings whose WebSocket limits are ``http``'s (ping period, message size,
-        compression), with ``changes`` applied."""
+        """Settings whose limits are ``http``'s (header bounds, keep-alive and body timeouts,
+        WebSocket ping period, message size and compression), with ``changes`` applied."""
         values: dict[str, object] = {
             "ws_ping_s": http.ws_ping_s if http.ws_ping_s > 0 else None,
             "ws_max_message_bytes": http.max_ws_message_bytes,
             "ws_compression": http.ws_compression,
+            "max_header_bytes": http.max_header_bytes,
+            "max_headers": http.max_headers,
+            "keep_alive_s": http.keep_alive_s,
+            "body_timeout_s": http.body_timeout_s,
         }
         values.update(changes)
         return cls(**values)  # type: ignore[arg-type]
