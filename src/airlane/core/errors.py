@@ -70,6 +70,7 @@ class ErrorCode(enum.StrEnum):
     UNKNOWN_OP = "unknown_op"
     UNSUPPORTED = "unsupported"
     UNSUPPORTED_SUBPROTOCOL = "unsupported_subprotocol"
+    UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
     CLIENT_DISCONNECTED = "client_disconnected"
     # -- streams -----------------------------------------------------------------------------
     STREAM_NOT_FOUND = "stream_not_found"

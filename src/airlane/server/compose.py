@@ -6,6 +6,7 @@ handed what they use here.
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from airlane.server.config import ServerConfig
 from airlane.transports.airc import AIRC_SUBPROTOCOL, AircWebSocketHandler
 from airlane.transports.grpc.web import GRPC_WEB_PREFIX, grpc_web_app
 from airlane.transports.http import AirlaneApp
+from airlane.transports.http.browser import LOOPBACK_HOSTS
 
 __all__ = ["build_app", "build_backend", "build_event_sourcing", "build_hub", "nats_servers"]
 
@@ -108,6 +110,16 @@ def _authentication(config: ServerConfig) -> SecurityPolicy:
     return JwtPolicy(verifier, keys)
 
 
+def _loopback(host: str) -> bool:
+    """Whether ``host`` (what the server binds) is a loopback address or name."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 def build_app(config: ServerConfig) -> AirlaneApp:
     """Gateway and HTTP app for ``config`` (the gateway starts on ASGI lifespan startup)."""
     security = build_security(config)
@@ -133,6 +145,8 @@ def build_app(config: ServerConfig) -> AirlaneApp:
     http = config.http
     if config.model and config.model not in http.models:
         http = replace(http, models=(config.model, *http.models))
+    if http.allowed_hosts is None:  # by default: the loopback names, on loopback only
+        http = replace(http, allowed_hosts=LOOPBACK_HOSTS if _loopback(config.host) else ("*",))
     airc = AircWebSocketHandler(gateway, config.airc)
     # gRPC-Web and Connect for browsers, on the HTTP port (native gRPC has its own listener).
     rpc = grpc_web_app(gateway, config.grpc)

@@ -236,7 +236,7 @@ def _settings(path: Path, data: dict[str, Any], config: ServerConfig) -> ServerC
             section["mode"] = OrphanMode(section["mode"])
         if key == "jetstream" and ("local" in section or "servers" in section):
             raise ValueError(f"{path}: set the NATS servers with hub = 'nats://...'")
-        for name in ("models", "cors_origins"):
+        for name in ("models", "cors_origins", "allowed_hosts"):
             if key == "http" and name in section:
                 section[name] = tuple(section[name])
         if key == "tls" and isinstance(section.get("trust_domains"), list):

@@ -41,6 +41,7 @@ from airlane.transports.http.asgi import (
     send_json,
 )
 from airlane.transports.http.auth import authenticate
+from airlane.transports.http.browser import check_browser, check_json_body
 from airlane.transports.http.chat import handle_chat_completions
 from airlane.transports.http.config import HttpConfig
 from airlane.transports.http.context import AppContext, WebSocketHandler
@@ -159,6 +160,11 @@ class AirlaneApp:
 
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request.from_scope(scope)
+        try:
+            check_browser(self.config, request, websocket=True)
+        except AirlaneError as exc:
+            await refuse_websocket(scope, receive, send, exc)
+            return
         if request.path == "/v1/ws":
             await serve_websocket(self.context, request, receive, send)
         elif request.path == "/v1/loadtest/ws":
@@ -177,6 +183,13 @@ class AirlaneApp:
         route = _route_label(request.path)
         status = 200
         origin = request.headers.get(b"origin")
+        if request.method != "OPTIONS":
+            try:
+                check_browser(self.config, request)
+            except AirlaneError as exc:
+                status = await self._report(send, exc, request)
+                self.metrics.count_request(route, str(status))
+                return
         if origin is not None and self.config.cors_origins:
             allowed = self._cors_headers(origin)
             if request.method == "OPTIONS":
@@ -189,6 +202,7 @@ class AirlaneApp:
                 self.metrics.count_request(route, "rpc")
                 return
         try:
+            check_json_body(request)
             await self._dispatch(request, receive, send)
         except AirlaneError as exc:
             status = await self._report(send, exc, request)

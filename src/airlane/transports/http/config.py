@@ -61,6 +61,10 @@ class HttpConfig:
     """Accept an API key or JWT as ``?access_token=`` (off: URLs end up in logs; browsers get
     a ticket from ``POST /v1/tickets`` and pass ``?ticket=``)."""
     cors_origins: tuple[str, ...] = ()
-    """Origins allowed to call from a browser page (``"*"`` for any); empty: no CORS."""
+    """Origins allowed to call from a browser page (``"*"`` for any); empty: no CORS, and
+    pages of other origins may not change anything (`airlane.transports.http.browser`)."""
+    allowed_hosts: tuple[str, ...] | None = None
+    """Host names requests may name (``"*"``: any); None: ``localhost``, ``127.0.0.1`` and
+    ``[::1]`` when the gateway listens on loopback, any otherwise."""
     models: tuple[str, ...] = ("airlane-synthetic",)
     """Model names listed by ``GET /v1/models``."""

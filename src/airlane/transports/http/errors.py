@@ -57,6 +57,7 @@ HTTP_STATUS: Mapping[ErrorCode, int] = {
     _C.UNKNOWN_OP: 400,
     _C.UNSUPPORTED: 400,
     _C.UNSUPPORTED_SUBPROTOCOL: 400,
+    _C.UNSUPPORTED_MEDIA_TYPE: 415,
     _C.CLIENT_DISCONNECTED: 499,  # nginx's: nobody reads it, the access log and metrics do
     # streams
     _C.STREAM_NOT_FOUND: 404,
