@@ -43,6 +43,7 @@ from airlane.core import Event, OrphanMode, OrphanPolicy, Position, Retention, S
 from airlane.core.errors import AirlaneError, BadRequest, ErrorCode
 from airlane.core.events import TERMINAL_KINDS
 from airlane.gateway.artifacts import Artifacts
+from airlane.gateway.authguard import AuthGuard
 from airlane.gateway.chat_request import ChatRequest, parse_chat_request
 from airlane.gateway.eventsourcing import EventSourcing
 from airlane.gateway.logs import EventLogs
@@ -62,7 +63,14 @@ from airlane.hub import (
     Subscription,
 )
 from airlane.runtime.eager import start_eagerly
-from airlane.security import Action, AllowAll, Principal, RequestFacts, SecurityPolicy
+from airlane.security import (
+    Action,
+    AllowAll,
+    Principal,
+    RequestFacts,
+    SecurityPolicy,
+    Unauthenticated,
+)
 from airlane.security.audit import AuditedPolicy, AuditLog
 from airlane.wire.limits import MAX_EVENT_BYTES, publishable
 
@@ -140,6 +148,7 @@ class Gateway:
         events: EventSourcing | None = None,
         audit: AuditLog | None = None,
         quotas: Quotas | None = None,
+        auth_guard: AuthGuard | None = None,
     ) -> None:
         self.hub = hub
         """Where streams live (for the composition root and tests: transports call the
@@ -162,6 +171,8 @@ class Gateway:
         """LWW rooms and Yjs documents kept in the hub (`airlane.gateway.rooms`)."""
         self.artifacts = Artifacts(self.security)
         self.quotas = quotas or Quotas()
+        self.auth_guard = auth_guard or AuthGuard()
+        """Failed authentications per client address (`airlane.gateway.authguard`)."""
         """What each principal and tenant may ask of this node."""
         self.tickets = Tickets()
         """Short-lived credentials for WebSocket and EventSource clients."""
@@ -231,10 +242,15 @@ class Gateway:
         address, which the principal carries too, as it carries ``request``: what the
         transport knows of the request, for policy rules)."""
         try:
-            if ticket is not None:
-                principal = self.tickets.principal(ticket)
-            else:
-                principal = self.security.authenticate(bearer, peer)
+            self.auth_guard.check(origin)
+            try:
+                if ticket is not None:
+                    principal = self.tickets.principal(ticket)
+                else:
+                    principal = self.security.authenticate(bearer, peer)
+            except Unauthenticated:
+                self.auth_guard.failed(origin)
+                raise
             self.quotas.admit(principal)
         except AirlaneError as exc:
             self.audit.record("deny", exc.code.value, reason=str(exc), origin=origin)

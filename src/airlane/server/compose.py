@@ -14,6 +14,7 @@ from airlane.backends.base import Backend
 from airlane.backends.openai import OpenAIUpstreamBackend
 from airlane.backends.synthetic import SyntheticBackend
 from airlane.gateway import ForwardedIdentity, Gateway, GatewayConfig
+from airlane.gateway.authguard import AuthGuard
 from airlane.gateway.eventsourcing import EventSourcing
 from airlane.gateway.quotas import Quotas
 from airlane.hub import Hub, MemoryHub, MemoryHubConfig
@@ -130,6 +131,7 @@ def build_app(config: ServerConfig) -> AirlaneApp:
         security=security,
         audit=audit,
         quotas=Quotas(config.quotas),
+        auth_guard=AuthGuard(config.auth_guard),
         config=GatewayConfig(orphan=config.orphan, retention=config.retention),
         events=build_event_sourcing(config),
     )

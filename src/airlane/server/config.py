@@ -13,6 +13,7 @@ from typing import Any
 from airlane.artifacts.config import ArtifactsConfig
 from airlane.backends.synthetic import SyntheticConfig
 from airlane.core import OrphanMode, OrphanPolicy, Retention
+from airlane.gateway.authguard import AuthGuardConfig
 from airlane.gateway.eventsourcing import EventSourcingConfig
 from airlane.gateway.quotas import QuotaConfig
 from airlane.hub.jetstream import JetStreamHubConfig
@@ -151,6 +152,8 @@ class ServerConfig:
     """TLS and client certificates on every listener (``[tls]``)."""
     quotas: QuotaConfig = field(default_factory=QuotaConfig)
     """Per principal and tenant limits (``[quotas]``)."""
+    auth_guard: AuthGuardConfig = field(default_factory=AuthGuardConfig)
+    """Failed authentications allowed per client address (``[auth_guard]``)."""
     audit: AuditConfig = field(default_factory=AuditConfig)
     """The audit log (``[audit]``)."""
     jwt: JwtConfig = field(default_factory=JwtConfig)
@@ -174,9 +177,9 @@ def load_config(path: Path, base: ServerConfig | None = None) -> ServerConfig:
     """Read a TOML file: top-level keys of `ServerConfig`, plus ``[synthetic]``, ``[http]``,
     ``[orphan]``, ``[retention]``, ``[airc]``, ``[grpc]``, ``[jetstream]``, ``[eventsourcing]``,
     ``[artifacts]``, ``[gc]``, ``[admission]``, ``[tls]``, ``[jwt]``, ``[policy]``, ``[audit]``,
-    ``[quotas]`` and ``[api_keys]`` tables. An unreadable file, one that is not TOML, an
-    unknown key and a value of the wrong type are a `ConfigError` (a `ValueError`); so is a
-    value the setting itself refuses."""
+    ``[auth_guard]``, ``[quotas]`` and ``[api_keys]`` tables. An unreadable file, one that is
+    not TOML, an unknown key and a value of the wrong type are a `ConfigError` (a
+    `ValueError`); so is a value the setting itself refuses."""
     try:
         with path.open("rb") as fh:
             data = tomllib.load(fh)
@@ -212,6 +215,7 @@ def _settings(path: Path, data: dict[str, Any], config: ServerConfig) -> ServerC
         "policy": (PolicyConfig, config.policy),
         "audit": (AuditConfig, config.audit),
         "quotas": (QuotaConfig, config.quotas),
+        "auth_guard": (AuthGuardConfig, config.auth_guard),
     }
     changes: dict[str, Any] = {}
     allowed = {f.name for f in fields(ServerConfig)}

@@ -167,6 +167,7 @@ async def _serve(
     pacer = GcPacer(config.gc)
     app.metrics.registry.register(pacer)
     app.metrics.registry.register(app.gateway.audit)
+    app.metrics.registry.register(app.gateway.auth_guard)
     accept_metrics = AcceptorMetrics()
     app.metrics.registry.register(accept_metrics)
     listeners = _Listeners(tls)

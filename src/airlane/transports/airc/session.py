@@ -77,12 +77,14 @@ from airlane.wire.airc import (
 from airlane.wire.airc import ErrorCode as GoAwayCode
 from airlane.wire.event_json import event_to_json
 
-__all__ = ["FIRST_AIRLANE_STREAM", "AircSession", "Link"]
+__all__ = ["FIRST_AIRLANE_STREAM", "MAX_AUTH_FAILURES", "AircSession", "Link"]
 
 log = logging.getLogger("airlane.airc")
 
 FIRST_AIRLANE_STREAM = 20
 """StreamIDs below this are audio (0-9) and video (10-19); 255 is signalling."""
+MAX_AUTH_FAILURES = 5
+"""Refused ``AUTH`` messages after which a connection is ended (``GOAWAY AUTH_FAILED``)."""
 _CACHE_KEY = "airc.json"
 # Read per event sent: a global is a third of the cost of `Kind.MESSAGE` on Python 3.11.
 _MESSAGE, _CONTROL = Kind.MESSAGE, Lane.CONTROL
@@ -141,6 +143,7 @@ class AircSession:
         self._principal = principal
         self._peer = peer  # the TLS client certificate's identity, if any
         self._origin = origin  # the client's address, for the audit log
+        self._auth_failures = 0
         self._loop = asyncio.get_running_loop()
         self.connection = AircConnection(config.connection, now=time.monotonic())
         """The protocol state machine."""
@@ -313,6 +316,9 @@ class AircSession:
             )
         except AirlaneError as exc:
             self._refuse(message.request_id, exc)
+            self._auth_failures += 1
+            if self._auth_failures >= MAX_AUTH_FAILURES:  # one connection is no guessing rig
+                self.connection.close(GoAwayCode.AUTH_FAILED, "too many refused AUTH messages")
             return
         self._signal(Authenticated(message.request_id, self._principal.name[:200]))
 

@@ -32,6 +32,7 @@ class ErrorCode(enum.IntEnum):
     FLOW_CONTROL = 12
     INTERNAL_ERROR = 13
     PEER_GOAWAY = 14
+    AUTH_FAILED = 15
 
     @property
     def ws_close_code(self) -> int:
