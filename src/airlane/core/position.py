@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 
 from airlane.core.errors import BadRequest, ErrorCode
+from airlane.core.numbers import decimal
 
 __all__ = [
     "HUB_STREAM_ID_PATTERN",
@@ -69,6 +70,7 @@ class Position:
         epoch, sep, seq_text = token.strip().rpartition(":")
         if not sep or not _EPOCH_PATTERN.fullmatch(epoch):
             raise BadResumeToken(f"resume token {token[:80]!r} is not '<epoch>:<seq>'")
-        if not seq_text.isdigit() or len(seq_text) > 19 or int(seq_text) > _MAX_SEQ:
+        seq = decimal(seq_text)  # ASCII digits only ("٣" is not 3)
+        if seq is None or seq > _MAX_SEQ:
             raise BadResumeToken(f"resume token {token[:80]!r} has no valid sequence number")
-        return cls(epoch, int(seq_text))
+        return cls(epoch, seq)

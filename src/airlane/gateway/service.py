@@ -87,6 +87,7 @@ __all__ = [
     "GatewayConfig",
     "new_generation_id",
     "orphan_policy_from",
+    "reader_name",
 ]
 
 log = logging.getLogger("airlane.gateway")
@@ -129,6 +130,16 @@ class GatewayConfig:
     """Producers running at once."""
     max_event_bytes: int = MAX_EVENT_BYTES
     """The most bytes an event a client publishes may hold (`airlane.wire.limits`)."""
+
+
+def reader_name(principal: Principal, label: str | None) -> str:
+    """How the usage ledger names a reader: the principal's name, followed by the label it
+    gives (``alice/dashboard``) when it gives one. Only without authentication (anonymous)
+    is a label the whole name: no reader can put its reading on another principal's name."""
+    if not label or label == principal.name:
+        return principal.name
+    label = label[:64]
+    return label if principal.via == "anonymous" else f"{principal.name}/{label}"
 
 
 _ANNOUNCEMENTS = "artifacts/"
@@ -375,13 +386,13 @@ class Gateway:
         subscriber: str | None = None,
     ) -> Subscription:
         """A cursor on ``stream_id``, after ``resume`` if given (another epoch's position
-        starts over with a snapshot); ``subscriber`` names the reader in the usage ledger
-        (the principal's name by default)."""
+        starts over with a snapshot); ``subscriber`` labels the reader in the usage ledger
+        (`reader_name`)."""
         key = await self._read_key(principal, stream_id)
         self.security.authorize(principal, Action.SUBSCRIBE, stream_id)
         with client_names(key, stream_id):
             return await self.hub.subscribe(
-                key, resume=resume, subscriber=subscriber or principal.name
+                key, resume=resume, subscriber=reader_name(principal, subscriber)
             )
 
     async def publish(self, principal: Principal, stream_id: str, event: Event) -> Event:

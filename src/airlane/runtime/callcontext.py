@@ -11,6 +11,8 @@ import contextvars
 import secrets
 from dataclasses import dataclass
 
+from airlane.core.errors import AirlaneError
+
 __all__ = ["CALL", "CallContext", "new_request_id"]
 
 
@@ -28,6 +30,9 @@ class CallContext:
     """The gRPC method called (``/airlane.v1.Streams/Subscribe``), where the call is one."""
     wire: str = "grpc"
     """``grpc`` or ``grpc-web``."""
+    refusal: AirlaneError | None = None
+    """Why the call's metadata is malformed: the call is refused with it once the caller is
+    authenticated (an unauthenticated caller hears ``unauthenticated`` first)."""
 
 
 CALL: contextvars.ContextVar[CallContext | None] = contextvars.ContextVar(

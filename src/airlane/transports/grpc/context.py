@@ -35,6 +35,7 @@ __all__ = [
     "Malformed",
     "MetadataInterceptor",
     "bearer_token",
+    "checked_call",
     "request_facts",
 ]
 
@@ -95,7 +96,17 @@ class MetadataInterceptor(aio.ServerInterceptor):  # type: ignore[misc]
         if handler is None:
             return None
         context = call_context(tuple(details.invocation_metadata or ()), details.method)
+        if isinstance(context, AirlaneError):  # said after authentication (`checked_call`)
+            context = CallContext(rpc=details.method, refusal=context)
         return _wrap(handler, context)
+
+
+def checked_call() -> None:
+    """Refuse the current call if its metadata was malformed (`CallContext.refusal`): called
+    once its caller is authenticated."""
+    call = CALL.get()
+    if call is not None and call.refusal is not None:
+        raise call.refusal
 
 
 def request_facts(metadata: Iterable[tuple[str, str | bytes]]) -> RequestFacts:
@@ -149,15 +160,11 @@ def _bad_metadata(message: str, key: str) -> AirlaneError:
     return BadRequest(message, code=ErrorCode.INVALID_METADATA, param=key)
 
 
-def _wrap(
-    handler: grpc.RpcMethodHandler, context: CallContext | AirlaneError
-) -> grpc.RpcMethodHandler:
+def _wrap(handler: grpc.RpcMethodHandler, context: CallContext) -> grpc.RpcMethodHandler:
     """The same handler, each behaviour running under ``context`` (or refusing the call)."""
 
     def unary(behaviour: Callable[..., Any]) -> Callable[..., Any]:
         async def run(request: Any, servicer_context: aio.ServicerContext) -> Any:
-            if isinstance(context, AirlaneError):
-                await abort(servicer_context, context)
             if isinstance(request, Malformed):
                 await abort(servicer_context, request.error())
             token = CALL.set(context)
@@ -176,8 +183,6 @@ def _wrap(
             return unary(behaviour)
 
         async def run(request: Any, servicer_context: aio.ServicerContext) -> Any:
-            if isinstance(context, AirlaneError):
-                await abort(servicer_context, context)
             if isinstance(request, Malformed):
                 await abort(servicer_context, request.error())
             # No reset: grpcio may close a cancelled call's response generator later, from

@@ -14,7 +14,7 @@ from grpc import aio
 
 from airlane.core.errors import AirlaneError, BadRequest
 from airlane.gateway import ForwardedIdentity, Gateway, NewEvent, Principal, Record, ServerTls
-from airlane.transports.grpc.context import bearer_token, request_facts
+from airlane.transports.grpc.context import bearer_token, checked_call, request_facts
 from airlane.transports.grpc.errors import abort
 from airlane.transports.grpc.tls import caller_identity, peer_address
 from airlane.v1 import eventlog_pb2 as pb
@@ -63,12 +63,14 @@ class EventLogService(eventlog_pb2_grpc.EventLogsServicer):
 
     def _principal(self, context: aio.ServicerContext) -> Principal:
         metadata = context.invocation_metadata() or ()
-        return self.gateway.authenticate(
+        principal = self.gateway.authenticate(
             bearer_token(metadata),
             caller_identity(context, self.tls, self.forwarded),
             origin=peer_address(context.peer()),
             request=request_facts(metadata),
         )
+        checked_call()
+        return principal
 
     async def CreateLog(
         self, request: pb.CreateLogRequest, context: aio.ServicerContext

@@ -25,7 +25,12 @@ from airlane.core.errors import AirlaneError, BadRequest, ErrorCode
 from airlane.gateway import ForwardedIdentity, Gateway, Principal, ServerTls, Subscription
 from airlane.runtime.admission import Admission
 from airlane.transports.grpc.config import GrpcServerConfig
-from airlane.transports.grpc.context import Malformed, bearer_token, request_facts
+from airlane.transports.grpc.context import (
+    Malformed,
+    bearer_token,
+    checked_call,
+    request_facts,
+)
 from airlane.transports.grpc.errors import abort, message_of
 from airlane.transports.grpc.tls import caller_identity, peer_address
 from airlane.v1 import events_pb2, service_pb2, service_pb2_grpc
@@ -64,12 +69,14 @@ class AirlaneService(service_pb2_grpc.AirlaneServicer):
 
     def _principal(self, context: aio.ServicerContext) -> Principal:
         metadata = context.invocation_metadata() or ()
-        return self.gateway.authenticate(
+        principal = self.gateway.authenticate(
             bearer_token(metadata),
             caller_identity(context, self.tls, self.forwarded),
             origin=peer_address(context.peer()),
             request=request_facts(metadata),
         )
+        checked_call()
+        return principal
 
     async def _events(
         self, stream_id: str, epoch: str, subscription: Subscription

@@ -37,10 +37,9 @@ from google.protobuf.message import Message
 
 from airlane.core.errors import AirlaneError
 from airlane.gateway import Gateway
-from airlane.runtime.callcontext import CALL
+from airlane.runtime.callcontext import CALL, CallContext
 from airlane.transports.grpc.config import GrpcServerConfig
 from airlane.transports.grpc.context import call_context
-from airlane.transports.grpc.errors import ERROR_CODE_METADATA, message_of, status_of
 from airlane.transports.grpc.service import AirlaneService
 from airlane.v1 import service_pb2
 
@@ -128,9 +127,8 @@ class _CallMetadata:
         )
         rpc = f"/{ctx.method.service_name}/{ctx.method.name}"
         context = call_context(metadata, rpc, "grpc-web")
-        if isinstance(context, AirlaneError):
-            ctx.response_trailers[ERROR_CODE_METADATA] = context.code.value
-            raise ConnectError(_CONNECT_CODE[status_of(context)], message_of(context))
+        if isinstance(context, AirlaneError):  # said after authentication (`checked_call`)
+            context = CallContext(rpc=rpc, wire="grpc-web", refusal=context)
         return CALL.set(context)
 
     async def on_end(

@@ -26,6 +26,7 @@ import asyncio
 import os
 
 from airlane.core.errors import ErrorCode, NotFound
+from airlane.core.numbers import decimal
 from airlane.gateway import ArtifactFile, Principal
 from airlane.transports.http.asgi import (
     HttpError,
@@ -52,18 +53,19 @@ def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
     unit, _, spec = header.strip().partition("=")
     if unit.strip().lower() != "bytes" or "," in spec:
         return None
-    first, dash, last = spec.strip().partition("-")
-    if not dash or not (first.isdigit() or last.isdigit()):
+    first_text, dash, last_text = spec.strip().partition("-")
+    first, last = decimal(first_text), decimal(last_text)
+    if not dash or (first is None and last is None):
         return None
-    if not first:  # the last n bytes
-        if not last.isdigit() or int(last) == 0:
+    if not first_text:  # the last n bytes
+        if not last:
             return _unsatisfiable(size)
-        return max(0, size - int(last)), size
-    if not first.isdigit() or (last and not last.isdigit()):
+        return max(0, size - last), size
+    if first is None or (last_text and last is None):
         return None
-    start = int(first)
-    end = size if not last else min(size, int(last) + 1)
-    if last and int(last) < start:
+    start = first
+    end = size if last is None else min(size, last + 1)
+    if last is not None and last < start:
         return None  # invalid: ignored like any malformed range
     if start >= size:
         return _unsatisfiable(size)

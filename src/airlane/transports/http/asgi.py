@@ -15,6 +15,7 @@ from urllib.parse import parse_qsl
 import orjson
 
 from airlane.core.errors import AirlaneError, BadRequest, ErrorCode
+from airlane.core.numbers import decimal
 from airlane.transports.http.errors import error_response
 from airlane.wire.compression import (
     CompressionChoice,
@@ -142,10 +143,11 @@ class Request:
         raw = self.query.get(name)
         if raw is None:
             return default
-        try:
-            value = int(raw)
-        except ValueError:
-            raise BadRequest(f"query parameter {name!r} must be an integer", param=name) from None
+        value = decimal(raw.removeprefix("-"))
+        if value is None:
+            raise BadRequest(f"query parameter {name!r} must be an integer", param=name)
+        if raw.startswith("-"):
+            value = -value
         if not low <= value <= high:
             raise BadRequest(
                 f"query parameter {name!r} must be between {low} and {high}", param=name

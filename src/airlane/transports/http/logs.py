@@ -48,6 +48,7 @@ from typing import Any
 import orjson
 
 from airlane.core.errors import BadRequest, ErrorCode, NotFound
+from airlane.core.numbers import decimal
 from airlane.gateway import EventLogs, NewEvent, Principal
 from airlane.transports.http.asgi import (
     Receive,
@@ -71,8 +72,9 @@ def parse_time_ns(value: Any, name: str) -> int:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
     if isinstance(value, str):
-        if value.isdigit():
-            return int(value)
+        number = decimal(value)
+        if number is not None:
+            return number
         try:
             moment = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
         except ValueError:

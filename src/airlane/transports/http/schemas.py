@@ -33,6 +33,7 @@ from typing import Any
 import orjson
 
 from airlane.core.errors import BadRequest, NotFound
+from airlane.core.numbers import decimal
 from airlane.gateway import Principal, Schema, Schemas, SchemaVersion
 from airlane.transports.http.asgi import (
     Receive,
@@ -126,11 +127,10 @@ async def handle_schemas(
     elif len(action) == 2 and action[0] == "versions":
         allow_methods(method, "GET")
         number = action[1]
-        if number != "latest" and not number.isdigit():
+        parsed = decimal(number)
+        if number != "latest" and parsed is None:
             raise BadRequest("a version is a number or 'latest'", param="version")
-        version = await schemas.version(
-            principal, subject, "latest" if number == "latest" else int(number)
-        )
+        version = await schemas.version(principal, subject, "latest" if parsed is None else parsed)
         await send_json(send, 200, version_to_dict(version))
     elif action == ["check"]:
         allow_methods(method, "POST")

@@ -198,9 +198,8 @@ async def _events(
         # 9.2.3: a response other than 200 text/event-stream fails the connection).
         await send_body(send, 204, b"", b"text/plain")
         return
-    subscriber = request.query.get("subscriber") or principal.name
     subscription = await app.gateway.subscribe(
-        principal, stream_id, resume=resume, subscriber=subscriber[:64]
+        principal, stream_id, resume=resume, subscriber=request.query.get("subscriber")
     )
     async with subscription:
         epoch = info.epoch
