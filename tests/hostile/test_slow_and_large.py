@@ -81,14 +81,14 @@ async def offer(server: ServerProcess, head: bytes, body_bytes: int) -> bytes:
 
 
 async def test_a_head_that_never_ends_is_cut_at_the_limit(server: ServerProcess) -> None:
-    answer = await offer(server, b"GET /healthz HTTP/1.1\r\nhost: x\r\nx-big: ", 8 << 20)
+    answer = await offer(server, b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\nx-big: ", 8 << 20)
     assert answer.startswith(b"HTTP/1.1 431"), answer[:100]
 
 
 async def test_a_body_past_the_limit_is_answered_before_it_ends(server: ServerProcess) -> None:
     size = 20 << 20
     head = (
-        b"POST /airlane.v1.Airlane/Info HTTP/1.1\r\nhost: x\r\nx-grpc-web: 1\r\n"
+        b"POST /airlane.v1.Airlane/Info HTTP/1.1\r\nhost: 127.0.0.1\r\nx-grpc-web: 1\r\n"
         b"content-type: application/grpc-web-text\r\ncontent-length: %d\r\n\r\n" % size
     )
     answer = await offer(server, head, size)
@@ -100,8 +100,8 @@ async def test_a_body_past_the_limit_is_answered_before_it_ends(server: ServerPr
 @pytest.mark.parametrize(
     "sent",
     [
-        b"GET /healthz HTTP/1.1\r\nhost: x\r\n",  # a head that stops halfway
-        b"POST /v1/streams/x/events HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n"
+        b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n",  # a head that stops halfway
+        b"POST /v1/streams/x/events HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: 100\r\n"
         b'content-type: application/json\r\n\r\n{"kind": ',  # a body that stops
         b"",  # nothing at all
     ],
@@ -119,12 +119,13 @@ async def test_eight_attackers_hold_no_memory_and_service_goes_on(server: Server
     before = rss_mib(server.process.pid)
 
     async def headers() -> None:
-        answer = await offer(server, b"GET / HTTP/1.1\r\nhost: x\r\nx-big: ", 25 << 20)
-        assert answer.startswith(b"HTTP/1.1 431")
+        answer = await offer(server, b"GET / HTTP/1.1\r\nhost: 127.0.0.1\r\nx-big: ", 25 << 20)
+        # 431, or closed by the 1 s head timer when the loaded loop read it too late.
+        assert answer == b"" or answer.startswith(b"HTTP/1.1 431"), answer[:100]
 
     async def grpc_web_text() -> None:
         head = (
-            b"POST /airlane.v1.Airlane/Info HTTP/1.1\r\nhost: x\r\nx-grpc-web: 1\r\n"
+            b"POST /airlane.v1.Airlane/Info HTTP/1.1\r\nhost: 127.0.0.1\r\nx-grpc-web: 1\r\n"
             b"content-type: application/grpc-web-text\r\ncontent-length: %d\r\n\r\n" % (100 << 20)
         )
         assert (await offer(server, head, 20 << 20)).startswith(b"HTTP/1.1 200")
@@ -141,7 +142,7 @@ async def test_eight_attackers_hold_no_memory_and_service_goes_on(server: Server
 
 def test_an_idle_keep_alive_connection_is_closed(server: ServerProcess) -> None:
     with socket.create_connection(address(server), timeout=10) as sock:
-        sock.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
         answer = b""
         while b"\r\n\r\n" not in answer:
             answer += sock.recv(65536)
