@@ -57,7 +57,7 @@ __all__ = ["LINGER_BYTES", "LINGER_S", "PEER", "WRITE_BODY", "BodyWriter", "Http
 
 LINGER_S = 2.0
 """How long a connection ended by the server goes on reading what the client still sends."""
-LINGER_BYTES = 4 << 20
+LINGER_BYTES = 64 << 20
 """How much it reads (and discards) meanwhile, at most."""
 
 WRITE_BODY = "airlane.http.write_body"
