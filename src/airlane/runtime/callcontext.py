@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextvars
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from airlane.core.errors import AirlaneError
 
@@ -26,9 +26,10 @@ class CallContext:
     """``x-model-version``: the version the caller expects."""
     request_id: str | None = None
     """``x-request-id``, or one made up for the call."""
-    rpc: str | None = None
-    """The gRPC method called (``/airlane.v1.Streams/Subscribe``), where the call is one."""
-    wire: str = "grpc"
+    rpc: str | None = field(default=None, compare=False)
+    """The gRPC method called (``/airlane.v1.Streams/Subscribe``), where the call is one (how
+    the call came, not what it is about: not compared)."""
+    wire: str = field(default="grpc", compare=False)
     """``grpc`` or ``grpc-web``."""
     refusal: AirlaneError | None = None
     """Why the call's metadata is malformed: the call is refused with it once the caller is

@@ -212,7 +212,7 @@ class Keys:
         raise Unauthenticated("missing or invalid key")
 
     def authorize(self, principal: Principal, action: Action, stream_id: str) -> None:
-        if principal.name == "reader" and action is Action.PUBLISH:
+        if principal.name == "reader" and action in (Action.PUBLISH, Action.ROOMS_WRITE):
             raise PermissionDenied(f"reader may not publish to {stream_id}")
 
 
