@@ -31,7 +31,7 @@ class CallContext:
     the call came, not what it is about: not compared)."""
     wire: str = field(default="grpc", compare=False)
     """``grpc`` or ``grpc-web``."""
-    refusal: AirlaneError | None = None
+    refusal: AirlaneError | None = field(default=None, compare=False)
     """Why the call's metadata is malformed: the call is refused with it once the caller is
     authenticated (an unauthenticated caller hears ``unauthenticated`` first)."""
 
