@@ -47,6 +47,34 @@ async def test_ended_streams_expire():
     await hub.aclose()
 
 
+async def test_one_tenant_cannot_take_the_whole_hub():
+    hub = MemoryHub(MemoryHubConfig(max_streams=10, max_tenant_streams=3))
+    for n in range(3):
+        await hub.create(f"@flood/s{n}")
+    with pytest.raises(HubFull, match="this tenant holds 3 streams"):
+        await hub.create("@flood/s3")
+    await hub.create("@other/s0")  # another tenant still has room
+    await hub.create("plain")  # and the default tenant
+    await hub.delete("@flood/s0")
+    await hub.create("@flood/s3")  # a deleted stream gives its place back
+    await hub.aclose()
+
+
+async def test_idle_streams_end_and_read_ones_do_not():
+    hub = MemoryHub(MemoryHubConfig(tick_s=0.05, idle_ttl_s=0.3, ended_ttl_s=60))
+    await hub.start()
+    await hub.create("idle")
+    await hub.create("read")
+    reader = await hub.subscribe("read")
+    await hub.append("idle", Event.message({"n": 1}))
+    await asyncio.sleep(1.5)  # the sweep runs about once a second
+    idle = await hub.info("idle")
+    assert idle.ended and idle.finish_reason == "expired"
+    assert not (await hub.info("read")).ended  # someone reads it: not idle
+    await reader.aclose()
+    await hub.aclose()
+
+
 async def test_aclose_releases_waiting_readers():
     hub = MemoryHub()
     await hub.start()

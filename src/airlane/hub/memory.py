@@ -36,6 +36,7 @@ from airlane.core import (
     valid_hub_stream_id,
 )
 from airlane.core.log import Cursor
+from airlane.core.scope import split_scope
 from airlane.hub.base import (
     Hub,
     HubFull,
@@ -57,6 +58,7 @@ log = logging.getLogger("airlane.hub")
 DEFAULT_MAX_STREAMS = 100_000
 DEFAULT_MAX_SUBSCRIBERS = 200_000
 DEFAULT_ENDED_TTL_S = 300.0
+DEFAULT_IDLE_TTL_S = 3600.0
 DEFAULT_TICK_S = 0.25
 
 
@@ -66,10 +68,16 @@ class MemoryHubConfig:
 
     max_streams: int = DEFAULT_MAX_STREAMS
     """Streams held at once; creating one more raises `HubFull`."""
+    max_tenant_streams: int = DEFAULT_MAX_STREAMS // 4
+    """Streams one tenant may hold at once (`airlane.core.scope`; the default tenant's count
+    as one): no tenant can take the whole hub from the others."""
     max_subscribers: int = DEFAULT_MAX_SUBSCRIBERS
     """Cursors held at once, over all streams."""
     ended_ttl_s: float = DEFAULT_ENDED_TTL_S
     """How long an ended stream stays available for resume and snapshots."""
+    idle_ttl_s: float = DEFAULT_IDLE_TTL_S
+    """A stream not ended, with no reader and no new event for this long, is ended with
+    ``done`` (finish reason ``expired``), then kept ``ended_ttl_s`` like any ended stream."""
     tick_s: float = DEFAULT_TICK_S
     """Housekeeping period: the resolution of orphan deadlines."""
     retention: Retention = field(default_factory=Retention)
@@ -88,6 +96,7 @@ def _short_id() -> str:
 
 class _Stream:
     __slots__ = (
+        "active_ns",
         "cancel_callbacks",
         "ended_at",
         "listeners",
@@ -108,6 +117,7 @@ class _Stream:
         # Readers that write synchronously (Subscription.listen): called on every append.
         self.listeners: list[Callable[[], object]] = []
         self.ended_at: float | None = None
+        self.active_ns = log.ledger.created_ns  # the last append, or reader leaving
         self.readers = 0
 
     def notify(self) -> None:
@@ -239,6 +249,7 @@ class MemoryHub(Hub):
     def __init__(self, config: MemoryHubConfig | None = None) -> None:
         self.config = config or MemoryHubConfig()
         self._streams: dict[str, _Stream] = {}
+        self._tenant_streams: dict[str | None, int] = {}  # streams held per tenant scope
         self._subscribers = 0
         self._appended = 0
         self._delivered = 0
@@ -286,6 +297,11 @@ class MemoryHub(Hub):
             return self._info(existing)
         if len(self._streams) >= self.config.max_streams:
             raise HubFull(f"the hub holds {self.config.max_streams} streams, its limit")
+        tenant = split_scope(stream_id)[0]
+        held = self._tenant_streams.get(tenant, 0)
+        if held >= self.config.max_tenant_streams:
+            limit = self.config.max_tenant_streams
+            raise HubFull(f"this tenant holds {limit} streams, its limit in this hub")
         now = time.monotonic()
         stream_log = StreamLog(
             stream_id,
@@ -296,6 +312,7 @@ class MemoryHub(Hub):
         tracker = OrphanTracker(orphan, now) if orphan is not None else None
         stream = _Stream(stream_log, tracker)
         self._streams[stream_id] = stream
+        self._tenant_streams[tenant] = held + 1
         if tracker is not None and tracker.deadline is not None:
             self._schedule(tracker.deadline, stream_id)
         return self._info(stream)
@@ -319,8 +336,9 @@ class MemoryHub(Hub):
             raise StreamNotFound(f"no stream {stream_id[:200]!r}")
         stream_log = stream.log
         before = stream_log.next_seq
+        stream.active_ns = now_ns = time.monotonic_ns()
         try:
-            stream_log.append_many(events, time.monotonic_ns())
+            stream_log.append_many(events, now_ns)
         except StreamClosed as exc:
             raise StreamEnded(str(exc)) from None
         finally:
@@ -361,7 +379,7 @@ class MemoryHub(Hub):
     async def delete(self, stream_id: str) -> None:
         stream = self._get(stream_id)
         self._cancel(stream, "deleted")
-        del self._streams[stream_id]
+        self._remove(stream_id)
         stream.notify()
         self._forget(stream)
 
@@ -422,9 +440,21 @@ class MemoryHub(Hub):
         stream.notify()
         return True
 
+    def _remove(self, stream_id: str) -> _Stream:
+        """Take a stream out of the hub (and out of its tenant's count)."""
+        stream = self._streams.pop(stream_id)
+        tenant = split_scope(stream_id)[0]
+        left = self._tenant_streams[tenant] - 1
+        if left:
+            self._tenant_streams[tenant] = left
+        else:
+            del self._tenant_streams[tenant]
+        return stream
+
     def _release(self, stream: _Stream) -> None:
         self._subscribers -= 1
         stream.readers -= 1
+        stream.active_ns = time.monotonic_ns()
         if self._streams.get(stream.log.stream_id) is not stream:  # forgotten meanwhile
             self._forget(stream)
             return
@@ -472,8 +502,12 @@ class MemoryHub(Hub):
             if stream.ended_at is not None and now - stream.ended_at >= self.config.ended_ttl_s
         ]
         for stream_id in expired:
-            stream = self._streams.pop(stream_id)
+            stream = self._remove(stream_id)
             stream.notify()
             self._forget(stream)
+        idle_before = now_ns - int(self.config.idle_ttl_s * 1e9)
         for stream in self._streams.values():
             stream.log.trim(now_ns)
+            if stream.ended_at is None and not stream.readers and stream.active_ns < idle_before:
+                log.info("stream %s idle: ending it", stream.log.stream_id)
+                self._cancel(stream, "expired")
