@@ -34,7 +34,9 @@ def test_connections_opened_together_are_served_and_counted() -> None:
         airc = [socket.create_connection(server.airc, timeout=10) for _ in range(3)]
         try:
             for conn in conns:
-                conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+                conn.sendall(
+                    b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+                )
             for conn in conns:
                 response = b""
                 while chunk := conn.recv(4096):

@@ -12,6 +12,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from airlane.v1 import events_pb2, service_pb2, service_pb2_grpc
+from airlane.wire.limits import MAX_EVENT_BYTES
 from tests.client.conftest import PACED_SYNTHETIC, reference_text
 from tests.servers import ServerProcess, run_server
 
@@ -185,9 +186,14 @@ async def test_a_message_over_4_mib_is_resource_exhausted(
     huge = message_event({"blob": "x" * (5 << 20)})
     error = await refusal(stub.Publish(publish_request(fresh_stream_id(), huge)))
     assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-    # Just under the limit is accepted.
+    # Under 4 MiB, the event's own limit (1 MiB, as on every wire) answers; just under it
+    # is accepted.
+    over = message_event({"blob": "y" * ((4 << 20) - 1024)})
+    error = await refusal(stub.Publish(publish_request(fresh_stream_id(), over)))
+    assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert dict(error.trailing_metadata() or ())["airlane-error-code"] == "event_too_large"
     stream_id = fresh_stream_id()
-    big = message_event({"blob": "y" * ((4 << 20) - 1024)})
+    big = message_event({"blob": "y" * (MAX_EVENT_BYTES - 64)})
     assert (await stub.Publish(publish_request(stream_id, big))).seq == 1
     await assert_still_serving(stub, gateway.url)
 

@@ -56,7 +56,9 @@ def test_deep_json_bodies(server: ServerProcess) -> None:
         )
         assert past.status_code == 400, past.text
         assert past.json()["error"]["code"] == "invalid_event"
-        at = http.post("/v1/logs/deep/events", json={"type": "a.v1", "data": nested(50)})
+        at = http.post(
+            "/v1/logs/deep/events", json={"type": "a.v1", "data": nested(MAX_EVENT_DEPTH)}
+        )
         assert at.status_code == 201, at.text
         schema: Any = {"type": "object"}
         for _ in range(MAX_SCHEMA_DEPTH // 2 + 1):

@@ -32,7 +32,9 @@ def chat(**fields) -> bytes:
 
 @pytest.fixture(scope="module")
 def http(server) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.url, timeout=10) as client:
+    # Bodies say they are JSON, as clients do: what is inside them is what is tested here.
+    headers = {"content-type": "application/json"}
+    with httpx.Client(base_url=server.url, timeout=10, headers=headers) as client:
         yield client
 
 

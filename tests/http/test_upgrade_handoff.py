@@ -118,7 +118,7 @@ async def _raw_upgrade(server: ServerProcess, extra: bytes) -> bytes:
     host, port = server.url.removeprefix("http://").rsplit(":", 1)
     reader, writer = await asyncio.open_connection(host, int(port))
     writer.write(
-        b"GET /v1/loadtest/ws?chunks=1 HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\n"
+        b"GET /v1/loadtest/ws?chunks=1 HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\n"
         b"Upgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n" + extra + b"\r\n"
     )
     head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)

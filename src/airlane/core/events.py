@@ -107,6 +107,10 @@ class Event:
     """Position in the stream, assigned on append; 0 before."""
     ts_ns: int = 0
     """Monotonic time (ns) at which the log accepted the event; 0 before."""
+    held: int = 0
+    """Bytes ``data`` holds, as far as byte retention is concerned: the encoded size of a
+    payload a client published (`airlane.wire.limits` measures it once); 0 where ``data`` is
+    small and fixed (usage, status, terminal events)."""
     _encoded: dict[str, bytes] | None = field(default=None, init=False, repr=False)
     # Created on first use: most events are encoded for one format, many never are, and every
     # container allocated per event is work for the garbage collector.
@@ -185,7 +189,7 @@ class Event:
     @property
     def size(self) -> int:
         """Approximate memory cost, counted against byte retention."""
-        size = EVENT_OVERHEAD_BYTES + len(self.text)
+        size = EVENT_OVERHEAD_BYTES + len(self.text) + self.held
         if self.raw is not None:
             size += len(self.raw)
         return size
@@ -219,6 +223,7 @@ class Event:
             get("raw", self.raw),
             get("seq", self.seq),
             get("ts_ns", self.ts_ns),
+            get("held", self.held),
         )
 
 

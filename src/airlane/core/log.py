@@ -234,7 +234,9 @@ class StreamLog:
                 store(event)
                 # Event.size, inlined (a property call per event costs more than the sum).
                 raw = event.raw
-                text_bytes += len(event.text) if raw is None else len(event.text) + len(raw)
+                text_bytes += len(event.text) + event.held
+                if raw is not None:
+                    text_bytes += len(raw)
         finally:
             self.next_seq = seq
             self._last_delta_seq = last_delta

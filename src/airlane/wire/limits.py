@@ -2,14 +2,14 @@
 every wire and is counted at the bytes it holds.
 
 - **Depth**: JSON nested at most `MAX_EVENT_DEPTH` levels (objects and arrays). Deeper ones
-  cannot cross every wire: protobuf's ``Struct`` stops at 100 levels, orjson at 255, and a
-  reader's JSON parser may stop sooner; refused at publish with ``invalid_event`` (400).
+  cannot cross every wire: protobuf stops at 100 message levels, and a ``Struct`` takes two
+  per JSON level (a ``Value`` holding a ``Struct`` or ``ListValue``); orjson stops at 255, and
+  a reader's JSON parser may stop sooner. Refused at publish with ``invalid_event`` (400).
 - **Size**: at most ``max_bytes`` (`MAX_EVENT_BYTES` by default) of encoded JSON (a delta's
   or tool call's text in UTF-8); refused with ``event_too_large`` (413).
 
-A ``message`` event's payload is encoded here, once: the stream keeps those bytes (`Event.raw`)
-instead of the decoded objects, so retention counts what the stream holds and every reader's
-wire sends the same bytes without encoding them again.
+A payload's encoded size is measured here, once, and kept with the event (`Event.held`), so
+that a stream's byte retention counts what its events hold, not only their text.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ __all__ = [
     "publishable",
 ]
 
-MAX_EVENT_DEPTH = 64
+MAX_EVENT_DEPTH = 32
 """The deepest nesting of objects and arrays a published event may hold."""
 
 MAX_EVENT_BYTES = 1024 * 1024
@@ -45,8 +45,8 @@ MAX_SCHEMA_DEPTH = 48
 
 
 def publishable(event: Event, max_bytes: int = MAX_EVENT_BYTES) -> Event:
-    """``event`` as a stream keeps it (a message's payload encoded, `Event.raw`), or the
-    refusal that says which limit it passes."""
+    """``event``, its payload's size recorded (`Event.held`), or the refusal that says which
+    limit it passes."""
     kind = event.kind
     if kind is Kind.DELTA or kind is Kind.TOOL_CALL:
         _check_size(len(event.text.encode()), max_bytes)
@@ -58,10 +58,10 @@ def publishable(event: Event, max_bytes: int = MAX_EVENT_BYTES) -> Event:
             _check_size(len(event.raw), max_bytes)
             return event
         payload = (event.data or {}).get("payload")
-        raw = _check_json(payload, max_bytes)
-        return Event.message(raw=raw, lane=event.lane, tokens=event.tokens)
+        event.held = len(_check_json(payload, max_bytes))
+        return event
     if event.data:
-        _check_json(event.data, max_bytes)
+        event.held = len(_check_json(event.data, max_bytes))
     return event
 
 
