@@ -96,3 +96,39 @@ async def test_a_tenant_over_its_generations_is_refused_until_one_ends() -> None
                 await response.aread()  # the first one runs to its end
             third = await http.post("/v1/streams", json=body, headers=key)
             assert third.status_code == 201, third.text
+
+
+def test_generated_tokens_per_tenant_are_charged_when_a_generation_ends() -> None:
+    now = [0.0]
+    quotas = Quotas(QuotaConfig(tenant_tokens_per_min=60, tenant_tokens_burst=20),
+                    clock=lambda: now[0])  # fmt: skip
+    quotas.start_stream(ANN)()  # the budget is whole: it starts
+    quotas.charge_tokens(ANN, 25)  # it produced more than the burst: the tenant owes 5
+    with pytest.raises(QuotaExceeded, match="tenant team has generated its 60 tokens/min") as no:
+        quotas.start_stream(AL)
+    assert no.value.retry_after_s == pytest.approx(6.0)  # 6 tokens back at one a second
+    quotas.start_stream(Principal("bo", tenant="other"))  # another tenant is not concerned
+    now[0] = 6.0
+    quotas.start_stream(AL)
+
+
+async def test_a_tenant_over_its_tokens_is_refused_and_the_running_one_is_not_cut() -> None:
+    config = "[quotas]\ntenant_tokens_per_min = 6\ntenant_tokens_burst = 5\n"
+    body = {"model": "synthetic", "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 30}  # fmt: skip
+    keys = ["--api-key", "alice@acme=sk-a", "--api-key", "bob@beta=sk-b"]
+    with run_server(*keys, config=config) as gateway:
+        async with httpx.AsyncClient(base_url=gateway.url, timeout=20) as http:
+            alice = {"authorization": "Bearer sk-a"}
+            first = await http.post("/v1/chat/completions", json=body, headers=alice)
+            assert first.status_code == 200, first.text
+            produced = first.json()["usage"]["completion_tokens"]
+            assert produced > 5  # all of it, past the budget of 5: never cut short
+            refused = await http.post("/v1/chat/completions", json=body, headers=alice)
+            assert refused.status_code == 429, refused.text
+            assert refused.json()["error"]["code"] == "quota_exceeded"
+            owed = produced - 5 + 1  # back to one token, at 6 a minute
+            assert int(refused.headers["retry-after"]) >= owed * 10 - 1
+            bob = {"authorization": "Bearer sk-b"}
+            other = await http.post("/v1/chat/completions", json=body, headers=bob)
+            assert other.status_code == 200, other.text

@@ -1,11 +1,14 @@
 """`Quotas`: how much each principal and each tenant may ask of this node.
 
-Two limits today, both off unless configured (``[quotas]``):
+Three limits today, all off unless configured (``[quotas]``):
 
 - **requests**: a token bucket per principal and one per tenant (a rate per second and a
   burst), spent by every authenticated request (an HTTP request, a WebSocket or AIRC
   connection, a gRPC call);
-- **concurrent streams**: generations a tenant may have running at once.
+- **concurrent streams**: generations a tenant may have running at once;
+- **generated tokens**: completion tokens per minute per tenant, from the usage ledger. A
+  generation is charged what it produced when it ends (a running one is never cut short); a
+  new one starts only while the tenant's budget is not spent.
 
 A request over a limit is refused with ``quota_exceeded`` (HTTP 429 with ``Retry-After``,
 WebSocket close 4429, gRPC ``RESOURCE_EXHAUSTED``, an AIRC ``ERROR``), saying which limit and
@@ -52,10 +55,15 @@ class QuotaConfig:
     """As ``requests_burst``, per tenant."""
     concurrent_streams: int = 0
     """Generations a tenant may have running at once."""
+    tenant_tokens_per_min: float = 0.0
+    """Completion tokens a tenant's generations may produce per minute."""
+    tenant_tokens_burst: int = 0
+    """Tokens a tenant may spend at once above its rate (0: one minute's worth)."""
 
     def __post_init__(self) -> None:
         for name in ("requests_per_s", "requests_burst", "tenant_requests_per_s",
-                     "tenant_requests_burst", "concurrent_streams"):  # fmt: skip
+                     "tenant_requests_burst", "concurrent_streams", "tenant_tokens_per_min",
+                     "tenant_tokens_burst"):  # fmt: skip
             if getattr(self, name) < 0:
                 raise ValueError(f"[quotas] {name} must be 0 (off) or more")
 
@@ -68,6 +76,23 @@ class _Buckets:
         self.burst = float(burst or max(1, math.ceil(rate)))
         self._clock = clock
         self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+
+    def balance(self, key: str) -> float:
+        """``key``'s tokens now (below 0 while it repays a debt)."""
+        found = self._buckets.get(key)
+        if found is None:
+            return self.burst
+        tokens, then = found
+        return min(self.burst, tokens + (self._clock() - then) * self.rate)
+
+    def spend(self, key: str, amount: float) -> None:
+        """Take ``amount`` tokens from ``key``'s bucket, into debt if need be."""
+        now = self._clock()
+        balance = self.balance(key)
+        self._buckets.pop(key, None)
+        self._buckets[key] = (balance - amount, now)
+        while len(self._buckets) > MAX_BUCKETS:
+            self._buckets.popitem(last=False)
 
     def take(self, key: str) -> float:
         """Spend one token of ``key``'s bucket: 0.0 if there was one, else the seconds until
@@ -100,6 +125,8 @@ class Quotas:
         self._principals = _Buckets(c.requests_per_s, c.requests_burst, clock)
         self._tenants = _Buckets(c.tenant_requests_per_s, c.tenant_requests_burst, clock)
         self._streams: dict[str, int] = {}
+        tokens_burst = c.tenant_tokens_burst or math.ceil(c.tenant_tokens_per_min)
+        self._tokens = _Buckets(c.tenant_tokens_per_min / 60.0, tokens_burst, clock)
         self.refused = 0
         """Requests refused so far."""
 
@@ -119,6 +146,14 @@ class Quotas:
     def start_stream(self, principal: Principal) -> Callable[[], None]:
         """Count a generation of ``principal``'s tenant; the call-back that ends it.
         `QuotaExceeded` if the tenant has as many running as it may."""
+        if self.counts_tokens:
+            tenant_tokens = self._tokens.balance(principal.tenant)
+            if tenant_tokens < 1.0:
+                rate = self.config.tenant_tokens_per_min
+                wait = (1.0 - tenant_tokens) / self._tokens.rate
+                self._refuse(
+                    f"tenant {principal.tenant} has generated its {rate:g} tokens/min", wait
+                )
         limit = self.config.concurrent_streams
         if not limit:
             return _nothing  # no count kept when there is no limit to keep it for
@@ -141,6 +176,16 @@ class Quotas:
                 del self._streams[tenant]
 
         return release
+
+    @property
+    def counts_tokens(self) -> bool:
+        """Whether generated tokens are limited (and so must be charged)."""
+        return self.config.tenant_tokens_per_min > 0
+
+    def charge_tokens(self, principal: Principal, tokens: int) -> None:
+        """Charge a finished generation's completion tokens to ``principal``'s tenant."""
+        if self.counts_tokens and tokens > 0:
+            self._tokens.spend(principal.tenant, tokens)
 
     def _refuse(self, why: str, wait_s: float) -> None:
         self.refused += 1

@@ -27,7 +27,7 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -354,7 +354,10 @@ class Gateway:
         # The producer's first steps run here, in the request's own loop turn: its first batch
         # and its pacing clock start with its setup, not after every other request that
         # arrived in the same turn (which would also put all their paced deadlines in step).
-        task = start_eagerly(self._produce(key, request), name=f"produce {key}")
+        producing = self._produce(key, request)
+        if self.quotas.counts_tokens:
+            producing = self._charged(principal, key, producing)
+        task = start_eagerly(producing, name=f"produce {key}")
         if task is None:  # it ran to its end in its first steps
             release()
         else:
@@ -448,6 +451,17 @@ class Gateway:
             return await self.hub.snapshot(key)
 
     # -- producing --------------------------------------------------------------------------
+
+    async def _charged(
+        self, principal: Principal, key: str, producing: Coroutine[Any, Any, None]
+    ) -> None:
+        """Run ``producing``, then charge its completion tokens to the tenant's quota."""
+        try:
+            await producing
+        finally:
+            with contextlib.suppress(HubError, asyncio.CancelledError):
+                usage = (await self.hub.info(key)).usage or {}
+                self.quotas.charge_tokens(principal, int(usage.get("completion_tokens", 0)))
 
     async def _produce(self, stream_id: str, request: GenerationRequest) -> None:
         """Copy the backend's events into the stream; always leave it ended."""
