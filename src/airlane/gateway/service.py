@@ -72,6 +72,7 @@ from airlane.security import (
     Unauthenticated,
 )
 from airlane.security.audit import AuditedPolicy, AuditLog
+from airlane.security.rbac import RbacPolicy
 from airlane.wire.limits import MAX_EVENT_BYTES, publishable
 
 if TYPE_CHECKING:  # the arbiter's machinery loads only when a conflict is settled
@@ -183,6 +184,9 @@ class Gateway:
         self.artifacts = Artifacts(self.security)
         self.quotas = quotas or Quotas()
         self.auth_guard = auth_guard or AuthGuard()
+        # Request facts (headers decoded, credentials left out) are made per request only
+        # where a policy file's rules can look at them.
+        self._rules_see_requests = isinstance(self.security.policy, RbacPolicy)
         """Failed authentications per client address (`airlane.gateway.authguard`)."""
         """What each principal and tenant may ask of this node."""
         self.tickets = Tickets()
@@ -245,13 +249,13 @@ class Gateway:
         *,
         ticket: str | None = None,
         origin: str | None = None,
-        request: RequestFacts | None = None,
+        request: Callable[[], RequestFacts] | None = None,
     ) -> Principal:
         """The principal behind a ticket (`issue_ticket`), a bearer token (None: none was
         sent), or the client certificate a TLS listener verified (``peer``), in that order;
         `Unauthenticated` if the gate refuses it (audited, with ``origin``: the client's
-        address, which the principal carries too, as it carries ``request``: what the
-        transport knows of the request, for policy rules)."""
+        address, which the principal carries too, as it carries ``request()``: what the
+        transport knows of the request, made only where a policy file's rules can match it)."""
         try:
             self.auth_guard.check(origin)
             try:
@@ -266,9 +270,10 @@ class Gateway:
         except AirlaneError as exc:
             self.audit.record("deny", exc.code.value, reason=str(exc), origin=origin)
             raise
-        if origin is None and request is None:
+        facts = request() if request is not None and self._rules_see_requests else None
+        if origin is None and facts is None:
             return principal
-        return replace(principal, origin=origin, request=request)
+        return replace(principal, origin=origin, request=facts)
 
     def issue_ticket(self, principal: Principal) -> tuple[str, float]:
         """A short-lived ticket standing for ``principal`` (for a WebSocket or EventSource

@@ -69,8 +69,9 @@ class MemoryHubConfig:
     max_streams: int = DEFAULT_MAX_STREAMS
     """Streams held at once; creating one more raises `HubFull`."""
     max_tenant_streams: int = DEFAULT_MAX_STREAMS // 4
-    """Streams one tenant may hold at once (`airlane.core.scope`; the default tenant's count
-    as one): no tenant can take the whole hub from the others."""
+    """Streams one named tenant may hold at once (`airlane.core.scope`): no tenant can take
+    the whole hub from the others. The default tenant (a gateway without keys is all of it)
+    is bound by ``max_streams`` only."""
     max_subscribers: int = DEFAULT_MAX_SUBSCRIBERS
     """Cursors held at once, over all streams."""
     ended_ttl_s: float = DEFAULT_ENDED_TTL_S
@@ -299,7 +300,7 @@ class MemoryHub(Hub):
             raise HubFull(f"the hub holds {self.config.max_streams} streams, its limit")
         tenant = split_scope(stream_id)[0]
         held = self._tenant_streams.get(tenant, 0)
-        if held >= self.config.max_tenant_streams:
+        if tenant is not None and held >= self.config.max_tenant_streams:
             limit = self.config.max_tenant_streams
             raise HubFull(f"this tenant holds {limit} streams, its limit in this hub")
         now = time.monotonic()

@@ -92,8 +92,12 @@ _I32 = (-(1 << 31), (1 << 31) - 1)
 
 
 _AIRC = RequestFacts("airc")
-"""What a policy rule can match of an AIRC request: the wire (AIRC has no method, path or
-per-request metadata)."""
+
+
+def _airc_facts() -> RequestFacts:
+    """What a policy rule can match of an AIRC request: the wire (AIRC has no method, path or
+    per-request metadata)."""
+    return _AIRC
 
 
 class Link(Protocol):
@@ -312,7 +316,7 @@ class AircSession:
     def _authenticate(self, message: Auth) -> None:
         try:
             self._principal = self.gateway.authenticate(
-                message.token or None, self._peer, origin=self._origin, request=_AIRC
+                message.token or None, self._peer, origin=self._origin, request=_airc_facts
             )
         except AirlaneError as exc:
             self._refuse(message.request_id, exc)
@@ -326,7 +330,7 @@ class AircSession:
         if self._principal is None:
             try:
                 self._principal = self.gateway.authenticate(
-                    None, self._peer, origin=self._origin, request=_AIRC
+                    None, self._peer, origin=self._origin, request=_airc_facts
                 )
             except AirlaneError:
                 if self._peer is not None:

@@ -7,6 +7,7 @@ over HTTP and the other way round, on any node (the gateway keeps the consumer g
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -67,7 +68,7 @@ class EventLogService(eventlog_pb2_grpc.EventLogsServicer):
             bearer_token(metadata),
             caller_identity(context, self.tls, self.forwarded),
             origin=peer_address(context.peer()),
-            request=request_facts(metadata),
+            request=functools.partial(request_facts, metadata),
         )
         checked_call()
         return principal

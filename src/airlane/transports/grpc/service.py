@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -73,7 +74,7 @@ class AirlaneService(service_pb2_grpc.AirlaneServicer):
             bearer_token(metadata),
             caller_identity(context, self.tls, self.forwarded),
             origin=peer_address(context.peer()),
-            request=request_facts(metadata),
+            request=functools.partial(request_facts, metadata),
         )
         checked_call()
         return principal

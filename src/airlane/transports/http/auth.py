@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from airlane.gateway import Gateway, Principal, RequestFacts
 from airlane.transports.http.asgi import Request
 from airlane.transports.http.config import HttpConfig
@@ -21,7 +23,7 @@ def authenticate(gateway: Gateway, config: HttpConfig, request: Request) -> Prin
         request.peer,
         ticket=request.query.get("ticket"),
         origin=str(client[0]) if client else None,
-        request=request_facts(request),
+        request=functools.partial(request_facts, request),
     )
 
 
