@@ -171,8 +171,9 @@ class FrameDecoder:
 
     def feed(self, data: bytes) -> list[Frame]:
         """Add ``data``; return every frame it completes, in order."""
-        if self._failed is not None:
-            raise self._failed
+        failed = self._failed
+        if failed is not None:
+            raise AircProtocolError(failed.goaway, failed.reason)
         buffer = self._buffer
         try:
             if buffer:
@@ -187,7 +188,9 @@ class FrameDecoder:
                 view = bytes(data)  # no copy when data is already bytes
             frames, offset = self._frames(view)
         except AircProtocolError as exc:
-            self._failed = exc
+            # A copy without the traceback: the raised one's frames hold this decoder, so
+            # keeping it would make a reference cycle that lives until a full collection.
+            self._failed = AircProtocolError(exc.goaway, exc.reason)
             buffer.clear()
             raise
         left = len(view) - offset
