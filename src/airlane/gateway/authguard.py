@@ -15,7 +15,6 @@ Clients behind one NAT share an address, and so a budget: the defaults leave roo
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -23,6 +22,7 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from airlane.core.errors import AirlaneError, ErrorCode
+from airlane.gateway.buckets import TokenBuckets
 
 __all__ = ["MAX_ADDRESSES", "AuthGuard", "AuthGuardConfig"]
 
@@ -51,23 +51,21 @@ class AuthGuard(Collector):
         self, config: AuthGuardConfig | None = None, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.config = config or AuthGuardConfig()
-        self._clock = clock
-        self._rate = self.config.per_min / 60.0
-        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+        self._on = self.config.per_min > 0
+        self._buckets = TokenBuckets(
+            self.config.per_min / 60.0, self.config.burst, clock, MAX_ADDRESSES
+        )
         self.failures = 0
         self.refused = 0
 
     def check(self, address: str | None) -> None:
         """Refuse an authentication from ``address`` while its failures are spent."""
-        if address is None or not self._rate:
+        if address is None or not self._on:
             return
-        found = self._buckets.get(address)
-        if found is None:
-            return
-        tokens = self._tokens(found)
-        if tokens < 1.0:
+        balance = self._buckets.balance(address)
+        if balance < 1.0:
             self.refused += 1
-            wait = (1.0 - tokens) / self._rate
+            wait = self._buckets.wait(balance)
             raise AirlaneError(
                 f"too many failed authentications from {address}; retry in {wait:.0f} s",
                 code=ErrorCode.TOO_MANY_REQUESTS,
@@ -77,18 +75,8 @@ class AuthGuard(Collector):
     def failed(self, address: str | None) -> None:
         """Count a failed authentication from ``address``."""
         self.failures += 1
-        if address is None or not self._rate:
-            return
-        buckets = self._buckets
-        found = buckets.pop(address, None)
-        tokens = float(self.config.burst) if found is None else self._tokens(found)
-        buckets[address] = (tokens - 1.0, self._clock())
-        while len(buckets) > MAX_ADDRESSES:
-            buckets.popitem(last=False)
-
-    def _tokens(self, found: tuple[float, float]) -> float:
-        tokens, then = found
-        return min(float(self.config.burst), tokens + (self._clock() - then) * self._rate)
+        if address is not None and self._on:
+            self._buckets.spend(address)
 
     def collect(self) -> Iterator[Metric]:
         """The counters, for ``/metrics``."""

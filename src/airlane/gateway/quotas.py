@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import math
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from airlane.core.errors import AirlaneError, ErrorCode
+from airlane.gateway.buckets import TokenBuckets
 from airlane.security import Principal
 
 __all__ = ["MAX_BUCKETS", "QuotaConfig", "QuotaExceeded", "Quotas"]
@@ -68,49 +68,6 @@ class QuotaConfig:
                 raise ValueError(f"[quotas] {name} must be 0 (off) or more")
 
 
-class _Buckets:
-    """Token buckets by key: ``rate`` tokens a second, ``burst`` at most."""
-
-    def __init__(self, rate: float, burst: int, clock: Callable[[], float]) -> None:
-        self.rate = rate
-        self.burst = float(burst or max(1, math.ceil(rate)))
-        self._clock = clock
-        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
-
-    def balance(self, key: str) -> float:
-        """``key``'s tokens now (below 0 while it repays a debt)."""
-        found = self._buckets.get(key)
-        if found is None:
-            return self.burst
-        tokens, then = found
-        return min(self.burst, tokens + (self._clock() - then) * self.rate)
-
-    def spend(self, key: str, amount: float) -> None:
-        """Take ``amount`` tokens from ``key``'s bucket, into debt if need be."""
-        now = self._clock()
-        balance = self.balance(key)
-        self._buckets.pop(key, None)
-        self._buckets[key] = (balance - amount, now)
-        while len(self._buckets) > MAX_BUCKETS:
-            self._buckets.popitem(last=False)
-
-    def take(self, key: str) -> float:
-        """Spend one token of ``key``'s bucket: 0.0 if there was one, else the seconds until
-        there is (nothing spent)."""
-        now = self._clock()
-        tokens, then = self._buckets.pop(key, (self.burst, now))
-        tokens = min(self.burst, tokens + (now - then) * self.rate)
-        wait = 0.0
-        if tokens >= 1.0:
-            tokens -= 1.0
-        else:
-            wait = (1.0 - tokens) / self.rate
-        self._buckets[key] = (tokens, now)
-        while len(self._buckets) > MAX_BUCKETS:
-            self._buckets.popitem(last=False)
-        return wait
-
-
 def _nothing() -> None:
     """What ends a generation that no limit counts."""
 
@@ -122,11 +79,15 @@ class Quotas:
         self, config: QuotaConfig | None = None, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.config = c = config or QuotaConfig()
-        self._principals = _Buckets(c.requests_per_s, c.requests_burst, clock)
-        self._tenants = _Buckets(c.tenant_requests_per_s, c.tenant_requests_burst, clock)
+        self._principals = TokenBuckets(c.requests_per_s, c.requests_burst, clock, MAX_BUCKETS)
+        self._tenants = TokenBuckets(
+            c.tenant_requests_per_s, c.tenant_requests_burst, clock, MAX_BUCKETS
+        )
         self._streams: dict[str, int] = {}
         tokens_burst = c.tenant_tokens_burst or math.ceil(c.tenant_tokens_per_min)
-        self._tokens = _Buckets(c.tenant_tokens_per_min / 60.0, tokens_burst, clock)
+        self._tokens = TokenBuckets(
+            c.tenant_tokens_per_min / 60.0, tokens_burst, clock, MAX_BUCKETS
+        )
         self.refused = 0
         """Requests refused so far."""
 
@@ -150,7 +111,7 @@ class Quotas:
             tenant_tokens = self._tokens.balance(principal.tenant)
             if tenant_tokens < 1.0:
                 rate = self.config.tenant_tokens_per_min
-                wait = (1.0 - tenant_tokens) / self._tokens.rate
+                wait = self._tokens.wait(tenant_tokens)
                 self._refuse(
                     f"tenant {principal.tenant} has generated its {rate:g} tokens/min", wait
                 )

@@ -464,7 +464,7 @@ class Gateway:
         try:
             await producing
         finally:
-            with contextlib.suppress(HubError, asyncio.CancelledError):
+            with contextlib.suppress(HubError):
                 usage = (await self.hub.info(key)).usage or {}
                 self.quotas.charge_tokens(principal, int(usage.get("completion_tokens", 0)))
 
