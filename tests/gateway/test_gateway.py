@@ -8,7 +8,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 import pytest
 
 from airlane.backends import BackendError, GenerationRequest, SyntheticBackend, SyntheticConfig
-from airlane.core import Event, Kind, OrphanMode, OrphanPolicy
+from airlane.core import Event, Kind, OrphanMode, OrphanPolicy, Retention, StreamTooLarge
 from airlane.gateway import Gateway, GatewayConfig
 from airlane.hub import HubFull, MemoryHub, MemoryHubConfig
 from airlane.security import ANONYMOUS, ApiKeyPolicy, PermissionDenied, Principal, Unauthenticated
@@ -102,6 +102,23 @@ async def test_backend_batches_are_appended_in_order_up_to_the_end(hub, batches,
     assert text_of(events) == "ab" and events[-1].kind is Kind.DONE
     assert events[-1].data is not None and events[-1].data["finish_reason"] == expected
     assert (await gateway.info(ANONYMOUS, info.stream_id)).last_seq == 3
+    await gateway.aclose()
+
+
+async def test_a_generation_that_reaches_the_text_limit_ends_with_length(hub: MemoryHub):
+    batches = [[Event.delta("abc")] for _ in range(10)]
+    config = GatewayConfig(retention=Retention(max_text_chars=8))
+    gateway = Gateway(hub, ScriptedBackend(batches), config=config)
+    await gateway.start()
+    info = await gateway.generate(ANONYMOUS, request())
+    async with await gateway.subscribe(ANONYMOUS, info.stream_id) as sub:
+        events = await drain(sub)
+    assert text_of(events) == "abcabc" and events[-1].kind is Kind.DONE
+    assert events[-1].data is not None and events[-1].data["finish_reason"] == "length"
+    await gateway.create_named(ANONYMOUS, "notes")
+    await gateway.publish(ANONYMOUS, "notes", Event.delta("x" * 8))  # named streams too
+    with pytest.raises(StreamTooLarge):
+        await gateway.publish(ANONYMOUS, "notes", Event.delta("y"))
     await gateway.aclose()
 
 

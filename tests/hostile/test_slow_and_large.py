@@ -15,23 +15,16 @@ import contextlib
 import socket
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.hostile.memory import rss_mib
 from tests.servers import ServerProcess, run_server
 
 pytestmark = pytest.mark.timeout(120)
 
 RSS_BOUND_MIB = 64
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS")
 
 
 @pytest.fixture(scope="module")

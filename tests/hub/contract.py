@@ -11,7 +11,15 @@ import time
 
 import pytest
 
-from airlane.core import Event, Kind, OrphanMode, OrphanPolicy, Position, Retention
+from airlane.core import (
+    Event,
+    Kind,
+    OrphanMode,
+    OrphanPolicy,
+    Position,
+    Retention,
+    StreamTooLarge,
+)
 from airlane.hub import (
     Hub,
     InvalidResume,
@@ -83,6 +91,20 @@ class HubContract:
         with pytest.raises(StreamEnded):
             await hub.append_many("batch-end", [Event.delta("c")])
         assert await hub.append_many("batch-end", []) == []
+
+    async def test_text_past_the_stream_limit_is_refused_and_not_stored(self, hub: Hub):
+        # Folding keeps all text in the snapshot, so a stream's text is capped over its life,
+        # retained or folded: the batch that would pass the cap is refused whole.
+        await hub.create("capped", retention=Retention(max_events=2, max_text_chars=10))
+        await hub.append_many("capped", [Event.delta("abcd"), Event.delta("efgh")])
+        with pytest.raises(StreamTooLarge, match="limit of 10"):
+            await hub.append_many("capped", [Event.delta("i"), Event.delta("jkl")])
+        await hub.append("capped", Event.message({"n": 1}))  # what folding drops is not text
+        await hub.append("capped", Event.delta("ij"))
+        await hub.append("capped", Event.done())
+        async with await hub.subscribe("capped") as sub:
+            assert text_of(await drain(sub)) == "abcdefghij"
+        assert (await hub.info("capped")).last_seq == 5
 
     async def test_create_twice_and_unknown_streams(self, hub: Hub):
         info = await hub.create("agents/1/events")

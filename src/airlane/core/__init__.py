@@ -7,7 +7,7 @@ Nothing here does I/O or reads a clock; time is always passed in.
 from airlane.core.errors import AirlaneError, BadRequest, ErrorCode, NotFound
 from airlane.core.events import TERMINAL_KINDS, Channel, Event, Kind, Lane
 from airlane.core.info import StreamInfo
-from airlane.core.log import Cursor, ResumeOutOfRange, StreamClosed, StreamLog
+from airlane.core.log import Cursor, ResumeOutOfRange, StreamClosed, StreamLog, StreamTooLarge
 from airlane.core.orphan import OrphanMode, OrphanPolicy, OrphanTracker
 from airlane.core.position import (
     BadResumeToken,
@@ -41,6 +41,7 @@ __all__ = [
     "StreamClosed",
     "StreamInfo",
     "StreamLog",
+    "StreamTooLarge",
     "UsageLedger",
     "valid_hub_stream_id",
     "valid_stream_id",

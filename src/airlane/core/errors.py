@@ -76,6 +76,7 @@ class ErrorCode(enum.StrEnum):
     STREAM_NOT_FOUND = "stream_not_found"
     STREAM_EXISTS = "stream_exists"
     STREAM_ENDED = "stream_ended"
+    STREAM_TOO_LARGE = "stream_too_large"
     UNKNOWN_STREAM = "unknown_stream"
     ALREADY_SUBSCRIBED = "already_subscribed"
     NOT_SUBSCRIBED = "not_subscribed"

@@ -43,6 +43,7 @@ __all__ = [
     "ResumeOutOfRange",
     "StreamClosed",
     "StreamLog",
+    "StreamTooLarge",
 ]
 
 DEFAULT_MAX_COALESCE_CHARS = 16384
@@ -51,6 +52,7 @@ DEFAULT_MAX_COALESCE_CHARS = 16384
 # Module constants, not enum attribute lookups, on the per-event path.
 _DELTA = Kind.DELTA
 _SNAPSHOT = Kind.SNAPSHOT
+_TOOL_CALL = Kind.TOOL_CALL
 _USAGE = Kind.USAGE
 # Kinds `StreamLog.append_many` has more to do for than assign a seq and store.
 _SPECIAL_KINDS = frozenset({Kind.SNAPSHOT, Kind.USAGE, *TERMINAL_KINDS})
@@ -67,6 +69,12 @@ class StreamClosed(AirlaneError):
     """Local misuse: an append after the stream's terminal event."""
 
     code = ErrorCode.STREAM_ENDED
+
+
+class StreamTooLarge(AirlaneError):
+    """An append would take the stream past its text limit (`Retention.max_text_chars`)."""
+
+    code = ErrorCode.STREAM_TOO_LARGE
 
 
 class ResumeOutOfRange(AirlaneError, ValueError):
@@ -121,6 +129,7 @@ class StreamLog:
         "_max_events",
         "_retained_bytes",
         "_retention",
+        "_text_chars",
         "_ttl_ns",
         "epoch",
         "folded",
@@ -162,6 +171,8 @@ class StreamLog:
         self._events: list[Event] = []
         self._head = 0
         self._retained_bytes = 0
+        # Text characters appended over the stream's life, folded or not (`check_text`).
+        self._text_chars = 0
         # The seq of the newest delta: a reader past it has nothing to coalesce.
         self._last_delta_seq = 0
 
@@ -192,6 +203,31 @@ class StreamLog:
         """The limits on this stream's history (fixed when the log is made)."""
         return self._retention
 
+    @property
+    def text_chars(self) -> int:
+        """Characters of text (deltas, tool-call arguments) appended so far, folded or not."""
+        return self._text_chars
+
+    def check_text(self, events: Iterable[Event]) -> None:
+        """`StreamTooLarge` if appending ``events`` would take the stream past its text limit.
+
+        Hubs call this before they store a batch, never `append_many` itself: a replica must
+        take whatever its store holds, and the limit is a refusal to a writer, not to history.
+        """
+        room = self._retention.max_text_chars - self._text_chars
+        adding = 0
+        for event in events:
+            kind = event.kind
+            if kind is _DELTA or kind is _TOOL_CALL:
+                adding += len(event.text)
+        if adding > room:
+            limit = self._retention.max_text_chars
+            raise StreamTooLarge(
+                f"stream {self.stream_id!r} holds {self._text_chars} characters of text; "
+                f"{adding} more would pass its limit of {limit} ([retention] max_text_chars): "
+                "start a new stream"
+            )
+
     def append(self, event: Event, now_ns: int) -> Event:
         """Assign ``event`` the next ``seq``, store it, apply retention, and return it.
 
@@ -213,6 +249,7 @@ class StreamLog:
         terminal = self.terminal
         last_delta = self._last_delta_seq
         text_bytes = 0
+        text_chars = 0  # of deltas and tool calls: what folding keeps
         tokens = 0  # completion tokens not yet handed to the ledger
         try:
             # The common kinds (delta, message) take one membership test and no branch.
@@ -227,6 +264,9 @@ class StreamLog:
                     terminal = self.terminal
                 elif kind is _DELTA:
                     last_delta = seq
+                    text_chars += len(event.text)
+                elif kind is _TOOL_CALL:
+                    text_chars += len(event.text)
                 event.seq = seq
                 event.ts_ns = now_ns
                 seq += 1
@@ -240,6 +280,7 @@ class StreamLog:
         finally:
             self.next_seq = seq
             self._last_delta_seq = last_delta
+            self._text_chars += text_chars
             if tokens:
                 self.ledger.on_append(tokens, now_ns)
             self._retained_bytes += text_bytes + EVENT_OVERHEAD_BYTES * (seq - first_seq)
@@ -312,6 +353,7 @@ class StreamLog:
             raise ValueError("only an empty log can be restored from a snapshot")
         self.folded = folded
         self.next_seq = folded.through_seq + 1
+        self._text_chars = folded.text_chars
         if folded.tokens:
             self.ledger.on_append(folded.tokens, self.ledger.created_ns)
 

@@ -17,6 +17,7 @@ from airlane.core.text import TextBuffer
 __all__ = [
     "DEFAULT_MAX_BYTES",
     "DEFAULT_MAX_EVENTS",
+    "DEFAULT_MAX_TEXT_CHARS",
     "DEFAULT_TTL_S",
     "Folded",
     "Retention",
@@ -28,6 +29,9 @@ DEFAULT_MAX_BYTES = 4 << 20
 """Per-stream cap on retained event bytes; 4 MiB keeps 10k streams within a few GB worst case."""
 DEFAULT_TTL_S = 3600.0
 """Events older than an hour are folded."""
+DEFAULT_MAX_TEXT_CHARS = 4 << 20
+"""Per-stream cap on text over the stream's life: about a million tokens of output, and at
+most 16 MiB of memory (4 bytes per character at worst) in the folded snapshot."""
 
 # Read per event folded: a global is a third of the cost of `Kind.DELTA` on Python 3.11.
 _DELTA, _TOOL_CALL = Kind.DELTA, Kind.TOOL_CALL
@@ -43,12 +47,18 @@ class Retention:
     """Most bytes kept, as counted by `Event.size`."""
     ttl_s: float | None = DEFAULT_TTL_S
     """Events older than this many seconds are folded; None keeps them regardless of age."""
+    max_text_chars: int = DEFAULT_MAX_TEXT_CHARS
+    """Most characters of text (deltas and tool-call arguments) the stream may hold over its
+    whole life: folding keeps all of it in the snapshot, so this, not the retained window,
+    bounds a long stream's memory. An append past it is refused (``stream_too_large``)."""
 
     def __post_init__(self) -> None:
         if self.max_events < 1:
             raise ValueError("Retention.max_events must be at least 1")
         if self.max_bytes < 1:
             raise ValueError("Retention.max_bytes must be at least 1")
+        if self.max_text_chars < 1:
+            raise ValueError("Retention.max_text_chars must be at least 1")
         if self.ttl_s is not None and self.ttl_s <= 0:
             raise ValueError("Retention.ttl_s must be positive or None")
 
@@ -102,6 +112,12 @@ class Folded:
     def lengths(self) -> dict[Channel, int]:
         """Characters of folded text per channel."""
         return {channel: len(buffer) for channel, buffer in self._text.items()}
+
+    @property
+    def text_chars(self) -> int:
+        """Characters of folded text, every channel and tool call's arguments together."""
+        arguments = sum(len(call["arguments"]) for call in self._tool_calls.values())
+        return sum(len(buffer) for buffer in self._text.values()) + arguments
 
     def text(self, channel: Channel) -> str:
         """All folded text of ``channel``."""

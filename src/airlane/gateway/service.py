@@ -39,7 +39,15 @@ from airlane.backends.base import (
     GenerationRequest,
     LoadTestSpec,
 )
-from airlane.core import Event, OrphanMode, OrphanPolicy, Position, Retention, StreamInfo
+from airlane.core import (
+    Event,
+    OrphanMode,
+    OrphanPolicy,
+    Position,
+    Retention,
+    StreamInfo,
+    StreamTooLarge,
+)
 from airlane.core.errors import AirlaneError, BadRequest, ErrorCode
 from airlane.core.events import TERMINAL_KINDS
 from airlane.gateway.artifacts import Artifacts
@@ -496,6 +504,11 @@ class Gateway:
             # Cancelled or deleted while producing, or the backend put events after its
             # terminal one (the hub refuses them): the stream already has its end.
             pass
+        except StreamTooLarge:
+            # The generation reached the stream's text limit: it ends there, as at max_tokens
+            # (the batch that passed it is not stored; the backend's iterator is closed).
+            with contextlib.suppress(StreamEnded, StreamNotFound):
+                await self.hub.append(stream_id, Event.done("length"))
         except BackendError as exc:
             await self._end_with_error(stream_id, Event.error(exc.message, code=exc.code.value))
         except HubError as exc:

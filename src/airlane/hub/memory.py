@@ -337,6 +337,7 @@ class MemoryHub(Hub):
             raise StreamNotFound(f"no stream {stream_id[:200]!r}")
         stream_log = stream.log
         before = stream_log.next_seq
+        stream_log.check_text(events)
         stream.active_ns = now_ns = time.monotonic_ns()
         try:
             stream_log.append_many(events, now_ns)

@@ -203,6 +203,9 @@ class JetStreamHub(MemoryHub):
                 accepted = accepted[: index + 1]
                 break
         async with replica.lock:
+            # Against this node's copy: another node's appends not yet read here may pass
+            # the limit by one batch each, which bounds the overshoot.
+            replica.log.check_text(accepted)
             await self._publish(replica, accepted)
         if len(accepted) < len(events):
             raise StreamEnded(f"stream {stream_id!r} has ended; nothing can be appended")
