@@ -301,3 +301,45 @@ async def test_time_to_first_token_comes_from_the_streams_records_on_every_node(
     there = (await b.info("timed")).usage["time_to_first_token_ms"]  # loaded after the fact
     assert here >= 300
     assert abs(there - here) < 100, (here, there)
+
+
+@pytest.fixture
+async def idle_nodes(nats_session: NatsServer) -> AsyncIterator[tuple[JetStreamHub, JetStreamHub]]:
+    """Two nodes whose streams expire after 1.5 s without a reader or an append."""
+    local = MemoryHubConfig(tick_s=0.05, ended_ttl_s=60, idle_ttl_s=1.5)
+    config = hub_config(nats_session, local=local)
+    a = JetStreamHub(replace(config, node_id="a"))
+    b = JetStreamHub(replace(config, node_id="b"))
+    await a.start()
+    await b.start()
+    yield a, b
+    await a.aclose()
+    await b.aclose()
+
+
+async def test_idle_named_streams_expire_on_any_node_that_holds_them(idle_nodes):
+    a, b = idle_nodes
+    await a.create("idle/quiet")
+    await a.append("idle/quiet", Event.message({"n": 1}))
+    # Written only on b: a's replica follows nothing and must read b's appends first.
+    await a.create("idle/written-elsewhere")
+    await b.append("idle/written-elsewhere", Event.message({"n": 0}))
+    # Read only on b: a learns of the reader from b's heartbeats.
+    await a.create("idle/read-elsewhere")
+    reader = await b.subscribe("idle/read-elsewhere")
+    for n in range(8):  # 3.2 s: past the idle time twice over
+        await b.append("idle/written-elsewhere", Event.message({"n": n + 1}))
+        await asyncio.sleep(0.4)
+    assert (await a.info("idle/quiet")).finish_reason == "expired"
+    assert not (await a.info("idle/written-elsewhere")).ended
+    assert not (await a.info("idle/read-elsewhere")).ended
+    await reader.aclose()
+
+    # Now idle everywhere: ended by whichever node looks first, seen by both.
+    async with asyncio.timeout(6.0):
+        while True:
+            infos = [await hub.info(f"idle/{name}") for hub in (a, b)
+                     for name in ("written-elsewhere", "read-elsewhere")]  # fmt: skip
+            if all(info.finish_reason == "expired" for info in infos):
+                break
+            await asyncio.sleep(0.2)

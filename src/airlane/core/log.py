@@ -204,6 +204,14 @@ class StreamLog:
         return self._retention
 
     @property
+    def newest_ts_ns(self) -> int:
+        """When the newest event was appended (the newest is never folded); the log's
+        creation for an empty one."""
+        if len(self._events) > self._head:
+            return self._events[-1].ts_ns
+        return self.ledger.created_ns
+
+    @property
     def text_chars(self) -> int:
         """Characters of text (deltas, tool-call arguments) appended so far, folded or not."""
         return self._text_chars

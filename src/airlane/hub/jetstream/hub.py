@@ -110,6 +110,7 @@ class JetStreamHub(MemoryHub):
         self._loading: dict[str, asyncio.Future[Replica]] = {}
         self._producing: set[str] = set()
         self._ending: set[str] = set()  # streams whose producer_lost append is under way
+        self._expiring: set[str] = set()  # idle streams whose expired end is under way
         self._nodes = NodeTable(self.member, time.monotonic(), self.js_config.node_timeout_s)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._presence: asyncio.Task[None] | None = None
@@ -598,6 +599,7 @@ class JetStreamHub(MemoryHub):
     def _sweep(self, now: float) -> None:
         ttl = self.config.ended_ttl_s
         now_ns = time.monotonic_ns()
+        idle_before = now_ns - int(self.config.idle_ttl_s * 1e9)
         for stream_id, stream in list(self._streams.items()):
             assert isinstance(stream, Replica)
             if stream.ended_at is not None and now - stream.ended_at >= ttl:
@@ -606,9 +608,46 @@ class JetStreamHub(MemoryHub):
                     self._spawn(self._store.forget(stream.key))
                 continue
             stream.log.trim(now_ns)
+            if self._looks_idle(stream, idle_before):
+                self._expiring.add(stream_id)
+                self._spawn(self._expire_idle(stream, idle_before))
             folded = stream.log.folded.through_seq - stream.snapshot_through
             if stream.orphan is not None and folded >= SNAPSHOT_EVERY:
                 self._spawn(self._store_snapshot(stream))
+
+    def _looks_idle(self, replica: Replica, idle_before: int) -> bool:
+        """Whether ``replica`` may be an idle stream as far as this node knows: not ended, no
+        reader on any node, no producer, nothing appended or read here since
+        ``idle_before`` (`_expire_idle` reads what other nodes appended before deciding)."""
+        stream_id = replica.stream_id
+        return (
+            replica.log.terminal is None
+            and not replica.readers
+            and max(replica.active_ns, replica.log.newest_ts_ns) < idle_before
+            and stream_id not in self._expiring
+            and stream_id not in self._producing
+            and stream_id not in self._nodes.producers
+            and not self._nodes.remote_readers(stream_id)
+        )
+
+    async def _expire_idle(self, replica: Replica, idle_before: int) -> None:
+        """End an idle stream with ``done("expired")``, as `MemoryHub` does, once its replica
+        has read what other nodes appended: any node that holds it may, the first one's end
+        is the stream's. Streams no node holds are bounded by JetStream's ``max_age``."""
+        try:
+            async with replica.lock:
+                await self._catch_up(replica)
+                newest = replica.log.newest_ts_ns
+                if newest >= idle_before or replica.readers or replica.log.terminal is not None:
+                    replica.active_ns = max(replica.active_ns, newest)
+                    return
+                log.info("stream %s idle: ending it", replica.stream_id)
+                with contextlib.suppress(StreamEnded):
+                    await self._publish(replica, [Event.done("expired")])
+        except HubError as exc:
+            log.warning("stream %s: could not end it as idle: %s", replica.stream_id, exc)
+        finally:
+            self._expiring.discard(replica.stream_id)
 
     async def _store_snapshot(self, replica: Replica) -> None:
         """Store the folded history in the snapshot bucket, then purge it from JetStream."""
