@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from airlane.core import Event
+from airlane.core import Event, OrphanMode, OrphanPolicy
 from airlane.hub import HubFull, MemoryHub, MemoryHubConfig, StreamEnded, StreamNotFound
 from tests.hub.contract import HubContract, drain
 
@@ -58,6 +58,21 @@ async def test_one_tenant_cannot_take_the_whole_hub():
         await hub.create(f"plain{n}")  # the default tenant: bound by max_streams only
     await hub.delete("@flood/s0")
     await hub.create("@flood/s3")  # a deleted stream gives its place back
+    await hub.aclose()
+
+
+async def test_named_streams_leave_room_for_generations():
+    hub = MemoryHub(MemoryHubConfig(max_streams=10, generation_share=0.3))
+    for n in range(7):
+        await hub.create(f"named{n}")
+    with pytest.raises(HubFull, match="kept for generations"):
+        await hub.create("named7")
+    for n in range(3):  # a generation has an orphan policy: the reserve is its
+        await hub.create(f"gen{n}", orphan=OrphanPolicy(OrphanMode.KEEP))
+    with pytest.raises(HubFull, match="10 streams, its limit"):
+        await hub.create("gen3", orphan=OrphanPolicy(OrphanMode.KEEP))
+    with pytest.raises(ValueError, match="generation_share"):
+        MemoryHubConfig(generation_share=1.0)
     await hub.aclose()
 
 

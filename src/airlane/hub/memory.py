@@ -72,6 +72,11 @@ class MemoryHubConfig:
     """Streams one named tenant may hold at once (`airlane.core.scope`): no tenant can take
     the whole hub from the others. The default tenant (a gateway without keys is all of it)
     is bound by ``max_streams`` only."""
+    generation_share: float = 0.1
+    """The share of ``max_streams`` only generations (streams with a producer and an orphan
+    policy) may take: named streams, which any client may create without generating, stop at
+    the rest, so they cannot refuse everyone's chat completions (a gateway without keys has a
+    single tenant, which the per-tenant bound does not split)."""
     max_subscribers: int = DEFAULT_MAX_SUBSCRIBERS
     """Cursors held at once, over all streams."""
     ended_ttl_s: float = DEFAULT_ENDED_TTL_S
@@ -83,6 +88,10 @@ class MemoryHubConfig:
     """Housekeeping period: the resolution of orphan deadlines."""
     retention: Retention = field(default_factory=Retention)
     """Default retention for streams created without one."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.generation_share < 1.0:
+            raise ValueError("MemoryHubConfig.generation_share must be at least 0 and below 1")
 
 
 # Epochs and subscriber names must differ, not be secret: a PRNG seeded once from the OS is
@@ -298,6 +307,14 @@ class MemoryHub(Hub):
             return self._info(existing)
         if len(self._streams) >= self.config.max_streams:
             raise HubFull(f"the hub holds {self.config.max_streams} streams, its limit")
+        named_limit = self.config.max_streams - int(
+            self.config.max_streams * self.config.generation_share
+        )
+        if orphan is None and len(self._streams) >= named_limit:
+            raise HubFull(
+                f"the hub holds {len(self._streams)} streams; the rest of its "
+                f"{self.config.max_streams} are kept for generations"
+            )
         tenant = split_scope(stream_id)[0]
         held = self._tenant_streams.get(tenant, 0)
         if tenant is not None and held >= self.config.max_tenant_streams:
