@@ -1,18 +1,27 @@
-"""Quotas: requests per principal and per tenant, generations at once per tenant; over a
-limit is ``quota_exceeded`` with when to retry, on the client's own wire, never a dropped
-connection."""
+"""Quotas: requests per principal and per tenant, generations at once per tenant, generated
+tokens and bytes delivered; over a limit is ``quota_exceeded`` with when to retry, on the
+client's own wire, never a dropped connection (a reader over its bytes is slowed, not cut)."""
 
 from __future__ import annotations
 
+import time
+
 import grpc
 import httpx
+import orjson
 import pytest
+from websockets.asyncio.client import connect
 
+from airlane.backends import SyntheticBackend
+from airlane.core import Event
+from airlane.eventlog import NewEvent
+from airlane.gateway import Gateway
 from airlane.gateway.quotas import QuotaConfig, QuotaExceeded, Quotas
+from airlane.hub import MemoryHub
 from airlane.security import Principal
 from airlane.v1 import service_pb2
 from tests.grpc_transport.conftest import airlane_stub
-from tests.servers import run_server
+from tests.servers import ServerProcess, run_server
 
 ANN, AL = Principal("ann", tenant="team"), Principal("al", tenant="team")
 
@@ -132,3 +141,121 @@ async def test_a_tenant_over_its_tokens_is_refused_and_the_running_one_is_not_cu
             bob = {"authorization": "Bearer sk-b"}
             other = await http.post("/v1/chat/completions", json=body, headers=bob)
             assert other.status_code == 200, other.text
+
+
+def test_bytes_delivered_per_principal_and_per_tenant() -> None:
+    now = [0.0]
+    quotas = Quotas(
+        QuotaConfig(bytes_per_s=1000, bytes_burst=2000, tenant_bytes_per_s=1500,
+                    tenant_bytes_burst=3000),
+        clock=lambda: now[0],
+    )  # fmt: skip
+    quotas.check_bytes(ANN)
+    quotas.charge_bytes(ANN, 2500)  # one batch may take a bucket into debt
+    assert quotas.bytes_wait(ANN) == pytest.approx(0.501)  # 500 owed, then one byte
+    with pytest.raises(QuotaExceeded, match="ann \\(or tenant team\\)") as caught:
+        quotas.check_bytes(ANN)
+    assert caught.value.retry_after_s == pytest.approx(0.501)
+    quotas.check_bytes(AL)  # al's own bucket is whole, the tenant's holds 500
+    quotas.charge_bytes(AL, 600)
+    with pytest.raises(QuotaExceeded):
+        quotas.check_bytes(AL)  # now the tenant's is in debt too
+    quotas.check_bytes(Principal("bo", tenant="other"))
+    now[0] = 2.0
+    quotas.check_bytes(ANN)
+    quotas.check_bytes(AL)
+
+
+async def test_a_reader_over_its_bytes_is_slowed_not_cut() -> None:
+    hub = MemoryHub()
+    await hub.start()
+    quotas = Quotas(QuotaConfig(bytes_per_s=200_000, bytes_burst=50_000))
+    gateway = Gateway(hub, SyntheticBackend(), quotas=quotas)
+    await gateway.create_named(ANN, "big")
+    for n in range(8):
+        await gateway.publish(ANN, "big", Event.delta(str(n) * 25_000))
+    await gateway.publish(ANN, "big", Event.done())
+    started = time.monotonic()
+    async with await gateway.subscribe(ANN, "big") as subscription:
+        assert not subscription.listen(lambda: None)  # read through next_batch, which waits
+        events: list[Event] = []
+        while batch := await subscription.next_batch(limit=1):
+            events.append(batch[0])
+    took = time.monotonic() - started
+    assert "".join(e.text for e in events) == "".join(str(n) * 25_000 for n in range(8))
+    # 200 KB past a 50 KB burst at 200 KB/s: at least the 150 KB it owed, i.e. 0.75 s.
+    assert took >= 0.6, took
+    await gateway.aclose()
+
+
+async def test_log_records_read_are_bytes_delivered() -> None:
+    now = [0.0]
+    quotas = Quotas(QuotaConfig(bytes_per_s=1000, bytes_burst=1000), clock=lambda: now[0])
+    gateway = Gateway(MemoryHub(), SyntheticBackend(), quotas=quotas)
+    await gateway.start()
+    await gateway.logs.create(ANN, "audit")
+    record = NewEvent("note", orjson.dumps({"blob": "x" * 1500}))
+    await gateway.logs.append(ANN, "audit", [record])
+    assert len(await gateway.logs.read(ANN, "audit")) == 1  # 1.5 KB: 500 bytes of debt
+    with pytest.raises(QuotaExceeded):
+        await gateway.logs.read(ANN, "audit")
+    now[0] = 1.0
+    assert len(await gateway.logs.read(ANN, "audit")) == 1
+    await gateway.aclose()
+
+
+async def test_bytes_over_quota_are_refused_on_every_wire_and_another_tenant_reads_on() -> None:
+    config = "[quotas]\nbytes_per_s = 100000\nbytes_burst = 100000\n"
+    alice, bob = {"authorization": "Bearer sk-a"}, {"authorization": "Bearer sk-b"}
+    keys = ["--api-key", "alice@acme=sk-a", "--api-key", "bob@beta=sk-b"]
+    with run_server(*keys, config=config) as gateway:
+        async with httpx.AsyncClient(base_url=gateway.url, timeout=20) as http:
+            for who in (alice, bob):
+                for n in range(3):  # 300 KB each: three times the burst
+                    event = {"kind": "delta", "text": str(n) * 100_000}
+                    answer = await http.post("/v1/streams/big/events", json=event, headers=who)
+                    assert answer.status_code == 200, answer.text
+                await http.post("/v1/streams/big/events", json={"kind": "done"}, headers=who)
+            started = time.monotonic()
+            async with http.stream("GET", "/v1/streams/big/events", headers=alice) as reading:
+                # The first batch (all 300 KB) took alice 200 KB into debt: while she repays
+                # it, her next events wait and anything new she asks to read is refused.
+                chunks = reading.aiter_bytes()
+                body = await anext(chunks)
+                refused = await http.get("/v1/streams/big/events", headers=alice)
+                assert refused.status_code == 429, refused.status_code
+                assert refused.json()["error"]["code"] == "quota_exceeded"
+                assert int(refused.headers["retry-after"]) >= 1
+                await refused_on_other_wires(gateway, alice)
+                for who in (bob, alice):  # another tenant reads on; a snapshot is no read
+                    answer = await http.get("/v1/streams/big/snapshot", headers=who)
+                    assert answer.status_code == 200, answer.status_code
+                async for chunk in chunks:
+                    body += chunk
+            took = time.monotonic() - started
+            text = body.decode()
+            assert text.count("2" * 100_000) == 1 and '"kind":"done"' in text, "cut short"
+            assert took >= 1.5, took  # 200 KB owed at 100 KB/s before the end went out
+            answer = await http.get("/v1/streams/big/events", headers=bob)
+            assert answer.status_code == 200, answer.status_code
+
+
+async def refused_on_other_wires(gateway: ServerProcess, alice: dict[str, str]) -> None:
+    """While ``alice`` is in debt: a WebSocket subscription is an error reply (the socket stays
+    open), a gRPC one ``RESOURCE_EXHAUSTED``."""
+    url = gateway.url.replace("http", "ws", 1) + "/v1/ws"
+    async with connect(url, subprotocols=["airlane.v1.json"], additional_headers=alice) as ws:
+        await ws.send(orjson.dumps({"op": "subscribe", "stream": "big"}).decode())
+        reply = orjson.loads(await ws.recv())
+        assert reply["op"] == "error" and reply["code"] == "quota_exceeded", reply
+        await ws.send(orjson.dumps({"op": "ping"}).decode())  # the socket stays open
+        assert orjson.loads(await ws.recv())["op"] == "pong"
+    assert gateway.grpc is not None
+    async with grpc.aio.insecure_channel(gateway.grpc) as channel:
+        call = airlane_stub(channel).Subscribe(
+            service_pb2.SubscribeRequest(stream_id="big"), metadata=tuple(alice.items())
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            async for _ in call:
+                pytest.fail("a reader in debt was handed events")
+    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED

@@ -24,6 +24,7 @@ from airlane.artifacts.errors import ArtifactError, ArtifactNotFound, MalformedA
 from airlane.artifacts.store import segment
 from airlane.core.errors import NotFound
 from airlane.core.scope import scoped, split_scope
+from airlane.gateway.quotas import Quotas
 from airlane.gateway.tenancy import scope_of
 from airlane.security import Action, PermissionDenied, Principal, SecurityPolicy
 
@@ -62,8 +63,9 @@ class ArtifactFile:
 class Artifacts:
     """The artifact operations; see the module docstring."""
 
-    def __init__(self, security: SecurityPolicy) -> None:
+    def __init__(self, security: SecurityPolicy, quotas: Quotas | None = None) -> None:
         self._security = security
+        self._quotas = quotas or Quotas()
         self.service: ArtifactService | None = None
         """The store and its announcements, when the composition root configured one."""
 
@@ -128,11 +130,17 @@ class Artifacts:
         ``manifest.json`` or a file the manifest lists."""
         service = self._store()
         self._allow(principal, name)
+        self._quotas.check_bytes(principal)
 
         def open_file() -> ArtifactFile:
             return _open_file(service, _key(service, principal, name), version, path)
 
         return await asyncio.to_thread(open_file)
+
+    def sending(self, principal: Principal, size: int) -> None:
+        """Charge ``size`` bytes of an opened file (what a wire is about to send of it: the
+        whole file, or the range asked for) to ``principal``'s bytes delivered."""
+        self._quotas.charge_bytes(principal, size)
 
     async def start(self) -> None:
         """Start the store's scanner (announcing what is new first)."""

@@ -21,6 +21,7 @@ from airlane.eventlog.checks import check_name
 from airlane.eventlog.errors import InvalidRequest
 from airlane.eventlog.handles import GroupHandles
 from airlane.gateway.eventsourcing import EventSourcing
+from airlane.gateway.quotas import Quotas
 from airlane.gateway.tenancy import client_names, own_names, scoped_name
 from airlane.security import Action, Principal, SecurityPolicy
 from airlane.security.audit import audit_admin
@@ -39,9 +40,12 @@ def log_resource(log: str) -> str:
 class EventLogs:
     """The event log operations; see the module docstring."""
 
-    def __init__(self, events: EventSourcing, security: SecurityPolicy) -> None:
+    def __init__(
+        self, events: EventSourcing, security: SecurityPolicy, quotas: Quotas | None = None
+    ) -> None:
         self._events = events
         self._security = security
+        self._quotas = quotas or Quotas()
         self._groups = GroupHandles()
 
     @property
@@ -118,10 +122,12 @@ class EventLogs:
     ) -> list[Record]:
         """Up to ``limit`` records from ``from_seq`` or ``from_time_ns`` (or the oldest)."""
         key = self._allow(principal, Action.LOGS_READ, log)
+        self._quotas.check_bytes(principal)
         with client_names(key, log):
             records = await self._logs.read(
                 key, from_seq=from_seq, from_time_ns=from_time_ns, limit=limit
             )
+        self._charge(principal, records)
         return _named(records, log)
 
     # -- consumer groups --------------------------------------------------------------------
@@ -142,9 +148,11 @@ class EventLogs:
         existing group keeps its own, and an asked one that differs is refused
         (`airlane.eventlog.GroupSettingsConflict`)."""
         key = self._allow(principal, Action.LOGS_CONSUME, log)
+        self._quotas.check_bytes(principal)
         with client_names(key, log):
             handle = await self._groups.get(self._logs, key, group, settings or {})
             deliveries = await handle.fetch(max_events, timeout_s)
+        self._charge(principal, [delivery.record for delivery in deliveries])
         if key != log:
             for delivery in deliveries:
                 delivery.record = replace(delivery.record, log=log)
@@ -186,6 +194,11 @@ class EventLogs:
         with client_names(key, log):
             await self._logs.delete_group(key, group)
         audit_admin(self._security, principal, "delete_group", f"{log_resource(log)}/{group}")
+
+    def _charge(self, principal: Principal, records: list[Record]) -> None:
+        """Charge what ``records`` carry to ``principal``'s bytes delivered."""
+        if records and self._quotas.counts_bytes:
+            self._quotas.charge_bytes(principal, sum(len(record.data) for record in records))
 
     async def aclose(self) -> None:
         """Close the consumer group handles."""

@@ -1,6 +1,6 @@
 """`Quotas`: how much each principal and each tenant may ask of this node.
 
-Three limits today, all off unless configured (``[quotas]``):
+Four limits, all off unless configured (``[quotas]``):
 
 - **requests**: a token bucket per principal and one per tenant (a rate per second and a
   burst), spent by every authenticated request (an HTTP request, a WebSocket or AIRC
@@ -9,6 +9,11 @@ Three limits today, all off unless configured (``[quotas]``):
 - **generated tokens**: completion tokens per minute per tenant, from the usage ledger. A
   generation is charged what it produced when it ends (a running one is never cut short); a
   new one starts only while the tenant's budget is not spent.
+- **bytes delivered**: a token bucket of bytes per principal and one per tenant, spent by what
+  readers are handed (a stream's events as retention counts them, the same on every wire; event
+  log records' payloads; artifact bytes served). A reader in debt is slowed, not cut: its next
+  events wait until the buckets have refilled (`airlane.gateway.metered`); a new
+  subscription, generation, log read or artifact download is refused until then.
 
 A request over a limit is refused with ``quota_exceeded`` (HTTP 429 with ``Retry-After``,
 WebSocket close 4429, gRPC ``RESOURCE_EXHAUSTED``, an AIRC ``ERROR``), saying which limit and
@@ -59,11 +64,20 @@ class QuotaConfig:
     """Completion tokens a tenant's generations may produce per minute."""
     tenant_tokens_burst: int = 0
     """Tokens a tenant may spend at once above its rate (0: one minute's worth)."""
+    bytes_per_s: float = 0.0
+    """Bytes delivered per second to each principal's readers, all of them together."""
+    bytes_burst: int = 0
+    """Bytes a principal may be delivered at once above its rate (0: one second's worth)."""
+    tenant_bytes_per_s: float = 0.0
+    """Bytes delivered per second to a tenant's readers, all its principals together."""
+    tenant_bytes_burst: int = 0
+    """As ``bytes_burst``, per tenant."""
 
     def __post_init__(self) -> None:
         for name in ("requests_per_s", "requests_burst", "tenant_requests_per_s",
                      "tenant_requests_burst", "concurrent_streams", "tenant_tokens_per_min",
-                     "tenant_tokens_burst"):  # fmt: skip
+                     "tenant_tokens_burst", "bytes_per_s", "bytes_burst", "tenant_bytes_per_s",
+                     "tenant_bytes_burst"):  # fmt: skip
             if getattr(self, name) < 0:
                 raise ValueError(f"[quotas] {name} must be 0 (off) or more")
 
@@ -88,6 +102,10 @@ class Quotas:
         self._tokens = TokenBuckets(
             c.tenant_tokens_per_min / 60.0, tokens_burst, clock, MAX_BUCKETS
         )
+        self._principal_bytes = TokenBuckets(c.bytes_per_s, c.bytes_burst, clock, MAX_BUCKETS)
+        self._tenant_bytes = TokenBuckets(
+            c.tenant_bytes_per_s, c.tenant_bytes_burst, clock, MAX_BUCKETS
+        )
         self.refused = 0
         """Requests refused so far."""
 
@@ -107,6 +125,7 @@ class Quotas:
     def start_stream(self, principal: Principal) -> Callable[[], None]:
         """Count a generation of ``principal``'s tenant; the call-back that ends it.
         `QuotaExceeded` if the tenant has as many running as it may."""
+        self.check_bytes(principal)  # a generation is started to be read
         if self.counts_tokens:
             tenant_tokens = self._tokens.balance(principal.tenant)
             if tenant_tokens < 1.0:
@@ -147,6 +166,42 @@ class Quotas:
         """Charge a finished generation's completion tokens to ``principal``'s tenant."""
         if self.counts_tokens and tokens > 0:
             self._tokens.spend(principal.tenant, tokens)
+
+    @property
+    def counts_bytes(self) -> bool:
+        """Whether bytes delivered are limited (and so must be charged)."""
+        return self.config.bytes_per_s > 0 or self.config.tenant_bytes_per_s > 0
+
+    def bytes_wait(self, principal: Principal) -> float:
+        """Seconds until ``principal`` and its tenant may be delivered bytes again (0.0: now).
+        Delivery goes on while a bucket holds anything, so a batch may take it into debt."""
+        wait = 0.0
+        if self.config.bytes_per_s:
+            balance = self._principal_bytes.balance(f"{principal.tenant}/{principal.name}")
+            if balance <= 0:
+                wait = self._principal_bytes.wait(balance)
+        if self.config.tenant_bytes_per_s:
+            balance = self._tenant_bytes.balance(principal.tenant)
+            if balance <= 0:
+                wait = max(wait, self._tenant_bytes.wait(balance))
+        return wait
+
+    def check_bytes(self, principal: Principal) -> None:
+        """`QuotaExceeded` while ``principal`` or its tenant repays bytes delivered."""
+        if self.counts_bytes and (wait := self.bytes_wait(principal)):
+            self._refuse(
+                f"{principal.name} (or tenant {principal.tenant}) was delivered the bytes its "
+                "quota allows for now",
+                wait,
+            )
+
+    def charge_bytes(self, principal: Principal, delivered: int) -> None:
+        """Charge ``delivered`` bytes to ``principal`` and its tenant."""
+        if delivered > 0:
+            if self.config.bytes_per_s:
+                self._principal_bytes.spend(f"{principal.tenant}/{principal.name}", delivered)
+            if self.config.tenant_bytes_per_s:
+                self._tenant_bytes.spend(principal.tenant, delivered)
 
     def _refuse(self, why: str, wait_s: float) -> None:
         self.refused += 1

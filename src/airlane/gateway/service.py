@@ -55,6 +55,7 @@ from airlane.gateway.authguard import AuthGuard
 from airlane.gateway.chat_request import ChatRequest, parse_chat_request
 from airlane.gateway.eventsourcing import EventSourcing
 from airlane.gateway.logs import EventLogs
+from airlane.gateway.metered import MeteredSubscription
 from airlane.gateway.quotas import Quotas
 from airlane.gateway.rooms import SharedRooms
 from airlane.gateway.schemas import Schemas
@@ -183,24 +184,24 @@ class Gateway:
         self.config = config or GatewayConfig()
         self.events = events or EventSourcing()
         """Event logs and the schema registry (in memory unless given)."""
-        self.logs = EventLogs(self.events, self.security)
+        self.quotas = quotas or Quotas()
+        """What each principal and tenant may ask of this node."""
+        self.logs = EventLogs(self.events, self.security, self.quotas)
         """The event logs and consumer groups (`airlane.gateway.logs`)."""
         self.schemas = Schemas(self.events, self.security)
         """The schema registry (`airlane.gateway.schemas`)."""
         self.rooms = SharedRooms(hub, self.security, node=getattr(hub, "node", "local"))
         """LWW rooms and Yjs documents kept in the hub (`airlane.gateway.rooms`)."""
-        self.artifacts = Artifacts(self.security)
-        self.quotas = quotas or Quotas()
+        self.artifacts = Artifacts(self.security, self.quotas)
+        """The model artifact store, when the composition root gives one
+        (`airlane.gateway.artifacts`)."""
         self.auth_guard = auth_guard or AuthGuard()
+        """Failed authentications per client address (`airlane.gateway.authguard`)."""
         # Request facts (headers decoded, credentials left out) are made per request only
         # where a policy file's rules can look at them.
         self._rules_see_requests = isinstance(self.security.policy, RbacPolicy)
-        """Failed authentications per client address (`airlane.gateway.authguard`)."""
-        """What each principal and tenant may ask of this node."""
         self.tickets = Tickets()
         """Short-lived credentials for WebSocket and EventSource clients."""
-        """The model artifact store, when the composition root gives one
-        (`airlane.gateway.artifacts`)."""
         self.started = time.monotonic()
         self._producers: set[asyncio.Task[None]] = set()
         self._feeding = backend if isinstance(backend, FeedingBackend) else None
@@ -406,10 +407,16 @@ class Gateway:
         (`reader_name`)."""
         key = await self._read_key(principal, stream_id)
         self.security.authorize(principal, Action.SUBSCRIBE, stream_id)
+        metered = self.quotas.counts_bytes
+        if metered:
+            self.quotas.check_bytes(principal)
         with client_names(key, stream_id):
-            return await self.hub.subscribe(
+            subscription = await self.hub.subscribe(
                 key, resume=resume, subscriber=reader_name(principal, subscriber)
             )
+        if metered:
+            return MeteredSubscription(subscription, self.quotas, principal)
+        return subscription
 
     async def publish(self, principal: Principal, stream_id: str, event: Event) -> Event:
         """Append an application event to a named stream, creating the stream if needed;

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 
 from airlane.core.errors import ErrorCode, NotFound
 from airlane.core.numbers import decimal
@@ -99,14 +100,29 @@ async def handle_artifacts(
         name, version, path = parts[0], parts[1], "/".join(parts[2:])
         opened = await artifacts.open_file(principal, name, version, path)
         try:
-            await _send_file(opened, request, send, immutable=version != "latest")
+            await _send_file(
+                opened,
+                request,
+                send,
+                immutable=version != "latest",
+                sending=lambda size: artifacts.sending(principal, size),
+            )
         finally:
             opened.close()
     else:
         raise NotFound(f"no route for {request.method} {request.path[:200]}")
 
 
-async def _send_file(file: ArtifactFile, request: Request, send: Send, *, immutable: bool) -> None:
+async def _send_file(
+    file: ArtifactFile,
+    request: Request,
+    send: Send,
+    *,
+    immutable: bool,
+    sending: Callable[[int], None],
+) -> None:
+    """Answer with ``file`` (the range asked for, if one), telling ``sending`` how many of its
+    bytes go out (the bytes quota's charge)."""
     cache = b"public, max-age=31536000, immutable" if immutable else b"no-cache"
     headers = [
         (b"accept-ranges", b"bytes"),
@@ -133,6 +149,7 @@ async def _send_file(file: ArtifactFile, request: Request, send: Send, *, immuta
     if request.method == "HEAD":
         await send({"type": "http.response.body", "body": b""})
         return
+    sending(end - start)
     offset = start
     # One block in flight per response: a slow client holds 1 MiB, never the file.
     while offset < end:
