@@ -5,6 +5,7 @@ client's own wire, never a dropped connection (a reader over its bytes is slowed
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import grpc
 import httpx
@@ -12,6 +13,7 @@ import orjson
 import pytest
 from websockets.asyncio.client import connect
 
+from airlane.artifacts.packer import pack
 from airlane.backends import SyntheticBackend
 from airlane.core import Event
 from airlane.eventlog import NewEvent
@@ -20,6 +22,7 @@ from airlane.gateway.quotas import QuotaConfig, QuotaExceeded, Quotas
 from airlane.hub import MemoryHub
 from airlane.security import Principal
 from airlane.v1 import service_pb2
+from tests.artifacts.support import checkpoint
 from tests.grpc_transport.conftest import airlane_stub
 from tests.servers import ServerProcess, run_server
 
@@ -259,3 +262,25 @@ async def refused_on_other_wires(gateway: ServerProcess, alice: dict[str, str]) 
             async for _ in call:
                 pytest.fail("a reader in debt was handed events")
     assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_artifact_bytes_served_are_bytes_delivered(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    pack([checkpoint(tmp_path / "a.safetensors", seed=1, layers=2, hidden=256)], store,
+         name="base", version="1")  # fmt: skip
+    config = "[quotas]\nbytes_per_s = 100000\nbytes_burst = 100000\n"
+    with (
+        run_server("--artifacts", str(store), "--api-key", "ann=sk-a", config=config) as gateway,
+        httpx.Client(base_url=gateway.url, timeout=20) as http,
+    ):
+        http.headers["authorization"] = "Bearer sk-a"
+        manifest = http.get("/v1/artifacts/base/1/manifest.json")
+        assert manifest.status_code == 200, manifest.text
+        path = manifest.json()["files"][0]["path"]
+        ranged = http.get(f"/v1/artifacts/base/1/{path}", headers={"range": "bytes=0-99"})
+        assert ranged.status_code == 206  # 100 bytes: the range is what is charged
+        whole = http.get(f"/v1/artifacts/base/1/{path}")
+        assert whole.status_code == 200 and len(whole.content) > 4_000_000  # whole, in debt
+        refused = http.get(f"/v1/artifacts/base/1/{path}", headers={"range": "bytes=0-9"})
+        assert refused.status_code == 429, refused.status_code
+        assert int(refused.headers["retry-after"]) >= 1
