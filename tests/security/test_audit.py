@@ -10,9 +10,11 @@ import httpx
 import pytest
 
 from airlane.backends.synthetic import SyntheticBackend
+from airlane.eventlog import LogNotFound
 from airlane.gateway import Gateway
-from airlane.hub import MemoryHub
-from airlane.security import Action, PermissionDenied, Principal
+from airlane.hub import MemoryHub, StreamNotFound
+from airlane.registry import SubjectNotFound
+from airlane.security import ANONYMOUS, Action, PermissionDenied, Principal
 from airlane.security.audit import AuditConfig, AuditLog
 from tests.servers import run_server
 
@@ -81,6 +83,32 @@ async def test_a_permission_refusal_names_the_rule_and_the_resource(tmp_path: Pa
         "reader", "team", "publish", "board",
     )  # fmt: skip
     assert entry["rule"] == "ReadOnly" and entry["from"] == "10.1.2.3"
+
+
+async def test_a_name_not_found_is_recorded_for_a_principal_not_for_anonymous(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "audit.log"
+    audit = AuditLog(AuditConfig(path=str(log)))
+    gateway = Gateway(MemoryHub(), SyntheticBackend(), audit=audit)
+    with pytest.raises(StreamNotFound):
+        await gateway.info(ANONYMOUS, "nowhere")  # a gateway without keys: nobody to probe
+    bob = Principal("bob", tenant="beta", origin="10.0.0.9")
+    with pytest.raises(StreamNotFound):
+        await gateway.cancel(bob, "chatcmpl-guessed")
+    with pytest.raises(LogNotFound):
+        await gateway.logs.read(bob, "orders")
+    with pytest.raises(SubjectNotFound):
+        await gateway.schemas.describe(bob, "orders-value")
+    await gateway.aclose()
+    audit.close()
+    assert [(e["code"], e["action"], e["resource"], e["tenant"], e["from"], e["rule"])
+            for e in records(log)] == [
+        ("stream_not_found", "cancel", "chatcmpl-guessed", "beta", "10.0.0.9", "tenant-scope"),
+        ("log_not_found", "logs.read", "logs/orders", "beta", "10.0.0.9", "tenant-scope"),
+        ("subject_not_found", "schemas.read", "schemas/orders-value", "beta", "10.0.0.9",
+         "tenant-scope"),
+    ]  # fmt: skip
 
 
 def test_the_file_is_rotated_and_bounded(tmp_path: Path) -> None:

@@ -4,8 +4,9 @@ One real gateway with three API keys: ``alice`` and ``bob`` are each their own t
 shares alice's (``ann@alice``). Alice starts a generation and publishes to a named stream; bob
 then tries everything a key holder could do to them over HTTP, WebSocket, gRPC and AIRC, with
 the clients users use (httpx, the ``websockets`` library, grpcio, Airlane's AIRC client).
-Every attempt is answered as if the stream did not exist, and alice's streams come out of it
-exactly as she left them; ann sees them.
+Every attempt is answered as if the stream did not exist, and is an audit record (bob, his
+tenant, what he asked for, rule ``tenant-scope``); alice's streams come out of it exactly as she
+left them; ann sees them.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 import httpx
@@ -35,12 +37,38 @@ def bearer(key: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[ServerProcess]:
+def audit_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("audit") / "audit.log"
+
+
+@pytest.fixture(scope="module")
+def server(audit_log: Path) -> Iterator[ServerProcess]:
     keys = [f"alice={ALICE}", f"bob={BOB}", f"ann@alice={ANN}"]
-    with run_server(
-        *(arg for key in keys for arg in ("--api-key", key)), config=PACED_SYNTHETIC
-    ) as running:
+    config = f'{PACED_SYNTHETIC}\n[audit]\npath = "{audit_log}"\n'
+    with run_server(*(arg for key in keys for arg in ("--api-key", key)), config=config) as running:
         yield running
+
+
+class BobsProbes:
+    """Bob's not-found records in the audit log, from when it is made on."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.before = len(self.records())
+
+    def records(self) -> list[dict[str, str]]:
+        lines = self.path.read_text().splitlines() if self.path.exists() else []
+        entries = [json.loads(line) for line in lines]
+        return [
+            e for e in entries if e.get("principal") == "bob" and e["code"] == "stream_not_found"
+        ]
+
+    def assert_recorded(self, streams: list[str]) -> None:
+        """One record per attempt, on ``streams`` in order: a 404 to a probe is also a record."""
+        new = self.records()[self.before :]
+        assert [e["resource"] for e in new] == streams
+        assert all(e["decision"] == "deny" and e["tenant"] == "bob" for e in new), new
+        assert all(e["rule"] == "tenant-scope" and e["from"] == "127.0.0.1" for e in new), new
 
 
 @dataclass
@@ -90,7 +118,8 @@ def assert_not_found(response: httpx.Response) -> None:
     assert "@" not in error["message"]  # no tenant's key shows through
 
 
-async def test_over_http(server: ServerProcess, alice: AliceStreams) -> None:
+async def test_over_http(server: ServerProcess, alice: AliceStreams, audit_log: Path) -> None:
+    probes = BobsProbes(audit_log)
     async with httpx.AsyncClient(base_url=server.url, headers=bearer(BOB), timeout=20) as bob:
         for stream in (alice.chat, NAMED):
             assert_not_found(await bob.get(f"/v1/streams/{stream}"))
@@ -102,6 +131,7 @@ async def test_over_http(server: ServerProcess, alice: AliceStreams) -> None:
             f"/v1/streams/{alice.chat}/events", headers={"last-event-id": alice.chat_token}
         )
         assert_not_found(resume)
+        probes.assert_recorded([alice.chat] * 5 + [NAMED] * 5 + [alice.chat])
         # Publishing under alice's name writes to bob's own stream of that name, not hers.
         injected = await bob.post(
             f"/v1/streams/{NAMED}/events", json={"kind": "message", "payload": "BOB WAS HERE"}
@@ -113,7 +143,8 @@ async def test_over_http(server: ServerProcess, alice: AliceStreams) -> None:
     await assert_untouched(server, alice)
 
 
-async def test_over_websocket(server: ServerProcess, alice: AliceStreams) -> None:
+async def test_over_websocket(server: ServerProcess, alice: AliceStreams, audit_log: Path) -> None:
+    probes = BobsProbes(audit_log)
     url = server.url.replace("http://", "ws://") + "/v1/ws"
     async with websockets.connect(url, additional_headers=bearer(BOB)) as ws:
         attempts = [
@@ -126,6 +157,7 @@ async def test_over_websocket(server: ServerProcess, alice: AliceStreams) -> Non
             await ws.send(json.dumps({**attempt, "ref": ref}))
             reply = json.loads(await ws.recv())
             assert (reply["op"], reply["code"], reply["ref"]) == ("error", "stream_not_found", ref)
+        probes.assert_recorded([alice.chat, alice.chat, NAMED, alice.chat])
         await ws.send(
             json.dumps(
                 {"op": "publish", "stream": NAMED, "event": {"kind": "delta", "text": "BOB"}}
@@ -138,7 +170,8 @@ async def test_over_websocket(server: ServerProcess, alice: AliceStreams) -> Non
     await assert_untouched(server, alice)
 
 
-async def test_over_grpc(server: ServerProcess, alice: AliceStreams) -> None:
+async def test_over_grpc(server: ServerProcess, alice: AliceStreams, audit_log: Path) -> None:
+    probes = BobsProbes(audit_log)
     assert server.grpc is not None
     metadata = (("authorization", f"Bearer {BOB}"),)
     async with grpc.aio.insecure_channel(server.grpc) as channel:
@@ -163,10 +196,12 @@ async def test_over_grpc(server: ServerProcess, alice: AliceStreams) -> None:
                 async for _ in subscription:
                     pytest.fail("bob read an event of alice's")
             assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+    probes.assert_recorded([alice.chat] * 3 + [NAMED] * 3)
     await assert_untouched(server, alice)
 
 
-async def test_over_airc(server: ServerProcess, alice: AliceStreams) -> None:
+async def test_over_airc(server: ServerProcess, alice: AliceStreams, audit_log: Path) -> None:
+    probes = BobsProbes(audit_log)
     assert server.airc is not None
     host, port = server.airc
     async with await AircClient.tcp(host, port, BOB) as bob:
@@ -174,6 +209,7 @@ async def test_over_airc(server: ServerProcess, alice: AliceStreams) -> None:
             with pytest.raises(RequestRejected) as caught:
                 await bob.subscribe(stream, resume)
             assert caught.value.code == "stream_not_found"
+    probes.assert_recorded([alice.chat, alice.chat, NAMED])
     await assert_untouched(server, alice)
 
 

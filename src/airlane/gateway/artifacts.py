@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +29,7 @@ from airlane.core.scope import scoped, split_scope
 from airlane.gateway.quotas import Quotas
 from airlane.gateway.tenancy import scope_of
 from airlane.security import Action, PermissionDenied, Principal, SecurityPolicy
+from airlane.security.audit import audit_not_found
 
 if TYPE_CHECKING:  # numpy and hashes load only where a store is configured
     from airlane.artifacts.service import ArtifactService
@@ -115,7 +118,9 @@ class Artifacts:
         """Artifact ``name``'s versions (sha256, size, files, signed) and its stream."""
         service = self._store()
         self._allow(principal, name)
-        return await asyncio.to_thread(_versions, service, _key(service, principal, name), name)
+        with self._finding(principal, name):
+            key = _key(service, principal, name)
+            return await asyncio.to_thread(_versions, service, key, name)
 
     async def rescan(self, principal: Principal) -> list[dict[str, Any]]:
         """Announce the versions new in the store now; what was announced."""
@@ -135,7 +140,20 @@ class Artifacts:
         def open_file() -> ArtifactFile:
             return _open_file(service, _key(service, principal, name), version, path)
 
-        return await asyncio.to_thread(open_file)
+        with self._finding(principal, name):
+            return await asyncio.to_thread(open_file)
+
+    @contextmanager
+    def _finding(self, principal: Principal, name: str) -> Iterator[None]:
+        """A not-found inside is an audit record (`audit_not_found`): another tenant's
+        artifact is not found, as one that does not exist."""
+        try:
+            yield
+        except ArtifactError as exc:
+            audit_not_found(
+                self._security, principal, Action.ARTIFACTS_PULL, artifact_resource(name), exc
+            )
+            raise
 
     def sending(self, principal: Principal, size: int) -> None:
         """Charge ``size`` bytes of an opened file (what a wire is about to send of it: the

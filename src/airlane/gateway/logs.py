@@ -12,6 +12,7 @@ can be settled over HTTP on the same handle.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any
 
@@ -22,7 +23,7 @@ from airlane.eventlog.errors import InvalidRequest
 from airlane.eventlog.handles import GroupHandles
 from airlane.gateway.eventsourcing import EventSourcing
 from airlane.gateway.quotas import Quotas
-from airlane.gateway.tenancy import client_names, own_names, scoped_name
+from airlane.gateway.tenancy import finding, own_names, scoped_name
 from airlane.security import Action, Principal, SecurityPolicy
 from airlane.security.audit import audit_admin
 
@@ -58,6 +59,13 @@ class EventLogs:
         self._security.authorize(principal, action, log_resource(log))
         return scoped_name(principal, log)
 
+    def _finding(
+        self, principal: Principal, action: Action, key: str, log: str
+    ) -> AbstractContextManager[None]:
+        """`finding` for ``log``: its errors name it as the client does, and a not-found is
+        an audit record."""
+        return finding(self._security, principal, action, key, log, log_resource(log))
+
     # -- logs -------------------------------------------------------------------------------
 
     async def names(self, principal: Principal) -> list[str]:
@@ -77,7 +85,7 @@ class EventLogs:
         """Create ``log`` with these limits (an existing log keeps its own); the info and
         whether it was created now."""
         key = self._allow(principal, Action.LOGS_APPEND, log)
-        with client_names(key, log):
+        with self._finding(principal, Action.LOGS_APPEND, key, log):
             existed = key in await self._logs.logs()
             info = await self._logs.create_log(
                 key, max_age_s=max_age_s, max_bytes=max_bytes, max_events=max_events
@@ -87,13 +95,13 @@ class EventLogs:
     async def info(self, principal: Principal, log: str) -> LogInfo:
         """``log``'s state."""
         key = self._allow(principal, Action.LOGS_READ, log)
-        with client_names(key, log):
+        with self._finding(principal, Action.LOGS_READ, key, log):
             return replace(await self._logs.info(key), name=log)
 
     async def delete(self, principal: Principal, log: str) -> None:
         """Delete ``log``, its records and its groups."""
         key = self._allow(principal, Action.LOGS_ADMIN, log)
-        with client_names(key, log):
+        with self._finding(principal, Action.LOGS_ADMIN, key, log):
             await self._logs.delete_log(key)
         await self._groups.forget(key)
         audit_admin(self._security, principal, "delete_log", log_resource(log))
@@ -108,7 +116,7 @@ class EventLogs:
         key = self._allow(principal, Action.LOGS_APPEND, log)
         if not 1 <= len(events) <= MAX_BATCH_EVENTS:
             raise InvalidRequest(f"append 1 to {MAX_BATCH_EVENTS} events, not {len(events)}")
-        with client_names(key, log):
+        with self._finding(principal, Action.LOGS_APPEND, key, log):
             return _named(await self._logs.append_many(key, events), log)
 
     async def read(
@@ -123,7 +131,7 @@ class EventLogs:
         """Up to ``limit`` records from ``from_seq`` or ``from_time_ns`` (or the oldest)."""
         key = self._allow(principal, Action.LOGS_READ, log)
         self._quotas.check_bytes(principal)
-        with client_names(key, log):
+        with self._finding(principal, Action.LOGS_READ, key, log):
             records = await self._logs.read(
                 key, from_seq=from_seq, from_time_ns=from_time_ns, limit=limit
             )
@@ -149,7 +157,7 @@ class EventLogs:
         (`airlane.eventlog.GroupSettingsConflict`)."""
         key = self._allow(principal, Action.LOGS_CONSUME, log)
         self._quotas.check_bytes(principal)
-        with client_names(key, log):
+        with self._finding(principal, Action.LOGS_CONSUME, key, log):
             handle = await self._groups.get(self._logs, key, group, settings or {})
             deliveries = await handle.fetch(max_events, timeout_s)
         self._charge(principal, [delivery.record for delivery in deliveries])
@@ -174,7 +182,7 @@ class EventLogs:
         # Every token first: a call that names another log's delivery settles nothing.
         if any(self._logs.token_log(token) != key for token in tokens):
             raise InvalidRequest(f"not a delivery token of the log {log!r}")
-        with client_names(key, log):
+        with self._finding(principal, Action.LOGS_CONSUME, key, log):
             for token in tokens:
                 await self._logs.settle(token, action, delay_s if action == "nak" else None)
         return len(tokens)
@@ -184,14 +192,14 @@ class EventLogs:
         does not exist yet is a `GroupNotFound`, not one created with the default settings
         that its first member's fetch would then conflict with."""
         key = self._allow(principal, Action.LOGS_CONSUME, log)
-        with client_names(key, log):
+        with self._finding(principal, Action.LOGS_CONSUME, key, log):
             return replace(await self._logs.group_info(key, group), log=log)
 
     async def delete_group(self, principal: Principal, log: str, group: str) -> None:
         """Delete ``group`` (its position and pending deliveries)."""
         key = self._allow(principal, Action.LOGS_ADMIN, log)
         await self._groups.forget(key, group)
-        with client_names(key, log):
+        with self._finding(principal, Action.LOGS_ADMIN, key, log):
             await self._logs.delete_group(key, group)
         audit_admin(self._security, principal, "delete_group", f"{log_resource(log)}/{group}")
 

@@ -10,11 +10,12 @@ subject of its type.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Literal
 
 from airlane.gateway.eventsourcing import EventSourcing
-from airlane.gateway.tenancy import client_names, own_names, scoped_name
+from airlane.gateway.tenancy import finding, own_names, scoped_name
 from airlane.registry import (
     Compatibility,
     Incompatibility,
@@ -51,6 +52,13 @@ class Schemas:
         self._security.authorize(principal, action, schema_resource(subject))
         return scoped_name(principal, subject)
 
+    def _finding(
+        self, principal: Principal, action: Action, key: str, subject: str
+    ) -> AbstractContextManager[None]:
+        """`finding` for ``subject``: its errors name it as the client does, and a not-found is
+        an audit record."""
+        return finding(self._security, principal, action, key, subject, schema_resource(subject))
+
     async def subjects(self, principal: Principal) -> list[str]:
         """The names of the caller's tenant's subjects."""
         return own_names(principal, await self._registry.subjects())
@@ -58,14 +66,14 @@ class Schemas:
     async def describe(self, principal: Principal, subject: str) -> tuple[list[int], Compatibility]:
         """``subject``'s version numbers and its compatibility mode."""
         key = self._allow(principal, Action.SCHEMAS_READ, subject)
-        with client_names(key, subject):
+        with self._finding(principal, Action.SCHEMAS_READ, key, subject):
             return await self._registry.versions(key), await self._registry.compatibility(key)
 
     async def register(self, principal: Principal, subject: str, schema: Schema) -> SchemaVersion:
         """Register ``schema`` under ``subject`` (idempotent; `IncompatibleSchema` when the
         subject's mode forbids it)."""
         key = self._allow(principal, Action.SCHEMAS_REGISTER, subject)
-        with client_names(key, subject):
+        with self._finding(principal, Action.SCHEMAS_REGISTER, key, subject):
             return _named(await self._registry.register(key, schema), subject)
 
     async def version(
@@ -73,7 +81,7 @@ class Schemas:
     ) -> SchemaVersion:
         """One registered version of ``subject``."""
         key = self._allow(principal, Action.SCHEMAS_READ, subject)
-        with client_names(key, subject):
+        with self._finding(principal, Action.SCHEMAS_READ, key, subject):
             return _named(await self._registry.get(key, version), subject)
 
     async def check(
@@ -81,13 +89,13 @@ class Schemas:
     ) -> list[Incompatibility]:
         """Where ``schema`` would break ``subject``'s mode (empty: it would register)."""
         key = self._allow(principal, Action.SCHEMAS_READ, subject)
-        with client_names(key, subject):
+        with self._finding(principal, Action.SCHEMAS_READ, key, subject):
             return await self._registry.check(key, schema)
 
     async def compatibility(self, principal: Principal, subject: str) -> Compatibility:
         """``subject``'s compatibility mode."""
         key = self._allow(principal, Action.SCHEMAS_READ, subject)
-        with client_names(key, subject):
+        with self._finding(principal, Action.SCHEMAS_READ, key, subject):
             return await self._registry.compatibility(key)
 
     async def set_compatibility(
@@ -95,7 +103,7 @@ class Schemas:
     ) -> Compatibility:
         """Set ``subject``'s compatibility mode; the mode now in force."""
         key = self._allow(principal, Action.SCHEMAS_ADMIN, subject)
-        with client_names(key, subject):
+        with self._finding(principal, Action.SCHEMAS_ADMIN, key, subject):
             await self._registry.set_compatibility(key, mode)
             now = await self._registry.compatibility(key)
         audit_admin(self._security, principal, "set_compatibility", schema_resource(subject))
@@ -107,13 +115,13 @@ class Schemas:
         """Check a payload against ``subject``'s latest version (`SchemaViolation` if it does
         not conform); the version it was checked against."""
         key = self._allow(principal, Action.SCHEMAS_READ, subject)
-        with client_names(key, subject):
+        with self._finding(principal, Action.SCHEMAS_READ, key, subject):
             return _named(await self._registry.validate(key, data, content_type), subject)
 
     async def delete(self, principal: Principal, subject: str) -> list[int]:
         """Delete every version of ``subject``; the versions deleted."""
         key = self._allow(principal, Action.SCHEMAS_ADMIN, subject)
-        with client_names(key, subject):
+        with self._finding(principal, Action.SCHEMAS_ADMIN, key, subject):
             deleted = await self._registry.delete_subject(key)
         audit_admin(self._security, principal, "delete_subject", schema_resource(subject))
         return deleted

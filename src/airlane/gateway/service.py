@@ -59,7 +59,7 @@ from airlane.gateway.metered import MeteredSubscription
 from airlane.gateway.quotas import Quotas
 from airlane.gateway.rooms import SharedRooms
 from airlane.gateway.schemas import Schemas
-from airlane.gateway.tenancy import client_info, client_names, hub_key
+from airlane.gateway.tenancy import client_info, client_names, finding, hub_key
 from airlane.gateway.tickets import Tickets
 from airlane.hub import (
     Hub,
@@ -170,6 +170,7 @@ class Gateway:
         audit: AuditLog | None = None,
         quotas: Quotas | None = None,
         auth_guard: AuthGuard | None = None,
+        tickets: Tickets | None = None,
     ) -> None:
         self.hub = hub
         """Where streams live (for the composition root and tests: transports call the
@@ -200,7 +201,7 @@ class Gateway:
         # Request facts (headers decoded, credentials left out) are made per request only
         # where a policy file's rules can look at them.
         self._rules_see_requests = isinstance(self.security.policy, RbacPolicy)
-        self.tickets = Tickets()
+        self.tickets = tickets or Tickets()
         """Short-lived credentials for WebSocket and EventSource clients."""
         self.started = time.monotonic()
         self._producers: set[asyncio.Task[None]] = set()
@@ -410,7 +411,7 @@ class Gateway:
         metered = self.quotas.counts_bytes
         if metered:
             self.quotas.check_bytes(principal)
-        with client_names(key, stream_id):
+        with finding(self.security, principal, Action.SUBSCRIBE, key, stream_id):
             subscription = await self.hub.subscribe(
                 key, resume=resume, subscriber=reader_name(principal, subscriber)
             )
@@ -424,7 +425,7 @@ class Gateway:
         key = hub_key(principal, stream_id)
         self.security.authorize(principal, Action.PUBLISH, stream_id)
         event = publishable(event, self.config.max_event_bytes)
-        with client_names(key, stream_id):
+        with finding(self.security, principal, Action.PUBLISH, key, stream_id):
             try:
                 return await self.hub.append(key, event)
             except StreamNotFound:
@@ -445,7 +446,7 @@ class Gateway:
         """End the stream if it is running, then forget it."""
         key = hub_key(principal, stream_id)
         self.security.authorize(principal, Action.DELETE, stream_id)
-        with client_names(key, stream_id):
+        with finding(self.security, principal, Action.DELETE, key, stream_id):
             await self.hub.delete(key)
         self.security.admin(principal, "delete_stream", stream_id)
 
@@ -453,21 +454,21 @@ class Gateway:
         """Stop the producer and end the stream with ``done(cancelled)``."""
         key = hub_key(principal, stream_id)
         self.security.authorize(principal, Action.CANCEL, stream_id)
-        with client_names(key, stream_id):
+        with finding(self.security, principal, Action.CANCEL, key, stream_id):
             return await self.hub.cancel(key)
 
     async def info(self, principal: Principal, stream_id: str) -> StreamInfo:
         """A stream's status."""
         key = await self._read_key(principal, stream_id)
         self.security.authorize(principal, Action.SUBSCRIBE, stream_id)
-        with client_names(key, stream_id):
+        with finding(self.security, principal, Action.SUBSCRIBE, key, stream_id):
             return client_info(await self.hub.info(key), stream_id)
 
     async def snapshot(self, principal: Principal, stream_id: str) -> Event:
         """Everything a stream carried so far, as one snapshot event."""
         key = await self._read_key(principal, stream_id)
         self.security.authorize(principal, Action.SUBSCRIBE, stream_id)
-        with client_names(key, stream_id):
+        with finding(self.security, principal, Action.SUBSCRIBE, key, stream_id):
             return await self.hub.snapshot(key)
 
     # -- producing --------------------------------------------------------------------------

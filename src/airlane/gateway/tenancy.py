@@ -21,9 +21,18 @@ from dataclasses import replace
 from airlane.core import StreamInfo, valid_stream_id
 from airlane.core.scope import scoped, split_scope
 from airlane.hub import InvalidStreamId
-from airlane.security import DEFAULT_TENANT, Principal
+from airlane.security import DEFAULT_TENANT, Action, Principal, SecurityPolicy
+from airlane.security.audit import audit_not_found
 
-__all__ = ["client_info", "client_names", "hub_key", "own_names", "scope_of", "scoped_name"]
+__all__ = [
+    "client_info",
+    "client_names",
+    "finding",
+    "hub_key",
+    "own_names",
+    "scope_of",
+    "scoped_name",
+]
 
 
 def scope_of(principal: Principal) -> str | None:
@@ -68,4 +77,24 @@ def client_names(key: str, stream_id: str) -> Iterator[None]:
             exc.args = tuple(
                 arg.replace(key, stream_id) if isinstance(arg, str) else arg for arg in exc.args
             )
+        raise
+
+
+@contextmanager
+def finding(
+    security: SecurityPolicy,
+    principal: Principal,
+    action: Action,
+    key: str,
+    name: str,
+    resource: str | None = None,
+) -> Iterator[None]:
+    """`client_names` for a lookup of what ``principal`` calls ``name`` (kept under ``key``)
+    for ``action``; a not-found is also an audit record (`audit_not_found`), on ``resource``
+    (default ``name``): another tenant's name is a 404 on every wire, and a record."""
+    try:
+        with client_names(key, name):
+            yield
+    except Exception as exc:
+        audit_not_found(security, principal, action, resource or name, exc)
         raise

@@ -25,12 +25,19 @@ from pathlib import Path
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from airlane.security import Action, Principal, SecurityError, SecurityPolicy
+from airlane.core.errors import AirlaneError, ErrorCode
+from airlane.security import ANONYMOUS, Action, Principal, SecurityError, SecurityPolicy
 from airlane.security.tls import PeerIdentity
 
-__all__ = ["AuditConfig", "AuditLog", "AuditedPolicy", "audit_admin"]
+__all__ = ["AuditConfig", "AuditLog", "AuditedPolicy", "audit_admin", "audit_not_found"]
 
 _SECRETS = ("key", "token", "ticket", "secret", "password", "authorization")
+
+_NOT_FOUND = frozenset(
+    code for code in ErrorCode if code.value == "not_found" or code.value.endswith("_not_found")
+)
+"""What a lookup in the asker's tenant answers when the name is not there (another tenant's
+names included: they are not found rather than forbidden)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +169,27 @@ class AuditedPolicy:
             )
             raise
 
+    def not_found(
+        self, principal: Principal, action: Action, resource: str, refusal: AirlaneError
+    ) -> None:
+        """Audit a name ``principal`` looked for in its tenant and did not find: a probe for
+        another tenant's resource looks like this (its answer is the same 404, so that no
+        answer tells whether another tenant has the name). Requests without credentials
+        (`ANONYMOUS`, a gateway without keys) are not recorded: no tenant to probe."""
+        if principal is ANONYMOUS:
+            return
+        self.audit.record(
+            "deny",
+            refusal.code.value,
+            principal=principal.name,
+            tenant=principal.tenant,
+            action=action.value,
+            resource=resource,
+            reason=str(refusal),
+            rule="tenant-scope",
+            origin=principal.origin,
+        )
+
     def admin(self, principal: Principal, action: str, resource: str) -> None:
         """Audit an admin action ``principal`` was allowed to take."""
         self.audit.record(
@@ -189,3 +217,20 @@ def audit_admin(security: SecurityPolicy, principal: Principal, action: str, res
     """Audit an admin action through ``security`` when it is an `AuditedPolicy`."""
     if isinstance(security, AuditedPolicy):
         security.admin(principal, action, resource)
+
+
+def audit_not_found(
+    security: SecurityPolicy,
+    principal: Principal,
+    action: Action,
+    resource: str,
+    refusal: BaseException,
+) -> None:
+    """Audit ``refusal`` through ``security`` when it says a name was not found (and
+    ``security`` is an `AuditedPolicy`)."""
+    if (
+        isinstance(security, AuditedPolicy)
+        and isinstance(refusal, AirlaneError)
+        and refusal.code in _NOT_FOUND
+    ):
+        security.not_found(principal, action, resource, refusal)

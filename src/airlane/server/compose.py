@@ -17,6 +17,7 @@ from airlane.gateway import ForwardedIdentity, Gateway, GatewayConfig
 from airlane.gateway.authguard import AuthGuard
 from airlane.gateway.eventsourcing import EventSourcing
 from airlane.gateway.quotas import Quotas
+from airlane.gateway.tickets import Tickets
 from airlane.hub import Hub, MemoryHub, MemoryHubConfig
 from airlane.security import AllowAll, ApiKeyPolicy, SecurityPolicy
 from airlane.security.audit import AuditLog
@@ -132,6 +133,7 @@ def build_app(config: ServerConfig) -> AirlaneApp:
         audit=audit,
         quotas=Quotas(config.quotas),
         auth_guard=AuthGuard(config.auth_guard),
+        tickets=Tickets(config.tickets),
         config=GatewayConfig(orphan=config.orphan, retention=config.retention),
         events=build_event_sourcing(config),
     )

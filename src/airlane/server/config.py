@@ -16,6 +16,7 @@ from airlane.core import OrphanMode, OrphanPolicy, Retention
 from airlane.gateway.authguard import AuthGuardConfig
 from airlane.gateway.eventsourcing import EventSourcingConfig
 from airlane.gateway.quotas import QuotaConfig
+from airlane.gateway.tickets import TicketConfig
 from airlane.hub.jetstream import JetStreamHubConfig
 from airlane.runtime.admission import AdmissionConfig
 from airlane.security.audit import AuditConfig
@@ -154,6 +155,8 @@ class ServerConfig:
     """Per principal and tenant limits (``[quotas]``)."""
     auth_guard: AuthGuardConfig = field(default_factory=AuthGuardConfig)
     """Failed authentications allowed per client address (``[auth_guard]``)."""
+    tickets: TicketConfig = field(default_factory=TicketConfig)
+    """Short-lived credentials for URLs, signed with a secret the nodes share (``[tickets]``)."""
     audit: AuditConfig = field(default_factory=AuditConfig)
     """The audit log (``[audit]``)."""
     jwt: JwtConfig = field(default_factory=JwtConfig)
@@ -177,9 +180,9 @@ def load_config(path: Path, base: ServerConfig | None = None) -> ServerConfig:
     """Read a TOML file: top-level keys of `ServerConfig`, plus ``[synthetic]``, ``[http]``,
     ``[orphan]``, ``[retention]``, ``[airc]``, ``[grpc]``, ``[jetstream]``, ``[eventsourcing]``,
     ``[artifacts]``, ``[gc]``, ``[admission]``, ``[tls]``, ``[jwt]``, ``[policy]``, ``[audit]``,
-    ``[auth_guard]``, ``[quotas]`` and ``[api_keys]`` tables. An unreadable file, one that is
-    not TOML, an unknown key and a value of the wrong type are a `ConfigError` (a
-    `ValueError`); so is a value the setting itself refuses."""
+    ``[auth_guard]``, ``[quotas]``, ``[tickets]`` and ``[api_keys]`` tables. An unreadable
+    file, one that is not TOML, an unknown key and a value of the wrong type are a
+    `ConfigError` (a `ValueError`); so is a value the setting itself refuses."""
     try:
         with path.open("rb") as fh:
             data = tomllib.load(fh)
@@ -216,6 +219,7 @@ def _settings(path: Path, data: dict[str, Any], config: ServerConfig) -> ServerC
         "audit": (AuditConfig, config.audit),
         "quotas": (QuotaConfig, config.quotas),
         "auth_guard": (AuthGuardConfig, config.auth_guard),
+        "tickets": (TicketConfig, config.tickets),
     }
     changes: dict[str, Any] = {}
     allowed = {f.name for f in fields(ServerConfig)}
