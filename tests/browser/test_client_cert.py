@@ -40,6 +40,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.timeout(60)]
 # The mTLS gateway and its PKI, as fixtures of this module (one gateway for it).
 pki = mtls.pki
 server = mtls.server
+audit_log = mtls.audit_log
 
 PAGE_TIMEOUT_MS = 15_000
 

@@ -70,7 +70,12 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 
 
 @pytest.fixture(scope="module")
-def server(pki: Pki) -> Iterator[ServerProcess]:
+def audit_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("audit") / "audit.log"
+
+
+@pytest.fixture(scope="module")
+def server(pki: Pki, audit_log: Path) -> Iterator[ServerProcess]:
     args = [
         "--tls-cert",
         str(pki.server.cert),
@@ -81,8 +86,32 @@ def server(pki: Pki) -> Iterator[ServerProcess]:
         "--trust-domain",
         TRUST_DOMAIN,
     ]
-    with run_server(*args, config="[tls]\nreload_s = 0.2\n") as running:
+    config = f'[tls]\nreload_s = 0.2\n[audit]\npath = "{audit_log}"\n'
+    with run_server(*args, config=config) as running:
         yield running
+
+
+class Audited:
+    """The gateway's audit records from when this is made on."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.before = len(self._all())
+
+    def _all(self) -> list[dict[str, str]]:
+        lines = self.path.read_text().splitlines() if self.path.exists() else []
+        return [json.loads(line) for line in lines]
+
+    async def denial(self, reason: str) -> dict[str, str]:
+        """The first new ``unauthenticated`` denial whose reason holds ``reason``, waited for
+        (a refused handshake is recorded when the server's side of it ends)."""
+        async with asyncio.timeout(5):
+            while True:
+                for entry in self._all()[self.before :]:
+                    if entry["code"] == "unauthenticated" and reason in entry.get("reason", ""):
+                        assert entry["decision"] == "deny" and entry["from"] == "127.0.0.1"
+                        return entry
+                await asyncio.sleep(0.05)
 
 
 def client_context(pki: Pki, case: str) -> ssl.SSLContext:
@@ -101,16 +130,24 @@ IDENTITY_REFUSED = ["other-domain", "two-ids"]
 
 
 @pytest.mark.parametrize("case", HANDSHAKE_REFUSED)
-async def test_https_handshake_refused(server: ServerProcess, pki: Pki, case: str) -> None:
+async def test_https_handshake_refused(
+    server: ServerProcess, pki: Pki, case: str, audit_log: Path
+) -> None:
+    audited = Audited(audit_log)
     async with httpx.AsyncClient(verify=client_context(pki, case), timeout=10) as http:
         with pytest.raises(httpx.TransportError):
             await http.get(f"{server.url}/v1/streams/x")
+    await audited.denial("TLS handshake refused")
 
 
 @pytest.mark.parametrize("case", IDENTITY_REFUSED)
-async def test_https_identity_refused(server: ServerProcess, pki: Pki, case: str) -> None:
+async def test_https_identity_refused(
+    server: ServerProcess, pki: Pki, case: str, audit_log: Path
+) -> None:
+    audited = Audited(audit_log)
     async with httpx.AsyncClient(verify=client_context(pki, case), timeout=10) as http:
         response = await http.get(f"{server.url}/v1/streams/x")
+    await audited.denial("client certificate")
     assert response.status_code == 401, response.text
     assert response.json()["error"]["code"] == "unauthenticated"
     assert "client certificate" in response.json()["error"]["message"]
@@ -193,8 +230,12 @@ async def test_grpc_handshake_refused(server: ServerProcess, pki: Pki, case: str
 
 
 @pytest.mark.parametrize("case", IDENTITY_REFUSED)
-async def test_grpc_identity_refused(server: ServerProcess, pki: Pki, case: str) -> None:
+async def test_grpc_identity_refused(
+    server: ServerProcess, pki: Pki, case: str, audit_log: Path
+) -> None:
+    audited = Audited(audit_log)
     assert await grpc_info(server, pki, case) == grpc.StatusCode.UNAUTHENTICATED
+    await audited.denial("client certificate")
 
 
 async def test_grpc_serves_a_good_certificate(server: ServerProcess, pki: Pki) -> None:
@@ -205,7 +246,10 @@ async def test_grpc_serves_a_good_certificate(server: ServerProcess, pki: Pki) -
 
 
 @pytest.mark.parametrize("case", HANDSHAKE_REFUSED)
-async def test_airc_handshake_refused(server: ServerProcess, pki: Pki, case: str) -> None:
+async def test_airc_handshake_refused(
+    server: ServerProcess, pki: Pki, case: str, audit_log: Path
+) -> None:
+    audited = Audited(audit_log)
     assert server.airc is not None
     host, port = server.airc
     with pytest.raises((ConnectFailed, ConnectionLost, ConnectionError)):
@@ -213,6 +257,7 @@ async def test_airc_handshake_refused(server: ServerProcess, pki: Pki, case: str
         # refusal may come as the first read instead of at connect.
         async with await AircClient.tcp(host, port, tls=client_context(pki, case)) as client:
             await client.subscribe("x")
+    await audited.denial("TLS handshake refused")
 
 
 @pytest.mark.parametrize("case", IDENTITY_REFUSED)

@@ -66,6 +66,7 @@ class Acceptor:
         max_per_turn: int = MAX_PER_TURN,
         tls: Callable[[], ssl.SSLContext] | None = None,
         handshake_timeout_s: float = 10.0,
+        on_refused: Callable[[str | None, ssl.SSLError], None] | None = None,
     ) -> None:
         if max_per_turn < 1:
             raise ValueError(f"max_per_turn must be >= 1, not {max_per_turn}")
@@ -76,6 +77,10 @@ class Acceptor:
         """The TLS context for a connection accepted now (asked per connection, so that
         reloaded certificates apply to the next one); None: plain TCP."""
         self.handshake_timeout_s = handshake_timeout_s
+        self.on_refused = on_refused
+        """Told of every handshake the TLS layer refused (the client's address and why): a
+        missing or untrusted certificate, a client that is not TLS. Not of one that stalled or
+        hung up, which says nothing about who it is."""
         self.accepted = 0
         """Connections accepted so far."""
         self.handshakes_failed = 0
@@ -140,7 +145,7 @@ class Acceptor:
         accept = self.sock.accept
         for _ in range(self.max_per_turn):
             try:
-                conn, _ = accept()
+                conn, address = accept()
             except (BlockingIOError, InterruptedError):
                 return  # the queue is empty
             except OSError as exc:
@@ -153,11 +158,13 @@ class Acceptor:
             self.accepted += 1
             self._short = False
             self._not_begun.add(conn)
-            task = loop.create_task(self._hand_over(loop, conn))
+            task = loop.create_task(self._hand_over(loop, conn, address))
             self._handing_over.add(task)
             task.add_done_callback(self._handed_over)
 
-    async def _hand_over(self, loop: asyncio.AbstractEventLoop, conn: socket.socket) -> None:
+    async def _hand_over(
+        self, loop: asyncio.AbstractEventLoop, conn: socket.socket, address: object
+    ) -> None:
         self._not_begun.discard(conn)
         try:
             # The transport and the protocol are made at once; this waits for connection_made.
@@ -173,6 +180,8 @@ class Acceptor:
         except (ssl.SSLError, ConnectionError, TimeoutError) as exc:
             # A client that is not TLS, shows no or an untrusted certificate, or hangs up:
             # the handshake is refused; theirs to fix, not a failure of this server's.
+            if isinstance(exc, ssl.SSLError) and self.on_refused is not None:
+                self.on_refused(_host_of(address), exc)
             conn.close()
             self.handshakes_failed += 1
             log.debug("TLS handshake refused: %s", exc)
@@ -232,3 +241,8 @@ class AcceptorMetrics(Collector):
             pauses.add_metric([listener], acceptor.pauses)
         yield accepted
         yield pauses
+
+
+def _host_of(address: object) -> str | None:
+    """The host of an address ``accept`` returned (a tuple for IP; a path for Unix)."""
+    return str(address[0]) if isinstance(address, tuple) and address else None

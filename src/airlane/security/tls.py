@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import ssl
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,6 +71,9 @@ class ServerTls:
         self.settings = settings
         self.loads = 0
         """How many times the material was (re)loaded."""
+        self.on_refused: Callable[[str | None, str], None] | None = None
+        """Set by the composition root: told of each handshake a listener refused (the
+        client's address and why), for the audit log."""
         self._stamp = self._stamps()
         self._context = self._load()
         self._material = self._read_material()
@@ -79,6 +82,12 @@ class ServerTls:
     def context(self) -> ssl.SSLContext:
         """The context for a connection accepted now."""
         return self._context
+
+    def refused(self, peer: str | None, error: ssl.SSLError) -> None:
+        """A listener refused a client's TLS handshake (no, an untrusted or an expired
+        certificate; not TLS at all): tell `on_refused`."""
+        if self.on_refused is not None:
+            self.on_refused(peer, f"TLS handshake refused: {error.reason or error}")
 
     @property
     def mutual(self) -> bool:

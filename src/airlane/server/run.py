@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from airlane.core.errors import ErrorCode
 from airlane.gateway import Gateway, ServerTls
 from airlane.runtime.acceptor import AcceptorMetrics
 from airlane.runtime.admission import Admission
@@ -168,6 +169,8 @@ async def _serve(
     app.metrics.registry.register(pacer)
     app.metrics.registry.register(app.gateway.audit)
     app.metrics.registry.register(app.gateway.auth_guard)
+    if tls is not None:
+        tls.on_refused = _audit_refused_handshakes(app.gateway)
     accept_metrics = AcceptorMetrics()
     app.metrics.registry.register(accept_metrics)
     listeners = _Listeners(tls)
@@ -226,6 +229,17 @@ def server_tls(config: ServerConfig) -> ServerTls | None:
         c.reload_s,
     )
     return ServerTls(settings)
+
+
+def _audit_refused_handshakes(gateway: Gateway) -> Callable[[str | None, str], None]:
+    """What records a TLS handshake a listener refused, as the gate's refusals are (gRPC's
+    handshakes happen inside grpcio's core, which tells no one)."""
+    audit = gateway.audit
+
+    def refused(peer: str | None, why: str) -> None:
+        audit.record("deny", ErrorCode.UNAUTHENTICATED.value, reason=why, origin=peer)
+
+    return refused
 
 
 def _jwks_of(gateway: Gateway) -> Jwks | None:

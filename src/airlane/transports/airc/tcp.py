@@ -163,7 +163,10 @@ class AircTcpServer:
         sock.listen(LISTEN_BACKLOG)
         tls = self.tls
         self._server = Acceptor(
-            sock, lambda: _AircProtocol(self), tls=None if tls is None else lambda: tls.context
+            sock,
+            lambda: _AircProtocol(self),
+            tls=None if tls is None else lambda: tls.context,
+            on_refused=None if tls is None else tls.refused,
         )
         self._server.start()
 

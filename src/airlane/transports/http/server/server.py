@@ -68,7 +68,10 @@ class HttpServer:
         state.app_state = self.lifespan.state
         tls = self.tls
         self.acceptor = Acceptor(
-            sock, lambda: HttpProtocol(state), tls=None if tls is None else lambda: tls.context
+            sock,
+            lambda: HttpProtocol(state),
+            tls=None if tls is None else lambda: tls.context,
+            on_refused=None if tls is None else tls.refused,
         )
         self.acceptor.start()
 
