@@ -13,8 +13,7 @@ import logging
 import socket
 from typing import cast
 
-from airlane.core.errors import AirlaneError
-from airlane.gateway import Gateway, PeerIdentity, Principal, ServerTls
+from airlane.gateway import Gateway, ServerTls
 from airlane.runtime.acceptor import Acceptor
 from airlane.transports.airc.config import AircServerConfig
 from airlane.transports.airc.session import AircSession
@@ -60,7 +59,10 @@ class _AircProtocol(asyncio.Protocol):
             server.gateway,
             server.config,
             self,
-            principal=server.anonymous_principal(peer),
+            # No principal yet: AUTH names one, or the first request asks the gate with the
+            # certificate alone (asking now would audit a refusal for every connection that
+            # is about to send AUTH).
+            principal=None,
             peer=peer,
             origin=address[0] if isinstance(address, tuple) else None,
         )
@@ -147,14 +149,6 @@ class AircTcpServer:
         host, port = self.address
         scheme = "tcp" if self.tls is None else "tcp+tls"
         return f"{scheme}://{f'[{host}]' if ':' in host else host}:{port}"
-
-    def anonymous_principal(self, peer: PeerIdentity | None = None) -> Principal | None:
-        """The principal of a connection before ``AUTH`` (its client certificate's, if it
-        showed one); None if the policy needs a key."""
-        try:
-            return self.gateway.authenticate(None, peer)
-        except AirlaneError:  # credentials are required: the client sends AUTH
-            return None
 
     async def start(self, sock: socket.socket) -> None:
         """Serve connections accepted on ``sock`` (bound; this server owns it from now on)."""
