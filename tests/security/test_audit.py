@@ -10,6 +10,8 @@ import httpx
 import pytest
 
 from airlane.backends.synthetic import SyntheticBackend
+from airlane.client import RequestRejected
+from airlane.client.airc import AircClient
 from airlane.eventlog import LogNotFound
 from airlane.gateway import Gateway
 from airlane.hub import MemoryHub, StreamNotFound
@@ -134,3 +136,19 @@ def test_an_unwritable_audit_path_stops_the_start_in_one_line(tmp_path: Path) ->
     )  # fmt: skip
     assert result.returncode == 2 and "audit.log" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+async def test_a_client_that_authenticates_leaves_no_refusal(tmp_path: Path) -> None:
+    """An AIRC/TCP connection that sends AUTH, and an HTTP request with its key, are no
+    refusals: the record of a refusal is a refusal's, never a step of a good login."""
+    log = tmp_path / "audit.log"
+    with run_server("--api-key", "alice=sk-a", config=f'[audit]\npath = "{log}"\n') as gateway:
+        assert gateway.airc is not None
+        async with await AircClient.tcp(*gateway.airc, "sk-a") as client:
+            with pytest.raises(RequestRejected) as caught:
+                await client.subscribe("nowhere")
+        assert caught.value.code == "stream_not_found"
+        async with httpx.AsyncClient(base_url=gateway.url, timeout=20) as http:
+            ok = await http.get("/v1/models", headers={"authorization": "Bearer sk-a"})
+            assert ok.status_code == 200
+    assert [(e["decision"], e["code"]) for e in records(log)] == [("deny", "stream_not_found")]
