@@ -110,6 +110,29 @@ async def test_a_tenant_over_its_generations_is_refused_until_one_ends() -> None
             assert third.status_code == 201, third.text
 
 
+def test_a_principal_has_limits_of_its_own_inside_its_tenant() -> None:
+    now = [0.0]
+    quotas = Quotas(
+        QuotaConfig(principal_concurrent_streams=1, concurrent_streams=3, tokens_per_min=60,
+                    tokens_burst=10),
+        clock=lambda: now[0],
+    )  # fmt: skip
+    ann_first = quotas.start_stream(ANN)
+    with pytest.raises(QuotaExceeded, match="ann has 1 generations running"):
+        quotas.start_stream(ANN)
+    al_first = quotas.start_stream(AL)  # the tenant still has room: al is not ann
+    ann_first()
+    ann_first()  # a second release changes nothing
+    quotas.charge_tokens(ANN, 12)  # ann owes 2 tokens; al owes nothing
+    with pytest.raises(QuotaExceeded, match="ann has generated its 60 tokens/min") as caught:
+        quotas.start_stream(ANN)
+    assert caught.value.retry_after_s == pytest.approx(3.0)
+    al_first()
+    quotas.start_stream(AL)()
+    now[0] = 3.0
+    quotas.start_stream(ANN)()
+
+
 def test_generated_tokens_per_tenant_are_charged_when_a_generation_ends() -> None:
     now = [0.0]
     quotas = Quotas(QuotaConfig(tenant_tokens_per_min=60, tenant_tokens_burst=20),

@@ -5,10 +5,10 @@ Four limits, all off unless configured (``[quotas]``):
 - **requests**: a token bucket per principal and one per tenant (a rate per second and a
   burst), spent by every authenticated request (an HTTP request, a WebSocket or AIRC
   connection, a gRPC call);
-- **concurrent streams**: generations a tenant may have running at once;
-- **generated tokens**: completion tokens per minute per tenant, from the usage ledger. A
-  generation is charged what it produced when it ends (a running one is never cut short); a
-  new one starts only while the tenant's budget is not spent.
+- **concurrent streams**: generations a principal, and a tenant, may have running at once;
+- **generated tokens**: completion tokens per minute per principal and per tenant, from the
+  usage ledger. A generation is charged what it produced when it ends (a running one is never
+  cut short); a new one starts only while neither budget is spent.
 - **bytes delivered**: a token bucket of bytes per principal and one per tenant, spent by what
   readers are handed (a stream's events as retention counts them, the same on every wire; event
   log records' payloads; artifact bytes served). A reader in debt is slowed, not cut: its next
@@ -60,10 +60,16 @@ class QuotaConfig:
     """As ``requests_burst``, per tenant."""
     concurrent_streams: int = 0
     """Generations a tenant may have running at once."""
+    principal_concurrent_streams: int = 0
+    """Generations one principal may have running at once."""
     tenant_tokens_per_min: float = 0.0
     """Completion tokens a tenant's generations may produce per minute."""
     tenant_tokens_burst: int = 0
     """Tokens a tenant may spend at once above its rate (0: one minute's worth)."""
+    tokens_per_min: float = 0.0
+    """Completion tokens one principal's generations may produce per minute."""
+    tokens_burst: int = 0
+    """As ``tenant_tokens_burst``, per principal."""
     bytes_per_s: float = 0.0
     """Bytes delivered per second to each principal's readers, all of them together."""
     bytes_burst: int = 0
@@ -77,13 +83,24 @@ class QuotaConfig:
         for name in ("requests_per_s", "requests_burst", "tenant_requests_per_s",
                      "tenant_requests_burst", "concurrent_streams", "tenant_tokens_per_min",
                      "tenant_tokens_burst", "bytes_per_s", "bytes_burst", "tenant_bytes_per_s",
-                     "tenant_bytes_burst"):  # fmt: skip
+                     "tenant_bytes_burst", "principal_concurrent_streams", "tokens_per_min",
+                     "tokens_burst"):  # fmt: skip
             if getattr(self, name) < 0:
                 raise ValueError(f"[quotas] {name} must be 0 (off) or more")
 
 
 def _nothing() -> None:
     """What ends a generation that no limit counts."""
+
+
+def _who(principal: Principal) -> str:
+    """A principal's key in the buckets (names are per tenant)."""
+    return f"{principal.tenant}/{principal.name}"
+
+
+def _per_minute(rate: float, burst: int, clock: Callable[[], float]) -> TokenBuckets:
+    """Buckets of ``rate`` tokens a minute (``burst``: 0 is one minute's worth)."""
+    return TokenBuckets(rate / 60.0, burst or math.ceil(rate), clock, MAX_BUCKETS)
 
 
 class Quotas:
@@ -97,11 +114,10 @@ class Quotas:
         self._tenants = TokenBuckets(
             c.tenant_requests_per_s, c.tenant_requests_burst, clock, MAX_BUCKETS
         )
-        self._streams: dict[str, int] = {}
-        tokens_burst = c.tenant_tokens_burst or math.ceil(c.tenant_tokens_per_min)
-        self._tokens = TokenBuckets(
-            c.tenant_tokens_per_min / 60.0, tokens_burst, clock, MAX_BUCKETS
-        )
+        self._tenant_streams: dict[str, int] = {}
+        self._principal_streams: dict[str, int] = {}
+        self._tenant_tokens = _per_minute(c.tenant_tokens_per_min, c.tenant_tokens_burst, clock)
+        self._principal_tokens = _per_minute(c.tokens_per_min, c.tokens_burst, clock)
         self._principal_bytes = TokenBuckets(c.bytes_per_s, c.bytes_burst, clock, MAX_BUCKETS)
         self._tenant_bytes = TokenBuckets(
             c.tenant_bytes_per_s, c.tenant_bytes_burst, clock, MAX_BUCKETS
@@ -113,7 +129,7 @@ class Quotas:
         """Count a request of ``principal``; `QuotaExceeded` if it is over a rate."""
         c = self.config
         if c.requests_per_s:
-            wait = self._principals.take(f"{principal.tenant}/{principal.name}")
+            wait = self._principals.take(_who(principal))
             if wait:
                 self._refuse(f"{principal.name} is over {c.requests_per_s:g} requests/s", wait)
         if c.tenant_requests_per_s:
@@ -123,25 +139,35 @@ class Quotas:
                 self._refuse(f"tenant {principal.tenant} is over {rate:g} requests/s", wait)
 
     def start_stream(self, principal: Principal) -> Callable[[], None]:
-        """Count a generation of ``principal``'s tenant; the call-back that ends it.
-        `QuotaExceeded` if the tenant has as many running as it may."""
+        """Count a generation of ``principal`` (and its tenant); the call-back that ends it.
+        `QuotaExceeded` if either has as many running as it may, has generated its tokens
+        for now, or is repaying bytes delivered."""
         self.check_bytes(principal)  # a generation is started to be read
-        if self.counts_tokens:
-            tenant_tokens = self._tokens.balance(principal.tenant)
-            if tenant_tokens < 1.0:
-                rate = self.config.tenant_tokens_per_min
-                wait = self._tokens.wait(tenant_tokens)
-                self._refuse(
-                    f"tenant {principal.tenant} has generated its {rate:g} tokens/min", wait
-                )
-        limit = self.config.concurrent_streams
-        if not limit:
-            return _nothing  # no count kept when there is no limit to keep it for
-        tenant = principal.tenant
-        running = self._streams.get(tenant, 0)
-        if running >= limit:
-            self._refuse(f"tenant {tenant} has {running} generations running, its limit", 1.0)
-        self._streams[tenant] = running + 1
+        c, who, tenant = self.config, _who(principal), principal.tenant
+        if c.tokens_per_min:
+            self._check_tokens(
+                self._principal_tokens, who, f"{principal.name} has generated its "
+                f"{c.tokens_per_min:g} tokens/min",
+            )  # fmt: skip
+        if c.tenant_tokens_per_min:
+            self._check_tokens(
+                self._tenant_tokens, tenant, f"tenant {tenant} has generated its "
+                f"{c.tenant_tokens_per_min:g} tokens/min",
+            )  # fmt: skip
+        counts: list[tuple[dict[str, int], str]] = []
+        for running, key, limit, name in (
+            (self._principal_streams, who, c.principal_concurrent_streams, principal.name),
+            (self._tenant_streams, tenant, c.concurrent_streams, f"tenant {tenant}"),
+        ):
+            if limit:  # no count kept where there is no limit to keep it for
+                now = running.get(key, 0)
+                if now >= limit:
+                    self._refuse(f"{name} has {now} generations running, its limit", 1.0)
+                counts.append((running, key))
+        if not counts:
+            return _nothing
+        for running, key in counts:
+            running[key] = running.get(key, 0) + 1
         done = False
 
         def release() -> None:
@@ -149,23 +175,32 @@ class Quotas:
             if done:
                 return
             done = True
-            left = self._streams[tenant] - 1
-            if left:
-                self._streams[tenant] = left
-            else:
-                del self._streams[tenant]
+            for running, key in counts:
+                left = running[key] - 1
+                if left:
+                    running[key] = left
+                else:
+                    del running[key]
 
         return release
 
     @property
     def counts_tokens(self) -> bool:
         """Whether generated tokens are limited (and so must be charged)."""
-        return self.config.tenant_tokens_per_min > 0
+        return self.config.tenant_tokens_per_min > 0 or self.config.tokens_per_min > 0
 
     def charge_tokens(self, principal: Principal, tokens: int) -> None:
-        """Charge a finished generation's completion tokens to ``principal``'s tenant."""
-        if self.counts_tokens and tokens > 0:
-            self._tokens.spend(principal.tenant, tokens)
+        """Charge a finished generation's completion tokens to ``principal`` and its tenant."""
+        if tokens > 0:
+            if self.config.tokens_per_min:
+                self._principal_tokens.spend(_who(principal), tokens)
+            if self.config.tenant_tokens_per_min:
+                self._tenant_tokens.spend(principal.tenant, tokens)
+
+    def _check_tokens(self, buckets: TokenBuckets, key: str, why: str) -> None:
+        balance = buckets.balance(key)
+        if balance < 1.0:
+            self._refuse(why, buckets.wait(balance))
 
     @property
     def counts_bytes(self) -> bool:
@@ -177,7 +212,7 @@ class Quotas:
         Delivery goes on while a bucket holds anything, so a batch may take it into debt."""
         wait = 0.0
         if self.config.bytes_per_s:
-            balance = self._principal_bytes.balance(f"{principal.tenant}/{principal.name}")
+            balance = self._principal_bytes.balance(_who(principal))
             if balance <= 0:
                 wait = self._principal_bytes.wait(balance)
         if self.config.tenant_bytes_per_s:
@@ -199,7 +234,7 @@ class Quotas:
         """Charge ``delivered`` bytes to ``principal`` and its tenant."""
         if delivered > 0:
             if self.config.bytes_per_s:
-                self._principal_bytes.spend(f"{principal.tenant}/{principal.name}", delivered)
+                self._principal_bytes.spend(_who(principal), delivered)
             if self.config.tenant_bytes_per_s:
                 self._tenant_bytes.spend(principal.tenant, delivered)
 
