@@ -18,7 +18,7 @@ from airlane.gateway.authguard import AuthGuard
 from airlane.gateway.eventsourcing import EventSourcing
 from airlane.gateway.quotas import Quotas
 from airlane.gateway.tickets import Tickets
-from airlane.hub import Hub, MemoryHub, MemoryHubConfig
+from airlane.hub import Hub, MemoryHub
 from airlane.security import AllowAll, ApiKeyPolicy, SecurityPolicy
 from airlane.security.audit import AuditLog
 from airlane.server.config import ServerConfig
@@ -49,7 +49,7 @@ def nats_servers(config: ServerConfig) -> tuple[str, ...]:
 
 def build_hub(config: ServerConfig) -> Hub:
     """The in-memory hub, or the JetStream hub when ``hub`` names NATS servers."""
-    local = MemoryHubConfig(retention=config.retention)
+    local = replace(config.streams, retention=config.retention)
     servers = nats_servers(config)
     if not servers:
         return MemoryHub(local)

@@ -17,6 +17,7 @@ from airlane.gateway.authguard import AuthGuardConfig
 from airlane.gateway.eventsourcing import EventSourcingConfig
 from airlane.gateway.quotas import QuotaConfig
 from airlane.gateway.tickets import TicketConfig
+from airlane.hub import MemoryHubConfig
 from airlane.hub.jetstream import JetStreamHubConfig
 from airlane.runtime.admission import AdmissionConfig
 from airlane.security.audit import AuditConfig
@@ -155,6 +156,9 @@ class ServerConfig:
     """Per principal and tenant limits (``[quotas]``)."""
     auth_guard: AuthGuardConfig = field(default_factory=AuthGuardConfig)
     """Failed authentications allowed per client address (``[auth_guard]``)."""
+    streams: MemoryHubConfig = field(default_factory=MemoryHubConfig)
+    """How many streams and readers the hub holds and how long idle and ended streams stay
+    (``[streams]``; in a cluster, each node's replicas). Its retention is ``[retention]``."""
     tickets: TicketConfig = field(default_factory=TicketConfig)
     """Short-lived credentials for URLs, signed with a secret the nodes share (``[tickets]``)."""
     audit: AuditConfig = field(default_factory=AuditConfig)
@@ -180,8 +184,8 @@ def load_config(path: Path, base: ServerConfig | None = None) -> ServerConfig:
     """Read a TOML file: top-level keys of `ServerConfig`, plus ``[synthetic]``, ``[http]``,
     ``[orphan]``, ``[retention]``, ``[airc]``, ``[grpc]``, ``[jetstream]``, ``[eventsourcing]``,
     ``[artifacts]``, ``[gc]``, ``[admission]``, ``[tls]``, ``[jwt]``, ``[policy]``, ``[audit]``,
-    ``[auth_guard]``, ``[quotas]``, ``[tickets]`` and ``[api_keys]`` tables. An unreadable
-    file, one that is not TOML, an unknown key and a value of the wrong type are a
+    ``[auth_guard]``, ``[quotas]``, ``[tickets]``, ``[streams]`` and ``[api_keys]`` tables. An
+    unreadable file, one that is not TOML, an unknown key and a value of the wrong type are a
     `ConfigError` (a `ValueError`); so is a value the setting itself refuses."""
     try:
         with path.open("rb") as fh:
@@ -220,6 +224,7 @@ def _settings(path: Path, data: dict[str, Any], config: ServerConfig) -> ServerC
         "quotas": (QuotaConfig, config.quotas),
         "auth_guard": (AuthGuardConfig, config.auth_guard),
         "tickets": (TicketConfig, config.tickets),
+        "streams": (MemoryHubConfig, config.streams),
     }
     changes: dict[str, Any] = {}
     allowed = {f.name for f in fields(ServerConfig)}
@@ -244,6 +249,8 @@ def _settings(path: Path, data: dict[str, Any], config: ServerConfig) -> ServerC
             section["mode"] = OrphanMode(section["mode"])
         if key == "jetstream" and ("local" in section or "servers" in section):
             raise ValueError(f"{path}: set the NATS servers with hub = 'nats://...'")
+        if key == "streams" and "retention" in section:
+            raise ConfigError(f"{path}: a stream's retention is [retention], not [streams]")
         for name in ("models", "cors_origins", "allowed_hosts"):
             if key == "http" and name in section:
                 section[name] = tuple(section[name])
