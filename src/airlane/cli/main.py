@@ -36,6 +36,7 @@ _LISTENER_FLAGS = {
     "HTTP": "pick another port with --port (or another address with --host)",
     "AIRC": "pick another port with --airc-port, or turn it off with --airc-port -1",
     "gRPC": "pick another port with --grpc-port, or turn it off with --grpc-port -1",
+    "HTTP/3": "pick another UDP port with --http3-port, or turn it off with --http3-port -1",
 }
 
 app = typer.Typer(
@@ -113,6 +114,10 @@ def serve_command(
     grpc_port: Annotated[
         int | None,
         typer.Option(help="gRPC port (default: the HTTP port + 2; -1 turns it off)."),
+    ] = None,
+    http3_port: Annotated[
+        int | None,
+        typer.Option(help="HTTP/3 UDP port (default: the HTTP port's number; -1 turns it off)."),
     ] = None,
     hub: Annotated[
         str | None,
@@ -232,6 +237,9 @@ def serve_command(
     if grpc_port is not None:
         grpc = replace(settings.grpc, enabled=grpc_port >= 0, port=max(grpc_port, 0))
         settings = replace(settings, grpc=grpc)
+    if http3_port is not None:
+        http3 = replace(settings.http3, enabled=http3_port >= 0, port=max(http3_port, 0))
+        settings = replace(settings, http3=http3)
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
 
     def ready(listening: Listening) -> None:
@@ -241,7 +249,8 @@ def serve_command(
         # Printed on stdout, flushed: scripts and tests read the addresses from this line.
         airc = f", AIRC on {listening.airc}" if listening.airc else ""
         grpc = f", gRPC on {listening.grpc}" if listening.grpc else ""
-        print(f"airlane listening on {listening.http} ({backend}){airc}{grpc}", flush=True)
+        h3 = f", HTTP/3 on {listening.http3}" if listening.http3 else ""
+        print(f"airlane listening on {listening.http} ({backend}){airc}{grpc}{h3}", flush=True)
 
     serve_or_fail(settings, ready)
 

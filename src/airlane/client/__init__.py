@@ -5,6 +5,7 @@
 - `WsClient`: many streams over one WebSocket, re-subscribed after a reconnect.
 - `AircClient`: the same streams over the AIRC binary protocol, on TCP or a WebSocket.
 - `GrpcClient`: the same streams over the native gRPC service (``airlane.v1.Airlane``).
+- `H3Client`: any of the HTTP API's requests over HTTP/3 (QUIC), many on one connection.
 - `TextAccumulator`: a stream's text rebuilt from its events (snapshots replace, deltas append).
 
 Errors are described in `airlane.client.errors`. Each client is imported on first use
@@ -35,19 +36,21 @@ if TYPE_CHECKING:
     )
     from airlane.client.events import ChatDelta, StreamEvent
     from airlane.client.grpc import GrpcClient
+    from airlane.client.h3 import H3Client, H3Response
     from airlane.client.retry import RetryPolicy
     from airlane.client.sse import AirlaneClient
     from airlane.client.subscription import WsSubscription
     from airlane.client.ws import WsClient
 
 # Imported on first use: a program that speaks one transport does not load the others'
-# libraries (httpx, websockets, grpcio).
+# libraries (httpx, websockets, grpcio, aioquic).
 _HOMES = {
     "airlane.client.accumulator": ("TextAccumulator",),
     "airlane.client.airc": ("AircClient",),
     "airlane.client.errors": tuple(errors.__all__),  # every one of them
     "airlane.client.events": ("ChatDelta", "StreamEvent"),
     "airlane.client.grpc": ("GrpcClient",),
+    "airlane.client.h3": ("H3Client", "H3Response"),
     "airlane.client.retry": ("RetryPolicy",),
     "airlane.client.sse": ("AirlaneClient",),
     "airlane.client.subscription": ("WsSubscription",),
@@ -64,6 +67,8 @@ __all__ = [
     "ConnectionLost",
     "GatewayOverloaded",
     "GrpcClient",
+    "H3Client",
+    "H3Response",
     "ProtocolViolation",
     "RequestRejected",
     "ResumeFailed",

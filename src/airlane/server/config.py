@@ -27,6 +27,7 @@ from airlane.server.gcpacer import GcConfig
 from airlane.transports.airc import AircServerConfig
 from airlane.transports.grpc import GrpcServerConfig
 from airlane.transports.http import HttpConfig
+from airlane.transports.http.h3 import Http3Config
 from airlane.wire.airc import AircConfig
 
 __all__ = [
@@ -131,6 +132,8 @@ class ServerConfig:
     """The AIRC transport: its TCP listener and session limits."""
     grpc: GrpcServerConfig = field(default_factory=GrpcServerConfig)
     """The gRPC transport: its listener and limits."""
+    http3: Http3Config = field(default_factory=Http3Config)
+    """HTTP/3 over QUIC on UDP beside the HTTP port (``[http3]``)."""
     tcp_keepalive_s: int = DEFAULT_TCP_KEEPALIVE_S
     """Idle seconds before TCP keepalive probes on accepted sockets."""
     hub: str = "memory"
@@ -182,7 +185,8 @@ class ConfigError(ValueError):
 
 def load_config(path: Path, base: ServerConfig | None = None) -> ServerConfig:
     """Read a TOML file: top-level keys of `ServerConfig`, plus ``[synthetic]``, ``[http]``,
-    ``[orphan]``, ``[retention]``, ``[airc]``, ``[grpc]``, ``[jetstream]``, ``[eventsourcing]``,
+    ``[orphan]``, ``[retention]``, ``[airc]``, ``[grpc]``, ``[http3]``, ``[jetstream]``,
+    ``[eventsourcing]``,
     ``[artifacts]``, ``[gc]``, ``[admission]``, ``[tls]``, ``[jwt]``, ``[policy]``, ``[audit]``,
     ``[auth_guard]``, ``[quotas]``, ``[tickets]``, ``[streams]`` and ``[api_keys]`` tables. An
     unreadable file, one that is not TOML, an unknown key and a value of the wrong type are a
@@ -212,6 +216,7 @@ def _settings(path: Path, data: dict[str, Any], config: ServerConfig) -> ServerC
         "retention": (Retention, config.retention),
         "airc": (AircServerConfig, config.airc),
         "grpc": (GrpcServerConfig, config.grpc),
+        "http3": (Http3Config, config.http3),
         "jetstream": (JetStreamHubConfig, config.jetstream),
         "eventsourcing": (EventSourcingConfig, config.eventsourcing),
         "artifacts": (ArtifactsConfig, config.artifacts),

@@ -27,8 +27,9 @@ import signal
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from airlane.core.errors import ErrorCode
 from airlane.gateway import Gateway, ServerTls
@@ -45,6 +46,7 @@ from airlane.server.gcpacer import GcPacer
 from airlane.transports.airc import AircTcpServer
 from airlane.transports.grpc import GrpcServer
 from airlane.transports.http import AirlaneApp
+from airlane.transports.http.h3 import Http3Server
 from airlane.transports.http.server import HttpServer, LifespanFailed, ServerSettings
 
 __all__ = [
@@ -104,6 +106,19 @@ def bind_socket(host: str, port: int, keepalive_s: int) -> socket.socket:
     return sock
 
 
+def bind_udp(host: str, port: int) -> socket.socket:
+    """A UDP socket bound to ``host``:``port`` (QUIC's), non-blocking."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_DGRAM)
+    try:
+        sock.bind((host, port))
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 @dataclass(frozen=True, slots=True)
 class Listening:
     """Where a running gateway listens."""
@@ -114,6 +129,8 @@ class Listening:
     """The AIRC/TCP listener (``tcp://host:port``), None when off."""
     grpc: str | None
     """The gRPC listener (``host:port``), None when off."""
+    http3: str | None = None
+    """The HTTP/3 listener (``udp://host:port``), None when off."""
 
 
 def grpc_port(config: ServerConfig, http_port: int) -> int:
@@ -180,12 +197,13 @@ async def _serve(
         sock = listeners.bind("HTTP", config.host, config.port, config)
         host, port = sock.getsockname()[:2]
         await listeners.start(app, config, port, accept_metrics)
-        server = HttpServer(app, ServerSettings.from_http(config.http), tls=tls)
+        server = HttpServer(app, listeners.http_settings(config), tls=tls)
         try:
             await server.start(sock)
         except LifespanFailed as exc:
             log.debug("the gateway failed to start", exc_info=exc.__cause__ or exc)
             raise StartupError(f"the gateway cannot start: {exc}") from exc
+        await listeners.start_http3(app, config, server.lifespan.state)
         assert server.acceptor is not None
         accept_metrics.watch("http", server.acceptor)
         stop = signals.serving(server)
@@ -305,6 +323,9 @@ class _Listeners:
         self.sockets: list[socket.socket] = []
         self.airc: AircTcpServer | None = None
         self.grpc: GrpcServer | None = None
+        self.udp: socket.socket | None = None
+        """HTTP/3's socket, bound before the HTTP server starts (its port goes in Alt-Svc)."""
+        self.http3: Http3Server | None = None
 
     def bind(self, listener: str, host: str, port: int, config: ServerConfig) -> socket.socket:
         """A listening socket for ``listener`` (closed by `aclose`)."""
@@ -326,6 +347,8 @@ class _Listeners:
             port = grpc_port(config, http_port)
             self.grpc = await _start_grpc(app, config, port, self.tls)
             app.on_shutdown.append(self.grpc.aclose)
+        if config.http3.enabled:
+            self.udp = self._bind_http3(config, http_port)
         if airc_sock is not None:
             self.airc = AircTcpServer(app.gateway, config.airc, tls=self.tls)
             await self.airc.start(airc_sock)
@@ -333,10 +356,54 @@ class _Listeners:
             # GOAWAY to every AIRC session before the hub closes under their streams.
             app.on_shutdown.append(self.airc.aclose)
 
+    def http_settings(self, config: ServerConfig) -> ServerSettings:
+        """The HTTP server's settings: ``[http]``'s, and the ``Alt-Svc`` that names HTTP/3's
+        port where it is on (clients that speak HTTP/3 then move over by themselves)."""
+        settings = ServerSettings.from_http(config.http)
+        if self.udp is None:
+            return settings
+        return replace(settings, alt_svc=f'h3=":{self.udp.getsockname()[1]}"; ma=86400')
+
+    def _bind_http3(self, config: ServerConfig, http_port: int) -> socket.socket | None:
+        """HTTP/3's UDP socket: on the configured port, else the HTTP port's number (another
+        free one if that is taken on UDP while the HTTP port was picked by the system). None
+        under mutual TLS, which aioquic cannot ask of a client: HTTP/3 would let clients in
+        without the certificate every other listener requires."""
+        if self.tls is not None and self.tls.mutual:
+            log.warning("HTTP/3 is off: it cannot require client certificates (mutual TLS)")
+            return None
+        host, port = config.host, config.http3.port
+        try:
+            return bind_udp(host, http_port if port is None else port)
+        except OSError as exc:
+            if port is None and not config.port:
+                return bind_udp(host, 0)
+            shown = http_port if port is None else port
+            raise ListenerError("HTTP/3", host, shown, _reason(exc)) from exc
+
+    async def start_http3(
+        self, app: AirlaneApp, config: ServerConfig, app_state: dict[str, Any]
+    ) -> None:
+        """Serve HTTP/3 on the bound UDP socket (after the HTTP server started the app)."""
+        if self.udp is None:
+            return
+        self.http3 = Http3Server(
+            app,
+            config.http3,
+            tls=self.tls,
+            app_state=app_state,
+            max_body_bytes=config.http.max_body_bytes,
+        )
+        await self.http3.start(self.udp)
+        self.udp = None  # the server owns it now
+        # Its connections close before the gateway does, as the other listeners' do.
+        app.on_shutdown.append(self.http3.aclose)
+
     def listening(self, url: str, host: str) -> Listening:
         """The addresses, for ``on_ready``."""
         grpc = None if self.grpc is None else f"{_bracketed(host)}:{self.grpc.port}"
-        return Listening(url, self.airc.url if self.airc is not None else None, grpc)
+        http3 = None if self.http3 is None else f"udp://{_bracketed(host)}:{self.http3.port}"
+        return Listening(url, self.airc.url if self.airc is not None else None, grpc, http3)
 
     async def aclose(self) -> None:
         """Stop AIRC and gRPC (idempotent: the lifespan's shutdown may have) and close every
@@ -345,6 +412,10 @@ class _Listeners:
             await self.airc.aclose()
         if self.grpc is not None:
             await self.grpc.aclose()
+        if self.http3 is not None:
+            await self.http3.aclose()
+        if self.udp is not None:
+            self.udp.close()
         for sock in self.sockets:
             sock.close()
 

@@ -56,6 +56,9 @@ class ServerSettings:
     connection stops reading."""
     root_path: str = ""
     """The ASGI ``root_path`` (the prefix the application is mounted under)."""
+    alt_svc: str | None = None
+    """An ``Alt-Svc`` value every response carries (``h3=":8420"; ma=86400`` where HTTP/3
+    serves the same application); None: none."""
 
     @classmethod
     def from_http(cls, http: HttpConfig, **changes: object) -> ServerSettings:

@@ -35,6 +35,7 @@ class ServerState:
     """Shared by every connection of one server."""
 
     __slots__ = (
+        "alt_svc_line",
         "app",
         "app_state",
         "connections",
@@ -55,6 +56,10 @@ class ServerState:
     ) -> None:
         self.app = app
         self.settings = settings
+        self.alt_svc_line = (
+            b"alt-svc: %b\r\n" % settings.alt_svc.encode("latin-1") if settings.alt_svc else b""
+        )
+        """The ``Alt-Svc`` header line of every response (empty: none), made once."""
         self.loop = loop
         self.tls = tls
         """The server's TLS (its connections' identities come from it), or None."""

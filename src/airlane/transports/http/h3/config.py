@@ -1,0 +1,46 @@
+"""`Http3Config`: the HTTP/3 listener's settings (``[http3]``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Http3Config"]
+
+
+@dataclass(frozen=True, slots=True)
+class Http3Config:
+    """``[http3]``: the HTTP/3 (QUIC) listener beside the HTTP port. The defaults are the seed
+    white paper's for mobile clients on weak networks."""
+
+    enabled: bool = True
+    """Serve HTTP/3 on UDP (``--http3-port -1`` turns it off too)."""
+    port: int | None = None
+    """The UDP port (default: the HTTP port's number, which ``Alt-Svc`` then names)."""
+    idle_timeout_s: float = 30.0
+    """A connection with nothing received for this long is closed."""
+    keep_alive_s: float = 15.0
+    """A connection sends a PING after this long without sending, so that NAT bindings and the
+    peer's idle timer stay alive while a long generation thinks (0: never)."""
+    stream_window: int = 1 << 20
+    """Flow-control window a request stream starts with (bytes the peer may send ahead)."""
+    connection_window: int = 8 << 20
+    """Flow-control window of a whole connection."""
+    max_streams: int = 128
+    """Requests one connection may have open at once (more wait for the peer's credit)."""
+    max_buffered_bytes: int = 256 << 10
+    """Response bytes a stream may hold unacknowledged before its writer waits: the write
+    side's backpressure (a slow or lossy reader slows its own stream, no one else's)."""
+    max_connections: int = 10_000
+    """QUIC connections held at once; new ones beyond are refused."""
+
+    def __post_init__(self) -> None:
+        if self.port is not None and not -1 <= self.port <= 65535:
+            raise ValueError(f"[http3] port must be 0 to 65535 (or -1: off), not {self.port}")
+        for name in ("idle_timeout_s", "stream_window", "connection_window", "max_streams",
+                     "max_buffered_bytes", "max_connections"):  # fmt: skip
+            if getattr(self, name) <= 0:
+                raise ValueError(f"[http3] {name} must be above 0")
+        if self.keep_alive_s < 0 or (
+            self.keep_alive_s and self.keep_alive_s >= self.idle_timeout_s
+        ):
+            raise ValueError("[http3] keep_alive_s must be 0 (off) or below idle_timeout_s")

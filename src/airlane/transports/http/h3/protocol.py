@@ -1,0 +1,258 @@
+"""`H3Protocol`: one QUIC connection serving HTTP/3 requests to the ASGI application.
+
+aioquic parses QUIC and HTTP/3; this turns its events into requests (`H3Request`, one task
+each, owned here and cancelled when the connection goes) and writes their responses. It
+adds what aioquic leaves to its user: a keep-alive PING when the connection has sent nothing
+for ``keep_alive_s`` (NAT bindings and the peer's idle timer outlive a long silence), the
+write side's backpressure (a stream's unacknowledged bytes, checked after every transmit), and
+a clear answer to a request it cannot serve (400 for a malformed head, 503 past the request
+limit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote_to_bytes
+
+from aioquic.asyncio.protocol import QuicConnectionProtocol
+from aioquic.h3.connection import H3_ALPN, H3Connection
+from aioquic.h3.events import DataReceived, H3Event, Headers, HeadersReceived
+from aioquic.h3.exceptions import H3Error
+from aioquic.quic.events import (
+    ConnectionTerminated,
+    ProtocolNegotiated,
+    QuicEvent,
+    StreamReset,
+)
+
+from airlane.transports.http.h3.request import H3Request
+
+if TYPE_CHECKING:
+    from airlane.transports.http.h3.server import Http3Server
+
+__all__ = ["H3Protocol"]
+
+log = logging.getLogger("airlane.http3")
+
+_ASGI = {"version": "3.0", "spec_version": "2.3"}
+H3_REQUEST_CANCELLED = 0x10C
+"""HTTP/3's H3_REQUEST_CANCELLED: what a stream whose response failed midway is reset with."""
+H3_NO_ERROR = 0x100
+QUIC_CONNECTION_REFUSED = 0x2
+
+
+class H3Protocol(QuicConnectionProtocol):
+    """One connection (see the module docstring); made by aioquic's server per connection."""
+
+    def __init__(self, *args: Any, server: Http3Server, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.server = server
+        self._h3: H3Connection | None = None
+        self._requests: dict[int, H3Request] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._waiting: dict[int, asyncio.Future[None]] = {}
+        self._sent_at = self._loop.time()
+        self._keep_alive: asyncio.TimerHandle | None = None
+        self._closed_here = False
+        self._admitted = server.opened(self)
+
+    # -- aioquic's call-backs ---------------------------------------------------------------
+
+    def quic_event_received(self, event: QuicEvent) -> None:
+        if isinstance(event, ProtocolNegotiated):
+            if not self._admitted:  # the server holds as many connections as it may
+                self._quic.close(error_code=QUIC_CONNECTION_REFUSED, reason_phrase="server full")
+                return
+            if event.alpn_protocol in H3_ALPN:
+                self._h3 = H3Connection(self._quic)
+                self._arm_keep_alive()
+        elif isinstance(event, StreamReset):
+            request = self._requests.pop(event.stream_id, None)
+            if request is not None:
+                request.gone()
+        elif isinstance(event, ConnectionTerminated):
+            self._terminated()
+        if self._h3 is None:
+            return
+        try:
+            for h3_event in self._h3.handle_event(event):
+                self._h3_event(h3_event)
+        except H3Error as exc:  # the peer broke HTTP/3 (aioquic closes the connection)
+            log.debug("HTTP/3 connection error: %s", exc)
+
+    def transmit(self) -> None:
+        super().transmit()
+        self._sent_at = self._loop.time()
+        if self._waiting:
+            self._wake_writers()
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def _h3_event(self, event: H3Event) -> None:
+        if isinstance(event, HeadersReceived):
+            if event.stream_id in self._requests:
+                return  # trailers: nothing in Airlane's API reads them
+            self._start(event.stream_id, event.headers, event.stream_ended)
+        elif isinstance(event, DataReceived):
+            request = self._requests.get(event.stream_id)
+            if request is not None:
+                request.data(event.data, event.stream_ended)
+
+    def _start(self, stream_id: int, headers: Headers, ended: bool) -> None:
+        config = self.server.config
+        if len(self._requests) >= config.max_streams:
+            self._refuse(stream_id, 503, b"too many requests on this connection")
+            return
+        scope = self._scope(headers)
+        if scope is None:
+            self._refuse(stream_id, 400, b"a request needs :method, :scheme and :path")
+            return
+        request = H3Request(self, stream_id, scope, self.server.max_body_bytes)
+        self._requests[stream_id] = request
+        if ended:
+            request.data(b"", True)
+        task = self._loop.create_task(request.run(self.server.app), name=f"h3 {stream_id}")
+        self._tasks.add(task)
+        task.add_done_callback(lambda done: self._ended(request, done))
+
+    def _scope(self, headers: Headers) -> dict[str, Any] | None:
+        """The ASGI scope of a request's head; None when it lacks a pseudo-header."""
+        pseudo: dict[bytes, bytes] = {}
+        fields: list[tuple[bytes, bytes]] = []
+        for name, value in headers:
+            if name.startswith(b":"):
+                pseudo[name] = value
+            else:
+                fields.append((name, value))
+        method, path = pseudo.get(b":method"), pseudo.get(b":path")
+        if not method or not path or b":scheme" not in pseudo:
+            return None
+        authority = pseudo.get(b":authority")
+        if authority is not None and not any(name == b"host" for name, _ in fields):
+            fields.insert(0, (b"host", authority))
+        raw_path, _, query = path.partition(b"?")
+        peer = self._quic.get_peer_address()
+        return {
+            "type": "http",
+            "asgi": _ASGI,
+            "http_version": "3",
+            "method": method.decode("ascii", "replace"),
+            "scheme": "https",
+            "root_path": "",
+            "path": unquote_to_bytes(raw_path).decode("utf-8", "replace"),
+            "raw_path": raw_path,
+            "query_string": query,
+            "headers": fields,
+            "client": (str(peer[0]), int(peer[1])) if peer else None,
+            "server": self.server.address,
+            "state": self.server.app_state.copy(),
+            "extensions": {},
+        }
+
+    def _refuse(self, stream_id: int, status: int, reason: bytes) -> None:
+        if self._h3 is None:
+            return
+        head = [(b":status", b"%d" % status), (b"content-type", b"text/plain")]
+        self._h3.send_headers(stream_id, head)
+        self._h3.send_data(stream_id, reason, end_stream=True)
+        self.transmit()
+
+    def _ended(self, request: H3Request, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._requests.pop(request.stream_id, None)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            log.error("HTTP/3 request failed", exc_info=exc)
+            if not request.finished and not self._closed_here:
+                self._quic.reset_stream(request.stream_id, H3_REQUEST_CANCELLED)
+                self.transmit()
+
+    # -- writing (H3Writer) ----------------------------------------------------------------
+
+    def send_head(self, stream_id: int, headers: list[tuple[bytes, bytes]], end: bool) -> None:
+        """Send a response's head (``:status`` first) on ``stream_id``."""
+        if self._h3 is not None and not self._closed_here:
+            self._h3.send_headers(stream_id, headers, end_stream=end)
+            self.transmit()
+
+    def send_body(self, stream_id: int, data: bytes, end: bool) -> None:
+        """Send response body bytes on ``stream_id``."""
+        if self._h3 is not None and not self._closed_here:
+            self._h3.send_data(stream_id, data, end_stream=end)
+            self.transmit()
+
+    def drained(self, stream_id: int) -> Awaitable[None] | None:
+        """None while ``stream_id`` holds at most ``max_buffered_bytes`` unacknowledged; else
+        a future that the connection completes once it holds half as much (or is gone)."""
+        limit = self.server.config.max_buffered_bytes
+        if self._closed_here or _unacknowledged(self, stream_id) <= limit:
+            return None
+        waiter = self._waiting.get(stream_id)
+        if waiter is None:
+            waiter = self._waiting[stream_id] = self._loop.create_future()
+        return waiter
+
+    def stop_reading(self, stream_id: int) -> None:
+        """Ask the peer to stop sending on ``stream_id``."""
+        if not self._closed_here:
+            self._quic.stop_stream(stream_id, H3_NO_ERROR)
+            self.transmit()
+
+    def _wake_writers(self) -> None:
+        low = self.server.config.max_buffered_bytes // 2
+        for stream_id, waiter in list(self._waiting.items()):
+            if self._closed_here or _unacknowledged(self, stream_id) <= low:
+                del self._waiting[stream_id]
+                if not waiter.done():
+                    waiter.set_result(None)
+
+    # -- life -------------------------------------------------------------------------------
+
+    def _arm_keep_alive(self) -> None:
+        interval = self.server.config.keep_alive_s
+        if interval and not self._closed_here:
+            due = self._sent_at + interval
+            self._keep_alive = self._loop.call_at(due, self._maybe_ping)
+
+    def _maybe_ping(self) -> None:
+        self._keep_alive = None
+        if self._closed_here:
+            return
+        if self._loop.time() - self._sent_at >= self.server.config.keep_alive_s * 0.99:
+            self._quic.send_ping(0)
+            self.transmit()
+        self._arm_keep_alive()
+
+    def _terminated(self) -> None:
+        """The connection is closed (by either side, or its idle timer): every request's
+        client has gone."""
+        if self._closed_here:
+            return
+        self._closed_here = True
+        if self._keep_alive is not None:
+            self._keep_alive.cancel()
+        for request in self._requests.values():
+            request.gone()
+        self._wake_writers()
+        self.server.closed(self)
+
+    def shut(self) -> None:
+        """Close the connection now (the server is stopping): requests end as disconnected."""
+        if not self._closed_here:
+            self._quic.close(error_code=H3_NO_ERROR, reason_phrase="the server is stopping")
+            self.transmit()
+            self._terminated()
+        for task in self._tasks:
+            task.cancel()
+
+
+def _unacknowledged(protocol: H3Protocol, stream_id: int) -> int:
+    """Bytes written to ``stream_id`` that the peer has not acknowledged yet. aioquic keeps
+    them in the stream's send buffer and offers no public count, so this reads it there."""
+    stream = protocol._quic._streams.get(stream_id)
+    return 0 if stream is None else len(stream.sender._buffer)

@@ -1,0 +1,135 @@
+"""`Http3Server`: the HTTP/3 listener, serving the same ASGI application as the HTTP port.
+
+It listens on UDP (by default the HTTP port's number, which the TCP port's ``Alt-Svc`` header
+names, so browsers and clients that speak HTTP/3 move over by themselves) with aioquic, one
+`H3Protocol` per connection. QUIC always encrypts: the listener uses the gateway's TLS
+certificate when it has one (``--tls-cert``), else a self-signed one made at start
+(`airlane.transports.http.h3.certificate`), whose SHA-256 it logs for clients that trust by
+hash. The application is the one the HTTP server started; its lifespan state is shared, not
+run again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any
+
+from aioquic.asyncio.server import QuicServer
+from aioquic.h3.connection import H3_ALPN
+from aioquic.quic.configuration import QuicConfiguration
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+from airlane.gateway import ServerTls
+from airlane.transports.http.h3.certificate import EphemeralCertificate, ephemeral_certificate
+from airlane.transports.http.h3.config import Http3Config
+from airlane.transports.http.h3.protocol import H3Protocol
+
+__all__ = ["Http3Server"]
+
+log = logging.getLogger("airlane.http3")
+
+
+class Http3Server:
+    """Serves ``app`` over HTTP/3 (see the module docstring)."""
+
+    def __init__(
+        self,
+        app: Callable[..., Awaitable[None]],
+        config: Http3Config | None = None,
+        *,
+        tls: ServerTls | None = None,
+        app_state: dict[str, Any] | None = None,
+        max_body_bytes: int = 8 << 20,
+    ) -> None:
+        self.app = app
+        self.config = config or Http3Config()
+        self.tls = tls
+        self.app_state = app_state or {}
+        """The application's lifespan state, as the HTTP server's requests carry it."""
+        self.max_body_bytes = max_body_bytes
+        """What a request body may buffer before its stream is stopped (the application's
+        own limit; the application refuses past it)."""
+        self.certificate: EphemeralCertificate | None = None
+        """The certificate made at start, when the gateway has none of its own."""
+        self.address: tuple[str, int] | None = None
+        """Where it listens (host, UDP port), once started."""
+        self.connections: set[H3Protocol] = set()
+        """Connections open now."""
+        self.refused = 0
+        """Connections refused because ``max_connections`` were open."""
+        self._server: QuicServer | None = None
+
+    @property
+    def port(self) -> int:
+        """The UDP port (0 before `start`)."""
+        return 0 if self.address is None else self.address[1]
+
+    async def start(self, sock: socket.socket) -> None:
+        """Serve on ``sock``, a bound UDP socket (this server closes it)."""
+        configuration = self._configuration()
+        sockname = sock.getsockname()
+        self.address = (str(sockname[0]), int(sockname[1]))
+        loop = asyncio.get_running_loop()
+        _, self._server = await loop.create_datagram_endpoint(
+            lambda: QuicServer(
+                configuration=configuration, create_protocol=partial(H3Protocol, server=self)
+            ),
+            sock=sock,
+        )
+        host = self.address[0]
+        if self.certificate is not None:
+            log.info(
+                "HTTP/3 on UDP %s:%d with a self-signed certificate, SHA-256 %s",
+                host,
+                self.port,
+                self.certificate.sha256.hex(),
+            )
+
+    def _configuration(self) -> QuicConfiguration:
+        c = self.config
+        configuration = QuicConfiguration(
+            is_client=False,
+            alpn_protocols=list(H3_ALPN),
+            idle_timeout=c.idle_timeout_s,
+            max_stream_data=c.stream_window,
+            max_data=c.connection_window,
+        )
+        if self.tls is not None:
+            chain, key, _ = self.tls.material()
+            certificates = x509.load_pem_x509_certificates(chain)
+            configuration.certificate = certificates[0]
+            configuration.certificate_chain = certificates[1:]
+            configuration.private_key = serialization.load_pem_private_key(key, None)
+        else:
+            self.certificate = ephemeral_certificate()
+            configuration.certificate = self.certificate.certificate
+            configuration.private_key = self.certificate.key
+        return configuration
+
+    # -- connections (`H3Protocol` calls these) ---------------------------------------------
+
+    def opened(self, protocol: H3Protocol) -> bool:
+        """A connection began; False if it must be refused (too many are open)."""
+        if len(self.connections) >= self.config.max_connections:
+            self.refused += 1
+            return False
+        self.connections.add(protocol)
+        return True
+
+    def closed(self, protocol: H3Protocol) -> None:
+        """A connection ended."""
+        self.connections.discard(protocol)
+
+    async def aclose(self) -> None:
+        """Close every connection, then stop listening (idempotent)."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        for protocol in list(self.connections):
+            protocol.shut()
+        server.close()

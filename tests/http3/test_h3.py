@@ -1,0 +1,211 @@
+"""HTTP/3: the gateway's API over QUIC, from aioquic's client (Airlane's `H3Client`).
+
+A real ``airlane serve`` with its defaults: HTTP/3 on the HTTP port's number over UDP, with a
+self-signed certificate made at start, advertised by ``Alt-Svc`` on the TCP port. Chat
+completions stream as SSE (event by event, not one buffered answer), a stream resumes from
+``Last-Event-ID``, many generations share one connection, artifacts answer byte ranges, and
+API keys, bad requests and garbage datagrams get the same answers as over TCP while the
+listener keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from airlane.artifacts.packer import pack
+from airlane.client.h3 import H3Client
+from airlane.security.certs import issue_certificate, make_ca
+from tests.artifacts.support import checkpoint
+from tests.servers import ServerProcess, run_server
+
+pytestmark = pytest.mark.timeout(60)
+
+CHAT = {
+    "model": "synthetic",
+    "messages": [{"role": "user", "content": "tell me about QUIC"}],
+    "stream": True,
+    "max_tokens": 40,
+}
+JSON = [("content-type", "application/json")]
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ServerProcess]:
+    with run_server() as running:
+        yield running
+
+
+async def h3(server: ServerProcess) -> H3Client:
+    assert server.h3 is not None, "the gateway printed no HTTP/3 address"
+    host, port = server.h3
+    return await H3Client.connect(host, port, verify=False)
+
+
+def sse_events(body: bytes) -> list[dict[str, Any]]:
+    """The JSON data of each SSE event in ``body`` (``[DONE]`` left out)."""
+    lines = body.decode().splitlines()
+    return [
+        json.loads(line.removeprefix("data: "))
+        for line in lines
+        if line.startswith("data: ") and line != "data: [DONE]"
+    ]
+
+
+def content(events: list[dict[str, Any]]) -> str:
+    """The text OpenAI chunks carry."""
+    return "".join(e["choices"][0]["delta"].get("content", "") for e in events if e["choices"])
+
+
+async def test_the_tcp_port_advertises_http3_and_it_answers(server: ServerProcess) -> None:
+    assert server.h3 is not None
+    with httpx.Client(base_url=server.url, timeout=10) as http:
+        answer = http.get("/healthz")
+    assert answer.headers["alt-svc"] == f'h3=":{server.h3[1]}"; ma=86400'
+    async with await h3(server) as client:
+        health = await client.request("GET", "/healthz")
+        assert health.status == 200 and json.loads(await health.read())["status"] == "ok"
+        assert health.header("alt-svc") is None  # already on HTTP/3
+
+
+async def test_a_chat_completion_streams_event_by_event(server: ServerProcess) -> None:
+    async with await h3(server) as client:
+        response = await client.request(
+            "POST", "/v1/chat/completions", headers=JSON, body=json.dumps(CHAT).encode()
+        )
+        assert response.status == 200
+        assert (response.header("content-type") or "").startswith("text/event-stream")
+        pieces = [chunk async for chunk in response.chunks()]
+    text = content(sse_events(b"".join(pieces)))
+    assert len(pieces) > 3 and text  # several writes, as generated: not one buffered body
+    stream_id = response.header("x-airlane-stream-id")
+    with httpx.Client(base_url=server.url, timeout=10) as http:
+        snapshot = http.get(f"/v1/streams/{stream_id}/snapshot").json()
+    assert snapshot["text"]["content"] == text
+
+
+async def test_a_stream_resumes_after_its_last_event_id(server: ServerProcess) -> None:
+    with httpx.Client(base_url=server.url, timeout=10) as http:
+        for n in range(5):
+            event = {"kind": "message", "payload": {"n": n}}
+            assert http.post("/v1/streams/h3/resume/events", json=event).status_code == 200
+        http.post("/v1/streams/h3/resume/events", json={"kind": "done"})
+        epoch = http.get("/v1/streams/h3/resume").json()["epoch"]
+    async with await h3(server) as client:
+        response = await client.request(
+            "GET", "/v1/streams/h3/resume/events", headers=[("last-event-id", f"{epoch}:3")]
+        )
+        body = (await response.read()).decode()
+    assert response.status == 200
+    ids = [line.removeprefix("id: ") for line in body.splitlines() if line.startswith("id: ")]
+    assert ids == [f"{epoch}:4", f"{epoch}:5", f"{epoch}:6"]
+
+
+async def test_many_generations_share_one_connection(server: ServerProcess) -> None:
+    async with await h3(server) as client:
+
+        async def one(seed: int) -> str:
+            body = json.dumps({**CHAT, "seed": seed}).encode()
+            response = await client.request("POST", "/v1/chat/completions", headers=JSON, body=body)
+            return content(sse_events(await response.read()))
+
+        texts = await asyncio.gather(*(one(seed) for seed in range(20)))
+    assert all(texts) and len(set(texts)) > 1
+
+
+async def test_refusals_are_the_same_as_over_tcp(server: ServerProcess) -> None:
+    async with await h3(server) as client:
+        missing = await client.request("GET", "/v1/streams/nowhere")
+        assert missing.status == 404
+        assert json.loads(await missing.read())["error"]["code"] == "stream_not_found"
+        bad = await client.request("POST", "/v1/chat/completions", headers=JSON, body=b"{nope")
+        assert bad.status == 400
+        assert json.loads(await bad.read())["error"]["code"] == "invalid_json"
+        blob = b'{"kind": "message", "payload": "' + b"x" * (3 << 20) + b'"}'
+        big = await client.request("POST", "/v1/streams/h3/big/events", headers=JSON, body=blob)
+        assert big.status == 413  # the HTTP body limit, as over TCP; the stream was stopped
+        assert json.loads(await big.read())["error"]["code"] == "body_too_large"
+        health = await client.request("GET", "/healthz")
+        assert health.status == 200
+
+
+async def test_keys_are_asked_for_over_http3_too() -> None:
+    with run_server("--api-key", "ann=sk-ann") as gateway:
+        async with await h3(gateway) as client:
+            refused = await client.request("GET", "/v1/models")
+            assert refused.status == 401
+            await refused.read()
+            allowed = await client.request(
+                "GET", "/v1/models", headers=[("authorization", "Bearer sk-ann")]
+            )
+            assert allowed.status == 200
+            await allowed.read()
+
+
+async def test_artifacts_answer_byte_ranges(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    pack([checkpoint(tmp_path / "a.safetensors", seed=1, layers=1, hidden=64)], store,
+         name="base", version="1")  # fmt: skip
+    with run_server("--artifacts", str(store)) as gateway:
+        with httpx.Client(base_url=gateway.url, timeout=10) as http:
+            manifest = http.get("/v1/artifacts/base/1/manifest.json").json()
+            path = manifest["files"][0]["path"]
+            whole = http.get(f"/v1/artifacts/base/1/{path}").content
+        async with await h3(gateway) as client:
+            ranged = await client.request(
+                "GET", f"/v1/artifacts/base/1/{path}", headers=[("range", "bytes=100-1099")]
+            )
+            assert ranged.status == 206
+            assert ranged.header("content-range") == f"bytes 100-1099/{len(whole)}"
+            assert await ranged.read() == whole[100:1100]
+
+
+async def test_garbage_datagrams_leave_the_listener_serving(server: ServerProcess) -> None:
+    assert server.h3 is not None
+    host, port = server.h3
+    rng = random.Random(7)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        for n in range(2000):
+            size = rng.choice((1, 20, 1200, 1500))
+            data = os.urandom(size)
+            if n % 3 == 0:  # a long-header Initial's first byte, then garbage
+                data = bytes([0xC0 | rng.randrange(16)]) + b"\x00\x00\x00\x01" + data
+            sock.sendto(data, (host, port))
+    async with await h3(server) as client:
+        health = await client.request("GET", "/healthz")
+        assert health.status == 200
+
+
+async def test_a_configured_certificate_is_served_and_mutual_tls_turns_http3_off(
+    tmp_path: Path,
+) -> None:
+    make_ca(tmp_path / "ca", "example.org")
+    cert = issue_certificate(tmp_path / "ca", "spiffe://example.org/gateway", tmp_path / "s")
+    tls = ["--tls-cert", str(cert.cert), "--tls-key", str(cert.key)]
+    with run_server(*tls) as gateway:
+        assert gateway.h3 is not None
+        host, port = gateway.h3
+        # Verified against the CA: the listener shows the gateway's own certificate.
+        cafile = str(tmp_path / "ca" / "ca.pem")
+        async with await H3Client.connect(host, port, cafile=cafile) as client:
+            assert (await client.request("GET", "/healthz")).status == 200
+    log = tmp_path / "serve.log"
+    with (
+        log.open("w") as err,
+        run_server(
+            *tls, "--tls-client-ca", str(tmp_path / "ca" / "ca.pem"), stderr=err, log_level="info"
+        ) as gateway,
+    ):
+        # aioquic cannot ask a client for a certificate: HTTP/3 would let clients in
+        # without the one every other listener requires, so it stays off.
+        assert gateway.h3 is None
+    assert "HTTP/3 is off" in log.read_text()
