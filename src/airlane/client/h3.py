@@ -28,6 +28,7 @@ from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.events import ConnectionTerminated, QuicEvent, StreamReset
 
 from airlane.client.errors import ConnectFailed, ConnectionLost
+from airlane.runtime.quic_congestion import ALGORITHM
 
 __all__ = ["H3Client", "H3Response"]
 
@@ -139,11 +140,18 @@ class H3Client:
         cafile: str | None = None,
         server_name: str | None = None,
         timeout_s: float = 10.0,
+        congestion_control: str = ALGORITHM,
+        max_datagram_size: int = 1200,
     ) -> H3Client:
         """Connect to ``host``:``port`` (UDP); `ConnectFailed` if no handshake completes in
-        ``timeout_s``."""
+        ``timeout_s``. ``congestion_control`` is the controller of what this client sends
+        (``airlane-bbr``, or aioquic's ``reno``/``cubic``)."""
         configuration = QuicConfiguration(
-            is_client=True, alpn_protocols=list(H3_ALPN), server_name=server_name or host
+            is_client=True,
+            alpn_protocols=list(H3_ALPN),
+            server_name=server_name or host,
+            congestion_control_algorithm=congestion_control,
+            max_datagram_size=max_datagram_size,
         )
         if not verify:
             configuration.verify_mode = ssl.CERT_NONE

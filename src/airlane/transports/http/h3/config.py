@@ -32,14 +32,28 @@ class Http3Config:
     side's backpressure (a slow or lossy reader slows its own stream, no one else's)."""
     max_connections: int = 10_000
     """QUIC connections held at once; new ones beyond are refused."""
+    congestion_control: str = "airlane-bbr"
+    """The senders' congestion controller: ``airlane-bbr`` (`airlane.wire.bbr`: random loss is
+    not taken for congestion), or aioquic's ``reno`` / ``cubic``."""
+    max_datagram_size: int = 1200
+    """Largest UDP payload sent: QUIC's guaranteed minimum; 1452 fills a 1500-byte Ethernet
+    path with fewer packets where no tunnel on the way lowers the MTU."""
+    socket_buffer_bytes: int = 8 << 20
+    """UDP receive and send buffers (bounded by the kernel's ``rmem_max``/``wmem_max``): a
+    bandwidth-delay product of a fast, long path must fit, or the kernel drops what the
+    controller sent."""
 
     def __post_init__(self) -> None:
         if self.port is not None and not -1 <= self.port <= 65535:
             raise ValueError(f"[http3] port must be 0 to 65535 (or -1: off), not {self.port}")
         for name in ("idle_timeout_s", "stream_window", "connection_window", "max_streams",
-                     "max_buffered_bytes", "max_connections"):  # fmt: skip
+                     "max_buffered_bytes", "max_connections", "socket_buffer_bytes"):  # fmt: skip
             if getattr(self, name) <= 0:
                 raise ValueError(f"[http3] {name} must be above 0")
+        if self.congestion_control not in ("airlane-bbr", "reno", "cubic"):
+            raise ValueError("[http3] congestion_control is airlane-bbr, reno or cubic")
+        if not 1200 <= self.max_datagram_size <= 65527:
+            raise ValueError("[http3] max_datagram_size must be 1200 to 65527")
         if self.keep_alive_s < 0 or (
             self.keep_alive_s and self.keep_alive_s >= self.idle_timeout_s
         ):

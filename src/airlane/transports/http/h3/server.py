@@ -25,6 +25,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from airlane.gateway import ServerTls
+from airlane.runtime import quic_congestion  # noqa: F401 - registers airlane-bbr with aioquic
 from airlane.transports.http.h3.certificate import EphemeralCertificate, ephemeral_certificate
 from airlane.transports.http.h3.config import Http3Config
 from airlane.transports.http.h3.protocol import H3Protocol
@@ -72,6 +73,9 @@ class Http3Server:
     async def start(self, sock: socket.socket) -> None:
         """Serve on ``sock``, a bound UDP socket (this server closes it)."""
         configuration = self._configuration()
+        size = self.config.socket_buffer_bytes
+        for option in (socket.SO_RCVBUF, socket.SO_SNDBUF):
+            sock.setsockopt(socket.SOL_SOCKET, option, size)
         sockname = sock.getsockname()
         self.address = (str(sockname[0]), int(sockname[1]))
         loop = asyncio.get_running_loop()
@@ -98,6 +102,8 @@ class Http3Server:
             idle_timeout=c.idle_timeout_s,
             max_stream_data=c.stream_window,
             max_data=c.connection_window,
+            congestion_control_algorithm=c.congestion_control,
+            max_datagram_size=c.max_datagram_size,
         )
         if self.tls is not None:
             chain, key, _ = self.tls.material()

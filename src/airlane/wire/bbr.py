@@ -1,0 +1,252 @@
+"""`Bbr`: a BBR-style congestion controller for QUIC, sans-I/O (time comes in as ``now``).
+
+Loss-based controllers (Reno, CUBIC: aioquic's choices) halve their window at every loss. On a
+link that drops packets at random (a phone's radio, 5-12 % loss) that is the wrong signal: the
+window collapses though the path is not congested, and a 5 MB transfer that TCP with BBR moves
+in 2 s takes over a minute. BBR instead models the path: the bottleneck's bandwidth (the best
+delivery rate seen over the last ten round trips) and its propagation delay (the lowest RTT
+seen over ten seconds). It keeps about one bandwidth-delay product (BDP) in flight, which fills
+the link without building a queue, and treats random loss as what it is: lost packets, resent.
+
+Phases, after the BBR draft (draft-cardwell-iccrg-bbr-congestion-control), simplified:
+
+- **Startup**: the window grows by what is acknowledged (doubling per round trip) until the
+  bandwidth estimate stops growing by 25 % for three rounds: the pipe is full.
+- **Drain**: the window shrinks to one BDP (no headroom), emptying the queue startup built.
+- **ProbeBW**: a cycle of eight round trips at gains 1.25, 0.75, 1, 1, 1, 1, 1, 1 of the BDP:
+  one round looks for more bandwidth, the next drains what that queued.
+- **ProbeRTT**: when the lowest RTT has not been seen again for ten seconds, four packets in
+  flight for 200 ms, so that queues drain and the propagation delay is measured afresh.
+
+The host (aioquic, `airlane.runtime.quic_congestion`) paces at ``window / smoothed RTT``, so the
+window is also the pacing knob: it is ``gain x BDP`` plus a quarter BDP of headroom for
+delayed and aggregated acknowledgements, which bounds the standing queue to about that quarter.
+Loss does not shrink it, except that a round losing more than `LOSS_CEILING` of what it
+delivered while the RTT shows a queue (RTT above 1.5 x the minimum) caps the window at what was
+in flight: that is congestion, and a TCP flow sharing the bottleneck keeps its share.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from dataclasses import dataclass
+
+__all__ = ["Bbr", "BbrMode"]
+
+STARTUP_GAIN = 2.885
+"""2/ln 2: the gain that doubles the delivery rate each round trip."""
+PROBE_GAINS = (1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+HEADROOM = 0.25
+"""Window beyond ``gain x BDP``, in BDPs: delayed and aggregated acknowledgements."""
+BW_WINDOW_ROUNDS = 10
+MIN_RTT_WINDOW_S = 10.0
+PROBE_RTT_S = 0.2
+FULL_BW_GROWTH = 1.25
+FULL_BW_ROUNDS = 3
+MIN_WINDOW_PACKETS = 4
+INITIAL_WINDOW_PACKETS = 10
+LOSS_CEILING = 0.15
+"""A round losing more than this share of what it delivered, with a queue, is congestion."""
+QUEUE_RTT_FACTOR = 1.5
+
+
+class BbrMode(enum.Enum):
+    """Where the controller is in its cycle."""
+
+    STARTUP = "startup"
+    DRAIN = "drain"
+    PROBE_BW = "probe_bw"
+    PROBE_RTT = "probe_rtt"
+
+
+@dataclass(slots=True)
+class _Sent:
+    """What the controller knew when a packet left: the delivery rate sample's start."""
+
+    size: int
+    sent_time: float
+    delivered: int
+    delivered_time: float
+
+
+class Bbr:
+    """The controller (see the module docstring). Packets are named by any hashable ``key``
+    the host gives them; the host tells it of sends, acknowledgements, losses and RTT samples
+    and reads `window`."""
+
+    def __init__(self, mss: int, now: float = 0.0) -> None:
+        self.mss = mss
+        self.mode = BbrMode.STARTUP
+        self.window = INITIAL_WINDOW_PACKETS * mss
+        """Bytes the host may have in flight (and, divided by its RTT, its pacing rate)."""
+        self.bandwidth = 0.0
+        """The bottleneck bandwidth estimate, bytes per second (0: none yet)."""
+        self.min_rtt: float | None = None
+        """The propagation delay estimate, seconds."""
+        self.in_flight = 0
+        self._sent: dict[object, _Sent] = {}
+        self._delivered = 0
+        self._delivered_time = now
+        self._round = 0
+        self._next_round_delivered = 0
+        self._round_lost = 0
+        self._round_delivered = 0
+        self._bw_samples: deque[tuple[int, float]] = deque()  # (round, best rate that round)
+        self._min_rtt_stamp = now
+        self._latest_rtt = 0.0
+        self._full_bw = 0.0
+        self._full_bw_rounds = 0
+        self._filled = False
+        self._cycle = 0
+        self._cycle_stamp = now
+        self._probe_rtt_done: float | None = None
+        self._probe_min = float("inf")  # the lowest RTT seen during ProbeRTT
+        self._cap: int | None = None  # the window's ceiling after congestion, lifted by probing
+
+    # -- events from the host ---------------------------------------------------------------
+
+    def on_sent(self, key: object, size: int, now: float) -> None:
+        """A packet of ``size`` bytes counting against the window left at ``now``."""
+        if not self._sent:  # the flow restarts after idle: time deliveries from now
+            self._delivered_time = now
+        self._sent[key] = _Sent(size, now, self._delivered, self._delivered_time)
+        self.in_flight += size
+
+    def on_acked(self, key: object, now: float) -> None:
+        """The packet named ``key`` was acknowledged at ``now``."""
+        sent = self._sent.pop(key, None)
+        if sent is None:
+            return
+        self.in_flight = max(0, self.in_flight - sent.size)
+        self._delivered += sent.size
+        self._round_delivered += sent.size
+        self._delivered_time = now
+        if sent.delivered >= self._next_round_delivered:
+            self._new_round()
+        interval = now - sent.delivered_time
+        if interval > 0 and (self.min_rtt is None or interval >= self.min_rtt / 2):
+            self._sample_bandwidth((self._delivered - sent.delivered) / interval)
+        self._update(now, acked=sent.size)
+
+    def on_lost(self, key: object, now: float) -> None:
+        """The packet named ``key`` was declared lost (it will be resent as new data)."""
+        sent = self._sent.pop(key, None)
+        if sent is not None:
+            self.in_flight = max(0, self.in_flight - sent.size)
+            self._round_lost += sent.size
+
+    def forget(self, key: object) -> None:
+        """The packet named ``key`` no longer counts (its packet number space was dropped)."""
+        sent = self._sent.pop(key, None)
+        if sent is not None:
+            self.in_flight = max(0, self.in_flight - sent.size)
+
+    def on_rtt(self, rtt: float, now: float) -> None:
+        """An RTT sample."""
+        self._latest_rtt = rtt
+        if self.min_rtt is None or rtt <= self.min_rtt:
+            self.min_rtt = rtt
+            self._min_rtt_stamp = now
+        if self.mode is BbrMode.PROBE_RTT:
+            self._probe_min = min(self._probe_min, rtt)
+        self._update(now, acked=0)
+
+    def on_persistent_congestion(self, now: float) -> None:
+        """Nothing got through for several PTOs: start again from the minimum window."""
+        self.window = MIN_WINDOW_PACKETS * self.mss
+        self._cap = None
+
+    # -- the model --------------------------------------------------------------------------
+
+    @property
+    def bdp(self) -> int:
+        """The bandwidth-delay product, bytes (the initial window before any estimate)."""
+        if not self.bandwidth or self.min_rtt is None:
+            return INITIAL_WINDOW_PACKETS * self.mss
+        return int(self.bandwidth * self.min_rtt)
+
+    def _new_round(self) -> None:
+        self._round += 1
+        self._next_round_delivered = self._delivered
+        congested = (
+            self._round_delivered
+            and self._round_lost > LOSS_CEILING * self._round_delivered
+            and self.min_rtt is not None
+            and self._latest_rtt > QUEUE_RTT_FACTOR * self.min_rtt
+        )
+        if congested:
+            self._cap = max(self.in_flight, MIN_WINDOW_PACKETS * self.mss)
+        self._round_lost = self._round_delivered = 0
+        if not self._filled and self.bandwidth:
+            if self.bandwidth >= self._full_bw * FULL_BW_GROWTH:
+                self._full_bw, self._full_bw_rounds = self.bandwidth, 0
+            else:
+                self._full_bw_rounds += 1
+                self._filled = self._full_bw_rounds >= FULL_BW_ROUNDS
+
+    def _sample_bandwidth(self, rate: float) -> None:
+        samples = self._bw_samples
+        if samples and samples[-1][0] == self._round:
+            if rate > samples[-1][1]:
+                samples[-1] = (self._round, rate)
+        else:
+            samples.append((self._round, rate))
+        while samples and samples[0][0] <= self._round - BW_WINDOW_ROUNDS:
+            samples.popleft()
+        self.bandwidth = max(best for _, best in samples)
+
+    def _update(self, now: float, acked: int) -> None:
+        mode = self.mode
+        if mode is BbrMode.STARTUP and self._filled:
+            mode = self.mode = BbrMode.DRAIN
+        if mode is BbrMode.DRAIN and self.in_flight <= self.bdp:
+            mode = self._enter_probe_bw(now)
+        if mode is BbrMode.PROBE_BW:
+            self._advance_cycle(now)
+        if mode is not BbrMode.PROBE_RTT and now - self._min_rtt_stamp > MIN_RTT_WINDOW_S:
+            mode = self.mode = BbrMode.PROBE_RTT
+            self._probe_rtt_done = now + max(PROBE_RTT_S, self.min_rtt or 0.0)
+            self._probe_min = float("inf")
+        if mode is BbrMode.PROBE_RTT:
+            assert self._probe_rtt_done is not None
+            if now >= self._probe_rtt_done:
+                # The minimum measured with the queue drained replaces the expired one (the
+                # path may have changed), and stands for the next ten seconds.
+                if self._probe_min != float("inf"):
+                    self.min_rtt = self._probe_min
+                self._min_rtt_stamp = now
+                mode = self._enter_probe_bw(now) if self._filled else self._enter_startup()
+        self.window = self._target(mode, acked)
+
+    def _enter_probe_bw(self, now: float) -> BbrMode:
+        self.mode = BbrMode.PROBE_BW
+        self._cycle, self._cycle_stamp = 2, now  # start at gain 1: the queue just drained
+        return self.mode
+
+    def _enter_startup(self) -> BbrMode:
+        self.mode = BbrMode.STARTUP
+        return self.mode
+
+    def _advance_cycle(self, now: float) -> None:
+        if self.min_rtt is not None and now - self._cycle_stamp > self.min_rtt:
+            self._cycle = (self._cycle + 1) % len(PROBE_GAINS)
+            self._cycle_stamp = now
+            if PROBE_GAINS[self._cycle] > 1.0:
+                self._cap = None  # probing for bandwidth may go past a congestion cap
+
+    def _target(self, mode: BbrMode, acked: int) -> int:
+        floor = MIN_WINDOW_PACKETS * self.mss
+        if mode is BbrMode.PROBE_RTT:
+            return floor
+        bdp = self.bdp
+        if mode is BbrMode.STARTUP:
+            # Slow-start-like growth by what was acknowledged, up to the startup gain's target
+            # once there is an estimate to aim at.
+            grown = self.window + acked
+            target = int(STARTUP_GAIN * bdp) if self.bandwidth else grown
+            return max(floor, min(grown, max(target, self.window)))
+        if mode is BbrMode.DRAIN:  # one BDP, no headroom: what startup queued drains
+            return max(floor, bdp)
+        window = max(floor, int((PROBE_GAINS[self._cycle] + HEADROOM) * bdp))
+        return window if self._cap is None else max(floor, min(window, self._cap))
