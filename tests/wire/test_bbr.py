@@ -42,7 +42,9 @@ class Path:
         self._send()
         while self._events and self._events[0][0] <= until:
             self.now, key, kind = heapq.heappop(self._events)
-            if kind == "ack":
+            if kind == "send":
+                self._send_scheduled = False
+            elif kind == "ack":
                 self.bbr.on_rtt(self.now - self._sent_at.pop(key), self.now)
                 self.bbr.on_acked(key, self.now)
                 self.delivered += MSS
@@ -53,9 +55,25 @@ class Path:
         self.now = until
 
     _sent_at: dict[int, float] = field(default_factory=dict)
+    _next_send: float = 0.0
+    _send_scheduled: bool = False
 
     def _send(self) -> None:
-        while self.bbr.in_flight + MSS <= self.bbr.window:
+        # As aioquic does: within the window, and paced at window / smoothed RTT (a packet
+        # every MSS / rate seconds; the next one is scheduled as an event when it falls due).
+        bbr = self.bbr
+        if self.now < self._next_send:
+            return
+        while bbr.in_flight + MSS <= bbr.window:
+            srtt = bbr._srtt
+            if srtt is not None:
+                gap = MSS * srtt / bbr.window
+                if self.now < self._next_send:
+                    if not self._send_scheduled:
+                        self._send_scheduled = True
+                        heapq.heappush(self._events, (self._next_send, 0, "send"))
+                    return
+                self._next_send = self.now + gap
             key = self._next = self._next + 1
             self._sent_at[key] = self.now
             self.bbr.on_sent(key, MSS, self.now)

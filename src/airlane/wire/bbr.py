@@ -12,15 +12,19 @@ Phases, after the BBR draft (draft-cardwell-iccrg-bbr-congestion-control), simpl
 
 - **Startup**: the window grows by what is acknowledged (doubling per round trip) until the
   bandwidth estimate stops growing by 25 % for three rounds: the pipe is full.
-- **Drain**: the window shrinks to one BDP (no headroom), emptying the queue startup built.
+- **Drain**: pacing at 1/2.885 of the bandwidth until what is in flight is one BDP: the queue
+  startup built is gone.
 - **ProbeBW**: a cycle of eight round trips at gains 1.25, 0.75, 1, 1, 1, 1, 1, 1 of the BDP:
   one round looks for more bandwidth, the next drains what that queued.
 - **ProbeRTT**: when the lowest RTT has not been seen again for ten seconds, four packets in
   flight for 200 ms, so that queues drain and the propagation delay is measured afresh.
 
-The host (aioquic, `airlane.runtime.quic_congestion`) paces at ``window / smoothed RTT``, so the
-window is also the pacing knob: it is ``gain x BDP`` plus a quarter BDP of headroom for
-delayed and aggregated acknowledgements, which bounds the standing queue to about that quarter.
+The host (aioquic, `airlane.runtime.quic_congestion`) paces at ``window / smoothed RTT`` and
+has no other knob, so the window is ``gain x bandwidth x smoothed RTT``: that paces at ``gain x
+bandwidth``, which is BBR's pacing, and keeps the queue bounded the way BBR does, by the gain
+cycle (what the 1.25 round adds, the 0.75 round drains) and ProbeRTT. Sized by the *minimum*
+RTT instead, the window starves wherever acknowledgements come late (a receiver's delayed
+ACKs, a busy host): each round trip would deliver less than the last.
 Loss does not shrink it, except that a round losing more than `LOSS_CEILING` of what it
 delivered while the RTT shows a queue (RTT above 1.5 x the minimum) caps the window at what was
 in flight: that is congestion, and a TCP flow sharing the bottleneck keeps its share.
@@ -37,14 +41,17 @@ __all__ = ["Bbr", "BbrMode"]
 STARTUP_GAIN = 2.885
 """2/ln 2: the gain that doubles the delivery rate each round trip."""
 PROBE_GAINS = (1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
-HEADROOM = 0.25
-"""Window beyond ``gain x BDP``, in BDPs: delayed and aggregated acknowledgements."""
 BW_WINDOW_ROUNDS = 10
 MIN_RTT_WINDOW_S = 10.0
 PROBE_RTT_S = 0.2
 FULL_BW_GROWTH = 1.25
 FULL_BW_ROUNDS = 3
 MIN_WINDOW_PACKETS = 4
+BATCH_S = 0.010
+"""The window is never below this much of the bandwidth estimate (up to `BATCH_PACKETS`):
+where the RTT is tiny (a LAN, loopback), a one-BDP window is a few packets and per-packet work
+(one ACK per two packets, a loop turn each) caps the rate far below what the path takes."""
+BATCH_PACKETS = 32
 INITIAL_WINDOW_PACKETS = 10
 LOSS_CEILING = 0.15
 """A round losing more than this share of what it delivered, with a queue, is congestion."""
@@ -103,6 +110,7 @@ class Bbr:
         self._probe_rtt_done: float | None = None
         self._probe_min = float("inf")  # the lowest RTT seen during ProbeRTT
         self._cap: int | None = None  # the window's ceiling after congestion, lifted by probing
+        self._srtt: float | None = None  # smoothed RTT, as the host's pacer computes it
 
     # -- events from the host ---------------------------------------------------------------
 
@@ -145,6 +153,7 @@ class Bbr:
     def on_rtt(self, rtt: float, now: float) -> None:
         """An RTT sample."""
         self._latest_rtt = rtt
+        self._srtt = rtt if self._srtt is None else 0.875 * self._srtt + 0.125 * rtt
         if self.min_rtt is None or rtt <= self.min_rtt:
             self.min_rtt = rtt
             self._min_rtt_stamp = now
@@ -236,17 +245,26 @@ class Bbr:
                 self._cap = None  # probing for bandwidth may go past a congestion cap
 
     def _target(self, mode: BbrMode, acked: int) -> int:
-        floor = MIN_WINDOW_PACKETS * self.mss
         if mode is BbrMode.PROBE_RTT:
-            return floor
-        bdp = self.bdp
+            return MIN_WINDOW_PACKETS * self.mss
+        batch = min(self.bandwidth * BATCH_S, BATCH_PACKETS * self.mss)
+        floor = max(MIN_WINDOW_PACKETS * self.mss, int(batch))
         if mode is BbrMode.STARTUP:
             # Slow-start-like growth by what was acknowledged, up to the startup gain's target
             # once there is an estimate to aim at.
+            # The target is of the minimum RTT's BDP, not the smoothed RTT's: startup's own
+            # queue inflates the smoothed RTT, and a target that grew with it would never stop.
             grown = self.window + acked
-            target = int(STARTUP_GAIN * bdp) if self.bandwidth else grown
+            target = int(STARTUP_GAIN * self.bdp) if self.bandwidth else grown
             return max(floor, min(grown, max(target, self.window)))
-        if mode is BbrMode.DRAIN:  # one BDP, no headroom: what startup queued drains
-            return max(floor, bdp)
-        window = max(floor, int((PROBE_GAINS[self._cycle] + HEADROOM) * bdp))
+        # The host paces at window / smoothed RTT: a window of gain x bandwidth x smoothed RTT
+        # paces at gain x bandwidth, BBR's pacing, and lets that much be in flight. Drain
+        # paces below the bandwidth until what startup queued is gone; ProbeBW cycles.
+        gain = 1 / STARTUP_GAIN if mode is BbrMode.DRAIN else PROBE_GAINS[self._cycle]
+        window = max(floor, int(gain * self._per_rtt()))
         return window if self._cap is None else max(floor, min(window, self._cap))
+
+    def _per_rtt(self) -> float:
+        """What the bandwidth estimate delivers in one smoothed RTT, bytes."""
+        rtt = self._srtt if self._srtt is not None else (self.min_rtt or 0.0)
+        return self.bandwidth * rtt
