@@ -12,7 +12,9 @@ every variant). The sender is the gateway, so the variants are its senders':
   BBR-style controller or aioquic's default Reno (``[http3] congestion_control``).
 
 Reported per loss and variant: seconds to download the file (median of ``--runs``; a run that
-passes ``--timeout-s`` counts as failed), and the speed-up of each HTTP/3 variant over
+passes ``--timeout-s`` counts as failed), the CPU time the gateway and the client spent on it
+(what limits HTTP/3 here: aioquic runs in Python on both ends, beside the lab's bridge, on
+this machine's two cores), and the speed-up of each HTTP/3 variant over
 ``tcp-bbr`` and ``tcp-cubic``. Needs root (namespaces, TUN). Every transfer is bounded in bytes
 and time, and nothing leaves the lab's namespaces.
 
@@ -36,6 +38,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from airlane.bench.netlab import NetLab, netlab_available
 
@@ -73,7 +77,7 @@ async def main():
     job = tcp() if mode == "tcp" else h3(mode)
     status, size, digest = await asyncio.wait_for(job, timeout)
     print(json.dumps({"seconds": time.monotonic() - started, "status": status, "bytes": size,
-                      "sha256": digest}))
+                      "sha256": digest, "client_cpu_s": time.process_time()}))
 
 asyncio.run(main())
 """
@@ -87,6 +91,8 @@ class Cell:
     loss: float
     seconds: list[float] = field(default_factory=list)
     failed: int = 0
+    server_cpu_s: list[float] = field(default_factory=list)
+    client_cpu_s: list[float] = field(default_factory=list)
 
     @property
     def median(self) -> float | None:
@@ -183,12 +189,16 @@ def measure(args: argparse.Namespace) -> list[Cell]:
                     cell = Cell(variant, loss)
                     gateway = start_gateway(lab, store, variant, root, args.h3_buffered)
                     try:
+                        server = psutil.Process(gateway.pid)
                         for _ in range(args.runs):
+                            cpu = sum(server.cpu_times()[:2])
                             result = download(lab, variant, path, args.timeout_s)
                             ok = result is not None and result["sha256"] == digest
                             if ok:
                                 assert result is not None
                                 cell.seconds.append(result["seconds"])
+                                cell.server_cpu_s.append(sum(server.cpu_times()[:2]) - cpu)
+                                cell.client_cpu_s.append(result["client_cpu_s"])
                             else:
                                 cell.failed += 1
                     finally:
@@ -196,7 +206,10 @@ def measure(args: argparse.Namespace) -> list[Cell]:
                         gateway.wait(10)
                     cells.append(cell)
                     shown = f"{cell.median:.2f} s" if cell.median is not None else "failed"
-                    print(f"loss {loss:g} %  {variant:<15} {shown}  ({cell.failed} failed)",
+                    cpu = (f"server CPU {statistics.median(cell.server_cpu_s):.2f} s, client "
+                           f"{statistics.median(cell.client_cpu_s):.2f} s"
+                           if cell.seconds else "")  # fmt: skip
+                    print(f"loss {loss:g} %  {variant:<15} {shown}  ({cell.failed} failed) {cpu}",
                           file=sys.stderr, flush=True)  # fmt: skip
     return cells
 
@@ -249,7 +262,14 @@ def main() -> None:
     print(report(cells, args))
     if args.json:
         data = [
-            {"variant": c.variant, "loss_pct": c.loss, "seconds": c.seconds, "failed": c.failed}
+            {
+                "variant": c.variant,
+                "loss_pct": c.loss,
+                "seconds": c.seconds,
+                "failed": c.failed,
+                "server_cpu_s": c.server_cpu_s,
+                "client_cpu_s": c.client_cpu_s,
+            }
             for c in cells
         ]
         text = json.dumps({"size_mb": args.size_mb, "rtt_ms": args.rtt_ms, "cells": data})
