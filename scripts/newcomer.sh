@@ -250,7 +250,7 @@ skip 'airlane bench --compare --peers aiohttp,picows --streams 500 --mode paced 
 skip 'airlane bench --compare --streams 500 --mode burst' "$why_compare"
 skip 'airlane bench --compare --peers aiohttp,picows --streams 500 --mode paced --runs 3' "$why_compare"
 
-# -- docs/airc.md and docs/grpc.md ------------------------------------------------------------
+# -- docs/airc.md, docs/grpc.md and docs/http3.md ---------------------------------------------
 
 example 'airlane stream --transport airc --url tcp://127.0.0.1:8421 --prompt "Hello"'
 run airlane stream --transport airc --url "tcp://127.0.0.1:$airc_port" --prompt "Hello"
@@ -262,6 +262,10 @@ expect "last id"
 
 example 'airlane stream --transport grpc --url 127.0.0.1:8422 --prompt "Hello"'
 run airlane stream --transport grpc --url "127.0.0.1:$grpc_port" --prompt "Hello"
+expect "last id"
+
+example 'airlane stream --transport h3 --prompt "Hello"'
+run airlane stream --transport h3 --url "$url" --prompt "Hello"
 expect "last id"
 
 # -- docs/eventlog.md -------------------------------------------------------------------------

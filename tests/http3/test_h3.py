@@ -15,6 +15,8 @@ import json
 import os
 import random
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ import httpx
 import pytest
 
 from airlane.artifacts.packer import pack
+from airlane.client import StreamNotFound
 from airlane.client.h3 import H3Client
 from airlane.security.certs import issue_certificate, make_ca
 from tests.artifacts.support import checkpoint
@@ -209,3 +212,26 @@ async def test_a_configured_certificate_is_served_and_mutual_tls_turns_http3_off
         # without the one every other listener requires, so it stays off.
         assert gateway.h3 is None
     assert "HTTP/3 is off" in log.read_text()
+
+
+async def test_events_resume_and_the_cli_streams_over_http3(server: ServerProcess) -> None:
+    async with await h3(server) as client:
+        stream_id = await client.start_stream({**CHAT, "max_tokens": 12})
+        first = [event async for event in client.events(stream_id)]
+        assert first[-1].kind == "done" and client.last_id is not None
+        middle = first[len(first) // 2]
+        rest = [event async for event in client.events(stream_id, resume=middle.id)]
+        # What came after the resume point, exactly (deltas a late reader gets may be merged).
+        after = [e for e in first if e.seq > middle.seq]
+        assert "".join(e.text for e in rest) == "".join(e.text for e in after)
+        assert rest[-1].seq == after[-1].seq and rest[0].seq > middle.seq
+        with pytest.raises(StreamNotFound):
+            _ = [event async for event in client.events("nowhere")]
+    done = subprocess.run(
+        [sys.executable, "-m", "airlane", "stream", "--transport", "h3", "--url", server.url,
+         "--prompt", "Hello", "--max-tokens", "15"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "last id" in done.stderr and "finish length" in done.stderr
+    assert done.stdout.strip()

@@ -132,6 +132,52 @@ async def _chat_ws(
         return StreamOutcome(stream_id, last, printer.state.finish_reason, ws.reconnects)
 
 
+H3_RECONNECTS = 5
+"""Reconnections an HTTP/3 stream makes (resuming from its last event) before it gives up."""
+
+
+async def _follow_h3(
+    url: str, api_key: str | None, stream_id: str, resume: str | None, printer: _Printer
+) -> StreamOutcome:
+    """Follow ``stream_id`` over HTTP/3 (UDP, the URL's port), reconnecting with its last
+    event's id when the connection is lost."""
+    from airlane.client.errors import ConnectionLost
+    from airlane.client.h3 import H3Client
+
+    parts = urlsplit(url)
+    host, port = parts.hostname or DEFAULT_HOST, parts.port or DEFAULT_PORT
+    headers = [("authorization", f"Bearer {api_key}")] if api_key else []
+    outcome = StreamOutcome(stream_id, resume)
+    while True:
+        try:
+            async with await H3Client.connect(host, port, verify=False) as client:
+                async for event in client.events(
+                    stream_id, resume=outcome.last_id, headers=headers
+                ):
+                    printer.event(event)
+                    outcome.last_id = client.last_id
+                outcome.finish_reason = printer.state.finish_reason
+                return outcome
+        except ConnectionLost:
+            outcome.reconnects += 1
+            if outcome.reconnects > H3_RECONNECTS:
+                raise
+
+
+async def _chat_h3(
+    url: str, api_key: str | None, request: dict[str, Any], printer: _Printer
+) -> StreamOutcome:
+    """Start a generation over HTTP/3 (the streams API), then follow it."""
+    from airlane.client.h3 import H3Client
+
+    parts = urlsplit(url)
+    host, port = parts.hostname or DEFAULT_HOST, parts.port or DEFAULT_PORT
+    headers = [("authorization", f"Bearer {api_key}")] if api_key else []
+    async with await H3Client.connect(host, port, verify=False) as client:
+        stream_id = await client.start_stream(request, headers=headers)
+    return await _follow_h3(url, api_key, stream_id, None, printer)
+
+
 async def _open_airc(url: str, api_key: str | None, transport: str) -> AircClient:
     from airlane.client.airc import AircClient
 
@@ -213,10 +259,10 @@ def stream_command(
         typer.Option(help="The gateway (for airc: tcp://host:port, or its HTTP URL: port + 1)."),
     ] = DEFAULT_URL,
     transport: Annotated[
-        Literal["sse", "ws", "airc", "airc-ws", "grpc"],
+        Literal["sse", "ws", "airc", "airc-ws", "grpc", "h3"],
         typer.Option(
-            help="sse (HTTP), ws (WebSocket), airc (AIRC/TCP), airc-ws (AIRC over WebSocket) "
-            "or grpc (host:port, or the HTTP URL: port + 2)."
+            help="sse (HTTP), ws (WebSocket), airc (AIRC/TCP), airc-ws (AIRC over WebSocket), "
+            "grpc (host:port, or the HTTP URL: port + 2) or h3 (HTTP/3 on the URL's port, UDP)."
         ),
     ] = "sse",
     prompt: Annotated[str, typer.Option(help="The user message.")] = "Tell me a short story.",
@@ -278,6 +324,8 @@ async def _stream(
             return await _follow_grpc(url, api_key, stream_id, resume, printer)
         if transport.startswith("airc"):
             return await _follow_airc(url, api_key, transport, stream_id, resume, printer)
+        if transport == "h3":
+            return await _follow_h3(url, api_key, stream_id, resume, printer)
         follow = _follow_ws if transport == "ws" else _follow_sse
         return await follow(url, api_key, stream_id, resume, printer)
     request: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": prompt}]}
@@ -287,6 +335,8 @@ async def _stream(
         return await _chat_grpc(url, api_key, request, printer)
     if transport.startswith("airc"):
         return await _chat_airc(url, api_key, transport, request, printer)
+    if transport == "h3":
+        return await _chat_h3(url, api_key, request, printer)
     chat = _chat_ws if transport == "ws" else _chat_sse
     return await chat(url, api_key, request, printer)
 

@@ -15,6 +15,7 @@ has none configured); ``cafile`` names the CA of a configured one.
 from __future__ import annotations
 
 import asyncio
+import json
 import ssl
 from collections.abc import AsyncIterator, Sequence
 from types import TracebackType
@@ -27,8 +28,18 @@ from aioquic.h3.events import DataReceived, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.events import ConnectionTerminated, QuicEvent, StreamReset
 
-from airlane.client.errors import ConnectFailed, ConnectionLost
+from airlane.client.errors import (
+    ConnectFailed,
+    ConnectionLost,
+    ProtocolViolation,
+    RequestRejected,
+    StreamNotFound,
+)
+from airlane.client.events import StreamEvent
+from airlane.client.sse import stream_path
 from airlane.runtime.quic_congestion import ALGORITHM
+from airlane.wire.errors import SSEError
+from airlane.wire.sse import SSEDecoder
 
 __all__ = ["H3Client", "H3Response"]
 
@@ -129,6 +140,8 @@ class H3Client:
         self._protocol = protocol
         self._host = host
         self._closing = closing
+        self.last_id: str | None = None
+        """The id of the last event `events` handed out: where a reconnection resumes."""
 
     @classmethod
     async def connect(
@@ -194,6 +207,45 @@ class H3Client:
         protocol.transmit()
         return await stream.head
 
+    async def start_stream(
+        self, request: dict[str, Any], *, headers: Sequence[tuple[str, str]] = ()
+    ) -> str:
+        """Start a generation of ``request`` (an OpenAI chat body) through the streams API;
+        its stream id (`events` reads it). `RequestRejected` for the gateway's refusal."""
+        fields = [("content-type", "application/json"), *headers]
+        response = await self.request(
+            "POST", "/v1/streams", headers=fields, body=json.dumps(request).encode()
+        )
+        body = await response.read()
+        if response.status != 201:
+            raise _refusal(response.status, body)
+        return str(json.loads(body)["id"])
+
+    async def events(
+        self, stream_id: str, *, resume: str | None = None, headers: Sequence[tuple[str, str]] = ()
+    ) -> AsyncIterator[StreamEvent]:
+        """A stream's events from after ``resume`` (``<epoch>:<seq>``; None: from its start)
+        to its end, read once: `last_id` says where a reconnection resumes. `StreamNotFound`
+        and `RequestRejected` for the gateway's refusals; `ConnectionLost` when the connection
+        goes first."""
+        fields = [*headers, *((("last-event-id", resume),) if resume else ())]
+        response = await self.request("GET", stream_path(stream_id, "events"), headers=fields)
+        if response.status == 204:  # resumed at the very end of a finished stream
+            return
+        if response.status != 200:
+            raise _refusal(response.status, await response.read())
+        decoder = SSEDecoder()
+        async for chunk in response.chunks():
+            try:
+                messages = decoder.feed(chunk)
+            except SSEError as exc:
+                raise ProtocolViolation(str(exc)) from None
+            for message in messages:
+                event = StreamEvent.from_json(message.data, message.id)
+                if message.id:
+                    self.last_id = message.id
+                yield event
+
     async def aclose(self) -> None:
         """Close the connection."""
         await self._closing.__aexit__(None, None, None)
@@ -208,3 +260,15 @@ class H3Client:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+def _refusal(status: int, body: bytes) -> RequestRejected:
+    """The gateway's error answer as the client's error (its code and message)."""
+    try:
+        error = json.loads(body)["error"]
+        code, message = str(error.get("code")), str(error.get("message"))
+    except (ValueError, KeyError, TypeError):
+        code, message = "http_error", body[:200].decode("utf-8", "replace")
+    if code == "stream_not_found":
+        return StreamNotFound(message, status=status, code=code)
+    return RequestRejected(f"HTTP {status}: {message}", status=status, code=code)
