@@ -29,6 +29,8 @@ def test_client_exports() -> None:
         "ConnectionLost",
         "GatewayOverloaded",
         "GrpcClient",
+        "H3Client",
+        "H3Response",
         "ProtocolViolation",
         "RequestRejected",
         "ResumeFailed",

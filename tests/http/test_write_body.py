@@ -42,6 +42,9 @@ class _Connection:
     def date(self) -> bytes:
         return b"date: x\r\n"
 
+    def alt_svc(self) -> bytes:
+        return b""
+
     def body_wanted(self) -> None:
         pass
 

@@ -320,6 +320,10 @@ class HttpProtocol(asyncio.Protocol):
         """The ``date`` header line."""
         return self.state.date.line
 
+    def alt_svc(self) -> bytes:
+        """The ``alt-svc`` header line every response carries (empty: none)."""
+        return self.state.alt_svc_line
+
     def body_wanted(self) -> None:
         """The request being answered waits for body: read."""
         if self._read_paused and not self._pipeline:

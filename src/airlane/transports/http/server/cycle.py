@@ -214,7 +214,7 @@ class RequestCycle:
         # A request whose body has not all arrived leaves the connection in an unknown state
         # (a 100-continue client may never send it): the connection closes after this.
         close = not self.keep_alive or self.more_body or self.connection.stopping
-        parts = [status_line(status), self.connection.date(), self.connection.state.alt_svc_line]
+        parts = [status_line(status), self.connection.date(), self.connection.alt_svc()]
         length: int | None = None
         chunked = named_close = False
         for name, value in message.get("headers") or ():
