@@ -83,6 +83,42 @@ asyncio.run(main())
 """
 
 
+# Runs in namespace A: read the file for ``seconds``, print the bytes that arrived after
+# ``warmup`` seconds (both flows are then past their start-up).
+FLOW = r"""
+import asyncio, json, sys, time
+mode, host, port, path = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+seconds, warmup = float(sys.argv[5]), float(sys.argv[6])
+
+async def chunks():
+    if mode == "tcp":
+        import httpx
+        async with httpx.AsyncClient(timeout=seconds + 30) as http:
+            async with http.stream("GET", f"http://{host}:{port}{path}") as response:
+                async for chunk in response.aiter_raw():
+                    yield chunk
+    else:
+        from airlane.client.h3 import H3Client
+        async with await H3Client.connect(host, port, verify=False) as client:
+            response = await client.request("GET", path)
+            async for chunk in response.chunks():
+                yield chunk
+
+async def main():
+    started = time.monotonic()
+    counted = 0
+    async for chunk in chunks():
+        now = time.monotonic() - started
+        if now >= seconds:
+            break
+        if now >= warmup:
+            counted += len(chunk)
+    print(json.dumps({"bytes": counted, "window_s": seconds - warmup}))
+
+asyncio.run(main())
+"""
+
+
 @dataclass
 class Cell:
     """One variant at one loss rate."""
@@ -214,6 +250,65 @@ def measure(args: argparse.Namespace) -> list[Cell]:
     return cells
 
 
+def fairness(args: argparse.Namespace) -> str:
+    """Two flows at once through one ``--fair-rate-mbit`` bottleneck (no random loss): TCP
+    with CUBIC against TCP with CUBIC (the reference share), then TCP with CUBIC against
+    HTTP/3 with ``airlane-bbr``. Each flow's bytes in the window after the warm-up."""
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp, cubic_allowed():
+        root = Path(tmp)
+        os.chmod(root, 0o755)
+        size = args.fair_rate_mbit / 8 * args.fair_seconds * 2  # more than both can read
+        store, path, _ = make_store(root, size)
+        for other in ("tcp", "airlane-bbr"):
+            lab = NetLab(delay_ms=args.rtt_ms / 2, rate_mbit=args.fair_rate_mbit, seed=args.seed)
+            with lab:
+                gateway = start_gateway(lab, store, "tcp-cubic", root, args.h3_buffered)
+                try:
+                    flows = [
+                        lab.popen(
+                            "a",
+                            [
+                                sys.executable,
+                                "-c",
+                                FLOW,
+                                mode,
+                                lab.addr_b,
+                                str(PORT),
+                                path,
+                                str(args.fair_seconds),
+                                "5",
+                            ],
+                            stdout=subprocess.PIPE,
+                            text=True,
+                        )
+                        for mode in ("tcp", other)
+                    ]
+                    got = []
+                    for flow in flows:
+                        out, _ = flow.communicate(timeout=args.fair_seconds + 60)
+                        got.append(json.loads(out.strip().splitlines()[-1])["bytes"])
+                finally:
+                    gateway.terminate()
+                    gateway.wait(10)
+            window = args.fair_seconds - 5
+            name = "TCP CUBIC" if other == "tcp" else "HTTP/3 airlane-bbr"
+            share = got[1] / max(1, sum(got))
+            rows.append(
+                f"| TCP CUBIC + {name} | {got[0] * 8 / window / 1e6:.2f} | "
+                f"{got[1] * 8 / window / 1e6:.2f} | {share:.0%} |"
+            )
+            print(rows[-1], file=sys.stderr, flush=True)
+    head = [
+        f"# Two flows through {args.fair_rate_mbit:g} Mbit/s at {args.rtt_ms:g} ms RTT, "
+        f"{args.fair_seconds - 5:g} s after a 5 s warm-up (Mbit/s)",
+        "",
+        "| flows | first (TCP CUBIC) | second | second's share |",
+        "|---|---|---|---|",
+    ]
+    return "\n".join(head + rows)
+
+
 def report(cells: list[Cell], args: argparse.Namespace) -> str:
     lines = [
         f"# Model update of {args.size_mb:g} MB at {args.rtt_ms:g} ms RTT (median of "
@@ -254,10 +349,17 @@ def main() -> None:
     parser.add_argument("--h3-buffered", type=int, default=262144,
                         help="[http3] max_buffered_bytes of the gateway")  # fmt: skip
     parser.add_argument("--json", help="also write the cells as JSON to this file (- for stdout)")
+    parser.add_argument("--fairness", action="store_true",
+                        help="measure two flows sharing a bottleneck instead")  # fmt: skip
+    parser.add_argument("--fair-rate-mbit", type=float, default=10.0)
+    parser.add_argument("--fair-seconds", type=float, default=25.0)
     args = parser.parse_args()
     unavailable = netlab_available()
     if unavailable:
         sys.exit(f"weaknet: the network lab cannot run here: {unavailable}")
+    if args.fairness:
+        print(fairness(args))
+        return
     cells = measure(args)
     print(report(cells, args))
     if args.json:

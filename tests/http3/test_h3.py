@@ -235,3 +235,22 @@ async def test_events_resume_and_the_cli_streams_over_http3(server: ServerProces
     assert done.returncode == 0, done.stderr
     assert "last id" in done.stderr and "finish length" in done.stderr
     assert done.stdout.strip()
+
+
+async def test_a_client_that_leaves_mid_answer_leaves_no_traceback(tmp_path: Path) -> None:
+    log = tmp_path / "serve.log"
+    slow = "[synthetic]\nttft_ms = 5.0\nitl_ms = 5.0\n"
+    with log.open("w") as err, run_server(config=slow, stderr=err) as gateway:
+        for _ in range(3):
+            async with await h3(gateway) as client:
+                body = json.dumps({**CHAT, "max_tokens": 400}).encode()
+                response = await client.request(
+                    "POST", "/v1/chat/completions", headers=JSON, body=body
+                )
+                async for _chunk in response.chunks():
+                    break  # gone after the first piece, the generation still running
+        await asyncio.sleep(0.5)
+        async with await h3(gateway) as client:
+            assert (await client.request("GET", "/healthz")).status == 200
+    text = log.read_text()
+    assert "Traceback" not in text and "ERROR" not in text, text[-2000:]

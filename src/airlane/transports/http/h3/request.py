@@ -6,6 +6,8 @@ with `receive` and answers with `send`. A response's head goes out with its firs
 end), and every body is written to the stream at once; when the stream holds more than
 ``max_buffered_bytes`` that the peer has not acknowledged, `send` waits until the connection
 says it has drained (`H3Writer.drained`), so a slow or lossy reader slows its own stream only.
+Once the client has gone, what the application sends is dropped, as on the HTTP/1.1 server;
+it learns of the departure from ``http.disconnect``.
 
 The request body is buffered as it arrives (QUIC's stream window bounds what a peer may send
 ahead), up to ``max_body_bytes`` plus one window: past that the stream is stopped, and the
@@ -115,7 +117,9 @@ class H3Request:
         """Take the application's ``http.response.start`` and ``http.response.body``."""
         kind = message["type"]
         if self._gone:
-            raise ClientDisconnected(f"the client left stream {self.stream_id}")
+            # As the HTTP/1.1 server does: what is sent after the client went is dropped, and
+            # the application learns of it from ``http.disconnect``.
+            return
         if kind == "http.response.start":
             if self._status is not None:
                 raise RuntimeError("http.response.start sent twice")
@@ -149,8 +153,6 @@ class H3Request:
         waiting = self.writer.drained(self.stream_id)
         if waiting is not None:
             await waiting
-            if self._gone:
-                raise ClientDisconnected(f"the client left stream {self.stream_id}")
 
     def _finish(self) -> None:
         self.finished = True
