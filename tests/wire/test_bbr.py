@@ -102,6 +102,25 @@ def test_it_finds_the_bottleneck_and_keeps_the_queue_near_one_bdp() -> None:
     assert bbr.window <= 1.6 * bdp and path.max_queue < 3 * bdp  # startup's queue, drained
 
 
+def test_a_host_clock_far_from_zero_starts_in_startup_not_probe_rtt() -> None:
+    # aioquic's clock is the loop's (thousands of seconds), and it reports an acknowledgement
+    # before that packet's RTT sample: the first ack must not look like a ten-second-old
+    # minimum RTT (that sent the controller to ProbeRTT, then on at a few KB/s).
+    bbr = Bbr(MSS)
+    start = 12_345.0
+    for key in range(10):
+        bbr.on_sent(key, MSS, start)
+    bbr.on_acked(0, start + 0.05)
+    bbr.on_rtt(0.05, start + 0.05)
+    assert bbr.mode is BbrMode.STARTUP
+    path = Path(rate=1.25e6, delay=0.025)
+    path.now = path._free_at = start
+    path.bbr = Bbr(MSS, now=0.0)
+    path.run(start + 3.0)
+    assert path.bbr.bandwidth >= 0.9 * path.rate
+    assert BbrMode.PROBE_RTT is not path.bbr.mode
+
+
 def test_random_loss_does_not_collapse_the_window() -> None:
     path = Path(rate=1.25e6, delay=0.025, loss=0.10)
     path.run(10.0)

@@ -213,7 +213,10 @@ class Bbr:
             mode = self._enter_probe_bw(now)
         if mode is BbrMode.PROBE_BW:
             self._advance_cycle(now)
-        if mode is not BbrMode.PROBE_RTT and now - self._min_rtt_stamp > MIN_RTT_WINDOW_S:
+        # (Only once there is a minimum to age: a host's clock does not start at the
+        # controller's, and an acknowledgement comes before its RTT sample.)
+        stale = self.min_rtt is not None and now - self._min_rtt_stamp > MIN_RTT_WINDOW_S
+        if mode is not BbrMode.PROBE_RTT and stale:
             mode = self.mode = BbrMode.PROBE_RTT
             self._probe_rtt_done = now + max(PROBE_RTT_S, self.min_rtt or 0.0)
             self._probe_min = float("inf")
