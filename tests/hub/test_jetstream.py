@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -45,10 +46,10 @@ class TestJetStreamHubContract(HubContract):
     """The shared contract, unchanged."""
 
 
-@pytest.fixture
-async def nodes(nats_session: NatsServer) -> AsyncIterator[tuple[JetStreamHub, JetStreamHub]]:
-    """Two hubs on one JetStream: two gateway nodes, as far as streams are concerned."""
-    config = hub_config(nats_session)
+@contextlib.asynccontextmanager
+async def two_nodes(config: JetStreamHubConfig) -> AsyncIterator[tuple[JetStreamHub, JetStreamHub]]:
+    """Two hubs of ``config`` on one JetStream: two gateway nodes, as far as streams are
+    concerned."""
     a = JetStreamHub(replace(config, node_id="a"))
     b = JetStreamHub(replace(config, node_id="b"))
     await a.start()
@@ -56,6 +57,13 @@ async def nodes(nats_session: NatsServer) -> AsyncIterator[tuple[JetStreamHub, J
     yield a, b
     await a.aclose()
     await b.aclose()
+
+
+@pytest.fixture
+async def nodes(nats_session: NatsServer) -> AsyncIterator[tuple[JetStreamHub, JetStreamHub]]:
+    """Two nodes with the tests' timers."""
+    async with two_nodes(hub_config(nats_session)) as pair:
+        yield pair
 
 
 async def test_appends_wait_for_jetstream_so_there_is_no_appender(hub):
@@ -307,14 +315,8 @@ async def test_time_to_first_token_comes_from_the_streams_records_on_every_node(
 async def idle_nodes(nats_session: NatsServer) -> AsyncIterator[tuple[JetStreamHub, JetStreamHub]]:
     """Two nodes whose streams expire after 1.5 s without a reader or an append."""
     local = MemoryHubConfig(tick_s=0.05, ended_ttl_s=60, idle_ttl_s=1.5)
-    config = hub_config(nats_session, local=local)
-    a = JetStreamHub(replace(config, node_id="a"))
-    b = JetStreamHub(replace(config, node_id="b"))
-    await a.start()
-    await b.start()
-    yield a, b
-    await a.aclose()
-    await b.aclose()
+    async with two_nodes(hub_config(nats_session, local=local)) as pair:
+        yield pair
 
 
 async def test_idle_named_streams_expire_on_any_node_that_holds_them(idle_nodes):

@@ -156,17 +156,7 @@ class AuditedPolicy:
         try:
             self.policy.authorize(principal, action, stream_id)
         except SecurityError as exc:
-            self.audit.record(
-                "deny",
-                exc.code.value,
-                principal=principal.name,
-                tenant=principal.tenant,
-                action=action.value,
-                resource=stream_id,
-                reason=str(exc),
-                rule=_rule_of(exc, self.policy),
-                origin=principal.origin,
-            )
+            self._deny(principal, action, stream_id, exc, _rule_of(exc, self.policy))
             raise
 
     def not_found(
@@ -176,8 +166,17 @@ class AuditedPolicy:
         another tenant's resource looks like this (its answer is the same 404, so that no
         answer tells whether another tenant has the name). Requests without credentials
         (`ANONYMOUS`, a gateway without keys) are not recorded: no tenant to probe."""
-        if principal is ANONYMOUS:
-            return
+        if principal is not ANONYMOUS:
+            self._deny(principal, action, resource, refusal, "tenant-scope")
+
+    def _deny(
+        self,
+        principal: Principal,
+        action: Action,
+        resource: str,
+        refusal: AirlaneError,
+        rule: str,
+    ) -> None:
         self.audit.record(
             "deny",
             refusal.code.value,
@@ -186,7 +185,7 @@ class AuditedPolicy:
             action=action.value,
             resource=resource,
             reason=str(refusal),
-            rule="tenant-scope",
+            rule=rule,
             origin=principal.origin,
         )
 

@@ -21,8 +21,6 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from airlane.transports.http.server.errors import ClientDisconnected
-
 __all__ = ["H3Request", "H3Writer"]
 
 # Fields of HTTP/1.1 connections that HTTP/3 forbids in a message (RFC 9114 4.2).
@@ -163,8 +161,6 @@ class H3Request:
         response began, and end the stream of one that returned without ending it."""
         try:
             await app(self.scope, self.receive, self.send)
-        except ClientDisconnected:
-            return
         except Exception:
             if self._gone:
                 return
