@@ -10,12 +10,20 @@ its body as it arrives (`H3Response.chunks`), so an SSE stream reads event by ev
 
 ``verify=False`` trusts any certificate (the gateway's self-signed one, made at start when it
 has none configured); ``cafile`` names the CA of a configured one.
+
+A connection outlives a change of the client's address (`H3Client.rebind` moves it to a new
+local port, as a phone moving from Wi-Fi to mobile data does): QUIC names connections by id,
+not by address. A client that kept the `H3Client.session_ticket` of an earlier connection
+passes it to the next `connect` and sends its first safe requests (GET, HEAD) with the
+handshake (0-RTT); other methods wait until the handshake completes, since early data can be
+replayed by anyone who captured it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import ssl
 from collections.abc import AsyncIterator, Sequence
 from types import TracebackType
@@ -26,7 +34,8 @@ from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.h3.connection import H3_ALPN, H3Connection
 from aioquic.h3.events import DataReceived, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
-from aioquic.quic.events import ConnectionTerminated, QuicEvent, StreamReset
+from aioquic.quic.events import ConnectionTerminated, HandshakeCompleted, QuicEvent, StreamReset
+from aioquic.tls import SessionTicket
 
 from airlane.client.errors import (
     ConnectFailed,
@@ -44,6 +53,9 @@ from airlane.wire.sse import SSEDecoder
 __all__ = ["H3Client", "H3Response"]
 
 _END = b""  # queued after a stream's last body bytes
+_REPLAY_SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
+"""Methods sent as 0-RTT early data; the gateway answers others 425 if they arrive early."""
+TOO_EARLY = 425
 
 
 class H3Response:
@@ -97,9 +109,15 @@ class _Protocol(QuicConnectionProtocol):
         self.h3 = H3Connection(self._quic)
         self.streams: dict[int, _Stream] = {}
         self.lost: str | None = None
+        self.connected = asyncio.Event()
+        """Set once the handshake completed (or the connection ended before it did)."""
+        self.handshake: HandshakeCompleted | None = None
 
     def quic_event_received(self, event: QuicEvent) -> None:
-        if isinstance(event, StreamReset):
+        if isinstance(event, HandshakeCompleted):
+            self.handshake = event
+            self.connected.set()
+        elif isinstance(event, StreamReset):
             stream = self.streams.pop(event.stream_id, None)
             if stream is not None:
                 stream.fail(ConnectionLost(f"the gateway reset stream {event.stream_id}"))
@@ -108,6 +126,7 @@ class _Protocol(QuicConnectionProtocol):
             for stream in self.streams.values():
                 stream.fail(ConnectionLost(self.lost))
             self.streams.clear()
+            self.connected.set()
         for h3_event in self.h3.handle_event(event):
             stream = self.streams.get(getattr(h3_event, "stream_id", -1))
             if stream is None:
@@ -136,12 +155,58 @@ class _Protocol(QuicConnectionProtocol):
 class H3Client:
     """One HTTP/3 connection to a gateway (see the module docstring)."""
 
-    def __init__(self, protocol: _Protocol, host: str, closing: Any) -> None:
+    def __init__(
+        self, protocol: _Protocol, host: str, closing: Any, tickets: list[SessionTicket]
+    ) -> None:
         self._protocol = protocol
         self._host = host
         self._closing = closing
+        self._tickets = tickets
         self.last_id: str | None = None
         """The id of the last event `events` handed out: where a reconnection resumes."""
+
+    @property
+    def session_ticket(self) -> SessionTicket | None:
+        """The newest TLS session ticket the gateway issued on this connection: passed to the
+        next `connect`, it resumes the session with 0-RTT (each ticket works once)."""
+        return self._tickets[-1] if self._tickets else None
+
+    @property
+    def resumed(self) -> bool:
+        """Whether the handshake resumed an earlier session (from a session ticket)."""
+        handshake = self._protocol.handshake
+        return handshake is not None and handshake.session_resumed
+
+    @property
+    def early_data_accepted(self) -> bool:
+        """Whether the gateway took this connection's 0-RTT data."""
+        handshake = self._protocol.handshake
+        return handshake is not None and handshake.early_data_accepted
+
+    @property
+    def local_address(self) -> tuple[str, int]:
+        """The client's UDP address (host, port) now."""
+        transport = self._protocol._transport
+        assert transport is not None
+        host, port = transport.get_extra_info("sockname")[:2]
+        return str(host), int(port)
+
+    async def rebind(self) -> tuple[str, int]:
+        """Move the connection to a new local UDP port, as a client whose network changed:
+        its streams go on (the gateway validates the new path); the new address."""
+        protocol = self._protocol
+        old = protocol._transport
+        sock = _udp_socket()
+        try:
+            await asyncio.get_running_loop().create_datagram_endpoint(lambda: protocol, sock=sock)
+        except BaseException:
+            sock.close()
+            raise
+        if old is not None:
+            old.close()
+        protocol._quic.send_ping(0)  # a packet from the new address starts the migration
+        protocol.transmit()
+        return self.local_address
 
     @classmethod
     async def connect(
@@ -155,10 +220,13 @@ class H3Client:
         timeout_s: float = 10.0,
         congestion_control: str = ALGORITHM,
         max_datagram_size: int = 1200,
+        session_ticket: SessionTicket | None = None,
     ) -> H3Client:
         """Connect to ``host``:``port`` (UDP); `ConnectFailed` if no handshake completes in
         ``timeout_s``. ``congestion_control`` is the controller of what this client sends
-        (``airlane-bbr``, or aioquic's ``reno``/``cubic``)."""
+        (``airlane-bbr``, or aioquic's ``reno``/``cubic``). With ``session_ticket`` (an earlier
+        connection's `session_ticket`) it returns at once: the first safe requests travel as
+        0-RTT data with the handshake."""
         configuration = QuicConfiguration(
             is_client=True,
             alpn_protocols=list(H3_ALPN),
@@ -170,14 +238,27 @@ class H3Client:
             configuration.verify_mode = ssl.CERT_NONE
         elif cafile is not None:
             configuration.load_verify_locations(cafile)
-        manager = connect(host, port, configuration=configuration, create_protocol=_Protocol)
+        early = session_ticket is not None and session_ticket.is_valid
+        if early:
+            configuration.session_ticket = session_ticket
+        tickets: list[SessionTicket] = []
+        manager = connect(
+            host,
+            port,
+            configuration=configuration,
+            create_protocol=_Protocol,
+            session_ticket_handler=lambda ticket: _keep_latest(tickets, ticket),
+            wait_connected=not early,
+        )
         try:
             async with asyncio.timeout(timeout_s):
                 protocol = await manager.__aenter__()
         except (OSError, TimeoutError, ConnectionError) as exc:
             raise ConnectFailed(f"no HTTP/3 connection to {host}:{port}: {exc}") from exc
         assert isinstance(protocol, _Protocol)
-        return cls(protocol, host, manager)
+        if early:
+            protocol.transmit()  # the ClientHello; requests follow it as 0-RTT data
+        return cls(protocol, host, manager, tickets)
 
     async def request(
         self,
@@ -188,7 +269,27 @@ class H3Client:
         body: bytes = b"",
         authority: str | None = None,
     ) -> H3Response:
-        """Send a request; its response once the head has arrived."""
+        """Send a request; its response once the head has arrived. Before the handshake has
+        completed, only a replay-safe method is sent at once (as 0-RTT data); others wait for
+        it, and one the gateway answers 425 Too Early is sent again once connected."""
+        protocol = self._protocol
+        if method not in _REPLAY_SAFE:
+            await protocol.connected.wait()
+        response = await self._send(method, path, headers, body, authority)
+        if response.status == TOO_EARLY:
+            await response.read()
+            await protocol.connected.wait()
+            response = await self._send(method, path, headers, body, authority)
+        return response
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        headers: Sequence[tuple[str, str]],
+        body: bytes,
+        authority: str | None,
+    ) -> H3Response:
         protocol = self._protocol
         if protocol.lost is not None:
             raise ConnectionLost(protocol.lost)
@@ -260,6 +361,22 @@ class H3Client:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+def _keep_latest(tickets: list[SessionTicket], ticket: SessionTicket) -> None:
+    tickets[:] = [ticket]
+
+
+def _udp_socket() -> socket.socket:
+    """A dual-stack UDP socket on a free port, like the one aioquic's `connect` makes."""
+    sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    try:
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind(("::", 0, 0, 0))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 def _refusal(status: int, body: bytes) -> RequestRejected:

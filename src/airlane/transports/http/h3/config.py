@@ -31,6 +31,9 @@ class Http3Config:
     """Response bytes a stream may hold unacknowledged before its writer waits: the write
     side's backpressure (a slow or lossy reader slows its own stream, no one else's)."""
     max_connections: int = 10_000
+    session_tickets: int = 10_000
+    """TLS session tickets remembered for 0-RTT resumption (each resumes one connection; the
+    oldest are forgotten past this many, and a restart forgets all)."""
     """QUIC connections held at once; new ones beyond are refused."""
     congestion_control: str = "airlane-bbr"
     """The senders' congestion controller: ``airlane-bbr`` (`airlane.wire.bbr`: random loss is
@@ -47,7 +50,8 @@ class Http3Config:
         if self.port is not None and not -1 <= self.port <= 65535:
             raise ValueError(f"[http3] port must be 0 to 65535 (or -1: off), not {self.port}")
         for name in ("idle_timeout_s", "stream_window", "connection_window", "max_streams",
-                     "max_buffered_bytes", "max_connections", "socket_buffer_bytes"):  # fmt: skip
+                     "max_buffered_bytes", "max_connections", "session_tickets",
+                     "socket_buffer_bytes"):  # fmt: skip
             if getattr(self, name) <= 0:
                 raise ValueError(f"[http3] {name} must be above 0")
         if self.congestion_control not in ("airlane-bbr", "reno", "cubic"):

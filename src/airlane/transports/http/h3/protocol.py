@@ -4,9 +4,11 @@ aioquic parses QUIC and HTTP/3; this turns its events into requests (`H3Request`
 each, owned here and cancelled when the connection goes) and writes their responses. It
 adds what aioquic leaves to its user: a keep-alive PING when the connection has sent nothing
 for ``keep_alive_s`` (NAT bindings and the peer's idle timer outlive a long silence), the
-write side's backpressure (a stream's unacknowledged bytes, checked after every transmit), and
-a clear answer to a request it cannot serve (400 for a malformed head, 503 past the request
-limit).
+write side's backpressure (a stream's unacknowledged bytes, checked after every transmit), a
+clear answer to a request it cannot serve (400 for a malformed head, 503 past the request
+limit), and the replay rule of 0-RTT: a request that arrives as early data (before the
+handshake completed) is served only if its method is safe to repeat; any other gets 425 Too
+Early (RFC 8470) and the client sends it again once connected.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from aioquic.h3.events import DataReceived, H3Event, Headers, HeadersReceived
 from aioquic.h3.exceptions import H3Error
 from aioquic.quic.events import (
     ConnectionTerminated,
+    HandshakeCompleted,
     ProtocolNegotiated,
     QuicEvent,
     StreamReset,
@@ -42,6 +45,8 @@ H3_REQUEST_CANCELLED = 0x10C
 """HTTP/3's H3_REQUEST_CANCELLED: what a stream whose response failed midway is reset with."""
 H3_NO_ERROR = 0x100
 QUIC_CONNECTION_REFUSED = 0x2
+REPLAY_SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
+"""Methods served from 0-RTT data: a replay of them changes nothing on the server."""
 
 
 class H3Protocol(QuicConnectionProtocol):
@@ -57,6 +62,9 @@ class H3Protocol(QuicConnectionProtocol):
         self._sent_at = self._loop.time()
         self._keep_alive: asyncio.TimerHandle | None = None
         self._closed_here = False
+        self._handshake_done = False
+        self.early_requests = 0
+        """Requests served from 0-RTT data (safe methods only)."""
         self._admitted = server.opened(self)
 
     # -- aioquic's call-backs ---------------------------------------------------------------
@@ -69,6 +77,8 @@ class H3Protocol(QuicConnectionProtocol):
             if event.alpn_protocol in H3_ALPN:
                 self._h3 = H3Connection(self._quic)
                 self._arm_keep_alive()
+        elif isinstance(event, HandshakeCompleted):
+            self._handshake_done = True
         elif isinstance(event, StreamReset):
             request = self._requests.pop(event.stream_id, None)
             if request is not None:
@@ -110,6 +120,11 @@ class H3Protocol(QuicConnectionProtocol):
         if scope is None:
             self._refuse(stream_id, 400, b"a request needs :method, :scheme and :path")
             return
+        if not self._handshake_done:  # 0-RTT: early data that anyone could have replayed
+            if scope["method"] not in REPLAY_SAFE:
+                self._refuse(stream_id, 425, b"too early: send it again once connected")
+                return
+            self.early_requests += 1
         request = H3Request(self, stream_id, scope, self.server.max_body_bytes)
         self._requests[stream_id] = request
         if ended:

@@ -29,6 +29,7 @@ from airlane.runtime import quic_congestion  # noqa: F401 - registers airlane-bb
 from airlane.transports.http.h3.certificate import EphemeralCertificate, ephemeral_certificate
 from airlane.transports.http.h3.config import Http3Config
 from airlane.transports.http.h3.protocol import H3Protocol
+from airlane.transports.http.h3.tickets import TicketStore
 
 __all__ = ["Http3Server"]
 
@@ -63,6 +64,8 @@ class Http3Server:
         """Connections open now."""
         self.refused = 0
         """Connections refused because ``max_connections`` were open."""
+        self.tickets = TicketStore(self.config.session_tickets)
+        """Session tickets issued and not used yet (0-RTT resumption)."""
         self._server: QuicServer | None = None
 
     @property
@@ -81,7 +84,10 @@ class Http3Server:
         loop = asyncio.get_running_loop()
         _, self._server = await loop.create_datagram_endpoint(
             lambda: QuicServer(
-                configuration=configuration, create_protocol=partial(H3Protocol, server=self)
+                configuration=configuration,
+                create_protocol=partial(H3Protocol, server=self),
+                session_ticket_fetcher=self.tickets.pop,
+                session_ticket_handler=self.tickets.add,
             ),
             sock=sock,
         )
