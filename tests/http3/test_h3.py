@@ -11,6 +11,7 @@ listener keeps serving.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -24,6 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
+from airlane.artifacts.chunker import ChunkParams
 from airlane.artifacts.packer import pack
 from airlane.client import StreamNotFound
 from airlane.client.h3 import H3Client
@@ -254,3 +256,55 @@ async def test_a_client_that_leaves_mid_answer_leaves_no_traceback(tmp_path: Pat
             assert (await client.request("GET", "/healthz")).status == 200
     text = log.read_text()
     assert "Traceback" not in text and "ERROR" not in text, text[-2000:]
+
+
+async def test_an_artifact_pull_over_http3_resumes_after_a_kill(tmp_path: Path) -> None:
+    from airlane.artifacts.fetch import PullOptions, pull
+
+    store = tmp_path / "store"
+    files = [checkpoint(tmp_path / "a.safetensors", seed=2, layers=6, hidden=128)]
+    params = ChunkParams(min_size=4 << 10, avg_size=16 << 10, max_size=64 << 10)
+    size = pack(files, store, name="base", version="1", params=params).manifest.size
+    dest = tmp_path / "dest"
+    state = dest / "base" / ".partial" / "1" / "state"
+    with run_server("--artifacts", str(store)) as gateway:
+        # The CLI pulls over HTTP/3 at a capped rate (about 6 s for it all) and is killed once
+        # its saved state shows progress.
+        pulling = subprocess.Popen(
+            [sys.executable, "-m", "airlane", "artifacts", "pull", gateway.url, "base",
+             "--dest", str(dest), "--transport", "h3", "--limit-rate", str(size // 6),
+             "--parallel", "2", "--range-size", "64KiB", "--quiet"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            async with asyncio.timeout(30):
+                while _bits(state) < 8:
+                    assert pulling.poll() is None, "the pull ended before it was killed"
+                    await asyncio.sleep(0.05)
+        finally:
+            pulling.kill()
+            pulling.wait()
+        assert not (dest / "base" / "current").exists()
+        options = PullOptions(transport="h3", parallel=3, range_bytes=256 << 10)
+        result = await pull(gateway.url + "/v1/artifacts", "base", dest, options=options)
+        assert result.resumed_bytes > 0 and result.fetched_bytes > 0
+        assert result.resumed_bytes + result.fetched_bytes == size
+        assert result.connections == 1 and result.requests >= 1
+        path = result.manifest.files[0].path
+        assert (result.directory / path).read_bytes() == (store / "base" / "1" / path).read_bytes()
+        again = subprocess.run(
+            [sys.executable, "-m", "airlane", "artifacts", "pull", gateway.url, "base",
+             "--dest", str(tmp_path / "cli"), "--transport", "h3", "--quiet"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert again.returncode == 0, again.stderr
+        assert "over HTTP/3 (1 QUIC connection)" in again.stdout
+
+
+def _bits(state: Path) -> int:
+    """Chunks the saved bitmaps of a partial pull claim."""
+    total = 0
+    for bitmap in state.glob("*.bitmap"):
+        with contextlib.suppress(FileNotFoundError):
+            total += sum(bin(b).count("1") for b in bitmap.read_bytes()[8 + 32 + 4 :])
+    return total

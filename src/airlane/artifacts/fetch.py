@@ -22,6 +22,10 @@ the files beside it), then:
 
 Transient failures (connection errors, 5xx) are retried with backoff, a bounded number of times
 per range; what was verified so far stays on disk for the next run.
+
+With ``transport="h3"`` the manifest and the ranges travel over HTTP/3 instead, the workers
+sharing one QUIC connection (`airlane.artifacts.h3ranges`: for lossy links); everything else
+is the same.
 """
 
 from __future__ import annotations
@@ -47,10 +51,12 @@ from airlane.artifacts.errors import (
     ArtifactNotFound,
     VerificationError,
 )
+from airlane.artifacts.h3ranges import H3Ranges
 from airlane.artifacts.install import ChunkSource, Installation, PartialFile, PartialVersion
 from airlane.artifacts.manifest import Manifest
-from airlane.artifacts.ranges import Body, RangeConnection, RateLimit, ShortBody
+from airlane.artifacts.ranges import Connection, RangeConnection, RateLimit, Reader, ShortBody
 from airlane.artifacts.verify import check_signature
+from airlane.client.errors import ClientError
 
 __all__ = ["PullOptions", "PullResult", "fetch_manifest", "pull"]
 
@@ -84,10 +90,18 @@ class PullOptions:
     max_bytes_per_s: float | None = None
     """Cap on the pull's download rate, all workers together (None: as fast as it goes); for
     edge devices that share a weak link with live traffic."""
+    transport: str = "http"
+    """``http`` (HTTP/1.1 over TCP, a connection per worker) or ``h3`` (HTTP/3 over QUIC on
+    the URL's port, one connection for all workers)."""
+    cafile: str | None = None
+    """Over ``h3``: the CA that verifies the gateway's certificate; None trusts any (chunk
+    hashes and the manifest's signature still protect the bytes)."""
 
     def __post_init__(self) -> None:
         if self.parallel < 1 or self.attempts < 1 or self.range_bytes < 1:
             raise ArtifactError("parallel, attempts and range_bytes must be at least 1")
+        if self.transport not in ("http", "h3"):
+            raise ArtifactError(f"transport is http or h3, not {self.transport!r}")
         if self.max_bytes_per_s is not None and self.max_bytes_per_s <= 0:
             raise ArtifactError("max_bytes_per_s must be positive")
 
@@ -112,6 +126,8 @@ class PullResult:
     """The server answered a range request with the whole file (200)."""
     requests: int = 0
     """HTTP requests for file bytes."""
+    connections: int = 0
+    """HTTP/3 connections opened (over ``h3``; more than one: one was lost and reopened)."""
     signed_by: str | None = None
     """The key id that signed the manifest, when a public key verified it."""
     seconds: float = 0.0
@@ -121,18 +137,41 @@ async def fetch_manifest(
     client: httpx.AsyncClient, base_url: str, name: str, version: str = "latest"
 ) -> Manifest:
     """GET and parse ``<base>/<name>/<version>/manifest.json``."""
-    url = f"{base_url.rstrip('/')}/{quote(name)}/{quote(version)}/manifest.json"
+    url = _manifest_url(base_url, name, version)
     try:
         response = await client.get(url)
     except httpx.HTTPError as exc:
         raise ArtifactError(f"could not fetch {url}: {exc}") from exc
-    if response.status_code == 404:
+    return _manifest(url, response.status_code, response.content, name, version)
+
+
+async def _fetch_manifest_h3(ranges: H3Ranges, base_url: str, name: str, version: str) -> Manifest:
+    url = _manifest_url(base_url, name, version)
+    try:
+        response = await ranges.get(urlsplit(url).path)
+        body = bytearray()
+        while more := await response.receive():
+            body += more
+            if len(body) > _MAX_MANIFEST_BYTES:
+                break
+    except (OSError, ClientError) as exc:
+        raise ArtifactError(f"could not fetch {url} over HTTP/3: {exc}") from exc
+    return _manifest(url, response.status, bytes(body), name, version)
+
+
+def _manifest_url(base_url: str, name: str, version: str) -> str:
+    return f"{base_url.rstrip('/')}/{quote(name)}/{quote(version)}/manifest.json"
+
+
+def _manifest(url: str, status: int, body: bytes, name: str, version: str) -> Manifest:
+    """The manifest an answer to ``url`` holds, checked to be the one asked for."""
+    if status == 404:
         raise ArtifactNotFound(f"{url}: not found")
-    if response.status_code != 200:
-        raise ArtifactError(f"{url}: HTTP {response.status_code} {response.text[:200]}")
-    if len(response.content) > _MAX_MANIFEST_BYTES:
+    if status != 200:
+        raise ArtifactError(f"{url}: HTTP {status} {body[:200].decode('utf-8', 'replace')}")
+    if len(body) > _MAX_MANIFEST_BYTES:
         raise ArtifactError(f"{url}: the manifest is larger than {_MAX_MANIFEST_BYTES} bytes")
-    manifest = Manifest.from_bytes(response.content)
+    manifest = Manifest.from_bytes(body)
     if manifest.name != name or version not in ("latest", manifest.version):
         raise VerificationError(
             f"{url} holds the manifest of {manifest.name} {manifest.version}, not {name} {version}"
@@ -155,11 +194,20 @@ async def pull(
     verified stays on disk for the next call."""
     options = options or PullOptions()
     started = time.monotonic()
-    own_client = client is None
-    if client is None:
+    h3 = (
+        H3Ranges(base_url, options.headers, options.timeout_s, cafile=options.cafile)
+        if options.transport == "h3"
+        else None
+    )
+    own_client = client is None and h3 is None
+    if client is None and h3 is None:
         client = httpx.AsyncClient(timeout=options.timeout_s, headers=dict(options.headers))
     try:
-        manifest = await fetch_manifest(client, base_url, name, version)
+        if h3 is not None:
+            manifest = await _fetch_manifest_h3(h3, base_url, name, version)
+        else:
+            assert client is not None
+            manifest = await fetch_manifest(client, base_url, name, version)
         signed_by = check_signature(manifest, options.public_key)
         installation = Installation(dest, name, keep=options.keep)
         if _installed(installation, manifest):
@@ -176,8 +224,9 @@ async def pull(
         partial = installation.begin(manifest)
         try:
             result = PullResult(manifest, partial.directory, signed_by=signed_by)
-            fetcher = _Fetcher(base_url, partial, options, result, progress)
+            fetcher = _Fetcher(base_url, partial, options, result, progress, h3)
             await fetcher.run(installation.local_chunks())
+            result.connections = 0 if h3 is None else h3.connections
             await asyncio.to_thread(partial.check_whole)
             result.directory = await asyncio.to_thread(partial.commit)
         finally:
@@ -185,8 +234,10 @@ async def pull(
         result.seconds = time.monotonic() - started
         return result
     finally:
-        if own_client:
+        if own_client and client is not None:
             await client.aclose()
+        if h3 is not None:
+            await h3.aclose()
 
 
 def _installed(installation: Installation, manifest: Manifest) -> bool:
@@ -239,8 +290,10 @@ class _Fetcher:
         options: PullOptions,
         result: PullResult,
         progress: Progress | None,
+        h3: H3Ranges | None = None,
     ) -> None:
         self.partial = partial
+        self.h3 = h3
         self.options = options
         self.result = result
         self.progress = progress
@@ -255,7 +308,7 @@ class _Fetcher:
         self._saved_at = time.monotonic()
         self._loop = asyncio.get_running_loop()
         self._stopping = threading.Event()
-        self._connections: list[RangeConnection] = []
+        self._connections: list[Connection] = []
         largest = max((c.size for f in manifest.files for c in f.chunks), default=1)
         self._limit = (
             RateLimit(options.max_bytes_per_s, burst=largest)
@@ -350,7 +403,11 @@ class _Fetcher:
             self.queue.append(_Range(file, run[0], run[-1]))
 
     async def _worker(self, executor: ThreadPoolExecutor) -> None:
-        connection = RangeConnection(self.base_url, self.options.headers, self.options.timeout_s)
+        connection: Connection = (
+            self.h3.connection()
+            if self.h3 is not None
+            else RangeConnection(self.base_url, self.options.headers, self.options.timeout_s)
+        )
         self._connections.append(connection)
         while self.queue:
             task = self.queue.popleft()
@@ -411,7 +468,7 @@ class _Fetcher:
 
     # -- on a worker thread -----------------------------------------------------------------
 
-    def _fetch(self, connection: RangeConnection, task: _Range, state: _FileState) -> None:
+    def _fetch(self, connection: Connection, task: _Range, state: _FileState) -> None:
         """One request: read its chunks, verify, write, and report each to the loop."""
         chunks = state.partial.chunks
         start, end = chunks[task.first].offset, chunks[task.last].end
@@ -444,7 +501,7 @@ class _Fetcher:
         else:
             raise ArtifactError(f"{self._url(task)}: HTTP {status} to a range request")
 
-    def _read_chunks(self, body: Body, task_file: int, first: int, last: int) -> None:
+    def _read_chunks(self, body: Reader, task_file: int, first: int, last: int) -> None:
         state = self.files[task_file]
         chunks = state.partial.chunks
         buffer = bytearray(max(c.size for c in chunks[first : last + 1]))

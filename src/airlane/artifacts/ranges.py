@@ -9,9 +9,10 @@ made, and several workers run truly in parallel (measured 600-900 MB/s for the b
 with 2-4 threads). The manifest and announcements, small and few, stay on httpx.
 
 `RangeConnection.get` sends one GET (with a ``Range`` header when asked) and returns the
-status, the headers and a `Body` to read exact-size pieces from. Any I/O failure is an
-`OSError` or `http.client.HTTPException`; `abort` (from another thread) shuts the socket so a
-blocked read returns at once.
+status, the headers (names lower-case) and a `Body` to read exact-size pieces from. Any I/O
+failure is an `OSError` or `http.client.HTTPException`; `abort` (from another thread) shuts
+the socket so a blocked read returns at once. `Connection` and `Reader` name that interface,
+which `airlane.artifacts.h3ranges` offers over HTTP/3 too.
 """
 
 from __future__ import annotations
@@ -23,11 +24,38 @@ import ssl
 import threading
 import time
 from collections.abc import Mapping
+from typing import Protocol
 from urllib.parse import urlsplit
 
 from airlane.artifacts.errors import ArtifactError
 
-__all__ = ["Body", "RangeConnection", "RateLimit", "ShortBody"]
+__all__ = ["Body", "Connection", "RangeConnection", "RateLimit", "Reader", "ShortBody"]
+
+
+class Reader(Protocol):
+    """A response body read in exact-size pieces (`Body`, `h3ranges.H3Body`)."""
+
+    def read_into(self, buffer: memoryview) -> None:
+        """Fill ``buffer`` completely; `ShortBody` if the body ends first."""
+
+    def drain(self) -> None:
+        """Read what is left."""
+
+
+class Connection(Protocol):
+    """What one pull worker thread fetches ranges through (`RangeConnection`,
+    `h3ranges.H3RangeConnection`)."""
+
+    def get(
+        self, target: str, byte_range: tuple[int, int] | None = None
+    ) -> tuple[int, Mapping[str, str], Reader]:
+        """GET ``target``, for bytes ``[start, end)`` when ``byte_range`` is given."""
+
+    def close(self) -> None:
+        """Let go of the connection (the next `get` opens one if needed)."""
+
+    def abort(self) -> None:
+        """From any thread: make a blocked `get` or read end now."""
 
 
 class ShortBody(ArtifactError):
@@ -74,7 +102,7 @@ class RangeConnection:
 
     def get(
         self, target: str, byte_range: tuple[int, int] | None = None
-    ) -> tuple[int, http.client.HTTPMessage, Body]:
+    ) -> tuple[int, dict[str, str], Body]:
         """GET ``target`` (a path), for bytes ``[start, end)`` when ``byte_range`` is given."""
         connection = self._connect()
         headers = dict(self.headers)
@@ -86,7 +114,8 @@ class RangeConnection:
         except (OSError, http.client.HTTPException):
             self.close()
             raise
-        return response.status, response.headers, Body(response)
+        fields = {name.lower(): value for name, value in response.headers.items()}
+        return response.status, fields, Body(response)
 
     def close(self) -> None:
         """Close the connection (the next `get` opens a new one)."""

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
 
 import orjson
 import typer
@@ -500,6 +500,20 @@ def pull_command(
     api_key: Annotated[
         str | None, typer.Option(envvar="AIRLANE_API_KEY", help="Bearer key for the gateway.")
     ] = None,
+    transport: Annotated[
+        Literal["http", "h3"],
+        typer.Option(
+            help="http (TCP) or h3 (HTTP/3 over QUIC, on the URL's port over UDP; for lossy "
+            "links)."
+        ),
+    ] = "http",
+    cafile: Annotated[
+        str | None,
+        typer.Option(
+            help="With --transport h3: the CA that verifies the gateway's certificate "
+            "(without it any is trusted; chunk hashes and --key still check the bytes)."
+        ),
+    ] = None,
 ) -> None:
     """Fetch a version: parallel chunk-aligned ranges, every chunk verified, resumable after a
     kill, reusing chunks already installed, committed atomically (the old one kept)."""
@@ -514,6 +528,8 @@ def pull_command(
             public_key=_public_key(key),
             headers={"authorization": f"Bearer {api_key}"} if api_key else {},
             max_bytes_per_s=parse_size(limit_rate) if limit_rate else None,
+            transport=transport,
+            cafile=cafile,
         )
         run_async(_pull_main(url, name, version, dest, options, follow, quiet, api_key))
 
@@ -603,6 +619,9 @@ def _print_pull(result: Any) -> None:
         f"{manifest.name} {manifest.version} installed in {result.directory}",
         f"fetched {_human(result.fetched_bytes)} ({rate:.1f} MB/s, {result.requests} requests)",
     ]
+    if result.connections:
+        plural = "s" if result.connections > 1 else ""
+        parts.append(f"over HTTP/3 ({result.connections} QUIC connection{plural})")
     if result.reused_bytes:
         parts.append(f"reused {_human(result.reused_bytes)} from installed versions")
     if result.resumed_bytes:

@@ -56,6 +56,7 @@ _END = b""  # queued after a stream's last body bytes
 _REPLAY_SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
 """Methods sent as 0-RTT early data; the gateway answers others 425 if they arrive early."""
 TOO_EARLY = 425
+H3_REQUEST_CANCELLED = 0x10C
 
 
 class H3Response:
@@ -67,6 +68,7 @@ class H3Response:
         self.headers = headers
         """Field names lower-case, in the order received (``:status`` left out)."""
         self._body: asyncio.Queue[bytes | BaseException] = asyncio.Queue()
+        self._over = False
 
     def header(self, name: str) -> str | None:
         """The first value of field ``name`` (lower-case), or None."""
@@ -82,6 +84,32 @@ class H3Response:
             if item is _END:
                 return
             yield item
+
+    @property
+    def over(self) -> bool:
+        """Whether `receive` has returned the end of the body (or its failure)."""
+        return self._over
+
+    async def receive(self) -> bytes:
+        """All body bytes that arrived since the last call (waiting until some have), b""
+        once the body is over; `ConnectionLost` if the stream or connection ends first. One
+        call per arrival burst, where `chunks` yields each piece the stream delivered."""
+        if self._over:
+            return b""
+        pieces: list[bytes] = []
+        item = await self._body.get()
+        while True:
+            if isinstance(item, BaseException):
+                self._over = True
+                raise item
+            if item is _END:
+                self._over = True
+                break
+            pieces.append(item)
+            if self._body.empty():
+                break
+            item = self._body.get_nowait()
+        return b"".join(pieces)
 
     async def read(self) -> bytes:
         """The whole body."""
@@ -170,6 +198,11 @@ class H3Client:
         """The newest TLS session ticket the gateway issued on this connection: passed to the
         next `connect`, it resumes the session with 0-RTT (each ticket works once)."""
         return self._tickets[-1] if self._tickets else None
+
+    @property
+    def lost(self) -> bool:
+        """Whether the connection has ended (requests would raise `ConnectionLost`)."""
+        return self._protocol.lost is not None
 
     @property
     def resumed(self) -> bool:
@@ -307,6 +340,16 @@ class H3Client:
             protocol.h3.send_data(stream_id, body, end_stream=True)
         protocol.transmit()
         return await stream.head
+
+    def stop(self, response: H3Response) -> None:
+        """Stop reading ``response``: the gateway is asked to stop sending it (QUIC's
+        STOP_SENDING), and what else arrives for it is dropped."""
+        protocol = self._protocol
+        stream = protocol.streams.pop(response.stream_id, None)
+        if stream is not None and protocol.lost is None:
+            protocol._quic.stop_stream(response.stream_id, H3_REQUEST_CANCELLED)
+            protocol.transmit()
+        response._body.put_nowait(ConnectionLost("the response was stopped"))
 
     async def start_stream(
         self, request: dict[str, Any], *, headers: Sequence[tuple[str, str]] = ()
