@@ -503,8 +503,7 @@ def pull_command(
     transport: Annotated[
         Literal["http", "h3"],
         typer.Option(
-            help="http (TCP) or h3 (HTTP/3 over QUIC, on the URL's port over UDP; for lossy "
-            "links)."
+            help="http (TCP) or h3 (HTTP/3 over QUIC, on the URL's port over UDP; for lossy links)."
         ),
     ] = "http",
     cafile: Annotated[
