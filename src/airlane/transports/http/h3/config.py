@@ -31,6 +31,15 @@ class Http3Config:
     """Response bytes a stream may hold unacknowledged before its writer waits: the write
     side's backpressure (a slow or lossy reader slows its own stream, no one else's)."""
     max_connections: int = 10_000
+    handshake_timeout_s: float = 10.0
+    """A connection whose handshake has not completed this long after its first packet is
+    dropped (garbage or spoofed Initials would otherwise hold state for the idle timeout)."""
+    max_handshakes: int = 1_000
+    """Connections in their handshake at once; new ones beyond are dropped unanswered."""
+    retry_above: int = 100
+    """With more connections than this in their handshake, a new client must first prove its
+    address with a Retry round trip (QUIC's address validation: spoofed floods end there);
+    0: always, which costs every client one round trip."""
     session_tickets: int = 10_000
     """TLS session tickets remembered for 0-RTT resumption (each resumes one connection; the
     oldest are forgotten past this many, and a restart forgets all)."""
@@ -49,11 +58,13 @@ class Http3Config:
     def __post_init__(self) -> None:
         if self.port is not None and not -1 <= self.port <= 65535:
             raise ValueError(f"[http3] port must be 0 to 65535 (or -1: off), not {self.port}")
-        for name in ("idle_timeout_s", "stream_window", "connection_window", "max_streams",
-                     "max_buffered_bytes", "max_connections", "session_tickets",
-                     "socket_buffer_bytes"):  # fmt: skip
+        for name in ("idle_timeout_s", "handshake_timeout_s", "max_handshakes", "stream_window",
+                     "connection_window", "max_streams", "max_buffered_bytes", "max_connections",
+                     "session_tickets", "socket_buffer_bytes"):  # fmt: skip
             if getattr(self, name) <= 0:
                 raise ValueError(f"[http3] {name} must be above 0")
+        if self.retry_above < 0:
+            raise ValueError("[http3] retry_above must be 0 (always) or more")
         if self.congestion_control not in ("airlane-bbr", "reno", "cubic"):
             raise ValueError("[http3] congestion_control is airlane-bbr, reno or cubic")
         if not 1200 <= self.max_datagram_size <= 65527:

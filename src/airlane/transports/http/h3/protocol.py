@@ -65,13 +65,17 @@ class H3Protocol(QuicConnectionProtocol):
         self._handshake_done = False
         self.early_requests = 0
         """Requests served from 0-RTT data (safe methods only)."""
-        self._admitted = server.opened(self)
+        server.handshaking.add(self)
+        self._handshake_timer: asyncio.TimerHandle | None = self._loop.call_later(
+            server.config.handshake_timeout_s, self._abandon_handshake
+        )
 
     # -- aioquic's call-backs ---------------------------------------------------------------
 
     def quic_event_received(self, event: QuicEvent) -> None:
         if isinstance(event, ProtocolNegotiated):
-            if not self._admitted:  # the server holds as many connections as it may
+            # Counted once its ClientHello was read: garbage Initials take no one's place.
+            if not self.server.opened(self):  # the server holds as many as it may
                 self._quic.close(error_code=QUIC_CONNECTION_REFUSED, reason_phrase="server full")
                 return
             if event.alpn_protocol in H3_ALPN:
@@ -79,6 +83,7 @@ class H3Protocol(QuicConnectionProtocol):
                 self._arm_keep_alive()
         elif isinstance(event, HandshakeCompleted):
             self._handshake_done = True
+            self._handshake_over()
         elif isinstance(event, StreamReset):
             request = self._requests.pop(event.stream_id, None)
             if request is not None:
@@ -243,12 +248,30 @@ class H3Protocol(QuicConnectionProtocol):
             self.transmit()
         self._arm_keep_alive()
 
+    def _handshake_over(self) -> None:
+        self.server.handshaking.discard(self)
+        if self._handshake_timer is not None:
+            self._handshake_timer.cancel()
+            self._handshake_timer = None
+
+    def _abandon_handshake(self) -> None:
+        """The handshake took too long (a spoofed or garbage Initial, or a client gone): the
+        connection's state is dropped now, not at the idle timeout."""
+        self._handshake_timer = None
+        if self._handshake_done or self._closed_here:
+            return
+        self._quic.close(error_code=QUIC_CONNECTION_REFUSED, reason_phrase="handshake timeout")
+        self.transmit()
+        self._terminated()
+        self._connection_terminated_handler()  # aioquic's server forgets its connection ids
+
     def _terminated(self) -> None:
         """The connection is closed (by either side, or its idle timer): every request's
         client has gone."""
         if self._closed_here:
             return
         self._closed_here = True
+        self._handshake_over()
         if self._keep_alive is not None:
             self._keep_alive.cancel()
         for request in self._requests.values():

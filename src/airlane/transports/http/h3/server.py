@@ -7,6 +7,14 @@ certificate when it has one (``--tls-cert``), else a self-signed one made at sta
 (`airlane.transports.http.h3.certificate`), whose SHA-256 it logs for clients that trust by
 hash. The application is the one the HTTP server started; its lifespan state is shared, not
 run again.
+
+New connections are where a UDP listener is cheapest to attack: anyone can send Initial
+packets from forged addresses, and each would make connection state that lives until the
+idle timeout. So a connection counts against ``max_connections`` only once its ClientHello
+was read, one in its handshake is dropped after ``handshake_timeout_s``, at most
+``max_handshakes`` are in their handshake at once (new Initials beyond are dropped), and with
+more than ``retry_above`` in their handshake a new client must first echo a Retry token, which
+only a client that receives at its address can (QUIC's address validation).
 """
 
 from __future__ import annotations
@@ -19,8 +27,10 @@ from functools import partial
 from typing import Any
 
 from aioquic.asyncio.server import QuicServer
+from aioquic.buffer import Buffer  # type: ignore[attr-defined]  # re-exported from C
 from aioquic.h3.connection import H3_ALPN
 from aioquic.quic.configuration import QuicConfiguration
+from aioquic.quic.packet import QuicPacketType, pull_quic_header
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
@@ -64,6 +74,10 @@ class Http3Server:
         """Connections open now."""
         self.refused = 0
         """Connections refused because ``max_connections`` were open."""
+        self.handshaking: set[H3Protocol] = set()
+        """Connections in their handshake now."""
+        self.dropped_initials = 0
+        """New connections' packets dropped because ``max_handshakes`` were in progress."""
         self.tickets = TicketStore(self.config.session_tickets)
         """Session tickets issued and not used yet (0-RTT resumption)."""
         self._server: QuicServer | None = None
@@ -83,7 +97,8 @@ class Http3Server:
         self.address = (str(sockname[0]), int(sockname[1]))
         loop = asyncio.get_running_loop()
         _, self._server = await loop.create_datagram_endpoint(
-            lambda: QuicServer(
+            lambda: _Listener(
+                self,
                 configuration=configuration,
                 create_protocol=partial(H3Protocol, server=self),
                 session_ticket_fetcher=self.tickets.pop,
@@ -136,6 +151,7 @@ class Http3Server:
     def closed(self, protocol: H3Protocol) -> None:
         """A connection ended."""
         self.connections.discard(protocol)
+        self.handshaking.discard(protocol)
 
     async def aclose(self) -> None:
         """Close every connection, then stop listening (idempotent)."""
@@ -145,3 +161,37 @@ class Http3Server:
         for protocol in list(self.connections):
             protocol.shut()
         server.close()
+
+
+class _Listener(QuicServer):
+    """aioquic's server, with the admission rules for new connections of `Http3Server` (see
+    the module docstring). aioquic decides per Initial packet whether to answer with a Retry
+    by whether its ``_retry`` handler is set, so this sets or clears it per new connection."""
+
+    def __init__(self, owner: Http3Server, **kwargs: Any) -> None:
+        super().__init__(retry=True, **kwargs)
+        self._owner = owner
+        self._validator = self._retry
+
+    def datagram_received(self, data: bytes | str, addr: Any) -> None:
+        if isinstance(data, bytes) and data and data[0] & 0x80:  # a long header: handshake
+            try:
+                header = pull_quic_header(
+                    Buffer(data=data), host_cid_length=self._configuration.connection_id_length
+                )
+            except ValueError:
+                return
+            if (
+                header.packet_type == QuicPacketType.INITIAL
+                and header.destination_cid not in self._protocols
+            ):
+                owner = self._owner
+                handshaking = len(owner.handshaking)
+                if handshaking >= owner.config.max_handshakes:
+                    owner.dropped_initials += 1
+                    return
+                # A token is checked whenever one comes (its client was sent a Retry).
+                retry = bool(header.token) or handshaking >= owner.config.retry_above
+                # aioquic types the handler as always set, but answers a Retry only when set.
+                self._retry = self._validator if retry else None  # type: ignore[assignment]
+        super().datagram_received(data, addr)
