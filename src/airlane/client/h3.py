@@ -57,6 +57,10 @@ _REPLAY_SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
 """Methods sent as 0-RTT early data; the gateway answers others 425 if they arrive early."""
 TOO_EARLY = 425
 H3_REQUEST_CANCELLED = 0x10C
+MOVE_PROBE_S = 10.0
+"""How long after `H3Client.rebind` the client makes sure the gateway follows it."""
+PROBE_GAP_S = 0.25
+"""Silence, while a response is awaited, after which a moved client sends a PING."""
 
 
 class H3Response:
@@ -140,6 +144,32 @@ class _Protocol(QuicConnectionProtocol):
         self.connected = asyncio.Event()
         """Set once the handshake completed (or the connection ended before it did)."""
         self.handshake: HandshakeCompleted | None = None
+        self.received_at = self._loop.time()
+        self._probing: asyncio.TimerHandle | None = None
+        self._probe_until = 0.0
+
+    def datagram_received(self, data: bytes | str, addr: Any) -> None:
+        self.received_at = self._loop.time()
+        super().datagram_received(data, addr)
+
+    def probe_after_move(self) -> None:
+        """After a move, for `MOVE_PROBE_S`: a PING whenever nothing has arrived for
+        `PROBE_GAP_S` while a response is awaited. The gateway answers a new address only
+        once it has validated it; when its challenge or the answer is lost, it goes back to
+        the old address, where no one listens, and waits for the client to speak from the
+        new one again: a client with nothing to say would wait until the idle timeout."""
+        self._probe_until = self._loop.time() + MOVE_PROBE_S
+        self._send_probe()
+
+    def _send_probe(self) -> None:
+        self._probing = None
+        now = self._loop.time()
+        if self.lost is not None or now >= self._probe_until:
+            return
+        if self.streams and now - self.received_at >= PROBE_GAP_S:
+            self._quic.send_ping(0)
+            self.transmit()
+        self._probing = self._loop.call_later(PROBE_GAP_S, self._send_probe)
 
     def quic_event_received(self, event: QuicEvent) -> None:
         if isinstance(event, HandshakeCompleted):
@@ -155,6 +185,9 @@ class _Protocol(QuicConnectionProtocol):
                 stream.fail(ConnectionLost(self.lost))
             self.streams.clear()
             self.connected.set()
+            if self._probing is not None:
+                self._probing.cancel()
+                self._probing = None
         for h3_event in self.h3.handle_event(event):
             stream = self.streams.get(getattr(h3_event, "stream_id", -1))
             if stream is None:
@@ -239,6 +272,7 @@ class H3Client:
             old.close()
         protocol._quic.send_ping(0)  # a packet from the new address starts the migration
         protocol.transmit()
+        protocol.probe_after_move()
         return self.local_address
 
     @classmethod

@@ -17,6 +17,11 @@ Server to client::
     {"op": "event", "stream": ID, "id": "<epoch>:<seq>", "event": {native event JSON}}
     {"op": "error", "ref": ..., "stream": ..., "code": ..., "message": ...}
 
+Over WebTransport (`airlane.transports.http.h3.webtransport`) the same session runs with the
+``airlane.webtransport`` extension: each subscription's events then travel on a stream of
+their own (``"datagrams": true`` in ``subscribe``: as datagrams), and an op that came as a
+datagram is answered by one.
+
 A request that cannot be honoured gets an ``error`` message with its code
 (`airlane.core.errors.ErrorCode`) and the socket stays open. Only a broken protocol or a
 refused handshake closes it, with the close code `airlane.transports.http.errors.WS_CLOSE`
@@ -42,6 +47,7 @@ from airlane.transports.http.asgi import Receive, Request, Send
 from airlane.transports.http.auth import authenticate
 from airlane.transports.http.context import AppContext
 from airlane.transports.http.errors import close_code, close_reason
+from airlane.transports.http.h3.webtransport import WEBTRANSPORT
 from airlane.transports.http.loadtest import loadtest_chunks, loadtest_spec
 from airlane.transports.http.ws_protocol import SEND_MANY, WRITE_NOW
 from airlane.transports.http.ws_pump import WebSocketPump, WriteNow
@@ -98,8 +104,11 @@ class WebSocketSession:
         *,
         send_many: bool = False,
         write_now: WriteNow | None = None,
+        webtransport: Any = None,
     ) -> None:
         self.app = app
+        self._webtransport = webtransport
+        """The session's `WebTransportChannel` when it runs over WebTransport."""
         self.principal = principal
         self._send = send
         self.binary = subprotocol == MSGPACK_PROTOCOL
@@ -140,7 +149,7 @@ class WebSocketSession:
                         ),
                     )
                     return
-                await self._handle(data)
+                await self._handle(data, datagram=bool(message.get("airlane.datagram")))
         finally:
             await self.aclose()
 
@@ -160,7 +169,7 @@ class WebSocketSession:
                 log.error("WebSocket pump failed", exc_info=failure)
             await subscription.aclose()
 
-    async def _handle(self, data: str | bytes) -> None:
+    async def _handle(self, data: str | bytes, *, datagram: bool = False) -> None:
         ref: Any = None
         try:
             obj = self._decode(data)
@@ -177,7 +186,7 @@ class WebSocketSession:
             reply = {"op": "error", "code": exc.code.value, "message": str(exc)}
         if ref is not None:
             reply["ref"] = ref
-        await self._send_obj(reply)
+        await self._send_obj(reply, datagram=datagram)
 
     def _decode(self, data: str | bytes) -> dict[str, Any]:
         try:
@@ -210,9 +219,11 @@ class WebSocketSession:
     async def _op_subscribe(self, obj: dict[str, Any]) -> dict[str, Any]:
         stream_id = self._stream_id(obj)
         resume = Position.parse(str(obj["from"])) if obj.get("from") else None
-        return await self._subscribe(stream_id, resume)
+        return await self._subscribe(stream_id, resume, datagrams=obj.get("datagrams") is True)
 
-    async def _subscribe(self, stream_id: str, resume: Position | None) -> dict[str, Any]:
+    async def _subscribe(
+        self, stream_id: str, resume: Position | None, *, datagrams: bool = False
+    ) -> dict[str, Any]:
         if stream_id in self._pumps:
             raise AirlaneError(
                 f"already subscribed to {stream_id!r}", code=ErrorCode.ALREADY_SUBSCRIBED
@@ -236,7 +247,7 @@ class WebSocketSession:
                 "ended": True,
             }
         task = asyncio.create_task(
-            self._pump(stream_id, epoch, subscription), name=f"ws-pump {stream_id}"
+            self._pump(stream_id, epoch, subscription, datagrams), name=f"ws-pump {stream_id}"
         )
         self._pumps[stream_id] = (subscription, task)
         return {
@@ -284,21 +295,42 @@ class WebSocketSession:
 
     # -- writing ----------------------------------------------------------------------------
 
-    async def _pump(self, stream_id: str, epoch: str, subscription: Subscription) -> None:
+    async def _pump(
+        self, stream_id: str, epoch: str, subscription: Subscription, datagrams: bool = False
+    ) -> None:
         def frames(batch: list[Event]) -> list[bytes]:
             return [self._event_frame(stream_id, epoch, event) for event in batch]
 
-        await WebSocketPump(
-            subscription,
-            frames,
-            send=self._send,
-            binary=self.binary,
-            send_many=self._send_many,
-            write_now=self._write_now,
-            metrics=self.app.metrics,
-            batch_limit=self.app.config.batch_limit,
-            lock=self._lock,
-        ).run()
+        channel = self._webtransport
+        if channel is not None:
+            # WebTransport: a stream of its own (or datagrams), so no lock and no head-of-line
+            # blocking behind the other subscriptions.
+            sender = channel.datagrams() if datagrams else channel.open_stream()
+            try:
+                await WebSocketPump(
+                    subscription,
+                    frames,
+                    send=sender,
+                    binary=self.binary,
+                    send_many=True,
+                    write_now=None,
+                    metrics=self.app.metrics,
+                    batch_limit=self.app.config.batch_limit,
+                ).run()
+            finally:
+                await sender.aclose()
+        else:
+            await WebSocketPump(
+                subscription,
+                frames,
+                send=self._send,
+                binary=self.binary,
+                send_many=self._send_many,
+                write_now=self._write_now,
+                metrics=self.app.metrics,
+                batch_limit=self.app.config.batch_limit,
+                lock=self._lock,
+            ).run()
         # The stream ended for this reader: release its cursor now, not at disconnect.
         if self._pumps.get(stream_id, (None,))[0] is subscription:
             del self._pumps[stream_id]
@@ -331,17 +363,21 @@ class WebSocketSession:
             event.cache(key, frame)
         return frame
 
-    async def _send_frame(self, frame: bytes) -> None:
-        if self.binary:
-            await self._send({"type": "websocket.send", "bytes": frame})
-        else:
-            await self._send({"type": "websocket.send", "text": frame.decode()})
+    async def _send_frame(self, frame: bytes, *, datagram: bool = False) -> None:
+        message: dict[str, Any] = (
+            {"type": "websocket.send", "bytes": frame}
+            if self.binary
+            else {"type": "websocket.send", "text": frame.decode()}
+        )
+        if datagram:
+            message["airlane.datagram"] = True
+        await self._send(message)
         self.app.metrics.count_sent(len(frame))
 
-    async def _send_obj(self, obj: dict[str, Any]) -> None:
+    async def _send_obj(self, obj: dict[str, Any], *, datagram: bool = False) -> None:
         frame = _msgpack_encoder.encode(obj) if self.binary else orjson.dumps(obj)
         async with self._lock:
-            await self._send_frame(frame)
+            await self._send_frame(frame, datagram=datagram)
 
 
 async def serve_websocket(app: AppContext, request: Request, receive: Receive, send: Send) -> None:
@@ -384,12 +420,14 @@ async def serve_websocket(app: AppContext, request: Request, receive: Receive, s
         chosen or JSON_PROTOCOL,
         send_many=request.extension(SEND_MANY) is not None,
         write_now=request.extension(WRITE_NOW),
+        webtransport=request.extension(WEBTRANSPORT),
     )
-    app.metrics.connections["ws"] += 1
+    transport = "webtransport" if request.extension(WEBTRANSPORT) is not None else "ws"
+    app.metrics.connections[transport] += 1
     try:
         await session.run(receive)
     finally:
-        app.metrics.connections["ws"] -= 1
+        app.metrics.connections[transport] -= 1
 
 
 async def serve_loadtest_ws(

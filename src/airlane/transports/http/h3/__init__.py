@@ -4,6 +4,8 @@
 - `server`: `Http3Server`, the UDP listener, its certificate and its connections;
 - `protocol`: `H3Protocol`, one QUIC connection's requests, keep-alive and backpressure;
 - `request`: `H3Request`, one request's ASGI cycle on a stream;
+- `webtransport`: `WebTransportSession`, a WebTransport session served as ``/v1/ws``;
+- `tickets`: the session tickets issued for 0-RTT, each usable once;
 - `certificate`: the self-signed certificate made at start when none is configured.
 
 The application is the same `AirlaneApp` the HTTP port serves (`airlane.transports.http.server`

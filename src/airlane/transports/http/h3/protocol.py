@@ -21,7 +21,14 @@ from urllib.parse import unquote_to_bytes
 
 from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.h3.connection import H3_ALPN, H3Connection
-from aioquic.h3.events import DataReceived, H3Event, Headers, HeadersReceived
+from aioquic.h3.events import (
+    DatagramReceived,
+    DataReceived,
+    H3Event,
+    Headers,
+    HeadersReceived,
+    WebTransportStreamDataReceived,
+)
 from aioquic.h3.exceptions import H3Error
 from aioquic.quic.events import (
     ConnectionTerminated,
@@ -32,6 +39,7 @@ from aioquic.quic.events import (
 )
 
 from airlane.transports.http.h3.request import H3Request
+from airlane.transports.http.h3.webtransport import WEBTRANSPORT, WebTransportSession
 
 if TYPE_CHECKING:
     from airlane.transports.http.h3.server import Http3Server
@@ -57,6 +65,7 @@ class H3Protocol(QuicConnectionProtocol):
         self.server = server
         self._h3: H3Connection | None = None
         self._requests: dict[int, H3Request] = {}
+        self._sessions: dict[int, WebTransportSession] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._waiting: dict[int, asyncio.Future[None]] = {}
         self._sent_at = self._loop.time()
@@ -79,7 +88,7 @@ class H3Protocol(QuicConnectionProtocol):
                 self._quic.close(error_code=QUIC_CONNECTION_REFUSED, reason_phrase="server full")
                 return
             if event.alpn_protocol in H3_ALPN:
-                self._h3 = H3Connection(self._quic)
+                self._h3 = H3Connection(self._quic, enable_webtransport=True)
                 self._arm_keep_alive()
         elif isinstance(event, HandshakeCompleted):
             self._handshake_done = True
@@ -88,6 +97,9 @@ class H3Protocol(QuicConnectionProtocol):
             request = self._requests.pop(event.stream_id, None)
             if request is not None:
                 request.gone()
+            session = self._sessions.pop(event.stream_id, None)
+            if session is not None:
+                session.ended()
         elif isinstance(event, ConnectionTerminated):
             self._terminated()
         if self._h3 is None:
@@ -107,14 +119,25 @@ class H3Protocol(QuicConnectionProtocol):
     # -- requests ---------------------------------------------------------------------------
 
     def _h3_event(self, event: H3Event) -> None:
-        if isinstance(event, HeadersReceived):
-            if event.stream_id in self._requests:
+        if isinstance(event, WebTransportStreamDataReceived):
+            session = self._sessions.get(event.session_id)
+            if session is not None:
+                session.stream_data(event.stream_id, event.data, event.stream_ended)
+        elif isinstance(event, DatagramReceived):
+            session = self._sessions.get(event.stream_id)
+            if session is not None:
+                session.datagram(event.data)
+        elif isinstance(event, HeadersReceived):
+            if event.stream_id in self._requests or event.stream_id in self._sessions:
                 return  # trailers: nothing in Airlane's API reads them
             self._start(event.stream_id, event.headers, event.stream_ended)
         elif isinstance(event, DataReceived):
             request = self._requests.get(event.stream_id)
             if request is not None:
                 request.data(event.data, event.stream_ended)
+            session = self._sessions.get(event.stream_id)
+            if session is not None:
+                session.capsules(event.data, event.stream_ended)
 
     def _start(self, stream_id: int, headers: Headers, ended: bool) -> None:
         config = self.server.config
@@ -124,6 +147,9 @@ class H3Protocol(QuicConnectionProtocol):
         scope = self._scope(headers)
         if scope is None:
             self._refuse(stream_id, 400, b"a request needs :method, :scheme and :path")
+            return
+        if scope["method"] == "CONNECT":
+            self._start_session(stream_id, scope, headers)
             return
         if not self._handshake_done:  # 0-RTT: early data that anyone could have replayed
             if scope["method"] not in REPLAY_SAFE:
@@ -137,6 +163,40 @@ class H3Protocol(QuicConnectionProtocol):
         task = self._loop.create_task(request.run(self.server.app), name=f"h3 {stream_id}")
         self._tasks.add(task)
         task.add_done_callback(lambda done: self._ended(request, done))
+
+    def _start_session(self, stream_id: int, scope: dict[str, Any], headers: Headers) -> None:
+        """An extended CONNECT: a WebTransport session, served by the application as a
+        WebSocket on the same path (`WebTransportSession`)."""
+        protocol = next((v for k, v in headers if k == b":protocol"), None)
+        if protocol != b"webtransport":
+            self._refuse(stream_id, 501, b"CONNECT is for WebTransport sessions only")
+            return
+        if not self._handshake_done:  # a session changes state: never from 0-RTT data
+            self._refuse(stream_id, 425, b"too early: send it again once connected")
+            return
+        fec = _fec_group(scope["query_string"])
+        session = WebTransportSession(self, stream_id, fec_group=fec)
+        self._sessions[stream_id] = session
+        scope.update(
+            type="websocket",
+            scheme="wss",
+            subprotocols=[],
+            extensions={WEBTRANSPORT: session.channel, "websocket.http.response": {}},
+        )
+        del scope["method"]
+        task = self._loop.create_task(
+            session.run(self.server.app, scope), name=f"webtransport {stream_id}"
+        )
+        self._tasks.add(task)
+        task.add_done_callback(lambda done: self._session_ended(session, done))
+
+    def _session_ended(self, session: WebTransportSession, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._sessions.pop(session.session_id, None)
+        if not session.closed:
+            session.close(1000, "")
+        if not task.cancelled() and task.exception() is not None:
+            log.error("WebTransport session failed", exc_info=task.exception())
 
     def _scope(self, headers: Headers) -> dict[str, Any] | None:
         """The ASGI scope of a request's head; None when it lacks a pseudo-header."""
@@ -200,11 +260,26 @@ class H3Protocol(QuicConnectionProtocol):
             self._h3.send_headers(stream_id, headers, end_stream=end)
             self.transmit()
 
-    def send_body(self, stream_id: int, data: bytes, end: bool) -> None:
-        """Send response body bytes on ``stream_id``."""
+    def send_body(self, stream_id: int, data: bytes, end: bool, *, raw: bool = False) -> None:
+        """Send response body bytes on ``stream_id`` (``raw``: as they are, on a WebTransport
+        stream, not in HTTP/3 DATA frames)."""
         if self._h3 is not None and not self._closed_here:
-            self._h3.send_data(stream_id, data, end_stream=end)
+            if raw:
+                self._quic.send_stream_data(stream_id, data, end_stream=end)
+            else:
+                self._h3.send_data(stream_id, data, end_stream=end)
             self.transmit()
+
+    def send_datagram(self, session_id: int, data: bytes) -> None:
+        """Send a datagram of WebTransport session ``session_id``."""
+        if self._h3 is not None and not self._closed_here:
+            self._h3.send_datagram(session_id, data)
+            self.transmit()
+
+    def open_webtransport_stream(self, session_id: int) -> int:
+        """A new unidirectional stream of WebTransport session ``session_id``: its id."""
+        assert self._h3 is not None
+        return self._h3.create_webtransport_stream(session_id, is_unidirectional=True)
 
     def drained(self, stream_id: int) -> Awaitable[None] | None:
         """None while ``stream_id`` holds at most ``max_buffered_bytes`` unacknowledged; else
@@ -276,6 +351,8 @@ class H3Protocol(QuicConnectionProtocol):
             self._keep_alive.cancel()
         for request in self._requests.values():
             request.gone()
+        for session in self._sessions.values():
+            session.ended()
         self._wake_writers()
         self.server.closed(self)
 
@@ -287,6 +364,16 @@ class H3Protocol(QuicConnectionProtocol):
             self._terminated()
         for task in self._tasks:
             task.cancel()
+
+
+def _fec_group(query: bytes) -> int | None:
+    """The ``fec=N`` of a session's query (2 to 32), else None."""
+    for pair in query.split(b"&"):
+        name, _, value = pair.partition(b"=")
+        if name == b"fec" and value.isdigit():
+            group = int(value)
+            return group if 2 <= group <= 32 else None
+    return None
 
 
 def _unacknowledged(protocol: H3Protocol, stream_id: int) -> int:

@@ -125,6 +125,7 @@ class Http3Server:
             max_data=c.connection_window,
             congestion_control_algorithm=c.congestion_control,
             max_datagram_size=c.max_datagram_size,
+            max_datagram_frame_size=65536,  # WebTransport datagrams (H3_DATAGRAM)
         )
         if self.tls is not None:
             chain, key, _ = self.tls.material()

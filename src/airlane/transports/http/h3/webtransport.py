@@ -1,0 +1,295 @@
+"""`WebTransportSession`: the ``/v1/ws`` multiplex over a WebTransport session.
+
+A browser (or `airlane.client.webtransport`) opens a session with an extended CONNECT
+(``:protocol webtransport``) to ``/v1/ws`` on the HTTP/3 listener. The application serves it
+as it serves a WebSocket on that path (same ops, authentication by ``?ticket=``, error
+messages and close codes), seeing an ASGI ``websocket`` scope whose ``receive`` and ``send``
+are this session's, plus the ``airlane.webtransport`` extension (`WebTransportChannel`). What
+changes is where bytes travel:
+
+- **ops and replies** on the client's bidirectional stream (its first one: the control
+  stream), each message framed by `airlane.wire.framing` (a 4-byte length, then the JSON);
+- **each subscription's events on a unidirectional stream of their own**, which the server
+  opens: a lost packet delays one subscription, not every stream multiplexed on the session
+  (over a WebSocket, everything waits behind it in TCP);
+- **datagrams** for small real-time messages, unreliable and unordered: an op sent as a
+  datagram is answered by one, and a subscription made with ``"datagrams": true`` (presence,
+  progress) gets its events as datagrams. With ``?fec=N`` each N datagrams the server sends
+  are followed by an XOR parity datagram (`airlane.wire.fec`), which rebuilds one loss per
+  group. Every datagram starts with `airlane.wire.fec`'s kind byte, so a client reads both.
+
+Bounded: at most ``max_inbox`` messages wait for the application (past that the session is
+closed, 1008), a message is at most ``max_message`` bytes (1009), a stream writer waits once
+its stream holds ``max_buffered_bytes`` unacknowledged, and a datagram that would not fit in
+one packet travels on the control stream instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from airlane.wire.capsule import encode_close, parse_close
+from airlane.wire.errors import DecodeError, FrameTooLarge
+from airlane.wire.fec import FecDecoder, FecEncoder, plain
+from airlane.wire.framing import FrameDecoder, encode_frame
+
+if TYPE_CHECKING:
+    from airlane.transports.http.h3.protocol import H3Protocol
+
+__all__ = ["WEBTRANSPORT", "WebTransportChannel", "WebTransportSession"]
+
+log = logging.getLogger("airlane.http3")
+
+WEBTRANSPORT = "airlane.webtransport"
+"""The ASGI extension a WebTransport session's scope carries (a `WebTransportChannel`)."""
+DATAGRAM_LIMIT = 1000
+"""Largest datagram message sent as one (a QUIC packet of 1200 bytes holds it with headers)."""
+PARITY_DELAY_S = 0.02
+"""A group left open this long gets its parity early, so the last messages are protected."""
+CLOSE_POLICY = 1008
+CLOSE_TOO_BIG = 1009
+
+
+class WebTransportSession:
+    """One session (see the module docstring); `H3Protocol` feeds it, the app runs on it."""
+
+    def __init__(
+        self,
+        protocol: H3Protocol,
+        session_id: int,
+        *,
+        fec_group: int | None = None,
+        max_inbox: int = 1024,
+        max_message: int = 1 << 20,
+    ) -> None:
+        self.protocol = protocol
+        self.session_id = session_id
+        self.max_message = max_message
+        self.accepted = False
+        self.closed = False
+        self.control: int | None = None
+        """The client's first bidirectional stream: where ops arrive and replies go."""
+        self.channel = WebTransportChannel(self)
+        self._inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue(max_inbox)
+        self._inbox.put_nowait({"type": "websocket.connect"})
+        self._decoders: dict[int, FrameDecoder] = {}
+        self._fec_in = FecDecoder()
+        self._fec_out = FecEncoder(fec_group) if fec_group else None
+        self._parity_timer: asyncio.TimerHandle | None = None
+        self._send_lock = asyncio.Lock()
+
+    # -- from the connection ----------------------------------------------------------------
+
+    def stream_data(self, stream_id: int, data: bytes, ended: bool) -> None:
+        """Bytes on a stream of this session, from the client."""
+        if self.closed:
+            return
+        if self.control is None and stream_id % 4 == 0:  # client-initiated bidirectional
+            self.control = stream_id
+        decoder = self._decoders.get(stream_id)
+        if decoder is None:
+            decoder = self._decoders[stream_id] = FrameDecoder(self.max_message)
+        try:
+            messages = decoder.feed(data)
+        except FrameTooLarge as exc:
+            self.close(CLOSE_TOO_BIG, str(exc))
+            return
+        for message in messages:
+            self._deliver(message, datagram=False)
+        if ended:
+            self._decoders.pop(stream_id, None)
+
+    def datagram(self, data: bytes) -> None:
+        """A datagram of this session, from the client (dropped when the app is behind)."""
+        if self.closed:
+            return
+        try:
+            messages = self._fec_in.feed(data)
+        except DecodeError:
+            return  # unreliable by nature: a bad one is as good as lost
+        for message in messages:
+            if self._inbox.full():
+                return
+            try:
+                message.decode("utf-8")
+            except UnicodeDecodeError:
+                continue  # garbled on the way, or garbage: a datagram is as good as lost
+            self._deliver(message, datagram=True)
+
+    def _deliver(self, message: bytes, *, datagram: bool) -> None:
+        try:
+            text: str | None = message.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+        item: dict[str, Any] = {"type": "websocket.receive", "airlane.datagram": datagram}
+        item["text" if text is not None else "bytes"] = text if text is not None else message
+        try:
+            self._inbox.put_nowait(item)
+        except asyncio.QueueFull:
+            self.close(CLOSE_POLICY, "too many messages waiting; wait for replies")
+
+    def ended(self) -> None:
+        """The session is over: the client closed it, or the connection went."""
+        if self.closed:
+            return
+        self.closed = True
+        if self._parity_timer is not None:
+            self._parity_timer.cancel()
+        # The application's receive must see the end even when the inbox is full.
+        while self._inbox.full():
+            self._inbox.get_nowait()
+        self._inbox.put_nowait({"type": "websocket.disconnect", "code": 1001})
+
+    # -- the ASGI side ----------------------------------------------------------------------
+
+    async def run(self, app: Callable[..., Awaitable[None]], scope: dict[str, Any]) -> None:
+        """Serve the session with ``app`` (its ``websocket`` scope is ``scope``)."""
+        await app(scope, self.receive, self.send)
+
+    async def receive(self) -> dict[str, Any]:
+        """The next ASGI message for the application."""
+        return await self._inbox.get()
+
+    async def send(self, message: dict[str, Any]) -> None:
+        """An ASGI message from the application."""
+        kind = message["type"]
+        if kind == "websocket.accept":
+            self.accepted = True
+            head = [(b":status", b"200"), (b"sec-webtransport-http3-draft", b"draft02")]
+            self.protocol.send_head(self.session_id, head, end=False)
+        elif kind == "websocket.http.response.start":  # a refusal with an HTTP status
+            status = int(message["status"])
+            head = [(b":status", b"%d" % status), *message.get("headers", [])]
+            self.protocol.send_head(self.session_id, list(head), end=False)
+            self.accepted = True  # answered: what follows is the refusal's body
+        elif kind == "websocket.http.response.body":
+            more = bool(message.get("more_body"))
+            self.protocol.send_body(self.session_id, bytes(message.get("body", b"")), not more)
+            if not more:
+                self.ended()
+        elif kind == "websocket.close":
+            self.close(int(message.get("code", 1000)), str(message.get("reason", "")))
+        elif kind == "websocket.send":
+            data = message.get("bytes")
+            if data is None:
+                data = str(message.get("text", "")).encode()
+            if message.get("airlane.datagram"):
+                self.send_datagram(data)
+            elif self.control is not None:
+                await self.write(self.control, [data])
+        elif kind == "websocket.send_many" and self.control is not None:
+            await self.write(self.control, message.get("texts") or message.get("bytes") or [])
+
+    async def write(self, stream_id: int, messages: list[bytes], end: bool = False) -> None:
+        """Frame ``messages`` onto ``stream_id``, then wait while it holds too much."""
+        if self.closed:
+            return
+        payload = b"".join(encode_frame(m) for m in messages)
+        self.protocol.send_body(stream_id, payload, end, raw=True)
+        waiter: Awaitable[None] | None = self.protocol.drained(stream_id)
+        if waiter is not None:
+            await waiter
+
+    def send_datagram(self, message: bytes) -> None:
+        """``message`` as a datagram (with parity when the session asked for it); one too
+        large for a packet goes on the control stream instead."""
+        if self.closed:
+            return
+        if len(message) > DATAGRAM_LIMIT:
+            if self.control is not None:
+                self.protocol.send_body(self.control, encode_frame(message), False, raw=True)
+            return
+        encoder = self._fec_out
+        datagrams = [plain(message)] if encoder is None else encoder.encode(message)
+        for datagram in datagrams:
+            self.protocol.send_datagram(self.session_id, datagram)
+        if encoder is not None and encoder.pending and self._parity_timer is None:
+            self._parity_timer = asyncio.get_running_loop().call_later(
+                PARITY_DELAY_S, self._flush_parity
+            )
+
+    def _flush_parity(self) -> None:
+        self._parity_timer = None
+        encoder = self._fec_out
+        if encoder is not None and encoder.pending and not self.closed:
+            self.protocol.send_datagram(self.session_id, encoder.flush_parity())
+
+    def close(self, code: int, reason: str) -> None:
+        """Close the session with ``code`` and ``reason`` (CLOSE_WEBTRANSPORT_SESSION), or
+        refuse it (403) if it was never accepted."""
+        if self.closed:
+            return
+        if not self.accepted:
+            head = [(b":status", b"403"), (b"content-type", b"text/plain")]
+            self.protocol.send_head(self.session_id, head, end=False)
+            self.protocol.send_body(self.session_id, reason.encode(), True)
+        else:
+            self.protocol.send_body(self.session_id, encode_close(code, reason), True)
+        self.ended()
+
+    def capsules(self, data: bytes, ended: bool) -> None:
+        """Bytes on the CONNECT stream after the head: capsules (a close, or grease that is
+        ignored); its end ends the session."""
+        if ended or parse_close(data) is not None:
+            self.ended()
+
+
+class WebTransportChannel:
+    """The ``airlane.webtransport`` extension: lets the ``/v1/ws`` session put each
+    subscription on a stream of its own, or on datagrams."""
+
+    def __init__(self, session: WebTransportSession) -> None:
+        self._session = session
+
+    def open_stream(self) -> StreamSender:
+        """A new unidirectional stream to the client, as an ASGI ``send``."""
+        session = self._session
+        stream_id = session.protocol.open_webtransport_stream(session.session_id)
+        return StreamSender(session, stream_id)
+
+    def datagrams(self) -> DatagramSender:
+        """The session's datagrams, as an ASGI ``send``."""
+        return DatagramSender(self._session)
+
+
+class StreamSender:
+    """ASGI ``send`` onto one server stream of a session (``websocket.send`` and
+    ``websocket.send_many``); `aclose` ends the stream."""
+
+    def __init__(self, session: WebTransportSession, stream_id: int) -> None:
+        self.session = session
+        self.stream_id = stream_id
+
+    async def __call__(self, message: dict[str, Any]) -> None:
+        if message["type"] == "websocket.send_many":
+            frames = message.get("texts") or message.get("bytes") or []
+        else:
+            data = message.get("bytes")
+            frames = [data if data is not None else str(message.get("text", "")).encode()]
+        await self.session.write(self.stream_id, frames)
+
+    async def aclose(self) -> None:
+        """End the stream (its subscription ended)."""
+        await self.session.write(self.stream_id, [], end=True)
+
+
+class DatagramSender:
+    """ASGI ``send`` as datagrams of a session."""
+
+    def __init__(self, session: WebTransportSession) -> None:
+        self.session = session
+
+    async def __call__(self, message: dict[str, Any]) -> None:
+        if message["type"] == "websocket.send_many":
+            frames = message.get("texts") or message.get("bytes") or []
+        else:
+            data = message.get("bytes")
+            frames = [data if data is not None else str(message.get("text", "")).encode()]
+        for frame in frames:
+            self.session.send_datagram(frame)
+
+    async def aclose(self) -> None:
+        """Nothing to end: datagrams have no stream."""
