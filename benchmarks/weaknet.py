@@ -156,16 +156,17 @@ def make_store(root: Path, size_mb: float) -> tuple[Path, str, str]:
 
 
 def start_gateway(
-    lab: NetLab, store: Path, variant: str, root: Path, buffered: int
+    lab: NetLab, store: Path, variant: str, root: Path, buffered: int, extra: str = ""
 ) -> subprocess.Popen[str]:
-    """The gateway in namespace B, its senders set for ``variant``; waits until ready."""
+    """The gateway in namespace B, its senders set for ``variant`` (``extra``: more of its
+    configuration file); waits until ready."""
     tcp_cc = "cubic" if variant == "tcp-cubic" else "bbr"
     lab.run("b", ["sysctl", "-q", "-w", f"net.ipv4.tcp_congestion_control={tcp_cc}"], check=True)
     h3_cc = "reno" if variant == "h3-reno" else "airlane-bbr"
     config = root / f"{variant}.toml"
     config.write_text(
         f'[http3]\ncongestion_control = "{h3_cc}"\nmax_datagram_size = 1452\n'
-        f"max_buffered_bytes = {buffered}\n"
+        f"max_buffered_bytes = {buffered}\n{extra}"
     )
     argv = [sys.executable, "-m", "airlane", "serve", "--host", lab.addr_b, "--port", str(PORT),
             "--artifacts", str(store), "--config", str(config),

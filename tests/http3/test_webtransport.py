@@ -13,11 +13,13 @@ import asyncio
 import os
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
 from airlane.client import ConnectFailed, RequestRejected
 from airlane.client.webtransport import Arrival, WebTransportClient
 from airlane.wire.framing import encode_frame
+from tests.browser.test_eventsource import snapshot_text
 from tests.http3.test_h3 import CHAT
 from tests.servers import ServerProcess, run_server
 
@@ -141,3 +143,27 @@ async def test_refusals_and_bad_input_get_the_websockets_answers() -> None:
         # CONNECT to a path with no WebSocket behind it is refused with a status.
         with pytest.raises((RequestRejected, ConnectFailed)):
             await WebTransportClient.connect(host, port, path="/nowhere", verify=False)
+
+
+async def test_redundant_copies_arrive_once_and_in_order(server: ServerProcess) -> None:
+    async with await session(server, fec=4) as wt:
+        generated = [
+            await wt.call(
+                {
+                    "op": "generate",
+                    "redundant": True,
+                    "request": {**CHAT, "max_tokens": 40, "seed": n},
+                }
+            )
+            for n in range(3)
+        ]
+        messages = await until_done(wt, 3)
+        for reply in generated:
+            mine = [m for m in messages if m["stream"] == reply["stream"]]
+            seqs = [m["event"]["seq"] for m in mine]
+            assert seqs == sorted(set(seqs)), seqs  # each once, in order
+            assert {m.quic_stream for m in mine} & {-1}, "no copy came as a datagram"
+            # The text the gateway holds for the stream, exactly.
+            async with httpx.AsyncClient(base_url=server.url) as http:
+                held = await snapshot_text(http, reply["stream"])
+            assert "".join(m["event"].get("text", "") for m in mine) == held

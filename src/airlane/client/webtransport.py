@@ -11,7 +11,10 @@ packet delays one subscription and not the others, and small messages can go as 
             print(message["stream"], message["event"])
 
 ``call`` sends an op on the control stream and returns its reply; ``call_datagram`` sends it
-as a datagram and returns the reply datagram (or None when either was lost).
+as a datagram and returns the reply datagram (or None when either was lost). A subscription
+made with ``"redundant": true`` (in ``subscribe`` or ``generate``) gets each event twice, on its
+stream and as a datagram ahead of it; `events` hands each out once and in order, whichever
+copy came first, so a lost packet costs a resend's wait only when both copies were lost.
 """
 
 from __future__ import annotations
@@ -59,6 +62,55 @@ class Arrival(dict[str, Any]):
     """`time.monotonic` when it arrived."""
 
 
+class _InOrder:
+    """One ``redundant`` subscription's events, from its stream and from their datagram
+    copies, each handed out once and in order. A copy names the seq sent before it
+    (``prev``): it goes out at once when that one has, else it waits for the stream to catch
+    up (the stream is reliable and in order, so it always does)."""
+
+    MAX_HELD = 4096
+
+    def __init__(self, upto: int | None) -> None:
+        self.upto = upto
+        self.held: dict[int, Arrival] = {}
+
+    def start(self, upto: int) -> list[Arrival]:
+        """The subscription's reply says where it starts."""
+        if self.upto is not None:
+            return []
+        self.upto = upto
+        return self._flush()
+
+    def from_stream(self, message: Arrival) -> list[Arrival]:
+        seq = int(message["event"]["seq"])
+        if self.upto is not None and seq <= self.upto:
+            return []  # its copy came first
+        self.upto = seq
+        return [message, *self._flush()]
+
+    def from_copy(self, message: Arrival) -> list[Arrival]:
+        seq, prev = int(message["event"]["seq"]), int(message["prev"])
+        if self.upto is not None and seq <= self.upto:
+            return []
+        if self.upto != prev:
+            self.held[prev] = message
+            if len(self.held) > self.MAX_HELD:
+                del self.held[min(self.held)]
+            return []
+        self.upto = seq
+        return [message, *self._flush()]
+
+    def _flush(self) -> list[Arrival]:
+        out = []
+        while self.upto is not None and self.upto in self.held:
+            message = self.held.pop(self.upto)
+            self.upto = int(message["event"]["seq"])
+            out.append(message)
+        for stale in [p for p in self.held if self.upto is not None and p < self.upto]:
+            del self.held[stale]
+        return out
+
+
 class _Protocol(QuicConnectionProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -70,6 +122,9 @@ class _Protocol(QuicConnectionProtocol):
         self.replies: dict[Any, asyncio.Future[Arrival]] = {}
         self.inbox: asyncio.Queue[Arrival | None] = asyncio.Queue()
         self.closed: str | None = None
+        self.redundant_refs: set[Any] = set()
+        """Refs of ops that asked for ``redundant`` delivery, until their reply."""
+        self.in_order: dict[str, _InOrder] = {}
 
     def quic_event_received(self, event: QuicEvent) -> None:
         if isinstance(event, ConnectionTerminated):
@@ -106,13 +161,35 @@ class _Protocol(QuicConnectionProtocol):
             return
         message = Arrival(obj)
         message.quic_stream, message.at = stream, time.monotonic()
+        op = obj.get("op")
+        if op == "event":
+            order = self.in_order.get(obj.get("stream"))  # type: ignore[arg-type]
+            if "prev" in obj and stream == -1:  # a datagram copy of a stream's event
+                if order is None:
+                    order = self.in_order[obj["stream"]] = _InOrder(None)
+                self._queue(order.from_copy(message))
+            else:
+                self._queue([message] if order is None else order.from_stream(message))
+            return
+        if op in ("subscribed", "generated") and isinstance(obj.get("stream"), str):
+            # A new subscription starts a new order (a resume replays earlier seqs).
+            if obj.get("ref") in self.redundant_refs:
+                self.redundant_refs.discard(obj.get("ref"))
+                order = self.in_order.setdefault(obj["stream"], _InOrder(None))
+                self._queue(order.start(int(obj.get("from", 0))))
+            else:
+                self.in_order.pop(obj["stream"], None)
         waiter = self.replies.pop(obj.get("ref"), None) if "ref" in obj else None
         if waiter is not None and not waiter.done():
             waiter.set_result(message)
             return
-        if self.inbox.qsize() >= MAX_WAITING:
-            self.inbox.get_nowait()
-        self.inbox.put_nowait(message)
+        self._queue([message])
+
+    def _queue(self, messages: list[Arrival]) -> None:
+        for message in messages:
+            if self.inbox.qsize() >= MAX_WAITING:
+                self.inbox.get_nowait()
+            self.inbox.put_nowait(message)
 
     def _end(self, reason: str) -> None:
         if self.closed is not None:
@@ -241,6 +318,8 @@ class WebTransportClient:
         if protocol.closed is not None:
             raise ConnectionLost(protocol.closed)
         op.setdefault("ref", next(self._refs))
+        if op.get("redundant") is True:
+            protocol.redundant_refs.add(op["ref"])
         waiter: asyncio.Future[Arrival] = asyncio.get_running_loop().create_future()
         protocol.replies[op["ref"]] = waiter
         return waiter

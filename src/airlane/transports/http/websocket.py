@@ -19,8 +19,10 @@ Server to client::
 
 Over WebTransport (`airlane.transports.http.h3.webtransport`) the same session runs with the
 ``airlane.webtransport`` extension: each subscription's events then travel on a stream of
-their own (``"datagrams": true`` in ``subscribe``: as datagrams), and an op that came as a
-datagram is answered by one.
+their own (``"datagrams": true`` in ``subscribe``: as datagrams instead; ``"redundant": true``
+in ``subscribe`` or ``generate``: on the stream and, ahead of it, as datagrams carrying the
+``prev`` seq, which the client puts in order), and an op that came as a datagram is answered
+by one.
 
 A request that cannot be honoured gets an ``error`` message with its code
 (`airlane.core.errors.ErrorCode`) and the socket stays open. Only a broken protocol or a
@@ -219,10 +221,20 @@ class WebSocketSession:
     async def _op_subscribe(self, obj: dict[str, Any]) -> dict[str, Any]:
         stream_id = self._stream_id(obj)
         resume = Position.parse(str(obj["from"])) if obj.get("from") else None
-        return await self._subscribe(stream_id, resume, datagrams=obj.get("datagrams") is True)
+        return await self._subscribe(
+            stream_id,
+            resume,
+            datagrams=obj.get("datagrams") is True,
+            redundant=obj.get("redundant") is True,
+        )
 
     async def _subscribe(
-        self, stream_id: str, resume: Position | None, *, datagrams: bool = False
+        self,
+        stream_id: str,
+        resume: Position | None,
+        *,
+        datagrams: bool = False,
+        redundant: bool = False,
     ) -> dict[str, Any]:
         if stream_id in self._pumps:
             raise AirlaneError(
@@ -246,8 +258,9 @@ class WebSocketSession:
                 "from": subscription.position.seq,
                 "ended": True,
             }
+        mode = "datagrams" if datagrams else "redundant" if redundant else "stream"
         task = asyncio.create_task(
-            self._pump(stream_id, epoch, subscription, datagrams), name=f"ws-pump {stream_id}"
+            self._pump(stream_id, epoch, subscription, mode), name=f"ws-pump {stream_id}"
         )
         self._pumps[stream_id] = (subscription, task)
         return {
@@ -273,7 +286,7 @@ class WebSocketSession:
         info = (await self.app.gateway.start_chat(self.principal, obj.get("request"))).info
         reply = {"op": "generated", "stream": info.stream_id, "epoch": info.epoch}
         if obj.get("subscribe", True):
-            await self._subscribe(info.stream_id, None)
+            await self._subscribe(info.stream_id, None, redundant=obj.get("redundant") is True)
         return reply
 
     async def _op_publish(self, obj: dict[str, Any]) -> dict[str, Any]:
@@ -296,16 +309,27 @@ class WebSocketSession:
     # -- writing ----------------------------------------------------------------------------
 
     async def _pump(
-        self, stream_id: str, epoch: str, subscription: Subscription, datagrams: bool = False
+        self, stream_id: str, epoch: str, subscription: Subscription, mode: str = "stream"
     ) -> None:
-        def frames(batch: list[Event]) -> list[bytes]:
-            return [self._event_frame(stream_id, epoch, event) for event in batch]
-
         channel = self._webtransport
+        prev = subscription.position.seq
+
+        def frames(batch: list[Event]) -> list[bytes]:
+            nonlocal prev
+            out = [self._event_frame(stream_id, epoch, event) for event in batch]
+            if mode == "redundant" and channel is not None and not self.binary:
+                # A copy of each event as a datagram, ahead of the stream's: it arrives without
+                # waiting for a resend when the stream's packet is lost. "prev" (the seq sent
+                # before it) lets the client put copies in order.
+                for event, frame in zip(batch, out, strict=True):
+                    channel.copy(b'%s,"prev":%d}' % (frame[:-1], prev))
+                    prev = event.seq
+            return out
+
         if channel is not None:
             # WebTransport: a stream of its own (or datagrams), so no lock and no head-of-line
             # blocking behind the other subscriptions.
-            sender = channel.datagrams() if datagrams else channel.open_stream()
+            sender = channel.datagrams() if mode == "datagrams" else channel.open_stream()
             try:
                 await WebSocketPump(
                     subscription,

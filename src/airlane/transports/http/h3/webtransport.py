@@ -254,6 +254,11 @@ class WebTransportChannel:
         """The session's datagrams, as an ASGI ``send``."""
         return DatagramSender(self._session)
 
+    def copy(self, message: bytes) -> None:
+        """``message`` as a datagram too, beside its stream (dropped if too large for one)."""
+        if len(message) <= DATAGRAM_LIMIT:
+            self._session.send_datagram(message)
+
 
 class StreamSender:
     """ASGI ``send`` onto one server stream of a session (``websocket.send`` and

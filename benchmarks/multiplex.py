@@ -1,0 +1,178 @@
+"""Many token streams on one connection over a lossy link: WebTransport against the WebSocket
+multiplex on TCP.
+
+A gateway in one namespace of the lab (`airlane.bench.netlab`: ``--rtt-ms``, ``--loss`` each
+way) generates ``--streams`` paced token streams (``--itl-ms`` apart, ``--tokens`` each) for a
+client in the other namespace, all on one connection:
+
+- ``ws``: ``/v1/ws`` over a WebSocket (TCP, the kernel's BBR): every stream shares one byte
+  stream, so a lost packet holds back all of them until it is resent;
+- ``wt``: ``/v1/ws`` over WebTransport (HTTP/3): each stream's events on a QUIC stream of
+  their own, so a loss holds back only the stream it belonged to;
+- ``wt-redundant``: the same, each event also sent as a datagram ahead of its stream copy
+  (``"redundant": true``; with ``--fec`` parity over the datagrams), the client taking
+  whichever arrives first, in order: a loss costs a resend's wait only when both are lost.
+
+Reported: the inter-chunk gap each stream's reader sees (time between consecutive events of one
+stream, at the client), p50 / p99 / max over all streams, against the pacing (``--itl-ms``).
+Needs root (namespaces, TUN); bounded in streams, tokens and time.
+
+    sudo .venv/bin/python benchmarks/multiplex.py                      # 100 streams, 2 % loss
+    sudo .venv/bin/python benchmarks/multiplex.py --streams 10 --json -   # smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from weaknet import PORT, start_gateway
+
+from airlane.bench.netlab import NetLab, netlab_available
+
+# Runs in namespace A: start the streams on one connection, print the gaps per stream.
+CLIENT = r"""
+import asyncio, json, sys, time
+mode, host, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+streams, tokens, deadline = int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
+fec = int(sys.argv[7]) or None
+request = {"model": "synthetic", "stream": True, "max_tokens": tokens,
+           "messages": [{"role": "user", "content": "a long answer please"}]}
+arrivals = {}
+
+def seen(message, at):
+    if message.get("op") != "event":
+        return False
+    arrivals.setdefault(message["stream"], []).append(at)
+    return message["event"]["kind"] in ("done", "error")
+
+async def wt():
+    from airlane.client.webtransport import WebTransportClient
+    redundant = mode == "wt-redundant"
+    async with await WebTransportClient.connect(host, port, verify=False, fec=fec) as client:
+        for n in range(streams):
+            op = {"op": "generate", "request": {**request, "seed": n}, "redundant": redundant}
+            await client.call(op)
+        ended = 0
+        async for message in client.events():
+            ended += seen(message, message.at)
+            if ended == streams:
+                return
+
+async def ws():
+    import orjson, websockets
+    async with websockets.connect(f"ws://{host}:{port}/v1/ws", max_size=None) as socket:
+        for n in range(streams):
+            op = {"op": "generate", "request": {**request, "seed": n}}
+            await socket.send(orjson.dumps(op).decode())
+        ended = 0
+        async for text in socket:
+            ended += seen(orjson.loads(text), time.monotonic())
+            if ended == streams:
+                return
+
+async def main():
+    await asyncio.wait_for(ws() if mode == "ws" else wt(), deadline)
+    gaps = [b - a for times in arrivals.values() for a, b in zip(times, times[1:])]
+    print(json.dumps({"gaps": gaps, "streams": len(arrivals)}))
+
+asyncio.run(main())
+"""
+
+
+def run(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    results: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        os.chmod(root, 0o755)
+        store = root / "store"
+        store.mkdir()
+        with NetLab(delay_ms=args.rtt_ms / 2, loss=args.loss / 100, seed=args.seed) as lab:
+            for mode in args.variants:
+                config = (
+                    f"[synthetic]\nttft_ms = 5.0\nitl_ms = {args.itl_ms}\n"
+                    f"itl_jitter_ms = {args.itl_ms / 5}\n"
+                )
+                gateway = start_gateway(lab, store, "tcp-bbr", root, 262144, extra=config)
+                try:
+                    argv = [sys.executable, "-c", CLIENT, mode, lab.addr_b, str(PORT),
+                            str(args.streams), str(args.tokens), str(args.deadline_s),
+                            str(args.fec)]  # fmt: skip
+                    done = lab.run(
+                        "a", argv, capture_output=True, text=True, timeout=args.deadline_s + 30
+                    )
+                    if done.returncode != 0:
+                        raise RuntimeError(f"the {mode} client failed: {done.stderr[-2000:]}")
+                    results[mode] = json.loads(done.stdout.strip().splitlines()[-1])
+                finally:
+                    gateway.terminate()
+                    gateway.wait(10)
+                print(f"{mode}: {summary(results[mode])}", file=sys.stderr, flush=True)
+    return results
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def summary(result: dict[str, Any]) -> str:
+    gaps = [g * 1000 for g in result["gaps"]]
+    return (
+        f"{result['streams']} streams, {len(gaps)} gaps: p50 {statistics.median(gaps):.1f} ms, "
+        f"p99 {percentile(gaps, 0.99):.1f} ms, max {max(gaps):.1f} ms"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--streams", type=int, default=100)
+    parser.add_argument("--tokens", type=int, default=60)
+    parser.add_argument("--itl-ms", type=float, default=50.0)
+    parser.add_argument("--rtt-ms", type=float, default=50.0)
+    parser.add_argument("--loss", type=float, default=2.0, help="percent, each way")
+    parser.add_argument("--variants", type=lambda s: s.split(","),
+                        default=["wt", "wt-redundant", "ws"])  # fmt: skip
+    parser.add_argument("--fec", type=int, default=0, help="parity group of wt-redundant")
+    parser.add_argument("--deadline-s", type=float, default=120.0)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--json", help="also write the results as JSON to this file (- for stdout)")
+    args = parser.parse_args()
+    unavailable = netlab_available()
+    if unavailable:
+        sys.exit(f"multiplex: the network lab cannot run here: {unavailable}")
+    results = run(args)
+    print(
+        f"# {args.streams} token streams on one connection, {args.tokens} tokens "
+        f"{args.itl_ms:g} ms apart, {args.loss:g} % loss, {args.rtt_ms:g} ms RTT\n\n"
+        "| variant | inter-chunk gap |\n|---|---|"
+    )
+    names = {
+        "wt": "WebTransport (a QUIC stream each)",
+        "wt-redundant": "WebTransport, redundant (stream + datagram copy)",
+        "ws": "WebSocket multiplex (TCP)",
+    }
+    for mode, result in results.items():
+        print(f"| {names.get(mode, mode)} | {summary(result)} |")
+    if "ws" in results:
+        ws_p99 = percentile(results["ws"]["gaps"], 0.99)
+        for mode in ("wt", "wt-redundant"):
+            if mode in results:
+                ratio = percentile(results[mode]["gaps"], 0.99) / ws_p99
+                print(f"\np99 {names[mode]} / WebSocket: {ratio:.2f}")
+    if args.json:
+        text = json.dumps({"args": vars(args), "results": results})
+        if args.json == "-":
+            print(text)
+        else:
+            Path(args.json).write_text(text)
+
+
+if __name__ == "__main__":
+    main()
