@@ -1,10 +1,10 @@
 """What XOR parity recovers of WebTransport datagrams on a lossy link.
 
 A gateway in one namespace of the lab (`airlane.bench.netlab`, ``--loss`` each way, ``--rtt-ms``)
-generates a long token stream; a client in the other subscribes to it over WebTransport with
-``"datagrams": true`` (each event one datagram, never resent), once without parity and once per
-``--fec`` group size, and counts the events that arrived against the stream's length (read
-afterwards on the reliable control stream). Reported per variant: delivered %, rebuilt from
+generates ``--generations`` token streams; a client in the other subscribes to them over
+WebTransport with ``"datagrams": true`` (each event one datagram, never resent), once without
+parity and once per ``--fec`` group size, and counts the events that arrived against the
+streams' lengths (read afterwards over TCP). Reported per variant: delivered %, rebuilt from
 parity, and the datagrams' overhead. Needs root (namespaces, TUN); bounded.
 
     sudo .venv/bin/python benchmarks/datagrams.py                 # 5 % loss, groups of 4 and 8
@@ -26,34 +26,32 @@ from airlane.bench.netlab import NetLab, netlab_available
 
 CLIENT = r"""
 import asyncio, json, sys
-host, port, tokens, fec = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+host, port, generations, fec = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 
 async def main():
     from airlane.client.webtransport import WebTransportClient
-    request = {"model": "synthetic", "stream": True, "max_tokens": tokens,
+    request = {"model": "synthetic", "stream": True, "max_tokens": 400,
                "messages": [{"role": "user", "content": "count"}]}
     async with await WebTransportClient.connect(host, port, verify=False, fec=fec or None) as wt:
-        generated = await wt.call({"op": "generate", "request": request, "subscribe": False})
-        stream = generated["stream"]
-        await wt.call({"op": "subscribe", "stream": stream, "datagrams": True})
-        seqs = set()
+        streams = []
+        for n in range(generations):
+            # Subscribed from the first event (a late reader would get history coalesced).
+            op = {"op": "generate", "request": {**request, "seed": n}, "datagrams": True}
+            streams.append((await wt.call(op))["stream"])
+        seen = set()
         async def read():
             async for message in wt.events():
                 if message.get("op") == "event":
-                    seqs.add(message["event"]["seq"])
+                    seen.add((message["stream"], message["event"]["seq"]))
         reader = asyncio.create_task(read())
-        await asyncio.sleep(tokens * 0.004 + 3)  # the generation, then stragglers
+        await asyncio.sleep(8)  # the generations (about 2 s), then stragglers
         reader.cancel()
-        # The stream's length, on the reliable control stream: subscribe again from the start.
-        await wt.call({"op": "unsubscribe", "stream": stream})
-        last = 0
-        reply = await wt.call({"op": "subscribe", "stream": stream})
-        async for message in wt.events():
-            if message.get("op") == "event":
-                last = max(last, message["event"]["seq"])
-                if message["event"]["kind"] in ("done", "error"):
-                    break
-        print(json.dumps({"received": len(seqs), "total": last, "recovered": wt.recovered}))
+        import httpx  # each stream's length, over TCP (reliable)
+        async with httpx.AsyncClient(base_url=f"http://{host}:{port}", timeout=30) as http:
+            total = 0
+            for stream in streams:
+                total += (await http.get(f"/v1/streams/{stream}")).json()["last_seq"]
+        print(json.dumps({"received": len(seen), "total": total, "recovered": wt.recovered}))
 
 asyncio.run(main())
 """
@@ -71,7 +69,7 @@ def run(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
             try:
                 for fec in [0, *args.fec]:
                     argv = [sys.executable, "-c", CLIENT, lab.addr_b, str(PORT),
-                            str(args.tokens), str(fec)]  # fmt: skip
+                            str(args.generations), str(fec)]  # fmt: skip
                     done = lab.run("a", argv, capture_output=True, text=True, timeout=120)
                     if done.returncode != 0:
                         raise RuntimeError(f"the client failed: {done.stderr[-2000:]}")
@@ -89,7 +87,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--loss", type=float, default=5.0, help="percent, each way")
     parser.add_argument("--rtt-ms", type=float, default=50.0)
-    parser.add_argument("--tokens", type=int, default=2000)
+    parser.add_argument("--generations", type=int, default=20)
     parser.add_argument("--fec", type=lambda s: [int(x) for x in s.split(",")], default=[4, 8])
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--json", help="also write the results as JSON to this file (- for stdout)")
@@ -99,7 +97,8 @@ def main() -> None:
         sys.exit(f"datagrams: the network lab cannot run here: {unavailable}")
     results = run(args)
     print(
-        f"# {args.tokens} events as WebTransport datagrams at {args.loss:g} % loss\n\n"
+        f"# {args.generations} token streams as WebTransport datagrams at {args.loss:g} % "
+        "loss\n\n"
         "| variant | delivered | rebuilt from parity | extra datagrams |\n|---|---|---|---|"
     )
     for name, r in results.items():

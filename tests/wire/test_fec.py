@@ -38,7 +38,7 @@ def test_an_early_parity_protects_a_short_group() -> None:
     encoder, decoder = FecEncoder(8), FecDecoder()
     first = encoder.encode(b"cancel")
     second = encoder.encode(b"progress 40%")
-    parity = encoder.flush_parity()
+    (parity,) = encoder.flush_parity()
     assert encoder.pending == 0
     got = [m for d in (*first, parity) for m in decoder.feed(d)]
     assert got == [b"cancel", b"progress 40%"]
@@ -69,3 +69,13 @@ def test_the_window_bounds_what_the_decoder_keeps() -> None:
     for n in range(400):
         decoder.feed(encoder.encode(n.to_bytes(2, "big"))[0])
     assert len(decoder._groups) <= 8
+
+
+def test_interleaved_groups_survive_a_lost_packet_of_consecutive_datagrams() -> None:
+    sent = messages(64, random.Random(9))
+    encoder, decoder = FecEncoder(4, interleave=8), FecDecoder()
+    datagrams = [d for m in sent for d in encoder.encode(m)]
+    # A packet that carried eight consecutive datagrams is lost.
+    lost = set(range(10, 18))
+    got = [m for i, d in enumerate(datagrams) if i not in lost for m in decoder.feed(d)]
+    assert sorted(got) == sorted(sent)

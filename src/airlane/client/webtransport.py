@@ -308,7 +308,7 @@ class WebTransportClient:
         encoder = self._fec
         datagrams = [plain(message)] if encoder is None else encoder.encode(message)
         if encoder is not None and encoder.pending:
-            datagrams.append(encoder.flush_parity())  # nothing else may follow soon
+            datagrams += encoder.flush_parity()  # nothing else may follow soon
         for datagram in datagrams:
             self._protocol.h3.send_datagram(self.session_id, datagram)
         self._protocol.transmit()

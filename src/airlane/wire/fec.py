@@ -8,6 +8,11 @@ datagram of a group rebuilds it from the others and the parity. It costs ``1/gro
 datagrams and repairs one loss per group, no more: at 5 % random loss and a group of 4, a
 group of five loses two or more about 2 % of the time.
 
+QUIC packs several small datagrams into one packet, and a lost packet takes all of them: two
+of one group lost together cannot be rebuilt. So groups are interleaved (``interleave``):
+consecutive messages go to different open groups, and a packet carrying up to ``interleave``
+of them costs each group at most one.
+
 Every datagram starts with one byte that says what it is, so parity can be on or off per
 sender and a receiver reads both:
 
@@ -52,17 +57,34 @@ def _xor_into(target: bytearray, data: bytes) -> None:
     target[: len(data)] = mixed.to_bytes(len(data), "big")
 
 
-class FecEncoder:
-    """Wraps outgoing messages; every ``group`` of them is followed by a parity datagram."""
+class _OpenGroup:
+    __slots__ = ("index", "lengths", "number", "parity")
 
-    def __init__(self, group: int) -> None:
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.index = 0
+        self.parity = bytearray()
+        self.lengths = 0
+
+
+class FecEncoder:
+    """Wraps outgoing messages; every ``group`` of them is followed by a parity datagram,
+    with ``interleave`` groups open at once (consecutive messages in different groups)."""
+
+    def __init__(self, group: int, interleave: int = 1) -> None:
         if not 2 <= group <= MAX_GROUP:
             raise ValueError(f"a parity group holds 2 to {MAX_GROUP} datagrams, not {group}")
+        if not 1 <= interleave <= 64:
+            raise ValueError("interleave 1 to 64 groups")
         self.group = group
-        self._number = 0
-        self._index = 0
-        self._parity = bytearray()
-        self._lengths = 0
+        self._next_number = 0
+        self._open = [self._new_group() for _ in range(interleave)]
+        self._turn = 0
+
+    def _new_group(self) -> _OpenGroup:
+        group = _OpenGroup(self._next_number)
+        self._next_number = (self._next_number + 1) & 0xFFFF
+        return group
 
     @property
     def overhead(self) -> int:
@@ -70,32 +92,35 @@ class FecEncoder:
         return _DATA.size
 
     def encode(self, message: bytes) -> list[bytes]:
-        """The datagrams to send for ``message``: its own, then the group's parity if it
+        """The datagrams to send for ``message``: its own, then its group's parity if it
         completed the group."""
         if len(message) > 0xFFFF:
             raise ValueError("a datagram message holds at most 65535 bytes")
-        out = [_DATA.pack(DATA, self._number, self._index, self.group) + message]
-        _xor_into(self._parity, message)
-        self._lengths ^= len(message)
-        self._index += 1
-        if self._index == self.group:
-            out.append(self.flush_parity())
+        slot = self._turn
+        self._turn = (self._turn + 1) % len(self._open)
+        group = self._open[slot]
+        out = [_DATA.pack(DATA, group.number, group.index, self.group) + message]
+        _xor_into(group.parity, message)
+        group.lengths ^= len(message)
+        group.index += 1
+        if group.index == self.group:
+            out.append(self._close(slot))
         return out
 
-    def flush_parity(self) -> bytes:
-        """The parity of the group so far, closing it (a sender that goes quiet mid-group
-        sends it early, so the last messages are protected too)."""
-        parity = _PARITY.pack(PARITY, self._number, self._index, self._lengths) + self._parity
-        self._number = (self._number + 1) & 0xFFFF
-        self._index = 0
-        self._parity = bytearray()
-        self._lengths = 0
-        return parity
+    def _close(self, slot: int) -> bytes:
+        group = self._open[slot]
+        self._open[slot] = self._new_group()
+        return _PARITY.pack(PARITY, group.number, group.index, group.lengths) + group.parity
+
+    def flush_parity(self) -> list[bytes]:
+        """The parity of every open group with messages, closing them (a sender that goes
+        quiet mid-group sends them early, so the last messages are protected too)."""
+        return [self._close(slot) for slot, group in enumerate(self._open) if group.index]
 
     @property
     def pending(self) -> int:
-        """Messages sent in the open group (a parity is owed for them)."""
-        return self._index
+        """Messages sent in open groups (parity is owed for them)."""
+        return sum(group.index for group in self._open)
 
 
 class _Group:

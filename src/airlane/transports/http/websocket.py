@@ -19,8 +19,8 @@ Server to client::
 
 Over WebTransport (`airlane.transports.http.h3.webtransport`) the same session runs with the
 ``airlane.webtransport`` extension: each subscription's events then travel on a stream of
-their own (``"datagrams": true`` in ``subscribe``: as datagrams instead; ``"redundant": true``
-in ``subscribe`` or ``generate``: on the stream and, ahead of it, as datagrams carrying the
+their own (``"datagrams": true`` in ``subscribe`` or ``generate``: as datagrams instead;
+``"redundant": true``: on the stream and, ahead of it, as datagrams carrying the
 ``prev`` seq, which the client puts in order), and an op that came as a datagram is answered
 by one.
 
@@ -286,7 +286,12 @@ class WebSocketSession:
         info = (await self.app.gateway.start_chat(self.principal, obj.get("request"))).info
         reply = {"op": "generated", "stream": info.stream_id, "epoch": info.epoch}
         if obj.get("subscribe", True):
-            await self._subscribe(info.stream_id, None, redundant=obj.get("redundant") is True)
+            await self._subscribe(
+                info.stream_id,
+                None,
+                datagrams=obj.get("datagrams") is True,
+                redundant=obj.get("redundant") is True,
+            )
         return reply
 
     async def _op_publish(self, obj: dict[str, Any]) -> dict[str, Any]:

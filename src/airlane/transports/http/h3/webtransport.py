@@ -47,6 +47,9 @@ WEBTRANSPORT = "airlane.webtransport"
 """The ASGI extension a WebTransport session's scope carries (a `WebTransportChannel`)."""
 DATAGRAM_LIMIT = 1000
 """Largest datagram message sent as one (a QUIC packet of 1200 bytes holds it with headers)."""
+FEC_INTERLEAVE = 8
+"""Parity groups open at once: QUIC packs up to about eight small datagrams in a packet, and
+each group may lose only one of them."""
 PARITY_DELAY_S = 0.02
 """A group left open this long gets its parity early, so the last messages are protected."""
 CLOSE_POLICY = 1008
@@ -77,7 +80,7 @@ class WebTransportSession:
         self._inbox.put_nowait({"type": "websocket.connect"})
         self._decoders: dict[int, FrameDecoder] = {}
         self._fec_in = FecDecoder()
-        self._fec_out = FecEncoder(fec_group) if fec_group else None
+        self._fec_out = FecEncoder(fec_group, FEC_INTERLEAVE) if fec_group else None
         self._parity_timer: asyncio.TimerHandle | None = None
         self._send_lock = asyncio.Lock()
 
@@ -215,7 +218,8 @@ class WebTransportSession:
         self._parity_timer = None
         encoder = self._fec_out
         if encoder is not None and encoder.pending and not self.closed:
-            self.protocol.send_datagram(self.session_id, encoder.flush_parity())
+            for parity in encoder.flush_parity():
+                self.protocol.send_datagram(self.session_id, parity)
 
     def close(self, code: int, reason: str) -> None:
         """Close the session with ``code`` and ``reason`` (CLOSE_WEBTRANSPORT_SESSION), or
