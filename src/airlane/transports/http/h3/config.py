@@ -29,7 +29,9 @@ class Http3Config:
     """Requests one connection may have open at once (more wait for the peer's credit)."""
     max_buffered_bytes: int = 256 << 10
     """Response bytes a stream may hold unacknowledged before its writer waits: the write
-    side's backpressure (a slow or lossy reader slows its own stream, no one else's)."""
+    side's backpressure (a slow or lossy reader slows its own stream, no one else's). Where
+    the connection's congestion window is larger, four windows (a loss keeps a round trip of
+    sending buffered until its resend arrives), at most 32 MiB."""
     max_connections: int = 10_000
     handshake_timeout_s: float = 10.0
     """A connection whose handshake has not completed this long after its first packet is
