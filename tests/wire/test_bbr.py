@@ -1,7 +1,8 @@
 """`Bbr` on a simulated path: a bottleneck of known rate behind a propagation delay, with
 random loss. The controller must find the rate, keep the window near one bandwidth-delay
 product (no queue that grows without bound), ride out random loss instead of collapsing as a
-loss-based controller does, back off when loss comes with a queue, and probe the RTT again.
+loss-based controller does, back off when loss comes with a queue or when another flow keeps a
+queue standing, and probe the RTT again.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ class Path:
     delay: float
     loss: float = 0.0
     seed: int = 1
+    standing: float = 0.0
+    """Queueing delay another flow keeps on the bottleneck, seconds (added to every packet)."""
     bbr: Bbr = field(init=False)
     now: float = 0.0
     delivered: int = 0
@@ -84,7 +87,9 @@ class Path:
             start = max(self.now + self.delay, self._free_at)
             self.max_queue = max(self.max_queue, (start - self.now - self.delay) * self.rate)
             self._free_at = start + MSS / self.rate
-            heapq.heappush(self._events, (self._free_at + self.delay, key, "ack"))
+            heapq.heappush(
+                self._events, (self._free_at + self.delay + self.standing, key, "ack")
+            )
 
 
 def test_it_finds_the_bottleneck_and_keeps_the_queue_near_one_bdp() -> None:
@@ -158,3 +163,16 @@ def test_the_rtt_is_probed_again_after_ten_seconds() -> None:
         modes.append(path.bbr.mode)
     assert BbrMode.PROBE_RTT in modes and path.bbr.mode is BbrMode.PROBE_BW
     assert abs(path.bbr.min_rtt - 0.07) < 0.003  # type: ignore[operator]
+
+
+def test_a_queue_another_flow_keeps_standing_lowers_the_rate_ceiling() -> None:
+    path = Path(rate=1.25e6, delay=0.025, loss=0.05)
+    path.run(3.0)
+    assert path.bbr.ceiling is None  # alone, random loss or not, nothing stands
+    path.standing = 0.02  # a loss-based flow's queue: 20 ms on every packet, drain or not
+    path.run(6.0)
+    low = path.bbr.ceiling
+    assert low is not None and low < 0.8 * path.rate
+    path.standing = 0.0  # it left
+    path.run(8.0)
+    assert path.bbr.ceiling is None or path.bbr.ceiling > low

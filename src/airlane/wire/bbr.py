@@ -25,9 +25,17 @@ bandwidth``, which is BBR's pacing, and keeps the queue bounded the way BBR does
 cycle (what the 1.25 round adds, the 0.75 round drains) and ProbeRTT. Sized by the *minimum*
 RTT instead, the window starves wherever acknowledgements come late (a receiver's delayed
 ACKs, a busy host): each round trip would deliver less than the last.
-Loss does not shrink it, except that a round losing more than `LOSS_CEILING` of what it
-delivered while the RTT shows a queue (RTT above 1.5 x the minimum) caps the window at what was
-in flight: that is congestion, and a TCP flow sharing the bottleneck keeps its share.
+Random loss does not shrink it. Congestion does, as two signals that random loss does not
+give, both tied to a queue:
+
+- a round losing more than `LOSS_CEILING` of what it delivered while the RTT shows a queue
+  (above 1.5 x the minimum): the window is capped at what was in flight and the bandwidth
+  estimate cut to `CONGESTION_BACKOFF`;
+- a gain cycle whose smoothed RTT never came back near the minimum (`SHARED_QUEUE_RTT_FACTOR`):
+  a loss-based flow (TCP CUBIC) keeps a queue standing that this flow's draining round cannot
+  empty. Left alone, BBR takes most of such a bottleneck (measured: 86 % beside one CUBIC
+  flow), because CUBIC backs off at every overflow and BBR does not; here a rate `ceiling`
+  steps down 15 % per such cycle and back up 5 % per clear one (measured: 54 %).
 """
 
 from __future__ import annotations
@@ -53,9 +61,20 @@ where the RTT is tiny (a LAN, loopback), a one-BDP window is a few packets and p
 (one ACK per two packets, a loop turn each) caps the rate far below what the path takes."""
 BATCH_PACKETS = 32
 INITIAL_WINDOW_PACKETS = 10
-LOSS_CEILING = 0.15
+LOSS_CEILING = 0.02
 """A round losing more than this share of what it delivered, with a queue, is congestion."""
+CONGESTION_BACKOFF = 0.7
+"""What the bandwidth estimate keeps after a congested round (CUBIC's multiplicative
+decrease)."""
 QUEUE_RTT_FACTOR = 1.5
+SHARED_QUEUE_RTT_FACTOR = 1.15
+"""A gain cycle whose lowest smoothed RTT stays above this many minimum RTTs saw a queue that
+stood through its draining round: another flow's."""
+SHARED_QUEUE_BACKOFF = 0.85
+"""The rate ceiling after such a cycle, of what it was (or of the bandwidth estimate)."""
+CEILING_GROWTH = 1.05
+"""The ceiling after a cycle without one: it rises slower than it falls, so that two flows
+settle near their shares instead of taking turns."""
 
 
 class BbrMode(enum.Enum):
@@ -107,6 +126,10 @@ class Bbr:
         self._filled = False
         self._cycle = 0
         self._cycle_stamp = now
+        self._cycle_srtt = float("inf")  # the lowest smoothed RTT of the current gain cycle
+        self.ceiling: float | None = None
+        """The sending rate's ceiling while sharing a queue with a loss-based flow, bytes per
+        second (None: none)."""
         self._probe_rtt_done: float | None = None
         self._probe_min = float("inf")  # the lowest RTT seen during ProbeRTT
         self._cap: int | None = None  # the window's ceiling after congestion, lifted by probing
@@ -159,6 +182,7 @@ class Bbr:
             self._min_rtt_stamp = now
         if self.mode is BbrMode.PROBE_RTT:
             self._probe_min = min(self._probe_min, rtt)
+        self._cycle_srtt = min(self._cycle_srtt, self._srtt)
         self._update(now, acked=0)
 
     def on_persistent_congestion(self, now: float) -> None:
@@ -186,6 +210,7 @@ class Bbr:
         )
         if congested:
             self._cap = max(self.in_flight, MIN_WINDOW_PACKETS * self.mss)
+            self._scale_bandwidth(CONGESTION_BACKOFF)
         self._round_lost = self._round_delivered = 0
         if not self._filled and self.bandwidth:
             if self.bandwidth >= self._full_bw * FULL_BW_GROWTH:
@@ -244,8 +269,32 @@ class Bbr:
         if self.min_rtt is not None and now - self._cycle_stamp > self.min_rtt:
             self._cycle = (self._cycle + 1) % len(PROBE_GAINS)
             self._cycle_stamp = now
+            if self._cycle == 0:
+                self._end_of_cycle()
             if PROBE_GAINS[self._cycle] > 1.0:
                 self._cap = None  # probing for bandwidth may go past a congestion cap
+
+    def _end_of_cycle(self) -> None:
+        """A whole gain cycle whose smoothed RTT never came back near the minimum found a
+        standing queue that is not this flow's (alone, the 0.75 round drains what the 1.25
+        round queued): a loss-based flow's, which fills any buffer and backs off only on
+        loss, which this controller does not take as a signal. Holding the rate would take
+        the bottleneck from it, so the rate ceiling steps down; cycles without such a
+        queue lift it again, more slowly, until it no longer binds."""
+        assert self.min_rtt is not None
+        if self._cycle_srtt > SHARED_QUEUE_RTT_FACTOR * self.min_rtt:
+            ceiling = self.bandwidth if self.ceiling is None else min(self.ceiling, self.bandwidth)
+            self.ceiling = ceiling * SHARED_QUEUE_BACKOFF
+        elif self.ceiling is not None:
+            self.ceiling *= CEILING_GROWTH
+            if self.ceiling > self.bandwidth * PROBE_GAINS[0]:
+                self.ceiling = None
+        self._cycle_srtt = float("inf")
+
+    def _scale_bandwidth(self, factor: float) -> None:
+        self._bw_samples = deque((r, rate * factor) for r, rate in self._bw_samples)
+        if self._bw_samples:
+            self.bandwidth = max(best for _, best in self._bw_samples)
 
     def _target(self, mode: BbrMode, acked: int) -> int:
         if mode is BbrMode.PROBE_RTT:
@@ -270,4 +319,5 @@ class Bbr:
     def _per_rtt(self) -> float:
         """What the bandwidth estimate delivers in one smoothed RTT, bytes."""
         rtt = self._srtt if self._srtt is not None else (self.min_rtt or 0.0)
-        return self.bandwidth * rtt
+        bandwidth = self.bandwidth if self.ceiling is None else min(self.bandwidth, self.ceiling)
+        return bandwidth * rtt
