@@ -27,7 +27,7 @@ import pytest
 
 from airlane.artifacts.chunker import ChunkParams
 from airlane.artifacts.packer import pack
-from airlane.client import StreamNotFound
+from airlane.client import ConnectFailed, StreamNotFound
 from airlane.client.h3 import H3Client
 from airlane.security.certs import issue_certificate, make_ca
 from tests.artifacts.support import checkpoint
@@ -308,3 +308,35 @@ def _bits(state: Path) -> int:
         with contextlib.suppress(FileNotFoundError):
             total += sum(bin(b).count("1") for b in bitmap.read_bytes()[8 + 32 + 4 :])
     return total
+
+
+async def test_a_reloaded_certificate_is_served_to_new_connections(tmp_path: Path) -> None:
+    make_ca(tmp_path / "ca1", "example.org")
+    make_ca(tmp_path / "ca2", "example.org")
+    cert = issue_certificate(tmp_path / "ca1", "spiffe://example.org/gateway", tmp_path / "s")
+    tls = ["--tls-cert", str(cert.cert), "--tls-key", str(cert.key)]
+    with run_server(*tls, config="[tls]\nreload_s = 0.2\n") as gateway:
+        assert gateway.h3 is not None
+        host, port = gateway.h3
+        first = str(tmp_path / "ca1" / "ca.pem")
+        async with await H3Client.connect(host, port, cafile=first) as old:
+            assert (await old.request("GET", "/healthz")).status == 200
+            # The files change on disk (a renewal by another CA, written in place).
+            renewed = issue_certificate(
+                tmp_path / "ca2", "spiffe://example.org/gateway", tmp_path / "renewed"
+            )
+            cert.cert.write_bytes(renewed.cert.read_bytes())
+            cert.key.write_bytes(renewed.key.read_bytes())
+            second = str(tmp_path / "ca2" / "ca.pem")
+            async with asyncio.timeout(10):
+                while True:
+                    try:
+                        new = await H3Client.connect(host, port, cafile=second, timeout_s=2)
+                    except ConnectFailed:
+                        await asyncio.sleep(0.2)
+                        continue
+                    break
+            async with new:
+                assert (await new.request("GET", "/healthz")).status == 200
+            # The connection open before the renewal goes on with its certificate.
+            assert (await old.request("GET", "/healthz")).status == 200

@@ -87,9 +87,7 @@ class Path:
             start = max(self.now + self.delay, self._free_at)
             self.max_queue = max(self.max_queue, (start - self.now - self.delay) * self.rate)
             self._free_at = start + MSS / self.rate
-            heapq.heappush(
-                self._events, (self._free_at + self.delay + self.standing, key, "ack")
-            )
+            heapq.heappush(self._events, (self._free_at + self.delay + self.standing, key, "ack"))
 
 
 def test_it_finds_the_bottleneck_and_keeps_the_queue_near_one_bdp() -> None:

@@ -78,6 +78,8 @@ class Http3Server:
         """Connections in their handshake now."""
         self.dropped_initials = 0
         """New connections' packets dropped because ``max_handshakes`` were in progress."""
+        self._configuration: QuicConfiguration | None = None
+        self._tls_loads = -1  # the `ServerTls.loads` the configuration's certificate is from
         self.tickets = TicketStore(self.config.session_tickets)
         """Session tickets issued and not used yet (0-RTT resumption)."""
         self._server: QuicServer | None = None
@@ -89,7 +91,7 @@ class Http3Server:
 
     async def start(self, sock: socket.socket) -> None:
         """Serve on ``sock``, a bound UDP socket (this server closes it)."""
-        configuration = self._configuration()
+        configuration = self._configuration = self._make_configuration()
         size = self.config.socket_buffer_bytes
         for option in (socket.SO_RCVBUF, socket.SO_SNDBUF):
             sock.setsockopt(socket.SOL_SOCKET, option, size)
@@ -115,7 +117,7 @@ class Http3Server:
                 self.certificate.sha256.hex(),
             )
 
-    def _configuration(self) -> QuicConfiguration:
+    def _make_configuration(self) -> QuicConfiguration:
         c = self.config
         configuration = QuicConfiguration(
             is_client=False,
@@ -128,16 +130,28 @@ class Http3Server:
             max_datagram_frame_size=65536,  # WebTransport datagrams (H3_DATAGRAM)
         )
         if self.tls is not None:
-            chain, key, _ = self.tls.material()
-            certificates = x509.load_pem_x509_certificates(chain)
-            configuration.certificate = certificates[0]
-            configuration.certificate_chain = certificates[1:]
-            configuration.private_key = serialization.load_pem_private_key(key, None)
+            self._load_certificate(configuration, self.tls)
         else:
             self.certificate = ephemeral_certificate()
             configuration.certificate = self.certificate.certificate
             configuration.private_key = self.certificate.key
         return configuration
+
+    def _load_certificate(self, configuration: QuicConfiguration, tls: ServerTls) -> None:
+        chain, key, _ = tls.material()
+        certificates = x509.load_pem_x509_certificates(chain)
+        configuration.certificate = certificates[0]
+        configuration.certificate_chain = certificates[1:]
+        configuration.private_key = serialization.load_pem_private_key(key, None)
+        self._tls_loads = tls.loads
+
+    def follow_certificate(self) -> None:
+        """Before a new connection: if the gateway reloaded its certificate files since, the
+        new connection gets the new certificate (those open keep theirs), as on TCP."""
+        tls, configuration = self.tls, self._configuration
+        if tls is not None and configuration is not None and tls.loads != self._tls_loads:
+            self._load_certificate(configuration, tls)
+            log.info("HTTP/3 serves the reloaded certificate to new connections")
 
     # -- connections (`H3Protocol` calls these) ---------------------------------------------
 
@@ -191,6 +205,7 @@ class _Listener(QuicServer):
                 if handshaking >= owner.config.max_handshakes:
                     owner.dropped_initials += 1
                     return
+                owner.follow_certificate()
                 # A token is checked whenever one comes (its client was sent a Retry).
                 retry = bool(header.token) or handshaking >= owner.config.retry_above
                 # aioquic types the handler as always set, but answers a Retry only when set.
