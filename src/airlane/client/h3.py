@@ -47,6 +47,7 @@ from airlane.client.errors import (
 from airlane.client.events import StreamEvent
 from airlane.client.sse import stream_path
 from airlane.runtime.quic_congestion import ALGORITHM
+from airlane.runtime.udp_batch import read_in_batches
 from airlane.wire.errors import SSEError
 from airlane.wire.sse import SSEDecoder
 
@@ -149,8 +150,26 @@ class _Protocol(QuicConnectionProtocol):
         self._probe_until = 0.0
 
     def datagram_received(self, data: bytes | str, addr: Any) -> None:
+        # One send per loop turn, not per datagram: under uvloop a turn delivers every datagram
+        # waiting (`airlane.runtime.udp_batch`).
         self.received_at = self._loop.time()
-        super().datagram_received(data, addr)
+        self._quic.receive_datagram(data, addr, now=self.received_at)  # type: ignore[arg-type]
+        self._process_events()
+        self._transmit_soon()
+
+    def datagrams_received(self, batch: list[tuple[bytes, Any]]) -> None:
+        """Every datagram one loop turn found waiting (`read_in_batches`): processed, then
+        one send for them all (the acknowledgement of the lot)."""
+        now = self.received_at = self._loop.time()
+        for data, addr in batch:
+            self._quic.receive_datagram(data, addr, now=now)
+        self._process_events()
+        self.transmit()
+
+    def read_in_batches(self) -> None:
+        """Read the current socket in batches from now on."""
+        assert self._transport is not None
+        read_in_batches(self._transport, self.datagrams_received)
 
     def probe_after_move(self) -> None:
         """After a move, for `MOVE_PROBE_S`: a PING whenever nothing has arrived for
@@ -270,6 +289,7 @@ class H3Client:
             raise
         if old is not None:
             old.close()
+        protocol.read_in_batches()
         protocol._quic.send_ping(0)  # a packet from the new address starts the migration
         protocol.transmit()
         protocol.probe_after_move()
@@ -323,6 +343,7 @@ class H3Client:
         except (OSError, TimeoutError, ConnectionError) as exc:
             raise ConnectFailed(f"no HTTP/3 connection to {host}:{port}: {exc}") from exc
         assert isinstance(protocol, _Protocol)
+        protocol.read_in_batches()
         if early:
             protocol.transmit()  # the ClientHello; requests follow it as 0-RTT data
         return cls(protocol, host, manager, tickets)

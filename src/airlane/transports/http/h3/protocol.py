@@ -112,6 +112,14 @@ class H3Protocol(QuicConnectionProtocol):
         except H3Error as exc:  # the peer broke HTTP/3 (aioquic closes the connection)
             log.debug("HTTP/3 connection error: %s", exc)
 
+    def datagram_received(self, data: bytes | str, addr: Any) -> None:
+        # One send per loop turn, not per datagram: a turn delivers every datagram waiting
+        # (uvloop's reader, or `airlane.runtime.udp_batch` on asyncio's), and what they ask
+        # for (acknowledgements, more data) goes out together.
+        self._quic.receive_datagram(data, addr, now=self._loop.time())  # type: ignore[arg-type]
+        self._process_events()
+        self._transmit_soon()
+
     def transmit(self) -> None:
         super().transmit()
         self._sent_at = self._loop.time()

@@ -24,7 +24,7 @@ import logging
 import socket
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from aioquic.asyncio.server import QuicServer
 from aioquic.buffer import Buffer  # type: ignore[attr-defined]  # re-exported from C
@@ -36,6 +36,7 @@ from cryptography.hazmat.primitives import serialization
 
 from airlane.gateway import ServerTls
 from airlane.runtime import quic_congestion  # noqa: F401 - registers airlane-bbr with aioquic
+from airlane.runtime.udp_batch import read_in_batches
 from airlane.transports.http.h3.certificate import EphemeralCertificate, ephemeral_certificate
 from airlane.transports.http.h3.config import Http3Config
 from airlane.transports.http.h3.protocol import H3Protocol
@@ -187,6 +188,14 @@ class _Listener(QuicServer):
         super().__init__(retry=True, **kwargs)
         self._owner = owner
         self._validator = self._retry
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        read_in_batches(cast(asyncio.DatagramTransport, transport), self._batch)
+
+    def _batch(self, batch: list[tuple[bytes, Any]]) -> None:
+        for data, addr in batch:
+            self.datagram_received(data, addr)
 
     def datagram_received(self, data: bytes | str, addr: Any) -> None:
         if isinstance(data, bytes) and data and data[0] & 0x80:  # a long header: handshake
