@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from weaknet import PORT, start_gateway
+from weaknet import PORT, emit_json, start_gateway
 
 from airlane.bench.netlab import NetLab, netlab_available
 
@@ -106,11 +106,7 @@ def main() -> None:
         print(f"| {name} | {share:.1%} ({r['received']} of {r['total']}) | {r['recovered']} | "
               f"{r['overhead']:.0%} |")  # fmt: skip
     if args.json:
-        text = json.dumps({"args": vars(args), "results": results})
-        if args.json == "-":
-            print(text)
-        else:
-            Path(args.json).write_text(text)
+        emit_json(args.json, {"args": vars(args), "results": results})
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from weaknet import PORT, cubic_allowed, make_store, start_gateway
+from weaknet import PORT, cubic_allowed, emit_json, make_store, percentile, start_gateway
 
 from airlane.bench.netlab import NetLab, netlab_available
 
@@ -126,7 +126,7 @@ def summary(result: dict[str, Any], transfers: int) -> str:
     seconds = sorted(result["seconds"])
     if not seconds:
         return f"{transfers} of {transfers} failed"
-    p90 = seconds[min(len(seconds) - 1, int(0.9 * len(seconds)))]
+    p90 = percentile(seconds, 0.9)
     return (
         f"{len(result['failures'])} of {transfers} failed; median "
         f"{statistics.median(seconds):.2f} s, p90 {p90:.2f} s, total {sum(seconds):.1f} s"
@@ -158,11 +158,7 @@ def main() -> None:
         name = "HTTP/3 (migrates)" if mode == "h3" else "TCP BBR (reconnects, Range resume)"
         print(f"| {name} | {summary(result, args.transfers)} |")
     if args.json:
-        text = json.dumps({"args": vars(args), "results": results})
-        if args.json == "-":
-            print(text)
-        else:
-            Path(args.json).write_text(text)
+        emit_json(args.json, {"args": vars(args), "results": results})
 
 
 if __name__ == "__main__":

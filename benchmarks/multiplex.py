@@ -34,7 +34,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from weaknet import PORT, start_gateway
+from weaknet import PORT, emit_json, percentile, start_gateway
 
 from airlane.bench.netlab import NetLab, netlab_available
 
@@ -119,11 +119,6 @@ def run(args: argparse.Namespace, loss: float) -> dict[str, dict[str, Any]]:
     return results
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def summary(result: dict[str, Any]) -> str:
     gaps = [g * 1000 for g in result["gaps"]]
     return (
@@ -175,11 +170,7 @@ def main() -> None:
             if mode in excess:
                 print(f"\np99 excess, {names[mode]} / WebSocket: {excess[mode] / excess['ws']:.2f}")
     if args.json:
-        text = json.dumps({"args": vars(args), "results": results, "floor": floor})
-        if args.json == "-":
-            print(text)
-        else:
-            Path(args.json).write_text(text)
+        emit_json(args.json, {"args": vars(args), "results": results, "floor": floor})
 
 
 if __name__ == "__main__":

@@ -375,11 +375,22 @@ def main() -> None:
             }
             for c in cells
         ]
-        text = json.dumps({"size_mb": args.size_mb, "rtt_ms": args.rtt_ms, "cells": data})
-        if args.json == "-":
-            print(text)
-        else:
-            Path(args.json).write_text(text)
+        emit_json(args.json, {"size_mb": args.size_mb, "rtt_ms": args.rtt_ms, "cells": data})
+
+
+def emit_json(target: str, payload: dict[str, Any]) -> None:
+    """Write ``payload`` as JSON to the file ``target`` (``-``: to stdout), for ``--json``."""
+    text = json.dumps(payload)
+    if target == "-":
+        print(text)
+    else:
+        Path(target).write_text(text)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` (nearest rank)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 if __name__ == "__main__":

@@ -175,16 +175,11 @@ class WebTransportSession:
                 self.ended()
         elif kind == "websocket.close":
             self.close(int(message.get("code", 1000)), str(message.get("reason", "")))
-        elif kind == "websocket.send":
-            data = message.get("bytes")
-            if data is None:
-                data = str(message.get("text", "")).encode()
-            if message.get("airlane.datagram"):
+        elif kind == "websocket.send" and message.get("airlane.datagram"):
+            for data in _messages(message):
                 self.send_datagram(data)
-            elif self.control is not None:
-                await self.write(self.control, [data])
-        elif kind == "websocket.send_many" and self.control is not None:
-            await self.write(self.control, message.get("texts") or message.get("bytes") or [])
+        elif kind in ("websocket.send", "websocket.send_many") and self.control is not None:
+            await self.write(self.control, _messages(message))
 
     async def write(self, stream_id: int, messages: list[bytes], end: bool = False) -> None:
         """Frame ``messages`` onto ``stream_id``, then wait while it holds too much."""
@@ -241,6 +236,14 @@ class WebTransportSession:
             self.ended()
 
 
+def _messages(message: dict[str, Any]) -> list[bytes]:
+    """The messages an ASGI ``websocket.send`` or ``websocket.send_many`` carries, as bytes."""
+    if message["type"] == "websocket.send_many":
+        return list(message.get("texts") or message.get("bytes") or [])
+    data = message.get("bytes")
+    return [data if data is not None else str(message.get("text", "")).encode()]
+
+
 class WebTransportChannel:
     """The ``airlane.webtransport`` extension: lets the ``/v1/ws`` session put each
     subscription on a stream of its own, or on datagrams."""
@@ -273,12 +276,7 @@ class StreamSender:
         self.stream_id = stream_id
 
     async def __call__(self, message: dict[str, Any]) -> None:
-        if message["type"] == "websocket.send_many":
-            frames = message.get("texts") or message.get("bytes") or []
-        else:
-            data = message.get("bytes")
-            frames = [data if data is not None else str(message.get("text", "")).encode()]
-        await self.session.write(self.stream_id, frames)
+        await self.session.write(self.stream_id, _messages(message))
 
     async def aclose(self) -> None:
         """End the stream (its subscription ended)."""
@@ -292,12 +290,7 @@ class DatagramSender:
         self.session = session
 
     async def __call__(self, message: dict[str, Any]) -> None:
-        if message["type"] == "websocket.send_many":
-            frames = message.get("texts") or message.get("bytes") or []
-        else:
-            data = message.get("bytes")
-            frames = [data if data is not None else str(message.get("text", "")).encode()]
-        for frame in frames:
+        for frame in _messages(message):
             self.session.send_datagram(frame)
 
     async def aclose(self) -> None:
