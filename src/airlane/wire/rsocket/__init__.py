@@ -1,0 +1,44 @@
+"""RSocket 1.0, sans-I/O: frames (`frames`) and the metadata extensions (`metadata`).
+
+The codec the RSocket transport is built on (the RSocket issue); no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from airlane.wire.rsocket.frames import (
+    ErrorCode,
+    Frame,
+    FrameReader,
+    FrameType,
+    RSocketProtocolError,
+    decode_frame,
+    encode_frame,
+    frame_with_length,
+)
+from airlane.wire.rsocket.metadata import (
+    Credentials,
+    decode_authentication,
+    decode_composite,
+    decode_routing,
+    encode_authentication,
+    encode_composite,
+    encode_routing,
+)
+
+__all__ = [
+    "Credentials",
+    "ErrorCode",
+    "Frame",
+    "FrameReader",
+    "FrameType",
+    "RSocketProtocolError",
+    "decode_authentication",
+    "decode_composite",
+    "decode_frame",
+    "decode_routing",
+    "encode_authentication",
+    "encode_composite",
+    "encode_frame",
+    "encode_routing",
+    "frame_with_length",
+]
