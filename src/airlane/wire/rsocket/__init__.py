@@ -1,6 +1,8 @@
-"""RSocket 1.0, sans-I/O: frames (`frames`) and the metadata extensions (`metadata`).
+"""RSocket 1.0, sans-I/O: frames (`frames`), the metadata extensions (`metadata`) and the
+server side of a connection (`connection.RSocketServerConnection`: setup, credit by request n,
+fragments, keep-alive, lease).
 
-The codec the RSocket transport is built on (the RSocket issue); no I/O, no clock.
+What the RSocket transport is built on; no I/O, and time only as the caller's ``now``.
 """
 
 from __future__ import annotations

@@ -1,0 +1,197 @@
+"""`RSocketServerConnection`: setup, the four interaction models, credit by request n,
+fragments, keep-alive and lifetime, lease, and what ends a connection."""
+
+from __future__ import annotations
+
+import pytest
+
+from airlane.wire.rsocket import ErrorCode, Frame, FrameReader, FrameType, frame_with_length
+from airlane.wire.rsocket.connection import (
+    Cancelled,
+    ConnectionClosed,
+    Interaction,
+    KeepAliveReceived,
+    NoCredit,
+    PayloadReceived,
+    RequestN,
+    RequestReceived,
+    RSocketServerConnection,
+    SetupReceived,
+)
+from airlane.wire.rsocket.frames import (
+    FLAG_COMPLETE,
+    FLAG_FOLLOWS,
+    FLAG_LEASE,
+    FLAG_NEXT,
+    FLAG_RESPOND,
+)
+
+SETUP = Frame(FrameType.SETUP, keepalive_ms=60_000, lifetime_ms=85_714,
+              metadata_mime="message/x.rsocket.composite-metadata.v0",
+              data_mime="application/json")  # fmt: skip
+
+
+def wire(*frames: Frame) -> bytes:
+    return b"".join(frame_with_length(frame) for frame in frames)
+
+
+def sent(connection: RSocketServerConnection) -> list[Frame]:
+    reader = FrameReader()
+    return [frame for chunk in connection.data_to_send() for frame in reader.feed(chunk)]
+
+
+def open_connection(setup: Frame = SETUP) -> RSocketServerConnection:
+    connection = RSocketServerConnection()
+    events = connection.receive_data(wire(setup), now=0.0)
+    assert isinstance(events[0], SetupReceived)
+    return connection
+
+
+def test_a_request_stream_is_sent_no_more_than_its_credit() -> None:
+    connection = open_connection()
+    request = Frame(FrameType.REQUEST_STREAM, 1, request_n=2, data=b'{"model":"m"}')
+    (event,) = connection.receive_data(wire(request), 0.1)
+    assert isinstance(event, RequestReceived) and event.interaction is Interaction.STREAM
+    connection.send_payload(1, b"a")
+    connection.send_payload(1, b"b")
+    with pytest.raises(NoCredit):
+        connection.send_payload(1, b"c")
+    (more,) = connection.receive_data(wire(Frame(FrameType.REQUEST_N, 1, request_n=1)), 0.2)
+    assert more == RequestN(1, 1, 1)
+    connection.send_payload(1, b"c", complete=True)
+    payloads = sent(connection)
+    assert [p.data for p in payloads] == [b"a", b"b", b"c"]
+    assert payloads[-1].has(FLAG_COMPLETE) and all(p.has(FLAG_NEXT) for p in payloads)
+    assert connection.credit(1) == 0  # over
+
+
+def test_response_fire_and_forget_channel_and_cancel() -> None:
+    connection = open_connection()
+    events = connection.receive_data(
+        wire(
+            Frame(FrameType.REQUEST_RESPONSE, 1, data=b"snapshot"),
+            Frame(FrameType.REQUEST_FNF, 3, data=b"telemetry"),
+            Frame(FrameType.REQUEST_CHANNEL, 5, request_n=10, data=b"session"),
+            Frame(FrameType.PAYLOAD, 5, FLAG_NEXT, data=b"publish"),
+            Frame(FrameType.PAYLOAD, 5, FLAG_COMPLETE),
+            Frame(FrameType.REQUEST_STREAM, 7, request_n=5),
+            Frame(FrameType.CANCEL, 7),
+        ),
+        0.1,
+    )
+    kinds = [getattr(e, "interaction", type(e).__name__) for e in events]
+    assert kinds == [
+        Interaction.RESPONSE, Interaction.FIRE_AND_FORGET, Interaction.CHANNEL,
+        "PayloadReceived", "PayloadReceived", Interaction.STREAM, "Cancelled",
+    ]  # fmt: skip
+    assert events[-1] == Cancelled(7) and isinstance(events[3], PayloadReceived)
+    assert events[4] == PayloadReceived(5, None, b"", next=False, complete=True)
+    connection.send_payload(1, b"answer")  # a response ends its stream
+    assert connection.credit(1) == 0 and connection.credit(3) == 0
+    with pytest.raises(NoCredit):
+        connection.send_payload(7, b"cancelled")
+    (answer,) = sent(connection)
+    assert answer.has(FLAG_COMPLETE) and answer.data == b"answer"
+
+
+def test_fragments_are_joined_and_large_payloads_fragmented() -> None:
+    connection = RSocketServerConnection(max_frame=1024)
+    connection.receive_data(wire(SETUP), 0.0)
+    parts = [
+        Frame(FrameType.REQUEST_STREAM, 1, FLAG_FOLLOWS, request_n=3, metadata=b"ro", data=b"ab"),
+        Frame(FrameType.PAYLOAD, 1, FLAG_FOLLOWS, metadata=b"ute", data=b"cd"),
+        Frame(FrameType.PAYLOAD, 1, 0, data=b"ef"),
+    ]
+    (event,) = connection.receive_data(wire(*parts), 0.1)
+    assert isinstance(event, RequestReceived)
+    assert (event.metadata, event.data, event.initial_n) == (b"route", b"abcdef", 3)
+    connection.send_payload(1, bytes(3000), metadata=b"m")
+    pieces = sent(connection)
+    assert len(pieces) == 4 and all(p.has(FLAG_FOLLOWS) for p in pieces[:-1])
+    assert b"".join(p.data for p in pieces) == bytes(3000) and pieces[0].metadata == b"m"
+
+
+def test_keepalive_is_answered_and_silence_past_the_lifetime_closes() -> None:
+    connection = open_connection()
+    (event,) = connection.receive_data(wire(Frame(FrameType.KEEPALIVE, flags=FLAG_RESPOND)), 30)
+    assert isinstance(event, KeepAliveReceived)
+    (answer,) = sent(connection)
+    assert answer.type is FrameType.KEEPALIVE and not answer.has(FLAG_RESPOND)
+    assert connection.get_timer() == pytest.approx(30 + 85.714)
+    assert connection.handle_timer(60.0) == []
+    (closed,) = connection.handle_timer(116.0)
+    assert isinstance(closed, ConnectionClosed) and closed.code == ErrorCode.CONNECTION_ERROR
+    (error,) = sent(connection)
+    assert error.type is FrameType.ERROR and error.stream_id == 0
+
+
+def test_a_lease_bounds_requests_when_the_client_asked_for_one() -> None:
+    connection = open_connection(
+        Frame(
+            FrameType.SETUP,
+            flags=FLAG_LEASE,
+            keepalive_ms=1000,
+            lifetime_ms=5000,
+            metadata_mime="a",
+            data_mime="b",
+        )
+    )
+    assert connection.receive_data(wire(Frame(FrameType.REQUEST_RESPONSE, 1)), 0.1) == []
+    (refused,) = sent(connection)
+    assert refused.type is FrameType.ERROR and refused.error_code == ErrorCode.REJECTED
+    connection.grant_lease(ttl_ms=1000, requests=1, now=0.2)
+    assert sent(connection)[0].type is FrameType.LEASE
+    assert len(connection.receive_data(wire(Frame(FrameType.REQUEST_RESPONSE, 3)), 0.3)) == 1
+    assert connection.receive_data(wire(Frame(FrameType.REQUEST_RESPONSE, 5)), 0.4) == []
+
+
+@pytest.mark.parametrize(
+    ("frames", "code"),
+    [
+        ([Frame(FrameType.REQUEST_RESPONSE, 1)], ErrorCode.INVALID_SETUP),
+        (
+            [
+                Frame(
+                    FrameType.SETUP, keepalive_ms=0, lifetime_ms=1, metadata_mime="a", data_mime="b"
+                )
+            ],
+            ErrorCode.INVALID_SETUP,
+        ),
+        (
+            [
+                Frame(
+                    FrameType.SETUP,
+                    version=(2, 0),
+                    keepalive_ms=1,
+                    lifetime_ms=1,
+                    metadata_mime="a",
+                    data_mime="b",
+                )
+            ],
+            ErrorCode.UNSUPPORTED_SETUP,
+        ),
+        ([SETUP, Frame(FrameType.REQUEST_STREAM, 2, request_n=1)], ErrorCode.CONNECTION_ERROR),
+        (
+            [SETUP, Frame(FrameType.REQUEST_FNF, 3), Frame(FrameType.REQUEST_FNF, 3)],
+            ErrorCode.CONNECTION_ERROR,
+        ),
+        ([SETUP, SETUP], ErrorCode.CONNECTION_ERROR),
+    ],
+    ids=["no setup", "zero keep-alive", "version 2", "even stream", "reused id", "setup twice"],
+)
+def test_violations_close_with_the_right_code(frames: list[Frame], code: ErrorCode) -> None:
+    connection = RSocketServerConnection()
+    events = connection.receive_data(wire(*frames), 0.0)
+    assert isinstance(events[-1], ConnectionClosed) and events[-1].code == code
+    error = sent(connection)[-1]
+    assert error.type is FrameType.ERROR and error.stream_id == 0 and error.error_code == code
+    assert connection.receive_data(wire(SETUP), 1.0) == []  # closed: nothing more
+
+
+def test_garbage_bytes_close_without_raising() -> None:
+    connection = RSocketServerConnection(max_frame=1 << 16)
+    events = connection.receive_data(b"\xff\xff\xff" + bytes(10), 0.0)
+    assert isinstance(events[0], ConnectionClosed)
+    ws = RSocketServerConnection(framed=False)
+    (closed,) = ws.receive_frame(b"\x00\x01", 0.0)
+    assert isinstance(closed, ConnectionClosed)
