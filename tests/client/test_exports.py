@@ -39,6 +39,7 @@ def test_client_exports() -> None:
         "StreamFailed",
         "StreamNotFound",
         "TextAccumulator",
+        "WebTransportClient",
         "WsClient",
         "WsSubscription",
     ]

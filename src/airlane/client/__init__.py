@@ -6,6 +6,8 @@
 - `AircClient`: the same streams over the AIRC binary protocol, on TCP or a WebSocket.
 - `GrpcClient`: the same streams over the native gRPC service (``airlane.v1.Airlane``).
 - `H3Client`: any of the HTTP API's requests over HTTP/3 (QUIC), many on one connection.
+- `WebTransportClient`: the ``/v1/ws`` multiplex over WebTransport (HTTP/3): a QUIC stream
+  per subscription, datagrams with optional parity.
 - `TextAccumulator`: a stream's text rebuilt from its events (snapshots replace, deltas append).
 
 Errors are described in `airlane.client.errors`. Each client is imported on first use
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
     from airlane.client.retry import RetryPolicy
     from airlane.client.sse import AirlaneClient
     from airlane.client.subscription import WsSubscription
+    from airlane.client.webtransport import WebTransportClient
     from airlane.client.ws import WsClient
 
 # Imported on first use: a program that speaks one transport does not load the others'
@@ -54,6 +57,7 @@ _HOMES = {
     "airlane.client.retry": ("RetryPolicy",),
     "airlane.client.sse": ("AirlaneClient",),
     "airlane.client.subscription": ("WsSubscription",),
+    "airlane.client.webtransport": ("WebTransportClient",),
     "airlane.client.ws": ("WsClient",),
 }
 
@@ -77,6 +81,7 @@ __all__ = [
     "StreamFailed",
     "StreamNotFound",
     "TextAccumulator",
+    "WebTransportClient",
     "WsClient",
     "WsSubscription",
 ]
