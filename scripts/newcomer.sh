@@ -268,6 +268,10 @@ example 'airlane stream --transport h3 --prompt "Hello"'
 run airlane stream --transport h3 --url "$url" --prompt "Hello"
 expect "last id"
 
+example 'airlane stream --transport wt --prompt "Hello"'
+run airlane stream --transport wt --url "$url" --prompt "Hello"
+expect "last id"
+
 # -- docs/eventlog.md -------------------------------------------------------------------------
 
 example 'airlane logs create rewards --max-events 1000000'

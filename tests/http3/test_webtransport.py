@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import httpx
@@ -167,3 +169,22 @@ async def test_redundant_copies_arrive_once_and_in_order(server: ServerProcess) 
             async with httpx.AsyncClient(base_url=server.url) as http:
                 held = await snapshot_text(http, reply["stream"])
             assert "".join(m["event"].get("text", "") for m in mine) == held
+
+
+async def test_the_cli_streams_over_webtransport(server: ServerProcess) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "airlane", "stream", "--transport", "wt", "--url", server.url,
+         "--prompt", "Hello", "--max-tokens", "15"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "last id" in done.stderr and "finish length" in done.stderr
+    assert done.stdout.strip()
+    stream_id = done.stderr.split("stream ", 1)[1].split()[0]
+    again = subprocess.run(
+        [sys.executable, "-m", "airlane", "stream", "--transport", "wt", "--url", server.url,
+         "--stream-id", stream_id],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip() == done.stdout.strip()

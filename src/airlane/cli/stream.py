@@ -24,7 +24,7 @@ from airlane.cli.reach import unreachable
 # Each transport's client is imported where it is used: a stream over one transport does not
 # load the others' libraries (and other commands load none of them).
 from airlane.client.accumulator import TextAccumulator
-from airlane.client.errors import ClientError, ConnectFailed, StreamFailed
+from airlane.client.errors import ClientError, ConnectFailed, RequestRejected, StreamFailed
 from airlane.client.events import StreamEvent
 from airlane.server.address import DEFAULT_HOST, DEFAULT_PORT
 
@@ -178,6 +178,84 @@ async def _chat_h3(
     return await _follow_h3(url, api_key, stream_id, None, printer)
 
 
+async def _follow_wt(
+    url: str,
+    api_key: str | None,
+    stream_id: str,
+    resume: str | None,
+    printer: _Printer,
+    client: Any = None,
+) -> StreamOutcome:
+    """Follow ``stream_id`` over WebTransport (HTTP/3, the URL's port), each event from the
+    subscription's own QUIC stream; a lost session is reopened from the last event's id.
+    ``client``: a session already subscribed to it (the one that started the generation)."""
+    from airlane.client.errors import ConnectionLost
+    from airlane.client.webtransport import WebTransportClient
+
+    parts = urlsplit(url)
+    host, port = parts.hostname or DEFAULT_HOST, parts.port or DEFAULT_PORT
+    headers = [("authorization", f"Bearer {api_key}")] if api_key else []
+    outcome = StreamOutcome(stream_id, resume)
+    while True:
+        try:
+            if client is None:
+                client = await WebTransportClient.connect(host, port, verify=False,
+                                                          headers=headers)  # fmt: skip
+                op = {"op": "subscribe", "stream": stream_id, "from": outcome.last_id}
+                reply = await client.call(op)
+                if reply.get("op") == "error":
+                    raise _rejected(reply)
+                if reply.get("ended"):
+                    break
+            async for message in client.events():
+                if message.get("op") != "event" or message.get("stream") != stream_id:
+                    continue
+                event = StreamEvent.from_dict(message["event"], message.get("id"))
+                printer.event(event)
+                outcome.last_id = message.get("id") or outcome.last_id
+                if event.terminal:
+                    break
+            else:
+                raise ConnectionLost(client.closed or "the session ended")
+            break
+        except ConnectionLost:
+            outcome.reconnects += 1
+            if outcome.reconnects > H3_RECONNECTS:
+                raise
+        finally:
+            if client is not None:
+                await client.aclose()
+                client = None
+    outcome.finish_reason = printer.state.finish_reason
+    return outcome
+
+
+async def _chat_wt(
+    url: str, api_key: str | None, request: dict[str, Any], printer: _Printer
+) -> StreamOutcome:
+    """Start a generation over WebTransport and follow it on the same session."""
+    from airlane.client.webtransport import WebTransportClient
+
+    parts = urlsplit(url)
+    host, port = parts.hostname or DEFAULT_HOST, parts.port or DEFAULT_PORT
+    headers = [("authorization", f"Bearer {api_key}")] if api_key else []
+    client = await WebTransportClient.connect(host, port, verify=False, headers=headers)
+    try:
+        reply = await client.call({"op": "generate", "request": request})
+    except BaseException:
+        await client.aclose()
+        raise
+    if reply.get("op") == "error":
+        await client.aclose()
+        raise _rejected(reply)
+    return await _follow_wt(url, api_key, str(reply["stream"]), None, printer, client)
+
+
+def _rejected(reply: dict[str, Any]) -> RequestRejected:
+    """The gateway's ``error`` reply as the client's error."""
+    return RequestRejected(str(reply.get("message")), code=str(reply.get("code")))
+
+
 async def _open_airc(url: str, api_key: str | None, transport: str) -> AircClient:
     from airlane.client.airc import AircClient
 
@@ -259,10 +337,11 @@ def stream_command(
         typer.Option(help="The gateway (for airc: tcp://host:port, or its HTTP URL: port + 1)."),
     ] = DEFAULT_URL,
     transport: Annotated[
-        Literal["sse", "ws", "airc", "airc-ws", "grpc", "h3"],
+        Literal["sse", "ws", "airc", "airc-ws", "grpc", "h3", "wt"],
         typer.Option(
             help="sse (HTTP), ws (WebSocket), airc (AIRC/TCP), airc-ws (AIRC over WebSocket), "
-            "grpc (host:port, or the HTTP URL: port + 2) or h3 (HTTP/3 on the URL's port, UDP)."
+            "grpc (host:port, or the HTTP URL: port + 2), h3 (HTTP/3 on the URL's port, UDP) "
+            "or wt (WebTransport, likewise)."
         ),
     ] = "sse",
     prompt: Annotated[str, typer.Option(help="The user message.")] = "Tell me a short story.",
@@ -326,6 +405,8 @@ async def _stream(
             return await _follow_airc(url, api_key, transport, stream_id, resume, printer)
         if transport == "h3":
             return await _follow_h3(url, api_key, stream_id, resume, printer)
+        if transport == "wt":
+            return await _follow_wt(url, api_key, stream_id, resume, printer)
         follow = _follow_ws if transport == "ws" else _follow_sse
         return await follow(url, api_key, stream_id, resume, printer)
     request: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": prompt}]}
@@ -337,6 +418,8 @@ async def _stream(
         return await _chat_airc(url, api_key, transport, request, printer)
     if transport == "h3":
         return await _chat_h3(url, api_key, request, printer)
+    if transport == "wt":
+        return await _chat_wt(url, api_key, request, printer)
     chat = _chat_ws if transport == "ws" else _chat_sse
     return await chat(url, api_key, request, printer)
 
