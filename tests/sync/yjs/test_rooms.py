@@ -13,7 +13,7 @@ from pycrdt import Awareness, Doc, Map, Text, create_sync_message, create_update
 
 from airlane.core import Event, Kind
 from airlane.core.errors import ErrorCode
-from airlane.hub import MemoryHub
+from airlane.hub import HubUnavailable, MemoryHub
 from airlane.sync.yjs import (
     InvalidRoomName,
     InvalidUpdate,
@@ -21,6 +21,7 @@ from airlane.sync.yjs import (
     ReadOnlyPeer,
     RoomFull,
     RoomsClosed,
+    RoomUnavailable,
     TooManyRooms,
     UnknownMessage,
     YRoom,
@@ -386,3 +387,48 @@ async def test_loading_applies_every_record_after_what_the_best_state_covers(
         assert carol.state()["text"] == expected
     finally:
         await rooms.aclose()
+
+
+class RefusingHub(MemoryHub):
+    """A `MemoryHub` whose appends to one stream fail while ``refusing`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refusing = False
+
+    async def append(self, stream_id: str, event: Event) -> Event:
+        if self.refusing and stream_id == doc_stream_id("room"):
+            raise HubUnavailable("the hub is partitioned away")
+        return await super().append(stream_id, event)
+
+
+async def test_a_change_the_hub_refuses_closes_the_room_and_the_writer_resends_it() -> None:
+    """A change applied but not appended must not stay in a room that keeps serving: the room
+    closes, reopens from the stream, and the writer's resync sends the change again."""
+    hub = RefusingHub()
+    rooms = YRooms(hub, FAST)
+    try:
+        alice = await Client(rooms, "alice").join()
+        bob = await Client(rooms, "bob").join()
+        await alice.edit(insert("logged "))
+        hub.refusing = True
+        with pytest.raises(RoomUnavailable):
+            await alice.edit(insert("refused"))
+        assert alice.peer.close_code is ErrorCode.ROOM_UNAVAILABLE
+        assert bob.peer.close_code is ErrorCode.ROOM_UNAVAILABLE
+        await eventually(lambda: rooms.get("room") is None)
+        hub.refusing = False
+        # The writer reconnects with its document; a fresh reader gets everything.
+        alice.peer = rooms.peer("alice")
+        await alice.join()
+        carol = await Client(rooms, "carol").join()
+        await eventually(lambda: str(carol.text) == "logged refused", alice, carol)
+    finally:
+        await rooms.aclose()
+    # And the stream alone gives it: a node that opens the room later loads it.
+    later = YRooms(hub, FAST)
+    try:
+        dave = await Client(later, "dave").join("room")
+        await eventually(lambda: str(dave.text) == "logged refused", dave)
+    finally:
+        await later.aclose()

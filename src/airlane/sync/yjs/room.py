@@ -18,7 +18,9 @@ may be other nodes' changes). The same cursor then follows the stream live.
 A peer's change (sync step 2 or update) is applied to the document; what actually changed (the
 update pycrdt's observer emits, empty for a change the room already had, deferred for one whose
 dependencies have not arrived) is sent to the room's other peers and appended to the hub as an
-``update`` record. The follower skips the room's own records (``origin``) and applies the
+``update`` record. If the hub refuses that append, the room closes (its peers get
+``room_unavailable`` and reconnect): a document holding what its stream lacks would serve it on
+this node only. The follower skips the room's own records (``origin``) and applies the
 others' records to the document, sending what changed to the local peers.
 
 Compaction. History is bounded (`YRoomsConfig.doc_retention`): the hub folds the oldest records
@@ -300,7 +302,16 @@ class YRoom:
             return
         for change in self._apply(update, peer):
             record = record_event(UpdateRecord(self.origin, change))
-            appended = await self._hub.append(self.doc_stream, record)
+            try:
+                appended = await self._hub.append(self.doc_stream, record)
+            except HubError:
+                # The document now holds a change its stream lacks: a room kept open would
+                # serve it here and nowhere else, and a peer resyncing here would never resend
+                # it. Close the room instead: it reopens from the stream, and every peer that
+                # has the change (the writer, the local peers it reached) reconnects and sends
+                # it again in its sync step 2.
+                self._lost("could not append a change to the hub")
+                raise
             await self._keep_follower_near(appended.seq)
 
     async def _keep_follower_near(self, seq: int) -> None:
