@@ -17,9 +17,9 @@ from airlane.backends.base import GenerationRequest, LoadTestSpec
 from airlane.eventlog import Delivery, GroupInfo, LogInfo, NewEvent, Record
 from airlane.gateway.artifacts import ArtifactFile, Artifacts
 from airlane.gateway.chat_request import ChatRequest, InvalidChatRequest
-from airlane.gateway.logs import MAX_SETTLE_TOKENS, EventLogs
+from airlane.gateway.logs import MAX_SETTLE_TOKENS, EventLogs, parse_new_event
 from airlane.gateway.rooms import JoinedRoom, SharedRooms
-from airlane.gateway.schemas import Schemas
+from airlane.gateway.schemas import Schemas, version_to_dict
 from airlane.gateway.service import (
     DEFAULT_MAX_GENERATIONS,
     LOADTEST_MODEL,
@@ -75,4 +75,6 @@ __all__ = [
     "YRoom",
     "new_generation_id",
     "orphan_policy_from",
+    "parse_new_event",
+    "version_to_dict",
 ]

@@ -11,11 +11,16 @@ can be settled over HTTP on the same handle.
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any
 
+import orjson
+
+from airlane.core.errors import BadRequest, ErrorCode
 from airlane.eventlog import Delivery, EventLog, GroupInfo, LogInfo, NewEvent, Record
 from airlane.eventlog.base import MAX_BATCH_EVENTS
 from airlane.eventlog.checks import check_name
@@ -26,8 +31,9 @@ from airlane.gateway.quotas import Quotas
 from airlane.gateway.tenancy import finding, own_names, scoped_name
 from airlane.security import Action, Principal, SecurityPolicy
 from airlane.security.audit import audit_admin
+from airlane.wire.limits import MAX_EVENT_DEPTH, json_depth
 
-__all__ = ["MAX_SETTLE_TOKENS", "EventLogs", "log_resource"]
+__all__ = ["MAX_SETTLE_TOKENS", "EventLogs", "log_resource", "parse_new_event"]
 
 MAX_SETTLE_TOKENS = 1000
 """Delivery tokens one settle call may carry."""
@@ -218,3 +224,40 @@ def _named(records: list[Record], log: str) -> list[Record]:
     if not records or records[0].log == log:
         return records
     return [replace(record, log=log) for record in records]
+
+
+def parse_new_event(body: Any) -> NewEvent:
+    """The event a client's JSON object describes: ``type``, then ``data`` (JSON) or
+    ``data_base64`` with ``content_type``, optional ``headers`` and ``idempotency_key``; a
+    `BadRequest` naming what is wrong."""
+    if not isinstance(body, dict):
+        raise BadRequest("an event must be a JSON object")
+    event_type = body.get("type")
+    if not isinstance(event_type, str):
+        raise BadRequest("an event needs a 'type' string, e.g. 'reward.v1'", param="type")
+    if "data_base64" in body:
+        content_type = body.get("content_type", "application/octet-stream")
+        try:
+            data = base64.b64decode(body["data_base64"], validate=True)
+        except (binascii.Error, TypeError, ValueError):
+            raise BadRequest("'data_base64' is not base64", param="data_base64") from None
+    elif "data" in body:
+        content_type = body.get("content_type", "application/json")
+        if json_depth(body["data"]) > MAX_EVENT_DEPTH:
+            raise BadRequest(
+                f"'data' nests deeper than {MAX_EVENT_DEPTH} levels",
+                code=ErrorCode.INVALID_EVENT,
+                param="data",
+            )
+        data = orjson.dumps(body["data"])
+    else:
+        raise BadRequest("an event needs 'data' (JSON) or 'data_base64'", param="data")
+    headers = body.get("headers") or {}
+    if not isinstance(content_type, str):
+        raise BadRequest("'content_type' must be a string", param="content_type")
+    if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
+        raise BadRequest("'headers' must map names to strings", param="headers")
+    key = body.get("idempotency_key")
+    if key is not None and not isinstance(key, str):
+        raise BadRequest("'idempotency_key' must be a string", param="idempotency_key")
+    return NewEvent(event_type, data, content_type, headers, key)

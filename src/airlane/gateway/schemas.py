@@ -10,9 +10,10 @@ subject of its type.
 
 from __future__ import annotations
 
+import base64
 from contextlib import AbstractContextManager
 from dataclasses import replace
-from typing import Literal
+from typing import Any, Literal
 
 from airlane.gateway.eventsourcing import EventSourcing
 from airlane.gateway.tenancy import finding, own_names, scoped_name
@@ -27,7 +28,7 @@ from airlane.registry import (
 from airlane.security import Action, Principal, SecurityPolicy
 from airlane.security.audit import audit_admin
 
-__all__ = ["Schemas", "schema_resource"]
+__all__ = ["Schemas", "schema_resource", "version_to_dict"]
 
 
 def schema_resource(subject: str) -> str:
@@ -130,3 +131,20 @@ class Schemas:
 def _named(version: SchemaVersion, subject: str) -> SchemaVersion:
     """``version`` as the client that calls its subject ``subject`` sees it."""
     return version if version.subject == subject else replace(version, subject=subject)
+
+
+def version_to_dict(version: SchemaVersion) -> dict[str, Any]:
+    """A registered version as JSON."""
+    schema = version.schema
+    out: dict[str, Any] = {
+        "subject": version.subject,
+        "version": version.version,
+        "id": version.id,
+        "schema_type": schema.type.value,
+    }
+    if schema.message is None:
+        out["schema"] = schema.document
+    else:
+        out["message"] = schema.message
+        out["descriptor_set_base64"] = base64.b64encode(schema.definition).decode("ascii")
+    return out

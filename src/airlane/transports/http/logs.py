@@ -40,16 +40,12 @@ than the group's is refused with 409 ``group_settings_conflict``. Absent and ``n
 
 from __future__ import annotations
 
-import base64
-import binascii
 import datetime
 from typing import Any
 
-import orjson
-
-from airlane.core.errors import BadRequest, ErrorCode, NotFound
+from airlane.core.errors import BadRequest, NotFound
 from airlane.core.numbers import decimal
-from airlane.gateway import EventLogs, NewEvent, Principal
+from airlane.gateway import EventLogs, Principal, parse_new_event
 from airlane.transports.http.asgi import (
     Receive,
     Request,
@@ -60,7 +56,6 @@ from airlane.transports.http.asgi import (
     send_json,
 )
 from airlane.transports.http.context import AppContext
-from airlane.wire.limits import MAX_EVENT_DEPTH, json_depth
 
 __all__ = ["handle_logs", "parse_time_ns"]
 
@@ -89,40 +84,6 @@ def parse_time_ns(value: Any, name: str) -> int:
                 delta.microseconds * 1000
             )
     raise BadRequest(f"'{name}' must be Unix nanoseconds or an RFC 3339 time", param=name)
-
-
-def _new_event(body: Any) -> NewEvent:
-    if not isinstance(body, dict):
-        raise BadRequest("an event must be a JSON object")
-    event_type = body.get("type")
-    if not isinstance(event_type, str):
-        raise BadRequest("an event needs a 'type' string, e.g. 'reward.v1'", param="type")
-    if "data_base64" in body:
-        content_type = body.get("content_type", "application/octet-stream")
-        try:
-            data = base64.b64decode(body["data_base64"], validate=True)
-        except (binascii.Error, TypeError, ValueError):
-            raise BadRequest("'data_base64' is not base64", param="data_base64") from None
-    elif "data" in body:
-        content_type = body.get("content_type", "application/json")
-        if json_depth(body["data"]) > MAX_EVENT_DEPTH:
-            raise BadRequest(
-                f"'data' nests deeper than {MAX_EVENT_DEPTH} levels",
-                code=ErrorCode.INVALID_EVENT,
-                param="data",
-            )
-        data = orjson.dumps(body["data"])
-    else:
-        raise BadRequest("an event needs 'data' (JSON) or 'data_base64'", param="data")
-    headers = body.get("headers") or {}
-    if not isinstance(content_type, str):
-        raise BadRequest("'content_type' must be a string", param="content_type")
-    if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
-        raise BadRequest("'headers' must map names to strings", param="headers")
-    key = body.get("idempotency_key")
-    if key is not None and not isinstance(key, str):
-        raise BadRequest("'idempotency_key' must be a string", param="idempotency_key")
-    return NewEvent(event_type, data, content_type, headers, key)
 
 
 def _optional_number(body: dict[str, Any], name: str) -> Any:
@@ -190,9 +151,9 @@ async def _append(
         items = body["events"]
         if not isinstance(items, list):
             raise BadRequest("'events' must be a list of events", param="events")
-        events = [_new_event(item) for item in items]
+        events = [parse_new_event(item) for item in items]
     else:
-        events = [_new_event(body)]
+        events = [parse_new_event(body)]
     records = await app.gateway.logs.append(principal, log, events)
     await send_json(send, 201, {"records": [record.to_dict() for record in records]})
 

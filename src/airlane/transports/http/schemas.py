@@ -34,7 +34,7 @@ import orjson
 
 from airlane.core.errors import BadRequest, NotFound
 from airlane.core.numbers import decimal
-from airlane.gateway import Principal, Schema, Schemas, SchemaVersion
+from airlane.gateway import Principal, Schema, Schemas, version_to_dict
 from airlane.transports.http.asgi import (
     Receive,
     Request,
@@ -46,24 +46,7 @@ from airlane.transports.http.asgi import (
 )
 from airlane.transports.http.context import AppContext
 
-__all__ = ["handle_schemas", "schema_from_body", "version_to_dict"]
-
-
-def version_to_dict(version: SchemaVersion) -> dict[str, Any]:
-    """A registered version as JSON."""
-    schema = version.schema
-    out: dict[str, Any] = {
-        "subject": version.subject,
-        "version": version.version,
-        "id": version.id,
-        "schema_type": schema.type.value,
-    }
-    if schema.message is None:
-        out["schema"] = schema.document
-    else:
-        out["message"] = schema.message
-        out["descriptor_set_base64"] = base64.b64encode(schema.definition).decode("ascii")
-    return out
+__all__ = ["handle_schemas", "schema_from_body"]
 
 
 def schema_from_body(body: Any) -> Schema:
