@@ -24,6 +24,7 @@ READY = re.compile(r"airlane listening on (https?://\S+)")
 AIRC_READY = re.compile(r"AIRC on tcp(?:\+tls)?://([^\s,]+):(\d+)")
 GRPC_READY = re.compile(r"gRPC on ([^\s,]+)")
 H3_READY = re.compile(r"HTTP/3 on udp://\[?([^\s,\]]+)\]?:(\d+)")
+RSOCKET_READY = re.compile(r"RSocket on tcp(?:\+tls)?://\[?([^\s,\]]+)\]?:(\d+)")
 
 FAST_SYNTHETIC = """
 [synthetic]
@@ -46,6 +47,8 @@ class ServerProcess:
     """``host:port`` of the gRPC listener (None when it is off)."""
     h3: tuple[str, int] | None = None
     """Host and UDP port of the HTTP/3 listener (None when it is off)."""
+    rsocket: tuple[str, int] | None = None
+    """Host and port of the RSocket/TCP listener (None when it is off)."""
 
     @property
     def pid(self) -> int:
@@ -120,13 +123,13 @@ def run_gateway(
 
 def ready_server(process: subprocess.Popen[str], timeout: float = 20.0) -> ServerProcess:
     """Wait for a started gateway's ready line (killed if it does not come in time)."""
-    url, airc, grpc, h3 = _wait_ready(process, timeout)
-    return ServerProcess(url, process, airc, grpc, h3)
+    url, airc, grpc, h3, rsocket = _wait_ready(process, timeout)
+    return ServerProcess(url, process, airc, grpc, h3, rsocket)
 
 
 def _wait_ready(
     process: subprocess.Popen[str], timeout: float
-) -> tuple[str, tuple[str, int] | None, str | None, tuple[str, int] | None]:
+) -> tuple[str, tuple[str, int] | None, str | None, tuple[str, int] | None, tuple[str, int] | None]:
     assert process.stdout is not None
     selector = selectors.DefaultSelector()
     selector.register(process.stdout, selectors.EVENT_READ)
@@ -141,11 +144,13 @@ def _wait_ready(
                 airc = AIRC_READY.search(line)
                 grpc = GRPC_READY.search(line)
                 h3 = H3_READY.search(line)
+                rsocket = RSOCKET_READY.search(line)
                 return (
                     match.group(1),
                     (airc[1], int(airc[2])) if airc else None,
                     grpc[1] if grpc else None,
                     (h3[1], int(h3[2])) if h3 else None,
+                    (rsocket[1], int(rsocket[2])) if rsocket else None,
                 )
     process.kill()
     raise RuntimeError("airlane serve did not print its URL in time")

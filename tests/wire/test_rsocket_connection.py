@@ -17,6 +17,7 @@ from airlane.wire.rsocket.connection import (
     RequestReceived,
     RSocketServerConnection,
     SetupReceived,
+    StreamError,
 )
 from airlane.wire.rsocket.frames import (
     FLAG_COMPLETE,
@@ -72,6 +73,14 @@ def test_response_fire_and_forget_channel_and_cancel() -> None:
             Frame(FrameType.REQUEST_RESPONSE, 1, data=b"snapshot"),
             Frame(FrameType.REQUEST_FNF, 3, data=b"telemetry"),
             Frame(FrameType.REQUEST_CHANNEL, 5, request_n=10, data=b"session"),
+        ),
+        0.1,
+    )
+    connection.request_n(5, 1)  # the channel's client may send one more payload
+    (granted,) = sent(connection)
+    assert granted.type is FrameType.REQUEST_N and granted.request_n == 1
+    events += connection.receive_data(
+        wire(
             Frame(FrameType.PAYLOAD, 5, FLAG_NEXT, data=b"publish"),
             Frame(FrameType.PAYLOAD, 5, FLAG_COMPLETE),
             Frame(FrameType.REQUEST_STREAM, 7, request_n=5),
@@ -92,6 +101,16 @@ def test_response_fire_and_forget_channel_and_cancel() -> None:
         connection.send_payload(7, b"cancelled")
     (answer,) = sent(connection)
     assert answer.has(FLAG_COMPLETE) and answer.data == b"answer"
+
+
+def test_a_channel_payload_past_the_credit_granted_ends_the_stream() -> None:
+    connection = open_connection()
+    connection.receive_data(wire(Frame(FrameType.REQUEST_CHANNEL, 1, request_n=4)), 0.1)
+    events = connection.receive_data(wire(Frame(FrameType.PAYLOAD, 1, FLAG_NEXT, data=b"x")), 0.2)
+    assert events == [StreamError(1, ErrorCode.INVALID, "payload past credit")]
+    (error,) = sent(connection)
+    assert error.type is FrameType.ERROR and error.error_code == ErrorCode.INVALID
+    assert connection.closed is None and not connection.is_open(1)
 
 
 def test_fragments_are_joined_and_large_payloads_fragmented() -> None:

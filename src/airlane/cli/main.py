@@ -37,6 +37,7 @@ _LISTENER_FLAGS = {
     "AIRC": "pick another port with --airc-port, or turn it off with --airc-port -1",
     "gRPC": "pick another port with --grpc-port, or turn it off with --grpc-port -1",
     "HTTP/3": "pick another UDP port with --http3-port, or turn it off with --http3-port -1",
+    "RSocket": "pick another port with --rsocket-port, or turn it off with --rsocket-port -1",
 }
 
 app = typer.Typer(
@@ -118,6 +119,10 @@ def serve_command(
     http3_port: Annotated[
         int | None,
         typer.Option(help="HTTP/3 UDP port (default: the HTTP port's number; -1 turns it off)."),
+    ] = None,
+    rsocket_port: Annotated[
+        int | None,
+        typer.Option(help="RSocket/TCP port (default: the HTTP port + 3; -1 turns it off)."),
     ] = None,
     hub: Annotated[
         str | None,
@@ -231,15 +236,7 @@ def serve_command(
         settings = replace(settings, jetstream=replace(settings.jetstream, node_id=node_id))
     if artifacts is not None:
         settings = replace(settings, artifacts=replace(settings.artifacts, dir=str(artifacts)))
-    if airc_port is not None:
-        airc = replace(settings.airc, enabled=airc_port >= 0, port=max(airc_port, 0))
-        settings = replace(settings, airc=airc)
-    if grpc_port is not None:
-        grpc = replace(settings.grpc, enabled=grpc_port >= 0, port=max(grpc_port, 0))
-        settings = replace(settings, grpc=grpc)
-    if http3_port is not None:
-        http3 = replace(settings.http3, enabled=http3_port >= 0, port=max(http3_port, 0))
-        settings = replace(settings, http3=http3)
+    settings = _with_ports(settings, airc_port, grpc_port, http3_port, rsocket_port)
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
 
     def ready(listening: Listening) -> None:
@@ -250,9 +247,33 @@ def serve_command(
         airc = f", AIRC on {listening.airc}" if listening.airc else ""
         grpc = f", gRPC on {listening.grpc}" if listening.grpc else ""
         h3 = f", HTTP/3 on {listening.http3}" if listening.http3 else ""
-        print(f"airlane listening on {listening.http} ({backend}){airc}{grpc}{h3}", flush=True)
+        rs = f", RSocket on {listening.rsocket}" if listening.rsocket else ""
+        print(f"airlane listening on {listening.http} ({backend}){airc}{grpc}{h3}{rs}", flush=True)
 
     serve_or_fail(settings, ready)
+
+
+def _with_ports(
+    settings: ServerConfig,
+    airc_port: int | None,
+    grpc_port: int | None,
+    http3_port: int | None,
+    rsocket_port: int | None,
+) -> ServerConfig:
+    """``settings`` with the listener ports given on the command line (-1: that one off)."""
+    if airc_port is not None:
+        airc = replace(settings.airc, enabled=airc_port >= 0, port=max(airc_port, 0))
+        settings = replace(settings, airc=airc)
+    if grpc_port is not None:
+        grpc = replace(settings.grpc, enabled=grpc_port >= 0, port=max(grpc_port, 0))
+        settings = replace(settings, grpc=grpc)
+    if http3_port is not None:
+        http3 = replace(settings.http3, enabled=http3_port >= 0, port=max(http3_port, 0))
+        settings = replace(settings, http3=http3)
+    if rsocket_port is not None:
+        rsocket = replace(settings.rsocket, enabled=rsocket_port >= 0, port=max(rsocket_port, 0))
+        settings = replace(settings, rsocket=rsocket)
+    return settings
 
 
 def serve_or_fail(

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         airc_port,
         bind_socket,
         grpc_port,
+        rsocket_port,
         serve,
     )
 
@@ -41,6 +42,7 @@ _HOMES = {
         "airc_port",
         "bind_socket",
         "grpc_port",
+        "rsocket_port",
         "serve",
     ),
 }
@@ -60,6 +62,7 @@ __all__ = [
     "build_hub",
     "grpc_port",
     "load_config",
+    "rsocket_port",
     "serve",
 ]
 

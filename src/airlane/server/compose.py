@@ -26,6 +26,7 @@ from airlane.transports.airc import AIRC_SUBPROTOCOL, AircWebSocketHandler
 from airlane.transports.grpc.web import GRPC_WEB_PREFIX, grpc_web_app
 from airlane.transports.http import AirlaneApp
 from airlane.transports.http.browser import LOOPBACK_HOSTS
+from airlane.transports.rsocket import RSOCKET_WS_PATH, RSocketWebSocketHandler
 
 __all__ = ["build_app", "build_backend", "build_event_sourcing", "build_hub", "nats_servers"]
 
@@ -161,6 +162,7 @@ def build_app(config: ServerConfig) -> AirlaneApp:
         gateway,
         http,
         subprotocols={AIRC_SUBPROTOCOL: airc},
+        websockets={RSOCKET_WS_PATH: RSocketWebSocketHandler(gateway, config.rsocket)},
         mounts={GRPC_WEB_PREFIX: rpc},
         forwarded=forwarded,
     )

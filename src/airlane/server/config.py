@@ -28,6 +28,7 @@ from airlane.transports.airc import AircServerConfig
 from airlane.transports.grpc import GrpcServerConfig
 from airlane.transports.http import HttpConfig
 from airlane.transports.http.h3 import Http3Config
+from airlane.transports.rsocket import RSocketServerConfig
 from airlane.wire.airc import AircConfig
 
 __all__ = [
@@ -134,6 +135,8 @@ class ServerConfig:
     """The gRPC transport: its listener and limits."""
     http3: Http3Config = field(default_factory=Http3Config)
     """HTTP/3 over QUIC on UDP beside the HTTP port (``[http3]``)."""
+    rsocket: RSocketServerConfig = field(default_factory=RSocketServerConfig)
+    """The RSocket transport: its TCP listener and session limits (``[rsocket]``)."""
     tcp_keepalive_s: int = DEFAULT_TCP_KEEPALIVE_S
     """Idle seconds before TCP keepalive probes on accepted sockets."""
     hub: str = "memory"
@@ -185,7 +188,8 @@ class ConfigError(ValueError):
 
 def load_config(path: Path, base: ServerConfig | None = None) -> ServerConfig:
     """Read a TOML file: top-level keys of `ServerConfig`, plus ``[synthetic]``, ``[http]``,
-    ``[orphan]``, ``[retention]``, ``[airc]``, ``[grpc]``, ``[http3]``, ``[jetstream]``,
+    ``[orphan]``, ``[retention]``, ``[airc]``, ``[grpc]``, ``[http3]``, ``[rsocket]``,
+    ``[jetstream]``,
     ``[eventsourcing]``,
     ``[artifacts]``, ``[gc]``, ``[admission]``, ``[tls]``, ``[jwt]``, ``[policy]``, ``[audit]``,
     ``[auth_guard]``, ``[quotas]``, ``[tickets]``, ``[streams]`` and ``[api_keys]`` tables. An
@@ -217,6 +221,7 @@ def _settings(path: Path, data: dict[str, Any], config: ServerConfig) -> ServerC
         "airc": (AircServerConfig, config.airc),
         "grpc": (GrpcServerConfig, config.grpc),
         "http3": (Http3Config, config.http3),
+        "rsocket": (RSocketServerConfig, config.rsocket),
         "jetstream": (JetStreamHubConfig, config.jetstream),
         "eventsourcing": (EventSourcingConfig, config.eventsourcing),
         "artifacts": (ArtifactsConfig, config.artifacts),

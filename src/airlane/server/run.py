@@ -48,6 +48,7 @@ from airlane.transports.grpc import GrpcServer
 from airlane.transports.http import AirlaneApp
 from airlane.transports.http.h3 import Http3Server
 from airlane.transports.http.server import HttpServer, LifespanFailed, ServerSettings
+from airlane.transports.rsocket import RSocketTcpServer
 
 __all__ = [
     "ListenerError",
@@ -56,6 +57,7 @@ __all__ = [
     "airc_port",
     "bind_socket",
     "grpc_port",
+    "rsocket_port",
     "serve",
 ]
 
@@ -131,6 +133,8 @@ class Listening:
     """The gRPC listener (``host:port``), None when off."""
     http3: str | None = None
     """The HTTP/3 listener (``udp://host:port``), None when off."""
+    rsocket: str | None = None
+    """The RSocket/TCP listener (``tcp://host:port``), None when off."""
 
 
 def grpc_port(config: ServerConfig, http_port: int) -> int:
@@ -147,6 +151,14 @@ def airc_port(config: ServerConfig, http_port: int) -> int:
     if config.airc.port is not None:
         return config.airc.port
     return http_port + 1 if config.port else 0
+
+
+def rsocket_port(config: ServerConfig, http_port: int) -> int:
+    """The RSocket/TCP port: as configured, else the HTTP port + 3 (a free one when the HTTP
+    port was 0)."""
+    if config.rsocket.port is not None:
+        return config.rsocket.port
+    return http_port + 3 if config.port else 0
 
 
 async def serve(
@@ -322,6 +334,7 @@ class _Listeners:
         self.tls = tls
         self.sockets: list[socket.socket] = []
         self.airc: AircTcpServer | None = None
+        self.rsocket: RSocketTcpServer | None = None
         self.grpc: GrpcServer | None = None
         self.udp: socket.socket | None = None
         """HTTP/3's socket, bound before the HTTP server starts (its port goes in Alt-Svc)."""
@@ -347,6 +360,10 @@ class _Listeners:
             port = grpc_port(config, http_port)
             self.grpc = await _start_grpc(app, config, port, self.tls)
             app.on_shutdown.append(self.grpc.aclose)
+        rsocket_sock = None
+        if config.rsocket.enabled:
+            port = rsocket_port(config, http_port)
+            rsocket_sock = self.bind("RSocket", config.host, port, config)
         if config.http3.enabled:
             self.udp = self._bind_http3(config, http_port)
         if airc_sock is not None:
@@ -355,6 +372,11 @@ class _Listeners:
             metrics.watch("airc", self.airc.acceptor)
             # GOAWAY to every AIRC session before the hub closes under their streams.
             app.on_shutdown.append(self.airc.aclose)
+        if rsocket_sock is not None:
+            self.rsocket = RSocketTcpServer(app.gateway, config.rsocket, tls=self.tls)
+            await self.rsocket.start(rsocket_sock)
+            metrics.watch("rsocket", self.rsocket.acceptor)
+            app.on_shutdown.append(self.rsocket.aclose)
 
     def http_settings(self, config: ServerConfig) -> ServerSettings:
         """The HTTP server's settings: ``[http]``'s, and the ``Alt-Svc`` that names HTTP/3's
@@ -403,13 +425,17 @@ class _Listeners:
         """The addresses, for ``on_ready``."""
         grpc = None if self.grpc is None else f"{_bracketed(host)}:{self.grpc.port}"
         http3 = None if self.http3 is None else f"udp://{_bracketed(host)}:{self.http3.port}"
-        return Listening(url, self.airc.url if self.airc is not None else None, grpc, http3)
+        airc = None if self.airc is None else self.airc.url
+        rsocket = None if self.rsocket is None else self.rsocket.url
+        return Listening(url, airc, grpc, http3, rsocket)
 
     async def aclose(self) -> None:
         """Stop AIRC and gRPC (idempotent: the lifespan's shutdown may have) and close every
         socket."""
         if self.airc is not None:
             await self.airc.aclose()
+        if self.rsocket is not None:
+            await self.rsocket.aclose()
         if self.grpc is not None:
             await self.grpc.aclose()
         if self.http3 is not None:

@@ -44,7 +44,7 @@ from airlane.transports.http.auth import authenticate
 from airlane.transports.http.browser import check_browser, check_json_body
 from airlane.transports.http.chat import handle_chat_completions
 from airlane.transports.http.config import HttpConfig
-from airlane.transports.http.context import AppContext, WebSocketHandler
+from airlane.transports.http.context import AppContext, WebSocketEndpoint, WebSocketHandler
 from airlane.transports.http.errors import close_code, close_reason, error_json, http_status
 from airlane.transports.http.loadtest import loadtest_spec, render_loadtest_sse
 from airlane.transports.http.logs import handle_logs
@@ -52,7 +52,7 @@ from airlane.transports.http.metrics import HttpMetrics
 from airlane.transports.http.rooms import handle_rooms, serve_room
 from airlane.transports.http.schemas import handle_schemas
 from airlane.transports.http.streams import handle_streams
-from airlane.transports.http.websocket import serve_loadtest_ws, serve_websocket
+from airlane.transports.http.websocket import accept, serve_loadtest_ws, serve_websocket
 from airlane.transports.http.yjs import YJS_PATH_PREFIX, serve_yjs
 
 __all__ = ["AirlaneApp", "create_app"]
@@ -86,6 +86,7 @@ class AirlaneApp:
         *,
         subprotocols: Mapping[str, WebSocketHandler] | None = None,
         mounts: Mapping[str, Callable[[Scope, Receive, Send], Awaitable[None]]] | None = None,
+        websockets: Mapping[str, WebSocketEndpoint] | None = None,
         forwarded: ForwardedIdentity | None = None,
     ) -> None:
         self.gateway = gateway
@@ -98,6 +99,9 @@ class AirlaneApp:
         self.mounts = dict(mounts or {})
         """HTTP paths under each prefix go to that ASGI app (gRPC-Web / Connect), after CORS;
         given by the composition root (a transport never imports another)."""
+        self.websockets = dict(websockets or {})
+        """WebSocket paths another transport serves (RSocket's), given by the composition
+        root."""
         self.on_shutdown: list[Callable[[], Awaitable[None]]] = []
         """Run on ASGI shutdown before the gateway closes (other listeners say goodbye)."""
 
@@ -173,10 +177,41 @@ class AirlaneApp:
             await serve_room(self.context, request, receive, send)
         elif request.path.startswith(YJS_PATH_PREFIX):
             await serve_yjs(self.context, request, receive, send)
+        elif (endpoint := self.websockets.get(request.path)) is not None:
+            await self._serve_endpoint(endpoint, request, receive, send)
         else:
             await refuse_websocket(
                 scope, receive, send, NotFound(f"no WebSocket endpoint {request.path[:200]}")
             )
+
+    async def _serve_endpoint(
+        self, endpoint: WebSocketEndpoint, request: Request, receive: Receive, send: Send
+    ) -> None:
+        """A WebSocket another transport serves: credentials on the handshake, if any, are
+        checked here (a refusal closes it); without them, its protocol authenticates."""
+        principal = None
+        query, config = request.query, self.config
+        if (
+            request.bearer is not None
+            or "ticket" in query
+            or (config.query_tokens and "access_token" in query)
+        ):
+            try:
+                principal = authenticate(self.gateway, config, request)
+            except AirlaneError as exc:
+                await refuse_websocket(request.scope, receive, send, exc)
+                return
+        # The path names the protocol: a subprotocol offered with it (``rsocket``) is taken.
+        offered = request.scope.get("subprotocols") or []
+        if not await accept(receive, send, offered[0] if offered else None):
+            return
+        client = request.scope.get("client")
+        origin = str(client[0]) if client else None
+        self.metrics.connections["ws"] += 1
+        try:
+            await endpoint(principal, request.peer, origin, receive, send)
+        finally:
+            self.metrics.connections["ws"] -= 1
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request.from_scope(scope)

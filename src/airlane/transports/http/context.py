@@ -5,18 +5,25 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
-from airlane.gateway import Gateway, Principal
+from airlane.gateway import Gateway, PeerIdentity, Principal
 from airlane.transports.http.asgi import Receive, Request, Send
 from airlane.transports.http.config import HttpConfig
 from airlane.transports.http.http_protocol import WRITE_BODY
 from airlane.transports.http.metrics import HttpMetrics
 from airlane.transports.http.sse_pump import SSEPump
 
-__all__ = ["AppContext", "WebSocketHandler"]
+__all__ = ["AppContext", "WebSocketEndpoint", "WebSocketHandler"]
 
 WebSocketHandler = Callable[[Principal, Receive, Send], Awaitable[None]]
 """Serves an accepted ``/v1/ws`` socket whose subprotocol another transport speaks (AIRC):
 called with the authenticated principal after the handshake, it owns the socket."""
+
+WebSocketEndpoint = Callable[
+    [Principal | None, PeerIdentity | None, str | None, Receive, Send], Awaitable[None]
+]
+"""Serves an accepted WebSocket on a path of its own whose protocol authenticates inside
+(RSocket's SETUP): called after the handshake with the principal its credentials named (None
+when it carried none), the TLS client identity and the client's address; it owns the socket."""
 
 
 @dataclass(slots=True)

@@ -217,6 +217,8 @@ class _Stream:
     credit: int = 0
     inbound_open: bool = False
     """Request-channel: the client may still send payloads."""
+    inbound_credit: int = 0
+    """Request-channel: payloads the client may still send (what `request_n` granted)."""
 
 
 @dataclass(slots=True)
@@ -403,6 +405,11 @@ class RSocketServerConnection:
         if whole is None:
             return []
         complete = whole.has(FLAG_COMPLETE)
+        if whole.has(FLAG_NEXT):
+            if stream.inbound_credit <= 0:
+                self.send_error(frame.stream_id, ErrorCode.INVALID, "a payload beyond REQUEST_N")
+                return [StreamError(frame.stream_id, ErrorCode.INVALID, "payload past credit")]
+            stream.inbound_credit -= 1
         if complete:
             stream.inbound_open = False
         return [
@@ -447,6 +454,21 @@ class RSocketServerConnection:
         return True
 
     # -- output ------------------------------------------------------------------------------
+
+    def request_n(self, stream_id: int, n: int) -> None:
+        """Let the client send ``n`` more payloads on request-channel ``stream_id`` (a
+        channel's client waits for this before its second payload; more than granted ends the
+        stream with ERROR INVALID)."""
+        stream = self._streams.get(stream_id)
+        if stream is None or not stream.inbound_open or n <= 0:
+            return
+        stream.inbound_credit = min(UNBOUNDED, stream.inbound_credit + n)
+        self._emit(Frame(FrameType.REQUEST_N, stream_id, request_n=min(n, UNBOUNDED)))
+
+    def is_open(self, stream_id: int) -> bool:
+        """True while ``stream_id`` may still be answered (not completed, cancelled or
+        ended by an ERROR either way)."""
+        return stream_id in self._streams
 
     def credit(self, stream_id: int) -> int:
         """Payloads ``stream_id`` may be sent now (0 for a stream that is over)."""

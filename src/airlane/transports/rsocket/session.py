@@ -1,0 +1,522 @@
+"""`RSocketSession`: one RSocket connection bound to the gateway, whatever carries its frames.
+
+The transport (TCP or WebSocket) feeds it bytes or frames and gives it a `Link` to write to;
+the session drives an `RSocketServerConnection` (`airlane.wire.rsocket`) and serves each
+request in a task of its own, by its route (`airlane.transports.rsocket.routes`):
+
+- **SETUP** picks the data encoding (JSON or MessagePack: `airlane.transports.rsocket.codec`)
+  and the metadata form (composite metadata, or routing metadata alone); its authentication
+  metadata, if any, is the connection's principal (a refusal is ``REJECTED_SETUP``). A
+  connection that sends no SETUP within ``setup_timeout_s`` is closed. RESUME is refused with
+  ``REJECTED_RESUME``: a client sets up again and subscribes from its last position.
+- A request's own authentication metadata, if any, stands for that request alone.
+- **Credit**: a request-stream is sent at most as many payloads as the client asked for; its
+  task takes from the stream's cursor only that many events, and waits for ``REQUEST_N``
+  otherwise, so a slow client costs the server its cursor and nothing more: the hub's log is
+  the buffer. Writes also wait while the link's buffer is full.
+- ``CANCEL`` (or an ERROR from the client) stops the request's task; its cursor is released and
+  the stream's orphan policy applies.
+- A refused request ends its stream with an ERROR (`airlane.transports.rsocket.errors`); the
+  connection stays open. A protocol violation closes it with an ERROR on stream 0.
+- **Lease**: when SETUP asks for leases, the session grants ``lease_requests`` requests for
+  ``lease_ttl_ms`` at once and renews the lease at half its lifetime.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Coroutine
+from typing import Any, Protocol
+
+from airlane.core import TERMINAL_KINDS, Event
+from airlane.core.errors import AirlaneError, BadRequest, ErrorCode
+from airlane.gateway import Gateway, PeerIdentity, Principal, RequestFacts, Subscription
+from airlane.runtime.admission import Admission
+from airlane.runtime.eager import start_eagerly
+from airlane.runtime.timers import DeadlineTimer
+from airlane.transports.rsocket.channel import AgentChannel
+from airlane.transports.rsocket.codec import JSON, DataCodec, codec_for
+from airlane.transports.rsocket.config import RSocketServerConfig
+from airlane.transports.rsocket.errors import error_message
+from airlane.transports.rsocket.routes import (
+    CHANNEL_ROUTES,
+    FIRE_AND_FORGET_ROUTES,
+    RESPONSE_ROUTES,
+    STREAM_ROUTES,
+    Handler,
+    field,
+    resume_position,
+)
+from airlane.wire.rsocket import (
+    Credentials,
+    RSocketProtocolError,
+    decode_authentication,
+    decode_composite,
+    decode_routing,
+)
+from airlane.wire.rsocket import ErrorCode as RSocketCode
+from airlane.wire.rsocket.connection import (
+    Cancelled,
+    ConnectionClosed,
+    Interaction,
+    PayloadReceived,
+    RequestN,
+    RequestReceived,
+    ResumeRequested,
+    RSocketEvent,
+    RSocketServerConnection,
+    SetupReceived,
+    StreamError,
+)
+from airlane.wire.rsocket.metadata import AUTHENTICATION, COMPOSITE, ROUTING
+
+__all__ = ["Link", "RSocketSession"]
+
+log = logging.getLogger("airlane.rsocket")
+
+_RSOCKET = RequestFacts("rsocket")
+
+
+def _rsocket_facts() -> RequestFacts:
+    """What a policy rule can match of an RSocket request: the wire."""
+    return _RSOCKET
+
+
+class Link(Protocol):
+    """Where a session's frames go: a TCP transport or a WebSocket."""
+
+    def write(self, data: bytes) -> None:
+        """Send ``data`` (bytes of the stream, or one frame; buffered, never blocks)."""
+        ...
+
+    def close(self) -> None:
+        """Close after what was written."""
+        ...
+
+
+class RSocketSession:
+    """One RSocket connection serving the gateway. See the module docstring."""
+
+    def __init__(
+        self,
+        gateway: Gateway,
+        config: RSocketServerConfig,
+        link: Link,
+        *,
+        framed: bool,
+        principal: Principal | None = None,
+        peer: PeerIdentity | None = None,
+        origin: str | None = None,
+    ) -> None:
+        self.gateway = gateway
+        self.config = config
+        self._link = link
+        self._framed = framed
+        self._principal = principal
+        self._peer = peer
+        self._origin = origin
+        self.connection = RSocketServerConnection(
+            framed=framed,
+            max_frame=config.max_frame,
+            max_message=config.max_message,
+            max_streams=config.max_streams,
+        )
+        """The protocol state machine."""
+        self.codec: DataCodec = JSON
+        """The data encoding SETUP chose."""
+        self._composite = True
+        self._work: dict[int, asyncio.Task[None]] = {}  # request tasks by stream id
+        self._wakes: dict[int, asyncio.Event] = {}  # request-streams waiting for credit
+        self._channels: dict[int, AgentChannel] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._timer = DeadlineTimer(self._on_timer)
+        loop = asyncio.get_running_loop()
+        self._setup_timer: asyncio.TimerHandle | None = loop.call_later(
+            config.setup_timeout_s, self._setup_timed_out
+        )
+        self._lease_timer: asyncio.TimerHandle | None = None
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        """True once the connection ended (the link was told to close)."""
+        return self._closed
+
+    @property
+    def requests(self) -> int:
+        """Requests being served now."""
+        return len(self._work)
+
+    # -- what the transport calls -----------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        """Bytes of a byte stream (TCP)."""
+        self._handle(self.connection.receive_data(data, time.monotonic()))
+        self.flush()
+
+    def frame_received(self, data: bytes) -> None:
+        """One whole frame (a WebSocket message)."""
+        self._handle(self.connection.receive_frame(data, time.monotonic()))
+        self.flush()
+
+    def pause_writing(self) -> None:
+        """The link's buffer is full: senders wait."""
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        """The link drained: senders go on."""
+        self._writable.set()
+
+    def close(self, code: RSocketCode = RSocketCode.CONNECTION_CLOSE, message: str = "") -> None:
+        """End the connection with an ERROR on stream 0."""
+        self.connection.close(code, message)
+        self.flush()
+
+    async def aclose(self) -> None:
+        """Stop every request (after the link is gone); their cursors are released."""
+        self._closed = True
+        self._timer.close()
+        for handle in (self._setup_timer, self._lease_timer):
+            if handle is not None:
+                handle.cancel()
+        tasks = [*self._work.values(), *self._tasks]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._work.clear()
+
+    def flush(self) -> None:
+        """Write what the connection has ready; close the link once it has ended."""
+        connection = self.connection
+        out = connection.data_to_send()
+        if out:
+            if self._framed:
+                self._link.write(b"".join(out))
+            else:
+                for frame in out:
+                    self._link.write(frame)
+        if connection.closed is not None:
+            if not self._closed:
+                self._closed = True
+                ended = connection.closed
+                if not ended.by_peer and ended.code != RSocketCode.CONNECTION_CLOSE:
+                    log.info("RSocket connection closed: %s", ended.message)
+                self._link.close()
+                self._wake_all()
+            return
+        self._timer.arm(connection.get_timer())
+
+    def _on_timer(self) -> None:
+        self._handle(self.connection.handle_timer(time.monotonic()))
+        self.flush()
+
+    def _setup_timed_out(self) -> None:
+        self._setup_timer = None
+        self.close(RSocketCode.INVALID_SETUP, "no SETUP in time")
+
+    def _wake_all(self) -> None:
+        for wake in self._wakes.values():
+            wake.set()
+        for channel in self._channels.values():
+            channel.wake()
+
+    # -- events -----------------------------------------------------------------------------
+
+    def _handle(self, events: list[RSocketEvent]) -> None:
+        for event in events:
+            if isinstance(event, RequestN):
+                self._credit_arrived(event.stream_id)
+            elif isinstance(event, RequestReceived):
+                self._request(event)
+            elif isinstance(event, PayloadReceived):
+                channel = self._channels.get(event.stream_id)
+                if channel is not None:
+                    channel.receive(event.data if event.next else None, complete=event.complete)
+            elif isinstance(event, Cancelled | StreamError):
+                self._stop(event.stream_id)
+            elif isinstance(event, SetupReceived):
+                self._setup(event)
+            elif isinstance(event, ResumeRequested):
+                self.connection.close(
+                    RSocketCode.REJECTED_RESUME,
+                    "this server does not resume sessions: set up a new connection and "
+                    "subscribe again from the last position you received",
+                )
+            elif isinstance(event, ConnectionClosed):
+                self._wake_all()
+
+    def _credit_arrived(self, stream_id: int) -> None:
+        wake = self._wakes.get(stream_id)
+        if wake is not None:
+            wake.set()
+        channel = self._channels.get(stream_id)
+        if channel is not None:
+            channel.wake()
+
+    def _stop(self, stream_id: int) -> None:
+        task = self._work.pop(stream_id, None)
+        if task is not None:
+            task.cancel()
+
+    def _setup(self, event: SetupReceived) -> None:
+        if self._setup_timer is not None:
+            self._setup_timer.cancel()
+            self._setup_timer = None
+        codec = codec_for(event.data_mime)
+        if codec is None:
+            self.connection.close(
+                RSocketCode.UNSUPPORTED_SETUP,
+                f"data MIME type {event.data_mime[:80]!r} is not supported: use "
+                "application/json or application/x-msgpack",
+            )
+            return
+        metadata_mime = event.metadata_mime.split(";", 1)[0].strip().lower()
+        if metadata_mime not in (COMPOSITE, ROUTING):
+            self.connection.close(
+                RSocketCode.UNSUPPORTED_SETUP,
+                f"metadata MIME type {event.metadata_mime[:80]!r} is not supported: use "
+                f"{COMPOSITE} (or {ROUTING})",
+            )
+            return
+        self.codec, self._composite = codec, metadata_mime == COMPOSITE
+        try:
+            credentials = self._metadata(event.metadata)[1]
+            if credentials is not None:
+                self._principal = self._authenticate(credentials)
+        except RSocketProtocolError as exc:
+            self.connection.close(RSocketCode.INVALID_SETUP, str(exc))
+            return
+        except AirlaneError as exc:
+            self.connection.close(RSocketCode.REJECTED_SETUP, error_message(exc)[1])
+            return
+        if event.lease:
+            self._grant_lease()
+
+    def _grant_lease(self) -> None:
+        if self.connection.closed is not None:
+            return
+        config = self.config
+        self.connection.grant_lease(config.lease_ttl_ms, config.lease_requests, time.monotonic())
+        self.flush()
+        self._lease_timer = asyncio.get_running_loop().call_later(
+            config.lease_ttl_ms / 2000, self._grant_lease
+        )
+
+    # -- who is asking ----------------------------------------------------------------------
+
+    def _metadata(self, metadata: bytes | None) -> tuple[str | None, Credentials | None]:
+        """The route and credentials a request's (or SETUP's) metadata carries."""
+        if not metadata:
+            return None, None
+        entries = decode_composite(metadata) if self._composite else [(ROUTING, metadata)]
+        route = credentials = None
+        for mime, value in entries:
+            if mime == ROUTING:
+                tags = decode_routing(value)
+                route = tags[0] if tags else None
+            elif mime == AUTHENTICATION:
+                credentials = decode_authentication(value)
+        return route, credentials
+
+    def _authenticate(self, credentials: Credentials) -> Principal:
+        """The principal behind bearer or simple credentials (simple: the password is the API
+        key; the username only names it for the caller)."""
+        if credentials.kind == "bearer":
+            token = credentials.token
+        elif credentials.kind == "simple":
+            token = credentials.password
+        else:
+            raise AirlaneError(
+                f"authentication type {credentials.kind[:40]!r} is not supported: use bearer "
+                "or simple",
+                code=ErrorCode.UNAUTHENTICATED,
+            )
+        return self.gateway.authenticate(
+            token or None, self._peer, origin=self._origin, request=_rsocket_facts
+        )
+
+    def _who(self, credentials: Credentials | None) -> Principal:
+        if credentials is not None:
+            return self._authenticate(credentials)
+        if self._principal is None:
+            self._principal = self.gateway.authenticate(
+                None, self._peer, origin=self._origin, request=_rsocket_facts
+            )
+        return self._principal
+
+    def _body(self, data: bytes) -> dict[str, Any]:
+        body = self.codec.decode(data)
+        if not isinstance(body, dict):
+            raise BadRequest("the request data must be an object")
+        return body
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def _request(self, event: RequestReceived) -> None:
+        stream_id, interaction = event.stream_id, event.interaction
+        forget = interaction is Interaction.FIRE_AND_FORGET
+        try:
+            route, credentials = self._metadata(event.metadata)
+        except RSocketProtocolError as exc:
+            self._refuse_or_log(stream_id, forget, RSocketCode.INVALID, str(exc))
+            return
+        if route is None:
+            self._refuse_or_log(
+                stream_id, forget, RSocketCode.INVALID,
+                f"name the route in routing metadata ({ROUTING})",
+            )  # fmt: skip
+            return
+        work: Coroutine[Any, Any, None] | None = None
+        if interaction is Interaction.RESPONSE and route in RESPONSE_ROUTES:
+            work = self._respond(stream_id, RESPONSE_ROUTES[route], credentials, event.data)
+        elif forget and route in FIRE_AND_FORGET_ROUTES:
+            if len(self._tasks) >= self.config.max_streams:
+                log.warning("RSocket fire-and-forget %s dropped: too many in progress", route)
+                return
+            work = self._forget(route, FIRE_AND_FORGET_ROUTES[route], credentials, event.data)
+        elif interaction is Interaction.STREAM and route in STREAM_ROUTES:
+            work = self._stream(stream_id, route, credentials, event.data)
+        elif interaction is Interaction.CHANNEL and route in CHANNEL_ROUTES:
+            work = self._channel(stream_id, credentials, event)
+        if work is None:
+            self._refuse_or_log(
+                stream_id, forget, RSocketCode.INVALID,
+                f"unknown_op: there is no {interaction.value} route {route[:80]!r}",
+            )  # fmt: skip
+            return
+        task = start_eagerly(self._guarded(stream_id, work), name=f"rsocket {route}")
+        if task is None:
+            return
+        if forget:
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        else:
+            self._work[stream_id] = task
+            task.add_done_callback(lambda _: self._forget_work(stream_id, task))
+
+    def _forget_work(self, stream_id: int, task: asyncio.Task[None]) -> None:
+        if self._work.get(stream_id) is task:
+            del self._work[stream_id]
+
+    async def _guarded(self, stream_id: int, work: Coroutine[Any, Any, None]) -> None:
+        """Run a request; its refusal (or a bug) ends its stream with an ERROR."""
+        try:
+            await work
+        except AirlaneError as exc:
+            code, message = error_message(exc)
+            self._refuse(stream_id, code, message)
+        except Exception:
+            log.exception("RSocket request on stream %d failed", stream_id)
+            self._refuse(stream_id, RSocketCode.APPLICATION_ERROR, "the request failed")
+        finally:
+            self._wakes.pop(stream_id, None)
+            self._channels.pop(stream_id, None)
+
+    def _refuse(self, stream_id: int, code: RSocketCode, message: str) -> None:
+        connection = self.connection
+        if connection.closed is None and connection.is_open(stream_id):
+            connection.send_error(stream_id, code, message)
+            self.flush()
+
+    def _refuse_or_log(self, stream_id: int, forget: bool, code: RSocketCode, why: str) -> None:
+        if forget:  # fire-and-forget has no stream to answer on
+            log.info("RSocket fire-and-forget refused: %s", why)
+        else:
+            self._refuse(stream_id, code, why)
+
+    async def _respond(
+        self, stream_id: int, handler: Handler, credentials: Credentials | None, data: bytes
+    ) -> None:
+        answer = await handler(self.gateway, self._who(credentials), self._body(data))
+        if self.connection.is_open(stream_id) and self.connection.closed is None:
+            self.connection.send_payload(stream_id, self.codec.encode(answer), complete=True)
+            self.flush()
+
+    async def _forget(
+        self, route: str, handler: Handler, credentials: Credentials | None, data: bytes
+    ) -> None:
+        try:
+            await handler(self.gateway, self._who(credentials), self._body(data))
+        except AirlaneError as exc:
+            log.info("RSocket fire-and-forget %s refused: %s", route, error_message(exc)[1])
+
+    async def _stream(
+        self, stream_id: int, route: str, credentials: Credentials | None, data: bytes
+    ) -> None:
+        principal, body, gateway = self._who(credentials), self._body(data), self.gateway
+        self._wakes[stream_id] = asyncio.Event()
+        first = None
+        if route == "chat.completions":
+            await Admission.for_loop().admit()  # set-up waits while paced work is due
+            info = (await gateway.start_chat(principal, body)).info
+            subscription = await gateway.subscribe(principal, info.stream_id)
+            first = self.codec.encode(
+                {"kind": "started", "seq": 0, "stream_id": info.stream_id, "epoch": info.epoch}
+            )
+        else:
+            subscription = await gateway.subscribe(
+                principal, field(body, "stream_id"), resume=resume_position(body)
+            )
+        async with subscription:
+            if first is not None:
+                if not await self._credit(stream_id):
+                    return
+                self.connection.send_payload(stream_id, first)
+            await self._pump(stream_id, subscription)
+
+    async def _credit(self, stream_id: int) -> int:
+        """Payloads ``stream_id`` may be sent now, once above 0 and the link takes writes; 0
+        when the stream or the connection is over."""
+        connection, wake = self.connection, self._wakes[stream_id]
+        while connection.closed is None and connection.is_open(stream_id):
+            credit = connection.credit(stream_id)
+            if credit and self._writable.is_set():
+                return credit
+            wake.clear()
+            if not self._writable.is_set():
+                await self._writable.wait()
+            else:
+                await wake.wait()
+        return 0
+
+    async def _pump(self, stream_id: int, subscription: Subscription) -> None:
+        """Send the cursor's events as the client's credit allows; complete at the end."""
+        connection, event_bytes = self.connection, self.codec.event
+        limit = self.config.batch_limit
+        while credit := await self._credit(stream_id):
+            batch: list[Event] = await subscription.next_batch(min(credit, limit))
+            if not batch or not connection.is_open(stream_id):
+                break
+            for event in batch:
+                connection.send_payload(
+                    stream_id, event_bytes(event), complete=event.kind in TERMINAL_KINDS
+                )
+            subscription.mark_written(batch, time.monotonic_ns())
+            self.flush()
+        if connection.closed is None and connection.is_open(stream_id):
+            connection.send_complete(stream_id)  # the stream went away without its end
+            self.flush()
+
+    async def _channel(
+        self, stream_id: int, credentials: Credentials | None, event: RequestReceived
+    ) -> None:
+        channel = AgentChannel(
+            self.gateway,
+            self._who(credentials),
+            self.connection,
+            stream_id,
+            self.codec,
+            self.config,
+            flush=self.flush,
+            writable=self._writable,
+        )
+        self._channels[stream_id] = channel
+        channel.receive(event.data or None, complete=event.complete)
+        await channel.run()
