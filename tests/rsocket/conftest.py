@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 import pytest
 from rsocket.awaitable.awaitable_rsocket import AwaitableRSocket
+from rsocket.exceptions import RSocketProtocolError
 from rsocket.extensions.helpers import authenticate_bearer, composite, route
 from rsocket.extensions.mimetypes import WellKnownMimeTypes
 from rsocket.helpers import single_transport_provider
@@ -21,7 +22,7 @@ from rsocket.transports.tcp import TransportTCP
 from tests.client.conftest import PACED_SYNTHETIC
 from tests.servers import ServerProcess, run_server
 
-__all__ = ["Open", "call", "chat", "open_client", "payload"]
+__all__ = ["API_KEY", "Open", "call", "chat", "open_client", "payload"]
 
 API_KEY = "rsocket-test-key"
 
@@ -85,10 +86,18 @@ async def open_client(
                 await handler
 
 
-async def call(client: AwaitableRSocket, route_name: str, body: Any = None) -> Any:
-    """A request-response, its answer decoded."""
-    answer = await client.request_response(payload(route_name, body))
-    return orjson.loads(answer.data)
+async def call(
+    client: AwaitableRSocket, route_name: str, body: Any = None, *, expect_error: bool = False
+) -> Any:
+    """A request-response, its answer decoded; with ``expect_error``, the ERROR's message."""
+    if not expect_error:
+        answer = await client.request_response(payload(route_name, body))
+        return orjson.loads(answer.data)
+    # The package raises RuntimeError for APPLICATION_ERROR, its own error for the rest.
+    with pytest.raises((RSocketProtocolError, RuntimeError)) as refused:
+        await client.request_response(payload(route_name, body))
+    error = refused.value
+    return error.data if isinstance(error, RSocketProtocolError) else str(error)
 
 
 @pytest.fixture(params=["tcp", "ws"])

@@ -7,12 +7,15 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import msgspec
 import orjson
+from rsocket.extensions.helpers import authenticate_simple, composite
 from rsocket.payload import Payload
 from rsocket.streams.stream_from_generator import StreamFromGenerator
 
-from tests.rsocket.conftest import call, chat, open_client, payload
-from tests.servers import ServerProcess
+from tests.client.conftest import PACED_SYNTHETIC
+from tests.rsocket.conftest import API_KEY, call, chat, open_client, payload
+from tests.servers import ServerProcess, run_server
 
 
 def decoded(payloads: list[Payload]) -> list[dict[str, Any]]:
@@ -106,3 +109,37 @@ async def test_an_agent_session_is_a_request_channel(
     events = [m["event"] for m in got if m.get("stream_id") == generated and "event" in m]
     assert events[-1]["kind"] == "done" and text_of(events)
     assert {"op": "ended", "stream_id": generated, "seq": events[-1]["seq"]} in got
+
+
+async def test_messagepack_data(gateway: ServerProcess, transport: str) -> None:
+    """SETUP's data MIME type picks the encoding of requests and answers alike."""
+    async with open_client(gateway, transport, data_encoding=b"application/x-msgpack") as client:
+        request = Payload(msgspec.msgpack.encode(chat()), payload("chat.completions").metadata)
+        events = [msgspec.msgpack.decode(p.data) for p in await client.request_stream(request)]
+        body = {"stream_id": f"packed-{transport}", "event": {"payload": {"bytes": [1, 2]}}}
+        published = await client.request_response(
+            Payload(msgspec.msgpack.encode(body), payload("streams.publish").metadata)
+        )
+        snapshot = await client.request_response(
+            Payload(
+                msgspec.msgpack.encode({"stream_id": f"packed-{transport}"}),
+                payload("streams.snapshot").metadata,
+            )
+        )
+    assert events[0]["kind"] == "started" and events[-1]["kind"] == "done"
+    assert text_of(events[1:])
+    assert msgspec.msgpack.decode(published.data)["seq"] == 1
+    assert msgspec.msgpack.decode(snapshot.data)["kind"] == "snapshot"
+
+
+async def test_simple_authentication_in_setup(transport: str) -> None:
+    """A gateway with an API key: SETUP's simple credentials (the password is the key) let
+    the connection in; a request without any is refused with REJECTED."""
+    with run_server("--api-key", API_KEY, config=PACED_SYNTHETIC) as guarded:
+        setup = Payload(metadata=composite(authenticate_simple("agent", API_KEY)))
+        async with open_client(guarded, transport, setup_payload=setup) as client:
+            info = await call(client, "streams.info", {"stream_id": "nothing"}, expect_error=True)
+        assert info.startswith("stream_not_found")
+        async with open_client(guarded, transport) as anonymous:
+            refused = await call(anonymous, "streams.info", {"stream_id": "x"}, expect_error=True)
+        assert refused.startswith("unauthenticated")

@@ -15,8 +15,11 @@ import orjson
 from airlane.core import Event, Kind
 from airlane.core.errors import BadRequest, ErrorCode
 from airlane.wire.event_json import event_to_dict, event_to_json
+from airlane.wire.limits import MAX_BODY_DEPTH, json_depth
 
 __all__ = ["JSON", "MSGPACK", "DataCodec", "codec_for"]
+
+_TOO_DEEP = f"the request nests deeper than {MAX_BODY_DEPTH} levels"
 
 
 class DataCodec:
@@ -30,7 +33,19 @@ class DataCodec:
         self._cache_key = f"rsocket.{name}"
 
     def decode(self, data: bytes) -> Any:
-        """The object a request carries; `BadRequest` if it is not in this encoding."""
+        """The object a request carries; `BadRequest` if it is not in this encoding or nests
+        deeper than `MAX_BODY_DEPTH`."""
+        if not data:
+            return {}
+        try:
+            obj = self._decode(data)
+        except RecursionError:  # MessagePack nested past the interpreter's stack
+            raise BadRequest(_TOO_DEEP, code=ErrorCode.INVALID_MESSAGE) from None
+        if json_depth(obj, MAX_BODY_DEPTH) > MAX_BODY_DEPTH:
+            raise BadRequest(_TOO_DEEP, code=ErrorCode.INVALID_MESSAGE)
+        return obj
+
+    def _decode(self, data: bytes) -> Any:
         raise NotImplementedError
 
     def encode(self, obj: Any) -> bytes:
@@ -49,9 +64,7 @@ class DataCodec:
 
 
 class _Json(DataCodec):
-    def decode(self, data: bytes) -> Any:
-        if not data:
-            return {}
+    def _decode(self, data: bytes) -> Any:
         try:
             return orjson.loads(data)
         except orjson.JSONDecodeError as exc:
@@ -71,9 +84,7 @@ _decoder = msgspec.msgpack.Decoder()
 
 
 class _MessagePack(DataCodec):
-    def decode(self, data: bytes) -> Any:
-        if not data:
-            return {}
+    def _decode(self, data: bytes) -> Any:
         try:
             return _decoder.decode(data)
         except msgspec.DecodeError as exc:
