@@ -55,7 +55,11 @@ def main() -> None:
     def ready(listening: Listening) -> None:
         airc = f", AIRC on {listening.airc}" if listening.airc else ""
         grpc = f", gRPC on {listening.grpc}" if listening.grpc else ""
-        print(f"airlane listening on {listening.http} (failing hub){airc}{grpc}", flush=True)
+        rsocket = f", RSocket on {listening.rsocket}" if listening.rsocket else ""
+        print(
+            f"airlane listening on {listening.http} (failing hub){airc}{grpc}{rsocket}",
+            flush=True,
+        )
 
     options: dict[str, Any] = {"port": 0, "log_level": "warning"}
     try:

@@ -1,7 +1,8 @@
 """One error model, one table per wire: every `ErrorCode` has a row in every transport's table,
 ``docs/errors.md`` prints the same rows, and every code, raised below the transports, reaches
 every wire as its table says (HTTP status and JSON body, WebSocket ``error`` message and close
-code, gRPC status with the ``airlane-error-code`` trailer, gRPC-Web/Connect, AIRC ``ERROR``).
+code, gRPC status with the ``airlane-error-code`` trailer, gRPC-Web/Connect, AIRC ``ERROR``,
+RSocket ``ERROR``).
 
 The walk runs against a real gateway process whose hub raises on purpose
 (`tests.transports.failing_gateway`), with the clients users use: httpx, the ``websockets``
@@ -29,8 +30,11 @@ from airlane.transports.airc.errors import AIRC_ERROR
 from airlane.transports.grpc.errors import GRPC_STATUS
 from airlane.transports.http.app import refuse_websocket
 from airlane.transports.http.errors import HTTP_STATUS, WS_CLOSE
+from airlane.transports.rsocket.errors import RSOCKET_ERROR
 from airlane.v1 import service_pb2
+from airlane.wire.rsocket import FrameType
 from tests.grpc_transport.conftest import airlane_stub
+from tests.rsocket.raw import raw_peer, setup_frame
 from tests.servers import ServerProcess, run_gateway
 from tests.transports.failing_gateway import failing_stream
 
@@ -43,7 +47,9 @@ CODES = list(ErrorCode)
 
 
 @pytest.mark.parametrize(
-    "table", [HTTP_STATUS, WS_CLOSE, GRPC_STATUS, AIRC_ERROR], ids=["http", "ws", "grpc", "airc"]
+    "table",
+    [HTTP_STATUS, WS_CLOSE, GRPC_STATUS, AIRC_ERROR, RSOCKET_ERROR],
+    ids=["http", "ws", "grpc", "airc", "rsocket"],
 )
 def test_every_code_has_a_row_in_every_table(table):
     assert set(table) == set(ErrorCode)
@@ -67,8 +73,8 @@ def doc_rows() -> dict[str, list[str]]:
     rows = {}
     for line in DOCS.read_text().splitlines():
         cells = [cell.strip().strip("`") for cell in line.strip().strip("|").split("|")]
-        if len(cells) >= 5 and cells[0] in ErrorCode._value2member_map_:
-            rows[cells[0]] = cells[1:5]
+        if len(cells) >= 6 and cells[0] in ErrorCode._value2member_map_:
+            rows[cells[0]] = cells[1:6]
     return rows
 
 
@@ -80,6 +86,7 @@ def test_the_docs_print_every_row_of_every_table():
             str(WS_CLOSE[code]),
             GRPC_STATUS[code].name,
             AIRC_ERROR[code],
+            RSOCKET_ERROR[code].name,
         ]
         for code in ErrorCode
     }
@@ -176,6 +183,23 @@ async def test_every_code_over_airc(failing: ServerProcess) -> None:
                 await client.subscribe(failing_stream(code))
             if caught.value.code != code.value:
                 wrong.append((code.value, caught.value.code))
+    assert wrong == []
+
+
+async def test_every_code_over_rsocket(failing: ServerProcess) -> None:
+    assert failing.rsocket is not None
+    wrong = []
+    async with raw_peer(*failing.rsocket, setup_frame()) as peer:
+        for n, code in enumerate(CODES):
+            request = {"stream_id": failing_stream(code)}
+            peer.request(FrameType.REQUEST_RESPONSE, 2 * n + 1, "streams.info", request)
+            frame = await peer.next()
+            assert frame is not None, "the connection closed"
+            expected = (FrameType.ERROR, RSOCKET_ERROR[code])
+            if (frame.type, frame.error_code) != expected or not frame.data.startswith(
+                f"{code.value}: ".encode()
+            ):
+                wrong.append((code.value, frame))
     assert wrong == []
 
 
