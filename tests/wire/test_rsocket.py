@@ -25,7 +25,13 @@ from airlane.wire.rsocket import (
     encode_routing,
     frame_with_length,
 )
-from airlane.wire.rsocket.frames import FLAG_COMPLETE, FLAG_LEASE, FLAG_NEXT, FLAG_RESPOND
+from airlane.wire.rsocket.frames import (
+    FLAG_COMPLETE,
+    FLAG_LEASE,
+    FLAG_NEXT,
+    FLAG_RESPOND,
+    payload_frame,
+)
 
 FRAMES = [
     Frame(FrameType.SETUP, keepalive_ms=60_000, lifetime_ms=85_714, flags=FLAG_LEASE,
@@ -145,3 +151,12 @@ def test_composite_metadata_with_routing_and_authentication() -> None:
             (decode_routing if bad[0] == 5 else decode_composite)(bad)
     with pytest.raises(RSocketProtocolError):
         decode_authentication(b"\x80\x00\x09ann")
+
+
+@pytest.mark.parametrize("framed", [True, False])
+@pytest.mark.parametrize("flags", [0x20, 0x60, 0x40])
+def test_the_payload_fast_path_makes_the_codecs_bytes(framed: bool, flags: int) -> None:
+    for data in (b"", b"x", b"{}" * 3000):
+        frame = Frame(FrameType.PAYLOAD, 7, flags, data=data)
+        expected = frame_with_length(frame) if framed else encode_frame(frame)
+        assert payload_frame(7, flags, data, framed=framed) == expected

@@ -41,11 +41,14 @@ LOOPBACK_HOSTS = {"127.0.0.1": "127.0.0.1", "::1": "::1", "localhost": "127.0.0.
 """The only hosts a benchmark may target, and the address each is dialled at."""
 
 Mode = Literal["burst", "paced"]
-Transport = Literal["sse", "ws", "airc", "airc-ws", "grpc", "grpc-web"]
+Transport = Literal["sse", "ws", "airc", "airc-ws", "grpc", "grpc-web", "rsocket"]
 """``sse`` and ``ws``: ``/v1/loadtest/sse`` and ``/v1/loadtest/ws``; ``airc``: AIRC over its
 TCP listener; ``airc-ws``: AIRC over WebSocket (``/v1/ws``, subprotocol ``airc.v1.2``); ``grpc``:
-``Generate`` on the gRPC listener; ``grpc-web``: the same as gRPC-Web on the HTTP port."""
-TRANSPORTS: tuple[Transport, ...] = ("sse", "ws", "airc", "airc-ws", "grpc", "grpc-web")
+``Generate`` on the gRPC listener; ``grpc-web``: the same as gRPC-Web on the HTTP port;
+``rsocket``: a request-stream on the RSocket/TCP listener."""
+TRANSPORTS: tuple[Transport, ...] = (
+    "sse", "ws", "airc", "airc-ws", "grpc", "grpc-web", "rsocket",
+)  # fmt: skip
 """Every transport, in the order ``--transport all`` runs them."""
 
 

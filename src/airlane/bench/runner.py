@@ -24,6 +24,7 @@ from airlane.bench.config import BenchConfig, loopback_address
 from airlane.bench.cpu import CpuSampler
 from airlane.bench.grpc_load import loadtest_generate, run_grpc_streams
 from airlane.bench.grpc_web_load import run_grpc_web_stream
+from airlane.bench.rsocket_load import loadtest_request_data, run_rsocket_stream
 from airlane.bench.speed import python_op_ns
 from airlane.bench.sse_load import run_sse_stream
 from airlane.bench.stats import TransportResult, summarize
@@ -70,16 +71,20 @@ async def run_bench(
     progress: Progress | None = None,
     airc: tuple[str, int] | None = None,
     grpc: str | None = None,
+    rsocket: tuple[str, int] | None = None,
 ) -> list[TransportResult]:
     """Run ``config`` against the gateway at ``url`` (loopback only), transport by transport;
     ``airc`` is its AIRC/TCP listener (default: the HTTP port + 1, the gateway's default),
-    ``grpc`` its gRPC listener (``host:port``; default: the HTTP port + 2)."""
+    ``grpc`` its gRPC listener (``host:port``; default: the HTTP port + 2), ``rsocket`` its
+    RSocket/TCP listener (default: the HTTP port + 3)."""
     results = []
     for index, transport in enumerate(config.transports):
         if index:
             await asyncio.sleep(SETTLE_S)
         results.append(
-            await run_transport(config, url, transport, server_pid, progress, airc=airc, grpc=grpc)
+            await run_transport(
+                config, url, transport, server_pid, progress, airc=airc, grpc=grpc, rsocket=rsocket
+            )
         )
     return results
 
@@ -93,8 +98,9 @@ async def run_transport(
     *,
     airc: tuple[str, int] | None = None,
     grpc: str | None = None,
+    rsocket: tuple[str, int] | None = None,
 ) -> TransportResult:
-    """One transport's run; ``airc`` and ``grpc`` as for `run_bench`."""
+    """One transport's run; ``airc``, ``grpc`` and ``rsocket`` as for `run_bench`."""
     host, port = loopback_address(url)
     lags: array[int] = array("q")
     stride = lag_sampling_stride(config.expected_chunks)
@@ -125,6 +131,12 @@ async def run_transport(
             target = grpc or f"{authority.rpartition(':')[0]}:{port + 2}"
             generate = loadtest_generate(config)
             runs = [run_grpc_streams(target, generate, tallies, deadline)]
+        elif transport == "rsocket":
+            rsocket_host, rsocket_port = rsocket or (host, port + 3)
+            data = loadtest_request_data(config)
+            runs = [
+                run_rsocket_stream(rsocket_host, rsocket_port, data, t, deadline) for t in tallies
+            ]
         elif transport == "grpc-web":
             generate = loadtest_generate(config)
             runs = [run_grpc_web_stream(host, port, generate, t, deadline) for t in tallies]

@@ -47,6 +47,7 @@ READY_POLL_S = 0.02
 _READY = re.compile(rb"listening on (http://\S+)")
 _AIRC_READY = re.compile(r"AIRC on (tcp://[^\s,]+)")
 _GRPC_READY = re.compile(r"gRPC on ([^\s,]+)")
+_RSOCKET_READY = re.compile(r"RSocket on tcp://\[?([^\s,\]]+)\]?:(\d+)")
 _MAX_READY_LINE = 4096
 _TAIL_BYTES = 2000
 
@@ -198,6 +199,8 @@ class LocalGateway(ServerProcess):
         """Host and port of its AIRC/TCP listener, once ready (None if it has none)."""
         self.grpc: str | None = None
         """``host:port`` of its gRPC listener, once ready (None if it has none)."""
+        self.rsocket: tuple[str, int] | None = None
+        """Host and port of its RSocket/TCP listener, once ready (None if it has none)."""
 
     def __enter__(self) -> LocalGateway:
         self.start()
@@ -219,6 +222,8 @@ class LocalGateway(ServerProcess):
                     self.airc = (parts.hostname, parts.port)
         grpc = _GRPC_READY.search(self.ready_line)
         self.grpc = grpc.group(1) if grpc is not None else None
+        rsocket = _RSOCKET_READY.search(self.ready_line)
+        self.rsocket = (rsocket[1], int(rsocket[2])) if rsocket is not None else None
         return url
 
 

@@ -7,7 +7,8 @@ the table and writes ``--json`` / ``--plot``.
 The transports: ``sse``, ``ws`` (``both``, the default), ``airc`` (AIRC/TCP, at ``--airc-url``
 or where the spawned gateway says), ``airc-ws`` (AIRC over ``/v1/ws``), ``grpc`` (``Generate`` on
 the gRPC listener: the HTTP port + 2, or where the spawned gateway says), ``grpc-web`` (the same
-over gRPC-Web on the HTTP port); ``all`` is all six.
+over gRPC-Web on the HTTP port), ``rsocket`` (a request-stream on the RSocket/TCP listener: the
+HTTP port + 3, or where the spawned gateway says); ``all`` is all seven.
 With ``--compare`` (or ``--peers``), the same workload then runs against each reference server
 of ``benchmarks/peers`` (`airlane.bench.compare`), each started fresh on the gateway's core,
 and one table shows them all side by side; with ``--runs K``, K rounds in alternating order,
@@ -56,10 +57,10 @@ def bench_command(
         DEFAULT_INTERVAL_MS
     ),
     transport: Annotated[
-        Literal["sse", "ws", "airc", "airc-ws", "grpc", "grpc-web", "both", "all"],
+        Literal["sse", "ws", "airc", "airc-ws", "grpc", "grpc-web", "rsocket", "both", "all"],
         typer.Option(
             help="Transport(s) to measure: both = sse + ws; all = sse, ws, airc (AIRC/TCP), "
-            "airc-ws (AIRC over WebSocket), grpc and grpc-web."
+            "airc-ws (AIRC over WebSocket), grpc, grpc-web and rsocket (RSocket/TCP)."
         ),
     ] = "both",
     url: Annotated[str | None, typer.Option(help="A loopback gateway to measure.")] = None,
@@ -126,10 +127,10 @@ def bench_command(
             raise ValueError("give --url or --spawn, not both")
         if compare and url is not None:
             raise ValueError("--compare starts every server itself: leave out --url")
-        if compare and any(t.startswith(("airc", "grpc")) for t in config.transports):
+        if compare and any(t.startswith(("airc", "grpc", "rsocket")) for t in config.transports):
             raise ValueError(
                 "--compare measures SSE and WebSocket only (the reference servers do not speak "
-                "AIRC or gRPC): use --transport sse, ws or both"
+                "AIRC, gRPC or RSocket): use --transport sse, ws or both"
             )
         if airc_url is not None and url is None:
             raise ValueError("--airc-url goes with --url (a spawned gateway names its own)")

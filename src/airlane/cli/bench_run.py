@@ -72,13 +72,16 @@ def run(
                 raise typer.Exit(1)
         server_pid = gateway_pid(target)
         grpc = gateway.grpc if gateway is not None else None
+        rsocket = gateway.rsocket if gateway is not None else None
         rounds: list[list[TransportResult]] = []
         for index in range(runs):
             if runs > 1:
                 console.print(f"run {index + 1} of {runs}")
             rounds.append(
                 run_on_fast_loop(
-                    _measure(console, config, target, server_pid, airc=airc, grpc=grpc)
+                    _measure(
+                        console, config, target, server_pid, airc=airc, grpc=grpc, rsocket=rsocket
+                    )
                 )
             )
     except GatewayStartError as exc:
@@ -137,6 +140,7 @@ async def _measure(
     *,
     airc: tuple[str, int] | None = None,
     grpc: str | None = None,
+    rsocket: tuple[str, int] | None = None,
 ) -> list[TransportResult]:
     """Run the workload against ``url`` with a progress bar per transport."""
     tune_gc()  # the client allocates per read; the collector's defaults cost it 5-10 %
@@ -157,7 +161,13 @@ async def _measure(
             progress.update(tasks[transport], completed=received)
 
         return await run_bench(
-            config, url, server_pid=server_pid, progress=update, airc=airc, grpc=grpc
+            config,
+            url,
+            server_pid=server_pid,
+            progress=update,
+            airc=airc,
+            grpc=grpc,
+            rsocket=rsocket,
         )
 
 

@@ -9,6 +9,8 @@ route                             model               request data -> answer
 ``chat.completions``              request-stream      an OpenAI chat request -> a ``started``
                                                       payload, then the stream's events
 ``streams.subscribe``             request-stream      ``{"stream_id", "resume"?}`` -> its events
+``loadtest.stream``               request-stream      ``{"chunks", "mode", "interval_ms"}`` -> the
+                                                      benchmark stream's chunks, raw
 ``streams.snapshot``              request-response    ``{"stream_id"}`` -> a snapshot event
 ``streams.info``                  request-response    ``{"stream_id"}`` -> the stream's status
 ``streams.cancel``                request-response    ``{"stream_id"}`` -> ``{"cancelled": bool}``
@@ -147,7 +149,7 @@ FIRE_AND_FORGET_ROUTES: dict[str, Handler] = {
 """Fire-and-forget routes (the answer is dropped; a refusal is logged, as RSocket has no
 way to report it)."""
 
-STREAM_ROUTES = ("chat.completions", "streams.subscribe")
+STREAM_ROUTES = ("chat.completions", "streams.subscribe", "loadtest.stream")
 """Request-stream routes (served by the session: they need its credit)."""
 
 CHANNEL_ROUTES = ("agent.session",)

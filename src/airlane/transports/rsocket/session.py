@@ -31,10 +31,11 @@ import time
 from collections.abc import Coroutine
 from typing import Any, Protocol
 
-from airlane.core import TERMINAL_KINDS, Event
+from airlane.core import TERMINAL_KINDS, Event, Kind
 from airlane.core.errors import AirlaneError, BadRequest, ErrorCode
 from airlane.gateway import Gateway, PeerIdentity, Principal, RequestFacts, Subscription
 from airlane.runtime.admission import Admission
+from airlane.runtime.drains import drain_queue
 from airlane.runtime.eager import start_eagerly
 from airlane.runtime.timers import DeadlineTimer
 from airlane.transports.rsocket.channel import AgentChannel
@@ -97,6 +98,21 @@ class Link(Protocol):
         ...
 
 
+class _Pump:
+    """One request-stream's cursor, drained by the session."""
+
+    __slots__ = ("done", "due", "raw", "stream_id", "subscription")
+
+    def __init__(self, stream_id: int, subscription: Subscription, raw: bool) -> None:
+        self.stream_id = stream_id
+        self.subscription = subscription
+        self.raw = raw
+        self.due = False
+        """Queued for the drain at the end of this loop turn."""
+        self.done = asyncio.Event()
+        """Set once the stream is over (the task serving it then returns)."""
+
+
 class RSocketSession:
     """One RSocket connection serving the gateway. See the module docstring."""
 
@@ -128,12 +144,15 @@ class RSocketSession:
         self.codec: DataCodec = JSON
         """The data encoding SETUP chose."""
         self._composite = True
+        loop = asyncio.get_running_loop()
         self._work: dict[int, asyncio.Task[None]] = {}  # request tasks by stream id
         self._wakes: dict[int, asyncio.Event] = {}  # request-streams waiting for credit
+        self._pumps: dict[int, _Pump] = {}  # request-streams the hub calls back for
+        self._due: list[_Pump] = []  # pumps to drain at the end of this loop turn
+        self._drains = drain_queue(loop)
         self._channels: dict[int, AgentChannel] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._timer = DeadlineTimer(self._on_timer)
-        loop = asyncio.get_running_loop()
         self._setup_timer: asyncio.TimerHandle | None = loop.call_later(
             config.setup_timeout_s, self._setup_timed_out
         )
@@ -171,6 +190,8 @@ class RSocketSession:
     def resume_writing(self) -> None:
         """The link drained: senders go on."""
         self._writable.set()
+        for pump in self._pumps.values():
+            self._ready(pump)
 
     def close(self, code: RSocketCode = RSocketCode.CONNECTION_CLOSE, message: str = "") -> None:
         """End the connection with an ERROR on stream 0."""
@@ -224,6 +245,8 @@ class RSocketSession:
     def _wake_all(self) -> None:
         for wake in self._wakes.values():
             wake.set()
+        for pump in self._pumps.values():
+            pump.done.set()
         for channel in self._channels.values():
             channel.wake()
 
@@ -253,6 +276,9 @@ class RSocketSession:
                 self._wake_all()
 
     def _credit_arrived(self, stream_id: int) -> None:
+        pump = self._pumps.get(stream_id)
+        if pump is not None:
+            self._ready(pump)
         wake = self._wakes.get(stream_id)
         if wake is not None:
             wake.set()
@@ -453,6 +479,19 @@ class RSocketSession:
         principal, body, gateway = self._who(credentials), self._body(data), self.gateway
         self._wakes[stream_id] = asyncio.Event()
         first = None
+        if route == "loadtest.stream":
+            await Admission.for_loop().admit()
+            spec = Gateway.loadtest_spec(
+                body.get("chunks", 200), body.get("mode", "burst"), body.get("interval_ms", 20.0)
+            )
+            info = await gateway.start_loadtest(principal, spec)
+            try:
+                async with await gateway.subscribe(principal, info.stream_id) as subscription:
+                    await self._pump(stream_id, subscription, raw=True)
+            finally:  # nobody else wants a benchmark stream's chunks: free them now
+                with contextlib.suppress(AirlaneError):
+                    await gateway.delete(principal, info.stream_id)
+            return
         if route == "chat.completions":
             await Admission.for_loop().admit()  # set-up waits while paced work is due
             info = (await gateway.start_chat(principal, body)).info
@@ -486,23 +525,93 @@ class RSocketSession:
                 await wake.wait()
         return 0
 
-    async def _pump(self, stream_id: int, subscription: Subscription) -> None:
-        """Send the cursor's events as the client's credit allows; complete at the end."""
-        connection, event_bytes = self.connection, self.codec.event
-        limit = self.config.batch_limit
-        while credit := await self._credit(stream_id):
-            batch: list[Event] = await subscription.next_batch(min(credit, limit))
+    async def _pump(self, stream_id: int, subscription: Subscription, *, raw: bool = False) -> None:
+        """Send the cursor's events as the client's credit allows; complete at the end.
+        ``raw``: send only message events, each its payload's bytes as they came (the
+        benchmark stream's chunks).
+
+        Where the hub can call back (`Subscription.listen`), the events go out from the
+        drain at the end of the loop turn that appended them, for every stream of the turn in
+        one write, and this task only waits for the end; otherwise it waits for each batch."""
+        pump = _Pump(stream_id, subscription, raw)
+        if subscription.listen(lambda: self._ready(pump)):
+            self._pumps[stream_id] = pump
+            try:
+                self._drain_one(pump)  # what is there already
+                self.flush()
+                await pump.done.wait()
+            finally:
+                subscription.listen(None)
+                self._pumps.pop(stream_id, None)
+            return
+        connection = self.connection
+        while not subscription.over and (credit := await self._credit(stream_id)):
+            batch: list[Event] = await subscription.next_batch(min(credit, self.config.batch_limit))
             if not batch or not connection.is_open(stream_id):
                 break
+            self._send_events(pump, batch)
+            self.flush()
+        self._complete(stream_id)
+
+    def _send_events(self, pump: _Pump, batch: list[Event]) -> None:
+        connection, stream_id = self.connection, pump.stream_id
+        if pump.raw:
+            for event in batch:
+                if event.kind is Kind.MESSAGE and event.raw is not None:
+                    connection.send_payload(stream_id, event.raw)
+        else:
+            event_bytes = self.codec.event
             for event in batch:
                 connection.send_payload(
                     stream_id, event_bytes(event), complete=event.kind in TERMINAL_KINDS
                 )
-            subscription.mark_written(batch, time.monotonic_ns())
-            self.flush()
+        pump.subscription.mark_written(batch, time.monotonic_ns())
+
+    def _complete(self, stream_id: int) -> None:
+        """The stream went away without its end (deleted, or the hub closing): complete."""
+        connection = self.connection
         if connection.closed is None and connection.is_open(stream_id):
-            connection.send_complete(stream_id)  # the stream went away without its end
+            connection.send_complete(stream_id)
             self.flush()
+
+    def _ready(self, pump: _Pump) -> None:
+        """The hub's call-back (or credit, or a drained link): drain ``pump`` at the end of
+        this loop turn, with every other stream due in it."""
+        if not pump.due:
+            pump.due = True
+            self._due.append(pump)
+            if len(self._due) == 1:
+                self._drains.add(self._drain)
+
+    def _drain(self) -> None:
+        due, self._due = self._due, []
+        try:
+            for pump in due:
+                pump.due = False
+                self._drain_one(pump)
+        except Exception:  # a call-back must not raise into the hub; end the connection
+            log.exception("RSocket pump failed")
+            self.connection.close(RSocketCode.CONNECTION_ERROR, "the gateway failed")
+        self.flush()
+
+    def _drain_one(self, pump: _Pump) -> None:
+        """Send what ``pump``'s cursor has, as far as credit and the link allow; finish it
+        once its stream is over (for this reader or on the wire)."""
+        connection, stream_id, subscription = self.connection, pump.stream_id, pump.subscription
+        limit = self.config.batch_limit
+        while self._writable.is_set():
+            if connection.closed is not None or not connection.is_open(stream_id):
+                pump.done.set()
+                return
+            if subscription.over:
+                self._complete(stream_id)
+                pump.done.set()
+                return
+            credit = connection.credit(stream_id)
+            batch = subscription.poll(min(credit, limit)) if credit else None
+            if not batch:
+                return
+            self._send_events(pump, batch)
 
     async def _channel(
         self, stream_id: int, credentials: Credentials | None, event: RequestReceived

@@ -47,6 +47,7 @@ from airlane.wire.rsocket.frames import (
     decode_frame,
     encode_frame,
     frame_with_length,
+    payload_frame,
 )
 
 __all__ = [
@@ -495,9 +496,12 @@ class RSocketServerConnection:
         if stream.interaction is Interaction.RESPONSE:
             complete = True
         flags = FLAG_NEXT | (FLAG_COMPLETE if complete else 0)
-        self._emit_fragmented(
-            Frame(FrameType.PAYLOAD, stream_id, flags, metadata=metadata, data=data)
-        )
+        if metadata is None and len(data) <= self.max_frame - 64:
+            self._out.append(payload_frame(stream_id, flags, data, framed=self.framed))
+        else:
+            self._emit_fragmented(
+                Frame(FrameType.PAYLOAD, stream_id, flags, metadata=metadata, data=data)
+            )
         if complete:
             self._end(stream_id)
 

@@ -33,6 +33,7 @@ __all__ = [
     "decode_frame",
     "encode_frame",
     "frame_with_length",
+    "payload_frame",
 ]
 
 MAX_FRAME = (1 << 24) - 1
@@ -241,6 +242,20 @@ def encode_frame(frame: Frame) -> bytes:
     else:  # EXT
         body = _U32.pack(frame.extended_type) + _metadata_and_data(frame)
     return _HEADER.pack(frame.stream_id, (int(kind) << 10) | flags) + body
+
+
+_PAYLOAD_HEADER = struct.Struct(">IIH")  # 24-bit length in the first word's low bytes
+
+
+def payload_frame(stream_id: int, flags: int, data: bytes, *, framed: bool) -> bytes:
+    """A PAYLOAD without metadata, built directly (the per-event path: no `Frame` object);
+    with ``framed``, preceded by its 24-bit length. The same bytes as `encode_frame` makes."""
+    header = (int(FrameType.PAYLOAD) << 10) | (flags & 0x3FF & ~FLAG_METADATA)
+    if framed:
+        # The length's 24 bits, then the stream id and the type+flags: one pack of 10 bytes
+        # whose first byte is dropped.
+        return _PAYLOAD_HEADER.pack(6 + len(data), stream_id, header)[1:] + data
+    return _HEADER.pack(stream_id, header) + data
 
 
 def frame_with_length(frame: Frame) -> bytes:
