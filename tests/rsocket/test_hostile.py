@@ -234,3 +234,24 @@ async def test_a_lease_is_granted_and_renewed_when_asked_for(server: ServerProce
         peer.request(FrameType.REQUEST_RESPONSE, 1, "streams.info", {"stream_id": "big"})
         answer = await peer.next()
         assert answer is not None and answer.type is FrameType.PAYLOAD
+
+
+async def test_requests_behind_a_refused_setup_are_not_served(gateway: ServerProcess) -> None:
+    """A SETUP the server refuses and a publish in the same write, to a gateway that lets
+    anyone in: the connection is refused and the publish never runs."""
+    publish = Frame(
+        FrameType.REQUEST_FNF,
+        1,
+        metadata=metadata("streams.publish"),
+        data=orjson.dumps({"stream_id": "behind-setup", "event": {"payload": {}}}),
+    )
+    async with raw_peer(*address(gateway)) as peer:
+        peer.send(setup_frame(data_mime="text/csv"), publish)
+        frame = await peer.next()
+        assert frame is not None and frame.error_code == ErrorCode.UNSUPPORTED_SETUP
+        assert await peer.next() is None
+    async with raw_peer(*address(gateway), setup_frame()) as peer:
+        peer.request(FrameType.REQUEST_RESPONSE, 1, "streams.info", {"stream_id": "behind-setup"})
+        answer = await peer.next()
+        assert answer is not None and answer.type is FrameType.ERROR
+        assert answer.data.startswith(b"stream_not_found"), answer

@@ -254,6 +254,11 @@ class RSocketSession:
 
     def _handle(self, events: list[RSocketEvent]) -> None:
         for event in events:
+            if self.connection.closed is not None:
+                # Closed by an event of this batch (a refused SETUP): what the same read
+                # carried after it is not served, whoever it would run as.
+                self._wake_all()
+                return
             if isinstance(event, RequestN):
                 self._credit_arrived(event.stream_id)
             elif isinstance(event, RequestReceived):
