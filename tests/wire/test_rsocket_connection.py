@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from airlane.wire.rsocket import ErrorCode, Frame, FrameReader, FrameType, frame_with_length
+from airlane.wire.rsocket import (
+    ErrorCode,
+    Frame,
+    FrameReader,
+    FrameType,
+    decode_frame,
+    encode_frame,
+    frame_with_length,
+)
 from airlane.wire.rsocket.connection import (
     Cancelled,
     ConnectionClosed,
@@ -15,6 +23,7 @@ from airlane.wire.rsocket.connection import (
     PayloadReceived,
     RequestN,
     RequestReceived,
+    ResumeRequested,
     RSocketServerConnection,
     SetupReceived,
     StreamError,
@@ -214,3 +223,60 @@ def test_garbage_bytes_close_without_raising() -> None:
     ws = RSocketServerConnection(framed=False)
     (closed,) = ws.receive_frame(b"\x00\x01", 0.0)
     assert isinstance(closed, ConnectionClosed)
+
+
+RESUMABLE_SETUP = Frame(FrameType.SETUP, flags=0x80, keepalive_ms=60_000, lifetime_ms=120_000,
+                        resume_token=b"token-1", metadata_mime=SETUP.metadata_mime,
+                        data_mime=SETUP.data_mime)  # fmt: skip
+
+
+def test_a_resumable_session_continues_on_a_new_connection_from_the_clients_position() -> None:
+    connection = RSocketServerConnection(framed=True)
+    connection.receive_data(wire(RESUMABLE_SETUP, Frame(FrameType.REQUEST_STREAM, 1,
+                                                        request_n=10)), 0.0)  # fmt: skip
+    assert connection.resume_token == b"token-1"
+    received = connection.received_position
+    assert received > 0  # the request counted
+    for n in range(6):
+        connection.send_payload(1, f"event {n}".encode())
+    frames = sent(connection)
+    sizes = [len(encode_frame(f)) for f in frames]
+    assert connection.sent_position == sum(sizes)
+    # The client acknowledges the first two with a KEEPALIVE, then the link drops after it
+    # got four: RESUME on a WebSocket says so.
+    connection.receive_data(wire(Frame(FrameType.KEEPALIVE, position=sum(sizes[:2]))), 1.0)
+    request = ResumeRequested(b"token-1", sum(sizes[:4]), received)
+    assert connection.resume(request, 2.0, framed=False)
+    resumed = [decode_frame(data) for data in connection.data_to_send()]
+    assert resumed[0].type is FrameType.RESUME_OK and resumed[0].position == received
+    assert [f.data for f in resumed[1:]] == [b"event 4", b"event 5"]
+    # It goes on where it was: credit and all.
+    connection.send_payload(1, b"event 6")
+    (after,) = [decode_frame(data) for data in connection.data_to_send()]
+    assert after.data == b"event 6" and connection.credit(1) == 3
+
+
+def test_a_session_resumes_only_from_a_position_it_kept() -> None:
+    connection = RSocketServerConnection(max_retained=100)
+    connection.receive_data(wire(RESUMABLE_SETUP, Frame(FrameType.REQUEST_STREAM, 1,
+                                                        request_n=50)), 0.0)  # fmt: skip
+    connection.send_payload(1, b"x" * 40)
+    first = connection.sent_position
+    connection.send_payload(1, b"y" * 40)
+    connection.data_to_send()
+    ahead = ResumeRequested(b"token-1", connection.sent_position + 1, 0)
+    gap = ResumeRequested(b"token-1", 0, connection.received_position + 1)
+    assert not connection.resume(ahead, 1.0, framed=True)
+    assert not connection.resume(gap, 1.0, framed=True)
+    assert connection.data_to_send() == []
+    connection.send_payload(1, b"z" * 40)  # past 100 bytes unacknowledged: no resuming now
+    assert connection.resume_lost
+    assert not connection.resume(ResumeRequested(b"token-1", first, 0), 1.0, framed=True)
+
+
+def test_a_session_without_a_token_keeps_nothing() -> None:
+    connection = open_connection()
+    connection.receive_data(wire(Frame(FrameType.REQUEST_STREAM, 1, request_n=5)), 0.0)
+    connection.send_payload(1, b"x")
+    assert connection.resume_token is None and connection.sent_position == 0
+    assert not connection.resume(ResumeRequested(b"", 0, 0), 1.0, framed=True)

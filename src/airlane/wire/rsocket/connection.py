@@ -22,6 +22,12 @@ What it enforces, so the layer above only serves requests:
 - **lease**: when SETUP asked for it, requests are honoured only within the lease the server
   granted (`grant_lease`); others get ERROR REJECTED.
 
+- **resumption**: after a SETUP with a resume token, the frames resumption counts (requests,
+  REQUEST_N, CANCEL, PAYLOAD, a stream's ERROR) are numbered by byte position both ways, and
+  those sent are kept, up to ``max_retained`` bytes, until a KEEPALIVE says the client has
+  them; `resume` continues the session on a new connection from the client's position
+  (RESUME_OK, then what it had not received). Past the bound the session cannot resume.
+
 Malformed input closes the connection with ERROR on stream 0 and the code it calls for; it
 never raises out of `receive_data`. A client that never sends SETUP is the transport's to time
 out (there is no clock here before the first frame).
@@ -30,6 +36,7 @@ out (there is no clock here before the first frame).
 from __future__ import annotations
 
 import enum
+from collections import deque
 from dataclasses import dataclass
 
 from airlane.wire.rsocket.frames import (
@@ -46,8 +53,9 @@ from airlane.wire.rsocket.frames import (
     RSocketProtocolError,
     decode_frame,
     encode_frame,
-    frame_with_length,
     payload_frame,
+    resumable,
+    with_length,
 )
 
 __all__ = [
@@ -107,7 +115,7 @@ class SetupReceived:
 @dataclass(frozen=True, slots=True)
 class ResumeRequested:
     """The client asks to resume a session (instead of SETUP): the layer above answers with
-    `RSocketServerConnection.resume_ok` or `RSocketServerConnection.close`."""
+    `RSocketServerConnection.resume` or `RSocketServerConnection.close`."""
 
     token: bytes
     last_received_server_position: int
@@ -242,6 +250,7 @@ class RSocketServerConnection:
         max_frame: int = MAX_FRAME,
         max_message: int = 16 << 20,
         max_streams: int = 10_000,
+        max_retained: int = 4 << 20,
     ) -> None:
         self.framed = framed
         self.max_frame = max_frame
@@ -259,6 +268,17 @@ class RSocketServerConnection:
         self._lease_left = 0
         self._lease_until = 0.0
         self.closed: ConnectionClosed | None = None
+        self.resume_token: bytes | None = None
+        """The SETUP's resume token: this session may be resumed (until `resume_lost`)."""
+        self.max_retained = max_retained
+        self.sent_position = 0
+        """Bytes of resumable frames sent (resumable sessions only)."""
+        self.received_position = 0
+        """Bytes of resumable frames received (resumable sessions only)."""
+        self.resume_lost = False
+        """More than ``max_retained`` bytes were unacknowledged at once: no resuming."""
+        self._retained: deque[tuple[int, bytes]] = deque()  # (end position, frame)
+        self._retained_bytes = 0
 
     # -- input -----------------------------------------------------------------------------
 
@@ -292,6 +312,8 @@ class RSocketServerConnection:
     def _handle(self, frame: Frame, now: float) -> list[RSocketEvent]:
         if self._lifetime_s:
             self._deadline = now + self._lifetime_s
+        if self.resume_token is not None and resumable(frame.type, frame.stream_id):
+            self.received_position += frame.size
         try:
             if self._state is _State.AWAITING_SETUP:
                 return self._setup(frame, now)
@@ -320,6 +342,7 @@ class RSocketServerConnection:
         self._lifetime_s = frame.lifetime_ms / 1000
         self._deadline = now + self._lifetime_s
         self._lease = frame.has(FLAG_LEASE)
+        self.resume_token = frame.resume_token or None
         return [
             SetupReceived(
                 frame.keepalive_ms, frame.lifetime_ms, frame.metadata_mime, frame.data_mime,
@@ -335,6 +358,7 @@ class RSocketServerConnection:
         if kind in _MODELS or (kind is FrameType.PAYLOAD and continues):
             return self._request(frame, now)
         if kind is FrameType.KEEPALIVE:
+            self._release(frame.position)
             if frame.has(FLAG_RESPOND):
                 self._emit(Frame(FrameType.KEEPALIVE, position=0, data=frame.data))
             return [KeepAliveReceived(frame.position)]
@@ -497,7 +521,10 @@ class RSocketServerConnection:
             complete = True
         flags = FLAG_NEXT | (FLAG_COMPLETE if complete else 0)
         if metadata is None and len(data) <= self.max_frame - 64:
-            self._out.append(payload_frame(stream_id, flags, data, framed=self.framed))
+            if self.resume_token is None:  # nothing to count or keep: framed in one go
+                self._out.append(payload_frame(stream_id, flags, data, framed=self.framed))
+            else:
+                self._push(payload_frame(stream_id, flags, data, framed=False), True)
         else:
             self._emit_fragmented(
                 Frame(FrameType.PAYLOAD, stream_id, flags, metadata=metadata, data=data)
@@ -516,10 +543,37 @@ class RSocketServerConnection:
         self._partials.pop(stream_id, None)
         self._emit(Frame(FrameType.ERROR, stream_id, error_code=code, data=message.encode()[:4096]))
 
-    def resume_ok(self, last_received_client_position: int) -> None:
-        """Accept a `ResumeRequested`: the connection is open again."""
-        self._state = _State.OPEN
-        self._emit(Frame(FrameType.RESUME_OK, position=last_received_client_position))
+    def resume(self, request: ResumeRequested, now: float, *, framed: bool) -> bool:
+        """Continue this session on a new connection whose first frame was ``request``
+        (``framed``: a byte stream): RESUME_OK with what was received, then every frame sent
+        after the client's position. False (nothing changes) if the session cannot: it was not
+        resumable, kept too little, or the client lacks what it would have to send again."""
+        retained = self._retained
+        oldest = retained[0][0] - len(retained[0][1]) if retained else self.sent_position
+        if (
+            self.resume_token is None
+            or self.resume_lost
+            or self._state is _State.CLOSED
+            or not oldest <= request.last_received_server_position <= self.sent_position
+            or request.first_available_client_position > self.received_position
+        ):
+            return False
+        self._release(request.last_received_server_position)
+        self.framed = framed
+        self._reader = FrameReader(self.max_frame)
+        self._partials.clear()  # a message cut by the drop comes again whole
+        self._out.clear()  # what the old connection could not take is retained, or moot
+        self._deadline = now + self._lifetime_s
+        self._emit(Frame(FrameType.RESUME_OK, position=self.received_position))
+        for _, encoded in retained:
+            self._out.append(with_length(encoded) if framed else encoded)
+        return True
+
+    def _release(self, position: int) -> None:
+        """The client has every frame up to ``position``: stop keeping them."""
+        retained = self._retained
+        while retained and retained[0][0] <= position:
+            self._retained_bytes -= len(retained.popleft()[1])
 
     def close(self, code: ErrorCode = ErrorCode.CONNECTION_CLOSE, message: str = "") -> None:
         """Close: ERROR on stream 0, then nothing more."""
@@ -535,7 +589,22 @@ class RSocketServerConnection:
         return out
 
     def _emit(self, frame: Frame) -> None:
-        self._out.append(frame_with_length(frame) if self.framed else encode_frame(frame))
+        self._push(encode_frame(frame), resumable(frame.type, frame.stream_id))
+
+    def _push(self, encoded: bytes, counts: bool) -> None:
+        """Queue one encoded frame; in a resumable session, count and keep what resumption
+        counts."""
+        self._out.append(with_length(encoded) if self.framed else encoded)
+        if counts and self.resume_token is not None:
+            self.sent_position += len(encoded)
+            if self.resume_lost:
+                return
+            self._retained.append((self.sent_position, encoded))
+            self._retained_bytes += len(encoded)
+            if self._retained_bytes > self.max_retained:  # the client is too far behind
+                self.resume_lost = True
+                self._retained.clear()
+                self._retained_bytes = 0
 
     def _emit_fragmented(self, frame: Frame) -> None:
         budget = self.max_frame - 64  # header, lengths and flags

@@ -34,6 +34,8 @@ __all__ = [
     "encode_frame",
     "frame_with_length",
     "payload_frame",
+    "resumable",
+    "with_length",
 ]
 
 MAX_FRAME = (1 << 24) - 1
@@ -150,6 +152,9 @@ class Frame:
     """RESUME: first available client position."""
     extended_type: int = 0
     """EXT."""
+    size: int = 0
+    """Decoded frames: the frame's length on the wire, without the TCP length prefix (what
+    resumption counts positions in)."""
 
     def has(self, flag: int) -> bool:
         """Whether ``flag`` is set."""
@@ -258,9 +263,23 @@ def payload_frame(stream_id: int, flags: int, data: bytes, *, framed: bool) -> b
     return _HEADER.pack(stream_id, header) + data
 
 
+_RESUMABLE = frozenset({*_REQUESTS, *_WITH_N, FrameType.REQUEST_N, FrameType.CANCEL,
+                        FrameType.PAYLOAD, FrameType.ERROR})  # fmt: skip
+
+
+def resumable(kind: FrameType, stream_id: int) -> bool:
+    """Whether a frame counts in a resumable session's positions (and is kept for
+    retransmission): requests, REQUEST_N, CANCEL, PAYLOAD and a stream's ERROR."""
+    return stream_id != 0 and kind in _RESUMABLE
+
+
 def frame_with_length(frame: Frame) -> bytes:
     """``frame`` preceded by its 24-bit length, as on TCP."""
-    encoded = encode_frame(frame)
+    return with_length(encode_frame(frame))
+
+
+def with_length(encoded: bytes) -> bytes:
+    """An encoded frame preceded by its 24-bit length, as on TCP."""
     return _u24(len(encoded)) + encoded
 
 
@@ -337,7 +356,7 @@ def decode_frame(data: bytes) -> Frame:
     if not anywhere and (kind in _ON_STREAM_ZERO) != (raw_stream == 0):
         where = "stream 0" if kind in _ON_STREAM_ZERO else "a stream other than 0"
         raise RSocketProtocolError(f"{kind.name} belongs on {where}")
-    frame = Frame(kind, raw_stream, flags)
+    frame = Frame(kind, raw_stream, flags, size=len(data))
     _read_fields(frame, _Cursor(data, _HEADER.size))
     if kind in _WITH_N and frame.request_n == 0:
         raise RSocketProtocolError(f"{kind.name} with an initial request of 0")
