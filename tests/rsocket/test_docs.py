@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 from tests.rsocket.test_js_clients import NODE_DIR, node_binary
@@ -14,10 +15,10 @@ from tests.servers import ServerProcess
 DOC = Path(__file__).resolve().parents[2] / "docs" / "rsocket.md"
 
 
-def block(language: str) -> str:
-    match = re.search(rf"^```{language}\n(.*?)^```", DOC.read_text(), re.MULTILINE | re.DOTALL)
-    assert match is not None, f"no {language} block in {DOC.name}"
-    return match.group(1)
+def block(language: str, index: int = 0) -> str:
+    found = re.findall(rf"^```{language}\n(.*?)^```", DOC.read_text(), re.MULTILINE | re.DOTALL)
+    assert len(found) > index, f"no {language} block {index} in {DOC.name}"
+    return str(found[index])
 
 
 def test_the_python_session(gateway: ServerProcess, tmp_path: Path) -> None:
@@ -50,3 +51,17 @@ def test_the_javascript_session(gateway: ServerProcess) -> None:
         script.unlink()
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip(), "the session printed no text"
+
+
+def test_the_resumable_client(gateway: ServerProcess, tmp_path: Path) -> None:
+    assert gateway.rsocket is not None
+    snippet = block("python", 1)
+    assert '"127.0.0.1", 8423' in snippet
+    body = textwrap.indent(snippet.replace("8423", str(gateway.rsocket[1])), "    ")
+    script = tmp_path / "client.py"
+    script.write_text(f"import asyncio\n\n\nasync def main():\n{body}\n\nasyncio.run(main())\n")
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip()

@@ -5,8 +5,10 @@ does not speak refused in SETUP, credentials checked in SETUP and per request.""
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import orjson
@@ -32,7 +34,10 @@ def log_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def server(log_file: Path) -> Iterator[ServerProcess]:
     """A gateway whose log is kept, with a 2 s SETUP timeout and an API key."""
-    config = "[synthetic]\nttft_ms = 1.0\nitl_ms = 0.5\n\n[rsocket]\nsetup_timeout_s = 2.0\n"
+    config = (
+        "[synthetic]\nttft_ms = 1.0\nitl_ms = 0.5\n\n"
+        "[rsocket]\nsetup_timeout_s = 2.0\nresume_keep_s = 0.5\n"
+    )
     with log_file.open("w") as log, run_server("--api-key", API_KEY, config=config,
                                                stderr=log) as running:  # fmt: skip
         yield running
@@ -255,3 +260,21 @@ async def test_requests_behind_a_refused_setup_are_not_served(gateway: ServerPro
         answer = await peer.next()
         assert answer is not None and answer.type is FrameType.ERROR
         assert answer.data.startswith(b"stream_not_found"), answer
+
+
+async def test_a_dropped_session_waits_for_its_resume_only_so_long(server: ServerProcess) -> None:
+    token = b"0123456789abcdef"
+    setup = replace(setup_frame(auth=API_KEY), resume_token=token)
+    async with raw_peer(*address(server), setup) as peer:
+        # A second SETUP may not take a token in use.
+        async with raw_peer(*address(server), setup) as thief:
+            refused = await thief.next()
+            assert refused is not None and refused.error_code == ErrorCode.REJECTED_SETUP
+        peer.request(FrameType.REQUEST_STREAM, 1, "streams.subscribe", {"stream_id": "big"},
+                     n=1)  # fmt: skip
+        assert (await peer.next()) is not None
+    await asyncio.sleep(1.5)  # past resume_keep_s: the session is closed, its cursor released
+    resume = Frame(FrameType.RESUME, resume_token=token, position=0, first_position=0)
+    async with raw_peer(*address(server), resume) as late:
+        frame = await late.next()
+        assert frame is not None and frame.error_code == ErrorCode.REJECTED_RESUME

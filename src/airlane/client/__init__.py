@@ -5,6 +5,8 @@
 - `WsClient`: many streams over one WebSocket, re-subscribed after a reconnect.
 - `AircClient`: the same streams over the AIRC binary protocol, on TCP or a WebSocket.
 - `GrpcClient`: the same streams over the native gRPC service (``airlane.v1.Airlane``).
+- `RSocketClient`: the RSocket transport's routes on one TCP connection, resumed (or
+  re-subscribed from the last event) after a drop.
 - `H3Client`: any of the HTTP API's requests over HTTP/3 (QUIC), many on one connection.
 - `WebTransportClient`: the ``/v1/ws`` multiplex over WebTransport (HTTP/3): a QUIC stream
   per subscription, datagrams with optional parity.
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
     from airlane.client.grpc import GrpcClient
     from airlane.client.h3 import H3Client, H3Response
     from airlane.client.retry import RetryPolicy
+    from airlane.client.rsocket import RSocketClient, RSocketStream
     from airlane.client.sse import AirlaneClient
     from airlane.client.subscription import WsSubscription
     from airlane.client.webtransport import WebTransportClient
@@ -55,6 +58,7 @@ _HOMES = {
     "airlane.client.grpc": ("GrpcClient",),
     "airlane.client.h3": ("H3Client", "H3Response"),
     "airlane.client.retry": ("RetryPolicy",),
+    "airlane.client.rsocket": ("RSocketClient", "RSocketStream"),
     "airlane.client.sse": ("AirlaneClient",),
     "airlane.client.subscription": ("WsSubscription",),
     "airlane.client.webtransport": ("WebTransportClient",),
@@ -74,6 +78,8 @@ __all__ = [
     "H3Client",
     "H3Response",
     "ProtocolViolation",
+    "RSocketClient",
+    "RSocketStream",
     "RequestRejected",
     "ResumeFailed",
     "RetryPolicy",

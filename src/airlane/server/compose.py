@@ -158,11 +158,15 @@ def build_app(config: ServerConfig) -> AirlaneApp:
     forwarded = None
     if config.trusted_proxies:
         forwarded = ForwardedIdentity(config.trusted_proxies, config.tls.trust_domains)
-    return AirlaneApp(
+    rsocket = RSocketWebSocketHandler(gateway, config.rsocket)
+    app = AirlaneApp(
         gateway,
         http,
         subprotocols={AIRC_SUBPROTOCOL: airc},
-        websockets={RSOCKET_WS_PATH: RSocketWebSocketHandler(gateway, config.rsocket)},
+        websockets={RSOCKET_WS_PATH: rsocket},
         mounts={GRPC_WEB_PREFIX: rpc},
         forwarded=forwarded,
     )
+    # Resumable RSocket sessions waiting for a RESUME end before the gateway does.
+    app.on_shutdown.append(rsocket.aclose)
+    return app

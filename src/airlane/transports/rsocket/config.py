@@ -31,3 +31,10 @@ class RSocketServerConfig:
     """For clients that ask for leases: how long each lease lasts (renewed at half of it)."""
     lease_requests: int = 10_000
     """For clients that ask for leases: requests each lease allows."""
+    resume_keep_s: float = 60.0
+    """How long a resumable session whose connection dropped waits for its RESUME."""
+    resume_buffer_bytes: int = 4 << 20
+    """Frames a resumable session keeps until the client acknowledges them (KEEPALIVE); past
+    it the session can no longer resume (the client falls back to subscribing again)."""
+    max_detached: int = 1000
+    """Resumable sessions kept at once, per node, waiting for their RESUME."""

@@ -7,8 +7,12 @@ request in a task of its own, by its route (`airlane.transports.rsocket.routes`)
 - **SETUP** picks the data encoding (JSON or MessagePack: `airlane.transports.rsocket.codec`)
   and the metadata form (composite metadata, or routing metadata alone); its authentication
   metadata, if any, is the connection's principal (a refusal is ``REJECTED_SETUP``). A
-  connection that sends no SETUP within ``setup_timeout_s`` is closed. RESUME is refused with
-  ``REJECTED_RESUME``: a client sets up again and subscribes from its last position.
+  connection that sends no SETUP within ``setup_timeout_s`` is closed.
+- **Resumption**: a session set up with a resume token is detached, not closed, when its
+  connection drops (`detach`, kept by `airlane.transports.rsocket.resumption`); a RESUME with
+  that token on a new connection of this node re-attaches it (`attach`): the client gets what it
+  had not received and every request goes on. A RESUME this node cannot honour is refused with
+  ``REJECTED_RESUME``: the client sets up again and subscribes from its last position.
 - A request's own authentication metadata, if any, stands for that request alone.
 - **Credit**: a request-stream is sent at most as many payloads as the client asked for; its
   task takes from the stream's cursor only that many events, and waits for ``REQUEST_N``
@@ -42,6 +46,7 @@ from airlane.transports.rsocket.channel import AgentChannel
 from airlane.transports.rsocket.codec import JSON, DataCodec, codec_for
 from airlane.transports.rsocket.config import RSocketServerConfig
 from airlane.transports.rsocket.errors import error_message
+from airlane.transports.rsocket.resumption import DetachedSessions
 from airlane.transports.rsocket.routes import (
     CHANNEL_ROUTES,
     FIRE_AND_FORGET_ROUTES,
@@ -97,6 +102,10 @@ class Link(Protocol):
         """Close after what was written."""
         ...
 
+    def adopt(self, session: RSocketSession) -> None:
+        """From now on, hand what arrives to ``session`` (a resumed one) instead."""
+        ...
+
 
 class _Pump:
     """One request-stream's cursor, drained by the session."""
@@ -126,10 +135,12 @@ class RSocketSession:
         principal: Principal | None = None,
         peer: PeerIdentity | None = None,
         origin: str | None = None,
+        detached: DetachedSessions | None = None,
     ) -> None:
         self.gateway = gateway
         self.config = config
-        self._link = link
+        self._link: Link | None = link
+        self._detached = detached
         self._framed = framed
         self._principal = principal
         self._peer = peer
@@ -139,6 +150,7 @@ class RSocketSession:
             max_frame=config.max_frame,
             max_message=config.max_message,
             max_streams=config.max_streams,
+            max_retained=config.resume_buffer_bytes,
         )
         """The protocol state machine."""
         self.codec: DataCodec = JSON
@@ -201,6 +213,9 @@ class RSocketSession:
     async def aclose(self) -> None:
         """Stop every request (after the link is gone); their cursors are released."""
         self._closed = True
+        token = self.connection.resume_token
+        if token is not None and self._detached is not None:
+            self._detached.forget(self, token)
         self._timer.close()
         for handle in (self._setup_timer, self._lease_timer):
             if handle is not None:
@@ -217,6 +232,8 @@ class RSocketSession:
         """Write what the connection has ready; close the link once it has ended."""
         connection = self.connection
         out = connection.data_to_send()
+        if self._link is None:  # detached: what resumption needs is kept by the connection
+            return
         if out:
             if self._framed:
                 self._link.write(b"".join(out))
@@ -272,13 +289,70 @@ class RSocketSession:
             elif isinstance(event, SetupReceived):
                 self._setup(event)
             elif isinstance(event, ResumeRequested):
-                self.connection.close(
-                    RSocketCode.REJECTED_RESUME,
-                    "this server does not resume sessions: set up a new connection and "
-                    "subscribe again from the last position you received",
-                )
+                self._resume(event)
+                return
             elif isinstance(event, ConnectionClosed):
                 self._wake_all()
+
+    # -- resumption -------------------------------------------------------------------------
+
+    def attached_to(self, link: Link) -> bool:
+        """Whether ``link`` carries this session (a RESUME may have moved it to another)."""
+        return self._link is link
+
+    def detach(self) -> bool:
+        """The connection dropped: keep this session for a RESUME if it is resumable (True),
+        else leave it to be closed (False). Its requests pause where they are."""
+        token, connection = self.connection.resume_token, self.connection
+        if (
+            token is None
+            or self._detached is None
+            or connection.closed is not None
+            or connection.resume_lost
+            or self._closed
+            or not self._detached.keep(self, token)
+        ):
+            return False
+        self._link = None
+        self._writable.clear()
+        self._timer.cancel()
+        return True
+
+    def attach(self, link: Link, request: ResumeRequested, *, framed: bool) -> bool:
+        """Continue on a new connection whose first frame was ``request``: False if the
+        positions do not allow it."""
+        if not self.connection.resume(request, time.monotonic(), framed=framed):
+            return False
+        old, self._link, self._framed = self._link, link, framed
+        if old is not None:  # taken over before its drop was seen: end it
+            old.close()
+        self.flush()  # RESUME_OK and what the client had not received
+        self.resume_writing()
+        for wake in self._wakes.values():
+            wake.set()
+        for channel in self._channels.values():
+            channel.wake()
+        return True
+
+    def _resume(self, request: ResumeRequested) -> None:
+        """This connection's first frame was RESUME: hand it to the session it names."""
+        if self._setup_timer is not None:
+            self._setup_timer.cancel()
+            self._setup_timer = None
+        store, link = self._detached, self._link
+        kept = None if store is None else store.take(request.token)
+        if kept is not None and store is not None and link is not None:
+            if kept.attach(link, request, framed=self._framed):
+                self._closed = True  # this session never set up: the link is the other's now
+                self._link = None
+                link.adopt(kept)
+                return
+            store.discard(kept)
+        self.connection.close(
+            RSocketCode.REJECTED_RESUME,
+            "no session to resume here (another node's, expired, or past what it kept): set "
+            "up a new connection and subscribe again from the last event you received",
+        )
 
     def _credit_arrived(self, stream_id: int) -> None:
         pump = self._pumps.get(stream_id)
@@ -317,6 +391,14 @@ class RSocketSession:
             )
             return
         self.codec, self._composite = codec, metadata_mime == COMPOSITE
+        token = event.resume_token
+        if token is not None and self._detached is not None:
+            if self._detached.holds(token):
+                self.connection.close(
+                    RSocketCode.REJECTED_SETUP, "that resume token names a session kept here"
+                )
+                return
+            self._detached.register(self, token)
         try:
             credentials = self._metadata(event.metadata)[1]
             if credentials is not None:

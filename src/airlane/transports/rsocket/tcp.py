@@ -15,6 +15,7 @@ from typing import cast
 from airlane.gateway import Gateway, ServerTls
 from airlane.runtime.acceptor import Acceptor
 from airlane.transports.rsocket.config import RSocketServerConfig
+from airlane.transports.rsocket.resumption import detached_sessions
 from airlane.transports.rsocket.session import RSocketSession
 
 __all__ = ["RSocketTcpServer"]
@@ -53,12 +54,15 @@ class _RSocketProtocol(asyncio.Protocol):
             framed=True,
             peer=peer,
             origin=address[0] if isinstance(address, tuple) else None,
+            detached=server.detached,
         )
         server.sessions.add(self._session)
 
     def data_received(self, data: bytes) -> None:
-        if self._session is not None and self._lingering is None:
-            self._session.data_received(data)
+        session = self._session
+        # After a RESUME moved the session to another connection, this one is only closing.
+        if session is not None and self._lingering is None and session.attached_to(self):
+            session.data_received(data)
 
     def eof_received(self) -> bool:
         return False  # close our side too
@@ -68,7 +72,7 @@ class _RSocketProtocol(asyncio.Protocol):
             self._lingering.cancel()
         session, self._session = self._session, None
         if session is not None:
-            self._server.release(session)
+            self._server.release(session, self)
 
     def pause_writing(self) -> None:
         if self._session is not None:
@@ -84,6 +88,13 @@ class _RSocketProtocol(asyncio.Protocol):
         """Queue ``data`` on the socket."""
         if self._transport is not None and not self._transport.is_closing():
             self._transport.write(data)
+
+    def adopt(self, session: RSocketSession) -> None:
+        """This connection resumed ``session``: hand it what arrives from now on."""
+        if self._session is not None:
+            self._server.sessions.discard(self._session)
+        self._session = session
+        self._server.sessions.add(session)
 
     def close(self) -> None:
         """Close once the written bytes are flushed: half-close at once, then drop input
@@ -114,6 +125,8 @@ class RSocketTcpServer:
         """TLS for every connection (with client certificates when it asks for them)."""
         self.sessions: set[RSocketSession] = set()
         """Open sessions."""
+        self.detached = detached_sessions(gateway, self.config)
+        """Resumable sessions whose connection dropped (shared with the WebSocket path)."""
         self._server: Acceptor | None = None
         self._closing: set[asyncio.Task[None]] = set()
 
@@ -143,9 +156,14 @@ class RSocketTcpServer:
         )
         self._server.start()
 
-    def release(self, session: RSocketSession) -> None:
-        """A connection is gone: stop its requests in a task this server owns."""
+    def release(self, session: RSocketSession, link: _RSocketProtocol) -> None:
+        """``link``'s connection is gone: keep its session for a RESUME if it is resumable,
+        else stop its requests in a task this server owns."""
+        if not session.attached_to(link):
+            return  # a RESUME on another connection took the session over
         self.sessions.discard(session)
+        if session.detach():
+            return
         task = asyncio.get_running_loop().create_task(session.aclose())
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
@@ -157,6 +175,7 @@ class RSocketTcpServer:
         for session in list(self.sessions):
             session.close(message="server shutting down")
             await session.aclose()
+        await self.detached.aclose()
         while self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)
         if self._server is not None:

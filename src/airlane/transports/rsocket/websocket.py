@@ -15,6 +15,7 @@ from typing import Any, cast
 from airlane.gateway import Gateway, PeerIdentity, Principal
 from airlane.runtime.eager import start_eagerly
 from airlane.transports.rsocket.config import RSocketServerConfig
+from airlane.transports.rsocket.resumption import detached_sessions
 from airlane.transports.rsocket.session import RSocketSession
 
 __all__ = ["RSOCKET_WS_PATH", "RSocketWebSocketHandler"]
@@ -48,6 +49,10 @@ class _WebSocketLink:
         if not self._broken and not self._closing:
             self._pending.append({"type": "websocket.send", "bytes": data})
             self._flush()
+
+    def adopt(self, session: RSocketSession) -> None:
+        """This socket resumed ``session``: hand it what arrives from now on."""
+        self.session = session
 
     def close(self, code: int = _CLOSE_NORMAL, reason: str = "") -> None:
         if not self._closing:
@@ -92,6 +97,12 @@ class RSocketWebSocketHandler:
     def __init__(self, gateway: Gateway, config: RSocketServerConfig | None = None) -> None:
         self.gateway = gateway
         self.config = config or RSocketServerConfig()
+        self.detached = detached_sessions(gateway, self.config)
+        """Resumable sessions whose connection dropped (shared with the TCP listener)."""
+
+    async def aclose(self) -> None:
+        """Close the detached sessions (at shutdown, before the gateway closes)."""
+        await self.detached.aclose()
 
     async def __call__(
         self,
@@ -105,7 +116,7 @@ class RSocketWebSocketHandler:
         link = _WebSocketLink(send)
         session = RSocketSession(
             self.gateway, self.config, link, framed=False, principal=principal, peer=peer,
-            origin=origin,
+            origin=origin, detached=self.detached,
         )  # fmt: skip
         link.session = session
         try:
@@ -114,8 +125,11 @@ class RSocketWebSocketHandler:
                 kind = message["type"]
                 if kind == "websocket.disconnect":
                     break
+                session = link.session or session  # a RESUME hands the socket to another
                 if kind != "websocket.receive" or session.closed:
                     continue
+                if not session.attached_to(link):
+                    continue  # the session resumed on another connection: this one is over
                 data = message.get("bytes")
                 if data is None:
                     link.close(_CLOSE_UNSUPPORTED_DATA, "RSocket frames travel in binary messages")
@@ -124,5 +138,7 @@ class RSocketWebSocketHandler:
                 session.frame_received(data)
         finally:
             await link.aclose()
-            await session.aclose()
+            session = link.session or session
+            if session.attached_to(link) and not session.detach():
+                await session.aclose()
             link.session = None  # the session holds the link: a cycle

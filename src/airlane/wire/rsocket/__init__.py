@@ -16,6 +16,7 @@ from airlane.wire.rsocket.frames import (
     decode_frame,
     encode_frame,
     frame_with_length,
+    with_length,
 )
 from airlane.wire.rsocket.metadata import (
     Credentials,
@@ -43,4 +44,5 @@ __all__ = [
     "encode_frame",
     "encode_routing",
     "frame_with_length",
+    "with_length",
 ]

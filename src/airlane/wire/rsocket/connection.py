@@ -360,7 +360,10 @@ class RSocketServerConnection:
         if kind is FrameType.KEEPALIVE:
             self._release(frame.position)
             if frame.has(FLAG_RESPOND):
-                self._emit(Frame(FrameType.KEEPALIVE, position=0, data=frame.data))
+                # With what this side received: a resumable client stops keeping it.
+                answer = Frame(FrameType.KEEPALIVE, position=self.received_position,
+                               data=frame.data)  # fmt: skip
+                self._emit(answer)
             return [KeepAliveReceived(frame.position)]
         if kind is FrameType.REQUEST_N:
             if stream is None or stream.interaction not in (
