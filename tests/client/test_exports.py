@@ -9,12 +9,12 @@ import airlane.bench
 import airlane.client
 
 CLIENT_MODULES = [
-    "accumulator", "airc", "chat", "errors", "events", "grpc", "retry", "sse", "subscription",
-    "ws",
+    "accumulator", "airc", "chat", "errors", "events", "grpc", "retry", "rsocket", "sse",
+    "subscription", "ws",
 ]  # fmt: skip
 BENCH_MODULES = [
-    "chunk", "config", "cpu", "plot", "report", "runner", "spawn", "sse_load", "sse_parser",
-    "stats", "tally", "ws_load",
+    "chunk", "config", "cpu", "plot", "report", "rsocket_load", "runner", "spawn", "sse_load",
+    "sse_parser", "stats", "tally", "ws_load",
 ]  # fmt: skip
 
 
@@ -32,6 +32,8 @@ def test_client_exports() -> None:
         "H3Client",
         "H3Response",
         "ProtocolViolation",
+        "RSocketClient",
+        "RSocketStream",
         "RequestRejected",
         "ResumeFailed",
         "RetryPolicy",

@@ -358,6 +358,12 @@ def decode_frame(data: bytes) -> Frame:
         raise RSocketProtocolError(f"{kind.name} belongs on {where}")
     frame = Frame(kind, raw_stream, flags, size=len(data))
     _read_fields(frame, _Cursor(data, _HEADER.size))
+    # M says whether metadata is there: on a type that carries none it means nothing, and
+    # METADATA_PUSH and LEASE read theirs as the rest of the frame.
+    if frame.metadata is None:
+        frame.flags &= ~FLAG_METADATA
+    else:
+        frame.flags |= FLAG_METADATA
     if kind in _WITH_N and frame.request_n == 0:
         raise RSocketProtocolError(f"{kind.name} with an initial request of 0")
     return frame
@@ -415,13 +421,17 @@ class FrameReader:
         connection cannot go on after it)."""
         self._buffer += data
         frames = []
-        while len(self._buffer) >= 3:
-            size = int.from_bytes(self._buffer[:3], "big")
-            if size > self.max_frame:
-                raise RSocketProtocolError(f"a frame of {size} bytes is over {self.max_frame}")
-            if len(self._buffer) < 3 + size:
-                break
-            raw = bytes(self._buffer[3 : 3 + size])
-            del self._buffer[: 3 + size]
-            frames.append(decode_frame(raw))
+        try:
+            while len(self._buffer) >= 3:
+                size = int.from_bytes(self._buffer[:3], "big")
+                if size > self.max_frame:
+                    raise RSocketProtocolError(f"a frame of {size} bytes is over {self.max_frame}")
+                if len(self._buffer) < 3 + size:
+                    break
+                raw = bytes(self._buffer[3 : 3 + size])
+                del self._buffer[: 3 + size]
+                frames.append(decode_frame(raw))
+        except RSocketProtocolError:
+            self._buffer.clear()  # nothing after a bad frame can be read: hold none of it
+            raise
         return frames
