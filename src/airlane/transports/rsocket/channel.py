@@ -6,7 +6,8 @@ The client's payloads are commands, each one object (in the connection's data en
 - ``{"op": "subscribe", "stream_id": S, "resume": "epoch:seq"?}`` follows a stream;
 - ``{"op": "unsubscribe", "stream_id": S}`` stops following it;
 - ``{"op": "publish", "stream_id": S, "event": {...}}`` appends an event;
-- ``{"op": "generate", "request": {chat request}}`` starts a generation and follows it.
+- ``{"op": "generate", "request": {chat request}}`` starts a generation and follows it;
+- ``{"op": "cancel", "stream_id": S}`` stops a generation (``{"op": "cancelled", ...}``).
 
 The server's payloads are the followed streams' events, ``{"stream_id": S, "event": {...}}``,
 and answers: ``{"op": "subscribed", "stream_id", "epoch", "from_seq"}``, ``{"op": "started",
@@ -33,7 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from airlane.core import TERMINAL_KINDS, Position
-from airlane.core.errors import AirlaneError, BadRequest, ErrorCode
+from airlane.core.errors import AirlaneError, ErrorCode
 from airlane.gateway import Gateway, Principal, Subscription
 from airlane.runtime.admission import Admission
 from airlane.transports.rsocket.codec import DataCodec
@@ -178,7 +179,7 @@ class AgentChannel:
         while len(self._out) >= self._config.batch_limit:
             self._out_room.clear()
             await self._out_room.wait()
-        self._out.append(self._codec.encode(obj) if raw is None else raw)
+        self._out.append(self._codec.reply(obj) if raw is None else raw)
         self._out_ready.set()
 
     def _fail(self, exc: AirlaneError) -> None:
@@ -209,9 +210,7 @@ class AgentChannel:
         """Run one command; its answer, or the error that refused it."""
         ident = None
         try:
-            body = self._codec.decode(data)
-            if not isinstance(body, dict):
-                raise BadRequest("a command must be an object with an 'op'")
+            body = self._codec.command(data)
             ident = body.get("id")
             answer = await self._command(body)
         except AirlaneError as exc:
@@ -240,9 +239,14 @@ class AgentChannel:
             answer = {"op": "published", "stream_id": stream, "seq": event.seq}
         elif op == "generate":
             answer = await self._generate(body.get("request"))
+        elif op == "cancel":
+            stream = field(body, "stream_id")
+            cancelled = await self.gateway.cancel(self.principal, stream)
+            answer = {"op": "cancelled", "stream_id": stream, "cancelled": cancelled}
         else:
             raise AirlaneError(
-                f"unknown op {str(op)[:40]!r}: use subscribe, unsubscribe, publish or generate",
+                f"unknown op {str(op)[:40]!r}: use subscribe, unsubscribe, publish, generate or "
+                "cancel",
                 code=ErrorCode.UNKNOWN_OP,
                 param="op",
             )
@@ -283,13 +287,13 @@ class AgentChannel:
 
     async def _feed(self, stream: str, follower: _Follower) -> None:
         """Put ``stream``'s events in the queue as it has room; say when it is over."""
-        subscription, event_bytes = follower.subscription, self._codec.event
-        prefix = self._codec.encode({"stream_id": stream})  # spliced: each event encoded once
+        subscription, envelope = follower.subscription, self._codec.envelope
+        epoch = subscription.position.epoch
         limit = self._config.batch_limit
         try:
             while batch := await subscription.next_batch(limit):
                 for event in batch:
-                    await self._put(raw=self._envelope(prefix, event_bytes(event)))
+                    await self._put(raw=envelope(stream, epoch, event))
                     if event.kind in TERMINAL_KINDS:
                         break
         finally:
@@ -297,13 +301,6 @@ class AgentChannel:
                 del self._followers[stream]
                 await subscription.aclose()
         await self._put({"op": "ended", "stream_id": stream, "seq": subscription.position.seq})
-
-    def _envelope(self, prefix: bytes, event: bytes) -> bytes:
-        """``{"stream_id": S, "event": <event>}`` from the encoded ``{"stream_id": S}``."""
-        if self._codec.name == "json":
-            return prefix[:-1] + b',"event":' + event + b"}"
-        # MessagePack: a fixmap of one entry (0x81) becomes one of two (0x82).
-        return b"\x82" + prefix[1:] + self._codec.encode("event") + event
 
     async def _drain_followers(self) -> None:
         while self._followers:

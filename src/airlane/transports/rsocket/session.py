@@ -36,7 +36,7 @@ from collections.abc import Coroutine
 from typing import Any, Protocol
 
 from airlane.core import TERMINAL_KINDS, Event, Kind
-from airlane.core.errors import AirlaneError, BadRequest, ErrorCode
+from airlane.core.errors import AirlaneError, ErrorCode
 from airlane.gateway import Gateway, PeerIdentity, Principal, RequestFacts, Subscription
 from airlane.runtime.admission import Admission
 from airlane.runtime.drains import drain_queue
@@ -464,12 +464,6 @@ class RSocketSession:
             )
         return self._principal
 
-    def _body(self, data: bytes) -> dict[str, Any]:
-        body = self.codec.decode(data)
-        if not isinstance(body, dict):
-            raise BadRequest("the request data must be an object")
-        return body
-
     # -- requests ---------------------------------------------------------------------------
 
     def _request(self, event: RequestReceived) -> None:
@@ -488,7 +482,8 @@ class RSocketSession:
             return
         work: Coroutine[Any, Any, None] | None = None
         if interaction is Interaction.RESPONSE and route in RESPONSE_ROUTES:
-            work = self._respond(stream_id, RESPONSE_ROUTES[route], credentials, event.data)
+            handler = RESPONSE_ROUTES[route]
+            work = self._respond(stream_id, route, handler, credentials, event.data)
         elif forget and route in FIRE_AND_FORGET_ROUTES:
             if len(self._tasks) >= self.config.max_streams:
                 log.warning("RSocket fire-and-forget %s dropped: too many in progress", route)
@@ -545,25 +540,33 @@ class RSocketSession:
             self._refuse(stream_id, code, why)
 
     async def _respond(
-        self, stream_id: int, handler: Handler, credentials: Credentials | None, data: bytes
+        self,
+        stream_id: int,
+        route: str,
+        handler: Handler,
+        credentials: Credentials | None,
+        data: bytes,
     ) -> None:
-        answer = await handler(self.gateway, self._who(credentials), self._body(data))
+        body = self.codec.request(route, data)
+        answer = await handler(self.gateway, self._who(credentials), body)
         if self.connection.is_open(stream_id) and self.connection.closed is None:
-            self.connection.send_payload(stream_id, self.codec.encode(answer), complete=True)
+            payload = self.codec.answer(route, answer)
+            self.connection.send_payload(stream_id, payload, complete=True)
             self.flush()
 
     async def _forget(
         self, route: str, handler: Handler, credentials: Credentials | None, data: bytes
     ) -> None:
         try:
-            await handler(self.gateway, self._who(credentials), self._body(data))
+            await handler(self.gateway, self._who(credentials), self.codec.request(route, data))
         except AirlaneError as exc:
             log.info("RSocket fire-and-forget %s refused: %s", route, error_message(exc)[1])
 
     async def _stream(
         self, stream_id: int, route: str, credentials: Credentials | None, data: bytes
     ) -> None:
-        principal, body, gateway = self._who(credentials), self._body(data), self.gateway
+        principal, gateway = self._who(credentials), self.gateway
+        body = self.codec.request(route, data)
         self._wakes[stream_id] = asyncio.Event()
         first = None
         if route == "loadtest.stream":
@@ -583,9 +586,7 @@ class RSocketSession:
             await Admission.for_loop().admit()  # set-up waits while paced work is due
             info = (await gateway.start_chat(principal, body)).info
             subscription = await gateway.subscribe(principal, info.stream_id)
-            first = self.codec.encode(
-                {"kind": "started", "seq": 0, "stream_id": info.stream_id, "epoch": info.epoch}
-            )
+            first = self.codec.started(info.stream_id, info.epoch)
         else:
             subscription = await gateway.subscribe(
                 principal, field(body, "stream_id"), resume=resume_position(body)
