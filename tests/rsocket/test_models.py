@@ -143,3 +143,38 @@ async def test_simple_authentication_in_setup(transport: str) -> None:
         async with open_client(guarded, transport) as anonymous:
             refused = await call(anonymous, "streams.info", {"stream_id": "x"}, expect_error=True)
         assert refused.startswith("unauthenticated")
+
+
+async def test_the_packages_client_taking_two_at_a_time(
+    gateway: ServerProcess, transport: str
+) -> None:
+    """The package's collector asks for two payloads at a time: the stream still arrives whole
+    (the server waits for each REQUEST_N)."""
+    async with open_client(gateway, transport) as client:
+        events = decoded(
+            await client.request_stream(
+                payload("chat.completions", chat(max_tokens=60)), limit_rate=2
+            )
+        )
+    assert events[0]["kind"] == "started" and events[-1]["kind"] == "done"
+    assert text_of(events[1:])
+
+
+async def test_large_payloads_go_both_ways_in_fragments(transport: str) -> None:
+    """A gateway with 4 KiB frames: a 100 KB event is published in the client's 1 KiB
+    fragments (joined by the server) and read back in the server's fragments (joined by the
+    client)."""
+    config = PACED_SYNTHETIC + "\n[rsocket]\nmax_frame = 4096\n"
+    stream_id = f"big-{transport}"
+    blob = "x" * 100_000
+    with run_server(config=config) as small_frames:
+        async with open_client(small_frames, transport, fragment_size_bytes=1024) as client:
+            big = {"stream_id": stream_id, "event": {"payload": {"blob": blob}}}
+            assert (await call(client, "streams.publish", big))["seq"] == 1
+            end = {"stream_id": stream_id, "event": {"kind": "done", "finish_reason": "stop"}}
+            await call(client, "streams.publish", end)  # ends the stream: the read completes
+            events = decoded(
+                await client.request_stream(payload("streams.subscribe", {"stream_id": stream_id}))
+            )
+    assert [e["kind"] for e in events] == ["message", "done"]
+    assert events[0]["payload"] == {"blob": blob}
