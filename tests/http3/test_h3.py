@@ -27,7 +27,7 @@ import pytest
 
 from airlane.artifacts.chunker import ChunkParams
 from airlane.artifacts.packer import pack
-from airlane.client import ConnectFailed, StreamNotFound
+from airlane.client import ConnectFailed, ConnectionLost, StreamNotFound
 from airlane.client.h3 import H3Client
 from airlane.security.certs import issue_certificate, make_ca
 from tests.artifacts.support import checkpoint
@@ -340,3 +340,23 @@ async def test_a_reloaded_certificate_is_served_to_new_connections(tmp_path: Pat
                 assert (await new.request("GET", "/healthz")).status == 200
             # The connection open before the renewal goes on with its certificate.
             assert (await old.request("GET", "/healthz")).status == 200
+
+
+async def test_a_reader_that_falls_too_far_behind_has_its_response_stopped(
+    server: ServerProcess,
+) -> None:
+    """QUIC lets the gateway send as fast as data arrives; a response nobody reads past
+    ``max_buffered_bytes`` is stopped with a clear error, and the connection goes on."""
+    assert server.h3 is not None
+    client = await H3Client.connect(*server.h3, verify=False, max_buffered_bytes=64 * 1024)
+    async with client:
+        response = await client.request("GET", "/v1/loadtest/sse?chunks=2000&mode=burst")
+        assert response.status == 200
+        for _ in range(200):  # ~2.4 MB comes, unread, until the bound stops it (bounded wait)
+            if response.buffered > 64 * 1024:
+                break
+            await asyncio.sleep(0.05)
+        with pytest.raises(ConnectionLost, match="fell more than 65536 bytes behind"):
+            await response.read()
+        health = await client.request("GET", "/healthz")
+        assert health.status == 200 and json.loads(await health.read())["status"] == "ok"

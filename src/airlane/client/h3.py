@@ -62,6 +62,10 @@ MOVE_PROBE_S = 10.0
 """How long after `H3Client.rebind` the client makes sure the gateway follows it."""
 PROBE_GAP_S = 0.25
 """Silence, while a response is awaited, after which a moved client sends a PING."""
+MAX_BUFFERED_BYTES = 64 << 20
+"""Body bytes a response may hold unread. QUIC lets the gateway send as fast as data arrives
+(aioquic widens the stream's window as it receives, not as the reader reads), so a reader that
+falls this far behind has its response stopped instead of the client's memory growing."""
 
 
 class H3Response:
@@ -74,6 +78,8 @@ class H3Response:
         """Field names lower-case, in the order received (``:status`` left out)."""
         self._body: asyncio.Queue[bytes | BaseException] = asyncio.Queue()
         self._over = False
+        self.buffered = 0
+        """Body bytes received and not read yet."""
 
     def header(self, name: str) -> str | None:
         """The first value of field ``name`` (lower-case), or None."""
@@ -88,6 +94,7 @@ class H3Response:
                 raise item
             if item is _END:
                 return
+            self.buffered -= len(item)
             yield item
 
     @property
@@ -110,6 +117,7 @@ class H3Response:
             if item is _END:
                 self._over = True
                 break
+            self.buffered -= len(item)
             pieces.append(item)
             if self._body.empty():
                 break
@@ -148,6 +156,7 @@ class _Protocol(QuicConnectionProtocol):
         self.received_at = self._loop.time()
         self._probing: asyncio.TimerHandle | None = None
         self._probe_until = 0.0
+        self.max_buffered = MAX_BUFFERED_BYTES
 
     def datagram_received(self, data: bytes | str, addr: Any) -> None:
         # One send per loop turn, not per datagram: under uvloop a turn delivers every datagram
@@ -221,10 +230,26 @@ class _Protocol(QuicConnectionProtocol):
                 if h3_event.stream_ended:
                     self._ended(stream)
             elif isinstance(h3_event, DataReceived) and stream.response is not None:
+                response = stream.response
                 if h3_event.data:
-                    stream.response._body.put_nowait(h3_event.data)
+                    response.buffered += len(h3_event.data)
+                    if response.buffered > self.max_buffered:
+                        self._overflow(stream, response)
+                        continue
+                    response._body.put_nowait(h3_event.data)
                 if h3_event.stream_ended:
                     self._ended(stream)
+
+    def _overflow(self, stream: _Stream, response: H3Response) -> None:
+        """The reader fell `max_buffered` bytes behind: stop the response (STOP_SENDING)."""
+        self.streams.pop(stream.stream_id, None)
+        self._quic.stop_stream(stream.stream_id, H3_REQUEST_CANCELLED)
+        response._body.put_nowait(
+            ConnectionLost(
+                f"the response was stopped: its reader fell more than {self.max_buffered} "
+                "bytes behind (H3Client.connect's max_buffered_bytes)"
+            )
+        )
 
     def _ended(self, stream: _Stream) -> None:
         assert stream.response is not None
@@ -308,12 +333,14 @@ class H3Client:
         congestion_control: str = ALGORITHM,
         max_datagram_size: int = 1200,
         session_ticket: SessionTicket | None = None,
+        max_buffered_bytes: int = MAX_BUFFERED_BYTES,
     ) -> H3Client:
         """Connect to ``host``:``port`` (UDP); `ConnectFailed` if no handshake completes in
         ``timeout_s``. ``congestion_control`` is the controller of what this client sends
         (``airlane-bbr``, or aioquic's ``reno``/``cubic``). With ``session_ticket`` (an earlier
         connection's `session_ticket`) it returns at once: the first safe requests travel as
-        0-RTT data with the handshake."""
+        0-RTT data with the handshake. A response whose reader falls ``max_buffered_bytes``
+        behind is stopped (`ConnectionLost` when read)."""
         configuration = QuicConfiguration(
             is_client=True,
             alpn_protocols=list(H3_ALPN),
@@ -343,6 +370,7 @@ class H3Client:
         except (OSError, TimeoutError, ConnectionError) as exc:
             raise ConnectFailed(f"no HTTP/3 connection to {host}:{port}: {exc}") from exc
         assert isinstance(protocol, _Protocol)
+        protocol.max_buffered = max_buffered_bytes
         protocol.read_in_batches()
         if early:
             protocol.transmit()  # the ClientHello; requests follow it as 0-RTT data
