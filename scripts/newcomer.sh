@@ -159,11 +159,12 @@ skip './scripts/test.sh' 'it is the command that runs this walk (tests/cli/test_
 
 # -- README: quick start against a started gateway ---------------------------------------------
 
-read -r port airc_port grpc_port upstream_port artifacts_port <<<"$(free_ports 5)"
+read -r port airc_port grpc_port upstream_port artifacts_port rsocket_port <<<"$(free_ports 6)"
 url="http://127.0.0.1:$port"
 
 example 'airlane serve'
-serve gateway.log "$url" airlane serve --port "$port" --airc-port "$airc_port" --grpc-port "$grpc_port"
+serve gateway.log "$url" airlane serve --port "$port" --airc-port "$airc_port" --grpc-port "$grpc_port" \
+  --rsocket-port "$rsocket_port"
 
 example "curl -N http://127.0.0.1:8420/v1/chat/completions -H 'content-type: application/json' -d '{\"model\": \"any\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"stream\": true}'"
 run curl -sS -N --max-time 30 "$url/v1/chat/completions" -H 'content-type: application/json' \
@@ -187,7 +188,7 @@ run .venv/bin/python -c "${sdk_snippet//127.0.0.1:8420/127.0.0.1:$port}"
 example 'airlane serve --upstream http://127.0.0.1:8000/v1 --api-key alice=sk-local-123'
 upstream_url="http://127.0.0.1:$upstream_port"
 # Its upstream is the first gateway (OpenAI-compatible, like the vLLM the README has in mind).
-serve upstream.log "$upstream_url" airlane serve --port "$upstream_port" --airc-port -1 \
+serve upstream.log "$upstream_url" airlane serve --port "$upstream_port" --airc-port -1 --rsocket-port -1 \
   --grpc-port -1 --upstream "$url/v1" --api-key alice=sk-local-123
 run airlane stream --url "$upstream_url" --api-key sk-local-123 --prompt "hello"
 refused "stream failed" airlane stream --url "$upstream_url" --prompt "hello"
@@ -272,6 +273,10 @@ example 'airlane stream --transport wt --prompt "Hello"'
 run airlane stream --transport wt --url "$url" --prompt "Hello"
 expect "last id"
 
+example 'airlane stream --transport rsocket --prompt "Hello"'
+run airlane stream --transport rsocket --url "tcp://127.0.0.1:$rsocket_port" --prompt "Hello"
+expect "last id"
+
 # -- docs/eventlog.md -------------------------------------------------------------------------
 
 example 'airlane logs create rewards --max-events 1000000'
@@ -345,7 +350,7 @@ read -r keys_port tls_port tls_airc tls_grpc mesh_port <<<"$(free_ports 5)"
 
 example 'airlane serve --api-key alice=sk-alice-1 --api-key bob=sk-bob-2 --api-key ann@alice=sk-ann-3'
 keys_url="http://127.0.0.1:$keys_port"
-serve keys.log "$keys_url" airlane serve --port "$keys_port" --airc-port -1 --grpc-port -1 \
+serve keys.log "$keys_url" airlane serve --port "$keys_port" --airc-port -1 --rsocket-port -1 --grpc-port -1 \
   --api-key alice=sk-alice-1 --api-key bob=sk-bob-2 --api-key ann@alice=sk-ann-3
 run curl -sSf --max-time 10 "$keys_url/v1/streams/alice/private/events" \
   -H 'authorization: Bearer sk-alice-1' -H 'content-type: application/json' \
@@ -366,7 +371,7 @@ run airlane certs issue spiffe://example.org/ai-trainer --ca certs --out certs
 example 'airlane serve --tls-cert certs/gateway.pem --tls-key certs/gateway.key --tls-client-ca certs/ca.pem --trust-domain example.org'
 tls_url="https://localhost:$tls_port"
 client_cert=(--cacert certs/ca.pem --cert certs/ai-trainer.pem --key certs/ai-trainer.key)
-setsid airlane serve --port "$tls_port" --airc-port "$tls_airc" --grpc-port "$tls_grpc" \
+setsid airlane serve --port "$tls_port" --airc-port "$tls_airc" --grpc-port "$tls_grpc" --rsocket-port -1 \
   --tls-cert certs/gateway.pem --tls-key certs/gateway.key --tls-client-ca certs/ca.pem \
   --trust-domain example.org >"$work/logs/tls.log" 2>&1 </dev/null &
 server_groups+=("$!")
@@ -384,7 +389,7 @@ skip 'airlane serve --jwks https://login.example.org/.well-known/jwks.json --jwt
 
 example 'airlane serve --api-key alice=sk-local-123 --trusted-proxy 10.0.0.0/8 --trust-domain example.org'
 mesh_url="http://127.0.0.1:$mesh_port"
-serve mesh.log "$mesh_url" airlane serve --port "$mesh_port" --airc-port -1 --grpc-port -1 \
+serve mesh.log "$mesh_url" airlane serve --port "$mesh_port" --airc-port -1 --rsocket-port -1 --grpc-port -1 \
   --api-key alice=sk-local-123 --trusted-proxy 10.0.0.0/8 --trust-domain example.org
 # From 127.0.0.1, not a trusted proxy: the forwarded identity counts for nothing.
 run curl -sS --max-time 10 "$mesh_url/v1/streams/x" \
@@ -394,7 +399,7 @@ expect "unauthenticated"
 example 'airlane serve --api-key alice=sk-local-123 --audit-log audit.log'
 read -r audit_port <<<"$(free_ports 1)"
 audit_url="http://127.0.0.1:$audit_port"
-serve audited.log "$audit_url" airlane serve --port "$audit_port" --airc-port -1 --grpc-port -1 \
+serve audited.log "$audit_url" airlane serve --port "$audit_port" --airc-port -1 --rsocket-port -1 --grpc-port -1 \
   --api-key alice=sk-local-123 --audit-log audit.log
 run curl -sS --max-time 10 "$audit_url/v1/streams/x" -H 'authorization: Bearer not-the-key'
 expect "unauthenticated"
@@ -405,7 +410,7 @@ example 'airlane serve --api-key writer=sk-w-1 --api-key reader=sk-r-2 --policy 
 doc_block docs/security.md 'name = "the writer key does the rest"' >policy.toml
 read -r policy_port <<<"$(free_ports 1)"
 policy_url="http://127.0.0.1:$policy_port"
-serve policy.log "$policy_url" airlane serve --port "$policy_port" --airc-port -1 --grpc-port -1 \
+serve policy.log "$policy_url" airlane serve --port "$policy_port" --airc-port -1 --rsocket-port -1 --grpc-port -1 \
   --api-key writer=sk-w-1 --api-key reader=sk-r-2 --policy policy.toml
 run curl -sSf --max-time 10 "$policy_url/v1/streams/notes/events" \
   -H 'authorization: Bearer sk-w-1' -H 'content-type: application/json' \

@@ -52,7 +52,7 @@ def _free(port: int) -> bool:
 
 
 @contextlib.contextmanager
-def held_port(free_below: int = 2) -> Iterator[int]:
+def held_port(free_below: int = 3) -> Iterator[int]:
     """A port this test listens on, whose ``free_below`` ports below it are free (so that
     ``--port held - k`` binds its first listeners and fails at the held one)."""
     for _ in range(50):
@@ -76,18 +76,20 @@ def held_port(free_below: int = 2) -> Iterator[int]:
         (0, "HTTP", "--port"),
         (1, "AIRC", "--airc-port, or turn it off with --airc-port -1"),
         (2, "gRPC", "--grpc-port, or turn it off with --grpc-port -1"),
+        (3, "RSocket", "--rsocket-port, or turn it off with --rsocket-port -1"),
     ],
-    ids=["http", "airc", "grpc"],
+    ids=["http", "airc", "grpc", "rsocket"],
 )
 def test_each_listener_taken_in_turn(below: int, listener: str, flag: str) -> None:
-    """``--port P`` binds P, P+1 (AIRC) and P+2 (gRPC): whichever is taken is named."""
+    """``--port P`` binds P, P+1 (AIRC), P+2 (gRPC) and P+3 (RSocket): whichever is taken is
+    named."""
     with held_port() as port:
         line = one_line(serve("--port", str(port - below)))
     assert f"the {listener} listener cannot bind 127.0.0.1:{port}: address already in use" in line
     assert flag in line
 
 
-@pytest.mark.parametrize("flag", ["--airc-port", "--grpc-port"])
+@pytest.mark.parametrize("flag", ["--airc-port", "--grpc-port", "--rsocket-port"])
 def test_a_taken_port_given_by_its_flag(flag: str) -> None:
     with held_port(0) as port:
         line = one_line(serve("--port", "0", flag, str(port)))

@@ -24,7 +24,7 @@ def reference(url: str, max_tokens: int) -> str:
     return str(response.json()["choices"][0]["message"]["content"])
 
 
-TRANSPORTS = ["sse", "ws", "airc", "airc-ws", "grpc"]
+TRANSPORTS = ["sse", "ws", "airc", "airc-ws", "grpc", "rsocket"]
 
 
 def url_for(server: ServerProcess, transport: str) -> str:
@@ -35,6 +35,9 @@ def url_for(server: ServerProcess, transport: str) -> str:
     if transport == "grpc":
         assert server.grpc is not None
         return server.grpc
+    if transport == "rsocket":
+        assert server.rsocket is not None
+        return "tcp://{}:{}".format(*server.rsocket)
     return server.url
 
 

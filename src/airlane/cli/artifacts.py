@@ -468,6 +468,7 @@ def serve_command(
         settings,
         airc=replace(settings.airc, enabled=False),
         grpc=replace(settings.grpc, enabled=False),
+        rsocket=replace(settings.rsocket, enabled=False),
     )
 
     def ready(listening: Listening) -> None:

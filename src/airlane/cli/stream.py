@@ -30,6 +30,7 @@ from airlane.server.address import DEFAULT_HOST, DEFAULT_PORT
 
 if TYPE_CHECKING:
     from airlane.client.airc import AircClient
+    from airlane.client.rsocket import RSocketClient
 
 __all__ = ["StreamOutcome", "stream_command"]
 
@@ -295,6 +296,40 @@ async def _chat_airc(
         return StreamOutcome(stream_id, last, printer.state.finish_reason, 0)
 
 
+async def _open_rsocket(url: str, api_key: str | None) -> RSocketClient:
+    from airlane.client.rsocket import RSocketClient
+
+    parts = urlsplit(url)
+    if parts.scheme == "tcp":
+        host, port = parts.hostname or "127.0.0.1", parts.port or 0
+    else:  # the gateway's default: RSocket/TCP on the HTTP port + 3
+        host, port = parts.hostname or "127.0.0.1", (parts.port or 80) + 3
+    return await RSocketClient.tcp(host, port, api_key)
+
+
+async def _follow_rsocket(
+    url: str, api_key: str | None, stream_id: str, resume: str | None, printer: _Printer
+) -> StreamOutcome:
+    async with await _open_rsocket(url, api_key) as client:
+        stream = await client.subscribe(stream_id, resume)
+        async for event in stream:
+            printer.event(event)
+        reconnects = client.resumed + client.fell_back
+        return StreamOutcome(stream_id, stream.last_id, printer.state.finish_reason, reconnects)
+
+
+async def _chat_rsocket(
+    url: str, api_key: str | None, request: dict[str, Any], printer: _Printer
+) -> StreamOutcome:
+    async with await _open_rsocket(url, api_key) as client:
+        stream = client.generate(request)
+        async for event in stream:
+            printer.event(event)
+        reconnects = client.resumed + client.fell_back
+        stream_id = stream.stream_id or "?"
+        return StreamOutcome(stream_id, stream.last_id, printer.state.finish_reason, reconnects)
+
+
 def _grpc_target(url: str) -> str:
     """``host:port`` of the gRPC listener: given as such, or the HTTP URL's port + 2."""
     if "://" not in url:
@@ -337,11 +372,12 @@ def stream_command(
         typer.Option(help="The gateway (for airc: tcp://host:port, or its HTTP URL: port + 1)."),
     ] = DEFAULT_URL,
     transport: Annotated[
-        Literal["sse", "ws", "airc", "airc-ws", "grpc", "h3", "wt"],
+        Literal["sse", "ws", "airc", "airc-ws", "grpc", "h3", "wt", "rsocket"],
         typer.Option(
             help="sse (HTTP), ws (WebSocket), airc (AIRC/TCP), airc-ws (AIRC over WebSocket), "
-            "grpc (host:port, or the HTTP URL: port + 2), h3 (HTTP/3 on the URL's port, UDP) "
-            "or wt (WebTransport, likewise)."
+            "grpc (host:port, or the HTTP URL: port + 2), h3 (HTTP/3 on the URL's port, UDP), "
+            "wt (WebTransport, likewise) or rsocket (tcp://host:port, or the HTTP URL: "
+            "port + 3)."
         ),
     ] = "sse",
     prompt: Annotated[str, typer.Option(help="The user message.")] = "Tell me a short story.",
@@ -407,6 +443,8 @@ async def _stream(
             return await _follow_h3(url, api_key, stream_id, resume, printer)
         if transport == "wt":
             return await _follow_wt(url, api_key, stream_id, resume, printer)
+        if transport == "rsocket":
+            return await _follow_rsocket(url, api_key, stream_id, resume, printer)
         follow = _follow_ws if transport == "ws" else _follow_sse
         return await follow(url, api_key, stream_id, resume, printer)
     request: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": prompt}]}
@@ -420,6 +458,8 @@ async def _stream(
         return await _chat_h3(url, api_key, request, printer)
     if transport == "wt":
         return await _chat_wt(url, api_key, request, printer)
+    if transport == "rsocket":
+        return await _chat_rsocket(url, api_key, request, printer)
     chat = _chat_ws if transport == "ws" else _chat_sse
     return await chat(url, api_key, request, printer)
 
