@@ -196,7 +196,9 @@ async def test_a_delivery_that_arrived_after_its_fetch_gave_up_is_not_handed_out
         stale_inbox = connections[0].new_inbox()
         answered = await connections[0].subscribe(stale_inbox)
         subject = f"$JS.API.CONSUMER.MSG.NEXT.{one.stream_name('late')}.g"
-        await connections[0].publish(subject, b'{"batch": 1, "expires": 5000000000}', stale_inbox)
+        # It waits up to 60 s: under a loaded suite the append below can take seconds, and a
+        # pull that expired first would be answered with a status, not the record.
+        await connections[0].publish(subject, b'{"batch": 1, "expires": 60000000000}', stale_inbox)
         await connections[0].flush()
         await one.append("late", "a.v1", b"1")
         await eventually(lambda: answered.pending_msgs > 0, what="the broker answers the pull")
