@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import httpx
 import msgspec
 import orjson
 from rsocket.extensions.helpers import authenticate_simple, composite
@@ -178,3 +179,23 @@ async def test_large_payloads_go_both_ways_in_fragments(transport: str) -> None:
             )
     assert [e["kind"] for e in events] == ["message", "done"]
     assert events[0]["payload"] == {"blob": blob}
+
+
+async def test_appending_to_an_event_log(gateway: ServerProcess, transport: str) -> None:
+    """logs.append as a request-response (the records come back) and as fire-and-forget; the
+    HTTP API reads both."""
+    log = f"rsocket-log-{transport}"
+    async with httpx.AsyncClient(base_url=gateway.url) as http:
+        (await http.put(f"/v1/logs/{log}")).raise_for_status()
+        async with open_client(gateway, transport) as client:
+            event = {"type": "reward.v1", "data": {"episode": 1}}
+            answer = await call(client, "logs.append", {"log": log, "event": event})
+            assert [r["seq"] for r in answer["records"]] == [1]
+            batch = [{"type": "reward.v1", "data": {"episode": n}} for n in (2, 3)]
+            await client.fire_and_forget(payload("logs.append", {"log": log, "events": batch}))
+            for _ in range(100):  # fire-and-forget has no answer: read until it landed
+                records = (await http.get(f"/v1/logs/{log}/events")).json()["records"]
+                if len(records) == 3:
+                    break
+                await asyncio.sleep(0.02)
+    assert [r["data"]["episode"] for r in records] == [1, 2, 3]
