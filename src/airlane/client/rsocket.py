@@ -61,6 +61,9 @@ log = logging.getLogger("airlane.client.rsocket")
 
 _END = object()
 _RECONNECT_DELAYS_S = (0.0, 0.1, 0.25, 0.5, 1.0, 2.0)
+MAX_KEPT_BYTES = 4 << 20
+"""Sent frames kept for a resume, unacknowledged; past it the client stops keeping them and
+falls back (subscribes again) after a drop, as the gateway does past its own bound."""
 """Waits before each reconnection attempt after a drop (then the client gives up)."""
 
 
@@ -158,6 +161,7 @@ class RSocketClient:
         self._sent = 0  # bytes of resumable frames sent on this session
         self._received = 0  # bytes of resumable frames received
         self._kept: deque[tuple[int, bytes]] = deque()  # (end position, frame) not yet acked
+        self._kept_bytes = 0
         self._closed = False
         self.resumed = 0
         """Times the session was resumed on a new connection (RESUME_OK)."""
@@ -213,7 +217,7 @@ class RSocketClient:
         """A new session on a new connection."""
         reader, writer = await self._connect()
         self._token = secrets.token_bytes(16) if self._resume else b""
-        self._sent = self._received = 0
+        self._sent = self._received = self._kept_bytes = 0
         self._kept.clear()
         metadata = None
         if self._api_key is not None:
@@ -309,6 +313,11 @@ class RSocketClient:
         if self._token and resumable(frame.type, frame.stream_id):
             self._sent += len(encoded)
             self._kept.append((self._sent, encoded))
+            self._kept_bytes += len(encoded)
+            if self._kept_bytes > MAX_KEPT_BYTES:  # the gateway acknowledges too little
+                self._token = b""  # no resuming this session: a drop falls back
+                self._kept.clear()
+                self._kept_bytes = 0
         if self._writer is not None and not self._writer.is_closing():
             self._writer.write(with_length(encoded))
 
@@ -376,7 +385,7 @@ class RSocketClient:
     def _acknowledged(self, position: int) -> None:
         kept = self._kept
         while kept and kept[0][0] <= position:
-            kept.popleft()
+            self._kept_bytes -= len(kept.popleft()[1])
 
     def _fail_all(self, error: BaseException) -> None:
         for answer in self._answers.values():
