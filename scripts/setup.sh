@@ -57,12 +57,14 @@ if [ "$want_test" = 1 ]; then
   fi
 fi
 
-# Debian packages the tests use: Chromium (browser tests) and nats-server (the JetStream hub,
-# event logs and schema registry; the tests start their own servers on free ports).
+# Debian packages the tests use: Chromium (browser tests), nats-server (the JetStream hub,
+# event logs and schema registry) and mosquitto (the MQTT bridge's broker); the tests start
+# their own servers on free ports.
 if [ "$want_test" = 1 ]; then
   missing=""
   [ -x /usr/bin/chromium ] || missing="$missing chromium"
   command -v nats-server >/dev/null || missing="$missing nats-server"
+  [ -x /usr/sbin/mosquitto ] || command -v mosquitto >/dev/null || missing="$missing mosquitto"
   if [ -n "$missing" ]; then
     sudo=""
     [ "$(id -u)" = 0 ] || sudo="sudo"

@@ -1,0 +1,215 @@
+"""`MqttBridge`: Airlane as an MQTT client of one broker, moving messages both ways.
+
+One task owns the connection: it connects (MQTT 5 or 3.1.1, TLS for ``mqtts://``, a
+persistent session: Clean Start 0 and the configured session expiry), subscribes the inbound
+routes' filters, reads until the connection ends, and connects again after a pause that
+doubles from ``reconnect_min_s`` to ``reconnect_max_s`` (with jitter). The session state
+(`ClientSession`) and the waiters for the broker's acknowledgements belong to the bridge, so a
+message published just before a drop is settled on the next connection, which sends it again.
+
+Inbound messages go through `airlane.transports.mqtt.inbound.Inbound` (stored, then
+acknowledged). Each outbound route has a forwarder task (`airlane.transports.mqtt.outbound`).
+Every task is the bridge's; `aclose` ends them all and leaves the broker with a DISCONNECT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from airlane.security import Principal, principal_named
+from airlane.transports.mqtt.config import MqttBridgeConfig
+from airlane.transports.mqtt.inbound import Inbound, InboundStats
+from airlane.transports.mqtt.journal import InflightJournal
+from airlane.transports.mqtt.link import BrokerLink, LinkClosed, settled
+from airlane.transports.mqtt.outbound import Forwarder, OutboundStats, Positions
+from airlane.wire.mqtt import ClientSession, Properties, PublishDone, Subscription
+
+if TYPE_CHECKING:
+    from airlane.gateway import Gateway
+
+__all__ = ["BridgeStats", "MqttBridge"]
+
+log = logging.getLogger("airlane.mqtt")
+
+
+@dataclass(slots=True)
+class BridgeStats:
+    """The bridge's counters."""
+
+    connects: int = 0
+    connected: bool = False
+    last_error: str | None = None
+    refused_filters: int = 0
+
+
+class MqttBridge:
+    """A bridge to one broker; `start`, later `aclose`."""
+
+    def __init__(
+        self, gateway: Gateway, config: MqttBridgeConfig, *, state_dir: Path | None = None
+    ) -> None:
+        self.config = config
+        self.gateway = gateway
+        base = state_dir or Path(config.state_dir or Path(".airlane") / "mqtt" / config.name)
+        self.state_dir = base
+        spec = principal_named(config.principal)
+        self.principal = Principal(spec.name, spec.roles, spec.tenant, via="mqtt-bridge")
+        self.session = ClientSession()
+        self.journal = InflightJournal(base)
+        self.inbound = Inbound(config, gateway, self.principal, self.journal)
+        self.positions = Positions(base / "outbound.json")
+        self.stats = BridgeStats()
+        self.link: BrokerLink | None = None
+        self.up = asyncio.Event()
+        """Set while a connection to the broker is established."""
+        self._publishes: dict[int, asyncio.Future[PublishDone]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closing = False
+        self.forwarders = [
+            Forwarder(self, route, index) for index, route in enumerate(config.outbound)
+        ]
+
+    @property
+    def inbound_stats(self) -> InboundStats:
+        """The inbound pipeline's counters."""
+        return self.inbound.stats
+
+    @property
+    def outbound_stats(self) -> list[OutboundStats]:
+        """Each outbound route's counters."""
+        return [forwarder.stats for forwarder in self.forwarders]
+
+    async def start(self) -> None:
+        """Open the journal and start the tasks (the first connection is made in the
+        background: a broker that is down does not stop Airlane from serving)."""
+        self.journal.open()
+        self.positions.load()
+        name = self.config.name
+        self._tasks.append(asyncio.create_task(self._connect_loop(), name=f"mqtt-{name}"))
+        self._tasks.append(asyncio.create_task(self.inbound.run(), name=f"mqtt-{name}-in"))
+        for forwarder in self.forwarders:
+            self._tasks.append(asyncio.create_task(forwarder.run(), name=f"mqtt-{name}-out"))
+
+    async def aclose(self) -> None:
+        """Stop: DISCONNECT from the broker (the session stays there), end every task."""
+        self._closing = True
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        if self.link is not None:
+            with contextlib.suppress(Exception):
+                await self.link.disconnect()
+        for waiter in self._publishes.values():
+            if not waiter.done():
+                waiter.set_exception(LinkClosed("the bridge is closing"))
+        self._publishes.clear()
+        self.journal.close()
+        self.positions.save()
+
+    async def wait_connected(self, timeout_s: float) -> None:
+        """Wait until the bridge is connected and subscribed (TimeoutError otherwise)."""
+        await asyncio.wait_for(self.up.wait(), timeout_s)
+
+    # -- the connection ---------------------------------------------------------------------
+
+    async def _connect_loop(self) -> None:
+        config = self.config
+        pause = config.reconnect_min_s
+        while not self._closing:
+            link = BrokerLink(
+                config,
+                self.session,
+                self.inbound.take,
+                self._publishes,
+                max_pending=config.receive_maximum,
+            )
+            self.link = link
+            try:
+                connected = await link.connect()
+                self.stats.connects += 1
+                log.info(
+                    "mqtt bridge %s: connected to %s:%d (session %s)",
+                    config.name,
+                    config.address.host,
+                    config.address.port,
+                    "resumed" if connected.session_present else "new",
+                )
+                runner = asyncio.create_task(link.run())
+                try:
+                    await self._subscribe(link)
+                    self.stats.connected = True
+                    self.up.set()
+                    pause = config.reconnect_min_s
+                    await runner
+                finally:
+                    runner.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, LinkClosed):
+                        await runner
+            except LinkClosed as exc:
+                self.stats.last_error = str(exc)
+                log.warning("mqtt bridge %s: %s", config.name, exc)
+            except Exception as exc:  # a bug must not end the bridge: log it, connect again
+                self.stats.last_error = f"{type(exc).__name__}: {exc}"
+                log.exception("mqtt bridge %s: the connection failed", config.name)
+            finally:
+                self.up.clear()
+                self.stats.connected = False
+                link.close()
+            if self._closing:
+                return
+            await asyncio.sleep(pause * random.uniform(0.5, 1.0))
+            pause = min(pause * 2, config.reconnect_max_s)
+
+    async def _subscribe(self, link: BrokerLink) -> None:
+        routes = self.config.inbound
+        if not routes:
+            return
+        # Retain handling 1: retained messages only for a subscription the session lacked
+        # (a resumed session does not get them all again).
+        subs = [Subscription(r.filter, r.qos, retain_handling=1) for r in routes]
+        codes = await link.subscribe(subs)
+        for route, code in zip(routes, codes, strict=False):
+            if code >= 0x80:
+                self.stats.refused_filters += 1
+                log.error(
+                    "mqtt bridge %s: the broker refused the subscription %r (reason %#04x)",
+                    self.config.name,
+                    route.filter,
+                    code,
+                )
+
+    async def publish(
+        self,
+        topic: str,
+        payload: bytes,
+        *,
+        qos: int,
+        retain: bool = False,
+        properties: Properties | None = None,
+    ) -> None:
+        """Publish through the bridge, waiting for a connection if there is none, and (QoS
+        1/2) until the broker has the message, across reconnections."""
+        while True:
+            await self.up.wait()
+            link = self.link
+            if link is None:
+                continue
+            try:
+                waiter = await link.publish(
+                    topic, payload, qos=qos, retain=retain, properties=properties
+                )
+            except LinkClosed:
+                # The connection task clears ``up`` in a moment; then wait for the next one.
+                await asyncio.sleep(0.05)
+                continue
+            await settled(waiter)
+            return

@@ -1,0 +1,359 @@
+"""`Inbound`: what the broker sends the bridge, stored in Airlane and then acknowledged.
+
+Messages are handled in the order they arrived (MQTT 5 section 4.6 asks acknowledgements in
+that order), in batches: each QoS 1/2 message is numbered in the journal
+(`airlane.transports.mqtt.journal`), routed by the first `InboundRoute` whose filter matches
+its topic, appended (consecutive messages for one log in one append), and only then
+acknowledged to the broker (PUBACK; PUBREC at QoS 2). A message that cannot be stored goes to
+the dead-letter topic with the reason and is acknowledged once the broker has the dead letter;
+one the hub cannot take *now* stays unacknowledged and is stored again after
+``retry_store_s`` (`airlane.transports.mqtt.errors`).
+
+Records appended to a log carry the MQTT facts as headers (``mqtt-topic``, ``mqtt-qos``,
+``mqtt-retain``, ``mqtt-response-topic``, and each MQTT 5 user property as
+``mqtt-user-<name>``) and an idempotency key: the publisher's identity (the user property
+named by ``id_property``) when it gives one, else the journal's number. Messages routed to a
+stream become ``message`` events ``{"topic": ..., "payload": ...}`` (``payload_base64`` for
+one that is not JSON); streams keep no idempotency keys, so a message the broker sends again
+after a crash may appear twice there (at least once), never zero times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import logging
+import re
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import orjson
+
+from airlane.core.errors import AirlaneError, ErrorCode
+from airlane.core.events import Event
+from airlane.eventlog import NewEvent
+from airlane.security import Principal
+from airlane.transports.mqtt.config import InboundRoute, MqttBridgeConfig, fill
+from airlane.transports.mqtt.errors import MQTT_REASON, retried
+from airlane.transports.mqtt.journal import InflightJournal
+from airlane.transports.mqtt.link import BrokerLink, LinkClosed, PublishRefused, settled
+from airlane.wire.mqtt import Properties, Publish, filter_matches
+
+if TYPE_CHECKING:
+    from airlane.gateway import Gateway
+
+__all__ = ["Inbound", "InboundStats"]
+
+log = logging.getLogger("airlane.mqtt")
+
+JSON = "application/json"
+OCTETS = "application/octet-stream"
+_IDENTITY = re.compile(r"[!-~]{1,160}")
+"""An identity a publisher gives: printable ASCII without spaces (an idempotency key)."""
+DEAD_PAYLOAD_BYTES = 64 << 10
+"""The most of a refused payload a dead letter carries back (base64)."""
+
+
+@dataclass(slots=True)
+class InboundStats:
+    """Counters for metrics and tests."""
+
+    received: int = 0
+    stored: int = 0
+    dead_lettered: int = 0
+    retried: int = 0
+    unrouted: int = 0
+
+
+@dataclass(slots=True)
+class _Item:
+    link: BrokerLink
+    message: Publish
+    number: int | None
+    key: str | None
+
+
+class _Refused(Exception):
+    """A message that goes to the dead-letter topic."""
+
+    def __init__(self, code: ErrorCode, text: str) -> None:
+        super().__init__(text)
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """Where one message goes: a log's record or a stream's event."""
+
+    log: str | None
+    stream: str | None
+    record: NewEvent | None
+    event: Event | None
+
+
+def digest(message: Publish) -> str:
+    """A short digest of a message's topic and payload (tells a resent copy from another
+    message that reuses its packet id)."""
+    h = hashlib.blake2b(message.topic.encode(), digest_size=8)
+    h.update(b"\0")
+    h.update(message.payload)
+    return h.hexdigest()
+
+
+class Inbound:
+    """Stores received messages, then acknowledges them; see the module docstring."""
+
+    def __init__(
+        self,
+        config: MqttBridgeConfig,
+        gateway: Gateway,
+        principal: Principal,
+        journal: InflightJournal,
+    ) -> None:
+        self.config = config
+        self.gateway = gateway
+        self.principal = principal
+        self.journal = journal
+        self.stats = InboundStats()
+        self._queue: deque[_Item] = deque()
+        self._lines: list[str] = []
+        self._wake = asyncio.Event()
+        self._known_logs: set[str] = set()
+
+    # -- intake (called by the link, synchronously, in arrival order) -----------------------
+
+    def take(self, link: BrokerLink, message: Publish) -> None:
+        """Queue a message the link received; the queue is bounded by the link, which stops
+        reading at ``receive_maximum`` messages held."""
+        self.stats.received += 1
+        number = key = None
+        if message.qos and message.packet_id is not None:
+            identity = self._identity(message)
+            taken, line = self.journal.take(message.packet_id, digest(message), message.dup)
+            number = taken.number
+            key = identity or taken.key
+            if line is not None:
+                self._lines.append(line)
+        self._queue.append(_Item(link, message, number, key))
+        self._wake.set()
+
+    def _identity(self, message: Publish) -> str | None:
+        props = message.properties
+        value = props.user(self.config.id_property) if props is not None else None
+        if value is None or _IDENTITY.fullmatch(value) is None:
+            return None
+        return f"mqtt.id.{value}"
+
+    # -- the worker -------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Store and acknowledge what comes, forever (cancel to stop)."""
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._queue:
+                batch = [
+                    self._queue.popleft() for _ in range(min(len(self._queue), self.config.batch))
+                ]
+                # The numbers are on disk before anything is stored under them.
+                self.journal.write(self._lines)
+                self._lines.clear()
+                await self._handle(batch)
+
+    async def _handle(self, batch: list[_Item]) -> None:
+        group: list[tuple[_Item, _Plan]] = []
+        for item in batch:
+            try:
+                plan = self._plan(item.message, item.key)
+            except _Refused as refused:
+                await self._flush(group)
+                group = []
+                await self._dead_letter(item, refused.code, str(refused))
+                continue
+            if plan is None:
+                self.stats.unrouted += 1
+                await self._flush(group)
+                group = []
+                self._ack([item])
+                continue
+            if group and (group[0][1].log, group[0][1].stream) != (plan.log, plan.stream):
+                await self._flush(group)
+                group = []
+            group.append((item, plan))
+        await self._flush(group)
+
+    def _plan(self, message: Publish, key: str | None) -> _Plan | None:
+        route = next(
+            (r for r in self.config.inbound if filter_matches(r.filter, message.topic)), None
+        )
+        if route is None:
+            return None
+        if len(message.payload) > self.config.max_message:
+            raise _Refused(
+                ErrorCode.EVENT_TOO_LARGE,
+                f"a payload of {len(message.payload)} bytes: the bridge stores at most "
+                f"{self.config.max_message}",
+            )
+        try:
+            target = fill(route.log or route.stream or "", message.topic.split("/"))
+        except KeyError as exc:
+            raise _Refused(
+                ErrorCode.INVALID_LOG_NAME,
+                f"the topic has no level {exc.args[0]} to name its target",
+            ) from None
+        content_type, parsed = self._content(route, message)
+        if route.log is not None:
+            try:
+                record = NewEvent(route.type, message.payload, content_type, _headers(message), key)
+            except ValueError as exc:
+                raise _Refused(ErrorCode.INVALID_REQUEST, str(exc)) from None
+            return _Plan(target, None, record, None)
+        body: dict[str, object] = {"topic": message.topic}
+        if parsed is not _NOT_JSON:
+            body["payload"] = parsed
+        else:
+            body["payload_base64"] = base64.b64encode(message.payload).decode("ascii")
+        return _Plan(None, target, None, Event.message(body))
+
+    def _content(self, route: InboundRoute, message: Publish) -> tuple[str, object]:
+        props = message.properties
+        declared = (props.content_type if props is not None else None) or route.content_type
+        parsed: object = _NOT_JSON
+        if declared is None or declared == JSON or route.require_json or route.stream is not None:
+            try:
+                parsed = orjson.loads(message.payload)
+            except orjson.JSONDecodeError:
+                parsed = _NOT_JSON
+        if route.require_json and parsed is _NOT_JSON:
+            raise _Refused(
+                ErrorCode.INVALID_JSON, "the payload is not JSON and the route requires JSON"
+            )
+        if declared is not None:
+            return declared, parsed
+        return (JSON if parsed is not _NOT_JSON else OCTETS), parsed
+
+    async def _flush(self, group: list[tuple[_Item, _Plan]]) -> None:
+        """Store ``group`` (messages for one target), then acknowledge it."""
+        if not group:
+            return
+        plan = group[0][1]
+        while True:
+            try:
+                if plan.log is not None:
+                    await self._append(
+                        plan.log, [p.record for _, p in group if p.record is not None]
+                    )
+                else:
+                    assert plan.stream is not None
+                    for _, p in group:
+                        assert p.event is not None
+                        await self.gateway.publish(self.principal, plan.stream, p.event)
+            except AirlaneError as exc:
+                if retried(exc.code):
+                    if all(
+                        item.link.connection is None or item.link.connection.closed
+                        for item, _ in group
+                    ):
+                        # Nobody to acknowledge to: the broker sends these again.
+                        return
+                    self.stats.retried += 1
+                    log.warning(
+                        "mqtt bridge %s: storing failed (%s), retrying", self.config.name, exc
+                    )
+                    await asyncio.sleep(self.config.retry_store_s)
+                    continue
+                if len(group) > 1:
+                    # One bad message in the batch: store them one by one to find it.
+                    for single in group:
+                        await self._flush([single])
+                    return
+                await self._dead_letter(group[0][0], exc.code, str(exc))
+                return
+            break
+        self.stats.stored += len(group)
+        self._ack([item for item, _ in group])
+
+    async def _append(self, name: str, records: list[NewEvent]) -> None:
+        logs = self.gateway.logs
+        try:
+            await logs.append(self.principal, name, records)
+        except AirlaneError as exc:
+            if exc.code is not ErrorCode.LOG_NOT_FOUND or name in self._known_logs:
+                raise
+            await logs.create(self.principal, name)
+            self._known_logs.add(name)
+            await logs.append(self.principal, name, records)
+
+    def _ack(self, items: list[_Item]) -> None:
+        lines = []
+        for item in items:
+            message = item.message
+            connection = item.link.connection
+            alive = connection is not None and not connection.closed
+            if alive and item.number is not None and message.packet_id is not None:
+                line = self.journal.settle(message.packet_id, item.number)
+                if line is not None:
+                    lines.append(line)
+        # Marked acknowledged before the acknowledgement goes: see the journal's docstring.
+        self.journal.write(lines)
+        for item in items:
+            item.link.settle(item.message)
+
+    async def _dead_letter(self, item: _Item, code: ErrorCode, text: str) -> None:
+        message = item.message
+        body: dict[str, object] = {
+            "error": code.value,
+            "message": text,
+            "topic": message.topic,
+            "qos": message.qos,
+            "bytes": len(message.payload),
+        }
+        if len(message.payload) <= DEAD_PAYLOAD_BYTES:
+            body["payload_base64"] = base64.b64encode(message.payload).decode("ascii")
+        props = Properties(
+            content_type=JSON,
+            user_properties=(
+                ("error", code.value),
+                ("reason-code", str(MQTT_REASON[code])),
+                ("topic", message.topic),
+            ),
+        )
+        log.warning(
+            "mqtt bridge %s: %s to the dead-letter topic: %s", self.config.name, message.topic, text
+        )
+        try:
+            waiter = await item.link.publish(
+                self.config.dead_letter_topic, orjson.dumps(body), qos=1, properties=props
+            )
+            await settled(waiter)
+        except (LinkClosed, PublishRefused) as exc:
+            # Not acknowledged: the broker sends the message again and it is refused again.
+            log.warning("mqtt bridge %s: dead letter not delivered: %s", self.config.name, exc)
+            return
+        self.stats.dead_lettered += 1
+        self._ack([item])
+
+
+class _NotJson:
+    pass
+
+
+_NOT_JSON = _NotJson()
+
+
+def _headers(message: Publish) -> dict[str, str]:
+    headers = {
+        "mqtt-topic": message.topic,
+        "mqtt-qos": str(message.qos),
+    }
+    if message.retain:
+        headers["mqtt-retain"] = "1"
+    props = message.properties
+    if props is not None:
+        if props.response_topic:
+            headers["mqtt-response-topic"] = props.response_topic
+        for name, value in props.user_properties[:16]:
+            headers[f"mqtt-user-{name}"] = value
+    return headers

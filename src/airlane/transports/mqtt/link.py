@@ -1,0 +1,299 @@
+"""`BrokerLink`: one connection to a broker, as asyncio, over the sans-I/O
+`airlane.wire.mqtt.MQTTClientConnection`.
+
+It reads the socket in one task (`run`), feeds the bytes in, hands received messages to the
+bridge's callback in order, wakes the callers waiting for a SUBACK or a PUBACK/PUBCOMP, and
+writes whatever the connection wants written. Reading pauses while the bridge holds
+`max_pending` messages not yet acknowledged (QoS 0 ones included), so a broker that sends
+faster than the hub stores waits in its own TCP window, not in Airlane's memory. The session
+(`ClientSession`) is the caller's, so that the next link resumes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+import time
+from collections.abc import Callable, Sequence
+
+from airlane.transports.mqtt.config import MqttBridgeConfig
+from airlane.wire.mqtt import (
+    ClientSession,
+    Connect,
+    Connected,
+    ConnectionClosed,
+    MessageReceived,
+    MQTTClientConnection,
+    Properties,
+    Publish,
+    PublishDone,
+    Subscribed,
+    Subscription,
+    Unsubscribed,
+)
+
+__all__ = ["BrokerLink", "LinkClosed", "PublishRefused", "settled", "tls_context"]
+
+READ_CHUNK = 1 << 16
+
+
+class LinkClosed(ConnectionError):
+    """The connection to the broker is over (the reason says why)."""
+
+
+class PublishRefused(RuntimeError):
+    """The broker answered a publish with a failure reason code."""
+
+    def __init__(self, reason_code: int, reason: str | None) -> None:
+        super().__init__(f"the broker refused the message: {reason or hex(reason_code)}")
+        self.reason_code = reason_code
+
+
+def tls_context(config: MqttBridgeConfig) -> ssl.SSLContext | None:
+    """The TLS context for an ``mqtts://`` broker (None for plain ``mqtt://``)."""
+    if not config.address.tls:
+        return None
+    context = ssl.create_default_context(cafile=config.ca_file)
+    if config.cert_file is not None:
+        context.load_cert_chain(config.cert_file, config.key_file)
+    return context
+
+
+class BrokerLink:
+    """One connection; `connect`, then `run` until it ends."""
+
+    def __init__(
+        self,
+        config: MqttBridgeConfig,
+        session: ClientSession,
+        on_message: Callable[[BrokerLink, Publish], None],
+        publishes: dict[int, asyncio.Future[PublishDone]],
+        *,
+        max_pending: int,
+    ) -> None:
+        self.config = config
+        self.session = session
+        self._on_message = on_message
+        self._max_pending = max_pending
+        self.pending = 0
+        """Messages handed to ``on_message`` and not yet acknowledged (`settle`)."""
+        self._resume_reading = asyncio.Event()
+        self._resume_reading.set()
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self.connection: MQTTClientConnection | None = None
+        self.connected: Connected | None = None
+        self._publishes = publishes
+        """Waiters for the broker's PUBACK/PUBCOMP, by packet id: the session's, so they
+        outlive this link (the next one sends the message again and settles them)."""
+        self._subscribes: dict[int, asyncio.Future[tuple[int, ...]]] = {}
+        self._room = asyncio.Event()
+        """Set when a QoS 1/2 publish may fit the broker's receive maximum."""
+        self.closed_reason: str | None = None
+
+    # -- lifetime ---------------------------------------------------------------------------
+
+    async def connect(self) -> Connected:
+        """Open the socket, send CONNECT and wait for CONNACK; `LinkClosed` if refused."""
+        config = self.config
+        address = config.address
+        username, password = config.login
+        properties = None
+        if config.protocol == 5:
+            properties = Properties(
+                session_expiry_interval=config.session_expiry_s,
+                receive_maximum=config.receive_maximum,
+                maximum_packet_size=config.max_packet,
+            )
+        packet = Connect(
+            config.identifier,
+            keepalive=config.keepalive_s,
+            clean_start=False,
+            username=username,
+            password=password.encode() if password is not None else None,
+            properties=properties,
+            version=config.protocol,
+        )
+        try:
+            self._reader, self._writer = await asyncio.wait_for(
+                asyncio.open_connection(
+                    address.host, address.port, ssl=tls_context(config), limit=READ_CHUNK
+                ),
+                config.connect_timeout_s,
+            )
+        except (OSError, TimeoutError, ssl.SSLError) as exc:
+            where = f"{address.host}:{address.port}"
+            raise LinkClosed(f"cannot reach the broker {where}: {exc}") from exc
+        self.connection = MQTTClientConnection(
+            packet,
+            self.session,
+            max_packet=config.max_packet,
+            connect_timeout_s=config.connect_timeout_s,
+            now=time.monotonic(),
+        )
+        self._flush()
+        while self.connected is None:
+            await self._read_once()
+        return self.connected
+
+    async def run(self) -> None:
+        """Read until the connection ends; raises `LinkClosed` with the reason."""
+        while True:
+            await self._resume_reading.wait()
+            await self._read_once()
+
+    async def _read_once(self) -> None:
+        connection = self.connection
+        assert connection is not None and self._reader is not None
+        timer = connection.get_timer()
+        timeout = None if timer is None else max(0.0, timer - time.monotonic())
+        try:
+            # asyncio.timeout, not wait_for: no inner task, so a cancelled link stops at once.
+            async with asyncio.timeout(timeout):
+                data = await self._reader.read(READ_CHUNK)
+        except TimeoutError:
+            self._dispatch(connection.handle_timer(time.monotonic()))
+            return
+        except (OSError, ssl.SSLError) as exc:
+            self._lost(f"the connection to the broker broke: {exc}")
+        if not data:
+            self._lost("the broker closed the connection")
+        self._dispatch(connection.receive_data(data, time.monotonic()))
+
+    def _lost(self, reason: str) -> None:
+        if self.connection is not None:
+            self.connection.connection_lost()
+        self._fail_waiters(reason)
+        raise LinkClosed(reason)
+
+    def close(self) -> None:
+        """Close the socket (without DISCONNECT: the session stays, as after a crash)."""
+        if self._writer is not None:
+            self._writer.close()
+        if self.connection is not None:
+            self.connection.connection_lost()
+        self._fail_waiters(self.closed_reason or "the link was closed")
+
+    async def disconnect(self) -> None:
+        """Send DISCONNECT (normal) and close."""
+        if self.connection is not None and not self.connection.closed:
+            self.connection.disconnect()
+            self._flush()
+        if self._writer is not None:
+            self._writer.close()
+            with contextlib.suppress(OSError, ssl.SSLError):
+                await self._writer.wait_closed()
+        self.close()
+
+    # -- events -----------------------------------------------------------------------------
+
+    def _dispatch(self, events: Sequence[object]) -> None:
+        for event in events:
+            if isinstance(event, MessageReceived):
+                self.pending += 1
+                if self.pending >= self._max_pending:
+                    self._resume_reading.clear()
+                self._on_message(self, event.message)
+            elif isinstance(event, PublishDone):
+                publish = self._publishes.pop(event.packet_id, None)
+                if publish is not None and not publish.done():
+                    publish.set_result(event)
+                self._room.set()
+            elif isinstance(event, Subscribed):
+                subscribe = self._subscribes.pop(event.packet_id, None)
+                if subscribe is not None and not subscribe.done():
+                    subscribe.set_result(event.reason_codes)
+            elif isinstance(event, Unsubscribed):
+                pass
+            elif isinstance(event, Connected):
+                self.connected = event
+            elif isinstance(event, ConnectionClosed):
+                self._flush()
+                self.closed_reason = event.reason
+                self._lost(event.reason)
+        self._flush()
+
+    def _fail_waiters(self, reason: str) -> None:
+        for waiter in self._subscribes.values():
+            if not waiter.done():
+                waiter.set_exception(LinkClosed(reason))
+        self._subscribes.clear()
+        self._room.set()  # publishers waiting for room find the link closed
+
+    def _flush(self) -> None:
+        if self.connection is None or self._writer is None:
+            return
+        data = self.connection.data_to_send()
+        if data and not self._writer.is_closing():
+            self._writer.write(data)
+
+    # -- calls ------------------------------------------------------------------------------
+
+    def settle(self, message: Publish, reason_code: int = 0) -> None:
+        """Acknowledge a message handed over (nothing to send at QoS 0); reading resumes
+        once fewer than `max_pending` are held."""
+        self.pending -= 1
+        if self.pending < self._max_pending:
+            self._resume_reading.set()
+        connection = self.connection
+        if connection is not None and not connection.closed:
+            connection.ack(message, reason_code)
+            self._flush()
+
+    async def subscribe(self, subscriptions: list[Subscription]) -> tuple[int, ...]:
+        """SUBSCRIBE and wait for the SUBACK's reason codes."""
+        connection = self._live()
+        packet_id = connection.subscribe(subscriptions)
+        waiter: asyncio.Future[tuple[int, ...]] = asyncio.get_running_loop().create_future()
+        self._subscribes[packet_id] = waiter
+        self._flush()
+        return await waiter
+
+    async def publish(
+        self,
+        topic: str,
+        payload: bytes,
+        *,
+        qos: int,
+        retain: bool = False,
+        properties: Properties | None = None,
+    ) -> asyncio.Future[PublishDone] | None:
+        """Publish; at QoS 1/2 a future the broker's acknowledgement settles (a
+        `PublishDone`), which survives a reconnection: the session sends the message again.
+        Waits for room when the broker's receive maximum is reached."""
+        while qos and not self._live().can_publish:
+            self._room.clear()
+            await self._room.wait()
+        connection = self._live()
+        packet_id = connection.publish(
+            topic, payload, qos=qos, retain=retain, properties=properties, now=time.monotonic()
+        )
+        self._flush()
+        if packet_id is None:
+            return None
+        waiter: asyncio.Future[PublishDone] = asyncio.get_running_loop().create_future()
+        self._publishes[packet_id] = waiter
+        return waiter
+
+    def _live(self) -> MQTTClientConnection:
+        connection = self.connection
+        if connection is None or connection.closed:
+            raise LinkClosed(self.closed_reason or "not connected to the broker")
+        return connection
+
+    async def drain(self) -> None:
+        """Wait until the socket's write buffer has room."""
+        if self._writer is not None and not self._writer.is_closing():
+            try:
+                await self._writer.drain()
+            except (OSError, ssl.SSLError) as exc:
+                raise LinkClosed(f"the connection to the broker broke: {exc}") from exc
+
+
+async def settled(waiter: asyncio.Future[PublishDone] | None) -> None:
+    """Wait for a publish's acknowledgement; `PublishRefused` if the broker said no."""
+    if waiter is not None:
+        done = await waiter
+        if done.reason_code >= 0x80:
+            raise PublishRefused(done.reason_code, done.reason)

@@ -1,0 +1,129 @@
+"""A real Mosquitto broker for tests: a free port on 127.0.0.1, its own config and store.
+
+`Mosquitto` runs the Debian package's binary (``scripts/setup.sh`` installs it for the test
+command) with persistence on, so that it can be restarted (gracefully, or killed) on the same
+port and keep the sessions and queued messages it had saved. Where the binary is missing a
+test skips, except in CI (``CI=true``), where it fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+__all__ = ["Mosquitto", "mosquitto_binary", "running_mosquitto"]
+
+
+def mosquitto_binary() -> str:
+    """The path of ``mosquitto``; skips the test (fails it in CI) when it is missing."""
+    found = shutil.which("mosquitto") or (
+        "/usr/sbin/mosquitto" if os.access("/usr/sbin/mosquitto", os.X_OK) else None
+    )
+    if found is None:
+        message = "mosquitto is not installed (Debian package mosquitto; scripts/setup.sh)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Mosquitto:
+    """One broker with its own directory (config, persistence file, log)."""
+
+    def __init__(self, directory: Path, port: int | None = None, extra: str = "") -> None:
+        self.binary = mosquitto_binary()
+        self.directory = directory
+        self.port = port or _free_port()
+        self.extra = extra
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """``mqtt://127.0.0.1:PORT``."""
+        return f"mqtt://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 10.0) -> None:
+        """Start the broker and wait until it accepts connections."""
+        config = self.directory / "mosquitto.conf"
+        config.write_text(
+            f"listener {self.port} 127.0.0.1\n"
+            "allow_anonymous true\n"
+            "persistence true\n"
+            f"persistence_location {self.directory}/\n"
+            # Saved at every change, so a killed broker keeps what it had acknowledged.
+            "autosave_interval 1\n"
+            "autosave_on_changes true\n"
+            "max_queued_messages 100000\n"
+            "log_type error\nlog_type warning\nlog_type notice\n"
+            f"log_dest file {self.directory}/mosquitto.log\n" + self.extra
+        )
+        self.process = subprocess.Popen(
+            [self.binary, "-c", str(config)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"mosquitto exited: {self.read_log()[-2000:]}")
+            with contextlib.suppress(OSError):
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                return
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"mosquitto did not start in {timeout} s")
+
+    def kill(self) -> None:
+        """Stop the broker with SIGKILL."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+
+    def stop(self) -> None:
+        """Stop the broker gracefully (SIGTERM: it saves its state), SIGKILL after 10 s."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def restart(self, *, hard: bool = False) -> None:
+        """Stop (or kill) and start again on the same port and store."""
+        if hard:
+            self.kill()
+        else:
+            self.stop()
+        self.start()
+
+    def read_log(self) -> str:
+        """What the broker has written to its log."""
+        path = self.directory / "mosquitto.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+
+@contextlib.contextmanager
+def running_mosquitto(extra: str = "") -> Iterator[Mosquitto]:
+    """A started `Mosquitto` in a temporary directory, stopped and removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="airlane-mosquitto-") as tmp:
+        broker = Mosquitto(Path(tmp), extra=extra)
+        broker.start()
+        try:
+            yield broker
+        finally:
+            broker.stop()

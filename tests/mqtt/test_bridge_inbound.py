@@ -1,0 +1,131 @@
+"""Messages from a real Mosquitto, published by paho-mqtt (through aiomqtt), stored by the
+bridge into event logs and streams, at each QoS; bad ones go to the dead-letter topic."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import aiomqtt
+import orjson
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties as PahoProperties
+
+from airlane.gateway import Gateway
+from airlane.security import principal_named
+from airlane.transports.mqtt import InboundRoute, MqttBridge, MqttBridgeConfig
+from tests.mosquitto import Mosquitto
+
+PRINCIPAL = principal_named("mqtt-bridge")
+
+
+async def _records(gateway: Gateway, log: str, count: int, timeout: float = 10.0) -> list:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        try:
+            records = await gateway.logs.read(PRINCIPAL, log, limit=10_000)
+        except Exception:  # the log is created by the first append
+            records = []
+        if len(records) >= count or asyncio.get_running_loop().time() > deadline:
+            return records
+        await asyncio.sleep(0.05)
+
+
+def _client(broker: Mosquitto, name: str) -> aiomqtt.Client:
+    return aiomqtt.Client(
+        "127.0.0.1", broker.port, identifier=name, protocol=aiomqtt.ProtocolVersion.V5
+    )
+
+
+async def test_each_qos_lands_in_its_log_with_the_mqtt_facts(
+    broker: Mosquitto, gateway: Gateway, state_dir: Path
+) -> None:
+    bridge = MqttBridge(gateway, MqttBridgeConfig(broker.url), state_dir=state_dir)
+    await bridge.start()
+    try:
+        await bridge.wait_connected(10)
+        async with _client(broker, "sensor-1") as sensor:
+            for qos in (0, 1, 2):
+                props = PahoProperties(PacketTypes.PUBLISH)
+                props.UserProperty = [("site", "plant-7")]
+                await sensor.publish(
+                    "airlane/logs/sensors",
+                    orjson.dumps({"temp": 20 + qos}),
+                    qos=qos,
+                    properties=props,
+                )
+        records = await _records(gateway, "sensors", 3)
+    finally:
+        await bridge.aclose()
+    assert [r.json()["temp"] for r in records] == [20, 21, 22]
+    assert [r.headers["mqtt-qos"] for r in records] == ["0", "1", "2"]
+    assert all(r.headers["mqtt-topic"] == "airlane/logs/sensors" for r in records)
+    assert all(r.headers["mqtt-user-site"] == "plant-7" for r in records)
+    assert all(r.content_type == "application/json" for r in records)
+    assert bridge.inbound_stats.stored == 3
+
+
+async def test_bad_messages_go_to_the_dead_letter_topic_and_the_bridge_goes_on(
+    broker: Mosquitto, gateway: Gateway, state_dir: Path
+) -> None:
+    config = MqttBridgeConfig(
+        broker.url,
+        max_message=1000,
+        inbound=(
+            InboundRoute("strict/+", log="strict", require_json=True),
+            InboundRoute("airlane/logs/+", log="{3}"),
+        ),
+    )
+    bridge = MqttBridge(gateway, config, state_dir=state_dir)
+    await bridge.start()
+    try:
+        await bridge.wait_connected(10)
+        async with _client(broker, "watcher") as watcher, _client(broker, "sensor") as sensor:
+            await watcher.subscribe("airlane/dead-letter", qos=1)
+            await sensor.publish("strict/a", b"not json {", qos=1)
+            await sensor.publish("airlane/logs/big", b"x" * 5000, qos=1)
+            await sensor.publish("airlane/logs/bad name!", b"{}", qos=1)
+            await sensor.publish("strict/b", b'{"ok": true}', qos=1)
+            letters = []
+            async with asyncio.timeout(10):
+                async for message in watcher.messages:
+                    letters.append(orjson.loads(message.payload))
+                    if len(letters) == 3:
+                        break
+        good = await _records(gateway, "strict", 1)
+    finally:
+        await bridge.aclose()
+    by_topic = {letter["topic"]: letter for letter in letters}
+    assert by_topic["strict/a"]["error"] == "invalid_json"
+    assert by_topic["airlane/logs/big"]["error"] == "event_too_large"
+    assert by_topic["airlane/logs/big"]["bytes"] == 5000
+    assert by_topic["airlane/logs/bad name!"]["error"] == "invalid_log_name"
+    assert [r.json() for r in good] == [{"ok": True}]
+    assert bridge.inbound_stats.dead_lettered == 3
+
+
+async def test_a_stream_route_appends_message_events(
+    broker: Mosquitto, gateway: Gateway, state_dir: Path
+) -> None:
+    config = MqttBridgeConfig(
+        broker.url, inbound=(InboundRoute("sensor/+/vibration", stream="agents/vibration"),)
+    )
+    bridge = MqttBridge(gateway, config, state_dir=state_dir)
+    await bridge.start()
+    try:
+        await bridge.wait_connected(10)
+        async with _client(broker, "s") as sensor:
+            await sensor.publish("sensor/m1/vibration", b'{"g": 3.9}', qos=1)
+            await sensor.publish("sensor/m2/vibration", b"\xff\x00", qos=1)
+        for _ in range(200):
+            if bridge.inbound_stats.stored == 2:
+                break
+            await asyncio.sleep(0.05)
+        subscription = await gateway.subscribe(PRINCIPAL, "agents/vibration")
+        async with subscription:
+            events = subscription.poll(10)
+    finally:
+        await bridge.aclose()
+    payloads = [e.data["payload"] for e in events if e.kind.value == "message"]
+    assert payloads[0] == {"topic": "sensor/m1/vibration", "payload": {"g": 3.9}}
+    assert payloads[1] == {"topic": "sensor/m2/vibration", "payload_base64": "/wA="}
