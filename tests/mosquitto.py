@@ -9,6 +9,7 @@ test skips, except in CI (``CI=true``), where it fails.
 from __future__ import annotations
 
 import contextlib
+import getpass
 import os
 import shutil
 import socket
@@ -62,6 +63,8 @@ class Mosquitto:
         config = self.directory / "mosquitto.conf"
         config.write_text(
             f"listener {self.port} 127.0.0.1\n"
+            # Run as root, mosquitto would drop to its own user, who cannot write here.
+            f"user {getpass.getuser()}\n"
             "allow_anonymous true\n"
             "persistence true\n"
             f"persistence_location {self.directory}/\n"

@@ -16,7 +16,7 @@ from airlane.security import principal_named
 from airlane.transports.mqtt import InboundRoute, MqttBridge, MqttBridgeConfig
 from tests.mosquitto import Mosquitto
 
-PRINCIPAL = principal_named("mqtt-bridge")
+PRINCIPAL = principal_named("mqtt-bridge@default")
 
 
 async def _records(gateway: Gateway, log: str, count: int, timeout: float = 10.0) -> list:

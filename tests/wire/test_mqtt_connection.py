@@ -12,6 +12,7 @@ from airlane.wire.mqtt.connection import (
     Event,
     LocalProtocolError,
     MessageReceived,
+    MessageReleased,
     MQTTClientConnection,
     PublishDone,
     State,
@@ -343,7 +344,7 @@ def test_receive_qos2_is_recd_only_when_told(version: int) -> None:
     assert broker.send(Publish("a", b"m", 2, dup=True, packet_id=9)) == []
     assert broker.received() == [Ack(PUBREC, 9)]
     # PUBREL -> PUBCOMP; the id is free again
-    assert broker.send(Ack(PUBREL, 9)) == []
+    assert broker.send(Ack(PUBREL, 9)) == [MessageReleased(9)]
     assert broker.received() == [Ack(PUBCOMP, 9)]
     assert client.session.received == set()
     again = Publish("b", b"new", 2, packet_id=9, properties=props(version))
@@ -362,7 +363,7 @@ def test_refused_qos2_message_is_not_remembered() -> None:
 @pytest.mark.parametrize("version", VERSIONS)
 def test_pubrel_for_an_unknown_id_is_completed(version: int) -> None:
     client, broker = connected(version)
-    assert broker.send(Ack(PUBREL, 1234)) == []
+    assert broker.send(Ack(PUBREL, 1234)) == [MessageReleased(1234)]
     assert broker.received() == [Ack(PUBCOMP, 1234)]
     assert not client.closed
 

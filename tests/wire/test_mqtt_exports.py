@@ -24,6 +24,7 @@ def test_package_exports() -> None:
             "MQTTClientConnection",
             "MQTTDecodeError",
             "MessageReceived",
+            "MessageReleased",
             "PacketReader",
             "Properties",
             "Publish",

@@ -128,6 +128,13 @@ def serve_command(
         str | None,
         typer.Option(help="'memory' (default) or NATS JetStream URLs shared by every node."),
     ] = None,
+    mqtt: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Bridge to this MQTT broker (mqtt://[user:pass@]host:port or mqtts://...); "
+            "repeat for several. Topics airlane/logs/<log> go into the log <log>."
+        ),
+    ] = None,
     node_id: Annotated[
         str | None, typer.Option(help="This node's name among the JetStream hub's nodes.")
     ] = None,
@@ -232,6 +239,8 @@ def serve_command(
         settings = replace(settings, trusted_proxies=tuple(trusted_proxy))
     if hub is not None:
         settings = replace(settings, hub=hub)
+    if mqtt:
+        settings = _with_bridges(settings, mqtt)
     if node_id is not None:
         settings = replace(settings, jetstream=replace(settings.jetstream, node_id=node_id))
     if artifacts is not None:
@@ -251,6 +260,22 @@ def serve_command(
         print(f"airlane listening on {listening.http} ({backend}){airc}{grpc}{h3}{rs}", flush=True)
 
     serve_or_fail(settings, ready)
+
+
+def _with_bridges(settings: ServerConfig, urls: list[str]) -> ServerConfig:
+    """``settings`` with a bridge (default routes) to each broker URL given on the command
+    line; a bad URL ends the command with the reason."""
+    from airlane.transports.mqtt import MqttBridgeConfig
+
+    taken = {bridge.name for bridge in settings.mqtt}
+    bridges = list(settings.mqtt)
+    for index, url in enumerate(urls, start=1):
+        name = "mqtt" if len(urls) == 1 and not taken else f"mqtt{len(taken) + index}"
+        try:
+            bridges.append(MqttBridgeConfig(url, name=name))
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--mqtt") from None
+    return replace(settings, mqtt=tuple(bridges))
 
 
 def _with_ports(

@@ -32,7 +32,7 @@ from airlane.gateway.service import (
 )
 from airlane.hub import HubStats, Subscription
 from airlane.registry import Compatibility, Incompatibility, Schema, SchemaVersion
-from airlane.security import Principal, RequestFacts
+from airlane.security import Principal, RequestFacts, principal_named
 from airlane.security.tls import PeerIdentity, ServerTls
 from airlane.security.xfcc import ForwardedIdentity
 from airlane.sync.yjs import YPeer, YRoom
@@ -76,5 +76,6 @@ __all__ = [
     "new_generation_id",
     "orphan_policy_from",
     "parse_new_event",
+    "principal_named",
     "version_to_dict",
 ]

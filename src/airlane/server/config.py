@@ -28,6 +28,7 @@ from airlane.transports.airc import AircServerConfig
 from airlane.transports.grpc import GrpcServerConfig
 from airlane.transports.http import HttpConfig
 from airlane.transports.http.h3 import Http3Config
+from airlane.transports.mqtt import InboundRoute, MqttBridgeConfig, OutboundRoute
 from airlane.transports.rsocket import RSocketServerConfig
 from airlane.wire.airc import AircConfig
 
@@ -137,6 +138,8 @@ class ServerConfig:
     """HTTP/3 over QUIC on UDP beside the HTTP port (``[http3]``)."""
     rsocket: RSocketServerConfig = field(default_factory=RSocketServerConfig)
     """The RSocket transport: its TCP listener and session limits (``[rsocket]``)."""
+    mqtt: tuple[MqttBridgeConfig, ...] = ()
+    """MQTT brokers to bridge to (``[[mqtt]]``, or ``--mqtt URL``; docs/edge.md)."""
     tcp_keepalive_s: int = DEFAULT_TCP_KEEPALIVE_S
     """Idle seconds before TCP keepalive probes on accepted sockets."""
     hub: str = "memory"
@@ -192,7 +195,8 @@ def load_config(path: Path, base: ServerConfig | None = None) -> ServerConfig:
     ``[jetstream]``,
     ``[eventsourcing]``,
     ``[artifacts]``, ``[gc]``, ``[admission]``, ``[tls]``, ``[jwt]``, ``[policy]``, ``[audit]``,
-    ``[auth_guard]``, ``[quotas]``, ``[tickets]``, ``[streams]`` and ``[api_keys]`` tables. An
+    ``[auth_guard]``, ``[quotas]``, ``[tickets]``, ``[streams]`` and ``[api_keys]`` tables, and
+    ``[[mqtt]]`` bridges (added to those already configured). An
     unreadable file, one that is not TOML, an unknown key and a value of the wrong type are a
     `ConfigError` (a `ValueError`); so is a value the setting itself refuses."""
     try:
@@ -242,6 +246,9 @@ def _settings(path: Path, data: dict[str, Any], config: ServerConfig) -> ServerC
     for key, value in data.items():
         if key not in allowed:
             raise ConfigError(f"{path}: unknown setting {key!r}")
+        if key == "mqtt":
+            changes[key] = config.mqtt + _bridges(path, value)
+            continue
         if key not in nested:
             changes[key] = tuple(value) if key == "trusted_proxies" else value
             continue
@@ -274,6 +281,40 @@ def _settings(path: Path, data: dict[str, Any], config: ServerConfig) -> ServerC
         _check_types(path, cls, f"[{key}] ", section)
         changes[key] = replace(current, **section)
     return replace(config, **changes)
+
+
+def _bridges(path: Path, value: object) -> tuple[MqttBridgeConfig, ...]:
+    """``[[mqtt]]`` tables: each a bridge, with its ``[[mqtt.inbound]]`` and
+    ``[[mqtt.outbound]]`` routes."""
+    if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+        raise ConfigError(f"{path}: mqtt is an array of tables ([[mqtt]])")
+    bridges = []
+    allowed = {f.name for f in fields(MqttBridgeConfig) if f.init}
+    for index, table in enumerate(value):
+        section = dict(table)
+        unknown = set(section) - allowed
+        if unknown:
+            raise ConfigError(f"{path}: unknown [[mqtt]] settings {sorted(unknown)}")
+        if "url" not in section:
+            raise ConfigError(f"{path}: [[mqtt]] number {index + 1} has no url")
+        for key, cls in (("inbound", InboundRoute), ("outbound", OutboundRoute)):
+            if key not in section:
+                continue
+            routes = section[key]
+            if not isinstance(routes, list) or not all(isinstance(r, dict) for r in routes):
+                raise ConfigError(f"{path}: mqtt.{key} is an array of tables ([[mqtt.{key}]])")
+            names = {f.name for f in fields(cls)}
+            for route in routes:
+                if set(route) - names:
+                    raise ConfigError(
+                        f"{path}: unknown [[mqtt.{key}]] settings {sorted(set(route) - names)}"
+                    )
+                _check_types(path, cls, f"[[mqtt.{key}]] ", route)
+            section[key] = tuple(cls(**route) for route in routes)
+        _check_types(path, MqttBridgeConfig, "[[mqtt]] ", section)
+        section.setdefault("name", f"mqtt{index + 1}" if len(value) > 1 else "mqtt")
+        bridges.append(MqttBridgeConfig(**section))
+    return tuple(bridges)
 
 
 _KINDS: dict[object, str] = {

@@ -48,6 +48,7 @@ from airlane.transports.grpc import GrpcServer
 from airlane.transports.http import AirlaneApp
 from airlane.transports.http.h3 import Http3Server
 from airlane.transports.http.server import HttpServer, LifespanFailed, ServerSettings
+from airlane.transports.mqtt import MqttBridge
 from airlane.transports.rsocket import RSocketTcpServer
 
 __all__ = [
@@ -216,6 +217,7 @@ async def _serve(
             log.debug("the gateway failed to start", exc_info=exc.__cause__ or exc)
             raise StartupError(f"the gateway cannot start: {exc}") from exc
         await listeners.start_http3(app, config, server.lifespan.state)
+        await listeners.start_bridges(app, config)
         assert server.acceptor is not None
         accept_metrics.watch("http", server.acceptor)
         stop = signals.serving(server)
@@ -339,6 +341,8 @@ class _Listeners:
         self.udp: socket.socket | None = None
         """HTTP/3's socket, bound before the HTTP server starts (its port goes in Alt-Svc)."""
         self.http3: Http3Server | None = None
+        self.bridges: list[MqttBridge] = []
+        """The MQTT bridges (`airlane.transports.mqtt`)."""
 
     def bind(self, listener: str, host: str, port: int, config: ServerConfig) -> socket.socket:
         """A listening socket for ``listener`` (closed by `aclose`)."""
@@ -421,6 +425,17 @@ class _Listeners:
         # Its connections close before the gateway does, as the other listeners' do.
         app.on_shutdown.append(self.http3.aclose)
 
+    async def start_bridges(self, app: AirlaneApp, config: ServerConfig) -> None:
+        """Start the MQTT bridges, once the gateway has started (a resumed session hands
+        over queued messages at once, and they need the event logs). Each connects in the
+        background: a broker that is down does not stop Airlane from serving."""
+        for bridge_config in config.mqtt:
+            bridge = MqttBridge(app.gateway, bridge_config)
+            await bridge.start()
+            self.bridges.append(bridge)
+            # Before the gateway closes under it: the bridge's last stores finish first.
+            app.on_shutdown.insert(0, bridge.aclose)
+
     def listening(self, url: str, host: str) -> Listening:
         """The addresses, for ``on_ready``."""
         grpc = None if self.grpc is None else f"{_bracketed(host)}:{self.grpc.port}"
@@ -436,6 +451,8 @@ class _Listeners:
             await self.airc.aclose()
         if self.rsocket is not None:
             await self.rsocket.aclose()
+        for bridge in self.bridges:
+            await bridge.aclose()
         if self.grpc is not None:
             await self.grpc.aclose()
         if self.http3 is not None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from airlane.security import Principal, principal_named
+from airlane.gateway import Principal, principal_named
 from airlane.transports.mqtt.config import MqttBridgeConfig
 from airlane.transports.mqtt.inbound import Inbound, InboundStats
 from airlane.transports.mqtt.journal import InflightJournal
@@ -129,6 +129,7 @@ class MqttBridge:
                 config,
                 self.session,
                 self.inbound.take,
+                self.inbound.release,
                 self._publishes,
                 max_pending=config.receive_maximum,
             )

@@ -168,9 +168,10 @@ class MqttBridgeConfig:
     id_property: str = "msg-id"
     """An MQTT 5 user property that names a message's identity: a message seen again with
     the same identity is stored once."""
-    principal: str = "mqtt-bridge"
-    """Whom the bridge acts as (``NAME`` or ``NAME@TENANT``): policy rules grant it the logs
-    and streams it writes and reads."""
+    principal: str = "mqtt-bridge@default"
+    """Whom the bridge acts as (``NAME@TENANT``; a bare ``NAME`` is its own tenant): policy
+    rules grant it the logs and streams it writes and reads. The default is in the default
+    tenant, where clients without an API key read."""
     state_dir: str | None = None
     """Where the bridge keeps its in-flight journal and outbound positions; None:
     ``.airlane/mqtt/<name>`` under the working directory."""

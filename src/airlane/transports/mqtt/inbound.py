@@ -33,8 +33,7 @@ import orjson
 
 from airlane.core.errors import AirlaneError, ErrorCode
 from airlane.core.events import Event
-from airlane.eventlog import NewEvent
-from airlane.security import Principal
+from airlane.gateway import NewEvent, Principal
 from airlane.transports.mqtt.config import InboundRoute, MqttBridgeConfig, fill
 from airlane.transports.mqtt.errors import MQTT_REASON, retried
 from airlane.transports.mqtt.journal import InflightJournal
@@ -146,6 +145,13 @@ class Inbound:
             return None
         return f"mqtt.id.{value}"
 
+    def release(self, packet_id: int) -> None:
+        """PUBREL for a QoS 2 message: mark it settled in the journal (its PUBCOMP goes
+        right after)."""
+        line = self.journal.release(packet_id)
+        if line is not None:
+            self.journal.write([line])
+
     # -- the worker -------------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -250,12 +256,12 @@ class Inbound:
                     for _, p in group:
                         assert p.event is not None
                         await self.gateway.publish(self.principal, plan.stream, p.event)
-            except AirlaneError as exc:
-                if retried(exc.code):
-                    if all(
-                        item.link.connection is None or item.link.connection.closed
-                        for item, _ in group
-                    ):
+            except Exception as exc:
+                code = exc.code if isinstance(exc, AirlaneError) else ErrorCode.INTERNAL_ERROR
+                if code is ErrorCode.INTERNAL_ERROR:
+                    log.exception("mqtt bridge %s: storing failed", self.config.name)
+                if retried(code):
+                    if not any(_alive(item.link) for item, _ in group):
                         # Nobody to acknowledge to: the broker sends these again.
                         return
                     self.stats.retried += 1
@@ -269,7 +275,7 @@ class Inbound:
                     for single in group:
                         await self._flush([single])
                     return
-                await self._dead_letter(group[0][0], exc.code, str(exc))
+                await self._dead_letter(group[0][0], code, str(exc))
                 return
             break
         self.stats.stored += len(group)
@@ -290,9 +296,9 @@ class Inbound:
         lines = []
         for item in items:
             message = item.message
-            connection = item.link.connection
-            alive = connection is not None and not connection.closed
-            if alive and item.number is not None and message.packet_id is not None:
+            # QoS 2 stays live until PUBREL (`release`): until then the broker may resend it.
+            live = message.qos == 1 and item.number is not None and _alive(item.link)
+            if live and item.number is not None and message.packet_id is not None:
                 line = self.journal.settle(message.packet_id, item.number)
                 if line is not None:
                     lines.append(line)
@@ -334,6 +340,11 @@ class Inbound:
             return
         self.stats.dead_lettered += 1
         self._ack([item])
+
+
+def _alive(link: BrokerLink) -> bool:
+    connection = link.connection
+    return connection is not None and not connection.closed
 
 
 class _NotJson:

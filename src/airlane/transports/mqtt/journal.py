@@ -126,6 +126,13 @@ class InflightJournal:
         del self._live[packet_id]
         return f"A {number}\n"
 
+    def release(self, packet_id: int) -> str | None:
+        """The line that marks the message with ``packet_id`` acknowledged, whatever its
+        number (None if none is live): a QoS 2 message is settled at PUBREL, when the
+        broker can no longer send it again."""
+        live = self._live.pop(packet_id, None)
+        return None if live is None else f"A {live[0]}\n"
+
     def write(self, lines: list[str]) -> None:
         """Append ``lines`` in one write; rewrite the file once it has grown long."""
         if not lines:

@@ -24,6 +24,7 @@ from airlane.wire.mqtt import (
     Connected,
     ConnectionClosed,
     MessageReceived,
+    MessageReleased,
     MQTTClientConnection,
     Properties,
     Publish,
@@ -68,6 +69,7 @@ class BrokerLink:
         config: MqttBridgeConfig,
         session: ClientSession,
         on_message: Callable[[BrokerLink, Publish], None],
+        on_release: Callable[[int], None],
         publishes: dict[int, asyncio.Future[PublishDone]],
         *,
         max_pending: int,
@@ -75,6 +77,7 @@ class BrokerLink:
         self.config = config
         self.session = session
         self._on_message = on_message
+        self._on_release = on_release
         self._max_pending = max_pending
         self.pending = 0
         """Messages handed to ``on_message`` and not yet acknowledged (`settle`)."""
@@ -195,6 +198,9 @@ class BrokerLink:
                 if self.pending >= self._max_pending:
                     self._resume_reading.clear()
                 self._on_message(self, event.message)
+            elif isinstance(event, MessageReleased):
+                # Before the PUBCOMP queued with it goes out (flushed below).
+                self._on_release(event.packet_id)
             elif isinstance(event, PublishDone):
                 publish = self._publishes.pop(event.packet_id, None)
                 if publish is not None and not publish.done():

@@ -19,7 +19,8 @@ States::
          |                                      ^
          +---------CONNACK >= 0x80 -------------+
 
-Events (all frozen dataclasses): `Connected`, `MessageReceived`, `PublishDone`, `Subscribed`,
+Events (all frozen dataclasses): `Connected`, `MessageReceived`, `MessageReleased`,
+`PublishDone`, `Subscribed`,
 `Unsubscribed`, `ConnectionClosed`. A peer that breaks the protocol closes the connection with
 a `ConnectionClosed` carrying the reason (and a DISCONNECT with that code under MQTT 5);
 `receive_data` never raises on hostile bytes. Calling a method in the wrong state is a
@@ -64,6 +65,7 @@ __all__ = [
     "LocalProtocolError",
     "MQTTClientConnection",
     "MessageReceived",
+    "MessageReleased",
     "PublishDone",
     "State",
     "Subscribed",
@@ -123,6 +125,14 @@ class Subscribed:
 
 
 @dataclass(frozen=True, slots=True)
+class MessageReleased:
+    """PUBREL for a QoS 2 message received: the broker has this side's PUBREC and will not
+    send the message again (PUBCOMP is already queued to answer it)."""
+
+    packet_id: int
+
+
+@dataclass(frozen=True, slots=True)
 class Unsubscribed:
     """UNSUBACK."""
 
@@ -138,7 +148,15 @@ class ConnectionClosed:
     reason: str
 
 
-Event = Connected | MessageReceived | PublishDone | Subscribed | Unsubscribed | ConnectionClosed
+Event = (
+    Connected
+    | MessageReceived
+    | MessageReleased
+    | PublishDone
+    | Subscribed
+    | Unsubscribed
+    | ConnectionClosed
+)
 
 
 @dataclass(slots=True)
@@ -426,9 +444,10 @@ class MQTTClientConnection:
         reason = packet.properties.reason_string if packet.properties else None
         if packet.type is PacketType.PUBREL:
             session.received.discard(packet.packet_id)
-            # Sent even for an id this side no longer knows: the message was taken already.
+            # Sent even for an id this side no longer knows (a restarted client): the message
+            # was taken already, or the broker would not release it.
             self._send(Ack(PacketType.PUBCOMP, packet.packet_id), now)
-            return []
+            return [MessageReleased(packet.packet_id)]
         if packet.type is PacketType.PUBACK:
             if session.outgoing.pop(packet.packet_id, None) is None:
                 return []
