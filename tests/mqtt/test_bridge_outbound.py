@@ -1,0 +1,119 @@
+"""Airlane streams published to MQTT topics by the bridge, read by paho-mqtt (aiomqtt): the
+events in order, with the stream position in MQTT 5 user properties, resumed after a bridge
+restart from the last position the broker acknowledged."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import aiomqtt
+import orjson
+
+from airlane.core.events import Event
+from airlane.gateway import Gateway
+from airlane.security import principal_named
+from airlane.transports.mqtt import MqttBridge, MqttBridgeConfig, OutboundRoute
+from tests.mosquitto import Mosquitto
+
+PRINCIPAL = principal_named("mqtt-bridge@default")
+
+
+async def _receive(client: aiomqtt.Client, count: int, timeout: float = 10.0) -> list:
+    got = []
+    async with asyncio.timeout(timeout):
+        async for message in client.messages:
+            got.append(message)
+            if len(got) == count:
+                return got
+    return got
+
+
+def _subscriber(broker: Mosquitto) -> aiomqtt.Client:
+    return aiomqtt.Client(
+        "127.0.0.1", broker.port, identifier="app", protocol=aiomqtt.ProtocolVersion.V5
+    )
+
+
+async def test_a_stream_goes_to_its_topic_in_order_with_its_position(
+    broker: Mosquitto, gateway: Gateway, state_dir: Path
+) -> None:
+    route = OutboundRoute("agents/7/events", "results/agent-7", qos=1, message_expiry_s=60)
+    bridge = MqttBridge(
+        gateway, MqttBridgeConfig(broker.url, outbound=(route,)), state_dir=state_dir
+    )
+    await bridge.start()
+    try:
+        async with _subscriber(broker) as app:
+            await app.subscribe("results/#", qos=1)
+            await bridge.wait_connected(10)
+            for n in range(5):
+                await gateway.publish(PRINCIPAL, "agents/7/events", Event.message({"n": n}))
+            got = await _receive(app, 5)
+    finally:
+        await bridge.aclose()
+    bodies = [orjson.loads(m.payload) for m in got]
+    assert [b["payload"]["n"] for b in bodies] == [0, 1, 2, 3, 4]
+    assert [b["kind"] for b in bodies] == ["message"] * 5
+    props = [dict(m.properties.UserProperty) for m in got]
+    assert [int(p["seq"]) for p in props] == [b["seq"] for b in bodies]
+    assert {p["stream"] for p in props} == {"agents/7/events"}
+    assert len({p["epoch"] for p in props}) == 1
+    assert all(m.properties.ContentType == "application/json" for m in got)
+    assert all(0 < m.properties.MessageExpiryInterval <= 60 for m in got)
+    assert all(m.topic.value == "results/agent-7" for m in got)
+
+
+async def test_a_restarted_bridge_resumes_after_what_the_broker_acknowledged(
+    broker: Mosquitto, gateway: Gateway, state_dir: Path
+) -> None:
+    route = OutboundRoute("agents/8/events", "results/agent-8", qos=1)
+    config = MqttBridgeConfig(broker.url, outbound=(route,))
+    async with _subscriber(broker) as app:
+        await app.subscribe("results/#", qos=1)
+        bridge = MqttBridge(gateway, config, state_dir=state_dir)
+        await bridge.start()
+        await bridge.wait_connected(10)
+        for n in range(3):
+            await gateway.publish(PRINCIPAL, "agents/8/events", Event.message({"n": n}))
+        first = await _receive(app, 3)
+        await bridge.aclose()
+        # Written while no bridge runs: the next one starts after n=2, not from the start.
+        for n in range(3, 6):
+            await gateway.publish(PRINCIPAL, "agents/8/events", Event.message({"n": n}))
+        again = MqttBridge(gateway, config, state_dir=state_dir)
+        await again.start()
+        try:
+            second = await _receive(app, 3)
+            await gateway.publish(PRINCIPAL, "agents/8/events", Event.done())
+            last = await _receive(app, 1)
+            for _ in range(100):
+                if again.outbound_stats[0].finished:
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            await again.aclose()
+    numbers = [orjson.loads(m.payload)["payload"]["n"] for m in first + second]
+    assert numbers == [0, 1, 2, 3, 4, 5]
+    assert orjson.loads(last[0].payload)["kind"] == "done"
+    assert again.outbound_stats[0].finished
+
+
+async def test_a_route_waits_for_a_stream_that_does_not_exist_yet(
+    broker: Mosquitto, gateway: Gateway, state_dir: Path
+) -> None:
+    route = OutboundRoute("later", "results/later", qos=0)
+    bridge = MqttBridge(
+        gateway, MqttBridgeConfig(broker.url, outbound=(route,)), state_dir=state_dir
+    )
+    await bridge.start()
+    try:
+        async with _subscriber(broker) as app:
+            await app.subscribe("results/later", qos=0)
+            await bridge.wait_connected(10)
+            await asyncio.sleep(0.2)
+            await gateway.publish(PRINCIPAL, "later", Event.message({"hello": 1}))
+            got = await _receive(app, 1)
+    finally:
+        await bridge.aclose()
+    assert orjson.loads(got[0].payload)["payload"] == {"hello": 1}
