@@ -2,7 +2,8 @@
 ``docs/errors.md`` prints the same rows, and every code, raised below the transports, reaches
 every wire as its table says (HTTP status and JSON body, WebSocket ``error`` message and close
 code, gRPC status with the ``airlane-error-code`` trailer, gRPC-Web/Connect, AIRC ``ERROR``,
-RSocket ``ERROR``).
+RSocket ``ERROR``). The MQTT bridge's table (dead letter or retry) is walked by
+``tests/mqtt``.
 
 The walk runs against a real gateway process whose hub raises on purpose
 (`tests.transports.failing_gateway`), with the clients users use: httpx, the ``websockets``
@@ -30,6 +31,7 @@ from airlane.transports.airc.errors import AIRC_ERROR
 from airlane.transports.grpc.errors import GRPC_STATUS
 from airlane.transports.http.app import refuse_websocket
 from airlane.transports.http.errors import HTTP_STATUS, WS_CLOSE
+from airlane.transports.mqtt.errors import MQTT_REASON, retried
 from airlane.transports.rsocket.errors import RSOCKET_ERROR
 from airlane.v1 import service_pb2
 from airlane.wire.rsocket import FrameType
@@ -48,8 +50,8 @@ CODES = list(ErrorCode)
 
 @pytest.mark.parametrize(
     "table",
-    [HTTP_STATUS, WS_CLOSE, GRPC_STATUS, AIRC_ERROR, RSOCKET_ERROR],
-    ids=["http", "ws", "grpc", "airc", "rsocket"],
+    [HTTP_STATUS, WS_CLOSE, GRPC_STATUS, AIRC_ERROR, RSOCKET_ERROR, MQTT_REASON],
+    ids=["http", "ws", "grpc", "airc", "rsocket", "mqtt"],
 )
 def test_every_code_has_a_row_in_every_table(table):
     assert set(table) == set(ErrorCode)
@@ -73,8 +75,8 @@ def doc_rows() -> dict[str, list[str]]:
     rows = {}
     for line in DOCS.read_text().splitlines():
         cells = [cell.strip().strip("`") for cell in line.strip().strip("|").split("|")]
-        if len(cells) >= 6 and cells[0] in ErrorCode._value2member_map_:
-            rows[cells[0]] = cells[1:6]
+        if len(cells) >= 7 and cells[0] in ErrorCode._value2member_map_:
+            rows[cells[0]] = cells[1:7]
     return rows
 
 
@@ -87,6 +89,7 @@ def test_the_docs_print_every_row_of_every_table():
             GRPC_STATUS[code].name,
             AIRC_ERROR[code],
             RSOCKET_ERROR[code].name,
+            "retry" if retried(code) else f"0x{MQTT_REASON[code]:02x}",
         ]
         for code in ErrorCode
     }
