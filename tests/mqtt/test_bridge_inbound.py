@@ -129,3 +129,46 @@ async def test_a_stream_route_appends_message_events(
     payloads = [e.data["payload"] for e in events if e.kind.value == "message"]
     assert payloads[0] == {"topic": "sensor/m1/vibration", "payload": {"g": 3.9}}
     assert payloads[1] == {"topic": "sensor/m2/vibration", "payload_base64": "/wA="}
+
+
+async def test_a_publisher_identity_stores_a_message_once_at_any_qos(
+    broker: Mosquitto, gateway: Gateway, state_dir: Path
+) -> None:
+    bridge = MqttBridge(gateway, MqttBridgeConfig(broker.url), state_dir=state_dir)
+    await bridge.start()
+    try:
+        await bridge.wait_connected(10)
+        async with _client(broker, "sensor-id") as sensor:
+            for qos, ident in ((0, "a-1"), (0, "a-1"), (1, "a-2"), (2, "a-2"), (1, "a-3")):
+                props = PahoProperties(PacketTypes.PUBLISH)
+                props.UserProperty = [("msg-id", ident)]
+                await sensor.publish(
+                    "airlane/logs/ids", orjson.dumps({"id": ident}), qos=qos, properties=props
+                )
+        for _ in range(200):
+            if bridge.inbound_stats.stored == 5:
+                break
+            await asyncio.sleep(0.05)
+        records = await _records(gateway, "ids", 3)
+    finally:
+        await bridge.aclose()
+    assert [r.json()["id"] for r in records] == ["a-1", "a-2", "a-3"]
+
+
+async def test_a_shared_subscription_route(
+    broker: Mosquitto, gateway: Gateway, state_dir: Path
+) -> None:
+    config = MqttBridgeConfig(
+        broker.url, inbound=(InboundRoute("$share/airlane/plant/+/temp", log="temp-{2}"),)
+    )
+    bridge = MqttBridge(gateway, config, state_dir=state_dir)
+    await bridge.start()
+    try:
+        await bridge.wait_connected(10)
+        async with _client(broker, "s") as sensor:
+            await sensor.publish("plant/m7/temp", b"21.5", qos=1)
+        records = await _records(gateway, "temp-m7", 1)
+    finally:
+        await bridge.aclose()
+    assert [r.data for r in records] == [b"21.5"]
+    assert records[0].content_type == "application/json"  # 21.5 parses as JSON

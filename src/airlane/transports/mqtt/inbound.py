@@ -127,12 +127,12 @@ class Inbound:
         """Queue a message the link received; the queue is bounded by the link, which stops
         reading at ``receive_maximum`` messages held."""
         self.stats.received += 1
-        number = key = None
+        number = None
+        key = self._identity(message)
         if message.qos and message.packet_id is not None:
-            identity = self._identity(message)
             taken, line = self.journal.take(message.packet_id, digest(message), message.dup)
             number = taken.number
-            key = identity or taken.key
+            key = key or taken.key
             if line is not None:
                 self._lines.append(line)
         self._queue.append(_Item(link, message, number, key))
