@@ -172,3 +172,37 @@ async def test_a_shared_subscription_route(
         await bridge.aclose()
     assert [r.data for r in records] == [b"21.5"]
     assert records[0].content_type == "application/json"  # 21.5 parses as JSON
+
+
+async def test_data_classes_set_the_qos_retention_and_lane(
+    broker: Mosquitto, gateway: Gateway, state_dir: Path
+) -> None:
+    config = MqttBridgeConfig(
+        broker.url,
+        inbound=(
+            InboundRoute("sensor/+/temp", log="temperature", data_class="telemetry"),
+            InboundRoute("commands/+", stream="commands", data_class="command"),
+        ),
+    )
+    bridge = MqttBridge(gateway, config, state_dir=state_dir)
+    await bridge.start()
+    try:
+        await bridge.wait_connected(10)
+        async with _client(broker, "s") as sensor:
+            await sensor.publish("sensor/m1/temp", b"21.5", qos=2)  # taken at telemetry's 0
+            await sensor.publish("commands/m1", b'{"firmware": "2.1"}', qos=2)
+        records = await _records(gateway, "temperature", 1)
+        info = await gateway.logs.info(PRINCIPAL, "temperature")
+        for _ in range(200):
+            if bridge.inbound_stats.stored == 2:
+                break
+            await asyncio.sleep(0.05)
+        subscription = await gateway.subscribe(PRINCIPAL, "commands")
+        async with subscription:
+            events = [e for e in subscription.poll(10) if e.kind.value == "message"]
+    finally:
+        await bridge.aclose()
+    assert records[0].headers["mqtt-qos"] == "0"
+    assert records[0].headers["mqtt-class"] == "telemetry"
+    assert info.limits.max_age_s == 86_400
+    assert events[0].lane.name == "CONTROL"

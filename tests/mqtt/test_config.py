@@ -12,6 +12,7 @@ import pytest
 from airlane.server.config import ConfigError, load_config
 from airlane.transports.mqtt import (
     DEFAULT_INBOUND,
+    DataClass,
     InboundRoute,
     MqttBridgeConfig,
     OutboundRoute,
@@ -99,3 +100,32 @@ def test_serve_refuses_a_bad_broker_url_in_one_line() -> None:
     assert done.returncode == 2
     assert "mqtt://host:port" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_data_classes_replace_and_add_by_name(tmp_path: Path) -> None:
+    path = tmp_path / "classes.toml"
+    path.write_text(
+        '[[mqtt]]\nurl = "mqtt://b"\n'
+        '[[mqtt.classes]]\nname = "telemetry"\nqos = 0\nmax_age_s = 3600.0\nlane = "bulk"\n'
+        '[[mqtt.classes]]\nname = "alarm"\nqos = 1\nlane = "control"\n'
+        '[[mqtt.inbound]]\nfilter = "alarms/#"\nlog = "alarms"\ndata_class = "alarm"\n'
+    )
+    (bridge,) = load_config(path).mqtt
+    classes = {c.name: c for c in bridge.classes}
+    assert set(classes) == {"telemetry", "event", "command", "alarm"}
+    assert classes["telemetry"].max_age_s == 3600.0
+    assert bridge.qos(bridge.inbound[0]) == 1
+    with pytest.raises(ValueError, match="no data class 'nope'"):
+        MqttBridgeConfig("mqtt://b", inbound=(InboundRoute("a", log="b", data_class="nope"),))
+    with pytest.raises(ValueError, match="lane"):
+        MqttBridgeConfig("mqtt://b", classes=(DataClass("x", qos=0, lane="fast"),))
+
+
+def test_the_edge_page_tiers_example_loads(tmp_path: Path) -> None:
+    page = (DOCS / "edge.md").read_text()
+    block = page.split("```toml\n")[2].split("```", 1)[0]
+    path = tmp_path / "tiers.toml"
+    path.write_text(block)
+    (bridge,) = load_config(path).mqtt
+    assert [bridge.qos(route) for route in bridge.inbound] == [0, 1, 2]
+    assert {c.name: c.max_age_s for c in bridge.classes}["telemetry"] == 21600.0

@@ -28,7 +28,7 @@ from airlane.transports.airc import AircServerConfig
 from airlane.transports.grpc import GrpcServerConfig
 from airlane.transports.http import HttpConfig
 from airlane.transports.http.h3 import Http3Config
-from airlane.transports.mqtt import InboundRoute, MqttBridgeConfig, OutboundRoute
+from airlane.transports.mqtt import DataClass, InboundRoute, MqttBridgeConfig, OutboundRoute
 from airlane.transports.rsocket import RSocketServerConfig
 from airlane.wire.airc import AircConfig
 
@@ -297,7 +297,11 @@ def _bridges(path: Path, value: object) -> tuple[MqttBridgeConfig, ...]:
             raise ConfigError(f"{path}: unknown [[mqtt]] settings {sorted(unknown)}")
         if "url" not in section:
             raise ConfigError(f"{path}: [[mqtt]] number {index + 1} has no url")
-        for key, cls in (("inbound", InboundRoute), ("outbound", OutboundRoute)):
+        for key, cls in (
+            ("inbound", InboundRoute),
+            ("outbound", OutboundRoute),
+            ("classes", DataClass),
+        ):
             if key not in section:
                 continue
             routes = section[key]
@@ -311,6 +315,12 @@ def _bridges(path: Path, value: object) -> tuple[MqttBridgeConfig, ...]:
                     )
                 _check_types(path, cls, f"[[mqtt.{key}]] ", route)
             section[key] = tuple(cls(**route) for route in routes)
+        if "classes" in section:
+            # Named like a default: replaces it; a new name: added to them.
+            given = {c.name: c for c in section["classes"]}
+            defaults = MqttBridgeConfig("mqtt://default").classes
+            kept = tuple(c for c in defaults if c.name not in given)
+            section["classes"] = kept + tuple(given.values())
         _check_types(path, MqttBridgeConfig, "[[mqtt]] ", section)
         section.setdefault("name", f"mqtt{index + 1}" if len(value) > 1 else "mqtt")
         bridges.append(MqttBridgeConfig(**section))

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from airlane.transports.mqtt.bridge import BridgeStats, MqttBridge
 from airlane.transports.mqtt.config import (
+    DEFAULT_CLASSES,
     DEFAULT_INBOUND,
     BrokerAddress,
+    DataClass,
     InboundRoute,
     MqttBridgeConfig,
     OutboundRoute,
@@ -21,10 +23,12 @@ from airlane.transports.mqtt.inbound import InboundStats
 from airlane.transports.mqtt.outbound import OutboundStats
 
 __all__ = [
+    "DEFAULT_CLASSES",
     "DEFAULT_INBOUND",
     "MQTT_REASON",
     "BridgeStats",
     "BrokerAddress",
+    "DataClass",
     "InboundRoute",
     "InboundStats",
     "MqttBridge",

@@ -176,7 +176,8 @@ class MqttBridge:
             return
         # Retain handling 1: retained messages only for a subscription the session lacked
         # (a resumed session does not get them all again).
-        subs = [Subscription(r.filter, r.qos, retain_handling=1) for r in routes]
+        qos = self.config.qos
+        subs = [Subscription(r.filter, qos(r), retain_handling=1) for r in routes]
         codes = await link.subscribe(subs)
         for route, code in zip(routes, codes, strict=False):
             if code >= 0x80:

@@ -16,8 +16,10 @@ from urllib.parse import unquote, urlsplit
 from airlane.wire.mqtt import check_filter, check_topic
 
 __all__ = [
+    "DEFAULT_CLASSES",
     "DEFAULT_INBOUND",
     "BrokerAddress",
+    "DataClass",
     "InboundRoute",
     "MqttBridgeConfig",
     "OutboundRoute",
@@ -80,6 +82,40 @@ def fill(template: str, levels: list[str]) -> str:
     return _PLACEHOLDER.sub(level, template)
 
 
+LANES = ("control", "interactive", "bulk")
+
+
+@dataclass(frozen=True, slots=True)
+class DataClass:
+    """A class of data and how it travels, as the seed's table gives them: the QoS its
+    messages are taken at, how long its log keeps them, and the priority lane its events take
+    on the way out (``control`` > ``interactive`` > ``bulk``)."""
+
+    name: str
+    qos: int
+    max_age_s: float | None = None
+    """Retention of a log this class creates (None: the log's default)."""
+    max_bytes: int | None = None
+    max_events: int | None = None
+    lane: str = "interactive"
+
+    def __post_init__(self) -> None:
+        if self.qos not in (0, 1, 2):
+            raise ValueError(f"data class {self.name!r}: qos must be 0, 1 or 2")
+        if self.lane not in LANES:
+            raise ValueError(f"data class {self.name!r}: lane is one of {', '.join(LANES)}")
+
+
+DEFAULT_CLASSES = (
+    DataClass("telemetry", qos=0, max_age_s=86_400.0, lane="bulk"),
+    DataClass("event", qos=1, max_age_s=30 * 86_400.0, lane="interactive"),
+    DataClass("command", qos=2, max_age_s=365 * 86_400.0, lane="control"),
+)
+"""The seed's three tiers: telemetry (temperature heartbeats) at QoS 0, kept a day; events
+(vibration anomalies) at QoS 1, kept 30 days; commands (firmware updates) at QoS 2, kept a
+year, on the control lane."""
+
+
 @dataclass(frozen=True, slots=True)
 class InboundRoute:
     """Messages on topics matching ``filter`` go into the event log ``log`` (or the stream
@@ -89,8 +125,11 @@ class InboundRoute:
     filter: str
     log: str | None = None
     stream: str | None = None
-    qos: int = 2
-    """The subscription's maximum QoS: a message keeps its own QoS up to this."""
+    qos: int | None = None
+    """The subscription's maximum QoS: a message keeps its own QoS up to this. None: the
+    data class's, or 2 without one."""
+    data_class: str | None = None
+    """The `DataClass` of what arrives here (its QoS, its log's retention, its lane)."""
     type: str = "mqtt.message"
     """The event type of the records it appends."""
     content_type: str | None = None
@@ -104,7 +143,7 @@ class InboundRoute:
         if (self.log is None) == (self.stream is None):
             raise ValueError(f"inbound route {self.filter!r}: give exactly one of log, stream")
         _check_template(self.log or self.stream or "", "inbound route target", None)
-        if self.qos not in (0, 1, 2):
+        if self.qos not in (None, 0, 1, 2):
             raise ValueError(f"inbound route {self.filter!r}: qos must be 0, 1 or 2")
 
 
@@ -184,6 +223,9 @@ class MqttBridgeConfig:
     """Messages stored per append at most."""
     inbound: tuple[InboundRoute, ...] = DEFAULT_INBOUND
     outbound: tuple[OutboundRoute, ...] = ()
+    classes: tuple[DataClass, ...] = DEFAULT_CLASSES
+    """The data classes routes name (``[[mqtt.classes]]`` adds to or replaces these by
+    name)."""
     address: BrokerAddress = field(init=False)
 
     def __post_init__(self) -> None:
@@ -197,6 +239,24 @@ class MqttBridgeConfig:
         if re.fullmatch(r"[A-Za-z0-9._-]{1,64}", self.name) is None:
             raise ValueError(f"[mqtt] name {self.name!r}: 1 to 64 of A-Z a-z 0-9 . _ -")
         check_topic(self.dead_letter_topic)
+        names = {c.name for c in self.classes}
+        for route in self.inbound:
+            if route.data_class is not None and route.data_class not in names:
+                raise ValueError(
+                    f"inbound route {route.filter!r}: no data class {route.data_class!r} "
+                    f"(there are {', '.join(sorted(names))})"
+                )
+
+    def data_class(self, route: InboundRoute) -> DataClass | None:
+        """The data class ``route`` names."""
+        return next((c for c in self.classes if c.name == route.data_class), None)
+
+    def qos(self, route: InboundRoute) -> int:
+        """The QoS ``route`` subscribes at."""
+        if route.qos is not None:
+            return route.qos
+        data_class = self.data_class(route)
+        return 2 if data_class is None else data_class.qos
 
     @property
     def identifier(self) -> str:

@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING
 import orjson
 
 from airlane.core.errors import AirlaneError, ErrorCode
-from airlane.core.events import Event
+from airlane.core.events import Event, Lane
 from airlane.gateway import NewEvent, Principal
-from airlane.transports.mqtt.config import InboundRoute, MqttBridgeConfig, fill
+from airlane.transports.mqtt.config import DataClass, InboundRoute, MqttBridgeConfig, fill
 from airlane.transports.mqtt.errors import MQTT_REASON, retried
 from airlane.transports.mqtt.journal import InflightJournal
 from airlane.transports.mqtt.link import BrokerLink, LinkClosed, PublishRefused, settled
@@ -90,6 +90,7 @@ class _Plan:
     stream: str | None
     record: NewEvent | None
     event: Event | None
+    data_class: DataClass | None = None
 
 
 def digest(message: Publish) -> str:
@@ -210,18 +211,23 @@ class Inbound:
                 f"the topic has no level {exc.args[0]} to name its target",
             ) from None
         content_type, parsed = self._content(route, message)
+        data_class = self.config.data_class(route)
         if route.log is not None:
             try:
-                record = NewEvent(route.type, message.payload, content_type, _headers(message), key)
+                headers = _headers(message)
+                if data_class is not None:
+                    headers["mqtt-class"] = data_class.name
+                record = NewEvent(route.type, message.payload, content_type, headers, key)
             except ValueError as exc:
                 raise _Refused(ErrorCode.INVALID_REQUEST, str(exc)) from None
-            return _Plan(target, None, record, None)
+            return _Plan(target, None, record, None, data_class)
         body: dict[str, object] = {"topic": message.topic}
         if parsed is not _NOT_JSON:
             body["payload"] = parsed
         else:
             body["payload_base64"] = base64.b64encode(message.payload).decode("ascii")
-        return _Plan(None, target, None, Event.message(body))
+        lane = Lane.INTERACTIVE if data_class is None else Lane[data_class.lane.upper()]
+        return _Plan(None, target, None, Event.message(body, lane=lane), data_class)
 
     def _content(self, route: InboundRoute, message: Publish) -> tuple[str, object]:
         props = message.properties
@@ -248,9 +254,8 @@ class Inbound:
         while True:
             try:
                 if plan.log is not None:
-                    await self._append(
-                        plan.log, [p.record for _, p in group if p.record is not None]
-                    )
+                    records = [p.record for _, p in group if p.record is not None]
+                    await self._append(plan.log, records, plan.data_class)
                 else:
                     assert plan.stream is not None
                     for _, p in group:
@@ -281,14 +286,25 @@ class Inbound:
         self.stats.stored += len(group)
         self._ack([item for item, _ in group])
 
-    async def _append(self, name: str, records: list[NewEvent]) -> None:
+    async def _append(
+        self, name: str, records: list[NewEvent], data_class: DataClass | None
+    ) -> None:
         logs = self.gateway.logs
         try:
             await logs.append(self.principal, name, records)
         except AirlaneError as exc:
             if exc.code is not ErrorCode.LOG_NOT_FOUND or name in self._known_logs:
                 raise
-            await logs.create(self.principal, name)
+            if data_class is None:
+                await logs.create(self.principal, name)
+            else:
+                await logs.create(
+                    self.principal,
+                    name,
+                    max_age_s=data_class.max_age_s,
+                    max_bytes=data_class.max_bytes,
+                    max_events=data_class.max_events,
+                )
             self._known_logs.add(name)
             await logs.append(self.principal, name, records)
 
