@@ -318,7 +318,12 @@ class StreamLog:
             return tokens
         # A terminal event: its usage report covers everything, its own tokens included.
         ledger.on_append(tokens + event.tokens, now_ns)
-        event.data = {**(event.data or {}), "usage": ledger.report()}
+        data = dict(event.data or {})
+        routing = data.pop("routing", None)
+        if isinstance(routing, dict):
+            ledger.routing = routing  # a backend's routing decision joins the ledger
+        data["usage"] = ledger.report()
+        event.data = data
         self.terminal = event
         return -event.tokens  # already counted; the caller adds them back
 

@@ -144,6 +144,9 @@ class UsageLedger:
     gateway_latency: LatencyHistogram = field(default_factory=LatencyHistogram)
     """Time events spent inside the gateway between being appended and a transport writing
     them to a reader that was there live (history replayed later is not latency)."""
+    routing: dict[str, Any] | None = None
+    """Where the generation ran and why, when a backend chose between several (the offload
+    router, `airlane.backends.offload`)."""
 
     def on_append(self, tokens: int, now_ns: int) -> None:
         """Account for an appended event carrying ``tokens`` completion tokens."""
@@ -171,7 +174,7 @@ class UsageLedger:
         ttft = None
         if self.first_token_ns is not None:
             ttft = round((self.first_token_ns - self.created_ns) / 1e6, 3)
-        return {
+        report: dict[str, Any] = {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "total_tokens": self.prompt_tokens + self.completion_tokens,
@@ -181,6 +184,9 @@ class UsageLedger:
             "replayed_events": self.replayed_events,
             "gateway_latency_ms": self.gateway_latency.summary_ms(),
         }
+        if self.routing is not None:
+            report["routing"] = self.routing
+        return report
 
 
 def _count(counts: dict[str, int], subscriber: str, tokens: int) -> None:

@@ -11,6 +11,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from airlane.backends.base import Backend
+from airlane.backends.offload import OffloadBackend
+from airlane.backends.offload_rule import OffloadRouter
 from airlane.backends.openai import OpenAIUpstreamBackend
 from airlane.backends.synthetic import SyntheticBackend
 from airlane.gateway import ForwardedIdentity, Gateway, GatewayConfig
@@ -32,10 +34,24 @@ __all__ = ["build_app", "build_backend", "build_event_sourcing", "build_hub", "n
 
 
 def build_backend(config: ServerConfig) -> Backend:
-    """The synthetic backend, or the upstream one when ``upstream`` is set."""
+    """The synthetic backend, the upstream one when ``upstream`` is set, or the offload router
+    between two of them when ``[offload]`` names an edge and a cloud."""
+    offload = config.offload
+    if offload.enabled:
+        assert offload.edge_url is not None and offload.cloud_url is not None
+        edge = _side(config, offload.edge_url, offload.edge_api_key, offload.edge_model)
+        cloud = _side(config, offload.cloud_url, offload.cloud_api_key, offload.cloud_model)
+        return OffloadBackend(edge, cloud, OffloadRouter(offload))
     if config.upstream:
         return OpenAIUpstreamBackend(config.upstream, config.upstream_api_key, model=config.model)
     return SyntheticBackend(config.synthetic)
+
+
+def _side(config: ServerConfig, url: str, api_key: str | None, model: str | None) -> Backend:
+    """One side of the offload router: ``synthetic``, or an OpenAI-compatible upstream."""
+    if url == "synthetic":
+        return SyntheticBackend(config.synthetic)
+    return OpenAIUpstreamBackend(url, api_key, model=model)
 
 
 def nats_servers(config: ServerConfig) -> tuple[str, ...]:

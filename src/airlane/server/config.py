@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from airlane.artifacts.config import ArtifactsConfig
+from airlane.backends.offload_rule import OffloadConfig
 from airlane.backends.synthetic import SyntheticConfig
 from airlane.core import OrphanMode, OrphanPolicy, Retention
 from airlane.gateway.authguard import AuthGuardConfig
@@ -124,6 +125,9 @@ class ServerConfig:
     """Client API keys -> principal names; empty: no authentication (localhost default)."""
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
     """Timing of the synthetic backend."""
+    offload: OffloadConfig = field(default_factory=OffloadConfig)
+    """Generations routed between an edge and a cloud backend (``[offload]``, docs/edge.md);
+    set, it replaces ``upstream``."""
     http: HttpConfig = field(default_factory=HttpConfig)
     """HTTP transport limits and heartbeats."""
     orphan: OrphanPolicy = field(default_factory=OrphanPolicy)
@@ -219,6 +223,7 @@ def _settings(path: Path, data: dict[str, Any], config: ServerConfig) -> ServerC
     """``config`` with ``data`` (a parsed file) applied."""
     nested: dict[str, Any] = {
         "synthetic": (SyntheticConfig, config.synthetic),
+        "offload": (OffloadConfig, config.offload),
         "http": (HttpConfig, config.http),
         "orphan": (OrphanPolicy, config.orphan),
         "retention": (Retention, config.retention),
