@@ -26,12 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import orjson
+
 from airlane.core.errors import AirlaneError, ErrorCode
 from airlane.core.events import Event, Kind
 from airlane.core.position import Position
 from airlane.transports.mqtt.config import OutboundRoute
 from airlane.transports.mqtt.link import PublishRefused
-from airlane.wire.event_json import event_to_json
+from airlane.wire.event_json import event_to_dict, event_to_json
 from airlane.wire.mqtt import Properties
 
 if TYPE_CHECKING:
@@ -152,10 +154,16 @@ class Forwarder:
                 ("seq", str(event.seq)),
             ),
         )
+        if self.bridge.config.protocol == 5:
+            payload = event_to_json(event)
+        else:
+            # MQTT 3.1.1 has no properties: the position rides in the body instead.
+            body = {**event_to_dict(event), "stream": route.stream, "epoch": epoch}
+            payload = orjson.dumps(body)
         try:
             await self.bridge.publish(
                 route.topic,
-                event_to_json(event),
+                payload,
                 qos=route.qos,
                 retain=route.retain,
                 properties=properties if self.bridge.config.protocol == 5 else None,
