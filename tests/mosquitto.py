@@ -46,11 +46,26 @@ def _free_port() -> int:
 class Mosquitto:
     """One broker with its own directory (config, persistence file, log)."""
 
-    def __init__(self, directory: Path, port: int | None = None, extra: str = "") -> None:
+    def __init__(
+        self,
+        directory: Path,
+        port: int | None = None,
+        extra: str = "",
+        *,
+        listener: str = "",
+        allow_anonymous: bool = True,
+    ) -> None:
+        """``extra``: config lines appended at the end. ``listener``: lines that follow the
+        ``listener PORT 127.0.0.1`` line, for that listener (TLS: ``cafile``, ``certfile``,
+        ``keyfile``, ``require_certificate``). ``allow_anonymous=False`` asks every client
+        for a login (give ``password_file`` in ``extra``). Files the broker reads belong in
+        ``directory``: it runs as the current user."""
         self.binary = mosquitto_binary()
         self.directory = directory
         self.port = port or _free_port()
         self.extra = extra
+        self.listener = listener if not listener or listener.endswith("\n") else listener + "\n"
+        self.allow_anonymous = allow_anonymous
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -61,11 +76,13 @@ class Mosquitto:
     def start(self, timeout: float = 10.0) -> None:
         """Start the broker and wait until it accepts connections."""
         config = self.directory / "mosquitto.conf"
+        anonymous = "true" if self.allow_anonymous else "false"
         config.write_text(
             f"listener {self.port} 127.0.0.1\n"
+            f"{self.listener}"
             # Run as root, mosquitto would drop to its own user, who cannot write here.
             f"user {getpass.getuser()}\n"
-            "allow_anonymous true\n"
+            f"allow_anonymous {anonymous}\n"
             "persistence true\n"
             f"persistence_location {self.directory}/\n"
             # Saved at every change, so a killed broker keeps what it had acknowledged.
@@ -121,10 +138,14 @@ class Mosquitto:
 
 
 @contextlib.contextmanager
-def running_mosquitto(extra: str = "") -> Iterator[Mosquitto]:
+def running_mosquitto(
+    extra: str = "", *, listener: str = "", allow_anonymous: bool = True
+) -> Iterator[Mosquitto]:
     """A started `Mosquitto` in a temporary directory, stopped and removed afterwards."""
     with tempfile.TemporaryDirectory(prefix="airlane-mosquitto-") as tmp:
-        broker = Mosquitto(Path(tmp), extra=extra)
+        broker = Mosquitto(
+            Path(tmp), extra=extra, listener=listener, allow_anonymous=allow_anonymous
+        )
         broker.start()
         try:
             yield broker

@@ -67,6 +67,8 @@ def test_a_url_alone_gets_the_default_routes(tmp_path: Path) -> None:
             "wildcard",
         ),
         ("mqtt = 1\n", "mqtt must be an array"),
+        ('[[mqtt]]\nurl = "mqtt://b"\nca_file = "ca.pem"\n', "need an mqtts:// url"),
+        ('[[mqtt]]\nurl = "mqtts://b"\nkey_file = "k.pem"\n', "key_file goes with a cert_file"),
     ],
 )
 def test_mistakes_are_refused_with_the_setting_named(tmp_path: Path, text: str, says: str) -> None:

@@ -239,6 +239,10 @@ class MqttBridgeConfig:
         if re.fullmatch(r"[A-Za-z0-9._-]{1,64}", self.name) is None:
             raise ValueError(f"[mqtt] name {self.name!r}: 1 to 64 of A-Z a-z 0-9 . _ -")
         check_topic(self.dead_letter_topic)
+        if not self.address.tls and (self.ca_file or self.cert_file or self.key_file):
+            raise ValueError("[mqtt] ca_file, cert_file and key_file need an mqtts:// url")
+        if self.key_file is not None and self.cert_file is None:
+            raise ValueError("[mqtt] key_file goes with a cert_file")
         names = {c.name for c in self.classes}
         for route in self.inbound:
             if route.data_class is not None and route.data_class not in names:

@@ -146,12 +146,11 @@ class Inbound:
             return None
         return f"mqtt.id.{value}"
 
-    def release(self, packet_id: int) -> None:
-        """PUBREL for a QoS 2 message: mark it settled in the journal (its PUBCOMP goes
-        right after)."""
-        line = self.journal.release(packet_id)
-        if line is not None:
-            self.journal.write([line])
+    def release(self, packet_ids: list[int]) -> None:
+        """PUBREL for QoS 2 messages: mark them settled in the journal, in one write (their
+        PUBCOMPs go right after)."""
+        lines = [line for pid in packet_ids if (line := self.journal.release(pid)) is not None]
+        self.journal.write(lines)
 
     # -- the worker -------------------------------------------------------------------------
 
@@ -320,8 +319,12 @@ class Inbound:
                     lines.append(line)
         # Marked acknowledged before the acknowledgement goes: see the journal's docstring.
         self.journal.write(lines)
+        links = {}
         for item in items:
-            item.link.settle(item.message)
+            item.link.settle(item.message, flush=False)
+            links[id(item.link)] = item.link
+        for link in links.values():
+            link.flush()
 
     async def _dead_letter(self, item: _Item, code: ErrorCode, text: str) -> None:
         message = item.message

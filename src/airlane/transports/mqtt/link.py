@@ -52,12 +52,20 @@ class PublishRefused(RuntimeError):
 
 
 def tls_context(config: MqttBridgeConfig) -> ssl.SSLContext | None:
-    """The TLS context for an ``mqtts://`` broker (None for plain ``mqtt://``)."""
+    """The TLS context for an ``mqtts://`` broker (None for plain ``mqtt://``); `LinkClosed`
+    naming the file when ``ca_file``, ``cert_file`` or ``key_file`` cannot be used."""
     if not config.address.tls:
         return None
-    context = ssl.create_default_context(cafile=config.ca_file)
+    try:
+        context = ssl.create_default_context(cafile=config.ca_file)
+    except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+        raise LinkClosed(f"cannot use the ca_file {config.ca_file!r}: {exc}") from exc
     if config.cert_file is not None:
-        context.load_cert_chain(config.cert_file, config.key_file)
+        try:
+            context.load_cert_chain(config.cert_file, config.key_file)
+        except (OSError, ValueError) as exc:
+            files = f"cert_file {config.cert_file!r}, key_file {config.key_file!r}"
+            raise LinkClosed(f"cannot use the client certificate ({files}): {exc}") from exc
     return context
 
 
@@ -69,7 +77,7 @@ class BrokerLink:
         config: MqttBridgeConfig,
         session: ClientSession,
         on_message: Callable[[BrokerLink, Publish], None],
-        on_release: Callable[[int], None],
+        on_release: Callable[[list[int]], None],
         publishes: dict[int, asyncio.Future[PublishDone]],
         *,
         max_pending: int,
@@ -118,15 +126,19 @@ class BrokerLink:
             properties=properties,
             version=config.protocol,
         )
+        context = tls_context(config)
+        where = f"{address.host}:{address.port}"
         try:
             self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(
-                    address.host, address.port, ssl=tls_context(config), limit=READ_CHUNK
-                ),
+                asyncio.open_connection(address.host, address.port, ssl=context, limit=READ_CHUNK),
                 config.connect_timeout_s,
             )
+        except ssl.SSLCertVerificationError as exc:
+            trust = f"the ca_file {config.ca_file!r}" if config.ca_file else "the system's CAs"
+            raise LinkClosed(
+                f"the certificate of the broker {where} failed verification against {trust}: {exc}"
+            ) from exc
         except (OSError, TimeoutError, ssl.SSLError) as exc:
-            where = f"{address.host}:{address.port}"
             raise LinkClosed(f"cannot reach the broker {where}: {exc}") from exc
         self.connection = MQTTClientConnection(
             packet,
@@ -159,10 +171,31 @@ class BrokerLink:
             self._dispatch(connection.handle_timer(time.monotonic()))
             return
         except (OSError, ssl.SSLError) as exc:
-            self._lost(f"the connection to the broker broke: {exc}")
+            self._lost(self._broken(f"the connection to the broker broke: {exc}", exc))
         if not data:
-            self._lost("the broker closed the connection")
+            self._lost(self._broken("the broker closed the connection", None))
         self._dispatch(connection.receive_data(data, time.monotonic()))
+
+    def _broken(self, reason: str, exc: OSError | None) -> str:
+        """Why the connection ended, for a TLS one that ended before CONNACK: under TLS 1.3
+        the broker checks the client certificate after the handshake, so its refusal (an
+        alert: certificate required, unknown CA; or a reset, when the CONNECT crossed it)
+        comes instead of the CONNACK."""
+        if self.connected is not None or not self.config.address.tls:
+            return reason
+        if isinstance(exc, ssl.SSLError):
+            return f"the broker refused the TLS connection before CONNACK: {exc}"
+        cert = self.config.cert_file
+        hint = (
+            "the bridge has none (cert_file, key_file)"
+            if cert is None
+            else f"it may have refused the cert_file {cert!r}"
+        )
+        cause = f": {exc}" if exc is not None else ""
+        return (
+            f"the broker ended the TLS connection before CONNACK{cause} "
+            f"(if it requires a client certificate, {hint})"
+        )
 
     def _lost(self, reason: str) -> None:
         if self.connection is not None:
@@ -192,6 +225,7 @@ class BrokerLink:
     # -- events -----------------------------------------------------------------------------
 
     def _dispatch(self, events: Sequence[object]) -> None:
+        released: list[int] = []
         for event in events:
             if isinstance(event, MessageReceived):
                 self.pending += 1
@@ -199,8 +233,7 @@ class BrokerLink:
                     self._resume_reading.clear()
                 self._on_message(self, event.message)
             elif isinstance(event, MessageReleased):
-                # Before the PUBCOMP queued with it goes out (flushed below).
-                self._on_release(event.packet_id)
+                released.append(event.packet_id)
             elif isinstance(event, PublishDone):
                 publish = self._publishes.pop(event.packet_id, None)
                 if publish is not None and not publish.done():
@@ -218,6 +251,9 @@ class BrokerLink:
                 self._flush()
                 self.closed_reason = event.reason
                 self._lost(event.reason)
+        if released:
+            # Before the PUBCOMPs queued with them go out, below.
+            self._on_release(released)
         self._flush()
 
     def _fail_waiters(self, reason: str) -> None:
@@ -236,16 +272,22 @@ class BrokerLink:
 
     # -- calls ------------------------------------------------------------------------------
 
-    def settle(self, message: Publish, reason_code: int = 0) -> None:
+    def settle(self, message: Publish, reason_code: int = 0, *, flush: bool = True) -> None:
         """Acknowledge a message handed over (nothing to send at QoS 0); reading resumes
-        once fewer than `max_pending` are held."""
+        once fewer than `max_pending` are held. ``flush=False`` leaves the acknowledgement
+        queued for one `flush` after a batch: one write for many."""
         self.pending -= 1
         if self.pending < self._max_pending:
             self._resume_reading.set()
         connection = self.connection
         if connection is not None and not connection.closed:
             connection.ack(message, reason_code)
-            self._flush()
+            if flush:
+                self._flush()
+
+    def flush(self) -> None:
+        """Write what the connection has queued."""
+        self._flush()
 
     async def subscribe(self, subscriptions: list[Subscription]) -> tuple[int, ...]:
         """SUBSCRIBE and wait for the SUBACK's reason codes."""

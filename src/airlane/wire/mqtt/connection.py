@@ -32,6 +32,7 @@ from __future__ import annotations
 import enum
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
+from typing import Final
 
 from airlane.wire.mqtt.packets import (
     MQTT_5,
@@ -76,6 +77,38 @@ MALFORMED = 0x81
 PROTOCOL_ERROR = 0x82
 PACKET_TOO_LARGE = 0x95
 KEEP_ALIVE_TIMEOUT = 0x8D
+
+
+CONNACK_REASONS: Final = {
+    # MQTT 3.1.1 return codes.
+    0x01: "unacceptable protocol version",
+    0x02: "client identifier rejected",
+    0x03: "server unavailable",
+    0x04: "bad user name or password",
+    0x05: "not authorized",
+    # MQTT 5 reason codes.
+    0x80: "unspecified error",
+    0x81: "malformed packet",
+    0x82: "protocol error",
+    0x83: "implementation specific error",
+    0x84: "unsupported protocol version",
+    0x85: "client identifier not valid",
+    0x86: "bad user name or password",
+    0x87: "not authorized",
+    0x88: "server unavailable",
+    0x89: "server busy",
+    0x8A: "banned",
+    0x8C: "bad authentication method",
+    0x95: "packet too large",
+    0x97: "quota exceeded",
+    0x99: "payload format invalid",
+    0x9A: "retain not supported",
+    0x9B: "QoS not supported",
+    0x9C: "use another server",
+    0x9D: "server moved",
+    0x9F: "connection rate exceeded",
+}
+"""What a CONNACK's refusal code means (3.1.1's 1-5 and 5's 0x80 up do not overlap)."""
 
 
 class LocalProtocolError(RuntimeError):
@@ -406,10 +439,12 @@ class MQTTClientConnection:
     def _on_connack(self, packet: ConnAck, now: float) -> list[Event]:
         self._connect_deadline = None
         props = packet.properties or Properties()
-        if packet.reason_code >= 0x80 or (self.version != MQTT_5 and packet.reason_code):
+        code = packet.reason_code
+        if code >= 0x80 or (self.version != MQTT_5 and code):
             self.state = State.CLOSED
-            text = props.reason_string or f"reason code {packet.reason_code:#04x}"
-            return [ConnectionClosed(packet.reason_code, f"the broker refused: {text}")]
+            text = props.reason_string or CONNACK_REASONS.get(code, "no reason given")
+            reason = f"the broker refused the connection: {text} (CONNACK reason code {code:#04x})"
+            return [ConnectionClosed(code, reason)]
         self.state = State.CONNECTED
         self.server = props
         if props.receive_maximum:
