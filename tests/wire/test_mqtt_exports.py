@@ -20,6 +20,7 @@ def test_package_exports() -> None:
             "Connect",
             "Connected",
             "ConnectionClosed",
+            "FilterTree",
             "LocalProtocolError",
             "MQTTClientConnection",
             "MQTTDecodeError",

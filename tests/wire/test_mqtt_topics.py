@@ -4,8 +4,16 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from airlane.wire.mqtt.topics import check_filter, check_topic, filter_matches, shared_filter
+from airlane.wire.mqtt.topics import (
+    FilterTree,
+    check_filter,
+    check_topic,
+    filter_matches,
+    shared_filter,
+)
 
 MATCHES: list[tuple[str, str, bool]] = [
     # section 4.7.1.2: multi-level wildcard
@@ -163,3 +171,42 @@ def test_shared_filter(filter: str, expected: tuple[str | None, str]) -> None:
 def test_shared_filter_refuses(filter: str) -> None:
     with pytest.raises(ValueError):
         shared_filter(filter)
+
+
+# -- FilterTree ---------------------------------------------------------------------------------
+# Invariant: for any set of valid filters and any topic, the tree returns exactly the filters
+# that `filter_matches` says the topic matches (each as often as it was added).
+
+_LEVELS = st.sampled_from(["a", "b", "", "$SYS", "+", "#", "c d"])
+
+
+@st.composite
+def _filters(draw: st.DrawFn) -> str:
+    levels = draw(st.lists(_LEVELS, min_size=1, max_size=4))
+    if "#" in levels:
+        levels = [*levels[: levels.index("#")], "#"]
+    return "/".join(levels)
+
+
+@given(
+    st.lists(_filters(), min_size=1, max_size=12),
+    st.lists(st.sampled_from(["a", "b", "", "$SYS", "c d", "x"]), min_size=1, max_size=5),
+)
+@settings(max_examples=300, deadline=None)
+def test_the_filter_tree_agrees_with_filter_matches(filters: list[str], levels: list[str]) -> None:
+    topic = "/".join(levels)
+    tree: FilterTree[int] = FilterTree()
+    for index, f in enumerate(filters):
+        tree.add(f, index)
+    expected = sorted(i for i, f in enumerate(filters) if filter_matches(f, topic))
+    assert sorted(tree.match(topic)) == expected
+
+
+def test_the_filter_tree_with_shared_subscriptions_and_many_routes() -> None:
+    tree: FilterTree[int] = FilterTree()
+    for i in range(10_000):
+        tree.add(f"bench/t{i}/+", i)
+    tree.add("$share/g/bench/#", 10_000)
+    assert sorted(tree.match("bench/t42/x")) == [42, 10_000]
+    assert tree.match("other") == []
+    assert tree.size == 10_001

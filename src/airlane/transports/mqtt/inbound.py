@@ -38,7 +38,7 @@ from airlane.transports.mqtt.config import DataClass, InboundRoute, MqttBridgeCo
 from airlane.transports.mqtt.errors import MQTT_REASON, retried
 from airlane.transports.mqtt.journal import InflightJournal
 from airlane.transports.mqtt.link import BrokerLink, LinkClosed, PublishRefused, settled
-from airlane.wire.mqtt import Properties, Publish, filter_matches
+from airlane.wire.mqtt import FilterTree, Properties, Publish
 
 if TYPE_CHECKING:
     from airlane.gateway import Gateway
@@ -121,6 +121,9 @@ class Inbound:
         self._lines: list[str] = []
         self._wake = asyncio.Event()
         self._known_logs: set[str] = set()
+        self._routes: FilterTree[int] = FilterTree()
+        for index, route in enumerate(config.inbound):
+            self._routes.add(route.filter, index)
 
     # -- intake (called by the link, synchronously, in arrival order) -----------------------
 
@@ -191,11 +194,10 @@ class Inbound:
         await self._flush(group)
 
     def _plan(self, message: Publish, key: str | None) -> _Plan | None:
-        route = next(
-            (r for r in self.config.inbound if filter_matches(r.filter, message.topic)), None
-        )
-        if route is None:
+        matches = self._routes.match(message.topic)
+        if not matches:
             return None
+        route = self.config.inbound[min(matches)]  # the first matching route wins
         if len(message.payload) > self.config.max_message:
             raise _Refused(
                 ErrorCode.EVENT_TOO_LARGE,

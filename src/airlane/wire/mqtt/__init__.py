@@ -33,7 +33,13 @@ from airlane.wire.mqtt.packets import (
 )
 from airlane.wire.mqtt.primitives import MQTTDecodeError
 from airlane.wire.mqtt.properties import Properties
-from airlane.wire.mqtt.topics import check_filter, check_topic, filter_matches, shared_filter
+from airlane.wire.mqtt.topics import (
+    FilterTree,
+    check_filter,
+    check_topic,
+    filter_matches,
+    shared_filter,
+)
 
 __all__ = [
     "MQTT_5",
@@ -42,6 +48,7 @@ __all__ = [
     "Connect",
     "Connected",
     "ConnectionClosed",
+    "FilterTree",
     "LocalProtocolError",
     "MQTTClientConnection",
     "MQTTDecodeError",
