@@ -4,9 +4,9 @@ Every ``import`` and ``from ... import`` in ``src/airlane`` is an edge, wherever
 function body's deferred import is a dependency too); imports under ``if TYPE_CHECKING:`` are
 left out, since they run only for the type checker. The rules:
 
-1. ``core/`` and ``wire/`` are pure: no asyncio, no sockets, no clock, no I/O package, and
-   nothing of Airlane's but each other (a codec that imported the hub loaded asyncio and the
-   memory hub with it).
+1. ``core/``, ``wire/`` and ``rules/`` are pure: no asyncio, no sockets, no clock, no I/O
+   package, and nothing of Airlane's but each other (a codec that imported the hub loaded
+   asyncio and the memory hub with it).
 2. A transport imports no other transport, and nothing below the gateway: it acts through
    ``airlane.gateway`` and builds on ``core``, ``wire`` and ``runtime`` only. Nor does it reach
    into the gateway's parts (``gateway.hub``, ``gateway.security``...).
@@ -30,7 +30,7 @@ import pytest
 SRC = Path(__file__).resolve().parent.parent / "src"
 PACKAGE = SRC / "airlane"
 
-PURE = ("core", "wire")
+PURE = ("core", "wire", "rules")
 # What a pure layer may never import: the event loop, sockets and the network, threads and
 # processes, the clock, the file system.
 IO_MODULES = frozenset({
@@ -131,7 +131,7 @@ def test_pure_layers_do_no_io_and_import_only_each_other(layer):
 
 def test_importing_every_pure_module_loads_no_io():
     # What the AST says, checked by running it: a fresh interpreter imports every module of
-    # core/ and wire/ and has loaded no event loop, no socket and no hub.
+    # core/, wire/ and rules/ and has loaded no event loop, no socket and no hub.
     pure = sorted(m for m in MODULES if _layer(m) in PURE)
     probe = (
         f"import importlib, json, sys\nfor m in {pure!r}: importlib.import_module(m)\n"
