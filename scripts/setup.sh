@@ -39,6 +39,13 @@ fi
 # what is up to date, and Python ignores a .pyc whose source has changed since.
 .venv/bin/python -m compileall -q src >/dev/null
 
+# amqtt, the MQTT bridge tests' second broker (tests/mqtt/test_second_broker.py), in an
+# environment of its own: it pins websockets==15.0.1, which would hold Airlane's back.
+if [ "$want_test" = 1 ] && [ ! -x .venv-amqtt/bin/amqtt ]; then
+  "$python" -m venv .venv-amqtt
+  .venv-amqtt/bin/python -m pip install --quiet --disable-pip-version-check "amqtt>=0.12,<0.13"
+fi
+
 # The Node peer of `airlane bench --compare`: npm ci when its node_modules is missing or older
 # than the lock file. Without Node.js the peer is skipped, except in CI, where the compare
 # test fails.

@@ -1,6 +1,7 @@
 """The MQTT bridge against a second broker implementation: amqtt (pure Python, PyPI ``amqtt``
-0.12, in the ``test`` extra), which speaks MQTT 3.1.1 only, so the bridge connects with
-``protocol=4``. Publishers and subscribers are paho-mqtt (through aiomqtt), also at 3.1.1.
+0.12, in a virtual environment of its own, ``.venv-amqtt``), which speaks MQTT 3.1.1 only, so
+the bridge connects with ``protocol=4``. Publishers and subscribers are paho-mqtt (through
+aiomqtt), also at 3.1.1.
 
 The broker runs in a subprocess (``python -m amqtt.scripts.broker_script -c CONFIG``, what its
 ``amqtt`` console script runs) on a free port of 127.0.0.1, anonymous, no other plugins.
@@ -18,7 +19,6 @@ import contextlib
 import os
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,6 +41,11 @@ from airlane.transports.mqtt import (
 pytestmark = pytest.mark.timeout(60)
 
 PRINCIPAL = principal_named("mqtt-bridge@default")
+
+AMQTT_PYTHON = Path(__file__).resolve().parents[2] / ".venv-amqtt" / "bin" / "python"
+"""amqtt runs from a virtual environment of its own (``scripts/setup.sh --test`` makes it): it
+pins ``websockets==15.0.1``, and in Airlane's own environment it would hold Airlane's
+websockets back at that version."""
 
 
 def _free_port() -> int:
@@ -79,7 +84,7 @@ class Amqtt:
         )
         with (self.directory / "amqtt.log").open("wb") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "amqtt.scripts.broker_script", "-c", str(config)],
+                [str(AMQTT_PYTHON), "-m", "amqtt.scripts.broker_script", "-c", str(config)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
@@ -107,10 +112,9 @@ class Amqtt:
 @pytest.fixture
 def amqtt_broker(tmp_path: Path) -> Iterator[Amqtt]:
     """A fresh amqtt broker; skips without the package (fails in CI, ``CI=true``)."""
-    try:
-        import amqtt  # noqa: F401
-    except ImportError:
-        message = "amqtt is not installed (the test extra: pip install -e '.[test]')"
+    if not AMQTT_PYTHON.exists():
+        where = AMQTT_PYTHON.parent.parent
+        message = f"amqtt is not installed in {where} (scripts/setup.sh --test makes it)"
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
