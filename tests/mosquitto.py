@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import getpass
-import os
-import shutil
 import socket
 import subprocess
 import tempfile
@@ -19,31 +17,17 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
+from tests.brokerprocess import BrokerProcess, installed
 
 __all__ = ["Mosquitto", "mosquitto_binary", "running_mosquitto"]
 
 
 def mosquitto_binary() -> str:
     """The path of ``mosquitto``; skips the test (fails it in CI) when it is missing."""
-    found = shutil.which("mosquitto") or (
-        "/usr/sbin/mosquitto" if os.access("/usr/sbin/mosquitto", os.X_OK) else None
-    )
-    if found is None:
-        message = "mosquitto is not installed (Debian package mosquitto; scripts/setup.sh)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return found
+    return installed("mosquitto", "/usr/sbin/mosquitto", package="mosquitto")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class Mosquitto:
+class Mosquitto(BrokerProcess):
     """One broker with its own directory (config, persistence file, log)."""
 
     def __init__(
@@ -60,13 +44,12 @@ class Mosquitto:
         ``keyfile``, ``require_certificate``). ``allow_anonymous=False`` asks every client
         for a login (give ``password_file`` in ``extra``). Files the broker reads belong in
         ``directory``: it runs as the current user."""
+        super().__init__(directory / "mosquitto.log", port)
         self.binary = mosquitto_binary()
         self.directory = directory
-        self.port = port or _free_port()
         self.extra = extra
         self.listener = listener if not listener or listener.endswith("\n") else listener + "\n"
         self.allow_anonymous = allow_anonymous
-        self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
@@ -107,34 +90,6 @@ class Mosquitto:
             time.sleep(0.05)
         self.stop()
         raise RuntimeError(f"mosquitto did not start in {timeout} s")
-
-    def kill(self) -> None:
-        """Stop the broker with SIGKILL."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(10)
-
-    def stop(self) -> None:
-        """Stop the broker gracefully (SIGTERM: it saves its state), SIGKILL after 10 s."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-    def restart(self, *, hard: bool = False) -> None:
-        """Stop (or kill) and start again on the same port and store."""
-        if hard:
-            self.kill()
-        else:
-            self.stop()
-        self.start()
-
-    def read_log(self) -> str:
-        """What the broker has written to its log."""
-        path = self.directory / "mosquitto.log"
-        return path.read_text(errors="replace") if path.exists() else ""
 
 
 @contextlib.contextmanager

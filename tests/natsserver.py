@@ -9,8 +9,6 @@ binary is missing a test skips, except in CI (``CI=true``), where it fails.
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
 import socket
 import subprocess
 import tempfile
@@ -18,36 +16,25 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
+from tests.brokerprocess import BrokerProcess, installed
 
 __all__ = ["NatsServer", "nats_binary", "running_nats"]
 
 
 def nats_binary() -> str:
     """The path of ``nats-server``; skips the test (fails it in CI) when it is missing."""
-    found = shutil.which("nats-server")
-    if found is None:
-        message = "nats-server is not installed (Debian package nats-server; scripts/setup.sh)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return found
+    return installed("nats-server", package="nats-server")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class NatsServer:
+class NatsServer(BrokerProcess):
     """One JetStream-enabled NATS server with its own store directory."""
 
+    HARD_RESTART = True
+
     def __init__(self, store_dir: Path, port: int | None = None) -> None:
+        super().__init__(store_dir / "nats-server.log", port)
         self.binary = nats_binary()
         self.store_dir = store_dir
-        self.port = port or _free_port()
-        self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
@@ -56,7 +43,7 @@ class NatsServer:
 
     def start(self, timeout: float = 10.0) -> None:
         """Start the server and wait until it accepts connections."""
-        log = open(self.store_dir / "nats-server.log", "ab")  # noqa: SIM115 (kept by Popen)
+        log = open(self.log_path, "ab")  # noqa: SIM115 (kept by Popen)
         self.process = subprocess.Popen(
             [
                 self.binary,
@@ -87,34 +74,6 @@ class NatsServer:
             time.sleep(0.05)
         self.stop()
         raise RuntimeError(f"nats-server did not start in {timeout} s")
-
-    def kill(self) -> None:
-        """Stop the server with SIGKILL (a crash, for the store too)."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(10)
-
-    def stop(self) -> None:
-        """Stop the server gracefully (SIGTERM, then SIGKILL after 10 s)."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-    def restart(self, *, hard: bool = True) -> None:
-        """Kill (or stop) and start again on the same port and store."""
-        if hard:
-            self.kill()
-        else:
-            self.stop()
-        self.start()
-
-    def read_log(self) -> str:
-        """What the server has written to its log."""
-        path = self.store_dir / "nats-server.log"
-        return path.read_text(errors="replace") if path.exists() else ""
 
 
 @contextlib.contextmanager

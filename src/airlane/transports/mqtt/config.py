@@ -60,13 +60,12 @@ def parse_broker_url(url: str) -> BrokerAddress:
     return BrokerAddress(parts.hostname, port, tls, username, password)
 
 
-def _check_template(template: str, what: str, levels: int | None) -> None:
-    for match in _PLACEHOLDER.finditer(template):
-        if int(match.group(1)) < 1:
-            raise ValueError(f"{what} {template!r}: topic levels count from {{1}}")
-    if "{" in _PLACEHOLDER.sub("", template) or "}" in _PLACEHOLDER.sub("", template):
+def _check_template(template: str, what: str) -> None:
+    if any(int(match.group(1)) < 1 for match in _PLACEHOLDER.finditer(template)):
+        raise ValueError(f"{what} {template!r}: topic levels count from {{1}}")
+    rest = _PLACEHOLDER.sub("", template)
+    if "{" in rest or "}" in rest:
         raise ValueError(f"{what} {template!r}: the only placeholders are {{1}}, {{2}}, ...")
-    del levels
 
 
 def fill(template: str, levels: list[str]) -> str:
@@ -142,7 +141,7 @@ class InboundRoute:
         check_filter(self.filter)
         if (self.log is None) == (self.stream is None):
             raise ValueError(f"inbound route {self.filter!r}: give exactly one of log, stream")
-        _check_template(self.log or self.stream or "", "inbound route target", None)
+        _check_template(self.log or self.stream or "", "inbound route target")
         if self.qos not in (None, 0, 1, 2):
             raise ValueError(f"inbound route {self.filter!r}: qos must be 0, 1 or 2")
 

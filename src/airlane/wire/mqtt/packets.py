@@ -19,7 +19,7 @@ from __future__ import annotations
 import enum
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 from airlane.wire.mqtt.primitives import (
@@ -221,7 +221,7 @@ class Auth:
     """AUTH (MQTT 5 enhanced authentication)."""
 
     reason_code: int = 0
-    properties: Properties | None = field(default=None)
+    properties: Properties | None = None
 
 
 Packet = (
