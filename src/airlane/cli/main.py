@@ -20,6 +20,7 @@ from airlane.cli.certs import certs_app
 from airlane.cli.demo import demo_command
 from airlane.cli.logs import logs_app, schemas_app
 from airlane.cli.policy import policy_app
+from airlane.cli.rules import rules_app
 from airlane.cli.stream import stream_command
 from airlane.server.address import DEFAULT_HOST, DEFAULT_PORT
 
@@ -337,6 +338,7 @@ app.command("stream")(stream_command)
 app.command("bench")(bench_command)
 app.add_typer(logs_app, name="logs")
 app.add_typer(schemas_app, name="schemas")
+app.add_typer(rules_app, name="rules")
 app.add_typer(artifacts_app, name="artifacts")
 app.add_typer(certs_app, name="certs")
 app.add_typer(policy_app, name="policy")

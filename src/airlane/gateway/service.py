@@ -58,6 +58,7 @@ from airlane.gateway.logs import EventLogs
 from airlane.gateway.metered import MeteredSubscription
 from airlane.gateway.quotas import Quotas
 from airlane.gateway.rooms import SharedRooms
+from airlane.gateway.rules import RulesConfig, RuleService
 from airlane.gateway.schemas import Schemas
 from airlane.gateway.tenancy import client_info, client_names, finding, hub_key
 from airlane.gateway.tickets import Tickets
@@ -171,6 +172,7 @@ class Gateway:
         quotas: Quotas | None = None,
         auth_guard: AuthGuard | None = None,
         tickets: Tickets | None = None,
+        rules: RulesConfig | None = None,
     ) -> None:
         self.hub = hub
         """Where streams live (for the composition root and tests: transports call the
@@ -203,6 +205,8 @@ class Gateway:
         self._rules_see_requests = isinstance(self.security.policy, RbacPolicy)
         self.tickets = tickets or Tickets()
         """Short-lived credentials for WebSocket and EventSource clients."""
+        self.rules = RuleService(self, rules)
+        """Streaming SQL rules over topics, logs and streams (`airlane.gateway.rules`)."""
         self.started = time.monotonic()
         self._producers: set[asyncio.Task[None]] = set()
         self._feeding = backend if isinstance(backend, FeedingBackend) else None
@@ -212,9 +216,11 @@ class Gateway:
         await self.hub.start()
         await self.events.start()
         await self.artifacts.start()
+        await self.rules.start()
 
     async def aclose(self) -> None:
-        """Stop every producer, then the hub and the backend."""
+        """Stop the rules and every producer, then the hub and the backend."""
+        await self.rules.aclose()
         producers = list(self._producers)
         for task in producers:
             task.cancel()

@@ -86,6 +86,12 @@ class Action(enum.StrEnum):
     """List, watch and download model artifacts."""
     ARTIFACTS_PUBLISH = "artifacts.publish"
     """Announce new artifact versions (a rescan of the store)."""
+    RULES_READ = "rules.read"
+    """List rules, see one (its state and held rows), test SQL against sample messages."""
+    RULES_ADMIN = "rules.admin"
+    """Add, replace or delete a rule."""
+    RULES_APPROVE = "rules.approve"
+    """Approve or reject a row a rule holds for approval."""
 
 
 @dataclass(frozen=True, slots=True)

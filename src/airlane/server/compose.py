@@ -153,6 +153,7 @@ def build_app(config: ServerConfig) -> AirlaneApp:
         tickets=Tickets(config.tickets),
         config=GatewayConfig(orphan=config.orphan, retention=config.retention),
         events=build_event_sourcing(config),
+        rules=config.rules,
     )
     if config.artifacts.dir is not None:
         from airlane.artifacts.service import ArtifactService  # numpy and hashes: only here

@@ -17,6 +17,7 @@ from airlane.core import OrphanMode, OrphanPolicy, Retention
 from airlane.gateway.authguard import AuthGuardConfig
 from airlane.gateway.eventsourcing import EventSourcingConfig
 from airlane.gateway.quotas import QuotaConfig
+from airlane.gateway.rules import RulesConfig
 from airlane.gateway.tickets import TicketConfig
 from airlane.hub import MemoryHubConfig
 from airlane.hub.jetstream import JetStreamHubConfig
@@ -107,6 +108,10 @@ class JwtConfig:
         return self.jwks_file is not None or self.jwks_url is not None
 
 
+DEFAULT_RULES_DIR = ".airlane/rules"
+"""Where ``airlane serve`` keeps its rules unless ``[rules] dir`` says otherwise."""
+
+
 @dataclass(frozen=True, slots=True)
 class ServerConfig:
     """Everything ``airlane serve`` can be told."""
@@ -142,6 +147,8 @@ class ServerConfig:
     """HTTP/3 over QUIC on UDP beside the HTTP port (``[http3]``)."""
     rsocket: RSocketServerConfig = field(default_factory=RSocketServerConfig)
     """The RSocket transport: its TCP listener and session limits (``[rsocket]``)."""
+    rules: RulesConfig = field(default_factory=lambda: RulesConfig(dir=DEFAULT_RULES_DIR))
+    """Streaming SQL rules: where they are kept, their bounds (``[rules]``, docs/edge.md)."""
     mqtt: tuple[MqttBridgeConfig, ...] = ()
     """MQTT brokers to bridge to (``[[mqtt]]``, or ``--mqtt URL``; docs/edge.md)."""
     tcp_keepalive_s: int = DEFAULT_TCP_KEEPALIVE_S
@@ -199,8 +206,8 @@ def load_config(path: Path, base: ServerConfig | None = None) -> ServerConfig:
     ``[jetstream]``,
     ``[eventsourcing]``,
     ``[artifacts]``, ``[gc]``, ``[admission]``, ``[tls]``, ``[jwt]``, ``[policy]``, ``[audit]``,
-    ``[auth_guard]``, ``[quotas]``, ``[tickets]``, ``[streams]`` and ``[api_keys]`` tables, and
-    ``[[mqtt]]`` bridges (added to those already configured). An
+    ``[auth_guard]``, ``[quotas]``, ``[tickets]``, ``[streams]``, ``[rules]`` and ``[api_keys]``
+    tables, and ``[[mqtt]]`` bridges (added to those already configured). An
     unreadable file, one that is not TOML, an unknown key and a value of the wrong type are a
     `ConfigError` (a `ValueError`); so is a value the setting itself refuses."""
     try:
@@ -224,6 +231,7 @@ def _settings(path: Path, data: dict[str, Any], config: ServerConfig) -> ServerC
     nested: dict[str, Any] = {
         "synthetic": (SyntheticConfig, config.synthetic),
         "offload": (OffloadConfig, config.offload),
+        "rules": (RulesConfig, config.rules),
         "http": (HttpConfig, config.http),
         "orphan": (OrphanPolicy, config.orphan),
         "retention": (Retention, config.retention),

@@ -7,6 +7,7 @@ Mount it inside a FastAPI/Starlette app or serve it with any ASGI server. Routes
 - ``/v1/streams...``                   the streams API (see `airlane.transports.http.streams`)
 - ``/v1/logs...``                      event logs and consumer groups (`...http.logs`)
 - ``/v1/schemas...``                   the schema registry (`...http.schemas`)
+- ``/v1/rules...``                     streaming SQL rules and their approvals (`...http.rules`)
 - ``/v1/rooms/{room}``                 shared-state rooms, HTTP and WebSocket (`...http.rooms`)
 - ``WS   /v1/yjs/{room}``              Yjs documents, y-websocket protocol (`...http.yjs`)
 - ``/v1/artifacts...``                 model artifacts, files with ranges (`...http.artifacts`)
@@ -50,6 +51,7 @@ from airlane.transports.http.loadtest import loadtest_spec, render_loadtest_sse
 from airlane.transports.http.logs import handle_logs
 from airlane.transports.http.metrics import HttpMetrics
 from airlane.transports.http.rooms import handle_rooms, serve_room
+from airlane.transports.http.rules import handle_rules
 from airlane.transports.http.schemas import handle_schemas
 from airlane.transports.http.streams import handle_streams
 from airlane.transports.http.websocket import accept, serve_loadtest_ws, serve_websocket
@@ -283,6 +285,8 @@ class AirlaneApp:
             await handle_logs(self.context, principal, request, receive, send)
         elif path == "/v1/schemas" or path.startswith("/v1/schemas/"):
             await handle_schemas(self.context, principal, request, receive, send)
+        elif path == "/v1/rules" or path.startswith("/v1/rules/"):
+            await handle_rules(self.context, principal, request, receive, send)
         elif path.startswith("/v1/rooms/"):
             await handle_rooms(self.context, principal, request, receive, send)
         elif path == "/v1/artifacts" or path.startswith("/v1/artifacts/"):
@@ -373,6 +377,8 @@ def _route_label(path: str) -> str:
         return "/v1/logs/{log}"
     if path.startswith("/v1/schemas/"):
         return "/v1/schemas/{subject}"
+    if path.startswith("/v1/rules/"):
+        return "/v1/rules/{name}"
     if path.startswith("/v1/rooms/"):
         return "/v1/rooms/{room}"
     if path.startswith("/v1/artifacts/"):
@@ -385,6 +391,7 @@ def _route_label(path: str) -> str:
         "/v1/streams",
         "/v1/logs",
         "/v1/schemas",
+        "/v1/rules",
         "/v1/artifacts",
         "/v1/loadtest/sse",
         "/v1/tickets",

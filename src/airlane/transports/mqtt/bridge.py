@@ -10,19 +10,34 @@ message published just before a drop is settled on the next connection, which se
 Inbound messages go through `airlane.transports.mqtt.inbound.Inbound` (stored, then
 acknowledged). Each outbound route has a forwarder task (`airlane.transports.mqtt.outbound`).
 Every task is the bridge's; `aclose` ends them all and leaves the broker with a DISCONNECT.
+
+The bridge offers itself to the gateway's rules (`airlane.gateway.rules.TopicPublisher`): their
+actions publish through it, and each rule that reads a topic filter adds a `Tap`, a filter
+subscribed beside the inbound routes whose messages are stored in the rule's input log.
+
+**Overlapping filters.** A broker may send one copy of a message per matching subscription
+(Mosquitto does). Over MQTT 5 each filter is subscribed with its own subscription identifier,
+derived from the filter's text (`filter_identifier`, the same after a restart, when queued
+messages arrive with the identifiers they were matched with), and a copy is stored only for
+the routes and taps its identifiers name: once for its first matching route, once per tap.
+Over MQTT 3.1.1, which has no identifiers, overlapping filters store a message once per copy
+the broker sends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import random
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from airlane.gateway import Principal, principal_named
+from airlane.gateway.rules import Tap
 from airlane.transports.mqtt.config import MqttBridgeConfig
 from airlane.transports.mqtt.inbound import Inbound, InboundStats
 from airlane.transports.mqtt.journal import InflightJournal
@@ -33,7 +48,7 @@ from airlane.wire.mqtt import ClientSession, Properties, PublishDone, Subscripti
 if TYPE_CHECKING:
     from airlane.gateway import Gateway
 
-__all__ = ["BridgeStats", "MqttBridge"]
+__all__ = ["BridgeStats", "MqttBridge", "filter_identifier"]
 
 log = logging.getLogger("airlane.mqtt")
 
@@ -46,6 +61,13 @@ class BridgeStats:
     connected: bool = False
     last_error: str | None = None
     refused_filters: int = 0
+
+
+def filter_identifier(filter: str) -> int:
+    """The MQTT 5 subscription identifier a filter is subscribed with: from its text, so
+    the same after a restart (1 to 2**28 - 1)."""
+    digest = hashlib.blake2b(filter.encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "big") % (2**28 - 1) + 1
 
 
 class MqttBridge:
@@ -74,6 +96,14 @@ class MqttBridge:
         self.forwarders = [
             Forwarder(self, route, index) for index, route in enumerate(config.outbound)
         ]
+        self.taps: dict[str, Tap] = {}
+        """The rules' topic filters, by rule key."""
+        self._side_tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def name(self) -> str:
+        """The bridge's name (``[[mqtt]] name``)."""
+        return self.config.name
 
     @property
     def inbound_stats(self) -> InboundStats:
@@ -95,13 +125,16 @@ class MqttBridge:
         self._tasks.append(asyncio.create_task(self.inbound.run(), name=f"mqtt-{name}-in"))
         for forwarder in self.forwarders:
             self._tasks.append(asyncio.create_task(forwarder.run(), name=f"mqtt-{name}-out"))
+        self.gateway.rules.register(self)
 
     async def aclose(self) -> None:
         """Stop: DISCONNECT from the broker (the session stays there), end every task."""
         self._closing = True
-        for task in self._tasks:
+        self.gateway.rules.unregister(self)
+        tasks = [*self._tasks, *self._side_tasks]
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()
@@ -170,24 +203,105 @@ class MqttBridge:
             await asyncio.sleep(pause * random.uniform(0.5, 1.0))
             pause = min(pause * 2, config.reconnect_max_s)
 
-    async def _subscribe(self, link: BrokerLink) -> None:
-        routes = self.config.inbound
-        if not routes:
+    def _filters(self) -> dict[str, int]:
+        """Every filter to subscribe, with its QoS (the highest asked for it)."""
+        qos = self.config.qos
+        filters: dict[str, int] = {}
+        for route in self.config.inbound:
+            filters[route.filter] = max(filters.get(route.filter, 0), qos(route))
+        for tap in self.taps.values():
+            filters[tap.filter] = max(filters.get(tap.filter, 0), tap.qos)
+        return filters
+
+    def _targets(self) -> None:
+        """Tell the inbound pipeline which routes and taps each identifier stands for."""
+        targets: dict[int, set[tuple[str, object]]] = {}
+        for index, route in enumerate(self.config.inbound):
+            targets.setdefault(filter_identifier(route.filter), set()).add(("route", index))
+        for key, tap in self.taps.items():
+            targets.setdefault(filter_identifier(tap.filter), set()).add(("tap", key))
+        self.inbound.set_taps(list(self.taps.values()), targets)
+
+    async def _subscribe(self, link: BrokerLink, only: str | None = None) -> None:
+        filters = self._filters()
+        if only is not None:
+            filters = {only: filters[only]} if only in filters else {}
+        if not filters:
             return
         # Retain handling 1: retained messages only for a subscription the session lacked
         # (a resumed session does not get them all again).
-        qos = self.config.qos
-        subs = [Subscription(r.filter, qos(r), retain_handling=1) for r in routes]
-        codes = await link.subscribe(subs)
-        for route, code in zip(routes, codes, strict=False):
+        subs = [Subscription(f, q, retain_handling=1) for f, q in filters.items()]
+        if link.subscription_identifiers:
+            answers = await asyncio.gather(
+                *(link.subscribe([sub], filter_identifier(sub.filter)) for sub in subs)
+            )
+            codes: Sequence[int] = [answer[0] if answer else 0x80 for answer in answers]
+        else:
+            codes = await link.subscribe(subs)
+        for sub, code in zip(subs, codes, strict=False):
             if code >= 0x80:
                 self.stats.refused_filters += 1
                 log.error(
                     "mqtt bridge %s: the broker refused the subscription %r (reason %#04x)",
                     self.config.name,
-                    route.filter,
+                    sub.filter,
                     code,
                 )
+
+    # -- for the rules ----------------------------------------------------------------------
+
+    def add_tap(self, tap: Tap) -> None:
+        """Subscribe to a rule's topic filter; store what comes in its input log."""
+        self.taps[tap.key] = tap
+        self._targets()
+        link = self.link
+        if self.up.is_set() and link is not None:
+            self._side(self._subscribe(link, only=tap.filter), f"tap {tap.filter}")
+
+    def remove_tap(self, key: str) -> None:
+        """Stop storing for the rule ``key``; unsubscribe its filter if nothing else uses it."""
+        tap = self.taps.pop(key, None)
+        if tap is None:
+            return
+        self._targets()
+        link = self.link
+        if tap.filter not in self._filters() and self.up.is_set() and link is not None:
+            with contextlib.suppress(LinkClosed):
+                link.unsubscribe([tap.filter])
+
+    def _side(self, work: Coroutine[Any, Any, None], what: str) -> None:
+        async def run() -> None:
+            try:
+                await work
+            except LinkClosed:
+                pass  # the next connection subscribes everything again
+            except Exception:
+                log.exception("mqtt bridge %s: %s failed", self.config.name, what)
+
+        task = asyncio.create_task(run(), name=f"mqtt-{self.config.name} {what}")
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_tasks.discard)
+
+    async def publish_json(
+        self,
+        topic: str,
+        payload: bytes,
+        *,
+        qos: int,
+        retain: bool = False,
+        message_expiry_s: int | None = None,
+        user_properties: Sequence[tuple[str, str]] = (),
+    ) -> None:
+        """Publish a JSON payload with its content type and user properties (MQTT 5; over
+        3.1.1 the payload only); return once the broker has it (QoS 1/2)."""
+        properties = None
+        if self.config.protocol == 5:
+            properties = Properties(
+                content_type="application/json",
+                message_expiry_interval=message_expiry_s,
+                user_properties=tuple(user_properties),
+            )
+        await self.publish(topic, payload, qos=qos, retain=retain, properties=properties)
 
     async def publish(
         self,

@@ -9,6 +9,12 @@ the dead-letter topic with the reason and is acknowledged once the broker has th
 one the hub cannot take *now* stays unacknowledged and is stored again after
 ``retry_store_s`` (`airlane.transports.mqtt.errors`).
 
+A rule that reads a topic filter adds a *tap* (`airlane.gateway.rules.Tap`): every message
+matching it is also appended to the rule's input log, as the rule's owner, before the message
+is acknowledged. When the broker names the subscriptions a copy was sent for (MQTT 5
+subscription identifiers, `airlane.transports.mqtt.bridge.filter_identifier`), a copy is
+stored only for the routes and taps they name.
+
 Records appended to a log carry the MQTT facts as headers (``mqtt-topic``, ``mqtt-qos``,
 ``mqtt-retain``, ``mqtt-response-topic``, and each MQTT 5 user property as
 ``mqtt-user-<name>``) and an idempotency key: the publisher's identity (the user property
@@ -34,6 +40,7 @@ import orjson
 from airlane.core.errors import AirlaneError, ErrorCode
 from airlane.core.events import Event, Lane
 from airlane.gateway import NewEvent, Principal
+from airlane.gateway.rules import Tap
 from airlane.transports.mqtt.config import DataClass, InboundRoute, MqttBridgeConfig, fill
 from airlane.transports.mqtt.errors import MQTT_REASON, retried
 from airlane.transports.mqtt.journal import InflightJournal
@@ -91,6 +98,13 @@ class _Plan:
     record: NewEvent | None
     event: Event | None
     data_class: DataClass | None = None
+    principal: Principal | None = None
+    """Who stores it: a tap's rule owner; None: the bridge."""
+
+    @property
+    def target(self) -> tuple[str | None, str | None, Principal | None]:
+        """Where it is stored, as who: messages with the same targets are stored together."""
+        return self.log, self.stream, self.principal
 
 
 def digest(message: Publish) -> str:
@@ -124,6 +138,17 @@ class Inbound:
         self._routes: FilterTree[int] = FilterTree()
         for index, route in enumerate(config.inbound):
             self._routes.add(route.filter, index)
+        self._taps: FilterTree[Tap] = FilterTree()
+        self._targets: dict[int, set[tuple[str, object]]] = {}
+
+    def set_taps(self, taps: list[Tap], targets: dict[int, set[tuple[str, object]]]) -> None:
+        """The rules' taps, and which routes (``("route", index)``) and taps (``("tap",
+        key)``) each subscription identifier stands for."""
+        tree: FilterTree[Tap] = FilterTree()
+        for tap in taps:
+            tree.add(tap.filter, tap)
+        self._taps = tree
+        self._targets = targets
 
     # -- intake (called by the link, synchronously, in arrival order) -----------------------
 
@@ -172,38 +197,81 @@ class Inbound:
                 await self._handle(batch)
 
     async def _handle(self, batch: list[_Item]) -> None:
-        group: list[tuple[_Item, _Plan]] = []
+        group: list[tuple[_Item, list[_Plan]]] = []
         for item in batch:
             try:
-                plan = self._plan(item.message, item.key)
+                plans = self._plans(item.message, item.key)
             except _Refused as refused:
                 await self._flush(group)
                 group = []
                 await self._dead_letter(item, refused.code, str(refused))
                 continue
-            if plan is None:
+            if not plans:
                 self.stats.unrouted += 1
                 await self._flush(group)
                 group = []
                 self._ack([item])
                 continue
-            if group and (group[0][1].log, group[0][1].stream) != (plan.log, plan.stream):
+            if group and _targets(group[0][1]) != _targets(plans):
                 await self._flush(group)
                 group = []
-            group.append((item, plan))
+            group.append((item, plans))
         await self._flush(group)
 
-    def _plan(self, message: Publish, key: str | None) -> _Plan | None:
-        matches = self._routes.match(message.topic)
-        if not matches:
+    def _allowed(self, message: Publish) -> set[tuple[str, object]] | None:
+        """The routes and taps this copy was sent for; None: any (no identifiers)."""
+        props = message.properties
+        if props is None or not props.subscription_identifiers or not self._targets:
             return None
-        route = self.config.inbound[min(matches)]  # the first matching route wins
+        allowed: set[tuple[str, object]] = set()
+        for identifier in props.subscription_identifiers:
+            allowed |= self._targets.get(identifier, set())
+        return allowed
+
+    def _plans(self, message: Publish, key: str | None) -> list[_Plan]:
+        allowed = self._allowed(message)
+        plans = []
+        matches = self._routes.match(message.topic)
+        if matches and (allowed is None or ("route", min(matches)) in allowed):
+            # The first matching route wins.
+            plans.append(self._plan(self.config.inbound[min(matches)], message, key))
+        for tap in self._taps.match(message.topic):
+            if allowed is None or ("tap", tap.key) in allowed:
+                self._check_size(message)
+                record = self._record(message, key, None, type="mqtt.message")
+                plans.append(_Plan(tap.log, None, record, None, None, tap.principal))
+        return plans
+
+    def _check_size(self, message: Publish) -> None:
         if len(message.payload) > self.config.max_message:
             raise _Refused(
                 ErrorCode.EVENT_TOO_LARGE,
                 f"a payload of {len(message.payload)} bytes: the bridge stores at most "
                 f"{self.config.max_message}",
             )
+
+    def _record(
+        self,
+        message: Publish,
+        key: str | None,
+        data_class: DataClass | None,
+        *,
+        type: str,
+        content_type: str | None = None,
+    ) -> NewEvent:
+        if content_type is None:
+            props = message.properties
+            content_type = (props.content_type if props is not None else None) or JSON
+        try:
+            headers = _headers(message)
+            if data_class is not None:
+                headers["mqtt-class"] = data_class.name
+            return NewEvent(type, message.payload, content_type, headers, key)
+        except ValueError as exc:
+            raise _Refused(ErrorCode.INVALID_REQUEST, str(exc)) from None
+
+    def _plan(self, route: InboundRoute, message: Publish, key: str | None) -> _Plan:
+        self._check_size(message)
         try:
             target = fill(route.log or route.stream or "", message.topic.split("/"))
         except KeyError as exc:
@@ -214,13 +282,9 @@ class Inbound:
         content_type, parsed = self._content(route, message)
         data_class = self.config.data_class(route)
         if route.log is not None:
-            try:
-                headers = _headers(message)
-                if data_class is not None:
-                    headers["mqtt-class"] = data_class.name
-                record = NewEvent(route.type, message.payload, content_type, headers, key)
-            except ValueError as exc:
-                raise _Refused(ErrorCode.INVALID_REQUEST, str(exc)) from None
+            record = self._record(
+                message, key, data_class, type=route.type, content_type=content_type
+            )
             return _Plan(target, None, record, None, data_class)
         body: dict[str, object] = {"topic": message.topic}
         if parsed is not _NOT_JSON:
@@ -247,21 +311,15 @@ class Inbound:
             return declared, parsed
         return (JSON if parsed is not _NOT_JSON else OCTETS), parsed
 
-    async def _flush(self, group: list[tuple[_Item, _Plan]]) -> None:
-        """Store ``group`` (messages for one target), then acknowledge it."""
+    async def _flush(self, group: list[tuple[_Item, list[_Plan]]]) -> None:
+        """Store ``group`` (messages with the same targets) in each target, then acknowledge
+        it."""
         if not group:
             return
-        plan = group[0][1]
         while True:
             try:
-                if plan.log is not None:
-                    records = [p.record for _, p in group if p.record is not None]
-                    await self._append(plan.log, records, plan.data_class)
-                else:
-                    assert plan.stream is not None
-                    for _, p in group:
-                        assert p.event is not None
-                        await self.gateway.publish(self.principal, plan.stream, p.event)
+                for index, plan in enumerate(group[0][1]):
+                    await self._store(plan, [plans[index] for _, plans in group])
             except Exception as exc:
                 code = exc.code if isinstance(exc, AirlaneError) else ErrorCode.INTERNAL_ERROR
                 if code is ErrorCode.INTERNAL_ERROR:
@@ -287,27 +345,44 @@ class Inbound:
         self.stats.stored += len(group)
         self._ack([item for item, _ in group])
 
+    async def _store(self, plan: _Plan, plans: list[_Plan]) -> None:
+        """Store one target's share of a group (idempotent: a retry stores nothing twice in a
+        log)."""
+        principal = plan.principal or self.principal
+        if plan.log is not None:
+            records = [p.record for p in plans if p.record is not None]
+            await self._append(principal, plan.log, records, plan.data_class)
+        else:
+            assert plan.stream is not None
+            for p in plans:
+                assert p.event is not None
+                await self.gateway.publish(principal, plan.stream, p.event)
+
     async def _append(
-        self, name: str, records: list[NewEvent], data_class: DataClass | None
+        self,
+        principal: Principal,
+        name: str,
+        records: list[NewEvent],
+        data_class: DataClass | None,
     ) -> None:
         logs = self.gateway.logs
         try:
-            await logs.append(self.principal, name, records)
+            await logs.append(principal, name, records)
         except AirlaneError as exc:
             if exc.code is not ErrorCode.LOG_NOT_FOUND or name in self._known_logs:
                 raise
             if data_class is None:
-                await logs.create(self.principal, name)
+                await logs.create(principal, name)
             else:
                 await logs.create(
-                    self.principal,
+                    principal,
                     name,
                     max_age_s=data_class.max_age_s,
                     max_bytes=data_class.max_bytes,
                     max_events=data_class.max_events,
                 )
             self._known_logs.add(name)
-            await logs.append(self.principal, name, records)
+            await logs.append(principal, name, records)
 
     def _ack(self, items: list[_Item]) -> None:
         lines = []
@@ -389,3 +464,7 @@ def _headers(message: Publish) -> dict[str, str]:
         for name, value in props.user_properties[:16]:
             headers[f"mqtt-user-{name}"] = value
     return headers
+
+
+def _targets(plans: list[_Plan]) -> list[tuple[str | None, str | None, Principal | None]]:
+    return [plan.target for plan in plans]

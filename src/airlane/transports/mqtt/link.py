@@ -289,14 +289,33 @@ class BrokerLink:
         """Write what the connection has queued."""
         self._flush()
 
-    async def subscribe(self, subscriptions: list[Subscription]) -> tuple[int, ...]:
-        """SUBSCRIBE and wait for the SUBACK's reason codes."""
+    async def subscribe(
+        self, subscriptions: list[Subscription], identifier: int | None = None
+    ) -> tuple[int, ...]:
+        """SUBSCRIBE (with an MQTT 5 subscription identifier, if given) and wait for the
+        SUBACK's reason codes."""
         connection = self._live()
-        packet_id = connection.subscribe(subscriptions)
+        properties = None
+        if identifier is not None:
+            properties = Properties(subscription_identifiers=(identifier,))
+        packet_id = connection.subscribe(subscriptions, properties)
         waiter: asyncio.Future[tuple[int, ...]] = asyncio.get_running_loop().create_future()
         self._subscribes[packet_id] = waiter
         self._flush()
         return await waiter
+
+    def unsubscribe(self, filters: list[str]) -> None:
+        """UNSUBSCRIBE (the broker's answer is not waited for)."""
+        self._live().unsubscribe(filters)
+        self._flush()
+
+    @property
+    def subscription_identifiers(self) -> bool:
+        """Whether the broker takes MQTT 5 subscription identifiers on this connection."""
+        connected = self.connected
+        if connected is None or self.config.protocol != 5:
+            return False
+        return connected.properties.subscription_identifier_available != 0
 
     async def publish(
         self,

@@ -1,0 +1,617 @@
+"""One rule at work: its source read into its runner, its output rows stored, its actions run.
+
+Two tasks per rule, both owned by its `RuleTask`::
+
+    source --read--> RuleRunner --append--> output log rules.<name>.out --read--> actions
+
+**Input.** A rule reads one source:
+
+- an event log (``FROM sensors``), through the consumer group ``rule.<name>``, from the events
+  appended after the rule was created;
+- an MQTT topic filter (``FROM "sensor/+/vibration"``): the bridges subscribe to it and store
+  each message in the rule's input log ``rules.<name>.in`` before acknowledging it to the
+  broker (as an inbound route does); the rule then reads that log as above;
+- a stream (``"source": "stream"``), followed from the position last saved.
+
+A record's JSON object is a row, with its topic (``mqtt-topic`` header) and QoS, at the time it
+was stored (``ts``): replayed rows fall in the windows they fell in the first time. A record
+that is not a JSON object is counted (``not_object``) and skipped.
+
+**Exactly once into the output log.** After each batch the runner's output rows are appended
+to ``rules.<name>.out``, each with the idempotency key ``rule.<name>.<n>`` (``n`` counts output
+rows), then the state is saved (`airlane.gateway.rules.store`), then the batch is acknowledged.
+A process killed between two steps reads the batch again from the saved state: the rows it
+produced again get the same keys, and the log keeps the first copy.
+
+**Actions at least once.** The action task reads the output log after the last row whose
+actions all ran (saved after each row) and runs the rule's actions in order: a row whose actions
+were cut by a crash has them run again. Messages published carry the user property ``msg-id``
+(``rule.<name>.<n>.<action>``): Airlane's own bridges, and any consumer that keeps the last ids
+it saw, drop the copy. A ``hold`` keeps the row (in the saved state) until `RuleTask.decide`;
+actions that fail (no bridge, a broker that refuses, a backend error) are retried
+`ACTION_ATTEMPTS` times, then counted (``failed``) and logged, and the next row goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from airlane.backends.base import GenerationRequest
+from airlane.core.errors import AirlaneError, ErrorCode
+from airlane.core.events import TERMINAL_KINDS, Event, Kind
+from airlane.core.position import Position
+from airlane.eventlog import Delivery, NewEvent, Record
+from airlane.gateway.rules.definition import (
+    Action,
+    AppendAction,
+    GenerateAction,
+    HoldAction,
+    PublishAction,
+    RuleDefinition,
+    fill_template,
+)
+from airlane.gateway.rules.store import RuleState
+from airlane.rules import RuleRunner, SnapshotError
+from airlane.security import Principal
+from airlane.wire.event_json import event_to_dict
+
+if TYPE_CHECKING:
+    from airlane.gateway.rules.service import RuleService
+
+__all__ = [
+    "ACTION_ATTEMPTS",
+    "RuleTask",
+    "input_log",
+    "output_log",
+]
+
+log = logging.getLogger("airlane.rules")
+
+ACTION_ATTEMPTS = 3
+"""Tries of one action on one row before it counts as failed."""
+RETRY_PAUSE_S = 1.0
+"""The pause before an action is tried again (doubled each time)."""
+WAIT_SOURCE_S = 1.0
+"""How often a rule looks again for a source that does not exist yet."""
+MAX_GENERATIONS = 16
+"""Generations one rule forwards to their result topics at once; more wait."""
+OUTPUT_RETENTION = 100_000
+"""Rows the output log keeps (the oldest go first)."""
+INPUT_RETENTION = 100_000
+"""Messages a topic filter rule's input log keeps."""
+_BATCH = 256
+
+
+def input_log(name: str) -> str:
+    """The log a topic filter rule's messages are stored in."""
+    return f"rules.{name}.in"
+
+
+def output_log(name: str) -> str:
+    """The log a rule's output rows are stored in."""
+    return f"rules.{name}.out"
+
+
+@dataclass(slots=True)
+class _Batch:
+    rows: list[tuple[int, dict[str, Any] | None, float, str | None, int | None]]
+    """(seq, row or None if not an object, ts, topic, qos)."""
+    commit: Callable[[], Awaitable[None]]
+    position: dict[str, Any]
+
+
+async def _nothing() -> None:
+    return None
+
+
+class RuleTask:
+    """One running rule; see the module docstring."""
+
+    def __init__(
+        self,
+        service: RuleService,
+        definition: RuleDefinition,
+        state: RuleState,
+        owner: Principal,
+    ) -> None:
+        self.service = service
+        self.definition = definition
+        self.state = state
+        self.owner = owner
+        self.runner = self._runner()
+        self._wake_actions = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._generations: set[asyncio.Task[None]] = set()
+        self._generation_slots = asyncio.Semaphore(MAX_GENERATIONS)
+        self._decisions: set[asyncio.Task[None]] = set()
+        self._save_lock = asyncio.Lock()
+
+    @property
+    def name(self) -> str:
+        """The rule's name (in its owner's tenant)."""
+        return self.definition.name
+
+    def _runner(self) -> RuleRunner:
+        plan = self.definition.compiled
+        limits = self.service.config
+        snapshot = self.state.snapshot
+        if snapshot is not None and snapshot.get("sql") == plan.sql:
+            try:
+                return RuleRunner.restore(
+                    plan,
+                    snapshot,
+                    max_groups=limits.max_groups,
+                    max_window_rows=limits.max_window_rows,
+                )
+            except SnapshotError as exc:
+                log.error("rule %s: its saved windows cannot be restored (%s)", self.name, exc)
+        return RuleRunner(
+            plan, max_groups=limits.max_groups, max_window_rows=limits.max_window_rows
+        )
+
+    # -- life -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Create the rule's logs and start its two tasks."""
+        logs = self.service.gateway.logs
+        limits = self.service.config
+        await logs.create(self.owner, output_log(self.name), max_events=limits.output_retention)
+        if self.definition.topic_filter is not None:
+            await logs.create(self.owner, input_log(self.name), max_events=limits.input_retention)
+        source = self._source_log()
+        if source is not None and "seq" not in self.state.input:
+            # A new rule reads what is appended from now on (not what was there before).
+            try:
+                self.state.input = {"seq": (await logs.info(self.owner, source)).last_seq}
+            except AirlaneError as exc:
+                if exc.code is not ErrorCode.LOG_NOT_FOUND:
+                    raise
+                self.state.input = {"seq": 0}
+        self._tasks.append(asyncio.create_task(self._input_loop(), name=f"rule {self.name} in"))
+        self._tasks.append(asyncio.create_task(self._action_loop(), name=f"rule {self.name} out"))
+
+    async def aclose(self) -> None:
+        """Stop both tasks and what they started, and save the state."""
+        tasks = [*self._tasks, *self._generations, *self._decisions]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        await self.save()
+
+    async def save(self) -> None:
+        """Save the state (window snapshot, positions, held rows)."""
+        async with self._save_lock:
+            self.state.snapshot = self.runner.snapshot()
+            self.service.store.save(self.state)
+
+    def describe(self) -> dict[str, Any]:
+        """What ``GET /v1/rules/{name}`` shows."""
+        stats = self.runner.stats
+        return {
+            **self.definition.to_dict(),
+            "input_log": self._source_log(),
+            "output_log": output_log(self.name),
+            "stats": {
+                "rows_in": stats.rows_in,
+                "rows_filtered": stats.rows_filtered,
+                "rows_out": stats.rows_out,
+                "late_rows": stats.late_rows,
+                "dropped_groups": stats.dropped_groups,
+                "dropped_rows": stats.dropped_rows,
+                "outputs": self.state.outputs,
+                "actions_done": self.state.actions_done,
+                **self.state.counters,
+            },
+            "pending": self.pending(),
+            "owner": self.state.owner.get("name"),
+        }
+
+    def pending(self) -> list[dict[str, Any]]:
+        """The rows held for approval, oldest first."""
+        return [
+            {"id": key, **{k: v for k, v in item.items() if k != "next"}}
+            for key, item in sorted(self.state.pending.items(), key=lambda kv: kv[1]["seq"])
+        ]
+
+    def _count(self, what: str, n: int = 1) -> None:
+        self.state.counters[what] = self.state.counters.get(what, 0) + n
+
+    # -- input ------------------------------------------------------------------------------
+
+    def _source_log(self) -> str | None:
+        if self.definition.topic_filter is not None:
+            return input_log(self.name)
+        if self.definition.source == "log":
+            return self.definition.compiled.source.text
+        return None
+
+    async def _input_loop(self) -> None:
+        queue: asyncio.Queue[_Batch] = asyncio.Queue(maxsize=2)
+        source_log = self._source_log()
+        reader = self._read_log(source_log, queue) if source_log else self._read_stream(queue)
+        feeder = asyncio.create_task(reader, name=f"rule {self.name} source")
+        try:
+            while True:
+                timer = self.runner.get_timer()
+                timeout = None if timer is None else max(0.0, timer - time.time())
+                try:
+                    batch = await asyncio.wait_for(queue.get(), timeout)
+                except TimeoutError:
+                    batch = None
+                await self._step(batch)
+        finally:
+            feeder.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await feeder
+
+    async def _step(self, batch: _Batch | None) -> None:
+        """Feed one batch (or only the clock), store the output rows, save, acknowledge."""
+        now = time.time()
+        outputs = self.runner.handle_timer(now)
+        if batch is not None:
+            for _, row, ts, topic, qos in batch.rows:
+                if row is None:
+                    self._count("not_object")
+                    continue
+                outputs.extend(self.runner.feed(row, now, ts=min(ts, now), topic=topic, qos=qos))
+            self.state.input = batch.position
+        if outputs:
+            await self._store_outputs(outputs)
+        await self.save()
+        if batch is not None:
+            await batch.commit()
+
+    async def _store_outputs(self, outputs: list[dict[str, Any]]) -> None:
+        first = self.state.outputs
+        events = [
+            NewEvent(
+                "rule.output",
+                orjson.dumps(row, option=orjson.OPT_NON_STR_KEYS),
+                headers={"rule": self.name},
+                idempotency_key=f"rule.{self.name}.{first + i}",
+            )
+            for i, row in enumerate(outputs)
+        ]
+        logs = self.service.gateway.logs
+        for start in range(0, len(events), 500):
+            chunk = events[start : start + 500]
+            await self._retrying(
+                partial(logs.append, self.owner, output_log(self.name), chunk), forever=True
+            )
+        self.state.outputs = first + len(outputs)
+        self._wake_actions.set()
+
+    async def _read_log(self, name: str, queue: asyncio.Queue[_Batch]) -> None:
+        logs = self.service.gateway.logs
+        group = f"rule.{self.name}"
+        seen = int(self.state.input.get("seq", 0))
+        while True:  # the log may not exist yet
+            try:
+                info = await logs.info(self.owner, name)
+                break
+            except AirlaneError as exc:
+                if exc.code is not ErrorCode.LOG_NOT_FOUND:
+                    log.warning("rule %s: cannot read %s: %s", self.name, name, exc)
+                await asyncio.sleep(WAIT_SOURCE_S)
+        if info.last_seq < seen:
+            # The log is younger than the saved position (an in-memory log after a restart):
+            # everything in it is new.
+            seen = 0
+        settings = {"start_seq": seen + 1, "ack_wait_s": self.service.config.ack_wait_s}
+        while True:
+            try:
+                deliveries = await logs.fetch(
+                    self.owner, name, group, max_events=_BATCH, timeout_s=1.0, settings=settings
+                )
+            except AirlaneError as exc:
+                if exc.code is ErrorCode.GROUP_SETTINGS_CONFLICT:
+                    settings = {}
+                    continue
+                log.warning("rule %s: reading %s: %s", self.name, name, exc)
+                await asyncio.sleep(WAIT_SOURCE_S)
+                continue
+            if not deliveries:
+                continue
+            rows = []
+            for delivery in deliveries:
+                if delivery.seq <= seen:
+                    continue  # fed before the last save, then sent again
+                rows.append(_log_row(delivery.record))
+                seen = delivery.seq
+            await queue.put(_Batch(rows, _acker(deliveries), {"seq": seen}))
+
+    async def _read_stream(self, queue: asyncio.Queue[_Batch]) -> None:
+        gateway = self.service.gateway
+        stream = self.definition.compiled.source.text
+        token = self.state.input.get("position")
+        resume = Position.parse(token) if isinstance(token, str) else None
+        while True:
+            try:
+                subscription = await gateway.subscribe(
+                    self.owner, stream, resume=resume, subscriber=f"rule {self.name}"
+                )
+            except AirlaneError as exc:
+                if exc.code not in (ErrorCode.STREAM_NOT_FOUND, ErrorCode.NOT_FOUND):
+                    log.warning("rule %s: cannot follow %s: %s", self.name, stream, exc)
+                await asyncio.sleep(WAIT_SOURCE_S)
+                continue
+            try:
+                while events := await subscription.next_batch(_BATCH):
+                    now = time.time()
+                    rows = [_stream_row(event, now) for event in events]
+                    resume = subscription.position
+                    await queue.put(_Batch(rows, _nothing, {"position": resume.token}))
+            finally:
+                await subscription.aclose()
+            await asyncio.sleep(WAIT_SOURCE_S)  # the stream ended: wait for the next one
+
+    # -- actions ----------------------------------------------------------------------------
+
+    async def _action_loop(self) -> None:
+        logs = self.service.gateway.logs
+        name = output_log(self.name)
+        while True:
+            await self._expire_holds()
+            try:
+                records = await logs.read(
+                    self.owner, name, from_seq=self.state.actions_done + 1, limit=64
+                )
+            except AirlaneError as exc:
+                log.warning("rule %s: reading its output: %s", self.name, exc)
+                records = []
+            if records and records[0].seq > self.state.actions_done + 1 and self.state.actions_done:
+                # Retention removed rows before their actions ran.
+                self._count("output_lost", records[0].seq - self.state.actions_done - 1)
+            for record in records:
+                await self._run_actions(record.seq, record.json(), 0)
+                self.state.actions_done = record.seq
+                await self.save()
+            if not records:
+                self._wake_actions.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake_actions.wait(), 1.0)
+
+    async def _run_actions(self, seq: int, row: dict[str, Any], first: int) -> None:
+        """Run the actions from index ``first`` on one output row (stopping at a hold)."""
+        actions = self.definition.actions
+        for index in range(first, len(actions)):
+            action = actions[index]
+            if isinstance(action, HoldAction):
+                self._hold(seq, row, index, action)
+                return
+            try:
+                await self._retrying(partial(self._act, action, index, seq, row))
+            except Exception as exc:  # counted and logged: the next row goes on
+                self._count("failed")
+                log.warning(
+                    "rule %s: %s action failed on output %d: %s", self.name, action.kind, seq, exc
+                )
+
+    async def _act(self, action: Action, index: int, seq: int, row: dict[str, Any]) -> None:
+        gateway = self.service.gateway
+        msg_id = f"rule.{self.name}.{seq}.{index}"
+        if isinstance(action, PublishAction):
+            topic = fill_template(action.topic, row, self.name)
+            publisher = self.service.publisher(action.bridge or self.definition.bridge)
+            await publisher.publish_json(
+                topic,
+                orjson.dumps(row, option=orjson.OPT_NON_STR_KEYS),
+                qos=action.qos,
+                retain=action.retain,
+                message_expiry_s=action.message_expiry_s,
+                user_properties=(("rule", self.name), ("msg-id", msg_id)),
+            )
+            self._count("published")
+        elif isinstance(action, AppendAction):
+            target = fill_template(action.log, row, self.name)
+            event = NewEvent(
+                action.type,
+                orjson.dumps(row, option=orjson.OPT_NON_STR_KEYS),
+                headers={"rule": self.name},
+                idempotency_key=msg_id,
+            )
+            try:
+                await gateway.logs.append(self.owner, target, [event])
+            except AirlaneError as exc:
+                if exc.code is not ErrorCode.LOG_NOT_FOUND:
+                    raise
+                await gateway.logs.create(self.owner, target)
+                await gateway.logs.append(self.owner, target, [event])
+            self._count("appended")
+        elif isinstance(action, GenerateAction):
+            await self._generate(action, seq, index, row)
+
+    async def _generate(
+        self, action: GenerateAction, seq: int, index: int, row: dict[str, Any]
+    ) -> None:
+        gateway = self.service.gateway
+        messages: list[dict[str, Any]] = []
+        if action.system:
+            messages.append({"role": "system", "content": action.system})
+        messages.append({"role": "user", "content": fill_template(action.prompt, row, self.name)})
+        request = GenerationRequest(action.model, messages, max_tokens=action.max_tokens)
+        stream_id = f"rules/{self.name}/{seq}.{index}"
+        topic = None
+        if action.result_topic is not None:
+            topic = fill_template(action.result_topic, row, self.name)
+            publisher = self.service.publisher(action.bridge or self.definition.bridge)
+        try:
+            await gateway.generate(self.owner, request, stream_id=stream_id)
+        except AirlaneError as exc:
+            # Started before a crash cut this row's actions: forward it again.
+            if exc.code is not ErrorCode.STREAM_EXISTS:
+                raise
+        self._count("generated")
+        if topic is None:
+            return
+        await self._generation_slots.acquire()
+        task = asyncio.create_task(
+            self._forward(stream_id, topic, action.qos, publisher),
+            name=f"rule {self.name} generation {seq}",
+        )
+        self._generations.add(task)
+        task.add_done_callback(self._generations.discard)
+        task.add_done_callback(lambda _: self._generation_slots.release())
+
+    async def _forward(self, stream_id: str, topic: str, qos: int, publisher: Any) -> None:
+        """Publish a generation's events to ``topic`` until it ends."""
+        gateway = self.service.gateway
+        try:
+            subscription = await gateway.subscribe(self.owner, stream_id, subscriber="rules")
+            try:
+                while events := await subscription.next_batch(64):
+                    epoch = subscription.position.epoch
+                    for event in events:
+                        await publisher.publish_json(
+                            topic,
+                            orjson.dumps(event_to_dict(event)),
+                            qos=qos,
+                            user_properties=(
+                                ("rule", self.name),
+                                ("stream", stream_id),
+                                ("epoch", epoch),
+                                ("seq", str(event.seq)),
+                            ),
+                        )
+                        if event.kind in TERMINAL_KINDS:
+                            return
+            finally:
+                await subscription.aclose()
+        except Exception as exc:
+            self._count("failed")
+            log.warning("rule %s: forwarding %s to %s: %s", self.name, stream_id, topic, exc)
+
+    async def _retrying(
+        self, attempt: Callable[[], Awaitable[Any]], *, forever: bool = False
+    ) -> Any:
+        pause = RETRY_PAUSE_S
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                return await attempt()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                retriable = not isinstance(exc, AirlaneError) or exc.code in _RETRIED
+                if not retriable or (not forever and tries >= ACTION_ATTEMPTS):
+                    raise
+                log.info("rule %s: %s; trying again in %.1f s", self.name, exc, pause)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 30.0)
+
+    # -- holds ------------------------------------------------------------------------------
+
+    def _hold(self, seq: int, row: dict[str, Any], index: int, action: HoldAction) -> None:
+        limit = self.service.config.max_pending
+        if len(self.state.pending) >= limit:
+            self._count("hold_refused")
+            log.warning(
+                "rule %s: %d rows already wait for approval; output %d is rejected",
+                self.name,
+                limit,
+                seq,
+            )
+            return
+        now = time.time()
+        key = secrets.token_hex(8)
+        self.state.pending[key] = {
+            "seq": seq,
+            "row": row,
+            "next": index + 1,
+            "held_at": now,
+            "expires_at": now + action.timeout_s,
+        }
+        self._count("held")
+
+    async def decide(self, approval: str, approve: bool) -> dict[str, Any]:
+        """Approve (run the actions after the hold) or reject a held row; KeyError if it is
+        not held (any more)."""
+        item = self.state.pending.pop(approval)
+        self._count("approved" if approve else "rejected")
+        await self.save()
+        if approve:
+            task = asyncio.create_task(
+                self._run_actions(item["seq"], item["row"], item["next"]),
+                name=f"rule {self.name} approved {approval}",
+            )
+            self._decisions.add(task)
+            task.add_done_callback(self._decisions.discard)
+        return {"id": approval, "seq": item["seq"], "row": item["row"], "approved": approve}
+
+    async def _expire_holds(self) -> None:
+        now = time.time()
+        expired = [k for k, v in self.state.pending.items() if v["expires_at"] <= now]
+        for key in expired:
+            self.state.pending.pop(key)
+            self._count("expired")
+            self.service.audit_expired(self, key)
+        if expired:
+            await self.save()
+
+
+_RETRIED = frozenset(
+    {
+        ErrorCode.OVERLOADED,
+        ErrorCode.HUB_UNAVAILABLE,
+        ErrorCode.HUB_FULL,
+        ErrorCode.EVENT_LOG_UNAVAILABLE,
+        ErrorCode.BROKER_ERROR,
+        ErrorCode.SHUTTING_DOWN,
+        ErrorCode.UPSTREAM_UNAVAILABLE,
+        ErrorCode.UPSTREAM_TIMEOUT,
+        ErrorCode.UPSTREAM_CONNECTION_ERROR,
+        ErrorCode.TOO_MANY_REQUESTS,
+    }
+)
+"""Errors worth another try of the same action."""
+
+
+def _acker(deliveries: list[Delivery]) -> Callable[[], Awaitable[None]]:
+    async def ack() -> None:
+        for delivery in deliveries:
+            with contextlib.suppress(AirlaneError):
+                await delivery.ack()
+
+    return ack
+
+
+def _log_row(
+    record: Record,
+) -> tuple[int, dict[str, Any] | None, float, str | None, int | None]:
+    try:
+        row = record.json()
+    except ValueError:
+        row = None
+    qos_header = record.headers.get("mqtt-qos")
+    qos = int(qos_header) if qos_header in ("0", "1", "2") else None
+    return (
+        record.seq,
+        row if isinstance(row, dict) else None,
+        record.time_ns / 1e9,
+        record.headers.get("mqtt-topic"),
+        qos,
+    )
+
+
+def _stream_row(
+    event: Event, now: float
+) -> tuple[int, dict[str, Any] | None, float, str | None, int | None]:
+    whole = event_to_dict(event)
+    payload = whole.get("payload")
+    # A message's payload is the row; any other event is a row of its own fields.
+    row = payload if event.kind is Kind.MESSAGE and isinstance(payload, dict) else whole
+    return (event.seq, row, now, None, None)
