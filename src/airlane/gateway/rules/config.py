@@ -28,6 +28,9 @@ class RulesConfig:
     """Rows a rule's output log keeps."""
     input_retention: int = 100_000
     """Messages a topic filter rule's input log keeps."""
+    late_s: float = 0.5
+    """How long after a window's end a rule that has read everything waits for rows stored
+    before that end (still on their way) before it closes the window."""
     ack_wait_s: float = 30.0
     """How long a rule has to save a batch it read before its source sends it again."""
     max_test_messages: int = 10_000
@@ -40,5 +43,7 @@ class RulesConfig:
         for name in ("output_retention", "input_retention", "max_test_messages"):
             if getattr(self, name) < 1:
                 raise ValueError(f"[rules] {name} must be at least 1")
+        if not self.late_s >= 0:
+            raise ValueError("[rules] late_s must be 0 or more")
         if not self.ack_wait_s > 0:
             raise ValueError("[rules] ack_wait_s must be above 0")

@@ -13,9 +13,12 @@ Two tasks per rule, both owned by its `RuleTask`::
   broker (as an inbound route does); the rule then reads that log as above;
 - a stream (``"source": "stream"``), followed from the position last saved.
 
-A record's JSON object is a row, with its topic (``mqtt-topic`` header) and QoS, at the time it
-was stored (``ts``): replayed rows fall in the windows they fell in the first time. A record
-that is not a JSON object is counted (``not_object``) and skipped.
+A record's JSON object is a row, with its topic (``mqtt-topic`` header) and QoS. Its time
+(``ts``) is when it was stored, and rows move the rule's clock: a window closes when a row
+stored after its end arrives, or, once the rule has read everything there is, when the wall
+clock passes its end by ``late_s``. So a rule that falls behind, or restarts and reads again,
+puts every row in the window it was stored in, and produces the same output rows again. A
+record that is not a JSON object is counted (``not_object``) and skipped.
 
 **Exactly once into the output log.** After each batch the runner's output rows are appended
 to ``rules.<name>.out``, each with the idempotency key ``rule.<name>.<n>`` (``n`` counts output
@@ -108,6 +111,8 @@ class _Batch:
     """(seq, row or None if not an object, ts, topic, qos)."""
     commit: Callable[[], Awaitable[None]]
     position: dict[str, Any]
+    more: bool = False
+    """Whether the source had more to give at once (the rule is behind)."""
 
 
 async def _nothing() -> None:
@@ -171,12 +176,11 @@ class RuleTask:
         source = self._source_log()
         if source is not None and "seq" not in self.state.input:
             # A new rule reads what is appended from now on (not what was there before).
-            try:
-                self.state.input = {"seq": (await logs.info(self.owner, source)).last_seq}
-            except AirlaneError as exc:
-                if exc.code is not ErrorCode.LOG_NOT_FOUND:
-                    raise
-                self.state.input = {"seq": 0}
+            seq = 0
+            if source in await logs.names(self.owner):
+                with contextlib.suppress(AirlaneError):  # deleted meanwhile: from the start
+                    seq = (await logs.info(self.owner, source)).last_seq
+            self.state.input = {"seq": seq}
         self._tasks.append(asyncio.create_task(self._input_loop(), name=f"rule {self.name} in"))
         self._tasks.append(asyncio.create_task(self._action_loop(), name=f"rule {self.name} out"))
 
@@ -243,14 +247,17 @@ class RuleTask:
         source_log = self._source_log()
         reader = self._read_log(source_log, queue) if source_log else self._read_stream(queue)
         feeder = asyncio.create_task(reader, name=f"rule {self.name} source")
+        late = self.service.config.late_s
         try:
             while True:
                 timer = self.runner.get_timer()
-                timeout = None if timer is None else max(0.0, timer - time.time())
-                try:
-                    batch = await asyncio.wait_for(queue.get(), timeout)
-                except TimeoutError:
-                    batch = None
+                timeout = None if timer is None else max(0.0, timer + late - time.time())
+                # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a
+                # cancellation that arrives as the wait ends, and the task never stops.
+                batch = None
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(timeout):
+                        batch = await queue.get()
                 await self._step(batch)
         finally:
             feeder.cancel()
@@ -258,16 +265,19 @@ class RuleTask:
                 await feeder
 
     async def _step(self, batch: _Batch | None) -> None:
-        """Feed one batch (or only the clock), store the output rows, save, acknowledge."""
-        now = time.time()
-        outputs = self.runner.handle_timer(now)
+        """Feed one batch (None: the clock alone), store the output rows, save,
+        acknowledge."""
+        outputs: list[dict[str, Any]] = []
         if batch is not None:
             for _, row, ts, topic, qos in batch.rows:
                 if row is None:
                     self._count("not_object")
                     continue
-                outputs.extend(self.runner.feed(row, now, ts=min(ts, now), topic=topic, qos=qos))
+                outputs.extend(self.runner.feed(row, ts, ts=ts, topic=topic, qos=qos))
             self.state.input = batch.position
+        if batch is None or not batch.more:
+            # Everything stored so far has been read: wall time closes windows now.
+            outputs.extend(self.runner.handle_timer(time.time() - self.service.config.late_s))
         if outputs:
             await self._store_outputs(outputs)
         await self.save()
@@ -300,12 +310,14 @@ class RuleTask:
         seen = int(self.state.input.get("seq", 0))
         while True:  # the log may not exist yet
             try:
-                info = await logs.info(self.owner, name)
-                break
+                # Listed first: a lookup of a missing log would be an audit record a second.
+                if name in await logs.names(self.owner):
+                    info = await logs.info(self.owner, name)
+                    break
             except AirlaneError as exc:
                 if exc.code is not ErrorCode.LOG_NOT_FOUND:
                     log.warning("rule %s: cannot read %s: %s", self.name, name, exc)
-                await asyncio.sleep(WAIT_SOURCE_S)
+            await asyncio.sleep(WAIT_SOURCE_S)
         if info.last_seq < seen:
             # The log is younger than the saved position (an in-memory log after a restart):
             # everything in it is new.
@@ -331,7 +343,8 @@ class RuleTask:
                     continue  # fed before the last save, then sent again
                 rows.append(_log_row(delivery.record))
                 seen = delivery.seq
-            await queue.put(_Batch(rows, _acker(deliveries), {"seq": seen}))
+            more = len(deliveries) == _BATCH
+            await queue.put(_Batch(rows, _acker(deliveries), {"seq": seen}, more))
 
     async def _read_stream(self, queue: asyncio.Queue[_Batch]) -> None:
         gateway = self.service.gateway
@@ -353,7 +366,8 @@ class RuleTask:
                     now = time.time()
                     rows = [_stream_row(event, now) for event in events]
                     resume = subscription.position
-                    await queue.put(_Batch(rows, _nothing, {"position": resume.token}))
+                    position = {"position": resume.token}
+                    await queue.put(_Batch(rows, _nothing, position, len(events) == _BATCH))
             finally:
                 await subscription.aclose()
             await asyncio.sleep(WAIT_SOURCE_S)  # the stream ended: wait for the next one
@@ -365,6 +379,8 @@ class RuleTask:
         name = output_log(self.name)
         while True:
             await self._expire_holds()
+            # Cleared before reading: outputs stored during the read set it again.
+            self._wake_actions.clear()
             try:
                 records = await logs.read(
                     self.owner, name, from_seq=self.state.actions_done + 1, limit=64
@@ -380,9 +396,9 @@ class RuleTask:
                 self.state.actions_done = record.seq
                 await self.save()
             if not records:
-                self._wake_actions.clear()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake_actions.wait(), 1.0)
+                    async with asyncio.timeout(1.0):
+                        await self._wake_actions.wait()
 
     async def _run_actions(self, seq: int, row: dict[str, Any], first: int) -> None:
         """Run the actions from index ``first`` on one output row (stopping at a hold)."""

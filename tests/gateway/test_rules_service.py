@@ -1,0 +1,355 @@
+"""The rule service in one process: rules over event logs and streams, their actions, held
+rows with audited approvals, tenants and permissions, and state kept across a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from airlane.backends.synthetic import SyntheticBackend, SyntheticConfig
+from airlane.core.errors import AirlaneError, ErrorCode
+from airlane.core.events import Event
+from airlane.gateway import Gateway, NewEvent
+from airlane.gateway.rules import RulesConfig, output_log
+from airlane.hub import MemoryHub
+from airlane.security import ANONYMOUS, ApiKeyPolicy, Principal, principal_named
+from airlane.security.audit import AuditConfig, AuditLog
+
+ALICE = principal_named("alice@acme")
+BOB = principal_named("bob@other")
+
+
+def _gateway(tmp_path: Path, **kwargs: Any) -> Gateway:
+    return Gateway(
+        MemoryHub(),
+        SyntheticBackend(SyntheticConfig(speed=0)),
+        rules=RulesConfig(dir=str(tmp_path / "rules"), late_s=0.05, **kwargs),
+        audit=AuditLog(AuditConfig(path=str(tmp_path / "audit.log"))),
+        security=ApiKeyPolicy({"a": "alice@acme", "b": "bob@other"}),
+    )
+
+
+@pytest.fixture
+async def gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
+    gateway = _gateway(tmp_path)
+    await gateway.start()
+    try:
+        yield gateway
+    finally:
+        await gateway.aclose()
+
+
+async def _append(
+    gateway: Gateway, log: str, *rows: dict[str, Any], who: Principal = ALICE
+) -> None:
+    await gateway.logs.append(who, log, [NewEvent("reading", orjson.dumps(row)) for row in rows])
+
+
+async def _eventually(check: Callable[[], Awaitable[Any]], timeout: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            result = await check()
+        except (AirlaneError, AssertionError):
+            if time.monotonic() > deadline:
+                raise
+        else:
+            if result:
+                return result
+            if time.monotonic() > deadline:
+                raise AssertionError("not reached in time")
+        await asyncio.sleep(0.02)
+
+
+async def _rows(gateway: Gateway, log: str, count: int, who: Principal = ALICE) -> list[Any]:
+    async def enough() -> list[Any] | None:
+        records = await gateway.logs.read(who, log, limit=10_000)
+        return [r.json() for r in records] if len(records) >= count else None
+
+    rows: list[Any] = await _eventually(enough)
+    return rows
+
+
+async def test_a_filter_rule_appends_each_match_to_its_output_and_a_templated_log(
+    gateway: Gateway,
+) -> None:
+    await gateway.logs.create(ALICE, "sensors")
+    await _append(gateway, "sensors", {"deviceId": "old", "t": 99})  # before the rule: not read
+    described, created = await gateway.rules.put(
+        ALICE,
+        "hot",
+        {
+            "sql": "SELECT deviceId, t FROM sensors WHERE t > 30",
+            "actions": [{"append": {"log": "alerts.{deviceId}", "type": "alert.v1"}}],
+        },
+    )
+    assert created and described["output_log"] == "rules.hot.out"
+    await _append(gateway, "sensors", {"deviceId": "d1", "t": 35}, {"deviceId": "d2", "t": 20})
+    await _append(gateway, "sensors", {"deviceId": "d1", "t": 31})
+    assert await _rows(gateway, "alerts.d1", 2) == [
+        {"deviceId": "d1", "t": 35},
+        {"deviceId": "d1", "t": 31},
+    ]
+    assert await _rows(gateway, output_log("hot"), 2) == [
+        {"deviceId": "d1", "t": 35},
+        {"deviceId": "d1", "t": 31},
+    ]
+    stats = gateway.rules.get(ALICE, "hot")["stats"]
+    assert (stats["rows_in"], stats["rows_filtered"], stats["appended"]) == (3, 1, 2)
+
+
+async def test_a_window_closes_on_the_clock_once_the_rule_has_read_everything(
+    gateway: Gateway,
+) -> None:
+    await gateway.rules.put(
+        ALICE,
+        "avg",
+        {
+            "sql": "SELECT deviceId, avg(v) AS v, count(*) AS n FROM vib "
+            "GROUP BY deviceId, TUMBLINGWINDOW(ms, 300) HAVING avg(v) > 3.5"
+        },
+    )
+    await gateway.logs.create(ALICE, "vib")
+    await _append(gateway, "vib", {"deviceId": "a", "v": 5}, {"deviceId": "b", "v": 1})
+    await _append(gateway, "vib", {"deviceId": "a", "v": 4})
+    rows = await _rows(gateway, output_log("avg"), 1)
+    assert sum(row["n"] for row in rows if row["deviceId"] == "a") == 2
+    assert all(row["deviceId"] == "a" for row in rows)
+
+
+async def test_a_held_row_runs_the_rest_only_when_approved_and_the_decision_is_audited(
+    gateway: Gateway, tmp_path: Path
+) -> None:
+    await gateway.rules.put(
+        ALICE,
+        "stop",
+        {
+            "sql": "SELECT deviceId FROM commands WHERE action = 'stop'",
+            "actions": [
+                {"append": {"log": "requested"}},
+                {"hold": {"timeout_s": 600}},
+                {"append": {"log": "executed"}},
+            ],
+        },
+    )
+    await gateway.logs.create(ALICE, "commands")
+    await _append(
+        gateway,
+        "commands",
+        {"deviceId": "m1", "action": "stop"},
+        {"deviceId": "m2", "action": "stop"},
+    )
+    await _rows(gateway, "requested", 2)
+    held = await _eventually(
+        lambda: _resolved(len(gateway.rules.pending(ALICE, "stop")) == 2, gateway, "stop")
+    )
+    assert [item["row"]["deviceId"] for item in held] == ["m1", "m2"]
+    with pytest.raises(AirlaneError) as refused:  # another tenant does not see the rule
+        await gateway.rules.decide(BOB, "stop", held[0]["id"], approve=True)
+    assert refused.value.code is ErrorCode.NOT_FOUND
+
+    approved = await gateway.rules.decide(ALICE, "stop", held[0]["id"], approve=True)
+    assert approved["approved"] is True
+    await gateway.rules.decide(ALICE, "stop", held[1]["id"], approve=False)
+    assert await _rows(gateway, "executed", 1) == [{"deviceId": "m1"}]
+    await asyncio.sleep(0.2)
+    assert len(await gateway.logs.read(ALICE, "executed")) == 1  # the rejected one never runs
+    assert gateway.rules.pending(ALICE, "stop") == []
+    with pytest.raises(AirlaneError) as twice:
+        await gateway.rules.decide(ALICE, "stop", held[0]["id"], approve=True)
+    assert twice.value.code is ErrorCode.NOT_FOUND
+
+    records = [json.loads(line) for line in (tmp_path / "audit.log").read_text().splitlines()]
+    decisions = [(r["code"], r["principal"], r["resource"]) for r in records]
+    assert ("rule_approve", "alice", f"rules/stop/approvals/{held[0]['id']}") in decisions
+    assert ("rule_reject", "alice", f"rules/stop/approvals/{held[1]['id']}") in decisions
+    assert ("rule_put", "alice", "rules/stop") in decisions
+
+
+async def _resolved(ready: bool, gateway: Gateway, name: str) -> list[dict[str, Any]] | None:
+    return gateway.rules.pending(ALICE, name) if ready else None
+
+
+async def test_a_hold_that_times_out_is_rejected_and_audited(
+    gateway: Gateway, tmp_path: Path
+) -> None:
+    await gateway.rules.put(
+        ALICE,
+        "brief",
+        {
+            "sql": "SELECT x FROM cmds",
+            "actions": [{"hold": {"timeout_s": 0.2}}, {"append": {"log": "never"}}],
+        },
+    )
+    await gateway.logs.create(ALICE, "cmds")
+    await _append(gateway, "cmds", {"x": 1})
+    await _eventually(lambda: _stat(gateway, "brief", "expired", 1), timeout=10)
+    assert gateway.rules.pending(ALICE, "brief") == []
+    with pytest.raises(AirlaneError):
+        await gateway.logs.info(ALICE, "never")
+    codes = [json.loads(line)["code"] for line in (tmp_path / "audit.log").read_text().splitlines()]
+    assert "rule_hold_expired" in codes
+
+
+async def _stat(gateway: Gateway, name: str, key: str, value: int) -> bool:
+    return gateway.rules.get(ALICE, name)["stats"].get(key, 0) >= value
+
+
+async def test_rules_are_per_tenant_and_need_a_principal(gateway: Gateway) -> None:
+    await gateway.rules.put(ALICE, "mine", {"sql": "SELECT * FROM s"})
+    assert [r["name"] for r in gateway.rules.names(ALICE)] == ["mine"]
+    assert gateway.rules.names(BOB) == []
+    with pytest.raises(AirlaneError) as missing:
+        gateway.rules.get(BOB, "mine")
+    assert missing.value.code is ErrorCode.NOT_FOUND
+    with pytest.raises(AirlaneError) as anonymous:
+        await gateway.rules.put(ANONYMOUS, "x", {"sql": "SELECT * FROM s"})
+    assert anonymous.value.code is ErrorCode.PERMISSION_DENIED
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "words"),
+    [
+        ({"actions": []}, "sql", "'sql' is required"),
+        ({"sql": "SELECT FROM WHERE"}, "sql", ""),
+        ({"sql": "SELECT * FROM s", "actions": [{"email": {}}]}, "actions[0]", "unknown action"),
+        (
+            {"sql": "SELECT * FROM s", "actions": [{"publish": {"topic": "a/#"}}]},
+            "actions[0].publish.topic",
+            "wildcard",
+        ),
+        (
+            {"sql": "SELECT * FROM s", "actions": [{"publish": {"topic": "a", "qos": 3}}]},
+            None,
+            "0, 1 or 2",
+        ),
+        ({"sql": "SELECT * FROM s", "colour": "red"}, "colour", "unknown rule fields"),
+        ({"sql": "SELECT * FROM 'a/+x'"}, "sql", "whole level"),
+    ],
+)
+async def test_a_bad_definition_is_a_clear_400_and_nothing_runs(
+    gateway: Gateway, body: dict[str, Any], param: str | None, words: str
+) -> None:
+    with pytest.raises(AirlaneError) as refused:
+        await gateway.rules.put(ALICE, "bad", body)
+    assert refused.value.code is ErrorCode.INVALID_REQUEST
+    if param is not None:
+        assert refused.value.param == param
+    assert words in str(refused.value)
+    assert gateway.rules.names(ALICE) == []
+
+
+async def test_replace_keeps_the_position_and_delete_forgets_everything(gateway: Gateway) -> None:
+    await gateway.logs.create(ALICE, "src")
+    await gateway.rules.put(ALICE, "r", {"sql": "SELECT n FROM src"})
+    await _append(gateway, "src", {"n": 1})
+    await _rows(gateway, output_log("r"), 1)
+    _, created = await gateway.rules.put(ALICE, "r", {"sql": "SELECT n, n * 2 AS twice FROM src"})
+    assert not created
+    await _append(gateway, "src", {"n": 2})
+    rows = await _rows(gateway, output_log("r"), 2)
+    assert rows == [{"n": 1}, {"n": 2, "twice": 4}]  # n=1 is not read again
+
+    await gateway.rules.delete(ALICE, "r")
+    assert gateway.rules.names(ALICE) == []
+    assert output_log("r") not in await gateway.logs.names(ALICE)
+    await gateway.rules.put(ALICE, "r", {"sql": "SELECT n FROM src"})
+    await _append(gateway, "src", {"n": 3})
+    assert await _rows(gateway, output_log("r"), 1) == [{"n": 3}]  # a fresh output, not deduped
+
+
+async def test_a_stream_source_reads_message_payloads(gateway: Gateway) -> None:
+    await gateway.create_named(ALICE, "agents")
+    await gateway.rules.put(
+        ALICE,
+        "tools",
+        {"sql": "SELECT agent, tool FROM agents WHERE tool IS NOT NULL", "source": "stream"},
+    )
+    await asyncio.sleep(0.1)
+    for body in (
+        {"agent": "a1", "tool": "search"},
+        {"agent": "a2"},
+        {"agent": "a3", "tool": "sql"},
+    ):
+        await gateway.publish(ALICE, "agents", Event.message(body))
+    rows = await _rows(gateway, output_log("tools"), 2)
+    assert rows == [{"agent": "a1", "tool": "search"}, {"agent": "a3", "tool": "sql"}]
+
+
+async def test_generate_starts_a_generation_with_the_row_in_its_prompt(gateway: Gateway) -> None:
+    await gateway.logs.create(ALICE, "alarms")
+    await gateway.rules.put(
+        ALICE,
+        "explain",
+        {"sql": "SELECT deviceId FROM alarms", "actions": [{"generate": {"max_tokens": 4}}]},
+    )
+    await _append(gateway, "alarms", {"deviceId": "m7"})
+    await _eventually(lambda: _stat(gateway, "explain", "generated", 1))
+    subscription = await gateway.subscribe(ALICE, "rules/explain/1.0")
+    events = []
+    while batch := await subscription.next_batch(64):
+        events += batch
+    await subscription.aclose()
+    assert events[-1].kind.value == "done"
+
+
+async def test_rules_and_their_windows_survive_a_restart(tmp_path: Path) -> None:
+    sql = "SELECT count(*) AS n FROM feed GROUP BY TUMBLINGWINDOW(ss, 2)"
+    first = _gateway(tmp_path)
+    await first.start()
+    try:
+        await first.logs.create(ALICE, "feed")
+        await first.rules.put(ALICE, "counted", {"sql": sql})
+        await _append(first, "feed", {"x": 1}, {"x": 2}, {"x": 3})
+        await _eventually(lambda: _stat(first, "counted", "rows_in", 3))
+    finally:
+        await first.aclose()
+
+    second = _gateway(tmp_path)  # the same directory; its logs are new (in memory)
+    await second.start()
+    try:
+        described = second.rules.get(ALICE, "counted")
+        assert described["sql"] == sql and described["stats"]["rows_in"] == 3
+        await second.logs.create(ALICE, "feed")
+        await _append(second, "feed", {"x": 4}, {"x": 5})
+
+        async def all_counted() -> bool:
+            records = await second.logs.read(ALICE, output_log("counted"), limit=100)
+            return sum(r.json()["n"] for r in records) == 5
+
+        # The rows counted before the restart are in the windows that close after it.
+        await _eventually(all_counted, timeout=15)
+    finally:
+        await second.aclose()
+
+
+async def test_the_test_call_runs_sql_over_samples_and_closes_open_windows(
+    gateway: Gateway,
+) -> None:
+    answer = gateway.rules.test(
+        ALICE,
+        {
+            "sql": "SELECT topic_level(2) AS dev, max(v) AS peak FROM 'sensor/+/vib' "
+            "GROUP BY topic_level(2), TUMBLINGWINDOW(ss, 10)",
+            "messages": [
+                {"payload": {"v": 1}, "ts": 1, "topic": "sensor/a/vib"},
+                {"payload": {"v": 7}, "ts": 4, "topic": "sensor/a/vib"},
+                {"payload": {"v": 2}, "ts": 12, "topic": "sensor/b/vib"},
+            ],
+        },
+    )
+    assert answer["columns"] == ["dev", "peak"]
+    assert answer["outputs"] == [
+        {"dev": "a", "peak": 7, "window_start": 0.0, "window_end": 10.0},
+        {"dev": "b", "peak": 2, "window_start": 10.0, "window_end": 20.0},
+    ]
+    with pytest.raises(AirlaneError) as bad:
+        gateway.rules.test(ALICE, {"sql": "SELECT * FROM s", "messages": [{"v": 1}]})
+    assert bad.value.param == "messages[0]"
