@@ -1,6 +1,7 @@
 """The MQTT bridge with MQTT.js (npm ``mqtt``, pinned in ``tests/mqtt/node``) under Node on the
 other side of a real Mosquitto: a client nobody here wrote publishes sensor readings at QoS 1
-and 2 into an event log, and subscribes to a topic the bridge publishes a stream to.
+and 2 into an event log, subscribes to a topic the bridge publishes a stream to, and receives
+the generations a rule starts from its own readings.
 
 Each test runs ``tests/mqtt/node/mqtt-client.mjs``, which prints what happens as JSON lines.
 Without Node.js or the client's packages (``npm ci --prefix tests/mqtt/node``, which
@@ -196,3 +197,61 @@ async def test_mqttjs_receives_a_stream_in_order_with_its_position(
     assert all(m["topic"] == "results/x" and m["qos"] == 1 for m in got)
     assert bridge.outbound_stats[0].published == count + 1
     assert bridge.outbound_stats[0].finished
+
+
+async def test_mqttjs_readings_trigger_a_rule_whose_generations_it_receives(
+    broker: Mosquitto, gateway: Gateway, state_dir: Path
+) -> None:
+    node_binary()
+    bridge = MqttBridge(gateway, MqttBridgeConfig(broker.url, inbound=()), state_dir=state_dir)
+    await bridge.start()
+    try:
+        await bridge.wait_connected(10)
+        await gateway.rules.put(
+            PRINCIPAL,
+            "warm",
+            {
+                "sql": "SELECT sensor, i, temp FROM 'sensor/+/temp' WHERE i >= 1",
+                "actions": [
+                    {
+                        "generate": {
+                            "prompt": "Reading {i} of {sensor}: {row}",
+                            "max_tokens": 6,
+                            "result_topic": "advice/{sensor}",
+                        }
+                    }
+                ],
+            },
+        )
+        await _until_tapped(bridge)
+        async with node_client(
+            broker,
+            "--subscribe", "advice/#", "--expect-done", "2",
+            "--publish", "sensor/node-1/temp", "--count", "3", "--qos", "1",
+        ) as client:  # fmt: skip
+            lines = await client.finish()
+    finally:
+        await bridge.aclose()
+    got = [line for line in lines if line["event"] == "message"]
+    streams: dict[str, list[dict[str, Any]]] = {}
+    for message in got:
+        assert message["topic"] == "advice/node-1" and message["qos"] == 1
+        assert message["contentType"] == "application/json"
+        props = message["userProperties"]
+        assert props["rule"] == "warm"
+        streams.setdefault(props["stream"], []).append(message["payload"])
+    # Readings 1 and 2 passed WHERE: two generations, each whole and in order.
+    assert sorted(streams) == ["rules/warm/1.0", "rules/warm/2.0"]
+    for events in streams.values():
+        assert events[-1]["kind"] == "done"
+        assert [e["seq"] for e in events] == sorted(e["seq"] for e in events)
+        assert any(e["kind"] == "delta" for e in events)
+
+
+async def _until_tapped(bridge: MqttBridge) -> None:
+    """Wait until the rule's filter is subscribed (its tap added and the link up)."""
+    for _ in range(100):
+        if bridge.taps and not bridge._side_tasks:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("the rule's topic filter was never subscribed")

@@ -4,6 +4,8 @@
 //   node mqtt-client.mjs --url mqtt://127.0.0.1:1883 --publish airlane/logs/sensors \
 //       --count 20 --qos 1,2
 //   node mqtt-client.mjs --url mqtt://127.0.0.1:1883 --subscribe results/x --expect 4
+//   node mqtt-client.mjs --url mqtt://127.0.0.1:1883 --subscribe 'advice/#' --expect-done 2 \
+//       --publish sensor/node-1/temp --count 3 --qos 1
 //
 // It prints one JSON line per thing that happens, on stdout:
 //   {"event":"connected"}
@@ -13,7 +15,8 @@
 //   {"event":"done","received":N}
 // --publish sends --count sensor readings ({"sensor": ..., "i": i, "temp": ...}), one at a
 // time, each awaited to its PUBACK (QoS 1) or PUBCOMP (QoS 2), the QoS cycling through --qos.
-// --subscribe waits for --expect messages on the topic. It exits 0 when all is done, 1 on an
+// --subscribe waits for --expect messages on the topic, or, with --expect-done, for that many
+// messages whose JSON payload is an event of kind "done" (the end of a generation). It exits 0 when all is done, 1 on an
 // error or when --timeout-ms passes first (every wait is bounded).
 
 import { parseArgs } from "node:util";
@@ -30,6 +33,7 @@ const { values: args } = parseArgs({
     sensor: { type: "string", default: "node-1" },
     subscribe: { type: "string" },
     expect: { type: "string", default: "1" },
+    "expect-done": { type: "string" },
     "timeout-ms": { type: "string", default: "15000" },
   },
 });
@@ -60,6 +64,7 @@ async function main() {
   say({ event: "connected" });
 
   let received = 0;
+  let done = 0;
   let allReceived = Promise.resolve();
   if (args.subscribe) {
     const expect = Number(args.expect);
@@ -82,7 +87,10 @@ async function main() {
           userProperties: props.userProperties ?? null,
         });
         received += 1;
-        if (received >= expect) resolve();
+        if (body && body.kind === "done") done += 1;
+        if (args["expect-done"] ? done >= Number(args["expect-done"]) : received >= expect) {
+          resolve();
+        }
       });
     });
     const granted = await client.subscribeAsync(args.subscribe, { qos: 1 });
