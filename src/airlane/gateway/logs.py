@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from airlane.core.errors import BadRequest, ErrorCode
+from airlane.core.errors import AirlaneError, BadRequest, ErrorCode
 from airlane.eventlog import Delivery, EventLog, GroupInfo, LogInfo, NewEvent, Record
 from airlane.eventlog.base import MAX_BATCH_EVENTS
 from airlane.eventlog.checks import check_name
@@ -208,6 +208,20 @@ class EventLogs:
         with self._finding(principal, Action.LOGS_ADMIN, key, log):
             await self._logs.delete_group(key, group)
         audit_admin(self._security, principal, "delete_group", f"{log_resource(log)}/{group}")
+
+    async def restart_own_group(self, principal: Principal, log: str, group: str) -> None:
+        """Delete ``group`` (if it exists) for a service that keeps its own position and starts
+        the group again from there (a rule: `airlane.gateway.rules.task`), so that what the
+        last process left unacknowledged is not handed out later, out of order. Authorized as
+        consuming, not audited as an admin's deletion."""
+        key = self._allow(principal, Action.LOGS_CONSUME, log)
+        await self._groups.forget(key, group)
+        with self._finding(principal, Action.LOGS_CONSUME, key, log):
+            try:
+                await self._logs.delete_group(key, group)
+            except AirlaneError as exc:
+                if exc.code is not ErrorCode.GROUP_NOT_FOUND:
+                    raise
 
     def _charge(self, principal: Principal, records: list[Record]) -> None:
         """Charge what ``records`` carry to ``principal``'s bytes delivered."""

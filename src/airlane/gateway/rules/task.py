@@ -110,9 +110,10 @@ class _Batch:
     rows: list[tuple[int, dict[str, Any] | None, float, str | None, int | None]]
     """(seq, row or None if not an object, ts, topic, qos)."""
     commit: Callable[[], Awaitable[None]]
-    position: dict[str, Any]
-    more: bool = False
-    """Whether the source had more to give at once (the rule is behind)."""
+    position: dict[str, Any] | None
+    """The source's position after these rows (None: unchanged)."""
+    watermark: float | None = None
+    """A time before which the source had nothing more to give (None: it may have)."""
 
 
 async def _nothing() -> None:
@@ -250,11 +251,13 @@ class RuleTask:
         late = self.service.config.late_s
         try:
             while True:
-                timer = self.runner.get_timer()
+                # A log's reader says itself how far it has read (an empty batch when there
+                # is nothing); a stream's reader blocks, so the clock stands in for it.
+                timer = None if source_log else self.runner.get_timer()
                 timeout = None if timer is None else max(0.0, timer + late - time.time())
                 # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a
                 # cancellation that arrives as the wait ends, and the task never stops.
-                batch = None
+                batch = _Batch([], _nothing, None, watermark=time.time())
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(timeout):
                         batch = await queue.get()
@@ -264,25 +267,27 @@ class RuleTask:
             with contextlib.suppress(asyncio.CancelledError):
                 await feeder
 
-    async def _step(self, batch: _Batch | None) -> None:
-        """Feed one batch (None: the clock alone), store the output rows, save,
-        acknowledge."""
+    async def _step(self, batch: _Batch) -> None:
+        """Feed one batch, close the windows its watermark closes, store the output rows,
+        save, acknowledge."""
         outputs: list[dict[str, Any]] = []
-        if batch is not None:
-            for _, row, ts, topic, qos in batch.rows:
-                if row is None:
-                    self._count("not_object")
-                    continue
-                outputs.extend(self.runner.feed(row, ts, ts=ts, topic=topic, qos=qos))
+        for _, row, ts, topic, qos in batch.rows:
+            if row is None:
+                self._count("not_object")
+                continue
+            outputs.extend(self.runner.feed(row, ts, ts=ts, topic=topic, qos=qos))
+        if batch.position is not None:
             self.state.input = batch.position
-        if batch is None or not batch.more:
-            # Everything stored so far has been read: wall time closes windows now.
-            outputs.extend(self.runner.handle_timer(time.time() - self.service.config.late_s))
+        if batch.watermark is not None:
+            # Everything stored before the watermark has been read: wall time closes
+            # windows up to there (less late_s, for clocks that disagree a little).
+            now = min(batch.watermark, time.time())
+            outputs.extend(self.runner.handle_timer(now - self.service.config.late_s))
         if outputs:
             await self._store_outputs(outputs)
-        await self.save()
-        if batch is not None:
-            await batch.commit()
+        if outputs or batch.rows:
+            await self.save()
+        await batch.commit()
 
     async def _store_outputs(self, outputs: list[dict[str, Any]]) -> None:
         first = self.state.outputs
@@ -322,11 +327,21 @@ class RuleTask:
             # The log is younger than the saved position (an in-memory log after a restart):
             # everything in it is new.
             seen = 0
+        # The group starts again after what was saved: what an earlier process read and did
+        # not save comes again now, in order (a consumer group would hand it out only after
+        # its ack wait, behind newer records, which a rule must not skip or see late).
+        await logs.restart_own_group(self.owner, name, group)
         settings = {"start_seq": seen + 1, "ack_wait_s": self.service.config.ack_wait_s}
+        late = self.service.config.late_s
         while True:
+            # Waits no longer than the next window's end: an empty answer then tells the
+            # rule it may close it.
+            timer = self.runner.get_timer()
+            started = time.time()
+            wait = 1.0 if timer is None else min(1.0, max(0.01, timer + late - started))
             try:
                 deliveries = await logs.fetch(
-                    self.owner, name, group, max_events=_BATCH, timeout_s=1.0, settings=settings
+                    self.owner, name, group, max_events=_BATCH, timeout_s=wait, settings=settings
                 )
             except AirlaneError as exc:
                 if exc.code is ErrorCode.GROUP_SETTINGS_CONFLICT:
@@ -336,6 +351,7 @@ class RuleTask:
                 await asyncio.sleep(WAIT_SOURCE_S)
                 continue
             if not deliveries:
+                await queue.put(_Batch([], _nothing, None, watermark=time.time()))
                 continue
             rows = []
             for delivery in deliveries:
@@ -343,8 +359,9 @@ class RuleTask:
                     continue  # fed before the last save, then sent again
                 rows.append(_log_row(delivery.record))
                 seen = delivery.seq
-            more = len(deliveries) == _BATCH
-            await queue.put(_Batch(rows, _acker(deliveries), {"seq": seen}, more))
+            # A batch that is not full is all there was when the fetch began.
+            watermark = started if len(deliveries) < _BATCH else None
+            await queue.put(_Batch(rows, _acker(deliveries), {"seq": seen}, watermark))
 
     async def _read_stream(self, queue: asyncio.Queue[_Batch]) -> None:
         gateway = self.service.gateway
@@ -367,7 +384,8 @@ class RuleTask:
                     rows = [_stream_row(event, now) for event in events]
                     resume = subscription.position
                     position = {"position": resume.token}
-                    await queue.put(_Batch(rows, _nothing, position, len(events) == _BATCH))
+                    watermark = now if len(events) < _BATCH else None
+                    await queue.put(_Batch(rows, _nothing, position, watermark))
             finally:
                 await subscription.aclose()
             await asyncio.sleep(WAIT_SOURCE_S)  # the stream ended: wait for the next one
