@@ -29,6 +29,7 @@ PACKAGES = [
     "airlane.gateway.arbiter",
     "airlane.gateway.chat_request",
     "airlane.gateway.eventsourcing",
+    "airlane.gateway.rules",
     "airlane.runtime.acceptor",
     "airlane.runtime.admission",
     "airlane.runtime.callcontext",
