@@ -131,3 +131,16 @@ def test_the_edge_page_tiers_example_loads(tmp_path: Path) -> None:
     (bridge,) = load_config(path).mqtt
     assert [bridge.qos(route) for route in bridge.inbound] == [0, 1, 2]
     assert {c.name: c.max_age_s for c in bridge.classes}["telemetry"] == 21600.0
+
+
+def test_the_edge_page_plant_example_loads(tmp_path: Path) -> None:
+    page = (DOCS / "edge.md").read_text()
+    (block,) = [
+        b.split("```", 1)[0] for b in page.split("```toml\n")[1:] if b.startswith("[rules]")
+    ]
+    path = tmp_path / "plant.toml"
+    path.write_text(block)
+    config = load_config(path)
+    assert config.rules.dir == "/var/lib/airlane/rules"
+    (bridge,) = config.mqtt
+    assert [bridge.qos(route) for route in bridge.inbound] == [0]
