@@ -345,6 +345,63 @@ skip 'airlane serve --port 8420 --hub nats://127.0.0.1:4222 --node-id a' "$why_c
 skip 'airlane serve --port 8520 --hub nats://127.0.0.1:4222 --node-id b' "$why_cluster"
 skip 'airlane serve --mqtt mqtt://127.0.0.1:1883' 'needs an MQTT broker on port 1883; tests/mqtt runs the same bridge against a Mosquitto the tests start on a free port'
 
+# -- docs/edge.md: rules ----------------------------------------------------------------------
+
+vibration_sql="SELECT deviceId, avg(vibration) AS avg_v, count(*) AS n FROM 'sensor/+/vibration' GROUP BY deviceId, TUMBLINGWINDOW(ss, 10) HAVING avg(vibration) > 3.5"
+example 'airlane rules add vibration --sql "SELECT deviceId, avg(vibration) AS avg_v, count(*) AS n FROM '"'"'sensor/+/vibration'"'"' GROUP BY deviceId, TUMBLINGWINDOW(ss, 10) HAVING avg(vibration) > 3.5" --action '"'"'{"publish": {"topic": "alerts/{deviceId}", "qos": 1}}'"'"' --action '"'"'{"generate": {"prompt": "Vibration alarm: {row}. What should the operator check?", "result_topic": "advice/{deviceId}"}}'"'"''
+run airlane rules add vibration --sql "$vibration_sql" \
+  --action '{"publish": {"topic": "alerts/{deviceId}", "qos": 1}}' \
+  --action '{"generate": {"prompt": "Vibration alarm: {row}. What should the operator check?", "result_topic": "advice/{deviceId}"}}' \
+  --url "$url"
+expect '"output_log":"rules.vibration.out"'
+
+example 'airlane rules list'
+run airlane rules list --url "$url"
+expect '"name":"vibration"'
+
+example 'airlane rules test --sql "SELECT * FROM s WHERE t > 30" samples.jsonl'
+printf '{"t": 25}\n{"t": 31}\n' >samples.jsonl
+run airlane rules test --sql "SELECT * FROM s WHERE t > 30" samples.jsonl --url "$url"
+expect '{"t":31}'
+
+example 'airlane rules delete vibration'
+run airlane rules delete vibration --url "$url"
+
+example 'airlane rules add anomalies --qos 1 --sql "SELECT deviceId, avg(vibration) AS v FROM '"'"'sensor/+/vibration'"'"' GROUP BY deviceId, TUMBLINGWINDOW(ss, 10) HAVING avg(vibration) > 3.5" --action '"'"'{"generate": {"result_topic": "advice/{deviceId}", "qos": 1}}'"'"''
+run airlane rules add anomalies --qos 1 \
+  --sql "SELECT deviceId, avg(vibration) AS v FROM 'sensor/+/vibration' GROUP BY deviceId, TUMBLINGWINDOW(ss, 10) HAVING avg(vibration) > 3.5" \
+  --action '{"generate": {"result_topic": "advice/{deviceId}", "qos": 1}}' --url "$url"
+
+example 'airlane rules add firmware --qos 2 --sql "SELECT deviceId, version FROM '"'"'commands/+/firmware'"'"'" --action '"'"'{"hold": {"timeout_s": 3600}}'"'"' --action '"'"'{"publish": {"topic": "devices/{deviceId}/firmware", "qos": 2}}'"'"''
+run airlane rules add firmware --qos 2 --sql "SELECT deviceId, version FROM 'commands/+/firmware'" \
+  --action '{"hold": {"timeout_s": 3600}}' \
+  --action '{"publish": {"topic": "devices/{deviceId}/firmware", "qos": 2}}' --url "$url"
+
+example 'airlane rules add stop-hot --sql "SELECT machine, temp FROM readings WHERE temp > 90" --action '"'"'{"hold": {"timeout_s": 600}}'"'"' --action '"'"'{"append": {"log": "stops.{machine}"}}'"'"''
+run airlane logs create readings --url "$url"
+run airlane rules add stop-hot --sql "SELECT machine, temp FROM readings WHERE temp > 90" \
+  --action '{"hold": {"timeout_s": 600}}' --action '{"append": {"log": "stops.{machine}"}}' --url "$url"
+run airlane logs append readings --type reading --data '{"machine": "m1", "temp": 95}' --url "$url"
+run airlane logs append readings --type reading --data '{"machine": "m2", "temp": 97}' --url "$url"
+
+example 'airlane rules approvals stop-hot'
+held=0
+until [ "$held" = 2 ]; do  # the rule holds both rows within a moment
+  run airlane rules approvals stop-hot --url "$url"
+  held=$(grep -c '"id"' "$last_log" || true)
+  [ "$held" = 2 ] || { [ "$SECONDS" -lt "$deadline" ] || fail "(the rule never held both rows)"; sleep 0.2; }
+done
+first_id=$(.venv/bin/python -c 'import json, sys; print(json.loads(open(sys.argv[1]).readline())["id"])' "$last_log")
+second_id=$(.venv/bin/python -c 'import json, sys; print(json.loads(open(sys.argv[1]).readlines()[1])["id"])' "$last_log")
+
+example 'airlane rules approve stop-hot 3f2a9c0d1e2b4a5c'
+run airlane rules approve stop-hot "$first_id" --url "$url"
+expect '"approved":true'
+
+example 'airlane rules reject stop-hot 3f2a9c0d1e2b4a5c'
+run airlane rules reject stop-hot "$second_id" --url "$url"
+expect '"approved":false'
+
 # -- docs/security.md -------------------------------------------------------------------------
 
 read -r keys_port tls_port tls_airc tls_grpc mesh_port <<<"$(free_ports 5)"
