@@ -353,3 +353,27 @@ async def test_the_test_call_runs_sql_over_samples_and_closes_open_windows(
     with pytest.raises(AirlaneError) as bad:
         gateway.rules.test(ALICE, {"sql": "SELECT * FROM s", "messages": [{"v": 1}]})
     assert bad.value.param == "messages[0]"
+
+
+async def test_a_kept_rule_its_owner_may_no_longer_run_does_not_stop_the_gateway(
+    tmp_path: Path,
+) -> None:
+    first = Gateway(
+        MemoryHub(),
+        SyntheticBackend(SyntheticConfig(speed=0)),
+        rules=RulesConfig(dir=str(tmp_path / "rules")),
+    )
+    await first.start()  # no keys: rules run as the anonymous principal
+    try:
+        await first.rules.put(ANONYMOUS, "open", {"sql": "SELECT * FROM s"})
+    finally:
+        await first.aclose()
+    second = _gateway(tmp_path)  # API keys now: anonymous may do nothing
+    await second.start()
+    try:
+        assert second.rules.names(ALICE) == []
+        await second.rules.put(ALICE, "mine", {"sql": "SELECT * FROM s"})
+        assert [r["name"] for r in second.rules.names(ALICE)] == ["mine"]
+    finally:
+        await second.aclose()
+    assert len(list((tmp_path / "rules").glob("*.json"))) == 2  # the other one waits there

@@ -144,7 +144,18 @@ class RuleService:
             except (AirlaneError, KeyError, ValueError) as exc:
                 log.error("rules: %s no longer loads: %s", state.key, exc)
                 continue
-            await self._run(state.key, definition, state, owner)
+            try:
+                await self._run(state.key, definition, state, owner)
+            except AirlaneError as exc:
+                # Its owner may no longer do what it does (another policy, keys, tenant): the
+                # gateway starts anyway, and the rule waits in its file for a fix.
+                log.error(
+                    "rules: %s does not run: %s (as %s; kept in %s)",
+                    state.key,
+                    exc,
+                    owner.name,
+                    self.store.directory,
+                )
         if self._tasks:
             log.info("rules: %d rules running", len(self._tasks))
 
@@ -252,7 +263,16 @@ class RuleService:
                 state.snapshot = old.state.snapshot
                 state.pending = old.state.pending
         self.store.save(state)
-        await self._run(key, definition, state, principal)
+        try:
+            await self._run(key, definition, state, principal)
+        except BaseException:
+            # Nothing half-made is kept: a new rule is forgotten, a replaced one comes back.
+            if old is None:
+                self.store.delete(key)
+            else:
+                self.store.save(old.state)
+                await self._run(key, old.definition, old.state, old.owner)
+            raise
         audit_admin(self._security, principal, "rule_put", rule_resource(name))
         return self._tasks[key].describe(), old is None
 
