@@ -38,6 +38,7 @@ PACKAGES = [
     "airlane.runtime.lazy",
     "airlane.runtime.timers",
     "airlane.transports.http",
+    "airlane.transports.http.webrtc",
     "airlane.transports.airc",
     "airlane.transports.grpc",
     "airlane.wire.airc",

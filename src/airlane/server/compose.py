@@ -183,6 +183,7 @@ def build_app(config: ServerConfig) -> AirlaneApp:
         websockets={RSOCKET_WS_PATH: rsocket},
         mounts={GRPC_WEB_PREFIX: rpc},
         forwarded=forwarded,
+        webrtc=config.webrtc,
     )
     # Resumable RSocket sessions waiting for a RESUME end before the gateway does.
     app.on_shutdown.append(rsocket.aclose)

@@ -30,6 +30,7 @@ from airlane.transports.airc import AircServerConfig
 from airlane.transports.grpc import GrpcServerConfig
 from airlane.transports.http import HttpConfig
 from airlane.transports.http.h3 import Http3Config
+from airlane.transports.http.webrtc import WebRtcConfig
 from airlane.transports.mqtt import DataClass, InboundRoute, MqttBridgeConfig, OutboundRoute
 from airlane.transports.rsocket import RSocketServerConfig
 from airlane.wire.airc import AircConfig
@@ -147,6 +148,8 @@ class ServerConfig:
     """HTTP/3 over QUIC on UDP beside the HTTP port (``[http3]``)."""
     rsocket: RSocketServerConfig = field(default_factory=RSocketServerConfig)
     """The RSocket transport: its TCP listener and session limits (``[rsocket]``)."""
+    webrtc: WebRtcConfig = field(default_factory=WebRtcConfig)
+    """WebRTC data channels: ICE servers, TURN secret, bounds (``[webrtc]``, docs/webrtc.md)."""
     rules: RulesConfig = field(default_factory=lambda: RulesConfig(dir=DEFAULT_RULES_DIR))
     """Streaming SQL rules: where they are kept, their bounds (``[rules]``, docs/edge.md)."""
     mqtt: tuple[MqttBridgeConfig, ...] = ()
@@ -206,8 +209,8 @@ def load_config(path: Path, base: ServerConfig | None = None) -> ServerConfig:
     ``[jetstream]``,
     ``[eventsourcing]``,
     ``[artifacts]``, ``[gc]``, ``[admission]``, ``[tls]``, ``[jwt]``, ``[policy]``, ``[audit]``,
-    ``[auth_guard]``, ``[quotas]``, ``[tickets]``, ``[streams]``, ``[rules]`` and ``[api_keys]``
-    tables, and ``[[mqtt]]`` bridges (added to those already configured). An
+    ``[auth_guard]``, ``[quotas]``, ``[tickets]``, ``[streams]``, ``[rules]``, ``[webrtc]`` and
+    ``[api_keys]`` tables, and ``[[mqtt]]`` bridges (added to those already configured). An
     unreadable file, one that is not TOML, an unknown key and a value of the wrong type are a
     `ConfigError` (a `ValueError`); so is a value the setting itself refuses."""
     try:
@@ -232,6 +235,7 @@ def _settings(path: Path, data: dict[str, Any], config: ServerConfig) -> ServerC
         "synthetic": (SyntheticConfig, config.synthetic),
         "offload": (OffloadConfig, config.offload),
         "rules": (RulesConfig, config.rules),
+        "webrtc": (WebRtcConfig, config.webrtc),
         "http": (HttpConfig, config.http),
         "orphan": (OrphanPolicy, config.orphan),
         "retention": (Retention, config.retention),
@@ -283,6 +287,9 @@ def _settings(path: Path, data: dict[str, Any], config: ServerConfig) -> ServerC
             raise ConfigError(f"{path}: a stream's retention is [retention], not [streams]")
         for name in ("models", "cors_origins", "allowed_hosts"):
             if key == "http" and name in section:
+                section[name] = tuple(section[name])
+        for name in ("stun", "turn"):
+            if key == "webrtc" and isinstance(section.get(name), list):
                 section[name] = tuple(section[name])
         if key == "tls" and isinstance(section.get("trust_domains"), list):
             section["trust_domains"] = tuple(section["trust_domains"])

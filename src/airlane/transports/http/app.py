@@ -8,6 +8,7 @@ Mount it inside a FastAPI/Starlette app or serve it with any ASGI server. Routes
 - ``/v1/logs...``                      event logs and consumer groups (`...http.logs`)
 - ``/v1/schemas...``                   the schema registry (`...http.schemas`)
 - ``/v1/rules...``                     streaming SQL rules and their approvals (`...http.rules`)
+- ``/v1/webrtc...``                    WebRTC signalling: data channels (`...http.webrtc`)
 - ``/v1/rooms/{room}``                 shared-state rooms, HTTP and WebSocket (`...http.rooms`)
 - ``WS   /v1/yjs/{room}``              Yjs documents, y-websocket protocol (`...http.yjs`)
 - ``/v1/artifacts...``                 model artifacts, files with ranges (`...http.artifacts`)
@@ -54,6 +55,8 @@ from airlane.transports.http.rooms import handle_rooms, serve_room
 from airlane.transports.http.rules import handle_rules
 from airlane.transports.http.schemas import handle_schemas
 from airlane.transports.http.streams import handle_streams
+from airlane.transports.http.webrtc.config import WebRtcConfig
+from airlane.transports.http.webrtc.signalling import handle_webrtc
 from airlane.transports.http.websocket import accept, serve_loadtest_ws, serve_websocket
 from airlane.transports.http.yjs import YJS_PATH_PREFIX, serve_yjs
 
@@ -90,6 +93,7 @@ class AirlaneApp:
         mounts: Mapping[str, Callable[[Scope, Receive, Send], Awaitable[None]]] | None = None,
         websockets: Mapping[str, WebSocketEndpoint] | None = None,
         forwarded: ForwardedIdentity | None = None,
+        webrtc: WebRtcConfig | None = None,
     ) -> None:
         self.gateway = gateway
         self.forwarded = forwarded
@@ -97,7 +101,9 @@ class AirlaneApp:
         front); None: the header is not read."""
         self.config = config or HttpConfig()
         self.metrics = HttpMetrics(gateway.stats, lambda: gateway.running_generations)
-        self.context = AppContext(gateway, self.config, self.metrics, dict(subprotocols or {}))
+        self.context = AppContext(
+            gateway, self.config, self.metrics, dict(subprotocols or {}), webrtc or WebRtcConfig()
+        )
         self.mounts = dict(mounts or {})
         """HTTP paths under each prefix go to that ASGI app (gRPC-Web / Connect), after CORS;
         given by the composition root (a transport never imports another)."""
@@ -160,6 +166,8 @@ class AirlaneApp:
             elif message["type"] == "lifespan.shutdown":
                 for hook in self.on_shutdown:
                     await hook()
+                if self.context.peers is not None:  # WebRTC sessions end before the gateway
+                    await self.context.peers.aclose()
                 await self.gateway.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
@@ -287,6 +295,8 @@ class AirlaneApp:
             await handle_schemas(self.context, principal, request, receive, send)
         elif path == "/v1/rules" or path.startswith("/v1/rules/"):
             await handle_rules(self.context, principal, request, receive, send)
+        elif path == "/v1/webrtc" or path.startswith("/v1/webrtc/"):
+            await handle_webrtc(self.context, principal, request, receive, send)
         elif path.startswith("/v1/rooms/"):
             await handle_rooms(self.context, principal, request, receive, send)
         elif path == "/v1/artifacts" or path.startswith("/v1/artifacts/"):
@@ -379,6 +389,8 @@ def _route_label(path: str) -> str:
         return "/v1/schemas/{subject}"
     if path.startswith("/v1/rules/"):
         return "/v1/rules/{name}"
+    if path.startswith("/v1/webrtc/"):
+        return "/v1/webrtc/{session}"
     if path.startswith("/v1/rooms/"):
         return "/v1/rooms/{room}"
     if path.startswith("/v1/artifacts/"):
@@ -392,6 +404,7 @@ def _route_label(path: str) -> str:
         "/v1/logs",
         "/v1/schemas",
         "/v1/rules",
+        "/v1/webrtc",
         "/v1/artifacts",
         "/v1/loadtest/sse",
         "/v1/tickets",

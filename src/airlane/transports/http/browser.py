@@ -53,14 +53,22 @@ def check_browser(config: HttpConfig, request: Request, *, websocket: bool = Fal
     )
 
 
+_SIGNALLING = frozenset({"application/sdp", "application/trickle-ice-sdpfrag"})
+"""WebRTC signalling bodies (``/v1/webrtc``): like JSON, not a type a page may send without a
+CORS preflight, so a foreign page cannot send them unasked either."""
+
+
 def check_json_body(request: Request) -> None:
-    """Refuse a request that carries a body not declared as JSON."""
+    """Refuse a request that carries a body not declared as JSON (or, under ``/v1/webrtc``,
+    as SDP)."""
     if request.method not in _CHANGES or not _has_body(request):
         return
     media = (request.header(b"content-type") or "").split(";", 1)[0].strip().lower()
     if media == "application/json" or (
         media.startswith("application/") and media.endswith("+json")
     ):
+        return
+    if media in _SIGNALLING and request.path.startswith("/v1/webrtc"):
         return
     raise AirlaneError(
         f"send the body as JSON (Content-Type: application/json), not {media or 'untyped'}",

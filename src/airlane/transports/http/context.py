@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from airlane.gateway import Gateway, PeerIdentity, Principal
 from airlane.transports.http.asgi import Receive, Request, Send
@@ -11,6 +12,10 @@ from airlane.transports.http.config import HttpConfig
 from airlane.transports.http.http_protocol import WRITE_BODY
 from airlane.transports.http.metrics import HttpMetrics
 from airlane.transports.http.sse_pump import SSEPump
+from airlane.transports.http.webrtc.config import WebRtcConfig
+
+if TYPE_CHECKING:
+    from airlane.transports.http.webrtc.peer import WebRtcPeers
 
 __all__ = ["AppContext", "WebSocketEndpoint", "WebSocketHandler"]
 
@@ -36,6 +41,18 @@ class AppContext:
     subprotocols: Mapping[str, WebSocketHandler] = field(default_factory=dict)
     """Extra ``/v1/ws`` subprotocols and their handlers, given by the composition root (a
     transport never imports another)."""
+    webrtc: WebRtcConfig = field(default_factory=WebRtcConfig)
+    """The WebRTC peer's ICE servers and bounds (``[webrtc]``)."""
+    peers: WebRtcPeers | None = None
+    """The WebRTC peer connections, made on the first signalling request."""
+
+    def webrtc_peers(self) -> WebRtcPeers:
+        """The WebRTC peer connections (made now if this is the first call)."""
+        if self.peers is None:
+            from airlane.transports.http.webrtc.peer import WebRtcPeers
+
+            self.peers = WebRtcPeers(self, self.webrtc)
+        return self.peers
 
     def sse_pump(self, request: Request, receive: Receive, send: Send) -> SSEPump:
         """An SSE response for ``request`` with this app's heartbeat, batching, metrics and

@@ -39,7 +39,7 @@ class HttpMetrics(Collector):
         self._generations = generations
         self.bytes_sent = 0
         """Streaming payload bytes written (SSE and WebSocket)."""
-        self.connections: dict[str, int] = {"sse": 0, "ws": 0, "webtransport": 0}
+        self.connections: dict[str, int] = {"sse": 0, "ws": 0, "webtransport": 0, "webrtc": 0}
         """Open streaming connections by transport."""
         self._lag_counts = [0] * (len(_LAG_BUCKETS_NS) + 1)
         self._lag_sum_ns = 0

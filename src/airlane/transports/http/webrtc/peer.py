@@ -1,0 +1,257 @@
+"""`WebRtcPeers`: the gateway's WebRTC peer connections, each with its data channels bound to
+the ``/v1/ws`` session protocol.
+
+A client offers (`WebRtcPeers.offer`, an SDP offer with a data channel); the gateway answers
+with every candidate it gathered (host, then server-reflexive and relayed ones when
+``[webrtc]`` names STUN and TURN servers), and takes the client's trickled candidates after
+(`WebRtcPeer.add_candidates`). Each data channel the client opens whose label is
+``airlane`` (JSON messages; ``airlane.msgpack``: MessagePack) runs a
+`airlane.transports.http.websocket.WebSocketSession` over a `ChannelPort`: the same ops
+(subscribe with a resume position, generate, publish, cancel), the same events. A client that
+loses its peer connection offers a new one and subscribes again from the last ``id`` it saw.
+
+Bounds: ``max_peers`` connections (503 past it), offers and candidate fragments of at most
+``max_sdp_bytes``, ``max_candidates`` remote candidates, and a connection that is not
+connected ``ice_timeout_s`` after its answer is closed. aiortc (the ``webrtc`` extra) is
+imported on the first offer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from typing import TYPE_CHECKING, Any
+
+from airlane.core.errors import AirlaneError, BadRequest, ErrorCode, NotFound
+from airlane.gateway import Principal
+from airlane.transports.http.webrtc.config import WebRtcConfig
+from airlane.transports.http.webrtc.port import ChannelPort
+from airlane.transports.http.webrtc.turn import turn_credentials
+
+if TYPE_CHECKING:
+    from airlane.transports.http.context import AppContext
+
+__all__ = ["CHANNEL_LABELS", "WebRtcPeer", "WebRtcPeers"]
+
+log = logging.getLogger("airlane.webrtc")
+
+CHANNEL_LABELS = {"airlane": "airlane.v1.json", "airlane.msgpack": "airlane.v1.msgpack"}
+"""Data channel labels the gateway serves, and the ``/v1/ws`` subprotocol each speaks."""
+
+
+class WebRtcUnavailable(AirlaneError):
+    """aiortc is not installed, or the gateway holds ``max_peers`` connections."""
+
+    code = ErrorCode.UNSUPPORTED
+
+
+def _check_offer(sdp: str, config: WebRtcConfig) -> None:
+    if not sdp.startswith("v=0"):
+        raise BadRequest("not an SDP offer: it must start with 'v=0'", param="sdp")
+    if "m=application" not in sdp or "webrtc-datachannel" not in sdp:
+        raise BadRequest(
+            "the offer has no data channel (an 'm=application ... webrtc-datachannel' "
+            "section): create one before the offer",
+            param="sdp",
+        )
+    candidates = sdp.count("a=candidate:")
+    if candidates > config.max_candidates:
+        raise BadRequest(
+            f"the offer carries {candidates} candidates; at most {config.max_candidates}",
+            param="sdp",
+        )
+
+
+class WebRtcPeer:
+    """One peer connection and its channels' sessions."""
+
+    def __init__(self, peers: WebRtcPeers, principal: Principal, connection: Any) -> None:
+        self.id = secrets.token_urlsafe(12)
+        self.peers = peers
+        self.principal = principal
+        self.connection = connection
+        self.candidates = 0
+        self.started = time.monotonic()
+        self._sessions: set[asyncio.Task[None]] = set()
+        self._timeout: asyncio.TimerHandle | None = None
+        self._closing: asyncio.Task[None] | None = None
+        connection.on("datachannel", self._on_channel)
+        connection.on("connectionstatechange", self._on_state)
+
+    @property
+    def state(self) -> str:
+        """The connection's state (``new``, ``connecting``, ``connected``, ``failed``...)."""
+        return str(self.connection.connectionState)
+
+    async def answer(self, offer: str) -> str:
+        """Take the offer; the answer, with the gateway's candidates."""
+        from aiortc import RTCSessionDescription
+
+        try:
+            await self.connection.setRemoteDescription(RTCSessionDescription(offer, "offer"))
+            answer = await self.connection.createAnswer()
+            await self.connection.setLocalDescription(answer)
+        except Exception as exc:  # aiortc's parser refuses bad SDP with asserts, too
+            log.debug("webrtc: offer refused", exc_info=exc)
+            reason = str(exc) or type(exc).__name__
+            raise BadRequest(f"the offer cannot be used: {reason}", param="sdp") from None
+        loop = asyncio.get_running_loop()
+        self._timeout = loop.call_later(self.peers.config.ice_timeout_s, self._ice_timed_out)
+        return str(self.connection.localDescription.sdp)
+
+    async def add_candidates(self, fragment: str) -> int:
+        """Add the client's trickled candidates (``a=candidate:`` lines of an
+        ``application/trickle-ice-sdpfrag``); how many were taken."""
+        from aiortc.sdp import candidate_from_sdp
+
+        mid = None
+        taken = 0
+        for raw in fragment.splitlines():
+            line = raw.strip()
+            if line.startswith("a=mid:"):
+                mid = line[len("a=mid:") :]
+            elif line.startswith("a=candidate:"):
+                if self.candidates >= self.peers.config.max_candidates:
+                    raise BadRequest(
+                        f"at most {self.peers.config.max_candidates} candidates a connection"
+                    )
+                try:
+                    candidate = candidate_from_sdp(line[len("a=") :])
+                    candidate.sdpMid = mid or "0"
+                    await self.connection.addIceCandidate(candidate)
+                except Exception as exc:  # aiortc's parser asserts, too
+                    reason = str(exc) or type(exc).__name__
+                    raise BadRequest(f"a candidate that cannot be used: {reason}") from None
+                self.candidates += 1
+                taken += 1
+        return taken
+
+    def _on_channel(self, channel: Any) -> None:
+        subprotocol = CHANNEL_LABELS.get(channel.label)
+        if subprotocol is None:
+            log.info("webrtc: channel %r is not served; closed", channel.label)
+            channel.close()
+            return
+        # Listening from now: the peer may send before a task of ours runs.
+        config = self.peers.config
+        port = ChannelPort(channel, max_queued=config.max_queued, high_water=config.send_high_water)
+        task = asyncio.create_task(self._serve(port, subprotocol), name=f"webrtc {self.id}")
+        self._sessions.add(task)
+        task.add_done_callback(self._sessions.discard)
+
+    async def _serve(self, port: ChannelPort, subprotocol: str) -> None:
+        from airlane.transports.http.websocket import WebSocketSession
+
+        context = self.peers.context
+        session = WebSocketSession(context, self.principal, port.send, subprotocol)
+        context.metrics.connections["webrtc"] += 1
+        try:
+            await session.run(port.receive)
+        finally:
+            context.metrics.connections["webrtc"] -= 1
+
+    def _on_state(self) -> None:
+        state = self.state
+        if state == "connected" and self._timeout is not None:
+            self._timeout.cancel()
+            self._timeout = None
+        elif state in ("failed", "closed"):
+            self._close_later()
+
+    def _ice_timed_out(self) -> None:
+        self._timeout = None
+        if self.state != "connected":
+            log.info(
+                "webrtc: %s not connected after %.0f s; closed",
+                self.id,
+                self.peers.config.ice_timeout_s,
+            )
+            self._close_later()
+
+    def _close_later(self) -> None:
+        if self._closing is None:
+            self._closing = asyncio.create_task(self.aclose(), name=f"webrtc close {self.id}")
+
+    async def aclose(self) -> None:
+        """Close the connection and end its sessions."""
+        self.peers.forget(self)
+        if self._timeout is not None:
+            self._timeout.cancel()
+        with contextlib.suppress(Exception):
+            await self.connection.close()
+        sessions = list(self._sessions)
+        for task in sessions:
+            task.cancel()
+        for task in sessions:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+
+class WebRtcPeers:
+    """The gateway's peer connections; see the module docstring."""
+
+    def __init__(self, context: AppContext, config: WebRtcConfig | None = None) -> None:
+        self.context = context
+        self.config = config or WebRtcConfig()
+        self._peers: dict[str, WebRtcPeer] = {}
+
+    def __len__(self) -> int:
+        return len(self._peers)
+
+    def ice_servers(self, principal: Principal) -> list[dict[str, Any]]:
+        """The STUN and TURN servers, with TURN credentials minted for ``principal``."""
+        config = self.config
+        servers: list[dict[str, Any]] = []
+        if config.stun:
+            servers.append({"urls": list(config.stun)})
+        if config.turn and config.turn_secret:
+            username, credential = turn_credentials(
+                config.turn_secret, principal.name, config.turn_ttl_s, time.time()
+            )
+            servers.append(
+                {"urls": list(config.turn), "username": username, "credential": credential}
+            )
+        return servers
+
+    async def offer(self, principal: Principal, sdp: str) -> tuple[WebRtcPeer, str]:
+        """A new peer connection answering ``sdp``, and its answer."""
+        _check_offer(sdp, self.config)
+        if len(self._peers) >= self.config.max_peers:
+            raise AirlaneError(
+                f"{self.config.max_peers} WebRTC peer connections are open, the limit",
+                code=ErrorCode.OVERLOADED,
+            )
+        try:
+            from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection
+        except ImportError:
+            raise WebRtcUnavailable("WebRTC needs aiortc: pip install 'airlane[webrtc]'") from None
+        ice = [RTCIceServer(**server) for server in self.ice_servers(principal)]
+        connection = RTCPeerConnection(RTCConfiguration(iceServers=ice or None))
+        peer = WebRtcPeer(self, principal, connection)
+        self._peers[peer.id] = peer
+        try:
+            answer = await peer.answer(sdp)
+        except BaseException:
+            await peer.aclose()
+            raise
+        return peer, answer
+
+    def get(self, principal: Principal, peer_id: str) -> WebRtcPeer:
+        """The caller's peer connection ``peer_id`` (another principal's is not found)."""
+        peer = self._peers.get(peer_id)
+        if peer is None or peer.principal != principal:
+            raise NotFound(f"no WebRTC session {peer_id[:40]!r}")
+        return peer
+
+    def forget(self, peer: WebRtcPeer) -> None:
+        """Drop a closed peer."""
+        if self._peers.get(peer.id) is peer:
+            del self._peers[peer.id]
+
+    async def aclose(self) -> None:
+        """Close every peer connection."""
+        for peer in list(self._peers.values()):
+            await peer.aclose()

@@ -1,0 +1,99 @@
+"""A WebRTC data-channel client for the tests (aiortc), run inside a lab namespace.
+
+    python aiortc_client.py --url http://10.77.0.2:8420 --prompt hi
+
+It offers a data channel ``airlane`` to the gateway (``POST /v1/webrtc``), starts a
+generation on it (``generate`` with ``subscribe``), reads events until about half of them,
+closes that peer connection, offers a new one, resumes from the last ``id`` it saw, and reads
+to the end. It prints JSON lines: ``{"event": "connected", "session": ...}``, each received
+``{"event": "message", "peer": 1|2, "message": {...}}``, and ``{"event": "done"}``; it exits 1
+on any error or after ``--timeout-s``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+
+import httpx
+from aiortc import RTCPeerConnection, RTCSessionDescription
+
+
+def say(line: dict) -> None:
+    sys.stdout.write(json.dumps(line) + "\n")
+    sys.stdout.flush()
+
+
+async def connect(
+    http: httpx.AsyncClient, url: str
+) -> tuple[RTCPeerConnection, object, asyncio.Queue, str]:
+    pc = RTCPeerConnection()
+    channel = pc.createDataChannel("airlane")
+    inbox: asyncio.Queue = asyncio.Queue()
+    opened = asyncio.Event()
+    channel.on("open", opened.set)
+    channel.on("message", lambda data: inbox.put_nowait(json.loads(data)))
+    await pc.setLocalDescription(await pc.createOffer())
+    response = await http.post(
+        f"{url}/v1/webrtc",
+        content=pc.localDescription.sdp,
+        headers={"content-type": "application/sdp"},
+    )
+    response.raise_for_status()
+    await pc.setRemoteDescription(RTCSessionDescription(response.text, "answer"))
+    await opened.wait()
+    session = response.headers["location"].rsplit("/", 1)[1]
+    say({"event": "connected", "session": session})
+    return pc, channel, inbox, session
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--prompt", default="hello")
+    parser.add_argument("--max-tokens", type=int, default=40)
+    parser.add_argument("--timeout-s", type=float, default=30.0)
+    args = parser.parse_args()
+    async with asyncio.timeout(args.timeout_s), httpx.AsyncClient(timeout=10) as http:
+        pc, channel, inbox, session = await connect(http, args.url)
+        request = {
+            "model": "airlane-synthetic",
+            "messages": [{"role": "user", "content": args.prompt}],
+            "max_tokens": args.max_tokens,
+            "stream": True,
+        }
+        channel.send(
+            json.dumps({"op": "generate", "request": request, "subscribe": True, "ref": 1})
+        )
+        stream = last = None
+        seen = 0
+        while True:
+            message = await inbox.get()
+            say({"event": "message", "peer": 1, "message": message})
+            if message.get("op") == "generated":
+                stream = message["stream"]
+            if message.get("op") == "event":
+                last = message["id"]
+                seen += 1
+                if message["event"]["kind"] == "done":
+                    break
+                if seen >= args.max_tokens // 2:
+                    break
+        # The first peer connection goes away mid-stream; a new one resumes after `last`.
+        await http.delete(f"{args.url}/v1/webrtc/{session}")
+        await pc.close()
+        pc, channel, inbox, session = await connect(http, args.url)
+        channel.send(json.dumps({"op": "subscribe", "stream": stream, "from": last, "ref": 2}))
+        while True:
+            message = await inbox.get()
+            say({"event": "message", "peer": 2, "message": message})
+            if message.get("op") == "event" and message["event"]["kind"] in ("done", "error"):
+                break
+        await pc.close()
+    say({"event": "done"})
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
