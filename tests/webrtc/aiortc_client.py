@@ -3,7 +3,7 @@
     python aiortc_client.py --url http://10.77.0.2:8420 --prompt hi
 
 It offers a data channel ``airlane`` to the gateway (``POST /v1/webrtc``), starts a
-generation on it (``generate`` with ``subscribe``), reads events until about half of them,
+generation on it (``generate`` with ``subscribe``), reads its first 10 events,
 closes that peer connection, offers a new one, resumes from the last ``id`` it saw, and reads
 to the end. It prints JSON lines: ``{"event": "connected", "session": ...}``, each received
 ``{"event": "message", "peer": 1|2, "message": {...}}``, and ``{"event": "done"}``; it exits 1
@@ -53,7 +53,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--url", required=True)
     parser.add_argument("--prompt", default="hello")
-    parser.add_argument("--max-tokens", type=int, default=40)
+    parser.add_argument("--max-tokens", type=int, default=200)
     parser.add_argument("--timeout-s", type=float, default=30.0)
     args = parser.parse_args()
     async with asyncio.timeout(args.timeout_s), httpx.AsyncClient(timeout=10) as http:
@@ -79,7 +79,7 @@ async def main() -> None:
                 seen += 1
                 if message["event"]["kind"] == "done":
                     break
-                if seen >= args.max_tokens // 2:
+                if seen >= 10:
                     break
         # The first peer connection goes away mid-stream; a new one resumes after `last`.
         await http.delete(f"{args.url}/v1/webrtc/{session}")
