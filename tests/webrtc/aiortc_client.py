@@ -49,13 +49,39 @@ async def connect(
     return pc, channel, inbox, session
 
 
+async def flood(args: argparse.Namespace) -> None:
+    """Send --flood pings at once; say whether the gateway closed the channel, then whether a
+    new peer connection is served."""
+    async with asyncio.timeout(args.timeout_s), httpx.AsyncClient(timeout=10) as http:
+        pc, channel, inbox, _ = await connect(http, args.url)
+        closed = asyncio.Event()
+        channel.on("close", closed.set)
+        for i in range(args.flood):
+            channel.send(json.dumps({"op": "ping", "ref": i}))
+        try:
+            async with asyncio.timeout(10):
+                await closed.wait()
+        except TimeoutError:
+            pass
+        say({"event": "flooded", "closed": closed.is_set(), "answers": inbox.qsize()})
+        await pc.close()
+        pc, channel, inbox, _ = await connect(http, args.url)
+        channel.send(json.dumps({"op": "ping", "ref": "after"}))
+        say({"event": "after", "message": await inbox.get()})
+        await pc.close()
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--url", required=True)
     parser.add_argument("--prompt", default="hello")
     parser.add_argument("--max-tokens", type=int, default=200)
     parser.add_argument("--timeout-s", type=float, default=30.0)
+    parser.add_argument("--flood", type=int, default=0, help="send this many pings at once")
     args = parser.parse_args()
+    if args.flood:
+        await flood(args)
+        return
     async with asyncio.timeout(args.timeout_s), httpx.AsyncClient(timeout=10) as http:
         pc, channel, inbox, session = await connect(http, args.url)
         request = {
@@ -92,6 +118,11 @@ async def main() -> None:
             if message.get("op") == "event" and message["event"]["kind"] in ("done", "error"):
                 break
         await pc.close()
+        info = (await http.get(f"{args.url}/v1/streams/{stream}")).json()
+        say({"event": "info", "info": info})
+        metrics = (await http.get(f"{args.url}/metrics")).text
+        pairs = [line for line in metrics.splitlines() if line.startswith("airlane_webrtc_")]
+        say({"event": "metrics", "lines": pairs})
     say({"event": "done"})
 
 

@@ -41,13 +41,18 @@ def need(reason: str | None) -> None:
 
 
 @contextmanager
-def gateway_in_lab(tmp_path: Path, port: int) -> Iterator[tuple[NetLab, str]]:
-    """A network lab with ``airlane serve`` on side b (its address, ``port``); the lab and the
-    gateway's URL, once it answers ``/healthz`` from side a."""
+def gateway_in_lab(
+    tmp_path: Path, port: int, config_text: str = ""
+) -> Iterator[tuple[NetLab, str]]:
+    """A network lab with ``airlane serve`` on side b (its address, ``port``, ``config_text``
+    added to its configuration); the lab and the gateway's URL, once it answers ``/healthz``
+    from side a."""
     require_aiortc()
     need(netlab_available())
     config = tmp_path / "airlane.toml"
-    config.write_text('[synthetic]\nttft_ms = 5.0\nitl_ms = 5.0\n[rules]\ndir = "rules"\n')
+    config.write_text(
+        '[synthetic]\nttft_ms = 5.0\nitl_ms = 5.0\n[rules]\ndir = "rules"\n' + config_text
+    )
     with NetLab() as lab:
         url = f"http://{lab.addr_b}:{port}"
         server = lab.popen(

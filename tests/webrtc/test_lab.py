@@ -39,8 +39,15 @@ def test_a_generation_streams_over_a_data_channel_and_resumes_on_a_new_peer(
     assert [line["event"] for line in lines if line["event"] != "message"] == [
         "connected",
         "connected",
+        "info",
+        "metrics",
         "done",
     ]
+    # The pair ICE chose names the reads in the usage ledger and counts in the metrics.
+    (info,) = [line["info"] for line in lines if line["event"] == "info"]
+    (metrics,) = [line["lines"] for line in lines if line["event"] == "metrics"]
+    assert set(info["usage"]["delivered_tokens"]) == {"webrtc host/udp-host"}, info
+    assert 'airlane_webrtc_connections_total{pair="host/udp-host"} 2.0' in metrics
     events = [
         (line["peer"], line["message"])
         for line in lines
@@ -56,3 +63,21 @@ def test_a_generation_streams_over_a_data_channel_and_resumes_on_a_new_peer(
     assert second[0]["event"]["seq"] > first[-1]["event"]["seq"]
     assert second[-1]["event"]["kind"] == "done"
     assert len({m["stream"] for m in first + second}) == 1
+
+
+def test_a_peer_that_floods_its_channel_is_closed_and_the_gateway_goes_on(
+    tmp_path: Path,
+) -> None:
+    with gateway_in_lab(tmp_path, PORT + 10, "[webrtc]\nmax_queued = 8\n") as (lab, url):
+        done = lab.run(
+            "a",
+            [sys.executable, str(CLIENT), "--url", url, "--flood", "3000"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = {line["event"]: line for line in map(json.loads, done.stdout.splitlines())}
+    assert lines["flooded"]["closed"] is True
+    assert lines["flooded"]["answers"] < 3000  # closed before it had answered them all
+    assert lines["after"]["message"] == {"op": "pong", "ref": "after"}

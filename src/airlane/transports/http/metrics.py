@@ -41,6 +41,9 @@ class HttpMetrics(Collector):
         """Streaming payload bytes written (SSE and WebSocket)."""
         self.connections: dict[str, int] = {"sse": 0, "ws": 0, "webtransport": 0, "webrtc": 0}
         """Open streaming connections by transport."""
+        self.webrtc_pairs: dict[str, int] = {}
+        """WebRTC peer connections established, by the candidate pair ICE chose
+        (``host/udp-host``, ``srflx/udp-relay``...): a bounded label set."""
         self._lag_counts = [0] * (len(_LAG_BUCKETS_NS) + 1)
         self._lag_sum_ns = 0
         self.registry = CollectorRegistry(auto_describe=False)
@@ -112,6 +115,14 @@ class HttpMetrics(Collector):
         for transport, count in self.connections.items():
             connections.add_metric([transport], count)
         yield connections
+        pairs = CounterMetricFamily(
+            "airlane_webrtc_connections",
+            "WebRTC peer connections established, by the candidate pair ICE chose",
+            labels=["pair"],
+        )
+        for pair, count in self.webrtc_pairs.items():
+            pairs.add_metric([pair], count)
+        yield pairs
         yield self._lag_family()
         yield from _admission_families()
 

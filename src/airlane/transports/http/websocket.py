@@ -107,8 +107,11 @@ class WebSocketSession:
         send_many: bool = False,
         write_now: WriteNow | None = None,
         webtransport: Any = None,
+        reader: str | None = None,
     ) -> None:
         self.app = app
+        self._reader = reader
+        """How the usage ledger names this session's reads (``webrtc host/udp-host``)."""
         self._webtransport = webtransport
         """The session's `WebTransportChannel` when it runs over WebTransport."""
         self.principal = principal
@@ -245,7 +248,9 @@ class WebSocketSession:
                 f"at most {self.app.config.max_ws_subscriptions} per socket",
                 code=ErrorCode.TOO_MANY_SUBSCRIPTIONS,
             )
-        subscription = await self.app.gateway.subscribe(self.principal, stream_id, resume=resume)
+        subscription = await self.app.gateway.subscribe(
+            self.principal, stream_id, resume=resume, subscriber=self._reader
+        )
         epoch = subscription.position.epoch
         if subscription.exhausted:
             # Resumed at the very end of a finished stream: nothing will ever come (SSE answers

@@ -74,12 +74,28 @@ class WebRtcPeer:
         self.principal = principal
         self.connection = connection
         self.candidates = 0
+        self._counted = False
         self.started = time.monotonic()
         self._sessions: set[asyncio.Task[None]] = set()
         self._timeout: asyncio.TimerHandle | None = None
         self._closing: asyncio.Task[None] | None = None
         connection.on("datachannel", self._on_channel)
         connection.on("connectionstatechange", self._on_state)
+
+    @property
+    def pair(self) -> str | None:
+        """The candidate pair ICE chose, as ``<local type>/<protocol>-<remote type>``
+        (``host/udp-host``, ``relay/udp-srflx``...); None until it has chosen."""
+        # aiortc exposes no selected pair: its ICE transport's aioice connection keeps the
+        # nominated pair per component. Read defensively; a newer aiortc may move it.
+        try:
+            sctp = self.connection.sctp
+            ice = sctp.transport.transport._connection
+            pair = ice._nominated.get(1)
+            local, remote = pair.local_candidate, pair.remote_candidate
+            return f"{local.type}/{local.transport.lower()}-{remote.type}"
+        except (AttributeError, KeyError, TypeError):
+            return None
 
     @property
     def state(self) -> str:
@@ -135,18 +151,25 @@ class WebRtcPeer:
             log.info("webrtc: channel %r is not served; closed", channel.label)
             channel.close()
             return
+        pair = self.pair
+        if pair is not None and not self._counted:
+            self._counted = True
+            metrics = self.peers.context.metrics.webrtc_pairs
+            if pair in metrics or len(metrics) < 32:
+                metrics[pair] = metrics.get(pair, 0) + 1
         # Listening from now: the peer may send before a task of ours runs.
         config = self.peers.config
         port = ChannelPort(channel, max_queued=config.max_queued, high_water=config.send_high_water)
-        task = asyncio.create_task(self._serve(port, subprotocol), name=f"webrtc {self.id}")
+        reader = f"webrtc {pair or 'unknown'}"
+        task = asyncio.create_task(self._serve(port, subprotocol, reader), name=f"webrtc {self.id}")
         self._sessions.add(task)
         task.add_done_callback(self._sessions.discard)
 
-    async def _serve(self, port: ChannelPort, subprotocol: str) -> None:
+    async def _serve(self, port: ChannelPort, subprotocol: str, reader: str) -> None:
         from airlane.transports.http.websocket import WebSocketSession
 
         context = self.peers.context
-        session = WebSocketSession(context, self.principal, port.send, subprotocol)
+        session = WebSocketSession(context, self.principal, port.send, subprotocol, reader=reader)
         context.metrics.connections["webrtc"] += 1
         try:
             await session.run(port.receive)
