@@ -68,13 +68,16 @@ if [ "$want_test" = 1 ]; then
 fi
 
 # Debian packages the tests use: Chromium (browser tests), nats-server (the JetStream hub,
-# event logs and schema registry) and mosquitto (the MQTT bridge's broker); the tests start
-# their own servers on free ports.
+# event logs and schema registry), mosquitto (the MQTT bridge's broker), coturn (the STUN/TURN
+# server of the WebRTC NAT lab) and nftables (the lab's NAT routers); the tests start their own
+# servers on free ports or in network namespaces they create.
 if [ "$want_test" = 1 ]; then
   missing=""
   [ -x /usr/bin/chromium ] || missing="$missing chromium"
   command -v nats-server >/dev/null || missing="$missing nats-server"
   [ -x /usr/sbin/mosquitto ] || command -v mosquitto >/dev/null || missing="$missing mosquitto"
+  command -v turnserver >/dev/null || missing="$missing coturn"
+  command -v nft >/dev/null || [ -x /usr/sbin/nft ] || missing="$missing nftables"
   if [ -n "$missing" ]; then
     sudo=""
     [ "$(id -u)" = 0 ] || sudo="sudo"

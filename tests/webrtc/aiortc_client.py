@@ -18,7 +18,10 @@ import json
 import sys
 
 import httpx
-from aiortc import RTCPeerConnection, RTCSessionDescription
+from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
+
+ICE: list[RTCIceServer] = []
+"""The gateway's STUN/TURN servers (``--ice``: from ``/v1/webrtc/ice-servers``)."""
 
 
 def say(line: dict) -> None:
@@ -29,7 +32,7 @@ def say(line: dict) -> None:
 async def connect(
     http: httpx.AsyncClient, url: str
 ) -> tuple[RTCPeerConnection, object, asyncio.Queue, str]:
-    pc = RTCPeerConnection()
+    pc = RTCPeerConnection(RTCConfiguration(iceServers=ICE or None))
     channel = pc.createDataChannel("airlane")
     inbox: asyncio.Queue = asyncio.Queue()
     opened = asyncio.Event()
@@ -78,7 +81,11 @@ async def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=200)
     parser.add_argument("--timeout-s", type=float, default=30.0)
     parser.add_argument("--flood", type=int, default=0, help="send this many pings at once")
+    parser.add_argument("--ice", action="store_true", help="use the gateway's ICE servers")
     args = parser.parse_args()
+    if args.ice:
+        servers = httpx.get(f"{args.url}/v1/webrtc/ice-servers", timeout=10).json()["iceServers"]
+        ICE.extend(RTCIceServer(**server) for server in servers)
     if args.flood:
         await flood(args)
         return
