@@ -82,10 +82,16 @@ async def main() -> None:
     parser.add_argument("--timeout-s", type=float, default=30.0)
     parser.add_argument("--flood", type=int, default=0, help="send this many pings at once")
     parser.add_argument("--ice", action="store_true", help="use the gateway's ICE servers")
+    parser.add_argument(
+        "--turn-tcp", action="store_true", help="TURN over TCP (aiortc uses one TURN URL)"
+    )
     args = parser.parse_args()
     if args.ice:
         servers = httpx.get(f"{args.url}/v1/webrtc/ice-servers", timeout=10).json()["iceServers"]
-        ICE.extend(RTCIceServer(**server) for server in servers)
+        for server in servers:
+            if args.turn_tcp and "username" in server:
+                server["urls"] = [url for url in server["urls"] if "transport=tcp" in url]
+            ICE.append(RTCIceServer(**server))
     if args.flood:
         await flood(args)
         return

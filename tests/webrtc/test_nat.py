@@ -2,9 +2,13 @@
 coturn (Debian's package) on the public side as STUN and TURN server, the gateway minting TURN
 credentials with coturn's shared secret. Each case streams a generation over a data channel
 and resumes it on a new peer connection (tests/webrtc/aiortc_client.py), and checks the
-candidate pair ICE chose, as the gateway's metrics report it. Here: a cone NAT before the
-client, which connects directly (the client's reflexive address). The relayed cases (symmetric
-NATs on both sides, UDP blocked) are not passing yet: see docs/webrtc.md, "Not yet".
+candidate pair ICE chose, as the gateway's metrics report it:
+
+- a cone NAT before the client: a direct path;
+- a symmetric NAT before the client, the gateway public: direct, peer-reflexive;
+- UDP blocked before the client: TURN over TCP to coturn, which relays to the gateway.
+
+Symmetric NATs on both sides (relay to relay) do not connect yet: docs/webrtc.md, "Not yet".
 
 These need root, nftables and coturn (scripts/setup.sh installs them); where one is missing
 the tests skip, except under ``CI=true``, where they fail.
@@ -95,10 +99,10 @@ turn_secret = "{SECRET}"
         yield lab, url
 
 
-def _stream_through(lab: NatLab, url: str, tmp_path: Path) -> list[str]:
+def _stream_through(lab: NatLab, url: str, tmp_path: Path, *options: str) -> list[str]:
     done = lab.run(
         "client",
-        [sys.executable, str(CLIENT), "--url", url, "--ice", "--timeout-s", "60"],
+        [sys.executable, str(CLIENT), "--url", url, "--ice", "--timeout-s", "60", *options],
         capture_output=True,
         text=True,
         timeout=90,
@@ -120,3 +124,18 @@ def test_a_client_behind_a_cone_nat_connects_directly(tmp_path: Path) -> None:
     with _lab(tmp_path, "cone", "none") as (lab, url):
         pairs = _stream_through(lab, url, tmp_path)
     assert all("relay" not in pair for pair in pairs), pairs
+
+
+def test_udp_blocked_before_the_client_connects_by_turn_over_tcp(tmp_path: Path) -> None:
+    with _lab(tmp_path, "cone", "none", block_udp=True) as (lab, url):
+        pairs = _stream_through(lab, url, tmp_path, "--turn-tcp")
+    # The gateway (public) answers the client's relayed address from its own host address.
+    assert all(pair.startswith("host/") and pair.endswith("-relay") for pair in pairs), pairs
+
+
+def test_a_client_behind_a_symmetric_nat_reaches_a_public_gateway(tmp_path: Path) -> None:
+    with _lab(tmp_path, "symmetric", "none") as (lab, url):
+        pairs = _stream_through(lab, url, tmp_path)
+    # Its server-reflexive address is useless to a peer, but the gateway learns the address
+    # its checks come from (a peer-reflexive candidate) and answers there: no relay needed.
+    assert pairs == ["host/udp-prflx"], pairs
