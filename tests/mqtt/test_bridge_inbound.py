@@ -6,35 +6,14 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import aiomqtt
 import orjson
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties as PahoProperties
 
 from airlane.gateway import Gateway
-from airlane.security import principal_named
 from airlane.transports.mqtt import InboundRoute, MqttBridge, MqttBridgeConfig
 from tests.mosquitto import Mosquitto
-
-PRINCIPAL = principal_named("mqtt-bridge@default")
-
-
-async def _records(gateway: Gateway, log: str, count: int, timeout: float = 10.0) -> list:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        try:
-            records = await gateway.logs.read(PRINCIPAL, log, limit=10_000)
-        except Exception:  # the log is created by the first append
-            records = []
-        if len(records) >= count or asyncio.get_running_loop().time() > deadline:
-            return records
-        await asyncio.sleep(0.05)
-
-
-def _client(broker: Mosquitto, name: str) -> aiomqtt.Client:
-    return aiomqtt.Client(
-        "127.0.0.1", broker.port, identifier=name, protocol=aiomqtt.ProtocolVersion.V5
-    )
+from tests.mqtt.support import PRINCIPAL, stored, v5_client
 
 
 async def test_each_qos_lands_in_its_log_with_the_mqtt_facts(
@@ -44,7 +23,7 @@ async def test_each_qos_lands_in_its_log_with_the_mqtt_facts(
     await bridge.start()
     try:
         await bridge.wait_connected(10)
-        async with _client(broker, "sensor-1") as sensor:
+        async with v5_client(broker.port, "sensor-1") as sensor:
             for qos in (0, 1, 2):
                 props = PahoProperties(PacketTypes.PUBLISH)
                 props.UserProperty = [("site", "plant-7")]
@@ -54,7 +33,7 @@ async def test_each_qos_lands_in_its_log_with_the_mqtt_facts(
                     qos=qos,
                     properties=props,
                 )
-        records = await _records(gateway, "sensors", 3)
+        records = await stored(gateway, "sensors", 3)
     finally:
         await bridge.aclose()
     assert [r.json()["temp"] for r in records] == [20, 21, 22]
@@ -80,7 +59,10 @@ async def test_bad_messages_go_to_the_dead_letter_topic_and_the_bridge_goes_on(
     await bridge.start()
     try:
         await bridge.wait_connected(10)
-        async with _client(broker, "watcher") as watcher, _client(broker, "sensor") as sensor:
+        async with (
+            v5_client(broker.port, "watcher") as watcher,
+            v5_client(broker.port, "sensor") as sensor,
+        ):
             await watcher.subscribe("airlane/dead-letter", qos=1)
             await sensor.publish("strict/a", b"not json {", qos=1)
             await sensor.publish("airlane/logs/big", b"x" * 5000, qos=1)
@@ -92,7 +74,7 @@ async def test_bad_messages_go_to_the_dead_letter_topic_and_the_bridge_goes_on(
                     letters.append(orjson.loads(message.payload))
                     if len(letters) == 3:
                         break
-        good = await _records(gateway, "strict", 1)
+        good = await stored(gateway, "strict", 1)
     finally:
         await bridge.aclose()
     by_topic = {letter["topic"]: letter for letter in letters}
@@ -114,7 +96,7 @@ async def test_a_stream_route_appends_message_events(
     await bridge.start()
     try:
         await bridge.wait_connected(10)
-        async with _client(broker, "s") as sensor:
+        async with v5_client(broker.port, "s") as sensor:
             await sensor.publish("sensor/m1/vibration", b'{"g": 3.9}', qos=1)
             await sensor.publish("sensor/m2/vibration", b"\xff\x00", qos=1)
         for _ in range(200):
@@ -138,7 +120,7 @@ async def test_a_publisher_identity_stores_a_message_once_at_any_qos(
     await bridge.start()
     try:
         await bridge.wait_connected(10)
-        async with _client(broker, "sensor-id") as sensor:
+        async with v5_client(broker.port, "sensor-id") as sensor:
             for qos, ident in ((0, "a-1"), (0, "a-1"), (1, "a-2"), (2, "a-2"), (1, "a-3")):
                 props = PahoProperties(PacketTypes.PUBLISH)
                 props.UserProperty = [("msg-id", ident)]
@@ -149,7 +131,7 @@ async def test_a_publisher_identity_stores_a_message_once_at_any_qos(
             if bridge.inbound_stats.stored == 5:
                 break
             await asyncio.sleep(0.05)
-        records = await _records(gateway, "ids", 3)
+        records = await stored(gateway, "ids", 3)
     finally:
         await bridge.aclose()
     assert [r.json()["id"] for r in records] == ["a-1", "a-2", "a-3"]
@@ -165,9 +147,9 @@ async def test_a_shared_subscription_route(
     await bridge.start()
     try:
         await bridge.wait_connected(10)
-        async with _client(broker, "s") as sensor:
+        async with v5_client(broker.port, "s") as sensor:
             await sensor.publish("plant/m7/temp", b"21.5", qos=1)
-        records = await _records(gateway, "temp-m7", 1)
+        records = await stored(gateway, "temp-m7", 1)
     finally:
         await bridge.aclose()
     assert [r.data for r in records] == [b"21.5"]
@@ -188,10 +170,10 @@ async def test_data_classes_set_the_qos_retention_and_lane(
     await bridge.start()
     try:
         await bridge.wait_connected(10)
-        async with _client(broker, "s") as sensor:
+        async with v5_client(broker.port, "s") as sensor:
             await sensor.publish("sensor/m1/temp", b"21.5", qos=2)  # taken at telemetry's 0
             await sensor.publish("commands/m1", b'{"firmware": "2.1"}', qos=2)
-        records = await _records(gateway, "temperature", 1)
+        records = await stored(gateway, "temperature", 1)
         info = await gateway.logs.info(PRINCIPAL, "temperature")
         for _ in range(200):
             if bridge.inbound_stats.stored == 2:

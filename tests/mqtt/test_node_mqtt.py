@@ -23,15 +23,14 @@ import pytest
 
 from airlane.core.events import Event
 from airlane.gateway import Gateway
-from airlane.security import principal_named
 from airlane.transports.mqtt import MqttBridge, MqttBridgeConfig, OutboundRoute
 from tests.mosquitto import Mosquitto
+from tests.mqtt.support import PRINCIPAL, stored
 
 pytestmark = pytest.mark.timeout(60)
 
 NODE_DIR = Path(__file__).resolve().parent / "node"
 CLIENT = NODE_DIR / "mqtt-client.mjs"
-PRINCIPAL = principal_named("mqtt-bridge@default")
 
 
 def node_binary() -> str:
@@ -115,18 +114,6 @@ async def node_client(broker: Mosquitto, *args: str) -> AsyncIterator[NodeClient
             await process.wait()
 
 
-async def _records(gateway: Gateway, log: str, count: int, timeout: float = 10.0) -> list:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        try:
-            records = await gateway.logs.read(PRINCIPAL, log, limit=10_000)
-        except Exception:  # the log is created by the first append
-            records = []
-        if len(records) >= count or asyncio.get_running_loop().time() > deadline:
-            return records
-        await asyncio.sleep(0.05)
-
-
 async def test_mqttjs_readings_at_qos_1_and_2_are_stored_once_each_in_order(
     broker: Mosquitto, gateway: Gateway, state_dir: Path
 ) -> None:
@@ -140,9 +127,9 @@ async def test_mqttjs_readings_at_qos_1_and_2_are_stored_once_each_in_order(
             broker, "--publish", "airlane/logs/plant", "--count", str(total), "--qos", "1,2"
         ) as client:
             lines = await client.finish()
-        records = await _records(gateway, "plant", total)
+        records = await stored(gateway, "plant", total)
         await asyncio.sleep(0.2)  # a copy stored twice would show by now
-        records = await _records(gateway, "plant", total)
+        records = await stored(gateway, "plant", total)
     finally:
         await bridge.aclose()
     published = [line for line in lines if line["event"] == "published"]

@@ -6,39 +6,17 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
-import aiomqtt
 import orjson
 import pytest
 
 from airlane.gateway import Gateway
 from airlane.gateway.rules import input_log, output_log
-from airlane.security import principal_named
 from airlane.transports.mqtt import InboundRoute, MqttBridge, MqttBridgeConfig
 from tests.mosquitto import Mosquitto
+from tests.mqtt.support import PRINCIPAL, stored, v5_client
 
 pytestmark = pytest.mark.timeout(60)
-
-PRINCIPAL = principal_named("mqtt-bridge@default")
-
-
-def _client(broker: Mosquitto, name: str) -> aiomqtt.Client:
-    return aiomqtt.Client(
-        "127.0.0.1", broker.port, identifier=name, protocol=aiomqtt.ProtocolVersion.V5
-    )
-
-
-async def _records(gateway: Gateway, log: str, count: int, timeout: float = 10.0) -> list[Any]:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        try:
-            records = await gateway.logs.read(PRINCIPAL, log, limit=10_000)
-        except Exception:  # the log is created by the first append
-            records = []
-        if len(records) >= count or asyncio.get_running_loop().time() > deadline:
-            return records
-        await asyncio.sleep(0.05)
 
 
 async def _tapped(bridge: MqttBridge) -> None:
@@ -67,7 +45,10 @@ async def test_the_seeds_vibration_rule_publishes_alerts_per_device_at_qos_1(
             },
         )
         await _tapped(bridge)
-        async with _client(broker, "operator") as operator, _client(broker, "sensors") as sensors:
+        async with (
+            v5_client(broker.port, "operator") as operator,
+            v5_client(broker.port, "sensors") as sensors,
+        ):
             await operator.subscribe("alerts/#", qos=1)
             readings = [("m1", 5.0), ("m2", 1.0), ("m1", 4.0), ("m2", 2.0)]
             for device, value in readings:
@@ -82,8 +63,8 @@ async def test_the_seeds_vibration_rule_publishes_alerts_per_device_at_qos_1(
     assert alert["deviceId"] == "m1" and alert["avg_v"] > 3.5
     props = dict(message.properties.UserProperty)
     assert props["rule"] == "vibration" and props["msg-id"].startswith("rule.vibration.")
-    stored = await _records(gateway, input_log("vibration"), 4)
-    assert [r.headers["mqtt-topic"] for r in stored][:1] == ["sensor/m1/vibration"]
+    kept = await stored(gateway, input_log("vibration"), 4)
+    assert [r.headers["mqtt-topic"] for r in kept][:1] == ["sensor/m1/vibration"]
 
 
 async def test_a_filter_overlapping_an_inbound_route_is_stored_once_in_each(
@@ -97,15 +78,15 @@ async def test_a_filter_overlapping_an_inbound_route_is_stored_once_in_each(
         await bridge.wait_connected(10)
         await gateway.rules.put(PRINCIPAL, "hot", {"sql": "SELECT i FROM 'plant/+/temp'"})
         await _tapped(bridge)
-        async with _client(broker, "sensor") as sensor:
+        async with v5_client(broker.port, "sensor") as sensor:
             for i in range(total):
                 await sensor.publish("plant/p1/temp", orjson.dumps({"i": i}), qos=1)
-        route = await _records(gateway, "plant", total)
-        tapped = await _records(gateway, input_log("hot"), total)
-        rows = await _records(gateway, output_log("hot"), total)
+        route = await stored(gateway, "plant", total)
+        tapped = await stored(gateway, input_log("hot"), total)
+        rows = await stored(gateway, output_log("hot"), total)
         await asyncio.sleep(0.5)  # a copy stored twice would show by now
-        route = await _records(gateway, "plant", total)
-        tapped = await _records(gateway, input_log("hot"), total)
+        route = await stored(gateway, "plant", total)
+        tapped = await stored(gateway, input_log("hot"), total)
     finally:
         await bridge.aclose()
     # Mosquitto sends one copy per matching subscription; each is stored only where its
@@ -128,7 +109,7 @@ async def test_deleting_a_rule_unsubscribes_its_filter(
         await gateway.rules.delete(PRINCIPAL, "gone")
         assert bridge.taps == {}
         received = bridge.inbound_stats.received
-        async with _client(broker, "sensor") as sensor:
+        async with v5_client(broker.port, "sensor") as sensor:
             await sensor.publish("x/1", b"{}", qos=1)
         await asyncio.sleep(0.3)
         assert bridge.inbound_stats.received == received

@@ -24,12 +24,11 @@ import pytest
 
 from airlane.eventlog import NewEvent
 from airlane.gateway import Gateway
-from airlane.security import principal_named
 from airlane.security.certs import IssuedFiles, issue_certificate, make_ca
 from airlane.transports.mqtt import MqttBridge, MqttBridgeConfig
 from tests.mosquitto import Mosquitto
+from tests.mqtt.support import PRINCIPAL, stored
 
-PRINCIPAL = principal_named("mqtt-bridge@default")
 USER, PASSWORD = "edge-bridge", "s3cret:/@pass"
 """The password has the characters a URL must escape (``:``, ``/``, ``@``)."""
 FAST = {"reconnect_min_s": 0.05, "reconnect_max_s": 0.2, "connect_timeout_s": 3.0}
@@ -96,18 +95,6 @@ def _password_file(directory: Path, user: str, password: str) -> Path:
     return path
 
 
-async def _records(gateway: Gateway, log: str, count: int, timeout: float = 5.0) -> list:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        try:
-            records = await gateway.logs.read(PRINCIPAL, log, limit=1000)
-        except Exception:  # the log is created by the first append
-            records = []
-        if len(records) >= count or asyncio.get_running_loop().time() > deadline:
-            return records
-        await asyncio.sleep(0.05)
-
-
 async def _until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
     async with asyncio.timeout(timeout):
         while not condition():
@@ -137,7 +124,7 @@ async def _stores_through(
         await bridge.wait_connected(5)
         async with publisher:
             await publisher.publish(f"airlane/logs/{log}", orjson.dumps({"log": log}), qos=1)
-        records = await _records(gateway, log, 1)
+        records = await stored(gateway, log, 1)
     finally:
         await bridge.aclose()
     assert [r.json() for r in records] == [{"log": log}]
