@@ -28,6 +28,7 @@ namespaces; closing removes them (and the processes started with `NatLab.popen`)
 from __future__ import annotations
 
 import contextlib
+import os
 import secrets
 import shutil
 import subprocess
@@ -53,8 +54,6 @@ _TIMEOUT_S = 30.0
 
 def natlab_available() -> str | None:
     """None if a `NatLab` can run here, else the reason it cannot (root, ``ip``, ``nft``)."""
-    import os
-
     if os.geteuid() != 0:
         return "the NAT lab needs root (network namespaces)"
     for tool, package in (("ip", "iproute2"), ("nft", "nftables")):

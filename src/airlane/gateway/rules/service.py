@@ -125,7 +125,6 @@ class RuleService:
         self.store = RuleStore(None if self.config.dir is None else Path(self.config.dir))
         self._tasks: dict[str, RuleTask] = {}
         self._publishers: dict[str, TopicPublisher] = {}
-        self._started = False
 
     @property
     def _security(self) -> Any:
@@ -136,7 +135,6 @@ class RuleService:
     async def start(self) -> None:
         """Start every rule kept in the directory (one that no longer compiles is logged and
         left in its file)."""
-        self._started = True
         for state in self.store.load_all():
             owner = _principal(state.owner)
             try:
@@ -226,7 +224,7 @@ class RuleService:
         self._security.authorize(principal, action, rule_resource(name))
         return scoped_name(principal, name)
 
-    def _task(self, principal: Principal, key: str, name: str) -> RuleTask:
+    def _task(self, key: str, name: str) -> RuleTask:
         task = self._tasks.get(key)
         if task is None:
             raise NotFound(f"no rule named {name!r}")
@@ -307,12 +305,12 @@ class RuleService:
     def get(self, principal: Principal, name: str) -> dict[str, Any]:
         """One rule: its definition, its counters and its held rows."""
         key = self._allow(principal, Action.RULES_READ, name)
-        return self._task(principal, key, name).describe()
+        return self._task(key, name).describe()
 
     async def delete(self, principal: Principal, name: str) -> None:
         """Stop the rule and forget it, its state and its logs."""
         key = self._allow(principal, Action.RULES_ADMIN, name)
-        task = self._task(principal, key, name)
+        task = self._task(key, name)
         self._untap(key)
         await task.aclose()
         del self._tasks[key]
@@ -330,14 +328,14 @@ class RuleService:
     def pending(self, principal: Principal, name: str) -> list[dict[str, Any]]:
         """The rule's rows held for approval."""
         key = self._allow(principal, Action.RULES_READ, name)
-        return self._task(principal, key, name).pending()
+        return self._task(key, name).pending()
 
     async def decide(
         self, principal: Principal, name: str, approval: str, *, approve: bool
     ) -> dict[str, Any]:
         """Approve or reject a held row: approved, the actions after its hold run."""
         key = self._allow(principal, Action.RULES_APPROVE, name)
-        task = self._task(principal, key, name)
+        task = self._task(key, name)
         try:
             decided = await task.decide(approval, approve)
         except KeyError:
