@@ -8,6 +8,13 @@ closes that peer connection, offers a new one, resumes from the last ``id`` it s
 to the end. It prints JSON lines: ``{"event": "connected", "session": ...}``, each received
 ``{"event": "message", "peer": 1|2, "message": {...}}``, and ``{"event": "done"}``; it exits 1
 on any error or after ``--timeout-s``.
+
+``--signal airc`` offers over AIRC over WebSocket (``RTC_OFFER`` on ``/v1/ws``, subprotocol
+``airc.v1.2``) instead of ``POST /v1/webrtc``. ``--rt`` also opens the real-time channel
+``airlane.rt`` (unordered, no retransmissions) and, on it, pings and follows the generation
+from its start (``{"event": "rt", "message": ...}`` lines). ``--oversize N`` sends one message
+of N bytes and reports the channel's answer; ``--big-event N`` publishes an event of N bytes
+to a stream and subscribes to it over the channel.
 """
 
 from __future__ import annotations
@@ -16,12 +23,20 @@ import argparse
 import asyncio
 import json
 import sys
+from typing import Any
 
 import httpx
 from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
 
+from airlane.client.airc import AircClient
+
 ICE: list[RTCIceServer] = []
 """The gateway's STUN/TURN servers (``--ice``: from ``/v1/webrtc/ice-servers``)."""
+AIRC: list[AircClient] = []
+"""The AIRC connection signalling goes over (``--signal airc``)."""
+REALTIME: dict[str, object] = {}
+"""``--rt``: the first peer's real-time channel (``channel``) and what arrives on it
+(``inbox``)."""
 
 
 def say(line: dict) -> None:
@@ -38,18 +53,84 @@ async def connect(
     opened = asyncio.Event()
     channel.on("open", opened.set)
     channel.on("message", lambda data: inbox.put_nowait(json.loads(data)))
+    if "wanted" in REALTIME and "channel" not in REALTIME:
+        rt = pc.createDataChannel("airlane.rt", ordered=False, maxRetransmits=0)
+        rt_inbox: asyncio.Queue = asyncio.Queue()
+        rt.on("message", lambda data: rt_inbox.put_nowait(json.loads(data)))
+        REALTIME.update(channel=rt, inbox=rt_inbox)
     await pc.setLocalDescription(await pc.createOffer())
-    response = await http.post(
-        f"{url}/v1/webrtc",
-        content=pc.localDescription.sdp,
-        headers={"content-type": "application/sdp"},
-    )
-    response.raise_for_status()
-    await pc.setRemoteDescription(RTCSessionDescription(response.text, "answer"))
+    if AIRC:
+        session, answer = await AIRC[0].webrtc_offer(pc.localDescription.sdp)
+    else:
+        response = await http.post(
+            f"{url}/v1/webrtc",
+            content=pc.localDescription.sdp,
+            headers={"content-type": "application/sdp"},
+        )
+        response.raise_for_status()
+        session, answer = response.headers["location"].rsplit("/", 1)[1], response.text
+    await pc.setRemoteDescription(RTCSessionDescription(answer, "answer"))
     await opened.wait()
-    session = response.headers["location"].rsplit("/", 1)[1]
     say({"event": "connected", "session": session})
     return pc, channel, inbox, session
+
+
+async def realtime(stream: str) -> None:
+    """On the real-time channel: a ping, then the generation from its start, to its end."""
+    channel: Any = REALTIME["channel"]
+    inbox: Any = REALTIME["inbox"]
+    while channel.readyState != "open":
+        await asyncio.sleep(0.01)
+    channel.send(json.dumps({"op": "ping", "ref": "rt"}))
+    channel.send(json.dumps({"op": "subscribe", "stream": stream, "ref": "rt-sub"}))
+    while True:
+        message = await inbox.get()
+        say({"event": "rt", "message": message})
+        if message.get("op") == "event" and message["event"]["kind"] == "done":
+            return
+
+
+async def oversize(args: argparse.Namespace) -> None:
+    """Send one --oversize message; say what the gateway answered and whether it closed the
+    channel, then whether a new peer connection is served."""
+    async with asyncio.timeout(args.timeout_s), httpx.AsyncClient(timeout=10) as http:
+        pc, channel, inbox, _ = await connect(http, args.url)
+        closed = asyncio.Event()
+        channel.on("close", closed.set)
+        channel.send(json.dumps({"op": "ping", "ref": "x" * args.oversize}))
+        answer = await inbox.get()
+        async with asyncio.timeout(10):
+            await closed.wait()
+        say({"event": "oversize", "answer": answer, "closed": closed.is_set()})
+        await pc.close()
+        pc, channel, inbox, _ = await connect(http, args.url)
+        channel.send(json.dumps({"op": "ping", "ref": "after"}))
+        say({"event": "after", "message": await inbox.get()})
+        await pc.close()
+
+
+async def big_event(args: argparse.Namespace) -> None:
+    """Publish an event of --big-event bytes, subscribe over the channel; say what came."""
+    async with asyncio.timeout(args.timeout_s), httpx.AsyncClient(timeout=10) as http:
+        stream = "webrtc-big"
+        (await http.post(f"{args.url}/v1/streams", json={"name": stream})).raise_for_status()
+        for payload in ("small", "x" * args.big_event):
+            event = {"kind": "message", "payload": payload}
+            published = await http.post(f"{args.url}/v1/streams/{stream}/events", json=event)
+            published.raise_for_status()
+        pc, channel, inbox, _ = await connect(http, args.url)
+        closed = asyncio.Event()
+        channel.on("close", closed.set)
+        channel.send(json.dumps({"op": "subscribe", "stream": stream, "ref": 1}))
+        while True:
+            message = await inbox.get()
+            say({"event": "message", "peer": 1, "message": message})
+            if message.get("op") == "error":
+                break
+        async with asyncio.timeout(10):
+            await closed.wait()
+        say({"event": "closed"})
+        await pc.close()
 
 
 async def flood(args: argparse.Namespace) -> None:
@@ -85,7 +166,15 @@ async def main() -> None:
     parser.add_argument(
         "--turn-tcp", action="store_true", help="TURN over TCP (aiortc uses one TURN URL)"
     )
+    parser.add_argument("--signal", choices=("http", "airc"), default="http")
+    parser.add_argument("--rt", action="store_true", help="use the real-time channel too")
+    parser.add_argument("--oversize", type=int, default=0, help="send a message this large")
+    parser.add_argument("--big-event", type=int, default=0, help="read an event this large")
     args = parser.parse_args()
+    if args.signal == "airc":
+        AIRC.append(await AircClient.websocket(args.url))
+    if args.rt:
+        REALTIME["wanted"] = True
     if args.ice:
         servers = httpx.get(f"{args.url}/v1/webrtc/ice-servers", timeout=10).json()["iceServers"]
         for server in servers:
@@ -94,6 +183,12 @@ async def main() -> None:
             ICE.append(RTCIceServer(**server))
     if args.flood:
         await flood(args)
+        return
+    if args.oversize:
+        await oversize(args)
+        return
+    if args.big_event:
+        await big_event(args)
         return
     async with asyncio.timeout(args.timeout_s), httpx.AsyncClient(timeout=10) as http:
         pc, channel, inbox, session = await connect(http, args.url)
@@ -120,6 +215,9 @@ async def main() -> None:
                     break
                 if seen >= 10:
                     break
+        if "channel" in REALTIME:
+            # The whole generation on the real-time channel too, before this peer goes.
+            await realtime(stream)
         # The first peer connection goes away mid-stream; a new one resumes after `last`.
         await http.delete(f"{args.url}/v1/webrtc/{session}")
         await pc.close()

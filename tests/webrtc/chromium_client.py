@@ -4,9 +4,12 @@ run inside a lab namespace by tests/webrtc/test_peers.py.
     python chromium_client.py --url http://10.77.0.2:18480
 
 The page (same origin as the gateway) offers a data channel ``airlane``, starts a generation,
-reads its first 10 events, closes that peer connection, offers a new one, resumes from the last
-event id, and reads to ``done``. It prints one JSON object: ``{"peers": [[events...],
-[events...]], "candidates": [...]}``; it exits 1 on an error.
+reads its first 10 events, then forces an ICE restart (``restartIce``, a new offer, its new
+ICE credentials sent as a trickle fragment, RFC 9725's way); the gateway (aiortc) cannot
+restart and refuses with 422, so the page does what docs/webrtc.md says: closes that peer
+connection, offers a new one, resumes from the last event id, and reads to ``done``. It prints
+one JSON object: ``{"peers": [[events...], [events...]], "pairs": [...], "restart":
+{"status": ..., "code": ...}}``; it exits 1 on an error.
 """
 
 from __future__ import annotations
@@ -82,6 +85,18 @@ async ({maxTokens}) => {
   (await first.pc.getStats()).forEach((s) => {
     if (s.type === "candidate-pair" && s.nominated) stats.push(s.state);
   });
+  // An ICE restart, as on a network change: new credentials, sent as a trickle fragment.
+  first.pc.restartIce();
+  const restartOffer = await first.pc.createOffer();
+  const fragment = restartOffer.sdp.split("\\r\\n").filter((line) =>
+    line.startsWith("a=ice-ufrag:") || line.startsWith("a=ice-pwd:") ||
+    line.startsWith("m=") || line.startsWith("a=mid:")).join("\\r\\n") + "\\r\\n";
+  const refused = await fetch(first.session, {
+    method: "PATCH", headers: { "content-type": "application/trickle-ice-sdpfrag" },
+    body: fragment,
+  });
+  const restart = { status: refused.status, code: (await refused.json()).error.code };
+  console.log(`ice restart: ${JSON.stringify(restart)}`);
   first.pc.close();
   await fetch(first.session, { method: "DELETE" });
   const second = await connect();
@@ -94,7 +109,7 @@ async ({maxTokens}) => {
     if (message.event.kind === "done" || message.event.kind === "error") break;
   }
   second.pc.close();
-  return { peers, pairs: stats };
+  return { peers, pairs: stats, restart };
 }
 """
 

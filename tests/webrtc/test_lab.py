@@ -81,3 +81,74 @@ def test_a_peer_that_floods_its_channel_is_closed_and_the_gateway_goes_on(
     assert lines["flooded"]["closed"] is True
     assert lines["flooded"]["answers"] < 3000  # closed before it had answered them all
     assert lines["after"]["message"] == {"op": "pong", "ref": "after"}
+
+
+def test_signalled_over_airc_with_a_realtime_channel_beside_the_reliable_one(
+    tmp_path: Path,
+) -> None:
+    with gateway_in_lab(tmp_path, PORT + 20) as (lab, url):
+        done = lab.run(
+            "a",
+            [sys.executable, str(CLIENT), "--url", url, "--signal", "airc", "--rt"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [line["event"] for line in lines].count("connected") == 2
+    realtime = [line["message"] for line in lines if line["event"] == "rt"]
+    # On the unordered channel a reply may overtake another: compare as sets.
+    replies = {(m["op"], m.get("ref")) for m in realtime if m["op"] != "event"}
+    assert replies == {("pong", "rt"), ("subscribed", "rt-sub")}, realtime
+    events = [m["event"] for m in realtime if m["op"] == "event"]
+    seqs = [e["seq"] for e in events]
+    assert events[-1]["kind"] == "done" and events[-1]["seq"] == max(seqs)
+    assert len(seqs) == len(set(seqs)), "each event once"
+    second = [
+        line["message"]
+        for line in lines
+        if line["event"] == "message" and line["peer"] == 2 and line["message"]["op"] == "event"
+    ]
+    assert second[-1]["event"]["kind"] == "done"
+
+
+def test_oversized_messages_either_way_are_refused_clearly_and_the_gateway_goes_on(
+    tmp_path: Path,
+) -> None:
+    config = "[webrtc]\nmax_message_bytes = 65536\n"
+    with gateway_in_lab(tmp_path, PORT + 30, config) as (lab, url):
+        inbound = lab.run(
+            "a",
+            [sys.executable, str(CLIENT), "--url", url, "--oversize", "100000"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        # aiortc takes messages of up to 256 KiB (its SDP's max-message-size): an event of
+        # 300 kB cannot reach it over a data channel.
+        outbound = lab.run(
+            "a",
+            [sys.executable, str(CLIENT), "--url", url, "--big-event", "300000"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert inbound.returncode == 0, inbound.stderr[-3000:]
+    lines = {line["event"]: line for line in map(json.loads, inbound.stdout.splitlines())}
+    answer = lines["oversize"]["answer"]
+    assert answer["op"] == "error" and answer["code"] == "body_too_large", answer
+    assert "at most 65536" in answer["message"]
+    assert lines["oversize"]["closed"] is True
+    assert lines["after"]["message"] == {"op": "pong", "ref": "after"}
+
+    assert outbound.returncode == 0, outbound.stderr[-3000:]
+    messages = [
+        line["message"]
+        for line in map(json.loads, outbound.stdout.splitlines())
+        if line["event"] == "message"
+    ]
+    assert [m["op"] for m in messages] == ["subscribed", "event", "error"], messages
+    assert messages[1]["event"]["payload"] == "small"
+    assert messages[2]["code"] == "event_too_large"
+    assert "from the last id seen" in messages[2]["message"]

@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from airlane.bench.natlab import Nat, NatLab, natlab_available
-from tests.webrtc.support import PROBE, need, require_aiortc
+from tests.webrtc.support import need, require_aiortc
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -48,20 +46,8 @@ def _lab(
         client_nat=client_nat, gateway_nat=gateway_nat, block_udp=block_udp, forward_tcp=(PORT,)
     )
     with lab_ctx as lab:
+        lab.start_turn(SECRET, tmp_path)
         turn = lab.public_addr
-        lab.popen(
-            "public",
-            [
-                "turnserver", "-n", "--listening-ip", turn, "--relay-ip", turn,
-                "--listening-port", "3478", "--use-auth-secret",
-                "--static-auth-secret", SECRET, "--realm", "airlane.lab", "--no-tls",
-                "--no-dtls", "--no-cli", "--fingerprint", "--simple-log", "-c", "/dev/null",
-                "--log-file", str(tmp_path / "turn.log"),
-                "--pidfile", str(tmp_path / "turn.pid"),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )  # fmt: skip
         config = tmp_path / "airlane.toml"
         config.write_text(
             f"""
@@ -78,24 +64,7 @@ turn = ["turn:{turn}:3478?transport=udp", "turn:{turn}:3478?transport=tcp"]
 turn_secret = "{SECRET}"
 """
         )
-        server = lab.popen(
-            "gateway",
-            [
-                sys.executable, "-m", "airlane", "serve", "--host", lab.gateway_addr,
-                "--port", str(PORT), "--config", str(config), "--log-level", "warning",
-                "--airc-port", "-1", "--grpc-port", "-1", "--http3-port", "-1",
-                "--rsocket-port", "-1",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=open(tmp_path / "gateway.log", "w"),  # noqa: SIM115 (the lab closes it)
-            cwd=tmp_path,
-        )  # fmt: skip
-        url = f"http://{lab.gateway_url_host}:{PORT}"
-        deadline = time.monotonic() + 20
-        while lab.run("client", [sys.executable, "-c", PROBE, url], capture_output=True).returncode:
-            assert server.poll() is None, (tmp_path / "gateway.log").read_text()[-2000:]
-            assert time.monotonic() < deadline, "the gateway never answered /healthz"
-            time.sleep(0.2)
+        url = lab.start_gateway(config, PORT, tmp_path / "gateway.log")
         yield lab, url
 
 

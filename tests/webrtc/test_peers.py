@@ -1,6 +1,8 @@
 """WebRTC peers no one here wrote, across the network lab (no NAT): headless Chromium through
 Playwright, and Node's node-datachannel. Each takes a generation over a data channel, drops
 its peer connection mid-stream, and finishes the stream on a new one from the last event id.
+Chromium first forces an ICE restart, which the gateway refuses (422: aiortc cannot restart),
+and falls back to the new peer connection.
 
 These need the lab (root, /dev/net/tun, iproute2), aiortc, and Chromium with Playwright or Node
 with node-datachannel (``npm ci --prefix tests/webrtc/node``, which scripts/setup.sh runs);
@@ -37,7 +39,7 @@ def _check_resumed(peers: list[list[dict[str, Any]]]) -> None:
     assert len({m["stream"] for m in first + second}) == 1
 
 
-def test_chromium_takes_a_stream_over_a_data_channel_and_resumes_on_a_new_peer(
+def test_chromium_takes_a_stream_and_after_a_forced_ice_restart_resumes_on_a_new_peer(
     tmp_path: Path,
 ) -> None:
     need(None if os.path.exists("/usr/bin/chromium") else "/usr/bin/chromium is missing")
@@ -53,6 +55,7 @@ def test_chromium_takes_a_stream_over_a_data_channel_and_resumes_on_a_new_peer(
     result = json.loads(done.stdout)
     _check_resumed(result["peers"])
     assert result["pairs"] == ["succeeded"]
+    assert result["restart"] == {"status": 422, "code": "unsupported"}
 
 
 def test_node_datachannel_takes_a_stream_and_resumes_on_a_new_peer(tmp_path: Path) -> None:

@@ -1,6 +1,8 @@
 """The WebRTC signalling endpoints' refusals and bounds, over loopback HTTP: a malformed offer,
 one with no data channel, the wrong content type, an oversized body, a candidate flood, a
-session that never connects (closed after the ICE timeout), TURN credentials minted per caller.
+session that never connects (closed after the ICE timeout), an ICE restart (422), TURN
+credentials minted per caller; and the same signalling over AIRC (``RTC_*`` messages, on the
+TCP listener and over WebSocket).
 
 Offers are made with aiortc and stripped of their candidates, so the gateway never sends a
 connectivity check anywhere: no packet leaves loopback.
@@ -19,6 +21,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from airlane.client import RequestRejected
+from airlane.client.airc import AircClient
 from tests.servers import FAST_SYNTHETIC, ServerProcess, run_server
 from tests.webrtc.support import require_aiortc
 
@@ -129,6 +133,60 @@ def test_an_offer_is_answered_and_a_session_that_never_connects_is_closed(
         headers={"content-type": "application/trickle-ice-sdpfrag"},
     )
     assert gone.status_code == 404
+    _alive(server)
+
+
+def _ufrag(sdp: str) -> str:
+    return next(line.split(":", 1)[1] for line in sdp.splitlines() if "ice-ufrag" in line)
+
+
+def test_an_ice_restart_is_refused_with_422_and_says_what_to_do(server: ServerProcess) -> None:
+    offer = asyncio.run(_offer())
+    session = _post(server, offer).headers["location"]
+
+    def patch(fragment: str) -> httpx.Response:
+        return httpx.patch(
+            f"{server.url}{session}",
+            content=fragment,
+            headers={"content-type": "application/trickle-ice-sdpfrag"},
+        )
+
+    assert patch(f"a=ice-ufrag:{_ufrag(offer)}\r\na=mid:0\r\n").status_code == 204
+    restart = patch("a=ice-ufrag:fresh\r\na=ice-pwd:0123456789abcdefghijkl\r\na=mid:0\r\n")
+    assert restart.status_code == 422, restart.text
+    error = restart.json()["error"]
+    assert error["code"] == "unsupported"
+    assert "cannot restart ICE" in error["message"] and "new peer connection" in error["message"]
+    assert httpx.delete(f"{server.url}{session}").status_code == 204
+    _alive(server)
+
+
+@pytest.mark.parametrize("link", ["tcp", "websocket"])
+async def test_signalling_over_airc_answers_and_refuses_like_http(
+    server: ServerProcess, link: str
+) -> None:
+    if link == "tcp":
+        assert server.airc is not None
+        airc = await AircClient.tcp(*server.airc)
+    else:
+        airc = await AircClient.websocket(server.url)
+    async with airc:
+        with pytest.raises(RequestRejected, match="must start with 'v=0'") as bad:
+            await airc.webrtc_offer("hello")
+        assert bad.value.code == "invalid_request"
+        offer = await _offer()
+        session, answer = await airc.webrtc_offer(offer)
+        assert "webrtc-datachannel" in answer and "a=candidate" in answer
+        await airc.webrtc_candidates(session, "a=mid:0\r\n")
+        with pytest.raises(RequestRejected, match="cannot restart ICE") as restart:
+            await airc.webrtc_candidates(session, "a=ice-ufrag:fresh\r\na=mid:0\r\n")
+        assert restart.value.code == "unsupported"
+        with pytest.raises(RequestRejected, match="at most 20000 bytes"):
+            await airc.webrtc_offer("v=0" + "x" * 30000)
+        await airc.webrtc_close(session)
+        with pytest.raises(RequestRejected, match="no WebRTC session") as gone:
+            await airc.webrtc_close(session)
+        assert gone.value.code == "not_found"
     _alive(server)
 
 

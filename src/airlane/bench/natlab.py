@@ -32,9 +32,12 @@ import os
 import secrets
 import shutil
 import subprocess
+import sys
+import time
 from collections.abc import Sequence
+from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
+from typing import IO, Any, Literal
 
 from airlane.bench.netlab import NetLabError
 
@@ -103,6 +106,7 @@ class NatLab:
         self._tag = tag
         self._created: list[str] = []
         self._procs: list[subprocess.Popen[Any]] = []
+        self._files: list[IO[str]] = []
         self._closed = False
 
     def __enter__(self) -> NatLab:
@@ -200,6 +204,64 @@ class NatLab:
             if nat == "none":
                 self._in(ns[router], ["ip", "route", "add", subnet, "via", via])
 
+    # -- what runs in it ---------------------------------------------------------------------
+
+    def start_turn(self, secret: str, directory: Path) -> subprocess.Popen[Any]:
+        """coturn (Debian's ``turnserver``) on the public side: STUN and TURN on UDP and TCP
+        port 3478 of `public_addr`, TURN credentials by the REST API scheme from ``secret``
+        (``[webrtc] turn_secret``), realm ``airlane.lab``; its log in ``directory``."""
+        addr = self.public_addr
+        return self.popen(
+            "public",
+            [
+                "turnserver", "-n", "--listening-ip", addr, "--relay-ip", addr,
+                "--listening-port", "3478", "--use-auth-secret", "--static-auth-secret", secret,
+                "--realm", "airlane.lab", "--no-tls", "--no-dtls", "--no-cli", "--fingerprint",
+                "--simple-log", "-c", "/dev/null", "--log-file", str(directory / "turn.log"),
+                "--pidfile", str(directory / "turn.pid"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+
+    def start_gateway(
+        self,
+        config: Path,
+        port: int,
+        log: Path,
+        *,
+        log_level: str = "warning",
+        ready_s: float = 20.0,
+    ) -> str:
+        """``airlane serve`` on the gateway's side (HTTP on ``port`` only, ``config`` its
+        configuration, its stderr at ``log_level`` in ``log``, its working directory
+        ``config``'s); its URL as the client reaches it, once it answers ``/healthz`` from the
+        client's side."""
+        stderr = open(log, "w")  # noqa: SIM115 (closed with the lab)
+        self._files.append(stderr)
+        server = self.popen(
+            "gateway",
+            [
+                sys.executable, "-m", "airlane", "serve", "--host", self.gateway_addr,
+                "--port", str(port), "--config", str(config), "--log-level", log_level,
+                "--airc-port", "-1", "--grpc-port", "-1", "--http3-port", "-1",
+                "--rsocket-port", "-1",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            cwd=config.parent,
+        )  # fmt: skip
+        url = f"http://{self.gateway_url_host}:{port}"
+        probe = f"import httpx; httpx.get({url + '/healthz'!r}, timeout=1).raise_for_status()"
+        deadline = time.monotonic() + ready_s
+        while self.run("client", [sys.executable, "-c", probe], capture_output=True).returncode:
+            if server.poll() is not None:
+                raise NetLabError(f"the gateway exited: {log.read_text()[-2000:]}")
+            if time.monotonic() > deadline:
+                raise NetLabError(f"the gateway never answered {url}/healthz")
+            time.sleep(0.2)
+        return url
+
     # -- running things ----------------------------------------------------------------------
 
     def command(self, side: NatSide, argv: Sequence[str]) -> list[str]:
@@ -232,6 +294,8 @@ class NatLab:
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait(3)
+        for file in self._files:
+            file.close()
         for ns in self._created:
             with contextlib.suppress(NetLabError):
                 self._run(["ip", "netns", "del", ns])

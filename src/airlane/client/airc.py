@@ -61,6 +61,10 @@ from airlane.wire.airc import (
     MessageReceived,
     Open,
     Opened,
+    RtcAnswer,
+    RtcCandidates,
+    RtcClose,
+    RtcOffer,
     SignalMessage,
     SignalReceived,
 )
@@ -358,6 +362,24 @@ class AircClient:
         self._flush()
         async with asyncio.timeout(self._request_timeout_s):
             return await future
+
+    async def webrtc_offer(self, sdp: str) -> tuple[str, str]:
+        """Offer a WebRTC peer connection to the gateway (``RTC_OFFER``, docs/webrtc.md): its
+        session id and the SDP answer."""
+        request_id = self._next_id()
+        reply = await self._request(request_id, RtcOffer(request_id, sdp))
+        assert isinstance(reply, RtcAnswer)
+        return reply.session, reply.sdp
+
+    async def webrtc_candidates(self, session: str, fragment: str) -> None:
+        """Trickle candidates (``a=candidate:`` lines) to WebRTC session ``session``."""
+        request_id = self._next_id()
+        await self._request(request_id, RtcCandidates(request_id, session, fragment))
+
+    async def webrtc_close(self, session: str) -> None:
+        """Close WebRTC session ``session``."""
+        request_id = self._next_id()
+        await self._request(request_id, RtcClose(request_id, session))
 
     @property
     def streams(self) -> int:

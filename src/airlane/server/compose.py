@@ -28,6 +28,7 @@ from airlane.transports.airc import AIRC_SUBPROTOCOL, AircWebSocketHandler
 from airlane.transports.grpc.web import GRPC_WEB_PREFIX, grpc_web_app
 from airlane.transports.http import AirlaneApp
 from airlane.transports.http.browser import LOOPBACK_HOSTS
+from airlane.transports.http.webrtc.signalling import PeerSignalling
 from airlane.transports.rsocket import RSOCKET_WS_PATH, RSocketWebSocketHandler
 
 __all__ = ["build_app", "build_backend", "build_event_sourcing", "build_hub", "nats_servers"]
@@ -185,6 +186,8 @@ def build_app(config: ServerConfig) -> AirlaneApp:
         forwarded=forwarded,
         webrtc=config.webrtc,
     )
+    # AIRC over WebSocket carries WebRTC signalling too (RTC_OFFER...), to the app's peers.
+    airc.rtc = PeerSignalling(app.context)
     # Resumable RSocket sessions waiting for a RESUME end before the gateway does.
     app.on_shutdown.append(rsocket.aclose)
     return app

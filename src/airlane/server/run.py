@@ -48,6 +48,7 @@ from airlane.transports.grpc import GrpcServer
 from airlane.transports.http import AirlaneApp
 from airlane.transports.http.h3 import Http3Server
 from airlane.transports.http.server import HttpServer, LifespanFailed, ServerSettings
+from airlane.transports.http.webrtc.signalling import PeerSignalling
 from airlane.transports.mqtt import MqttBridge
 from airlane.transports.rsocket import RSocketTcpServer
 
@@ -371,7 +372,8 @@ class _Listeners:
         if config.http3.enabled:
             self.udp = self._bind_http3(config, http_port)
         if airc_sock is not None:
-            self.airc = AircTcpServer(app.gateway, config.airc, tls=self.tls)
+            rtc = PeerSignalling(app.context)
+            self.airc = AircTcpServer(app.gateway, config.airc, tls=self.tls, rtc=rtc)
             await self.airc.start(airc_sock)
             metrics.watch("airc", self.airc.acceptor)
             # GOAWAY to every AIRC session before the hub closes under their streams.

@@ -21,6 +21,7 @@ from airlane.wire.airc.signalling import (
     MAX_ENCODER,
     MAX_EPOCH,
     MAX_MESSAGE,
+    MAX_SDP,
     MAX_TOKEN,
     Auth,
     Authenticated,
@@ -33,6 +34,10 @@ from airlane.wire.airc.signalling import (
     GoAway,
     Open,
     Opened,
+    RtcAnswer,
+    RtcCandidates,
+    RtcClose,
+    RtcOffer,
     SignalMessage,
     SignalType,
     TimeRequest,
@@ -73,6 +78,10 @@ MESSAGES: st.SearchStrategy[SignalMessage] = st.one_of(
     st.builds(GoAway, st.sampled_from(ErrorCode), utf8(300)),
     st.builds(Auth, U16, utf8(MAX_TOKEN)),
     st.builds(Authenticated, U16, utf8(0xFF)),
+    st.builds(RtcOffer, U16, utf8(300)),
+    st.builds(RtcAnswer, U16, utf8(0xFF), utf8(300)),
+    st.builds(RtcCandidates, U16, utf8(0xFF), utf8(300)),
+    st.builds(RtcClose, U16, utf8(0xFF)),
 )
 
 
@@ -104,6 +113,10 @@ def test_type_bytes() -> None:
         ("GOAWAY", 0x0B),
         ("AUTH", 0x0C),
         ("AUTHENTICATED", 0x0D),
+        ("RTC_OFFER", 0x0E),
+        ("RTC_ANSWER", 0x0F),
+        ("RTC_CANDIDATES", 0x10),
+        ("RTC_CLOSE", 0x11),
     ]
 
 
@@ -130,6 +143,10 @@ def test_type_bytes() -> None:
         (GoAway(ErrorCode.PEER_GOAWAY, "bye"), b"\x0b\x00\x0e\x00\x03bye"),
         (Auth(2, "k"), b"\x0c\x00\x02\x00\x01k"),
         (Authenticated(2, "me"), b"\x0d\x00\x02\x02me"),
+        (RtcOffer(3, "v=0"), b"\x0e\x00\x03\x00\x00\x00\x03v=0"),
+        (RtcAnswer(3, "s1", "v"), b"\x0f\x00\x03\x02s1\x00\x00\x00\x01v"),
+        (RtcCandidates(4, "s", ""), b"\x10\x00\x04\x01s\x00\x00\x00\x00"),
+        (RtcClose(5, "s"), b"\x11\x00\x05\x01s"),
     ],
     ids=lambda value: type(value).__name__,
 )
@@ -155,6 +172,7 @@ def test_round_trip(msg: SignalMessage) -> None:
         GenAck(0, 0, 0, 0, 0, 0, "s" * MAX_AIRLANE_STREAM, "é" * (MAX_EPOCH // 2)),
         Error(0, "c" * 0xFF, "m" * MAX_MESSAGE),
         GoAway(ErrorCode.NO_ERROR, "r" * 0xFFFF),
+        RtcAnswer(0, "s" * 0xFF, "v" * MAX_SDP),
     ],
     ids=lambda msg: type(msg).__name__,
 )
@@ -216,7 +234,7 @@ def test_mutated_encodings(msg: SignalMessage, data: st.DataObject) -> None:
     check_arbitrary(bytes(wire))
 
 
-@pytest.mark.parametrize("type_byte", [0x00, 0x0E, 0x7F, 0xFF])
+@pytest.mark.parametrize("type_byte", [0x00, 0x12, 0x7F, 0xFF])
 @pytest.mark.parametrize("tail", [b"", b"\x00\x01\x02\x03"])
 def test_unknown_type(type_byte: int, tail: bytes) -> None:
     assert_bad(bytes([type_byte]) + tail, ErrorCode.UNKNOWN_SIGNAL)
@@ -245,8 +263,10 @@ def str8(raw: bytes) -> bytes:
         b"\x04" + bytes(4) + str8(b"s" * 255) + str8(b"") + bytes(9),
         # Error message of 1025 bytes
         b"\x08\x00\x01" + str8(b"c") + (MAX_MESSAGE + 1).to_bytes(2, "big") + b"m" * 1025,
+        # RtcOffer sdp one byte over 64 KiB: refused from its length prefix alone
+        b"\x0e\x00\x01" + (MAX_SDP + 1).to_bytes(4, "big"),
     ],
-    ids=["encoder", "body", "gen-ack-stream", "epoch", "opened-stream", "message"],
+    ids=["encoder", "body", "gen-ack-stream", "epoch", "opened-stream", "message", "sdp"],
 )
 def test_over_limit_lengths_are_bad_signalling(payload: bytes) -> None:
     assert "exceeds the limit" in assert_bad(payload).reason
@@ -290,6 +310,8 @@ def test_malformed_fields_are_bad_signalling(payload: bytes) -> None:
         Close(0, 2**64),
         Error(0, "c" * 256, ""),
         Error(0, "", "m" * (MAX_MESSAGE + 1)),
+        RtcOffer(0, "v" * (MAX_SDP + 1)),
+        RtcClose(0, "s" * 256),
         TimeRequest(2**32),
         GoAway(99, ""),  # type: ignore[arg-type]
         GoAway(ErrorCode.NO_ERROR, "r" * 0x10000),

@@ -2,7 +2,7 @@
 over WebSocket (`AircWebSocketHandler`, subprotocol ``airc.v1.2`` on ``/v1/ws``)."""
 
 from airlane.transports.airc.config import AIRC_SUBPROTOCOL, AircServerConfig
-from airlane.transports.airc.session import AircSession, Link
+from airlane.transports.airc.session import AircSession, Link, RtcSignalling
 from airlane.transports.airc.tcp import AircTcpServer
 from airlane.transports.airc.websocket import AircWebSocketHandler
 
@@ -13,4 +13,5 @@ __all__ = [
     "AircTcpServer",
     "AircWebSocketHandler",
     "Link",
+    "RtcSignalling",
 ]

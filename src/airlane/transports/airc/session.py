@@ -9,7 +9,11 @@ task per Airlane stream it carries:
 - ``OPEN`` subscribes to a stream, from its start or after a resume position, and answers
   ``OPENED``; ``CLOSE`` detaches (the stream's orphan policy applies), ``CANCEL`` stops the
   generation. When a stream ends for this reader the server sends ``CLOSE`` with the last seq;
-- ``AUTH`` presents a bearer token where the transport itself carried none (plain TCP).
+- ``AUTH`` presents a bearer token where the transport itself carried none (plain TCP);
+- ``RTC_OFFER`` / ``RTC_CANDIDATES`` / ``RTC_CLOSE`` are WebRTC signalling (a data-channel
+  peer connection to the gateway, ``docs/webrtc.md``), answered through the `RtcSignalling`
+  the transport was given (AIRC over WebSocket has one; without it they are refused with
+  ``unsupported``). Each is answered ``RTC_ANSWER`` (for an offer, with the SDP answer).
 
 A ``GEN_REQ`` whose ``encoder`` is ``airlane-loadtest`` asks for the seed's benchmark stream
 instead (body: ``{"chunks": 200, "mode": "burst" | "paced", "interval_ms": 20}``), the same
@@ -71,13 +75,17 @@ from airlane.wire.airc import (
     MessageReceived,
     Open,
     Opened,
+    RtcAnswer,
+    RtcCandidates,
+    RtcClose,
+    RtcOffer,
     SignalMessage,
     SignalReceived,
 )
 from airlane.wire.airc import ErrorCode as GoAwayCode
 from airlane.wire.event_json import event_to_json
 
-__all__ = ["FIRST_AIRLANE_STREAM", "MAX_AUTH_FAILURES", "AircSession", "Link"]
+__all__ = ["FIRST_AIRLANE_STREAM", "MAX_AUTH_FAILURES", "AircSession", "Link", "RtcSignalling"]
 
 log = logging.getLogger("airlane.airc")
 
@@ -112,6 +120,22 @@ class Link(Protocol):
         ...
 
 
+class RtcSignalling(Protocol):
+    """Where WebRTC signalling goes: the HTTP transport's peer connections."""
+
+    async def offer(self, principal: Principal, sdp: str) -> tuple[str, str]:
+        """A new peer connection for ``sdp``: its session id and the answer."""
+        ...
+
+    async def add_candidates(self, principal: Principal, session: str, fragment: str) -> None:
+        """The client's trickled candidates for ``session``."""
+        ...
+
+    async def close(self, principal: Principal, session: str) -> None:
+        """Close ``session``."""
+        ...
+
+
 @dataclass(slots=True)
 class _Binding:
     """One Airlane stream carried on one StreamID."""
@@ -140,10 +164,12 @@ class AircSession:
         principal: Principal | None,
         peer: PeerIdentity | None = None,
         origin: str | None = None,
+        rtc: RtcSignalling | None = None,
     ) -> None:
         self.gateway = gateway
         self.config = config
         self._link = link
+        self._rtc = rtc
         self._principal = principal
         self._peer = peer  # the TLS client certificate's identity, if any
         self._origin = origin  # the client's address, for the audit log
@@ -269,6 +295,8 @@ class AircSession:
             self._start(0, self._detach(message.stream))
         elif isinstance(message, Auth):
             self._authenticate(message)
+        elif isinstance(message, RtcOffer | RtcCandidates | RtcClose):
+            self._start(message.request_id, self._webrtc(message))
         else:
             self.connection.close(
                 GoAwayCode.BAD_SIGNALLING,
@@ -408,6 +436,24 @@ class AircSession:
             )
         cancelled = await self.gateway.cancel(principal, binding.stream_id)
         self._signal(Cancelled(message.request_id, message.stream, cancelled))
+
+    async def _webrtc(self, message: RtcOffer | RtcCandidates | RtcClose) -> None:
+        principal = self._who()
+        if self._rtc is None:
+            raise AirlaneError(
+                "WebRTC signalling is served on AIRC over WebSocket (/v1/ws, airc.v1.2) and "
+                "at POST /v1/webrtc, not on this listener",
+                code=ErrorCode.UNSUPPORTED,
+            )
+        if isinstance(message, RtcOffer):
+            session, answer = await self._rtc.offer(principal, message.sdp)
+        elif isinstance(message, RtcCandidates):
+            session, answer = message.session, ""
+            await self._rtc.add_candidates(principal, session, message.fragment)
+        else:
+            session, answer = message.session, ""
+            await self._rtc.close(principal, session)
+        self._signal(RtcAnswer(message.request_id, session, answer))
 
     async def _detach(self, stream: int) -> None:
         binding = self._bindings.pop(stream, None)

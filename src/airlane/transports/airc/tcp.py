@@ -16,7 +16,7 @@ from typing import cast
 from airlane.gateway import Gateway, ServerTls
 from airlane.runtime.acceptor import Acceptor
 from airlane.transports.airc.config import AircServerConfig
-from airlane.transports.airc.session import AircSession
+from airlane.transports.airc.session import AircSession, RtcSignalling
 from airlane.wire.airc import ErrorCode as GoAwayCode
 
 __all__ = ["LISTEN_BACKLOG", "AircTcpServer"]
@@ -65,6 +65,7 @@ class _AircProtocol(asyncio.Protocol):
             principal=None,
             peer=peer,
             origin=address[0] if isinstance(address, tuple) else None,
+            rtc=server.rtc,
         )
         server.sessions.add(self._session)
 
@@ -120,11 +121,14 @@ class AircTcpServer:
         config: AircServerConfig | None = None,
         *,
         tls: ServerTls | None = None,
+        rtc: RtcSignalling | None = None,
     ) -> None:
         self.gateway = gateway
         self.config = config or AircServerConfig()
         self.tls = tls
         """TLS for every connection (with client certificates when it asks for them)."""
+        self.rtc = rtc
+        """WebRTC signalling for ``RTC_*`` messages (the HTTP app's peers), if any."""
         self.sessions: set[AircSession] = set()
         """Open sessions."""
         self._server: Acceptor | None = None

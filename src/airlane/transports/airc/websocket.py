@@ -16,7 +16,7 @@ from typing import Any, cast
 from airlane.gateway import Gateway, Principal
 from airlane.runtime.eager import start_eagerly
 from airlane.transports.airc.config import AircServerConfig
-from airlane.transports.airc.session import AircSession
+from airlane.transports.airc.session import AircSession, RtcSignalling
 from airlane.wire.airc import ErrorCode as GoAwayCode
 
 __all__ = ["AircWebSocketHandler"]
@@ -104,14 +104,22 @@ class _WebSocketLink:
 class AircWebSocketHandler:
     """Serves one accepted ``airc.v1.2`` WebSocket; see the module docstring."""
 
-    def __init__(self, gateway: Gateway, config: AircServerConfig | None = None) -> None:
+    def __init__(
+        self,
+        gateway: Gateway,
+        config: AircServerConfig | None = None,
+        *,
+        rtc: RtcSignalling | None = None,
+    ) -> None:
         self.gateway = gateway
         self.config = config or AircServerConfig()
+        self.rtc = rtc
+        """WebRTC signalling for ``RTC_*`` messages (the HTTP app's peers), if any."""
 
     async def __call__(self, principal: Principal, receive: Receive, send: Send) -> None:
         """Run the session until either side closes."""
         link = _WebSocketLink(send)
-        session = AircSession(self.gateway, self.config, link, principal=principal)
+        session = AircSession(self.gateway, self.config, link, principal=principal, rtc=self.rtc)
         link.session = session
         try:
             # Read until the client disconnects. Once the session has closed the link (its

@@ -34,6 +34,18 @@ The messages (``<= n`` is a limit in bytes, enforced on both encode and decode):
     0x0C Auth          request_id u16, token str16 <= 4096 (a bearer API key; for links that
                        carry no credentials of their own, such as plain TCP)
     0x0D Authenticated request_id u16, principal str8 (who the server now takes us for)
+    0x0E RtcOffer      request_id u16, sdp str32 <= 64 KiB (client: a WebRTC offer with a
+                       data channel)
+    0x0F RtcAnswer     request_id u16, session str8, sdp str32 <= 64 KiB (server: the answer
+                       to each Rtc request; to RtcOffer the SDP answer, with every candidate
+                       the server gathered; to the others an empty sdp)
+    0x10 RtcCandidates request_id u16, session str8, fragment str32 <= 64 KiB (client: its
+                       trickled ``a=candidate:`` lines, an ``application/trickle-ice-sdpfrag``)
+    0x11 RtcClose      request_id u16, session str8 (client: close that peer connection)
+
+The four ``Rtc`` messages are the WebRTC signalling of ``docs/webrtc.md`` for a client that
+already holds an AIRC connection (usually AIRC over WebSocket). Each is answered with an
+`RtcAnswer`, or refused with an `Error` carrying the request's id.
 
 Decoding never raises anything but `AircProtocolError`: ``UNKNOWN_SIGNAL`` for a type byte not
 listed above, ``BAD_SIGNALLING`` for anything else wrong (an empty payload, truncation, bytes
@@ -59,6 +71,7 @@ __all__ = [
     "MAX_ENCODER",
     "MAX_EPOCH",
     "MAX_MESSAGE",
+    "MAX_SDP",
     "MAX_TOKEN",
     "Auth",
     "Authenticated",
@@ -71,6 +84,10 @@ __all__ = [
     "GoAway",
     "Open",
     "Opened",
+    "RtcAnswer",
+    "RtcCandidates",
+    "RtcClose",
+    "RtcOffer",
     "SignalMessage",
     "SignalType",
     "TimeRequest",
@@ -91,6 +108,8 @@ MAX_BODY = 1 << 20
 """Largest `GenRequest` ``body``: 1 MiB."""
 MAX_TOKEN = 4096
 """Longest `Auth` ``token``, in UTF-8 bytes."""
+MAX_SDP = 64 << 10
+"""Longest SDP (`RtcOffer`, `RtcAnswer`) or candidate fragment (`RtcCandidates`): 64 KiB."""
 
 
 class SignalType(enum.IntEnum):
@@ -109,6 +128,10 @@ class SignalType(enum.IntEnum):
     GOAWAY = 0x0B
     AUTH = 0x0C
     AUTHENTICATED = 0x0D
+    RTC_OFFER = 0x0E
+    RTC_ANSWER = 0x0F
+    RTC_CANDIDATES = 0x10
+    RTC_CLOSE = 0x11
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +256,41 @@ class Authenticated:
     principal: str
 
 
+@dataclass(frozen=True, slots=True)
+class RtcOffer:
+    """Client: a WebRTC offer (SDP with a data channel) for a peer connection to the server."""
+
+    request_id: int
+    sdp: str
+
+
+@dataclass(frozen=True, slots=True)
+class RtcAnswer:
+    """Server: the answer to an Rtc request: to `RtcOffer` the SDP answer, ``session`` naming
+    the new peer connection; to `RtcCandidates` and `RtcClose` an empty ``sdp``."""
+
+    request_id: int
+    session: str
+    sdp: str
+
+
+@dataclass(frozen=True, slots=True)
+class RtcCandidates:
+    """Client: candidates it gathered after its offer, for peer connection ``session``."""
+
+    request_id: int
+    session: str
+    fragment: str
+
+
+@dataclass(frozen=True, slots=True)
+class RtcClose:
+    """Client: close peer connection ``session``."""
+
+    request_id: int
+    session: str
+
+
 SignalMessage: TypeAlias = (
     GenRequest
     | GenAck
@@ -247,6 +305,10 @@ SignalMessage: TypeAlias = (
     | GoAway
     | Auth
     | Authenticated
+    | RtcOffer
+    | RtcAnswer
+    | RtcCandidates
+    | RtcClose
 )
 """Any signalling message."""
 
@@ -366,6 +428,8 @@ _U64 = _Int(8)
 _BOOL = _Bool()
 _AIRLANE_STREAM = _Sized(1, MAX_AIRLANE_STREAM)
 _EPOCH = _Sized(1, MAX_EPOCH)
+_SESSION = _Sized(1, 0xFF)
+_SDP = _Sized(4, MAX_SDP)
 
 _Layout: TypeAlias = tuple[tuple[str, _Codec], ...]
 
@@ -441,6 +505,16 @@ _LAYOUTS: dict[SignalType, tuple[type[SignalMessage], _Layout]] = {
         Authenticated,
         (("request_id", _U16), ("principal", _Sized(1, 0xFF))),
     ),
+    SignalType.RTC_OFFER: (RtcOffer, (("request_id", _U16), ("sdp", _SDP))),
+    SignalType.RTC_ANSWER: (
+        RtcAnswer,
+        (("request_id", _U16), ("session", _SESSION), ("sdp", _SDP)),
+    ),
+    SignalType.RTC_CANDIDATES: (
+        RtcCandidates,
+        (("request_id", _U16), ("session", _SESSION), ("fragment", _SDP)),
+    ),
+    SignalType.RTC_CLOSE: (RtcClose, (("request_id", _U16), ("session", _SESSION))),
 }
 
 _TYPE_OF: dict[type[SignalMessage], SignalType] = {

@@ -33,10 +33,19 @@ class WebRtcConfig:
     max_queued: int = 256
     """Messages from a channel waiting for the gateway; a peer that sends faster is closed."""
     send_high_water: int = 1 << 20
-    """Bytes a channel may buffer before the gateway waits to send more."""
+    """Bytes a channel may buffer before the gateway waits to send more (a reliable channel)
+    or drops what it would send (the real-time channel, ``airlane.rt``)."""
+    max_message_bytes: int = 262_144
+    """Largest message a channel takes from a peer (aiortc advertises 256 KiB in its SDP)."""
 
     def __post_init__(self) -> None:
-        for name in ("max_peers", "max_sdp_bytes", "max_candidates", "max_queued"):
+        for name in (
+            "max_peers",
+            "max_sdp_bytes",
+            "max_candidates",
+            "max_queued",
+            "max_message_bytes",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"[webrtc] {name} must be at least 1")
         if not self.ice_timeout_s > 0 or self.turn_ttl_s < 1:

@@ -4,16 +4,22 @@ the ``/v1/ws`` session protocol.
 A client offers (`WebRtcPeers.offer`, an SDP offer with a data channel); the gateway answers
 with every candidate it gathered (host, then server-reflexive and relayed ones when
 ``[webrtc]`` names STUN and TURN servers), and takes the client's trickled candidates after
-(`WebRtcPeer.add_candidates`). Each data channel the client opens whose label is
-``airlane`` (JSON messages; ``airlane.msgpack``: MessagePack) runs a
-`airlane.transports.http.websocket.WebSocketSession` over a `ChannelPort`: the same ops
-(subscribe with a resume position, generate, publish, cancel), the same events. A client that
-loses its peer connection offers a new one and subscribes again from the last ``id`` it saw.
+(`WebRtcPeer.add_candidates`). Each data channel the client opens with a label of
+`CHANNEL_LABELS` runs a `airlane.transports.http.websocket.WebSocketSession` over a
+`ChannelPort`: the same ops (subscribe with a resume position, generate, publish, cancel),
+the same events. ``airlane`` is the reliable, ordered channel (JSON; ``airlane.msgpack``:
+MessagePack); a client may open one per stream it follows, so that one stream's lost packet
+holds back no other (each channel is an SCTP stream of its own). ``airlane.rt`` (and
+``airlane.rt.msgpack``) is for the real-time lanes (presence, progress, cancel): the client
+opens it unordered without retransmissions, and the gateway drops what it sends there while
+the peer is behind instead of waiting. A client that loses its peer connection offers a new
+one and subscribes again from the last ``id`` it saw; aiortc cannot restart ICE, so an ICE
+restart (a trickled fragment with a new ``ice-ufrag``) is refused with `IceRestartUnsupported`.
 
 Bounds: ``max_peers`` connections (503 past it), offers and candidate fragments of at most
-``max_sdp_bytes``, ``max_candidates`` remote candidates, and a connection that is not
-connected ``ice_timeout_s`` after its answer is closed. aiortc (the ``webrtc`` extra) is
-imported on the first offer.
+``max_sdp_bytes``, ``max_candidates`` remote candidates, messages of at most
+``max_message_bytes``, and a connection that is not connected ``ice_timeout_s`` after its
+answer is closed. aiortc (the ``webrtc`` extra) is imported on the first offer.
 """
 
 from __future__ import annotations
@@ -34,18 +40,38 @@ from airlane.transports.http.webrtc.turn import turn_credentials
 if TYPE_CHECKING:
     from airlane.transports.http.context import AppContext
 
-__all__ = ["CHANNEL_LABELS", "WebRtcPeer", "WebRtcPeers"]
+__all__ = ["CHANNEL_LABELS", "IceRestartUnsupported", "WebRtcPeer", "WebRtcPeers"]
 
 log = logging.getLogger("airlane.webrtc")
 
-CHANNEL_LABELS = {"airlane": "airlane.v1.json", "airlane.msgpack": "airlane.v1.msgpack"}
-"""Data channel labels the gateway serves, and the ``/v1/ws`` subprotocol each speaks."""
+CHANNEL_LABELS = {
+    "airlane": ("airlane.v1.json", False),
+    "airlane.msgpack": ("airlane.v1.msgpack", False),
+    "airlane.rt": ("airlane.v1.json", True),
+    "airlane.rt.msgpack": ("airlane.v1.msgpack", True),
+}
+"""Data channel labels the gateway serves: the ``/v1/ws`` subprotocol each speaks, and whether
+it is the lossy real-time channel."""
 
 
 class WebRtcUnavailable(AirlaneError):
-    """aiortc is not installed, or the gateway holds ``max_peers`` connections."""
+    """aiortc is not installed."""
 
     code = ErrorCode.UNSUPPORTED
+
+
+class IceRestartUnsupported(AirlaneError):
+    """The client restarted ICE (new credentials), which aiortc cannot follow. Over HTTP it is
+    a 422, as RFC 9725 asks of a session that takes trickled candidates but no restart."""
+
+    code = ErrorCode.UNSUPPORTED
+
+
+def _ufrag(sdp: str) -> str | None:
+    for line in sdp.splitlines():
+        if line.startswith("a=ice-ufrag:"):
+            return line[len("a=ice-ufrag:") :].strip()
+    return None
 
 
 def _check_offer(sdp: str, config: WebRtcConfig) -> None:
@@ -123,6 +149,12 @@ class WebRtcPeer:
         ``application/trickle-ice-sdpfrag``); how many were taken."""
         from aiortc.sdp import candidate_from_sdp
 
+        ufrag = _ufrag(fragment)
+        if ufrag is not None and ufrag != _ufrag(self.connection.remoteDescription.sdp):
+            raise IceRestartUnsupported(
+                "this gateway's WebRTC peer (aiortc) cannot restart ICE: offer a new peer "
+                "connection (POST /v1/webrtc) and subscribe again from the last id seen"
+            )
         mid = None
         taken = 0
         for raw in fragment.splitlines():
@@ -146,11 +178,12 @@ class WebRtcPeer:
         return taken
 
     def _on_channel(self, channel: Any) -> None:
-        subprotocol = CHANNEL_LABELS.get(channel.label)
-        if subprotocol is None:
+        served = CHANNEL_LABELS.get(channel.label)
+        if served is None:
             log.info("webrtc: channel %r is not served; closed", channel.label)
             channel.close()
             return
+        subprotocol, lossy = served
         pair = self.pair
         if pair is not None and not self._counted:
             self._counted = True
@@ -159,7 +192,14 @@ class WebRtcPeer:
                 metrics[pair] = metrics.get(pair, 0) + 1
         # Listening from now: the peer may send before a task of ours runs.
         config = self.peers.config
-        port = ChannelPort(channel, max_queued=config.max_queued, high_water=config.send_high_water)
+        port = ChannelPort(
+            channel,
+            max_queued=config.max_queued,
+            high_water=config.send_high_water,
+            max_message=config.max_message_bytes,
+            binary=subprotocol.endswith("msgpack"),
+            lossy=lossy,
+        )
         reader = f"webrtc {pair or 'unknown'}"
         task = asyncio.create_task(self._serve(port, subprotocol, reader), name=f"webrtc {self.id}")
         self._sessions.add(task)

@@ -4,11 +4,18 @@
 ``receive`` hands out the channel's messages as ``websocket.receive`` (``text`` for a string
 message, ``bytes`` for a binary one) and ``websocket.disconnect`` once it closes. At most
 ``max_queued`` messages wait for the session; a peer that sends more before they are taken
-has its channel closed (SCTP gives a receiver no way to slow the sender down). ``send`` writes
-``websocket.send`` messages, waiting while the channel buffers more than ``high_water`` bytes,
-so a slow peer holds back its pumps rather than filling the gateway's memory; a message for a
-closed channel raises `ChannelGone` (an `OSError`, which the session's pumps treat as the end
-of their socket).
+has its channel closed (SCTP gives a receiver no way to slow the sender down). A message over
+``max_message`` bytes is answered with an ``error`` (``body_too_large``) and the channel
+closed: aiortc reassembles what the peer sends whole, so the bound is checked on delivery.
+
+``send`` writes ``websocket.send`` messages. On a reliable channel it waits while the channel
+buffers more than ``high_water`` bytes, so a slow peer holds back its pumps rather than
+filling the gateway's memory; on a ``lossy`` one (the unreliable real-time channel) a message
+that finds that much buffered is dropped instead, and counted: late presence is worthless. A
+message larger than the peer takes (its SDP ``max-message-size``) is replaced by an ``error``
+(``event_too_large``) and the channel closed, so the client resumes elsewhere instead of
+missing it silently. A message for a closed channel raises `ChannelGone` (an `OSError`,
+which the session's pumps treat as the end of their socket).
 """
 
 from __future__ import annotations
@@ -18,9 +25,16 @@ import logging
 from collections import deque
 from typing import Any
 
+import msgspec
+import orjson
+
+from airlane.core.errors import ErrorCode
+
 __all__ = ["ChannelGone", "ChannelPort"]
 
 log = logging.getLogger("airlane.webrtc")
+
+_msgpack = msgspec.msgpack.Encoder()
 
 
 class ChannelGone(ConnectionResetError):
@@ -30,11 +44,25 @@ class ChannelGone(ConnectionResetError):
 class ChannelPort:
     """See the module docstring."""
 
-    def __init__(self, channel: Any, *, max_queued: int, high_water: int) -> None:
+    def __init__(
+        self,
+        channel: Any,
+        *,
+        max_queued: int,
+        high_water: int,
+        max_message: int = 262_144,
+        binary: bool = False,
+        lossy: bool = False,
+    ) -> None:
         self.channel = channel
         self.max_queued = max_queued
         self.high_water = high_water
+        self.max_message = max_message
+        self.binary = binary
+        self.lossy = lossy
         self.overflowed = False
+        self.dropped = 0
+        """Messages a lossy channel dropped because the peer was behind."""
         self._incoming: deque[str | bytes] = deque()
         self._arrived = asyncio.Event()
         self._closed = False
@@ -53,6 +81,13 @@ class ChannelPort:
     def _on_message(self, data: str | bytes) -> None:
         if self._closed:
             return
+        size = len(data) if isinstance(data, bytes) else len(data.encode())
+        if size > self.max_message:
+            self._refuse(
+                ErrorCode.BODY_TOO_LARGE,
+                f"a message of {size} bytes; a channel takes at most {self.max_message}",
+            )
+            return
         if len(self._incoming) >= self.max_queued:
             self.overflowed = True
             log.warning(
@@ -60,11 +95,24 @@ class ChannelPort:
                 self.channel.label,
                 self.max_queued,
             )
-            self.channel.close()
-            self._on_close()
+            self._shut()
             return
         self._incoming.append(data)
         self._arrived.set()
+
+    def _refuse(self, code: ErrorCode, message: str) -> None:
+        """Tell the peer why, then close the channel."""
+        log.info("webrtc: channel %r closed: %s", self.channel.label, message)
+        error = {"op": "error", "code": code.value, "message": message}
+        frame: str | bytes = _msgpack.encode(error) if self.binary else orjson.dumps(error).decode()
+        if self.channel.readyState == "open":
+            self.channel.send(frame)
+        self.overflowed = True
+        self._shut()
+
+    def _shut(self) -> None:
+        self.channel.close()
+        self._on_close()
 
     def _on_close(self) -> None:
         self._closed = True
@@ -95,14 +143,25 @@ class ChannelPort:
             for data in message.get("texts") or message.get("bytes") or ():
                 await self._write(data.decode() if "texts" in message else data)
         elif kind == "websocket.close" and not self._closed:
-            self.channel.close()
-            self._on_close()
+            self._shut()
         # websocket.accept: the channel is open already.
 
     async def _write(self, data: str | bytes) -> None:
-        while not self._closed and self.channel.bufferedAmount > self.high_water:
-            self._drained.clear()
-            await self._drained.wait()
+        if self.lossy:
+            if not self._closed and self.channel.bufferedAmount > self.high_water:
+                self.dropped += 1
+                return
+        else:
+            while not self._closed and self.channel.bufferedAmount > self.high_water:
+                self._drained.clear()
+                await self._drained.wait()
         if self._closed or self.channel.readyState != "open":
             raise ChannelGone("the data channel is closed")
-        self.channel.send(data)
+        try:
+            self.channel.send(data)
+        except ValueError as exc:  # aiortc: more than the peer's max-message-size
+            self._refuse(
+                ErrorCode.EVENT_TOO_LARGE,
+                f"{exc}: read this stream over /v1/ws or SSE from the last id seen",
+            )
+            raise ChannelGone("the peer cannot take a message this large") from None

@@ -10,15 +10,20 @@ POST     /v1/webrtc                                  ``application/sdp`` offer -
                                                      session, ``Link`` headers naming the ICE
                                                      servers
 PATCH    /v1/webrtc/{session}                        ``application/trickle-ice-sdpfrag``: the
-                                                     client's candidates -> 204
+                                                     client's candidates -> 204; an ICE restart
+                                                     (a new ``ice-ufrag``) -> 422
 DELETE   /v1/webrtc/{session}                        close it -> 204
 =======  ==========================================  ============================================
 
 A malformed offer, one with no data channel, too many candidates or one that is too large is
 a 400 (413) that says what is wrong; nothing is kept.
+
+`PeerSignalling` offers the same to AIRC's ``RTC_*`` messages (AIRC over WebSocket).
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from airlane.core.errors import AirlaneError, BadRequest, ErrorCode, NotFound
 from airlane.gateway import Principal
@@ -32,8 +37,13 @@ from airlane.transports.http.asgi import (
     send_json,
 )
 from airlane.transports.http.context import AppContext
+from airlane.transports.http.errors import error_json
+from airlane.transports.http.webrtc.peer import IceRestartUnsupported
 
-__all__ = ["handle_webrtc"]
+if TYPE_CHECKING:
+    from airlane.transports.http.webrtc.peer import WebRtcPeers
+
+__all__ = ["PeerSignalling", "handle_webrtc"]
 
 SDP = b"application/sdp"
 TRICKLE = "application/trickle-ice-sdpfrag"
@@ -73,13 +83,48 @@ async def handle_webrtc(
     peer = peers.get(principal, rest)
     if method == "PATCH":
         _content_type(request, TRICKLE)
-        await peer.add_candidates(_text(await read_body(receive, limit)))
+        try:
+            await peer.add_candidates(_text(await read_body(receive, limit)))
+        except IceRestartUnsupported as exc:
+            await send_body(send, 422, error_json(exc, status=422), b"application/json")
+            return
         await send_body(send, 204, b"", b"text/plain")
     elif method == "DELETE":
         await peer.aclose()
         await send_body(send, 204, b"", b"text/plain")
     else:
         allow_methods(method, "PATCH, DELETE")
+
+
+class PeerSignalling:
+    """The gateway's peer connections as AIRC's ``RtcSignalling``: what ``RTC_OFFER``,
+    ``RTC_CANDIDATES`` and ``RTC_CLOSE`` do, with the bounds and refusals of the endpoints."""
+
+    def __init__(self, context: AppContext) -> None:
+        self._context = context
+
+    def _peers(self, text: str) -> WebRtcPeers:
+        peers = self._context.webrtc_peers()
+        limit = peers.config.max_sdp_bytes
+        if len(text.encode()) > limit:
+            raise AirlaneError(
+                f"an offer or candidate fragment of at most {limit} bytes",
+                code=ErrorCode.BODY_TOO_LARGE,
+            )
+        return peers
+
+    async def offer(self, principal: Principal, sdp: str) -> tuple[str, str]:
+        """A new peer connection for ``sdp``: its session id and the answer."""
+        peer, answer = await self._peers(sdp).offer(principal, sdp)
+        return peer.id, answer
+
+    async def add_candidates(self, principal: Principal, session: str, fragment: str) -> None:
+        """The client's trickled candidates for ``session``."""
+        await self._peers(fragment).get(principal, session).add_candidates(fragment)
+
+    async def close(self, principal: Principal, session: str) -> None:
+        """Close ``session``."""
+        await self._context.webrtc_peers().get(principal, session).aclose()
 
 
 def _content_type(request: Request, expected: str) -> None:
