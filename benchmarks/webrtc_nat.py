@@ -18,7 +18,9 @@ symmetric      symmetric    none          peer-reflexive: the gateway answers wh
                                           client's checks come from
 relay          none         none          TURN over UDP (the client gathers relayed
                                           candidates only: iceTransportPolicy ``relay``)
-tcp            cone, no UDP none          TURN over TCP
+tcp            cone, no UDP none          TURN over TCP (the client lists no STUN server)
+tcp-with-stun  cone, no UDP none          the same, the client listing the STUN server too:
+                                          aiortc waits out its STUN request before offering
 both-symmetric symmetric    symmetric     relay to relay
 ============== ============ ============= ==================================================
 
@@ -50,7 +52,8 @@ CASES: dict[str, tuple[Nat, Nat, bool, tuple[str, ...]]] = {
     "cone": ("cone", "none", False, ()),
     "symmetric": ("symmetric", "none", False, ()),
     "relay": ("none", "none", False, ("--policy", "relay")),
-    "tcp": ("cone", "none", True, ("--turn-tcp",)),
+    "tcp": ("cone", "none", True, ("--turn-tcp", "--no-stun")),
+    "tcp-with-stun": ("cone", "none", True, ("--turn-tcp",)),
     "both-symmetric": ("symmetric", "symmetric", False, ()),
 }
 

@@ -15,7 +15,10 @@ It prints one JSON object:
   at its ``itl_ms``), read live: the gaps between consecutive events, p50/p99/max in ms.
 
 ``--policy relay`` makes the client gather relayed candidates only (iceTransportPolicy
-``relay``): every path then goes through the TURN server.
+``relay``): every path then goes through the TURN server. ``--turn-tcp`` puts the TURN server's
+TCP URL first (aiortc uses one URL a server); ``--no-stun`` leaves the STUN servers out: aiortc
+gathers every candidate before it offers, and a STUN request that UDP never delivers holds the
+offer for its whole retransmission schedule (about 5.5 s).
 """
 
 from __future__ import annotations
@@ -176,6 +179,9 @@ async def main() -> None:
     parser.add_argument("--setup-timeout-s", type=float, default=10.0)
     parser.add_argument("--policy", choices=("all", "relay"), default="all")
     parser.add_argument("--turn-tcp", action="store_true", help="TURN over TCP only")
+    parser.add_argument(
+        "--no-stun", action="store_true", help="leave out the STUN servers (UDP is blocked)"
+    )
     parser.add_argument("--bulk-events", type=int, default=2000)
     parser.add_argument("--event-bytes", type=int, default=1024)
     parser.add_argument("--tokens", type=int, default=300)
@@ -184,6 +190,8 @@ async def main() -> None:
         servers = (await http.get(f"{args.url}/v1/webrtc/ice-servers")).json()["iceServers"]
         ice = []
         for server in servers:
+            if args.no_stun and "username" not in server:
+                continue
             if "username" in server:
                 # aiortc uses a server entry's first URL only: put the wanted transport first.
                 wanted = "transport=tcp" if args.turn_tcp else "transport=udp"

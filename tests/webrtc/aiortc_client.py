@@ -166,6 +166,9 @@ async def main() -> None:
     parser.add_argument(
         "--turn-tcp", action="store_true", help="TURN over TCP (aiortc uses one TURN URL)"
     )
+    parser.add_argument(
+        "--turn-tls", action="store_true", help="TURN over TLS (turns:); trust SSL_CERT_FILE"
+    )
     parser.add_argument("--signal", choices=("http", "airc"), default="http")
     parser.add_argument("--rt", action="store_true", help="use the real-time channel too")
     parser.add_argument("--oversize", type=int, default=0, help="send a message this large")
@@ -180,6 +183,8 @@ async def main() -> None:
         for server in servers:
             if args.turn_tcp and "username" in server:
                 server["urls"] = [url for url in server["urls"] if "transport=tcp" in url]
+            if args.turn_tls and "username" in server:
+                server["urls"] = [url for url in server["urls"] if url.startswith("turns:")]
             ICE.append(RTCIceServer(**server))
     if args.flood:
         await flood(args)

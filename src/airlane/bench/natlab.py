@@ -167,6 +167,23 @@ class NatLab:
             self._in(ns["public"], ["ip", "link", "set", dev, "master", f"b{t}"])
         self._in(ns["public"], ["ip", "addr", "add", "198.51.100.3/24", "dev", f"b{t}"])
         self._in(ns["public"], ["ip", "link", "set", f"b{t}", "up"])
+        # The internet drops what it cannot route, silently. Without a default route a
+        # packet from the public side to a private address behind a NAT (a relay trying a
+        # peer's host candidate) fails at once with ENETUNREACH, and coturn ends the whole
+        # allocation on that error: relay-to-relay then never connects, only in the lab.
+        # So the default route leads into a veth pair whose far end takes nothing: the next
+        # hop's address is pinned to a MAC no one has, so nothing waits for ARP either.
+        public = ns["public"]
+        self._in(public, ["ip", "link", "add", f"v{t}", "type", "veth", "peer", "name", f"x{t}"])
+        self._in(public, ["ip", "addr", "add", "192.0.2.1/24", "dev", f"v{t}"])
+        for dev in (f"v{t}", f"x{t}"):
+            self._in(public, ["ip", "link", "set", dev, "up"])
+        self._in(
+            public,
+            ["ip", "neigh", "add", "192.0.2.254", "lladdr", "02:00:00:00:00:fe", "dev", f"v{t}",
+             "nud", "permanent"],
+        )  # fmt: skip
+        self._in(public, ["ip", "route", "add", "default", "via", "192.0.2.254"])
         self._in(ns["client"], ["ip", "route", "add", "default", "via", "10.88.1.1"])
         self._in(ns["gateway"], ["ip", "route", "add", "default", "via", "10.88.2.1"])
         for router, nat, private, via, public_dev in (
@@ -206,17 +223,24 @@ class NatLab:
 
     # -- what runs in it ---------------------------------------------------------------------
 
-    def start_turn(self, secret: str, directory: Path) -> subprocess.Popen[Any]:
+    def start_turn(
+        self, secret: str, directory: Path, *, tls: tuple[Path, Path] | None = None
+    ) -> subprocess.Popen[Any]:
         """coturn (Debian's ``turnserver``) on the public side: STUN and TURN on UDP and TCP
-        port 3478 of `public_addr`, TURN credentials by the REST API scheme from ``secret``
-        (``[webrtc] turn_secret``), realm ``airlane.lab``; its log in ``directory``."""
+        port 3478 of `public_addr` (and TURN over TLS on 5349 with ``tls``, a certificate and
+        its key), TURN credentials by the REST API scheme from ``secret`` (``[webrtc]
+        turn_secret``), realm ``airlane.lab``; its log in ``directory``."""
         addr = self.public_addr
+        security = ["--no-tls"]
+        if tls is not None:
+            cert, key = tls
+            security = ["--cert", str(cert), "--pkey", str(key), "--tls-listening-port", "5349"]
         return self.popen(
             "public",
             [
                 "turnserver", "-n", "--listening-ip", addr, "--relay-ip", addr,
                 "--listening-port", "3478", "--use-auth-secret", "--static-auth-secret", secret,
-                "--realm", "airlane.lab", "--no-tls", "--no-dtls", "--no-cli", "--fingerprint",
+                "--realm", "airlane.lab", *security, "--no-dtls", "--no-cli", "--fingerprint",
                 "--simple-log", "-c", "/dev/null", "--log-file", str(directory / "turn.log"),
                 "--pidfile", str(directory / "turn.pid"),
             ],
