@@ -16,7 +16,8 @@ def test_package_exports() -> None:
             *("ClockEstimator", "ClockSample", "ClockUpdated", "Close", "ConnectionClosed"),
             *("ConnectionStats", "Error", "ErrorCode", "Flags", "Frame", "FrameDecoder"),
             *("GapDetected", "GenAck", "GenRequest", "GoAway", "MessageReceived", "Open"),
-            *("Opened", "SendQueueFull", "SignalMessage", "SignalReceived", "SignalType"),
+            *("Opened", "RtcAnswer", "RtcCandidates", "RtcClose", "RtcOffer"),
+            *("SendQueueFull", "SignalMessage", "SignalReceived", "SignalType"),
             *("TimeRequest", "TimeResponse", "clock_sample", "crc16", "decode_signal"),
             *("encode_frame", "encode_signal", "serial_add", "serial_diff", "serial_lt"),
         ]
