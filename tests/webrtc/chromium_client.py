@@ -3,13 +3,15 @@ run inside a lab namespace by tests/webrtc/test_peers.py.
 
     python chromium_client.py --url http://10.77.0.2:18480
 
-The page (same origin as the gateway) offers a data channel ``airlane``, starts a generation,
-reads its first 10 events, then forces an ICE restart (``restartIce``, a new offer, its new
-ICE credentials sent as a trickle fragment, RFC 9725's way); the gateway (aiortc) cannot
-restart and refuses with 422, so the page does what docs/webrtc.md says: closes that peer
-connection, offers a new one, resumes from the last event id, and reads to ``done``. It prints
-one JSON object: ``{"peers": [[events...], [events...]], "pairs": [...], "restart":
-{"status": ..., "code": ...}}``; it exits 1 on an error.
+The page (same origin as the gateway) offers a data channel ``airlane``, starts a generation
+and reads its first 10 events. Then it forces an ICE restart (``restartIce``, a new offer
+whose new ICE credentials go to the gateway as a trickle fragment, RFC 9725's way; the
+gateway's new ones come back and go into a copy of its answer), waits until the gateway has
+moved to the new path, and on the same channel reads 2 more events, pings, and runs a second
+generation to its end. Last it closes that peer connection, offers a new one, and resumes the
+first generation from the last event id it saw, to ``done``. It prints one JSON object:
+``{"peers": [[events...], [events...]], "pairs": [...], "restart": {...}}``; it exits 1 on
+an error.
 """
 
 from __future__ import annotations
@@ -66,50 +68,102 @@ async ({maxTokens}) => {
     }
     return { pc, channel, next, session };
   }
-  const peers = [[], []];
-  let first = await connect();
-  first.channel.send(JSON.stringify({
-    op: "generate", subscribe: true,
-    request: { model: "any", max_tokens: maxTokens, messages: [{ role: "user", content: "hi" }] },
-  }));
-  let stream = null, last = null;
-  while (true) {
-    const message = await first.next();
-    if (message.op === "generated") stream = message.stream;
-    if (message.op !== "event") continue;
-    peers[0].push(message);
-    last = message.id;
-    if (message.event.kind === "done" || peers[0].length >= 10) break;
-  }
-  const stats = [];
-  (await first.pc.getStats()).forEach((s) => {
-    if (s.type === "candidate-pair" && s.nominated) stats.push(s.state);
+  const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+  const lines = (sdp) => sdp.split("\\r\\n");
+  const request = (content) => ({
+    model: "any", max_tokens: maxTokens, messages: [{ role: "user", content }],
   });
-  // An ICE restart, as on a network change: new credentials, sent as a trickle fragment.
+  async function readGeneration(peer, into, limit) {
+    while (true) {
+      const message = await peer.next();
+      if (message.op !== "event") continue;
+      into.push(message);
+      if (message.event.kind === "done" || into.length >= limit) return message;
+    }
+  }
+
+  // 1. A generation, its first 10 events.
+  const peers = [[], []];
+  const first = await connect();
+  first.channel.send(JSON.stringify({ op: "generate", subscribe: true, request: request("hi") }));
+  const stream = (await first.next()).stream;
+  let last = (await readGeneration(first, peers[0], 10)).id;
+  const pairs = [];
+  (await first.pc.getStats()).forEach((s) => {
+    if (s.type === "candidate-pair" && s.nominated) pairs.push(s.state);
+  });
+
+  // 2. An ICE restart, as on a network change: the new credentials (and candidates, when
+  // Chromium has any) go to the gateway as a trickle fragment, RFC 9725's way; the gateway's
+  // new ones come back and go into a copy of its first answer.
+  const candidates = [];
+  const gathered = new Promise((resolve) => {
+    first.pc.onicecandidate = ({ candidate }) => {
+      // Chromium first repeats the end of the first session's candidates: not ours.
+      if (candidate === null && candidates.length) resolve();
+      else if (candidate && candidate.candidate) candidates.push(`a=${candidate.candidate}`);
+    };
+  });
+  const ufragBefore = lines(first.pc.remoteDescription.sdp)
+    .find((l) => l.startsWith("a=ice-ufrag:"));
   first.pc.restartIce();
-  const restartOffer = await first.pc.createOffer();
-  const fragment = restartOffer.sdp.split("\\r\\n").filter((line) =>
-    line.startsWith("a=ice-ufrag:") || line.startsWith("a=ice-pwd:") ||
-    line.startsWith("m=") || line.startsWith("a=mid:")).join("\\r\\n") + "\\r\\n";
-  const refused = await fetch(first.session, {
+  await first.pc.setLocalDescription(await first.pc.createOffer());
+  // In the lab Chromium gathers no candidate to signal (its first offer had none either: the
+  // gateway learned its address from its checks, peer-reflexive): a second at most.
+  await Promise.race([gathered, sleep(1000)]);
+  const credentials = lines(first.pc.localDescription.sdp).filter((l) =>
+    l.startsWith("a=ice-ufrag:") || l.startsWith("a=ice-pwd:"));
+  const fragment = [...credentials, "m=application 9 UDP/DTLS/SCTP webrtc-datachannel",
+    "a=mid:0", ...candidates, "a=end-of-candidates", ""].join("\\r\\n");
+  const patched = await fetch(first.session, {
     method: "PATCH", headers: { "content-type": "application/trickle-ice-sdpfrag" },
     body: fragment,
   });
-  const restart = { status: refused.status, code: (await refused.json()).error.code };
+  const theirs = lines(await patched.text());
+  const restart = { status: patched.status, type: patched.headers.get("content-type") };
+  const fresh = (prefix) => theirs.filter((l) => l.startsWith(prefix));
+  const answer = [];
+  for (const line of lines(first.pc.remoteDescription.sdp)) {
+    if (line.startsWith("a=ice-ufrag:")) answer.push(fresh("a=ice-ufrag:")[0]);
+    else if (line.startsWith("a=ice-pwd:")) answer.push(fresh("a=ice-pwd:")[0]);
+    else if (line.startsWith("a=candidate:") || line === "a=end-of-candidates") continue;
+    else if (line.startsWith("a=mid:")) answer.push(line, ...fresh("a=candidate:"));
+    else answer.push(line);
+  }
+  await first.pc.setRemoteDescription({ type: "answer", sdp: answer.join("\\r\\n") });
+  restart.ufragChanged = !answer.includes(ufragBefore);
+  // ICE stays "connected" on the old pair while it checks the new one: ask the gateway
+  // whether it moved over (it closes the old path when it does).
+  for (let i = 0; i < 100; i++) {
+    restart.outcome = (await (await fetch("/metrics")).text()).split("\\n")
+      .filter((l) => l.startsWith("airlane_webrtc_ice_restarts_total{"));
+    if (restart.outcome.some((l) => !l.endsWith(" 0.0"))) break;
+    await sleep(100);
+  }
   console.log(`ice restart: ${JSON.stringify(restart)}`);
+
+  // 3. The same channel, on the new path: what was sent before it arrives (the first
+  // generation's next 2 events), and a new generation runs to its end.
+  last = (await readGeneration(first, peers[0], 12)).id;
+  first.channel.send(JSON.stringify({ op: "ping", ref: "after-restart" }));
+  while ((await first.next()).op !== "pong");
+  restart.after = [];
+  first.channel.send(JSON.stringify({
+    op: "generate", subscribe: true, request: request("again"),
+  }));
+  await readGeneration(first, restart.after, 1000);
+
+  // 4. A new peer connection resumes the first generation from the last id seen.
   first.pc.close();
   await fetch(first.session, { method: "DELETE" });
-  const second = await connect();
-  console.log(`resuming ${stream} from ${last}`);
-  second.channel.send(JSON.stringify({ op: "subscribe", stream, from: last }));
-  while (true) {
-    const message = await second.next();
-    if (message.op !== "event") { console.log(`second: ${JSON.stringify(message)}`); continue; }
-    peers[1].push(message);
-    if (message.event.kind === "done" || message.event.kind === "error") break;
+  if (peers[0][peers[0].length - 1].event.kind !== "done") {
+    const second = await connect();
+    console.log(`resuming ${stream} from ${last}`);
+    second.channel.send(JSON.stringify({ op: "subscribe", stream, from: last }));
+    await readGeneration(second, peers[1], 1000);
+    second.pc.close();
   }
-  second.pc.close();
-  return { peers, pairs: stats, restart };
+  return { peers, pairs, restart };
 }
 """
 

@@ -371,10 +371,14 @@ class AircClient:
         assert isinstance(reply, RtcAnswer)
         return reply.session, reply.sdp
 
-    async def webrtc_candidates(self, session: str, fragment: str) -> None:
-        """Trickle candidates (``a=candidate:`` lines) to WebRTC session ``session``."""
+    async def webrtc_candidates(self, session: str, fragment: str) -> str:
+        """Trickle candidates (``a=candidate:`` lines) to WebRTC session ``session``; a
+        fragment with new ``a=ice-ufrag`` / ``a=ice-pwd`` restarts ICE, and the gateway's new
+        credentials and candidates come back (otherwise ``""``)."""
         request_id = self._next_id()
-        await self._request(request_id, RtcCandidates(request_id, session, fragment))
+        reply = await self._request(request_id, RtcCandidates(request_id, session, fragment))
+        assert isinstance(reply, RtcAnswer)
+        return reply.sdp
 
     async def webrtc_close(self, session: str) -> None:
         """Close WebRTC session ``session``."""

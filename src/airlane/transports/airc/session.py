@@ -127,8 +127,9 @@ class RtcSignalling(Protocol):
         """A new peer connection for ``sdp``: its session id and the answer."""
         ...
 
-    async def add_candidates(self, principal: Principal, session: str, fragment: str) -> None:
-        """The client's trickled candidates for ``session``."""
+    async def add_candidates(self, principal: Principal, session: str, fragment: str) -> str:
+        """The client's trickled candidates for ``session``; for an ICE restart (new
+        credentials in ``fragment``) the fragment to answer with, else ``""``."""
         ...
 
     async def close(self, principal: Principal, session: str) -> None:
@@ -448,8 +449,8 @@ class AircSession:
         if isinstance(message, RtcOffer):
             session, answer = await self._rtc.offer(principal, message.sdp)
         elif isinstance(message, RtcCandidates):
-            session, answer = message.session, ""
-            await self._rtc.add_candidates(principal, session, message.fragment)
+            session = message.session
+            answer = await self._rtc.add_candidates(principal, session, message.fragment)
         else:
             session, answer = message.session, ""
             await self._rtc.close(principal, session)

@@ -44,6 +44,8 @@ class HttpMetrics(Collector):
         self.webrtc_pairs: dict[str, int] = {}
         """WebRTC peer connections established, by the candidate pair ICE chose
         (``host/udp-host``, ``srflx/udp-relay``...): a bounded label set."""
+        self.webrtc_restarts: dict[str, int] = {"switched": 0, "failed": 0}
+        """WebRTC ICE restarts, by outcome."""
         self._lag_counts = [0] * (len(_LAG_BUCKETS_NS) + 1)
         self._lag_sum_ns = 0
         self.registry = CollectorRegistry(auto_describe=False)
@@ -123,6 +125,14 @@ class HttpMetrics(Collector):
         for pair, count in self.webrtc_pairs.items():
             pairs.add_metric([pair], count)
         yield pairs
+        restarts = CounterMetricFamily(
+            "airlane_webrtc_ice_restarts",
+            "WebRTC ICE restarts: switched to the new path, or failed (the old path stayed)",
+            labels=["outcome"],
+        )
+        for outcome, count in self.webrtc_restarts.items():
+            restarts.add_metric([outcome], count)
+        yield restarts
         yield self._lag_family()
         yield from _admission_families()
 

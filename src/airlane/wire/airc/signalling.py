@@ -38,7 +38,8 @@ The messages (``<= n`` is a limit in bytes, enforced on both encode and decode):
                        data channel)
     0x0F RtcAnswer     request_id u16, session str8, sdp str32 <= 64 KiB (server: the answer
                        to each Rtc request; to RtcOffer the SDP answer, with every candidate
-                       the server gathered; to the others an empty sdp)
+                       the server gathered; to an RtcCandidates that restarts ICE the server's
+                       new credentials and candidates as a fragment; otherwise empty)
     0x10 RtcCandidates request_id u16, session str8, fragment str32 <= 64 KiB (client: its
                        trickled ``a=candidate:`` lines, an ``application/trickle-ice-sdpfrag``)
     0x11 RtcClose      request_id u16, session str8 (client: close that peer connection)
@@ -267,7 +268,8 @@ class RtcOffer:
 @dataclass(frozen=True, slots=True)
 class RtcAnswer:
     """Server: the answer to an Rtc request: to `RtcOffer` the SDP answer, ``session`` naming
-    the new peer connection; to `RtcCandidates` and `RtcClose` an empty ``sdp``."""
+    the new peer connection; to an `RtcCandidates` that restarts ICE (new credentials) the
+    server's new ones and its candidates as a fragment; otherwise an empty ``sdp``."""
 
     request_id: int
     session: str

@@ -4,7 +4,7 @@ the ``/v1/ws`` session protocol.
 A client offers (`WebRtcPeers.offer`, an SDP offer with a data channel); the gateway answers
 with every candidate it gathered (host, then server-reflexive and relayed ones when
 ``[webrtc]`` names STUN and TURN servers), and takes the client's trickled candidates after
-(`WebRtcPeer.add_candidates`). Each data channel the client opens with a label of
+(`WebRtcPeer.trickle`). Each data channel the client opens with a label of
 `CHANNEL_LABELS` runs a `airlane.transports.http.websocket.WebSocketSession` over a
 `ChannelPort`: the same ops (subscribe with a resume position, generate, publish, cancel),
 the same events. ``airlane`` is the reliable, ordered channel (JSON; ``airlane.msgpack``:
@@ -13,8 +13,10 @@ holds back no other (each channel is an SCTP stream of its own). ``airlane.rt`` 
 ``airlane.rt.msgpack``) is for the real-time lanes (presence, progress, cancel): the client
 opens it unordered without retransmissions, and the gateway drops what it sends there while
 the peer is behind instead of waiting. A client that loses its peer connection offers a new
-one and subscribes again from the last ``id`` it saw; aiortc cannot restart ICE, so an ICE
-restart (a trickled fragment with a new ``ice-ufrag``) is refused with `IceRestartUnsupported`.
+one and subscribes again from the last ``id`` it saw; one whose network changed restarts ICE
+instead (a trickled fragment with a new ``ice-ufrag``, `WebRtcPeer.trickle`): the gateway
+answers with its own new credentials and candidates, and its channels carry on over the new
+path (`airlane.transports.http.webrtc.restart`).
 
 Bounds: ``max_peers`` connections (503 past it), offers and candidate fragments of at most
 ``max_sdp_bytes``, ``max_candidates`` remote candidates, messages of at most
@@ -29,12 +31,15 @@ import contextlib
 import logging
 import secrets
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from airlane.core.errors import AirlaneError, BadRequest, ErrorCode, NotFound
 from airlane.gateway import Principal
 from airlane.transports.http.webrtc.config import WebRtcConfig
 from airlane.transports.http.webrtc.port import ChannelPort
+from airlane.transports.http.webrtc.restart import IceRestart, RemoteIce, parse_fragment
+from airlane.transports.http.webrtc.restart import supported as restart_supported
 from airlane.transports.http.webrtc.turn import turn_credentials
 
 if TYPE_CHECKING:
@@ -43,6 +48,8 @@ if TYPE_CHECKING:
 __all__ = ["CHANNEL_LABELS", "IceRestartUnsupported", "WebRtcPeer", "WebRtcPeers"]
 
 log = logging.getLogger("airlane.webrtc")
+
+T = TypeVar("T")
 
 CHANNEL_LABELS = {
     "airlane": ("airlane.v1.json", False),
@@ -61,17 +68,11 @@ class WebRtcUnavailable(AirlaneError):
 
 
 class IceRestartUnsupported(AirlaneError):
-    """The client restarted ICE (new credentials), which aiortc cannot follow. Over HTTP it is
+    """The client restarted ICE (new credentials) where the gateway cannot follow (before the
+    connection is up, or an aiortc whose internals `restart` does not know). Over HTTP it is
     a 422, as RFC 9725 asks of a session that takes trickled candidates but no restart."""
 
     code = ErrorCode.UNSUPPORTED
-
-
-def _ufrag(sdp: str) -> str | None:
-    for line in sdp.splitlines():
-        if line.startswith("a=ice-ufrag:"):
-            return line[len("a=ice-ufrag:") :].strip()
-    return None
 
 
 def _check_offer(sdp: str, config: WebRtcConfig) -> None:
@@ -91,6 +92,18 @@ def _check_offer(sdp: str, config: WebRtcConfig) -> None:
         )
 
 
+async def _refusing_bad_candidates(work: Awaitable[T]) -> T:
+    """``work``, with aiortc's and aioice's complaints about a candidate (parse errors, asserts)
+    turned into a `BadRequest` that says what."""
+    try:
+        return await work
+    except AirlaneError:
+        raise
+    except Exception as exc:
+        reason = str(exc) or type(exc).__name__
+        raise BadRequest(f"a candidate that cannot be used: {reason}") from None
+
+
 class WebRtcPeer:
     """One peer connection and its channels' sessions."""
 
@@ -100,6 +113,11 @@ class WebRtcPeer:
         self.principal = principal
         self.connection = connection
         self.candidates = 0
+        """Remote candidates taken (since the last ICE restart)."""
+        self.restarts = 0
+        """ICE restarts begun."""
+        self._remote_ufrag: str | None = None
+        self._restart: IceRestart | None = None
         self._counted = False
         self.started = time.monotonic()
         self._sessions: set[asyncio.Task[None]] = set()
@@ -140,42 +158,82 @@ class WebRtcPeer:
             log.debug("webrtc: offer refused", exc_info=exc)
             reason = str(exc) or type(exc).__name__
             raise BadRequest(f"the offer cannot be used: {reason}", param="sdp") from None
+        self._remote_ufrag = parse_fragment(offer).ufrag
         loop = asyncio.get_running_loop()
         self._timeout = loop.call_later(self.peers.config.ice_timeout_s, self._ice_timed_out)
         return str(self.connection.localDescription.sdp)
 
-    async def add_candidates(self, fragment: str) -> int:
-        """Add the client's trickled candidates (``a=candidate:`` lines of an
-        ``application/trickle-ice-sdpfrag``); how many were taken."""
+    async def trickle(self, fragment: str) -> str | None:
+        """Take an ``application/trickle-ice-sdpfrag`` from the client: its candidates, or,
+        when it names new ICE credentials, an ICE restart (`restart.IceRestart`). For a
+        restart, the fragment to answer with (the gateway's new credentials and candidates);
+        otherwise None."""
+        remote = parse_fragment(fragment)
+        if remote.ufrag is not None and remote.ufrag != self._remote_ufrag:
+            return await self._restart_ice(remote)
+        self._count(remote.candidates)
+        restart = self._restart
+        if restart is not None and not restart.done.is_set():
+            await _refusing_bad_candidates(restart.add_candidates(remote))
+        else:
+            await _refusing_bad_candidates(self._add_candidates(fragment))
+        self.candidates += len(remote.candidates)
+        return None
+
+    def _count(self, candidates: list[str]) -> None:
+        limit = self.peers.config.max_candidates
+        if self.candidates + len(candidates) > limit:
+            raise BadRequest(f"at most {limit} candidates a connection")
+
+    async def _add_candidates(self, fragment: str) -> None:
         from aiortc.sdp import candidate_from_sdp
 
-        ufrag = _ufrag(fragment)
-        if ufrag is not None and ufrag != _ufrag(self.connection.remoteDescription.sdp):
-            raise IceRestartUnsupported(
-                "this gateway's WebRTC peer (aiortc) cannot restart ICE: offer a new peer "
-                "connection (POST /v1/webrtc) and subscribe again from the last id seen"
-            )
         mid = None
-        taken = 0
         for raw in fragment.splitlines():
             line = raw.strip()
             if line.startswith("a=mid:"):
                 mid = line[len("a=mid:") :]
             elif line.startswith("a=candidate:"):
-                if self.candidates >= self.peers.config.max_candidates:
-                    raise BadRequest(
-                        f"at most {self.peers.config.max_candidates} candidates a connection"
-                    )
-                try:
-                    candidate = candidate_from_sdp(line[len("a=") :])
-                    candidate.sdpMid = mid or "0"
-                    await self.connection.addIceCandidate(candidate)
-                except Exception as exc:  # aiortc's parser asserts, too
-                    reason = str(exc) or type(exc).__name__
-                    raise BadRequest(f"a candidate that cannot be used: {reason}") from None
-                self.candidates += 1
-                taken += 1
-        return taken
+                candidate = candidate_from_sdp(line[len("a=") :])
+                candidate.sdpMid = mid or "0"
+                await self.connection.addIceCandidate(candidate)
+
+    async def _restart_ice(self, remote: RemoteIce) -> str:
+        from aiortc import RTCIceServer
+
+        ice = self._ice_transport()
+        if self.state != "connected" or ice is None or not restart_supported(ice):
+            when = "before it connects" if self.state != "connected" else "with this aiortc"
+            raise IceRestartUnsupported(
+                f"this gateway's WebRTC peer cannot restart ICE {when}: offer a new peer "
+                "connection (POST /v1/webrtc) and subscribe again from the last id seen"
+            )
+        if not remote.pwd:
+            raise BadRequest("an ICE restart names the new a=ice-pwd with the new a=ice-ufrag")
+        limit = self.peers.config.max_candidates
+        if len(remote.candidates) > limit:
+            raise BadRequest(f"at most {limit} candidates a connection")
+        if self._restart is not None:
+            await self._restart.aclose()
+        servers = [RTCIceServer(**server) for server in self.peers.ice_servers(self.principal)]
+        outcomes = self.peers.context.metrics.webrtc_restarts
+        offer = str(self.connection.remoteDescription.sdp)
+        mid = next((line[6:] for line in offer.splitlines() if line.startswith("a=mid:")), "0")
+        restart = IceRestart(ice, servers, self.peers.config.ice_timeout_s, outcomes, mid=mid)
+        self._restart = restart
+        try:
+            answer = await _refusing_bad_candidates(restart.begin(remote))
+        except BaseException:
+            await restart.aclose()
+            raise
+        self._remote_ufrag = remote.ufrag
+        self.candidates = len(remote.candidates)
+        self.restarts += 1
+        return answer
+
+    def _ice_transport(self) -> Any:
+        sctp = self.connection.sctp
+        return None if sctp is None else sctp.transport.transport
 
     def _on_channel(self, channel: Any) -> None:
         served = CHANNEL_LABELS.get(channel.label)
@@ -243,6 +301,8 @@ class WebRtcPeer:
         self.peers.forget(self)
         if self._timeout is not None:
             self._timeout.cancel()
+        if self._restart is not None:
+            await self._restart.aclose()
         with contextlib.suppress(Exception):
             await self.connection.close()
         sessions = list(self._sessions)

@@ -11,7 +11,9 @@ POST     /v1/webrtc                                  ``application/sdp`` offer -
                                                      servers
 PATCH    /v1/webrtc/{session}                        ``application/trickle-ice-sdpfrag``: the
                                                      client's candidates -> 204; an ICE restart
-                                                     (a new ``ice-ufrag``) -> 422
+                                                     (a new ``ice-ufrag`` and ``ice-pwd``) ->
+                                                     200, the gateway's new ones and its
+                                                     candidates (422 where it cannot restart)
 DELETE   /v1/webrtc/{session}                        close it -> 204
 =======  ==========================================  ============================================
 
@@ -84,11 +86,14 @@ async def handle_webrtc(
     if method == "PATCH":
         _content_type(request, TRICKLE)
         try:
-            await peer.add_candidates(_text(await read_body(receive, limit)))
+            restarted = await peer.trickle(_text(await read_body(receive, limit)))
         except IceRestartUnsupported as exc:
             await send_body(send, 422, error_json(exc, status=422), b"application/json")
             return
-        await send_body(send, 204, b"", b"text/plain")
+        if restarted is None:
+            await send_body(send, 204, b"", b"text/plain")
+        else:  # an ICE restart: the gateway's new credentials and candidates
+            await send_body(send, 200, restarted.encode(), TRICKLE.encode())
     elif method == "DELETE":
         await peer.aclose()
         await send_body(send, 204, b"", b"text/plain")
@@ -118,9 +123,11 @@ class PeerSignalling:
         peer, answer = await self._peers(sdp).offer(principal, sdp)
         return peer.id, answer
 
-    async def add_candidates(self, principal: Principal, session: str, fragment: str) -> None:
-        """The client's trickled candidates for ``session``."""
-        await self._peers(fragment).get(principal, session).add_candidates(fragment)
+    async def add_candidates(self, principal: Principal, session: str, fragment: str) -> str:
+        """The client's trickled candidates for ``session``, or its ICE restart: then the
+        fragment to answer with, else ``""``."""
+        answer = await self._peers(fragment).get(principal, session).trickle(fragment)
+        return answer or ""
 
     async def close(self, principal: Principal, session: str) -> None:
         """Close ``session``."""
