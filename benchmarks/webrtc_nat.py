@@ -6,8 +6,9 @@ the public side as STUN and TURN server), ``airlane serve`` starts on the gatewa
 ``[webrtc]`` naming coturn, and `benchmarks/peers/webrtc_peer.py` runs on the client's side:
 ``--setups`` peer connections one after another (time from ``createOffer`` to the channel's
 ``open``, and how many opened within 10 s), then a bulk read (``--bulk-events`` events of 1 KiB
-published beforehand, read over one channel) and a paced generation (the synthetic backend's
-``itl_ms`` of 5 ms, ``--tokens`` tokens) whose inter-event gaps are measured at the client.
+published beforehand, read over one channel) and paced generations (the synthetic backend's
+``itl_ms`` of 5 ms, ``--tokens`` deltas in all) whose inter-delta gaps are measured at the
+client.
 
 ============== ============ ============= ==================================================
 case           client's NAT gateway's NAT the path ICE should find
@@ -122,8 +123,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--setups", type=int, default=50)
-    parser.add_argument("--bulk-events", type=int, default=2000)
-    parser.add_argument("--tokens", type=int, default=300)
+    parser.add_argument("--bulk-events", type=int, default=10000)
+    parser.add_argument("--tokens", type=int, default=1000)
     parser.add_argument("--json", help="write the results here ('-': stdout)")
     args = parser.parse_args()
     reason = natlab_available()

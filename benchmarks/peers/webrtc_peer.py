@@ -11,8 +11,9 @@ It prints one JSON object:
 - ``pairs``: the candidate pairs the gateway reports (``airlane_webrtc_connections_total``);
 - ``bulk``: ``--bulk-events`` events of ``--event-bytes`` published to a stream beforehand,
   read over one channel from the start: ``mb_s`` from the first event's arrival to the last;
-- ``paced``: a generation of ``--tokens`` tokens (the gateway's synthetic backend paces them
-  at its ``itl_ms``), read live: the gaps between consecutive events, p50/p99/max in ms.
+- ``paced``: generations one after another until ``--tokens`` deltas came (the gateway's
+  synthetic backend paces them at its ``itl_ms``), read live: the gaps between consecutive
+  deltas of a generation, p50/p99/max in ms.
 
 ``--policy relay`` makes the client gather relayed candidates only (iceTransportPolicy
 ``relay``): every path then goes through the TURN server. ``--turn-tcp`` puts the TURN server's
@@ -145,23 +146,31 @@ async def bulk(args: argparse.Namespace, http: httpx.AsyncClient, config: Any) -
 
 
 async def paced(args: argparse.Namespace, http: httpx.AsyncClient, config: Any) -> dict:
+    """Generations one after another on one channel until ``--tokens`` deltas came (the
+    synthetic backend ends an answer at a random sentence end); the gaps within each."""
     peer = Peer(config)
+    gaps: list[float] = []
+    deltas = generations = 0
     try:
         await peer.connect(http, args.url)
-        request = {
-            "model": "airlane-synthetic",
-            "messages": [{"role": "user", "content": "pace"}],
-            "max_tokens": args.tokens,
-            "stream": True,
-        }
-        peer.send({"op": "generate", "request": request, "subscribe": True})
-        events = await peer.events()
+        while deltas < args.tokens and generations < 100:
+            request = {
+                "model": "airlane-synthetic",
+                "messages": [{"role": "user", "content": f"pace {generations}"}],
+                "max_tokens": args.tokens,
+                "stream": True,
+            }
+            peer.send({"op": "generate", "request": request, "subscribe": True})
+            events = await peer.events()
+            arrivals = [at for at, event in events if event["kind"] == "delta"]
+            gaps += [(b - a) * 1000 for a, b in itertools.pairwise(arrivals)]
+            deltas += len(arrivals)
+            generations += 1
     finally:
         await peer.pc.close()
-    deltas = [at for at, event in events if event["kind"] == "delta"]
-    gaps = [(b - a) * 1000 for a, b in itertools.pairwise(deltas)]
     return {
-        "deltas": len(deltas),
+        "deltas": deltas,
+        "generations": generations,
         "gap_ms": {
             "p50": round(statistics.median(gaps), 2),
             "p99": round(_percentile(gaps, 0.99), 2),
@@ -182,7 +191,7 @@ async def main() -> None:
     parser.add_argument(
         "--no-stun", action="store_true", help="leave out the STUN servers (UDP is blocked)"
     )
-    parser.add_argument("--bulk-events", type=int, default=2000)
+    parser.add_argument("--bulk-events", type=int, default=10000)
     parser.add_argument("--event-bytes", type=int, default=1024)
     parser.add_argument("--tokens", type=int, default=300)
     args = parser.parse_args()

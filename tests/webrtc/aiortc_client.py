@@ -12,9 +12,11 @@ on any error or after ``--timeout-s``.
 ``--signal airc`` offers over AIRC over WebSocket (``RTC_OFFER`` on ``/v1/ws``, subprotocol
 ``airc.v1.2``) instead of ``POST /v1/webrtc``. ``--rt`` also opens the real-time channel
 ``airlane.rt`` (unordered, no retransmissions) and, on it, pings and follows the generation
-from its start (``{"event": "rt", "message": ...}`` lines). ``--oversize N`` sends one message
-of N bytes and reports the channel's answer; ``--big-event N`` publishes an event of N bytes
-to a stream and subscribes to it over the channel.
+from its start (``{"event": "rt", "message": ...}`` lines). ``--trickle`` offers without
+candidates and trickles them after the answer (``PATCH``, or ``RTC_CANDIDATES`` over AIRC).
+``--oversize N`` sends one message of N bytes and reports the channel's answer;
+``--big-event N`` publishes an event of N bytes to a stream and subscribes to it over the
+channel.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ ICE: list[RTCIceServer] = []
 """The gateway's STUN/TURN servers (``--ice``: from ``/v1/webrtc/ice-servers``)."""
 AIRC: list[AircClient] = []
 """The AIRC connection signalling goes over (``--signal airc``)."""
+TRICKLE = False
+"""``--trickle``: offer without candidates, and send them after (PATCH or RTC_CANDIDATES)."""
 REALTIME: dict[str, object] = {}
 """``--rt``: the first peer's real-time channel (``channel``) and what arrives on it
 (``inbox``)."""
@@ -59,20 +63,42 @@ async def connect(
         rt.on("message", lambda data: rt_inbox.put_nowait(json.loads(data)))
         REALTIME.update(channel=rt, inbox=rt_inbox)
     await pc.setLocalDescription(await pc.createOffer())
+    offer, fragment = _split_candidates(pc.localDescription.sdp) if TRICKLE else (None, None)
+    offer = offer or pc.localDescription.sdp
     if AIRC:
-        session, answer = await AIRC[0].webrtc_offer(pc.localDescription.sdp)
+        session, answer = await AIRC[0].webrtc_offer(offer)
     else:
         response = await http.post(
-            f"{url}/v1/webrtc",
-            content=pc.localDescription.sdp,
-            headers={"content-type": "application/sdp"},
+            f"{url}/v1/webrtc", content=offer, headers={"content-type": "application/sdp"}
         )
         response.raise_for_status()
         session, answer = response.headers["location"].rsplit("/", 1)[1], response.text
+    if fragment is not None:
+        # Trickled before the answer is applied (before any check), as a browser sends
+        # candidates as it gathers them: the gateway learns them from here alone.
+        if AIRC:
+            await AIRC[0].webrtc_candidates(session, fragment)
+        else:
+            patched = await http.patch(
+                f"{url}/v1/webrtc/{session}",
+                content=fragment,
+                headers={"content-type": "application/trickle-ice-sdpfrag"},
+            )
+            patched.raise_for_status()
     await pc.setRemoteDescription(RTCSessionDescription(answer, "answer"))
     await opened.wait()
     say({"event": "connected", "session": session})
     return pc, channel, inbox, session
+
+
+def _split_candidates(sdp: str) -> tuple[str, str]:
+    """``sdp`` without its candidates, and the candidates as a trickle fragment."""
+    lines = sdp.split("\r\n")
+    candidates = [line for line in lines if line.startswith("a=candidate:")]
+    mid = next((line for line in lines if line.startswith("a=mid:")), "a=mid:0")
+    rest = [line for line in lines if line not in candidates and line != "a=end-of-candidates"]
+    fragment = "\r\n".join([mid, *candidates, "a=end-of-candidates", ""])
+    return "\r\n".join(rest), fragment
 
 
 async def realtime(stream: str) -> None:
@@ -171,6 +197,7 @@ async def main() -> None:
     )
     parser.add_argument("--signal", choices=("http", "airc"), default="http")
     parser.add_argument("--rt", action="store_true", help="use the real-time channel too")
+    parser.add_argument("--trickle", action="store_true", help="send candidates after the offer")
     parser.add_argument("--oversize", type=int, default=0, help="send a message this large")
     parser.add_argument("--big-event", type=int, default=0, help="read an event this large")
     args = parser.parse_args()
@@ -178,6 +205,9 @@ async def main() -> None:
         AIRC.append(await AircClient.websocket(args.url))
     if args.rt:
         REALTIME["wanted"] = True
+    if args.trickle:
+        global TRICKLE
+        TRICKLE = True
     if args.ice:
         servers = httpx.get(f"{args.url}/v1/webrtc/ice-servers", timeout=10).json()["iceServers"]
         for server in servers:

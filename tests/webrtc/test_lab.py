@@ -152,3 +152,22 @@ def test_oversized_messages_either_way_are_refused_clearly_and_the_gateway_goes_
     assert messages[1]["event"]["payload"] == "small"
     assert messages[2]["code"] == "event_too_large"
     assert "from the last id seen" in messages[2]["message"]
+
+
+@pytest.mark.parametrize("signal", ["http", "airc"])
+def test_candidates_trickled_after_the_offer_are_the_ones_used(tmp_path: Path, signal: str) -> None:
+    # The offer carries no candidate; the client's host candidate goes over PATCH (or
+    # RTC_CANDIDATES) before any check. Had the gateway not taken it, it would know the
+    # client only from its checks: a peer-reflexive pair, not host to host.
+    with gateway_in_lab(tmp_path, PORT + 40) as (lab, url):
+        done = lab.run(
+            "a",
+            [sys.executable, str(CLIENT), "--url", url, "--trickle", "--signal", signal],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    (metrics,) = [line["lines"] for line in lines if line["event"] == "metrics"]
+    assert 'airlane_webrtc_connections_total{pair="host/udp-host"} 2.0' in metrics, metrics
