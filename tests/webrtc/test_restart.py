@@ -16,8 +16,10 @@ def test_a_restart_fragment_is_read() -> None:
     )
     assert (remote.ufrag, remote.pwd, remote.ended) == ("Ab1", "secretsecretsecret", True)
     assert remote.candidates == ["candidate:1 1 udp 2113937151 10.0.0.2 5000 typ host"]
+    assert remote.mid == "0"
     plain = parse_fragment("a=mid:0\r\n")
     assert (plain.ufrag, plain.pwd, plain.candidates, plain.ended) == (None, None, [], False)
+    assert plain.mid == "0" and parse_fragment("").mid is None
 
 
 def test_the_installed_aiortc_has_what_a_restart_reaches_into() -> None:

@@ -46,6 +46,8 @@ class HttpMetrics(Collector):
         (``host/udp-host``, ``srflx/udp-relay``...): a bounded label set."""
         self.webrtc_restarts: dict[str, int] = {"switched": 0, "failed": 0}
         """WebRTC ICE restarts, by outcome."""
+        self.webrtc_dropped = 0
+        """Messages the real-time channels (``airlane.rt``) dropped for a peer that was behind."""
         self._lag_counts = [0] * (len(_LAG_BUCKETS_NS) + 1)
         self._lag_sum_ns = 0
         self.registry = CollectorRegistry(auto_describe=False)
@@ -66,6 +68,10 @@ class HttpMetrics(Collector):
         if child is None:
             child = self._request_children[route, status] = self.requests.labels(route, status)
         child.inc()
+
+    def count_webrtc_drop(self) -> None:
+        """One message a real-time channel dropped (its peer was behind)."""
+        self.webrtc_dropped += 1
 
     def count_sent(self, size: int) -> None:
         """``size`` more bytes went out on a stream."""
@@ -133,6 +139,11 @@ class HttpMetrics(Collector):
         for outcome, count in self.webrtc_restarts.items():
             restarts.add_metric([outcome], count)
         yield restarts
+        yield CounterMetricFamily(
+            "airlane_webrtc_realtime_dropped",
+            "Messages the real-time channels dropped for a peer that was behind",
+            value=self.webrtc_dropped,
+        )
         yield self._lag_family()
         yield from _admission_families()
 

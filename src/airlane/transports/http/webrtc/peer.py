@@ -114,8 +114,6 @@ class WebRtcPeer:
         self.connection = connection
         self.candidates = 0
         """Remote candidates taken (since the last ICE restart)."""
-        self.restarts = 0
-        """ICE restarts begun."""
         self._remote_ufrag: str | None = None
         self._restart: IceRestart | None = None
         self._counted = False
@@ -176,7 +174,7 @@ class WebRtcPeer:
         if restart is not None and not restart.done.is_set():
             await _refusing_bad_candidates(restart.add_candidates(remote))
         else:
-            await _refusing_bad_candidates(self._add_candidates(fragment))
+            await _refusing_bad_candidates(self._add_candidates(remote))
         self.candidates += len(remote.candidates)
         return None
 
@@ -185,18 +183,13 @@ class WebRtcPeer:
         if self.candidates + len(candidates) > limit:
             raise BadRequest(f"at most {limit} candidates a connection")
 
-    async def _add_candidates(self, fragment: str) -> None:
+    async def _add_candidates(self, remote: RemoteIce) -> None:
         from aiortc.sdp import candidate_from_sdp
 
-        mid = None
-        for raw in fragment.splitlines():
-            line = raw.strip()
-            if line.startswith("a=mid:"):
-                mid = line[len("a=mid:") :]
-            elif line.startswith("a=candidate:"):
-                candidate = candidate_from_sdp(line[len("a=") :])
-                candidate.sdpMid = mid or "0"
-                await self.connection.addIceCandidate(candidate)
+        for line in remote.candidates:
+            candidate = candidate_from_sdp(line)
+            candidate.sdpMid = remote.mid or "0"
+            await self.connection.addIceCandidate(candidate)
 
     async def _restart_ice(self, remote: RemoteIce) -> str:
         from aiortc import RTCIceServer
@@ -217,8 +210,7 @@ class WebRtcPeer:
             await self._restart.aclose()
         servers = [RTCIceServer(**server) for server in self.peers.ice_servers(self.principal)]
         outcomes = self.peers.context.metrics.webrtc_restarts
-        offer = str(self.connection.remoteDescription.sdp)
-        mid = next((line[6:] for line in offer.splitlines() if line.startswith("a=mid:")), "0")
+        mid = parse_fragment(str(self.connection.remoteDescription.sdp)).mid or "0"
         restart = IceRestart(ice, servers, self.peers.config.ice_timeout_s, outcomes, mid=mid)
         self._restart = restart
         try:
@@ -228,7 +220,6 @@ class WebRtcPeer:
             raise
         self._remote_ufrag = remote.ufrag
         self.candidates = len(remote.candidates)
-        self.restarts += 1
         return answer
 
     def _ice_transport(self) -> Any:
@@ -257,6 +248,7 @@ class WebRtcPeer:
             max_message=config.max_message_bytes,
             binary=subprotocol.endswith("msgpack"),
             lossy=lossy,
+            on_drop=self.peers.context.metrics.count_webrtc_drop,
         )
         reader = f"webrtc {pair or 'unknown'}"
         task = asyncio.create_task(self._serve(port, subprotocol, reader), name=f"webrtc {self.id}")

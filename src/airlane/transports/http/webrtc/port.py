@@ -11,7 +11,8 @@ closed: aiortc reassembles what the peer sends whole, so the bound is checked on
 ``send`` writes ``websocket.send`` messages. On a reliable channel it waits while the channel
 buffers more than ``high_water`` bytes, so a slow peer holds back its pumps rather than
 filling the gateway's memory; on a ``lossy`` one (the unreliable real-time channel) a message
-that finds that much buffered is dropped instead, and counted: late presence is worthless. A
+that finds that much buffered is dropped instead, and ``on_drop`` told (it counts them):
+late presence is worthless. A
 message larger than the peer takes (its SDP ``max-message-size``) is replaced by an ``error``
 (``event_too_large``) and the channel closed, so the client resumes elsewhere instead of
 missing it silently. A message for a closed channel raises `ChannelGone` (an `OSError`,
@@ -23,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -53,6 +55,7 @@ class ChannelPort:
         max_message: int = 262_144,
         binary: bool = False,
         lossy: bool = False,
+        on_drop: Callable[[], None] | None = None,
     ) -> None:
         self.channel = channel
         self.max_queued = max_queued
@@ -61,8 +64,7 @@ class ChannelPort:
         self.binary = binary
         self.lossy = lossy
         self.overflowed = False
-        self.dropped = 0
-        """Messages a lossy channel dropped because the peer was behind."""
+        self._on_drop = on_drop
         self._incoming: deque[str | bytes] = deque()
         self._arrived = asyncio.Event()
         self._closed = False
@@ -149,7 +151,8 @@ class ChannelPort:
     async def _write(self, data: str | bytes) -> None:
         if self.lossy:
             if not self._closed and self.channel.bufferedAmount > self.high_water:
-                self.dropped += 1
+                if self._on_drop is not None:
+                    self._on_drop()
                 return
         else:
             while not self._closed and self.channel.bufferedAmount > self.high_water:

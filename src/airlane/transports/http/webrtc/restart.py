@@ -39,18 +39,20 @@ _MONITOR = "_RTCIceTransport__monitor_task"  # aiortc's name-mangled attribute
 
 @dataclass(slots=True)
 class RemoteIce:
-    """What a trickle fragment says: ICE credentials (None if it names none) and candidate
-    lines (without ``a=``), and whether it ends the candidates."""
+    """What a trickle fragment says: ICE credentials (None if it names none), its media
+    section's ``mid`` (None if not named), candidate lines (without ``a=``), and whether it
+    ends the candidates."""
 
     ufrag: str | None
     pwd: str | None
     candidates: list[str]
     ended: bool
+    mid: str | None = None
 
 
 def parse_fragment(fragment: str) -> RemoteIce:
     """Read an ``application/trickle-ice-sdpfrag`` body."""
-    ufrag = pwd = None
+    ufrag = pwd = mid = None
     candidates: list[str] = []
     ended = False
     for raw in fragment.splitlines():
@@ -59,11 +61,13 @@ def parse_fragment(fragment: str) -> RemoteIce:
             ufrag = line[len("a=ice-ufrag:") :]
         elif line.startswith("a=ice-pwd:"):
             pwd = line[len("a=ice-pwd:") :]
+        elif line.startswith("a=mid:"):
+            mid = line[len("a=mid:") :]
         elif line.startswith("a=candidate:"):
             candidates.append(line[len("a=") :])
         elif line == "a=end-of-candidates":
             ended = True
-    return RemoteIce(ufrag, pwd, candidates, ended)
+    return RemoteIce(ufrag, pwd, candidates, ended, mid)
 
 
 def supported(ice_transport: Any) -> bool:
@@ -98,8 +102,6 @@ class IceRestart:
         self._timeout_s = timeout_s
         self._mid = mid
         self.connection = Connection(ice_controlling=False, **connection_kwargs(ice_servers))
-        self.ufrag: str | None = None
-        """The client's new ``ice-ufrag``."""
         self.done = asyncio.Event()
         """Set once the restart has switched over, failed or been abandoned."""
         self.switched = False
@@ -118,7 +120,6 @@ class IceRestart:
         await connection.gather_candidates()
         connection.remote_username = remote.ufrag
         connection.remote_password = remote.pwd
-        self.ufrag = remote.ufrag
         await self.add_candidates(remote)
         self._task = asyncio.create_task(self._run(), name="webrtc ice restart")
         lines = [
