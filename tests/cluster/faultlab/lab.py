@@ -75,6 +75,7 @@ async def run_seed(seed: int, *, duration: float = DURATION_S, keep: Path | None
             "resuming reads": len(ledger.reads),
             "log records": len(ledger.log_appended),
             "deliveries": len(ledger.deliveries),
+            "acks in doubt": len(ledger.ack_in_doubt),
             "room ops": len(workload.rooms.acked),
             "yjs words": len(workload.yjs.confirmed),
         }

@@ -66,6 +66,9 @@ class Ledger:
     """Log seqs whose ack was confirmed, in time or not."""
     unacked: set[int] = field(default_factory=set)
     """Seqs delivered and deliberately left unacknowledged (owed a redelivery)."""
+    ack_in_doubt: set[int] = field(default_factory=set)
+    """Seqs whose ack got no answer or a failure (the node or the broker went away with it):
+    the broker may have stored it (the record never comes again) or not (it comes again)."""
     errors: list[str] = field(default_factory=list)
     """Answers no client should ever get (a 500, a malformed body)."""
 
@@ -246,10 +249,14 @@ class Workload:
         if tokens:
             acker = self._node() or node
             ack_sent = time.monotonic()
-            response = await self.client.post(
-                f"{acker.url}/v1/logs/{LOG}/groups/{GROUP}/ack",
-                json={"tokens": [token for _, token in tokens]},
-            )
+            try:
+                response = await self.client.post(
+                    f"{acker.url}/v1/logs/{LOG}/groups/{GROUP}/ack",
+                    json={"tokens": [token for _, token in tokens]},
+                )
+            except httpx.HTTPError:
+                self.ledger.ack_in_doubt.update(seq for seq, _ in tokens)
+                raise
             if response.status_code == 200 and response.json()["settled"] == len(tokens):
                 now = time.monotonic()
                 for seq, _ in tokens:
@@ -257,6 +264,8 @@ class Workload:
                     if now - sent < ACK_WAIT_S:
                         self.ledger.acked.setdefault(seq, (ack_sent, now))
             else:
+                # The node settles a batch token by token: some may be stored, some not.
+                self.ledger.ack_in_doubt.update(seq for seq, _ in tokens)
                 self._unexpected("ack", response)
         return len(deliveries)
 
