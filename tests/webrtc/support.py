@@ -17,6 +17,7 @@ import pytest
 
 from airlane.bench.netlab import NetLab, netlab_available
 
+GATEWAY_LOG = "gateway.log"
 PROBE = "import httpx, sys; httpx.get(sys.argv[1] + '/healthz', timeout=1).raise_for_status()"
 
 
@@ -53,7 +54,7 @@ def gateway_in_lab(
     config.write_text(
         '[synthetic]\nttft_ms = 5.0\nitl_ms = 5.0\n[rules]\ndir = "rules"\n' + config_text
     )
-    with NetLab() as lab:
+    with NetLab() as lab, (tmp_path / GATEWAY_LOG).open("wb") as log:
         url = f"http://{lab.addr_b}:{port}"
         server = lab.popen(
             "b",
@@ -63,8 +64,8 @@ def gateway_in_lab(
                 "--airc-port", "-1", "--grpc-port", "-1", "--http3-port", "-1",
                 "--rsocket-port", "-1",
             ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
             cwd=tmp_path,
         )  # fmt: skip
         deadline = time.monotonic() + 20
@@ -73,3 +74,12 @@ def gateway_in_lab(
             assert time.monotonic() < deadline, "the gateway never answered /healthz"
             time.sleep(0.2)
         yield lab, url
+
+
+def assert_ran(done: subprocess.CompletedProcess[str], tmp_path: Path) -> None:
+    """``done`` (a peer run in the lab) exited 0; else fail with its stderr and the end of the
+    log of the gateway that `gateway_in_lab` ran in ``tmp_path``."""
+    if done.returncode != 0:
+        (tmp_path / "peer.stderr").write_text(done.stderr)  # all of it, kept by pytest
+        log = (tmp_path / GATEWAY_LOG).read_text(errors="replace")[-3000:]
+        pytest.fail(f"exit {done.returncode}: {done.stderr[-3000:]}\ngateway log: {log}")

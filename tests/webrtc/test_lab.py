@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.webrtc.support import gateway_in_lab
+from tests.webrtc.support import assert_ran, gateway_in_lab
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -34,7 +34,7 @@ def test_a_generation_streams_over_a_data_channel_and_resumes_on_a_new_peer(
             text=True,
             timeout=60,
         )
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert_ran(done, tmp_path)
     lines = [json.loads(line) for line in done.stdout.splitlines()]
     assert [line["event"] for line in lines if line["event"] != "message"] == [
         "connected",
@@ -76,7 +76,7 @@ def test_a_peer_that_floods_its_channel_is_closed_and_the_gateway_goes_on(
             text=True,
             timeout=60,
         )
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert_ran(done, tmp_path)
     lines = {line["event"]: line for line in map(json.loads, done.stdout.splitlines())}
     assert lines["flooded"]["closed"] is True
     assert lines["flooded"]["answers"] < 3000  # closed before it had answered them all
@@ -94,7 +94,7 @@ def test_signalled_over_airc_with_a_realtime_channel_beside_the_reliable_one(
             text=True,
             timeout=60,
         )
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert_ran(done, tmp_path)
     lines = [json.loads(line) for line in done.stdout.splitlines()]
     assert [line["event"] for line in lines].count("connected") == 2
     realtime = [line["message"] for line in lines if line["event"] == "rt"]
@@ -134,7 +134,7 @@ def test_oversized_messages_either_way_are_refused_clearly_and_the_gateway_goes_
             text=True,
             timeout=60,
         )
-    assert inbound.returncode == 0, inbound.stderr[-3000:]
+    assert_ran(inbound, tmp_path)
     lines = {line["event"]: line for line in map(json.loads, inbound.stdout.splitlines())}
     answer = lines["oversize"]["answer"]
     assert answer["op"] == "error" and answer["code"] == "body_too_large", answer
@@ -142,7 +142,7 @@ def test_oversized_messages_either_way_are_refused_clearly_and_the_gateway_goes_
     assert lines["oversize"]["closed"] is True
     assert lines["after"]["message"] == {"op": "pong", "ref": "after"}
 
-    assert outbound.returncode == 0, outbound.stderr[-3000:]
+    assert_ran(outbound, tmp_path)
     messages = [
         line["message"]
         for line in map(json.loads, outbound.stdout.splitlines())
@@ -167,7 +167,7 @@ def test_candidates_trickled_after_the_offer_are_the_ones_used(tmp_path: Path, s
             text=True,
             timeout=60,
         )
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert_ran(done, tmp_path)
     lines = [json.loads(line) for line in done.stdout.splitlines()]
     (metrics,) = [line["lines"] for line in lines if line["event"] == "metrics"]
     assert 'airlane_webrtc_connections_total{pair="host/udp-host"} 2.0' in metrics, metrics

@@ -112,6 +112,10 @@ def test_an_offer_is_answered_and_a_session_that_never_connects_is_closed(
     assert response.status_code == 201, response.text
     assert response.headers["content-type"] == "application/sdp"
     assert "webrtc-datachannel" in response.text and "a=candidate" in response.text
+    # One certificate fingerprint, SHA-256: a peer that keeps only one line (libdatachannel)
+    # verifies with the hash it defaults to (see `peer.sha256_fingerprint_only`).
+    fingerprints = [line for line in response.text.splitlines() if "a=fingerprint:" in line]
+    assert len(fingerprints) == 1 and fingerprints[0].startswith("a=fingerprint:sha-256 ")
     session = response.headers["location"]
     links = response.headers.get_list("link")
     assert '<stun:stun.lab.invalid:3478>; rel="ice-server"' in links

@@ -25,15 +25,28 @@ function fail(error) {
   process.exit(1);
 }
 
+// Where the run is, and what the peer connections went through: a timeout says both.
+let stage = "start";
+const states = [];
 const deadline = setTimeout(
-  () => fail(new Error(`timed out after ${args["timeout-ms"]} ms`)),
+  () => fail(new Error(`timed out after ${args["timeout-ms"]} ms in stage "${stage}"; ` +
+    `states: ${states.join(", ")}`)),
   Number(args["timeout-ms"]),
 );
+
+// libdatachannel's own account (ICE, DTLS, SCTP) goes to stderr, which the test shows on a
+// failure.
+nodeDataChannel.initLogger(process.env.PEER_LOG_LEVEL || "Warning", (level, message) => {
+  process.stderr.write(`libdatachannel ${level}: ${message}\n`);
+});
 
 async function connect(name) {
   const pc = new nodeDataChannel.PeerConnection(name, { iceServers: [] });
   const gathered = new Promise((resolve) => {
-    pc.onGatheringStateChange((state) => state === "complete" && resolve());
+    pc.onGatheringStateChange((state) => {
+      states.push(`${name} gathering ${state}`);
+      if (state === "complete") resolve();
+    });
   });
   const channel = pc.createDataChannel("airlane");
   const inbox = [];
@@ -42,8 +55,16 @@ async function connect(name) {
     inbox.push(JSON.parse(data));
     if (wake) wake();
   });
-  const opened = new Promise((resolve) => channel.onOpen(resolve));
+  const opened = new Promise((resolve, reject) => {
+    channel.onOpen(resolve);
+    pc.onStateChange((state) => {
+      states.push(`${name} ${state}`);
+      if (state === "failed") reject(new Error(`${name}: failed (${states.join(", ")})`));
+    });
+  });
+  stage = `${name}: gathering`;
   await gathered;
+  stage = `${name}: offering`;
   const offer = pc.localDescription();
   const response = await fetch(`${args.url}/v1/webrtc`, {
     method: "POST",
@@ -52,6 +73,7 @@ async function connect(name) {
   });
   if (response.status !== 201) throw new Error(`offer: ${response.status} ${await response.text()}`);
   pc.setRemoteDescription(await response.text(), "answer");
+  stage = `${name}: opening the channel`;
   await opened;
   async function next() {
     while (!inbox.length) await new Promise((resolve) => { wake = resolve; });
@@ -75,6 +97,7 @@ async function main() {
   }));
   let stream = null;
   let last = null;
+  stage = "first: reading";
   for (;;) {
     const message = await first.next();
     if (message.op === "generated") stream = message.stream;
@@ -88,6 +111,7 @@ async function main() {
   await fetch(`${args.url}${first.session}`, { method: "DELETE" });
   const second = await connect("second");
   second.channel.sendMessage(JSON.stringify({ op: "subscribe", stream, from: last }));
+  stage = `second: reading from ${last}`;
   for (;;) {
     const message = await second.next();
     if (message.op !== "event") continue;

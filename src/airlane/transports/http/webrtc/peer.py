@@ -45,7 +45,13 @@ from airlane.transports.http.webrtc.turn import turn_credentials
 if TYPE_CHECKING:
     from airlane.transports.http.context import AppContext
 
-__all__ = ["CHANNEL_LABELS", "IceRestartUnsupported", "WebRtcPeer", "WebRtcPeers"]
+__all__ = [
+    "CHANNEL_LABELS",
+    "IceRestartUnsupported",
+    "WebRtcPeer",
+    "WebRtcPeers",
+    "sha256_fingerprint_only",
+]
 
 log = logging.getLogger("airlane.webrtc")
 
@@ -159,7 +165,7 @@ class WebRtcPeer:
         self._remote_ufrag = parse_fragment(offer).ufrag
         loop = asyncio.get_running_loop()
         self._timeout = loop.call_later(self.peers.config.ice_timeout_s, self._ice_timed_out)
-        return str(self.connection.localDescription.sdp)
+        return sha256_fingerprint_only(str(self.connection.localDescription.sdp))
 
     async def trickle(self, fragment: str) -> str | None:
         """Take an ``application/trickle-ice-sdpfrag`` from the client: its candidates, or,
@@ -370,3 +376,24 @@ class WebRtcPeers:
         """Close every peer connection."""
         for peer in list(self._peers.values()):
             await peer.aclose()
+
+
+def sha256_fingerprint_only(sdp: str) -> str:
+    """``sdp`` with its certificate fingerprints cut to the SHA-256 one.
+
+    aiortc lists SHA-256, SHA-384 and SHA-512. libdatachannel keeps the last it reads, but
+    when ICE connects before it has stored the answer (its threads race), it hashes the
+    certificate with SHA-256 and compares that against the SHA-512 line: the handshake fails,
+    about one set-up in twenty. One SHA-256 line (what browsers send) verifies the same way
+    whichever thread wins, and every peer supports it.
+    """
+    lines = sdp.split("\r\n")
+    kept = [
+        line
+        for line in lines
+        if not line.startswith("a=fingerprint:")
+        or line.lower().startswith("a=fingerprint:sha-256 ")
+    ]
+    if not any(line.startswith("a=fingerprint:") for line in kept):
+        return sdp  # no SHA-256 line to keep: leave the answer as aiortc made it
+    return "\r\n".join(kept)
