@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import subprocess
 from collections import defaultdict
 from typing import Any
 
@@ -259,3 +260,40 @@ async def test_generate_without_subscribing_then_subscribe(server):
         assert subscribed["op"] == "subscribed"
         await session.until(lambda: session.readers[stream_id].done, "the stream to end")
     assert session.readers[stream_id].content == (await expected_contents(url, [body]))[0]
+
+
+async def test_a_control_socket_beside_the_data_socket(paced_server):
+    """``lane`` marks the gateway's end of the socket (``ss`` reads it from outside), and a
+    cancel sent on the control socket stops the generation the data socket reads."""
+    url = paced_server.url
+    seed = long_seed(PROMPT, min_tokens=120, max_tokens=240)
+    async with (
+        connect(ws_url(url), subprotocols=[JSON]) as data_ws,
+        connect(ws_url(url), subprotocols=[JSON]) as control_ws,
+    ):
+        data, control = Session(data_ws), Session(control_ws)
+        lane = await control.request({"op": "lane", "lane": "control"})
+        assert (lane["op"], lane["marks"]) == ("lane", "dscp=40 priority=6")
+        port = control_ws.transport.get_extra_info("sockname")[1]
+        shown = subprocess.run(
+            ["ss", "-tnH", "--tos", "state", "established", "dport", f"= :{port}"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert "tos:0xa0" in shown and "class_id:0x6" in shown, shown
+        bulk = await data.request({"op": "lane", "lane": "bulk"})
+        assert bulk["marks"] == "dscp=10 priority=2 notsent_lowat=131072"
+        bad = await control.request({"op": "lane", "lane": "urgent"})
+        assert bad["op"] == "error" and bad["code"] == "invalid_request"
+
+        generated = await data.request(
+            {"op": "generate", "request": chat_body(PROMPT, seed=seed, max_tokens=240)}
+        )
+        stream_id = generated["stream"]
+        reader = data.readers[stream_id]
+        await data.until(lambda: reader.kinds.count("delta") >= 3, "three deltas")
+        cancelled = await control.request({"op": "cancel", "stream": stream_id})
+        assert cancelled["cancelled"] is True
+        await data.until(lambda: reader.done, "the cancelled stream to end")
+    assert reader.terminal["finish_reason"] == "cancelled"

@@ -62,6 +62,8 @@ def test_the_airc_page_example_loads(tmp_path):
         "[airc.connection]\nsend_window = 0\n",
         "[gc]\nnope = 1\n",
         "[gc]\ntick_s = 0\n",
+        "[lanes]\ncontrol_dscp = 64\n",
+        "[lanes]\nnope = 1\n",
     ],
 )
 def test_mistakes_are_errors(tmp_path, text):

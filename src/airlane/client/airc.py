@@ -42,6 +42,8 @@ from airlane.client.errors import (
 )
 from airlane.client.events import StreamEvent
 from airlane.client.subscription import DEFAULT_MAX_QUEUE, WsSubscription
+from airlane.core import Lane
+from airlane.runtime.socket_lanes import LanesConfig, MarkableSocket, mark_socket
 from airlane.runtime.timers import DeadlineTimer
 from airlane.wire.airc import (
     AIRC_SUBPROTOCOL,
@@ -53,11 +55,13 @@ from airlane.wire.airc import (
     Authenticated,
     Cancel,
     Cancelled,
+    CancelStream,
     ClockUpdated,
     Close,
     Error,
     GenAck,
     GenRequest,
+    LaneSet,
     MessageReceived,
     Open,
     Opened,
@@ -65,6 +69,7 @@ from airlane.wire.airc import (
     RtcCandidates,
     RtcClose,
     RtcOffer,
+    SetLane,
     SignalMessage,
     SignalReceived,
 )
@@ -99,6 +104,11 @@ class _Pipe(Protocol):
         """Close the link."""
         ...
 
+    @property
+    def socket(self) -> MarkableSocket | None:
+        """The TCP socket under the link, if there is one."""
+        ...
+
 
 class _TcpPipe:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -115,6 +125,11 @@ class _TcpPipe:
         self._writer.close()
         with contextlib.suppress(OSError):
             await self._writer.wait_closed()
+
+    @property
+    def socket(self) -> MarkableSocket | None:
+        sock: MarkableSocket | None = self._writer.get_extra_info("socket")
+        return sock
 
 
 class _WebSocketPipe:
@@ -156,6 +171,11 @@ class _WebSocketPipe:
             await self._writer
         await self._conn.close()
 
+    @property
+    def socket(self) -> MarkableSocket | None:
+        sock: MarkableSocket | None = self._conn.transport.get_extra_info("socket")
+        return sock
+
 
 @dataclass(slots=True)
 class _Waiting:
@@ -195,6 +215,8 @@ class AircClient:
         """The latest ``GEN_ACK`` (StreamID, jitter-buffer threshold, clock fields)."""
         self.catch_ups = 0
         """How many times a lagging stream was re-opened from its last event."""
+        self.marks = ""
+        """What `set_lane` marked this end's socket with."""
         self._max_queue = max_queue
         self._request_timeout_s = request_timeout_s
         self._ids = itertools.count(1)
@@ -327,6 +349,30 @@ class AircClient:
         reply = await self._request(request_id, Cancel(request_id, number))
         assert isinstance(reply, Cancelled)
         return reply.cancelled
+
+    async def cancel_stream(self, stream_id: str) -> bool:
+        """Stop the generation of Airlane stream ``stream_id``, wherever it was started (on
+        this connection, another, or another node): what a control connection sends
+        (``CANCEL_STREAM``, docs/lanes.md). True if it was still running."""
+        request_id = self._next_id()
+        reply = await self._request(request_id, CancelStream(request_id, stream_id))
+        assert isinstance(reply, Cancelled)
+        return reply.cancelled
+
+    async def set_lane(self, lane: Lane | str, lanes: LanesConfig | None = None) -> str:
+        """Declare what this connection carries (``control``, ``interactive``, ``bulk``):
+        this end's socket is marked for it (``lanes``: how; the defaults otherwise) and the
+        gateway marks its own (``SET_LANE``, docs/lanes.md). Returns what the gateway set,
+        such as ``"dscp=40 priority=6"`` (empty where it could mark nothing)."""
+        if isinstance(lane, str):
+            lane = LanesConfig.lane(lane)
+        sock = self._pipe.socket
+        if sock is not None:
+            self.marks = mark_socket(sock, lane, lanes or LanesConfig())
+        request_id = self._next_id()
+        reply = await self._request(request_id, SetLane(request_id, int(lane)))
+        assert isinstance(reply, LaneSet)
+        return reply.marks
 
     async def unsubscribe(self, stream_id: str) -> str | None:
         """Stop reading ``stream_id`` (the stream goes on); return its resume token."""

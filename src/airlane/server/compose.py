@@ -185,6 +185,7 @@ def build_app(config: ServerConfig) -> AirlaneApp:
         mounts={GRPC_WEB_PREFIX: rpc},
         forwarded=forwarded,
         webrtc=config.webrtc,
+        lanes=config.lanes,
     )
     # AIRC over WebSocket carries WebRTC signalling too (RTC_OFFER...), to the app's peers.
     airc.rtc = PeerSignalling(app.context)

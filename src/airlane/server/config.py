@@ -22,6 +22,7 @@ from airlane.gateway.tickets import TicketConfig
 from airlane.hub import MemoryHubConfig
 from airlane.hub.jetstream import JetStreamHubConfig
 from airlane.runtime.admission import AdmissionConfig
+from airlane.runtime.socket_lanes import LanesConfig
 from airlane.security.audit import AuditConfig
 from airlane.server.address import DEFAULT_HOST, DEFAULT_PORT
 from airlane.server.fdtable import DEFAULT_RESERVED_FDS
@@ -150,6 +151,9 @@ class ServerConfig:
     """The RSocket transport: its TCP listener and session limits (``[rsocket]``)."""
     webrtc: WebRtcConfig = field(default_factory=WebRtcConfig)
     """WebRTC data channels: ICE servers, TURN secret, bounds (``[webrtc]``, docs/webrtc.md)."""
+    lanes: LanesConfig = field(default_factory=LanesConfig)
+    """How connections that declare a lane are marked on the wire (``[lanes]``,
+    docs/lanes.md)."""
     rules: RulesConfig = field(default_factory=lambda: RulesConfig(dir=DEFAULT_RULES_DIR))
     """Streaming SQL rules: where they are kept, their bounds (``[rules]``, docs/edge.md)."""
     mqtt: tuple[MqttBridgeConfig, ...] = ()
@@ -209,7 +213,8 @@ def load_config(path: Path, base: ServerConfig | None = None) -> ServerConfig:
     ``[jetstream]``,
     ``[eventsourcing]``,
     ``[artifacts]``, ``[gc]``, ``[admission]``, ``[tls]``, ``[jwt]``, ``[policy]``, ``[audit]``,
-    ``[auth_guard]``, ``[quotas]``, ``[tickets]``, ``[streams]``, ``[rules]``, ``[webrtc]`` and
+    ``[auth_guard]``, ``[quotas]``, ``[tickets]``, ``[streams]``, ``[rules]``, ``[webrtc]``,
+    ``[lanes]`` and
     ``[api_keys]`` tables, and ``[[mqtt]]`` bridges (added to those already configured). An
     unreadable file, one that is not TOML, an unknown key and a value of the wrong type are a
     `ConfigError` (a `ValueError`); so is a value the setting itself refuses."""
@@ -236,6 +241,7 @@ def _settings(path: Path, data: dict[str, Any], config: ServerConfig) -> ServerC
         "offload": (OffloadConfig, config.offload),
         "rules": (RulesConfig, config.rules),
         "webrtc": (WebRtcConfig, config.webrtc),
+        "lanes": (LanesConfig, config.lanes),
         "http": (HttpConfig, config.http),
         "orphan": (OrphanPolicy, config.orphan),
         "retention": (Retention, config.retention),

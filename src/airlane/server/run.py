@@ -373,7 +373,9 @@ class _Listeners:
             self.udp = self._bind_http3(config, http_port)
         if airc_sock is not None:
             rtc = PeerSignalling(app.context)
-            self.airc = AircTcpServer(app.gateway, config.airc, tls=self.tls, rtc=rtc)
+            self.airc = AircTcpServer(
+                app.gateway, config.airc, tls=self.tls, rtc=rtc, lanes=config.lanes
+            )
             await self.airc.start(airc_sock)
             metrics.watch("airc", self.airc.acceptor)
             # GOAWAY to every AIRC session before the hub closes under their streams.

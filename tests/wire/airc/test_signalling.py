@@ -27,17 +27,20 @@ from airlane.wire.airc.signalling import (
     Authenticated,
     Cancel,
     Cancelled,
+    CancelStream,
     Close,
     Error,
     GenAck,
     GenRequest,
     GoAway,
+    LaneSet,
     Open,
     Opened,
     RtcAnswer,
     RtcCandidates,
     RtcClose,
     RtcOffer,
+    SetLane,
     SignalMessage,
     SignalType,
     TimeRequest,
@@ -82,6 +85,9 @@ MESSAGES: st.SearchStrategy[SignalMessage] = st.one_of(
     st.builds(RtcAnswer, U16, utf8(0xFF), utf8(300)),
     st.builds(RtcCandidates, U16, utf8(0xFF), utf8(300)),
     st.builds(RtcClose, U16, utf8(0xFF)),
+    st.builds(SetLane, U16, st.integers(0, 0xFF)),
+    st.builds(LaneSet, U16, st.integers(0, 0xFF), utf8(0xFF)),
+    st.builds(CancelStream, U16, STREAM_NAME),
 )
 
 
@@ -117,6 +123,9 @@ def test_type_bytes() -> None:
         ("RTC_ANSWER", 0x0F),
         ("RTC_CANDIDATES", 0x10),
         ("RTC_CLOSE", 0x11),
+        ("SET_LANE", 0x12),
+        ("LANE_SET", 0x13),
+        ("CANCEL_STREAM", 0x14),
     ]
 
 
@@ -147,6 +156,9 @@ def test_type_bytes() -> None:
         (RtcAnswer(3, "s1", "v"), b"\x0f\x00\x03\x02s1\x00\x00\x00\x01v"),
         (RtcCandidates(4, "s", ""), b"\x10\x00\x04\x01s\x00\x00\x00\x00"),
         (RtcClose(5, "s"), b"\x11\x00\x05\x01s"),
+        (SetLane(6, 0), b"\x12\x00\x06\x00"),
+        (LaneSet(6, 2, "p"), b"\x13\x00\x06\x02\x01p"),
+        (CancelStream(7, "st"), b"\x14\x00\x07\x02st"),
     ],
     ids=lambda value: type(value).__name__,
 )
@@ -234,7 +246,7 @@ def test_mutated_encodings(msg: SignalMessage, data: st.DataObject) -> None:
     check_arbitrary(bytes(wire))
 
 
-@pytest.mark.parametrize("type_byte", [0x00, 0x12, 0x7F, 0xFF])
+@pytest.mark.parametrize("type_byte", [0x00, 0x15, 0x7F, 0xFF])
 @pytest.mark.parametrize("tail", [b"", b"\x00\x01\x02\x03"])
 def test_unknown_type(type_byte: int, tail: bytes) -> None:
     assert_bad(bytes([type_byte]) + tail, ErrorCode.UNKNOWN_SIGNAL)
@@ -312,6 +324,9 @@ def test_malformed_fields_are_bad_signalling(payload: bytes) -> None:
         Error(0, "", "m" * (MAX_MESSAGE + 1)),
         RtcOffer(0, "v" * (MAX_SDP + 1)),
         RtcClose(0, "s" * 256),
+        SetLane(0, 256),
+        LaneSet(0, 0, "m" * 256),
+        CancelStream(0, "s" * (MAX_AIRLANE_STREAM + 1)),
         TimeRequest(2**32),
         GoAway(99, ""),  # type: ignore[arg-type]
         GoAway(ErrorCode.NO_ERROR, "r" * 0x10000),

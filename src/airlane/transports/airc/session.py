@@ -54,6 +54,7 @@ from airlane.gateway import (
 from airlane.runtime.admission import Admission
 from airlane.runtime.drains import drain_queue
 from airlane.runtime.eager import start_eagerly
+from airlane.runtime.socket_lanes import LaneMarker
 from airlane.runtime.timers import DeadlineTimer
 from airlane.transports.airc.config import AircServerConfig
 from airlane.transports.airc.errors import error_frame
@@ -68,10 +69,12 @@ from airlane.wire.airc import (
     Authenticated,
     Cancel,
     Cancelled,
+    CancelStream,
     Close,
     ConnectionClosed,
     GenAck,
     GenRequest,
+    LaneSet,
     MessageReceived,
     Open,
     Opened,
@@ -79,6 +82,7 @@ from airlane.wire.airc import (
     RtcCandidates,
     RtcClose,
     RtcOffer,
+    SetLane,
     SignalMessage,
     SignalReceived,
 )
@@ -166,11 +170,13 @@ class AircSession:
         peer: PeerIdentity | None = None,
         origin: str | None = None,
         rtc: RtcSignalling | None = None,
+        mark_lane: LaneMarker | None = None,
     ) -> None:
         self.gateway = gateway
         self.config = config
         self._link = link
         self._rtc = rtc
+        self._mark_lane = mark_lane  # marks the socket under this connection, where there is one
         self._principal = principal
         self._peer = peer  # the TLS client certificate's identity, if any
         self._origin = origin  # the client's address, for the audit log
@@ -292,6 +298,10 @@ class AircSession:
             self._start(message.request_id, self._open(message))
         elif isinstance(message, Cancel):
             self._start(message.request_id, self._cancel(message))
+        elif isinstance(message, CancelStream):
+            self._start(message.request_id, self._cancel_stream(message))
+        elif isinstance(message, SetLane):
+            self._start(message.request_id, self._set_lane(message))
         elif isinstance(message, Close):
             self._start(0, self._detach(message.stream))
         elif isinstance(message, Auth):
@@ -437,6 +447,23 @@ class AircSession:
             )
         cancelled = await self.gateway.cancel(principal, binding.stream_id)
         self._signal(Cancelled(message.request_id, message.stream, cancelled))
+
+    async def _cancel_stream(self, message: CancelStream) -> None:
+        # From a control connection: the generation may run on another connection (or node).
+        cancelled = await self.gateway.cancel(self._who(), message.airlane_stream)
+        self._signal(Cancelled(message.request_id, ANY_STREAM, cancelled))
+
+    async def _set_lane(self, message: SetLane) -> None:
+        self._who()  # an unauthenticated connection marks nothing
+        try:
+            lane = Lane(message.lane)
+        except ValueError:
+            raise BadRequest(
+                f"lane must be 0 (control), 1 (interactive) or 2 (bulk), not {message.lane}",
+                param="lane",
+            ) from None
+        marks = self._mark_lane(lane) if self._mark_lane is not None else ""
+        self._signal(LaneSet(message.request_id, lane, marks))
 
     async def _webrtc(self, message: RtcOffer | RtcCandidates | RtcClose) -> None:
         principal = self._who()

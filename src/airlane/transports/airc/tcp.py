@@ -15,6 +15,7 @@ from typing import cast
 
 from airlane.gateway import Gateway, ServerTls
 from airlane.runtime.acceptor import Acceptor
+from airlane.runtime.socket_lanes import LanesConfig, lane_marker
 from airlane.transports.airc.config import AircServerConfig
 from airlane.transports.airc.session import AircSession, RtcSignalling
 from airlane.wire.airc import ErrorCode as GoAwayCode
@@ -66,6 +67,7 @@ class _AircProtocol(asyncio.Protocol):
             peer=peer,
             origin=address[0] if isinstance(address, tuple) else None,
             rtc=server.rtc,
+            mark_lane=lane_marker(sock, server.lanes),
         )
         server.sessions.add(self._session)
 
@@ -122,9 +124,12 @@ class AircTcpServer:
         *,
         tls: ServerTls | None = None,
         rtc: RtcSignalling | None = None,
+        lanes: LanesConfig | None = None,
     ) -> None:
         self.gateway = gateway
         self.config = config or AircServerConfig()
+        self.lanes = lanes or LanesConfig()
+        """How a connection that declares its lane (``SET_LANE``) is marked."""
         self.tls = tls
         """TLS for every connection (with client certificates when it asks for them)."""
         self.rtc = rtc

@@ -15,6 +15,7 @@ from typing import Any, cast
 
 from airlane.gateway import Gateway, Principal
 from airlane.runtime.eager import start_eagerly
+from airlane.runtime.socket_lanes import LaneMarker
 from airlane.transports.airc.config import AircServerConfig
 from airlane.transports.airc.session import AircSession, RtcSignalling
 from airlane.wire.airc import ErrorCode as GoAwayCode
@@ -116,10 +117,24 @@ class AircWebSocketHandler:
         self.rtc = rtc
         """WebRTC signalling for ``RTC_*`` messages (the HTTP app's peers), if any."""
 
-    async def __call__(self, principal: Principal, receive: Receive, send: Send) -> None:
-        """Run the session until either side closes."""
+    async def __call__(
+        self,
+        principal: Principal,
+        receive: Receive,
+        send: Send,
+        mark_lane: LaneMarker | None = None,
+    ) -> None:
+        """Run the session until either side closes (``mark_lane`` marks the socket under
+        the WebSocket when the client sends ``SET_LANE``)."""
         link = _WebSocketLink(send)
-        session = AircSession(self.gateway, self.config, link, principal=principal, rtc=self.rtc)
+        session = AircSession(
+            self.gateway,
+            self.config,
+            link,
+            principal=principal,
+            rtc=self.rtc,
+            mark_lane=mark_lane,
+        )
         link.session = session
         try:
             # Read until the client disconnects. Once the session has closed the link (its

@@ -30,6 +30,7 @@ from typing import Any
 from airlane.core.errors import AirlaneError, NotFound
 from airlane.gateway import ForwardedIdentity, Gateway, Principal
 from airlane.runtime.admission import Admission, Overloaded
+from airlane.runtime.socket_lanes import LanesConfig
 from airlane.transports.http.artifacts import handle_artifacts
 from airlane.transports.http.asgi import (
     PEER_EXTENSION,
@@ -94,6 +95,7 @@ class AirlaneApp:
         websockets: Mapping[str, WebSocketEndpoint] | None = None,
         forwarded: ForwardedIdentity | None = None,
         webrtc: WebRtcConfig | None = None,
+        lanes: LanesConfig | None = None,
     ) -> None:
         self.gateway = gateway
         self.forwarded = forwarded
@@ -102,7 +104,12 @@ class AirlaneApp:
         self.config = config or HttpConfig()
         self.metrics = HttpMetrics(gateway.stats, lambda: gateway.running_generations)
         self.context = AppContext(
-            gateway, self.config, self.metrics, dict(subprotocols or {}), webrtc or WebRtcConfig()
+            gateway,
+            self.config,
+            self.metrics,
+            dict(subprotocols or {}),
+            webrtc or WebRtcConfig(),
+            lanes=lanes or LanesConfig(),
         )
         self.mounts = dict(mounts or {})
         """HTTP paths under each prefix go to that ASGI app (gRPC-Web / Connect), after CORS;

@@ -45,6 +45,10 @@ PEER_EXTENSION = "airlane.peer"
 """Scope extension: the client's `airlane.gateway.PeerIdentity` (from its TLS certificate, or
 forwarded by a trusted proxy), or None."""
 
+SOCKET_EXTENSION = "airlane.socket"
+"""Scope extension: the connection's socket (what asyncio's transport hands out), for marking
+it with a lane (`airlane.runtime.socket_lanes`); absent where the server has none to give."""
+
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from airlane.gateway import Gateway, PeerIdentity, Principal
+from airlane.runtime.socket_lanes import LaneMarker, LanesConfig
 from airlane.transports.http.asgi import Receive, Request, Send
 from airlane.transports.http.config import HttpConfig
 from airlane.transports.http.http_protocol import WRITE_BODY
@@ -19,9 +20,10 @@ if TYPE_CHECKING:
 
 __all__ = ["AppContext", "WebSocketEndpoint", "WebSocketHandler"]
 
-WebSocketHandler = Callable[[Principal, Receive, Send], Awaitable[None]]
+WebSocketHandler = Callable[[Principal, Receive, Send, LaneMarker | None], Awaitable[None]]
 """Serves an accepted ``/v1/ws`` socket whose subprotocol another transport speaks (AIRC):
-called with the authenticated principal after the handshake, it owns the socket."""
+called with the authenticated principal after the handshake (and what marks the connection's
+socket with a lane, where it has one), it owns the socket."""
 
 WebSocketEndpoint = Callable[
     [Principal | None, PeerIdentity | None, str | None, Receive, Send], Awaitable[None]
@@ -43,6 +45,8 @@ class AppContext:
     transport never imports another)."""
     webrtc: WebRtcConfig = field(default_factory=WebRtcConfig)
     """The WebRTC peer's ICE servers and bounds (``[webrtc]``)."""
+    lanes: LanesConfig = field(default_factory=LanesConfig)
+    """How a connection that declares its lane is marked (``[lanes]``)."""
     peers: WebRtcPeers | None = None
     """The WebRTC peer connections, made on the first signalling request."""
 

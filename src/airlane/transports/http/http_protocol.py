@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import httptools
 
-from airlane.transports.http.asgi import PEER_EXTENSION
+from airlane.transports.http.asgi import PEER_EXTENSION, SOCKET_EXTENSION
 from airlane.transports.http.server.cycle import BodyWriter, RequestCycle
 from airlane.transports.http.server.flow import WriteFlow
 from airlane.transports.http.server.state import ServerState, cancel_later, log
@@ -103,6 +103,8 @@ class HttpProtocol(asyncio.Protocol):
         self.client: tuple[str, int] | None = None
         self.server: tuple[str, int] | None = None
         self.peer: PeerIdentity | None = None
+        self.socket: Any = None
+        """The transport's socket (for `SOCKET_EXTENSION`)."""
         """Who the client's TLS certificate says it is (None: plain HTTP, or none sent)."""
         self.cycle: RequestCycle | None = None
         """The request being answered."""
@@ -135,6 +137,7 @@ class HttpProtocol(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         self.client = address(transport, "peername")
         self.server = address(transport, "sockname")
+        self.socket = transport.get_extra_info("socket")
         tls = self.state.tls
         if tls is not None:
             sslobj = transport.get_extra_info("ssl_object")
@@ -264,7 +267,7 @@ class HttpProtocol(asyncio.Protocol):
             "client": self.client,
             "server": self.server,
             "state": self.state.app_state.copy(),
-            "extensions": {PEER: self.peer},
+            "extensions": {PEER: self.peer, SOCKET_EXTENSION: self.socket},
         }
         if parser.should_upgrade() and _is_websocket(self._headers):
             self._upgrade = _Upgrade(scope, method, version)

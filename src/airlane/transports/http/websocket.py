@@ -11,6 +11,12 @@ Client to server (``ref`` is optional and echoed in the reply)::
     {"op": "publish", "stream": ID, "event": {...}}               -> published
     {"op": "cancel", "stream": ID}                                -> cancelled
     {"op": "ping"}                                                -> pong
+    {"op": "lane", "lane": "control" | "interactive" | "bulk"}   -> lane {"marks": "..."}
+
+``lane`` declares what this socket carries, for a client that keeps its signalling (cancel,
+ping, presence) on a socket of its own beside the one its bulk data takes: the gateway marks
+its side of the connection (`airlane.runtime.socket_lanes`; docs/lanes.md) and answers with
+what it set.
 
 Server to client::
 
@@ -45,7 +51,8 @@ import orjson
 from airlane.core import Event, Kind, Position
 from airlane.core.errors import AirlaneError, BadRequest, ErrorCode
 from airlane.gateway import Principal, Subscription
-from airlane.transports.http.asgi import Receive, Request, Send
+from airlane.runtime.socket_lanes import LaneMarker, LanesConfig, lane_marker
+from airlane.transports.http.asgi import SOCKET_EXTENSION, Receive, Request, Send
 from airlane.transports.http.auth import authenticate
 from airlane.transports.http.context import AppContext
 from airlane.transports.http.errors import close_code, close_reason
@@ -108,8 +115,10 @@ class WebSocketSession:
         write_now: WriteNow | None = None,
         webtransport: Any = None,
         reader: str | None = None,
+        mark_lane: LaneMarker | None = None,
     ) -> None:
         self.app = app
+        self._mark_lane = mark_lane
         self._reader = reader
         """How the usage ledger names this session's reads (``webrtc host/udp-host``)."""
         self._webtransport = webtransport
@@ -130,6 +139,7 @@ class WebSocketSession:
             "publish": self._op_publish,
             "cancel": self._op_cancel,
             "ping": self._op_ping,
+            "lane": self._op_lane,
         }
 
     # -- the receive loop -------------------------------------------------------------------
@@ -316,6 +326,17 @@ class WebSocketSession:
     async def _op_ping(self, obj: dict[str, Any]) -> dict[str, Any]:
         return {"op": "pong"}
 
+    async def _op_lane(self, obj: dict[str, Any]) -> dict[str, Any]:
+        name = obj.get("lane")
+        try:
+            lane = LanesConfig.lane(name) if isinstance(name, str) else None
+        except ValueError:
+            lane = None
+        if lane is None:
+            raise BadRequest("lane must be control, interactive or bulk", param="lane")
+        marks = self._mark_lane(lane) if self._mark_lane is not None else ""
+        return {"op": "lane", "lane": name, "marks": marks}
+
     # -- writing ----------------------------------------------------------------------------
 
     async def _pump(
@@ -439,11 +460,12 @@ async def serve_websocket(app: AppContext, request: Request, receive: Receive, s
         return
     if not await accept(receive, send, chosen):
         return
+    mark_lane = lane_marker(request.extension(SOCKET_EXTENSION), app.lanes)
     other = app.subprotocols.get(chosen) if chosen else None
     if other is not None:
         app.metrics.connections["ws"] += 1
         try:
-            await other(principal, receive, send)
+            await other(principal, receive, send, mark_lane)
         finally:
             app.metrics.connections["ws"] -= 1
         return
@@ -455,6 +477,7 @@ async def serve_websocket(app: AppContext, request: Request, receive: Receive, s
         send_many=request.extension(SEND_MANY) is not None,
         write_now=request.extension(WRITE_NOW),
         webtransport=request.extension(WEBTRANSPORT),
+        mark_lane=mark_lane,
     )
     transport = "webtransport" if request.extension(WEBTRANSPORT) is not None else "ws"
     app.metrics.connections[transport] += 1

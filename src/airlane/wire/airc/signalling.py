@@ -43,10 +43,19 @@ The messages (``<= n`` is a limit in bytes, enforced on both encode and decode):
     0x10 RtcCandidates request_id u16, session str8, fragment str32 <= 64 KiB (client: its
                        trickled ``a=candidate:`` lines, an ``application/trickle-ice-sdpfrag``)
     0x11 RtcClose      request_id u16, session str8 (client: close that peer connection)
+    0x12 SetLane       request_id u16, lane u8 (client: this connection carries lane 0
+                       control, 1 interactive or 2 bulk; the server marks its socket)
+    0x13 LaneSet       request_id u16, lane u8, marks str8 (server: what it marked, such as
+                       ``dscp=40 priority=6``; empty where it could mark nothing)
+    0x14 CancelStream  request_id u16, airlane_stream str8 <= 200 (client: cancel the
+                       generation of that Airlane stream, whichever connection started it;
+                       answered `Cancelled` with stream 0xFFFF)
 
-The four ``Rtc`` messages are the WebRTC signalling of ``docs/webrtc.md`` for a client that
-already holds an AIRC connection (usually AIRC over WebSocket). Each is answered with an
-`RtcAnswer`, or refused with an `Error` carrying the request's id.
+`SetLane` and `CancelStream` let a client keep its signalling on a connection of its own
+beside the one carrying bulk data (``docs/lanes.md``). The four ``Rtc`` messages are the
+WebRTC signalling of ``docs/webrtc.md`` for a client that already holds an AIRC connection
+(usually AIRC over WebSocket). Each is answered with an `RtcAnswer`, or refused with an
+`Error` carrying the request's id.
 
 Decoding never raises anything but `AircProtocolError`: ``UNKNOWN_SIGNAL`` for a type byte not
 listed above, ``BAD_SIGNALLING`` for anything else wrong (an empty payload, truncation, bytes
@@ -77,18 +86,21 @@ __all__ = [
     "Auth",
     "Authenticated",
     "Cancel",
+    "CancelStream",
     "Cancelled",
     "Close",
     "Error",
     "GenAck",
     "GenRequest",
     "GoAway",
+    "LaneSet",
     "Open",
     "Opened",
     "RtcAnswer",
     "RtcCandidates",
     "RtcClose",
     "RtcOffer",
+    "SetLane",
     "SignalMessage",
     "SignalType",
     "TimeRequest",
@@ -133,6 +145,9 @@ class SignalType(enum.IntEnum):
     RTC_ANSWER = 0x0F
     RTC_CANDIDATES = 0x10
     RTC_CLOSE = 0x11
+    SET_LANE = 0x12
+    LANE_SET = 0x13
+    CANCEL_STREAM = 0x14
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,6 +308,32 @@ class RtcClose:
     session: str
 
 
+@dataclass(frozen=True, slots=True)
+class SetLane:
+    """Client: this connection carries ``lane`` (0 control, 1 interactive, 2 bulk)."""
+
+    request_id: int
+    lane: int
+
+
+@dataclass(frozen=True, slots=True)
+class LaneSet:
+    """Server: the connection is taken as ``lane``; ``marks`` says what its socket got."""
+
+    request_id: int
+    lane: int
+    marks: str
+
+
+@dataclass(frozen=True, slots=True)
+class CancelStream:
+    """Client: cancel the generation of Airlane stream ``airlane_stream`` (started on this
+    connection or another)."""
+
+    request_id: int
+    airlane_stream: str
+
+
 SignalMessage: TypeAlias = (
     GenRequest
     | GenAck
@@ -311,6 +352,9 @@ SignalMessage: TypeAlias = (
     | RtcAnswer
     | RtcCandidates
     | RtcClose
+    | SetLane
+    | LaneSet
+    | CancelStream
 )
 """Any signalling message."""
 
@@ -423,6 +467,7 @@ class _Sized:
             raise _bad(f"{where}: invalid UTF-8 at byte {exc.start}") from None
 
 
+_U8 = _Int(1)
 _U16 = _Int(2)
 _U32 = _Int(4)
 _I32 = _Int(4, signed=True)
@@ -517,6 +562,15 @@ _LAYOUTS: dict[SignalType, tuple[type[SignalMessage], _Layout]] = {
         (("request_id", _U16), ("session", _SESSION), ("fragment", _SDP)),
     ),
     SignalType.RTC_CLOSE: (RtcClose, (("request_id", _U16), ("session", _SESSION))),
+    SignalType.SET_LANE: (SetLane, (("request_id", _U16), ("lane", _U8))),
+    SignalType.LANE_SET: (
+        LaneSet,
+        (("request_id", _U16), ("lane", _U8), ("marks", _Sized(1, 0xFF))),
+    ),
+    SignalType.CANCEL_STREAM: (
+        CancelStream,
+        (("request_id", _U16), ("airlane_stream", _AIRLANE_STREAM)),
+    ),
 }
 
 _TYPE_OF: dict[type[SignalMessage], SignalType] = {
