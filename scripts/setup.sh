@@ -69,8 +69,9 @@ fi
 
 # Debian packages the tests use: Chromium (browser tests), nats-server (the JetStream hub,
 # event logs and schema registry), mosquitto (the MQTT bridge's broker), coturn (the STUN/TURN
-# server of the WebRTC NAT lab) and nftables (the lab's NAT routers); the tests start their own
-# servers on free ports or in network namespaces they create.
+# server of the WebRTC NAT lab), nftables (the lab's NAT routers), and clang with libbpf's
+# headers (the lanes' BPF classifier, `airlane shaping`); the tests start their own servers on
+# free ports or in network namespaces they create.
 if [ "$want_test" = 1 ]; then
   missing=""
   [ -x /usr/bin/chromium ] || missing="$missing chromium"
@@ -78,6 +79,8 @@ if [ "$want_test" = 1 ]; then
   [ -x /usr/sbin/mosquitto ] || command -v mosquitto >/dev/null || missing="$missing mosquitto"
   command -v turnserver >/dev/null || missing="$missing coturn"
   command -v nft >/dev/null || [ -x /usr/sbin/nft ] || missing="$missing nftables"
+  command -v clang >/dev/null || missing="$missing clang"
+  [ -f /usr/include/bpf/bpf_helpers.h ] || missing="$missing libbpf-dev"
   if [ -n "$missing" ]; then
     sudo=""
     [ "$(id -u)" = 0 ] || sudo="sudo"
@@ -86,4 +89,10 @@ if [ "$want_test" = 1 ]; then
     # shellcheck disable=SC2086 (a list of package names)
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq $missing >/dev/null
   fi
+fi
+
+# The lanes' BPF classifier, compiled once here (cached by its source's hash) so that
+# `airlane shaping attach` does not pay for it; where clang is missing, attach says so.
+if command -v clang >/dev/null && [ -f /usr/include/bpf/bpf_helpers.h ]; then
+  .venv/bin/airlane shaping build >/dev/null || echo "setup: the lanes' classifier did not compile (airlane shaping build says why)" >&2
 fi

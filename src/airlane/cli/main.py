@@ -21,6 +21,7 @@ from airlane.cli.demo import demo_command
 from airlane.cli.logs import logs_app, schemas_app
 from airlane.cli.policy import policy_app
 from airlane.cli.rules import rules_app
+from airlane.cli.shaping import shaping_app
 from airlane.cli.stream import stream_command
 from airlane.server.address import DEFAULT_HOST, DEFAULT_PORT
 
@@ -342,6 +343,7 @@ app.add_typer(rules_app, name="rules")
 app.add_typer(artifacts_app, name="artifacts")
 app.add_typer(certs_app, name="certs")
 app.add_typer(policy_app, name="policy")
+app.add_typer(shaping_app, name="shaping")
 
 
 @app.command("version")

@@ -10,11 +10,15 @@ that connection's socket marked, on the gateway's side:
   may honour (RFC 4594's classes: signalling CS5, low-latency data AF21, high-throughput data
   AF11);
 - ``SO_PRIORITY``: the packet priority the host's own qdiscs read (``pfifo_fast``'s bands,
-  HTB's class selection). Values 0-6 need no privilege: control 6 (``TC_PRIO_INTERACTIVE``, band 0), interactive 0, bulk 2
-  (``TC_PRIO_BULK``, band 2);
+  HTB's class selection). Values 0-6 need no privilege: control 6 (``TC_PRIO_INTERACTIVE``,
+  band 0), interactive 0, bulk 2 (``TC_PRIO_BULK``, band 2);
 - ``TCP_NOTSENT_LOWAT`` on bulk sockets: the kernel takes bulk bytes only while less than this
   is unsent, so they wait in the process (where lanes order them and the transport's flow
   control bounds them) instead of in the kernel.
+
+Where ``airlane shaping`` has attached its classifier, the socket is also put in the
+classifier's flow map (`airlane.runtime.lane_flows`), so its packets are sorted into the lane's
+band on the interface whatever the socket's own marks.
 
 Nothing here needs privileges; what the kernel refuses is reported, never raised.
 """
@@ -23,17 +27,19 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, overload
 
 from airlane.core import Lane
+from airlane.runtime.lane_flows import LaneFlows, socket_cookie
 
 __all__ = [
+    "DEFAULT_BPF_DIR",
     "TCP_NOTSENT_LOWAT",
     "LaneMarker",
     "LanesConfig",
     "MarkableSocket",
+    "SocketLane",
     "lane_marker",
     "mark_socket",
     "socket_marks",
@@ -44,8 +50,8 @@ log = logging.getLogger("airlane.lanes")
 TCP_NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", 25)
 """Linux's option number (Python 3.11's `socket` does not name it)."""
 
-LaneMarker = Callable[[Lane], str]
-"""Marks one connection's socket for a lane; what it set (see `mark_socket`)."""
+DEFAULT_BPF_DIR = "/run/airlane/bpf"
+"""Where ``airlane shaping`` mounts its BPF filesystem and pins the classifier's maps."""
 
 
 class MarkableSocket(Protocol):
@@ -60,7 +66,11 @@ class MarkableSocket(Protocol):
 
     def setsockopt(self, level: int, option: int, value: int, /) -> None: ...
 
+    @overload
     def getsockopt(self, level: int, option: int, /) -> int: ...
+
+    @overload
+    def getsockopt(self, level: int, option: int, buflen: int, /) -> bytes: ...
 
 
 _LANES = {"control": Lane.CONTROL, "interactive": Lane.INTERACTIVE, "bulk": Lane.BULK}
@@ -88,6 +98,11 @@ class LanesConfig:
     bulk_notsent_lowat: int = 131_072
     """``TCP_NOTSENT_LOWAT`` of bulk sockets: unsent bytes the kernel holds at most; 0 leaves
     the system's default (``net.ipv4.tcp_notsent_lowat``)."""
+    classifier: bool = True
+    """Put sockets with a declared lane in the ``airlane shaping`` classifier's flow map
+    when it is attached (and this process may open it)."""
+    bpf_dir: str = DEFAULT_BPF_DIR
+    """The BPF filesystem the classifier's maps are pinned under."""
 
     def __post_init__(self) -> None:
         for name in ("control_dscp", "interactive_dscp", "bulk_dscp"):
@@ -116,11 +131,54 @@ class LanesConfig:
             raise ValueError(f"lane must be control, interactive or bulk, not {name!r}") from None
 
 
-def lane_marker(sock: MarkableSocket | None, config: LanesConfig) -> LaneMarker | None:
-    """A `LaneMarker` for ``sock`` (None without a socket: a connection that is not TCP)."""
+class SocketLane:
+    """Marks one connection's socket for the lane its client declares, and takes it out of
+    the classifier's flow map when the connection ends (`release`)."""
+
+    __slots__ = ("_config", "_cookie", "_flows", "_sock")
+
+    def __init__(
+        self, sock: MarkableSocket, config: LanesConfig, flows: LaneFlows | None = None
+    ) -> None:
+        self._sock = sock
+        self._config = config
+        self._flows = flows
+        self._cookie: int | None = None
+
+    def __call__(self, lane: Lane) -> str:
+        """Mark the socket for ``lane``; what was set (see `mark_socket`), plus
+        ``classifier`` when the shaping classifier took the socket too."""
+        marks = mark_socket(self._sock, lane, self._config)
+        flows = self._flows
+        if flows is None or not self._config.enabled or not self._config.classifier:
+            return marks
+        try:
+            cookie = self._cookie or socket_cookie(self._sock)
+        except OSError:
+            return marks  # not a socket with a cookie (an old kernel)
+        if flows.add(cookie, lane):
+            self._cookie = cookie
+            marks = f"{marks} classifier".strip()
+        return marks
+
+    def release(self) -> None:
+        """The connection ended: forget its socket in the classifier's map."""
+        if self._flows is not None and self._cookie is not None:
+            self._flows.remove(self._cookie)
+            self._cookie = None
+
+
+LaneMarker = SocketLane
+"""What marks one connection's socket (the name the transports take it by)."""
+
+
+def lane_marker(
+    sock: MarkableSocket | None, config: LanesConfig, flows: LaneFlows | None = None
+) -> SocketLane | None:
+    """A `SocketLane` for ``sock`` (None without a socket: a connection that is not TCP)."""
     if sock is None:
         return None
-    return lambda lane: mark_socket(sock, lane, config)
+    return SocketLane(sock, config, flows)
 
 
 def mark_socket(sock: MarkableSocket, lane: Lane, config: LanesConfig) -> str:

@@ -21,6 +21,7 @@ from airlane.gateway.eventsourcing import EventSourcing
 from airlane.gateway.quotas import Quotas
 from airlane.gateway.tickets import Tickets
 from airlane.hub import Hub, MemoryHub
+from airlane.runtime.lane_flows import LaneFlows, ShapingCounters
 from airlane.security import AllowAll, ApiKeyPolicy, SecurityPolicy
 from airlane.security.audit import AuditLog
 from airlane.server.config import ServerConfig
@@ -186,6 +187,9 @@ def build_app(config: ServerConfig) -> AirlaneApp:
         forwarded=forwarded,
         webrtc=config.webrtc,
         lanes=config.lanes,
+        # The shaping classifier's maps, opened when first used (docs/lanes.md).
+        lane_flows=LaneFlows(config.lanes.bpf_dir) if config.lanes.classifier else None,
+        shaping=ShapingCounters(config.lanes.bpf_dir),
     )
     # AIRC over WebSocket carries WebRTC signalling too (RTC_OFFER...), to the app's peers.
     airc.rtc = PeerSignalling(app.context)

@@ -374,7 +374,12 @@ class _Listeners:
         if airc_sock is not None:
             rtc = PeerSignalling(app.context)
             self.airc = AircTcpServer(
-                app.gateway, config.airc, tls=self.tls, rtc=rtc, lanes=config.lanes
+                app.gateway,
+                config.airc,
+                tls=self.tls,
+                rtc=rtc,
+                lanes=config.lanes,
+                lane_flows=app.context.lane_flows,
             )
             await self.airc.start(airc_sock)
             metrics.watch("airc", self.airc.acceptor)

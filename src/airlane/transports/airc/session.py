@@ -235,6 +235,8 @@ class AircSession:
         """Stop every pump and request and release every cursor (after the link is gone)."""
         self._closed = True
         self._timer.close()
+        if self._mark_lane is not None:
+            self._mark_lane.release()
         for binding in self._bindings.values():
             binding.subscription.listen(None)
         tasks = [b.task for b in self._bindings.values() if b.task is not None]

@@ -15,6 +15,7 @@ from typing import cast
 
 from airlane.gateway import Gateway, ServerTls
 from airlane.runtime.acceptor import Acceptor
+from airlane.runtime.lane_flows import LaneFlows
 from airlane.runtime.socket_lanes import LanesConfig, lane_marker
 from airlane.transports.airc.config import AircServerConfig
 from airlane.transports.airc.session import AircSession, RtcSignalling
@@ -67,7 +68,7 @@ class _AircProtocol(asyncio.Protocol):
             peer=peer,
             origin=address[0] if isinstance(address, tuple) else None,
             rtc=server.rtc,
-            mark_lane=lane_marker(sock, server.lanes),
+            mark_lane=lane_marker(sock, server.lanes, server.lane_flows),
         )
         server.sessions.add(self._session)
 
@@ -125,11 +126,14 @@ class AircTcpServer:
         tls: ServerTls | None = None,
         rtc: RtcSignalling | None = None,
         lanes: LanesConfig | None = None,
+        lane_flows: LaneFlows | None = None,
     ) -> None:
         self.gateway = gateway
         self.config = config or AircServerConfig()
         self.lanes = lanes or LanesConfig()
         """How a connection that declares its lane (``SET_LANE``) is marked."""
+        self.lane_flows = lane_flows
+        """The shaping classifier's flow map, if the composition root gave one."""
         self.tls = tls
         """TLS for every connection (with client certificates when it asks for them)."""
         self.rtc = rtc

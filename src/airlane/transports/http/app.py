@@ -30,6 +30,7 @@ from typing import Any
 from airlane.core.errors import AirlaneError, NotFound
 from airlane.gateway import ForwardedIdentity, Gateway, Principal
 from airlane.runtime.admission import Admission, Overloaded
+from airlane.runtime.lane_flows import LaneFlows, ShapingCounters
 from airlane.runtime.socket_lanes import LanesConfig
 from airlane.transports.http.artifacts import handle_artifacts
 from airlane.transports.http.asgi import (
@@ -96,6 +97,8 @@ class AirlaneApp:
         forwarded: ForwardedIdentity | None = None,
         webrtc: WebRtcConfig | None = None,
         lanes: LanesConfig | None = None,
+        lane_flows: LaneFlows | None = None,
+        shaping: ShapingCounters | None = None,
     ) -> None:
         self.gateway = gateway
         self.forwarded = forwarded
@@ -110,7 +113,9 @@ class AirlaneApp:
             dict(subprotocols or {}),
             webrtc or WebRtcConfig(),
             lanes=lanes or LanesConfig(),
+            lane_flows=lane_flows,
         )
+        self.metrics.shaping = shaping
         self.mounts = dict(mounts or {})
         """HTTP paths under each prefix go to that ASGI app (gRPC-Web / Connect), after CORS;
         given by the composition root (a transport never imports another)."""

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from airlane.gateway import Gateway, PeerIdentity, Principal
+from airlane.runtime.lane_flows import LaneFlows
 from airlane.runtime.socket_lanes import LaneMarker, LanesConfig
 from airlane.transports.http.asgi import Receive, Request, Send
 from airlane.transports.http.config import HttpConfig
@@ -47,6 +48,8 @@ class AppContext:
     """The WebRTC peer's ICE servers and bounds (``[webrtc]``)."""
     lanes: LanesConfig = field(default_factory=LanesConfig)
     """How a connection that declares its lane is marked (``[lanes]``)."""
+    lane_flows: LaneFlows | None = None
+    """The shaping classifier's flow map, where the composition root gave one."""
     peers: WebRtcPeers | None = None
     """The WebRTC peer connections, made on the first signalling request."""
 

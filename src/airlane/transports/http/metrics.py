@@ -23,6 +23,7 @@ from prometheus_client.registry import Collector
 from airlane.core import Event
 from airlane.gateway import HubStats
 from airlane.runtime.admission import Admission
+from airlane.runtime.lane_flows import ShapingCounters
 
 __all__ = ["HttpMetrics"]
 
@@ -48,6 +49,8 @@ class HttpMetrics(Collector):
         """WebRTC ICE restarts, by outcome."""
         self.webrtc_dropped = 0
         """Messages the real-time channels (``airlane.rt``) dropped for a peer that was behind."""
+        self.shaping: ShapingCounters | None = None
+        """The ``airlane shaping`` classifier's per-lane counters, read at each scrape."""
         self._lag_counts = [0] * (len(_LAG_BUCKETS_NS) + 1)
         self._lag_sum_ns = 0
         self.registry = CollectorRegistry(auto_describe=False)
@@ -146,6 +149,8 @@ class HttpMetrics(Collector):
         )
         yield self._lag_family()
         yield from _admission_families()
+        if self.shaping is not None:
+            yield from _shaping_families(self.shaping)
 
     def _lag_family(self) -> Metric:
         cumulative, buckets = 0, []
@@ -163,6 +168,29 @@ class HttpMetrics(Collector):
     def render(self) -> bytes:
         """The exposition text."""
         return generate_latest(self.registry)
+
+
+def _shaping_families(shaping: ShapingCounters) -> Iterator[Metric]:
+    """Packets and bytes the classifier sorted into each lane, per direction (nothing where it
+    is not attached): the host's, whichever process sent them."""
+    counts = shaping.read()
+    if not counts:
+        return
+    packets = CounterMetricFamily(
+        "airlane_shaping_packets",
+        "Packets the shaping classifier sorted, by direction and lane",
+        labels=["direction", "lane"],
+    )
+    size = CounterMetricFamily(
+        "airlane_shaping_bytes",
+        "Bytes the shaping classifier sorted, by direction and lane",
+        labels=["direction", "lane"],
+    )
+    for (direction, lane), (count, total) in counts.items():
+        packets.add_metric([direction, lane], count)
+        size.add_metric([direction, lane], total)
+    yield packets
+    yield size
 
 
 def _admission_families() -> Iterator[Metric]:

@@ -170,6 +170,8 @@ class WebSocketSession:
 
     async def aclose(self) -> None:
         """Stop every pump and close every subscription."""
+        if self._mark_lane is not None:
+            self._mark_lane.release()
         pumps, self._pumps = self._pumps, {}
         tasks = [task for _, task in pumps.values()]
         for task in tasks:
@@ -460,7 +462,7 @@ async def serve_websocket(app: AppContext, request: Request, receive: Receive, s
         return
     if not await accept(receive, send, chosen):
         return
-    mark_lane = lane_marker(request.extension(SOCKET_EXTENSION), app.lanes)
+    mark_lane = lane_marker(request.extension(SOCKET_EXTENSION), app.lanes, app.lane_flows)
     other = app.subprotocols.get(chosen) if chosen else None
     if other is not None:
         app.metrics.connections["ws"] += 1
