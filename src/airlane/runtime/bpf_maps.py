@@ -1,9 +1,9 @@
 """Pinned BPF maps from Python: open one by its path, and look up, update and delete elements.
 
 Just the ``bpf(2)`` commands Airlane needs (``BPF_OBJ_GET``, ``BPF_MAP_LOOKUP_ELEM``,
-``BPF_MAP_UPDATE_ELEM``, ``BPF_MAP_DELETE_ELEM``, ``BPF_MAP_GET_NEXT_KEY``) through `ctypes`, so the gateway can read
-and feed the maps of ``airlane shaping``'s classifier without a BPF library. Linux only; every
-failure is an `OSError` with the kernel's errno.
+``BPF_MAP_UPDATE_ELEM``, ``BPF_MAP_DELETE_ELEM``, ``BPF_MAP_GET_NEXT_KEY``) through `ctypes`,
+so the gateway can read and feed the maps of ``airlane shaping``'s classifier without a BPF
+library. Linux only; every failure is an `OSError` with the kernel's errno.
 """
 
 from __future__ import annotations

@@ -121,7 +121,9 @@ def attach(
             )
     obj = build_object(cache_dir)
     bpf_dir = Path(config.bpf_dir)
-    _mount_bpffs(bpf_dir)
+    if _mount_bpffs(bpf_dir):
+        _state_dir(config).mkdir(parents=True, exist_ok=True)
+        _mounted_marker(config).touch()  # the last detach unmounts it again
     if not _attached_anywhere(config):
         _unpin_maps(bpf_dir)  # left by an older build, whose layout may differ
     created_clsact = not tc.has_clsact()
@@ -163,6 +165,9 @@ def detach(dev: str, *, netns: str | None = None, config: LanesConfig | None = N
     state.unlink()
     if not _attached_anywhere(config):
         _unpin_maps(Path(config.bpf_dir))
+        if _mounted_marker(config).exists():
+            subprocess.run(["umount", config.bpf_dir], capture_output=True, check=False)
+            _mounted_marker(config).unlink()
     return record
 
 
@@ -288,19 +293,20 @@ def _check_privileges() -> None:
         )
 
 
-def _mount_bpffs(path: Path) -> None:
-    """A BPF filesystem at ``path`` (mounted now if there is none)."""
+def _mount_bpffs(path: Path) -> bool:
+    """A BPF filesystem at ``path``; True if it was mounted now."""
     with open("/proc/self/mounts") as mounts:
         for line in mounts:
             fields = line.split()
             if len(fields) > 2 and fields[1] == str(path) and fields[2] == "bpf":
-                return
+                return False
     path.mkdir(parents=True, exist_ok=True)
     done = subprocess.run(
         ["mount", "-t", "bpf", "bpf", str(path)], capture_output=True, text=True, check=False
     )
     if done.returncode != 0:
         raise ShapingError(f"cannot mount a BPF filesystem at {path}: {done.stderr.strip()}")
+    return True
 
 
 def _fill_maps(bpf_dir: Path, config: LanesConfig, *, htb: bool) -> None:
@@ -329,6 +335,10 @@ def _unpin_maps(bpf_dir: Path) -> None:
 
 def _state_dir(config: LanesConfig) -> Path:
     return Path(config.bpf_dir).parent / "shaping"
+
+
+def _mounted_marker(config: LanesConfig) -> Path:
+    return _state_dir(config) / "mounted-bpffs"
 
 
 def _state_path(config: LanesConfig, dev: str, netns: str | None) -> Path:
