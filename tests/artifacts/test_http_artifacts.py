@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import shutil
+import socket
+import subprocess
+import time
 
 import httpx
 import pytest
@@ -10,6 +14,8 @@ import pytest
 from airlane.artifacts.store import read_manifest
 from airlane.transports.http.artifacts import parse_range
 from airlane.transports.http.asgi import HttpError
+from tests.artifacts.conftest import SCAN
+from tests.servers import run_server
 
 
 @pytest.mark.parametrize(
@@ -132,3 +138,45 @@ def test_a_gateway_without_a_store_says_so(server):
     response = httpx.get(f"{server.url}/v1/artifacts", timeout=10)
     assert response.status_code == 404
     assert "--artifacts" in response.json()["error"]["message"]
+
+
+def test_a_model_update_goes_out_in_the_bulk_lane_then_the_connection_is_as_it_was(store):
+    """While a download at least ``[lanes] bulk_response_bytes`` long is sent, the gateway's
+    end of the connection carries the bulk lane's marks (read with ``ss``, outside the
+    process); once it is sent, the marks it had come back (docs/lanes.md)."""
+    if shutil.which("ss") is None:
+        pytest.skip("ss (iproute2) is not installed")
+    path = "/v1/artifacts/tiny/1/model.safetensors"
+    size = (store / "tiny" / "1" / "model.safetensors").stat().st_size
+    config = SCAN + f"\n[lanes]\nbulk_response_bytes = {size // 2}\n"
+    with run_server("--artifacts", str(store), "--airc-port", "-1", "--grpc-port", "-1",
+                    config=config) as server:  # fmt: skip
+        host, port = server.url.removeprefix("http://").rsplit(":", 1)
+        client = socket.socket()
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # the download stalls
+        client.connect((host, int(port)))
+        local = client.getsockname()[1]
+
+        def server_side() -> str:
+            return subprocess.run(
+                ["ss", "-tnH", "--tos", "state", "established", "dport", f"= :{local}"],
+                capture_output=True, text=True, check=True,
+            ).stdout  # fmt: skip
+
+        with client:
+            client.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+            assert client.recv(1024).startswith(b"HTTP/1.1 200")
+            deadline = time.monotonic() + 10
+            while "tos:0x28" not in (shown := server_side()):
+                assert time.monotonic() < deadline, shown
+                time.sleep(0.05)
+            assert "class_id:0x2" in shown  # the bulk lane's SO_PRIORITY
+            client.settimeout(10)
+            received = 1024
+            while received < size:  # the rest (headers make it a little more)
+                received += len(client.recv(1 << 20))
+            deadline = time.monotonic() + 10
+            while "tos:0x28" in (shown := server_side()):
+                assert time.monotonic() < deadline, f"the bulk marks stayed: {shown}"
+                time.sleep(0.05)
+            assert "class_id:0x2" not in shown

@@ -25,8 +25,10 @@ Nothing here needs privileges; what the kernel refuses is reported, never raised
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol, overload
 
@@ -40,6 +42,7 @@ __all__ = [
     "LanesConfig",
     "MarkableSocket",
     "SocketLane",
+    "bulk_while",
     "lane_marker",
     "mark_socket",
     "socket_marks",
@@ -98,6 +101,9 @@ class LanesConfig:
     bulk_notsent_lowat: int = 131_072
     """``TCP_NOTSENT_LOWAT`` of bulk sockets: unsent bytes the kernel holds at most; 0 leaves
     the system's default (``net.ipv4.tcp_notsent_lowat``)."""
+    bulk_response_bytes: int = 1 << 20
+    """An artifact download (a model update) at least this long goes out in the bulk lane:
+    its connection is marked bulk while it is sent, then given its marks back; 0: never."""
     classifier: bool = True
     """Put sockets with a declared lane in the ``airlane shaping`` classifier's flow map
     when it is attached (and this process may open it)."""
@@ -111,8 +117,8 @@ class LanesConfig:
         for name in ("control_priority", "interactive_priority", "bulk_priority"):
             if not 0 <= getattr(self, name) <= 0xFFFFFFFF:
                 raise ValueError(f"[lanes] {name} must be 0 or more")
-        if self.bulk_notsent_lowat < 0:
-            raise ValueError("[lanes] bulk_notsent_lowat must be 0 or more")
+        if self.bulk_notsent_lowat < 0 or self.bulk_response_bytes < 0:
+            raise ValueError("[lanes] bulk_notsent_lowat and bulk_response_bytes must be 0 or more")
 
     def dscp(self, lane: Lane) -> int:
         """The DSCP code point of ``lane``."""
@@ -208,6 +214,35 @@ def mark_socket(sock: MarkableSocket, lane: Lane, config: LanesConfig) -> str:
     if stream and _set(sock, socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT, lowat) and lowat:
         done.append(f"notsent_lowat={lowat}")
     return " ".join(done)
+
+
+@contextlib.contextmanager
+def bulk_while(sock: MarkableSocket | None, config: LanesConfig) -> Iterator[str]:
+    """Mark ``sock`` bulk for the ``with`` block (a long response the server knows is bulk,
+    such as a model update), then give it back the marks it had; yields what was set."""
+    if sock is None or not config.enabled:
+        yield ""
+        return
+    before = _raw_marks(sock)
+    try:
+        yield mark_socket(sock, Lane.BULK, config)
+    finally:
+        for level, option, value in before:  # in order: the TOS resets the priority
+            _set(sock, level, option, value)
+
+
+def _raw_marks(sock: MarkableSocket) -> list[tuple[int, int, int]]:
+    options = [(socket.IPPROTO_IP, socket.IP_TOS)]
+    if sock.family == socket.AF_INET6:
+        options.append((socket.IPPROTO_IPV6, socket.IPV6_TCLASS))
+    options += [(socket.SOL_SOCKET, socket.SO_PRIORITY), (socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT)]
+    marks = []
+    for level, option in options:
+        try:
+            marks.append((level, option, sock.getsockopt(level, option)))
+        except OSError:
+            continue
+    return marks
 
 
 def socket_marks(sock: MarkableSocket) -> dict[str, int]:

@@ -29,7 +29,9 @@ from collections.abc import Callable
 from airlane.core.errors import ErrorCode, NotFound
 from airlane.core.numbers import decimal
 from airlane.gateway import ArtifactFile, Principal
+from airlane.runtime.socket_lanes import bulk_while
 from airlane.transports.http.asgi import (
+    SOCKET_EXTENSION,
     HttpError,
     Receive,
     Request,
@@ -99,14 +101,19 @@ async def handle_artifacts(
         allow_methods(request.method, "GET, HEAD")
         name, version, path = parts[0], parts[1], "/".join(parts[2:])
         opened = await artifacts.open_file(principal, name, version, path)
+        # A model update is the bulk lane's traffic: its connection is marked so while it is
+        # sent (docs/lanes.md); a small file, or a HEAD, leaves the connection as it is.
+        threshold = app.lanes.bulk_response_bytes
+        bulk = request.method == "GET" and 0 < threshold <= opened.size
         try:
-            await _send_file(
-                opened,
-                request,
-                send,
-                immutable=version != "latest",
-                sending=lambda size: artifacts.sending(principal, size),
-            )
+            with bulk_while(request.extension(SOCKET_EXTENSION) if bulk else None, app.lanes):
+                await _send_file(
+                    opened,
+                    request,
+                    send,
+                    immutable=version != "latest",
+                    sending=lambda size: artifacts.sending(principal, size),
+                )
         finally:
             opened.close()
     else:
