@@ -138,6 +138,7 @@ def test_attach_sort_count_and_detach(lab: VethLab, tmp_path: Path) -> None:
     flows_path = tmp_path / "bpf" / "tc" / "globals" / "airlane_flows"
     with PinnedMap(flows_path, 4) as flows:
         assert flows.lookup(struct.pack("<Q", cookie)) == struct.pack("<I", 0)
+        assert json.loads(shaping("status", "--json", config=config).stdout)["flows"] == 1
         client.stdin.write("\n")
         client.stdin.flush()
         assert client.wait(30) == 0

@@ -108,11 +108,13 @@ def status_command(
     lanes = _guarded("status", lambda: _lanes(config))
     attached = attachments(lanes)
     counters = ShapingCounters(lanes.bpf_dir).read() if attached else {}
+    flows = _flows(lanes.bpf_dir) if attached else 0
     if as_json:
         typer.echo(
             json.dumps(
                 {
                     "attached": [a.name for a in attached],
+                    "flows": flows,
                     "counters": {
                         f"{direction}/{lane}": {"packets": packets, "bytes": size}
                         for (direction, lane), (packets, size) in counters.items()
@@ -127,5 +129,18 @@ def status_command(
     for attachment in attached:
         rate = f", HTB at {attachment.rate_bit} bit/s" if attachment.rate_bit else ""
         typer.echo(f"attached to {attachment.name}{rate}")
+    typer.echo(f"  {flows} connections with a declared lane in the flow map")
     for (direction, lane), (packets, size) in counters.items():
         typer.echo(f"  {direction:7} {lane:11} {packets:>12} packets {size:>15} bytes")
+
+
+def _flows(bpf_dir: str) -> int:
+    """Sockets in the classifier's flow map (0 where it cannot be opened)."""
+    from airlane.runtime.bpf_maps import PinnedMap
+    from airlane.runtime.lane_flows import MAPS_SUBDIR
+
+    try:
+        with PinnedMap(Path(bpf_dir) / MAPS_SUBDIR / "airlane_flows", 4) as flows:
+            return len(flows.keys(8))
+    except OSError:
+        return 0
