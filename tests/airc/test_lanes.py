@@ -7,7 +7,6 @@ on serving."""
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,23 +17,17 @@ from airlane.client import RequestRejected
 from airlane.client.airc import AircClient
 from tests.client.conftest import LONG_REQUEST
 from tests.servers import ServerProcess
+from tests.sockets import ss_tos
 
 from .conftest import Connect
 
 
 def _server_side_marks(server: ServerProcess, client: AircClient) -> str:
     """``ss --tos`` of the gateway's end of ``client``'s connection."""
-    if shutil.which("ss") is None:
-        pytest.skip("ss (iproute2) is not installed")
     sock = client._pipe.socket  # the client's end: its local port names the connection
     assert sock is not None
     local_port = sock.getsockname()[1]
-    shown = subprocess.run(
-        ["ss", "-tnH", "--tos", "state", "established", "dport", f"= :{local_port}"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    shown = ss_tos("dport", local_port)
     assert shown.strip(), f"no connection to port {local_port}"
     return shown
 

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-import shutil
 import socket
-import subprocess
 import time
 
 import httpx
@@ -16,6 +14,7 @@ from airlane.transports.http.artifacts import parse_range
 from airlane.transports.http.asgi import HttpError
 from tests.artifacts.conftest import SCAN
 from tests.servers import run_server
+from tests.sockets import ss_tos
 
 
 @pytest.mark.parametrize(
@@ -144,8 +143,6 @@ def test_a_model_update_goes_out_in_the_bulk_lane_then_the_connection_is_as_it_w
     """While a download at least ``[lanes] bulk_response_bytes`` long is sent, the gateway's
     end of the connection carries the bulk lane's marks (read with ``ss``, outside the
     process); once it is sent, the marks it had come back (docs/lanes.md)."""
-    if shutil.which("ss") is None:
-        pytest.skip("ss (iproute2) is not installed")
     path = "/v1/artifacts/tiny/1/model.safetensors"
     size = (store / "tiny" / "1" / "model.safetensors").stat().st_size
     config = SCAN + f"\n[lanes]\nbulk_response_bytes = {size // 2}\n"
@@ -158,10 +155,7 @@ def test_a_model_update_goes_out_in_the_bulk_lane_then_the_connection_is_as_it_w
         local = client.getsockname()[1]
 
         def server_side() -> str:
-            return subprocess.run(
-                ["ss", "-tnH", "--tos", "state", "established", "dport", f"= :{local}"],
-                capture_output=True, text=True, check=True,
-            ).stdout  # fmt: skip
+            return ss_tos("dport", local)
 
         with client:
             client.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import subprocess
 from collections import defaultdict
 from typing import Any
 
@@ -20,6 +19,7 @@ import msgspec
 from websockets.asyncio.client import ClientConnection, connect
 
 from tests.http.support import MODEL, Reader, chat_body, long_seed
+from tests.sockets import ss_tos
 
 JSON = "airlane.v1.json"
 MSGPACK = "airlane.v1.msgpack"
@@ -275,12 +275,7 @@ async def test_a_control_socket_beside_the_data_socket(paced_server):
         lane = await control.request({"op": "lane", "lane": "control"})
         assert (lane["op"], lane["marks"]) == ("lane", "dscp=40 priority=6")
         port = control_ws.transport.get_extra_info("sockname")[1]
-        shown = subprocess.run(
-            ["ss", "-tnH", "--tos", "state", "established", "dport", f"= :{port}"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
+        shown = ss_tos("dport", port)
         assert "tos:0xa0" in shown and "class_id:0x6" in shown, shown
         bulk = await data.request({"op": "lane", "lane": "bulk"})
         assert bulk["marks"] == "dscp=10 priority=2 notsent_lowat=131072"

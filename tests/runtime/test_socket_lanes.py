@@ -14,6 +14,7 @@ import pytest
 
 from airlane.core import Lane
 from airlane.runtime.socket_lanes import LanesConfig, mark_socket, socket_marks
+from tests.sockets import ss_tos
 
 
 @pytest.fixture(params=[socket.AF_INET, socket.AF_INET6], ids=["ipv4", "ipv6"])
@@ -50,17 +51,9 @@ def test_each_lane_gets_its_dscp_priority_and_bulk_its_low_water_mark(
 def test_the_kernel_reports_the_marks_to_outside_tools(
     pair: tuple[socket.socket, socket.socket],
 ) -> None:
-    if shutil.which("ss") is None:
-        pytest.skip("ss (iproute2) is not installed")
     sock, _ = pair
     mark_socket(sock, Lane.CONTROL, LanesConfig())
-    port = sock.getsockname()[1]
-    shown = subprocess.run(
-        ["ss", "-tnH", "--tos", "state", "established", "sport", f"= :{port}"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    shown = ss_tos("sport", sock.getsockname()[1])
     # IPv6 sockets show their traffic class as tclass, IPv4 ones as tos; the priority shows
     # as the class id.
     assert ("tos:0xa0" in shown or "tclass:0xa0" in shown) and "class_id:0x6" in shown, shown
