@@ -46,7 +46,9 @@ from airlane.client.errors import (
 )
 from airlane.client.events import StreamEvent
 from airlane.client.sse import stream_path
+from airlane.core import Lane
 from airlane.runtime.quic_congestion import ALGORITHM
+from airlane.runtime.socket_lanes import LanesConfig, mark_socket
 from airlane.runtime.udp_batch import read_in_batches
 from airlane.wire.errors import SSEError
 from airlane.wire.sse import SSEDecoder
@@ -267,6 +269,9 @@ class H3Client:
         self._host = host
         self._closing = closing
         self._tickets = tickets
+        self._lane: tuple[Lane, LanesConfig] | None = None
+        self.marks = ""
+        """What `set_lane` marked this end's socket with."""
         self.last_id: str | None = None
         """The id of the last event `events` handed out: where a reconnection resumes."""
 
@@ -315,10 +320,28 @@ class H3Client:
         if old is not None:
             old.close()
         protocol.read_in_batches()
+        if self._lane is not None:
+            self._mark(*self._lane)
         protocol._quic.send_ping(0)  # a packet from the new address starts the migration
         protocol.transmit()
         protocol.probe_after_move()
         return self.local_address
+
+    def set_lane(self, lane: Lane | str, lanes: LanesConfig | None = None) -> str:
+        """Declare what this connection carries (``control``, ``interactive``, ``bulk``):
+        this end's socket is marked for it now (``lanes``: how; the defaults otherwise), and
+        every request from now on carries an ``airlane-lane`` header, from which the gateway
+        marks its datagrams of the connection (docs/lanes.md). What was marked here."""
+        if isinstance(lane, str):
+            lane = LanesConfig.lane(lane)
+        self._lane = (lane, lanes or LanesConfig())
+        return self._mark(*self._lane)
+
+    def _mark(self, lane: Lane, lanes: LanesConfig) -> str:
+        transport = self._protocol._transport
+        sock = None if transport is None else transport.get_extra_info("socket")
+        self.marks = "" if sock is None else mark_socket(sock, lane, lanes)
+        return self.marks
 
     @classmethod
     async def connect(
@@ -418,6 +441,8 @@ class H3Client:
             (b":path", path.encode()),
             *((name.lower().encode(), value.encode()) for name, value in headers),
         ]
+        if self._lane is not None:
+            head.append((b"airlane-lane", self._lane[0].name.lower().encode()))
         protocol.h3.send_headers(stream_id, head, end_stream=not body)
         if body:
             protocol.h3.send_data(stream_id, body, end_stream=True)

@@ -174,8 +174,18 @@ class SocketLane:
             self._cookie = None
 
 
-LaneMarker = SocketLane
-"""What marks one connection's socket (the name the transports take it by)."""
+class LaneMarker(Protocol):
+    """What marks one connection for the lane its client declares, as the transports take it:
+    `SocketLane` for a connection with a socket of its own, or
+    `airlane.runtime.datagram_lanes.DatagramLane` for a QUIC connection."""
+
+    def __call__(self, lane: Lane, /) -> str:
+        """Mark the connection for ``lane``; what was set."""
+        ...
+
+    def release(self) -> None:
+        """What declared the lane has ended."""
+        ...
 
 
 def lane_marker(

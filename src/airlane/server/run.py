@@ -428,6 +428,7 @@ class _Listeners:
             tls=self.tls,
             app_state=app_state,
             max_body_bytes=config.http.max_body_bytes,
+            lanes=config.lanes,
         )
         await self.http3.start(self.udp)
         self.udp = None  # the server owns it now

@@ -23,14 +23,18 @@ validator sends the whole file. Reading a version needs ``subscribe`` on the str
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from airlane.core.errors import ErrorCode, NotFound
 from airlane.core.numbers import decimal
 from airlane.gateway import ArtifactFile, Principal
-from airlane.runtime.socket_lanes import bulk_while
+from airlane.runtime.datagram_lanes import DatagramLane
+from airlane.runtime.socket_lanes import LanesConfig, bulk_while
 from airlane.transports.http.asgi import (
+    FLUSHED_EXTENSION,
+    LANE_EXTENSION,
     SOCKET_EXTENSION,
     HttpError,
     Receive,
@@ -106,7 +110,7 @@ async def handle_artifacts(
         threshold = app.lanes.bulk_response_bytes
         bulk = request.method == "GET" and 0 < threshold <= opened.size
         try:
-            with bulk_while(request.extension(SOCKET_EXTENSION) if bulk else None, app.lanes):
+            async with _bulk_lane(request, app.lanes) if bulk else contextlib.nullcontext():
                 await _send_file(
                     opened,
                     request,
@@ -118,6 +122,23 @@ async def handle_artifacts(
             opened.close()
     else:
         raise NotFound(f"no route for {request.method} {request.path[:200]}")
+
+
+@contextlib.asynccontextmanager
+async def _bulk_lane(request: Request, config: LanesConfig) -> AsyncIterator[None]:
+    """Marks the request's connection bulk for an ``async with`` block: its socket, or over
+    HTTP/3 its QUIC connection's datagrams until the client has acknowledged the response
+    (they leave the connection after the block has handed them over)."""
+    lane = request.extension(LANE_EXTENSION)
+    if not isinstance(lane, DatagramLane):
+        with bulk_while(request.extension(SOCKET_EXTENSION), config):
+            yield
+        return
+    flushed: Callable[[], Awaitable[None]] | None = request.extension(FLUSHED_EXTENSION)
+    with lane.bulk_while():
+        yield
+        if flushed is not None:
+            await flushed()
 
 
 async def _send_file(

@@ -28,7 +28,10 @@ if TYPE_CHECKING:
     from airlane.gateway import PeerIdentity
 
 __all__ = [
+    "FLUSHED_EXTENSION",
+    "LANE_EXTENSION",
     "PEER_EXTENSION",
+    "SOCKET_EXTENSION",
     "ASGIApp",
     "HttpError",
     "Receive",
@@ -48,6 +51,15 @@ forwarded by a trusted proxy), or None."""
 SOCKET_EXTENSION = "airlane.socket"
 """Scope extension: the connection's socket (what asyncio's transport hands out), for marking
 it with a lane (`airlane.runtime.socket_lanes`); absent where the server has none to give."""
+
+LANE_EXTENSION = "airlane.lane"
+"""Scope extension: what marks the connection with a lane when the server marks it other than
+by its socket (HTTP/3 marks each datagram: `airlane.runtime.datagram_lanes.DatagramLane`);
+absent elsewhere."""
+
+FLUSHED_EXTENSION = "airlane.flushed"
+"""Scope extension of an HTTP/3 request: an async callable that returns once the client has
+acknowledged every byte of the response sent so far (or the connection is gone)."""
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]

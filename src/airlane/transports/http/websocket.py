@@ -52,7 +52,7 @@ from airlane.core import Event, Kind, Position
 from airlane.core.errors import AirlaneError, BadRequest, ErrorCode
 from airlane.gateway import Principal, Subscription
 from airlane.runtime.socket_lanes import LaneMarker, LanesConfig, lane_marker
-from airlane.transports.http.asgi import SOCKET_EXTENSION, Receive, Request, Send
+from airlane.transports.http.asgi import LANE_EXTENSION, SOCKET_EXTENSION, Receive, Request, Send
 from airlane.transports.http.auth import authenticate
 from airlane.transports.http.context import AppContext
 from airlane.transports.http.errors import close_code, close_reason
@@ -462,7 +462,10 @@ async def serve_websocket(app: AppContext, request: Request, receive: Receive, s
         return
     if not await accept(receive, send, chosen):
         return
-    mark_lane = lane_marker(request.extension(SOCKET_EXTENSION), app.lanes, app.lane_flows)
+    # HTTP/3 (WebTransport) marks the QUIC connection's datagrams; TCP marks the socket.
+    mark_lane: LaneMarker | None = request.extension(LANE_EXTENSION) or lane_marker(
+        request.extension(SOCKET_EXTENSION), app.lanes, app.lane_flows
+    )
     other = app.subprotocols.get(chosen) if chosen else None
     if other is not None:
         app.metrics.connections["ws"] += 1

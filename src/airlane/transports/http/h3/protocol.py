@@ -6,9 +6,12 @@ adds what aioquic leaves to its user: a keep-alive PING when the connection has 
 for ``keep_alive_s`` (NAT bindings and the peer's idle timer outlive a long silence), the
 write side's backpressure (a stream's unacknowledged bytes, checked after every transmit), a
 clear answer to a request it cannot serve (400 for a malformed head, 503 past the request
-limit), and the replay rule of 0-RTT: a request that arrives as early data (before the
-handshake completed) is served only if its method is safe to repeat; any other gets 425 Too
-Early (RFC 8470) and the client sends it again once connected.
+limit), the connection's lane (declared with an ``airlane-lane`` request header, or the
+WebSocket multiplex's ``lane`` op in a WebTransport session: every datagram of the connection
+is then marked, `airlane.runtime.datagram_lanes`), and the replay rule of 0-RTT: a request
+that arrives as early data (before the handshake completed) is served only if its method is
+safe to repeat; any other gets 425 Too Early (RFC 8470) and the client sends it again once
+connected.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote_to_bytes
 
 from aioquic.asyncio.protocol import QuicConnectionProtocol
@@ -38,6 +42,10 @@ from aioquic.quic.events import (
     StreamReset,
 )
 
+from airlane.core import Lane
+from airlane.runtime.datagram_lanes import DatagramLane
+from airlane.runtime.socket_lanes import LanesConfig
+from airlane.transports.http.asgi import FLUSHED_EXTENSION, LANE_EXTENSION
 from airlane.transports.http.h3.request import H3Request
 from airlane.transports.http.h3.webtransport import WEBTRANSPORT, WebTransportSession
 
@@ -70,10 +78,13 @@ class H3Protocol(QuicConnectionProtocol):
         self._sessions: dict[int, WebTransportSession] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._waiting: dict[int, asyncio.Future[None]] = {}
+        self._flushing: dict[int, asyncio.Future[None]] = {}  # `flushed`'s waiters
         self._sent_at = self._loop.time()
         self._keep_alive: asyncio.TimerHandle | None = None
         self._closed_here = False
         self._handshake_done = False
+        self.lane: DatagramLane | None = None
+        """Marks the connection's datagrams with its lane (once connected)."""
         self.early_requests = 0
         """Requests served from 0-RTT data (safe methods only)."""
         server.handshaking.add(self)
@@ -82,6 +93,14 @@ class H3Protocol(QuicConnectionProtocol):
         )
 
     # -- aioquic's call-backs ---------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # aioquic's protocol only ever calls its transport's ``sendto``: the lane stands in
+        # for the server's shared socket, marking this connection's datagrams.
+        lane = self.lane = DatagramLane(
+            cast(asyncio.DatagramTransport, transport), self.server.lanes, self.server.sender
+        )
+        super().connection_made(cast(asyncio.DatagramTransport, lane))
 
     def quic_event_received(self, event: QuicEvent) -> None:
         if isinstance(event, ProtocolNegotiated):
@@ -123,7 +142,7 @@ class H3Protocol(QuicConnectionProtocol):
     def transmit(self) -> None:
         super().transmit()
         self._sent_at = self._loop.time()
-        if self._waiting:
+        if self._waiting or self._flushing:
             self._wake_writers()
 
     # -- requests ---------------------------------------------------------------------------
@@ -158,6 +177,9 @@ class H3Protocol(QuicConnectionProtocol):
         if scope is None:
             self._refuse(stream_id, 400, b"a request needs :method, :scheme and :path")
             return
+        if not self._declare_lane(scope):
+            self._refuse(stream_id, 400, b"airlane-lane must be control, interactive or bulk")
+            return
         if scope["method"] == "CONNECT":
             self._start_session(stream_id, scope, headers)
             return
@@ -166,6 +188,7 @@ class H3Protocol(QuicConnectionProtocol):
                 self._refuse(stream_id, 425, b"too early: send it again once connected")
                 return
             self.early_requests += 1
+        scope["extensions"][FLUSHED_EXTENSION] = partial(self.flushed, stream_id)
         request = H3Request(self, stream_id, scope, self.server.max_body_bytes)
         self._requests[stream_id] = request
         if ended:
@@ -173,6 +196,20 @@ class H3Protocol(QuicConnectionProtocol):
         task = self._loop.create_task(request.run(self.server.app), name=f"h3 {stream_id}")
         self._tasks.add(task)
         task.add_done_callback(lambda done: self._ended(request, done))
+
+    def _declare_lane(self, scope: dict[str, Any]) -> bool:
+        """A request's ``airlane-lane`` header declares the connection's lane: every datagram
+        it sends from now on is marked (docs/lanes.md). False for a lane that is none."""
+        name = next((v for k, v in scope["headers"] if k == b"airlane-lane"), None)
+        if name is None or self.lane is None:
+            return True
+        try:
+            lane: Lane = LanesConfig.lane(name.decode("latin-1").strip().lower())
+        except ValueError:
+            return False
+        if lane is not self.lane.lane:
+            self.lane(lane)
+        return True
 
     def _start_session(self, stream_id: int, scope: dict[str, Any], headers: Headers) -> None:
         """An extended CONNECT: a WebTransport session, served by the application as a
@@ -191,7 +228,11 @@ class H3Protocol(QuicConnectionProtocol):
             type="websocket",
             scheme="wss",
             subprotocols=[],
-            extensions={WEBTRANSPORT: session.channel, "websocket.http.response": {}},
+            extensions={
+                **scope["extensions"],
+                WEBTRANSPORT: session.channel,
+                "websocket.http.response": {},
+            },
         )
         del scope["method"]
         task = self._loop.create_task(
@@ -239,7 +280,7 @@ class H3Protocol(QuicConnectionProtocol):
             "client": (str(peer[0]), int(peer[1])) if peer else None,
             "server": self.server.address,
             "state": self.server.app_state.copy(),
-            "extensions": {},
+            "extensions": {} if self.lane is None else {LANE_EXTENSION: self.lane},
         }
 
     def _refuse(self, stream_id: int, status: int, reason: bytes) -> None:
@@ -302,6 +343,18 @@ class H3Protocol(QuicConnectionProtocol):
             waiter = self._waiting[stream_id] = self._loop.create_future()
         return waiter
 
+    async def flushed(self, stream_id: int) -> None:
+        """Return once the peer has acknowledged every byte sent on ``stream_id`` so far (or
+        the connection is gone): a response that changed the connection's lane for its
+        bytes (`airlane.runtime.datagram_lanes.DatagramLane.bulk_while`) keeps it until
+        they have all left, not only until they were handed to the connection."""
+        if self._closed_here or _unacknowledged(self, stream_id) == 0:
+            return
+        waiter = self._flushing.get(stream_id)
+        if waiter is None:
+            waiter = self._flushing[stream_id] = self._loop.create_future()
+        await asyncio.shield(waiter)
+
     def buffer_limit(self) -> int:
         """Unacknowledged bytes a stream may hold before its writer waits: ``max_buffered_bytes``,
         or four congestion windows where that is more. A stream holds everything after its
@@ -322,6 +375,11 @@ class H3Protocol(QuicConnectionProtocol):
         for stream_id, waiter in list(self._waiting.items()):
             if self._closed_here or _unacknowledged(self, stream_id) <= low:
                 del self._waiting[stream_id]
+                if not waiter.done():
+                    waiter.set_result(None)
+        for stream_id, waiter in list(self._flushing.items()):
+            if self._closed_here or _unacknowledged(self, stream_id) == 0:
+                del self._flushing[stream_id]
                 if not waiter.done():
                     waiter.set_result(None)
 

@@ -36,6 +36,7 @@ from cryptography.hazmat.primitives import serialization
 
 from airlane.gateway import ServerTls
 from airlane.runtime import quic_congestion  # noqa: F401 - registers airlane-bbr with aioquic
+from airlane.runtime.socket_lanes import LanesConfig
 from airlane.runtime.udp_batch import read_in_batches
 from airlane.transports.http.h3.certificate import EphemeralCertificate, ephemeral_certificate
 from airlane.transports.http.h3.config import Http3Config
@@ -58,6 +59,7 @@ class Http3Server:
         tls: ServerTls | None = None,
         app_state: dict[str, Any] | None = None,
         max_body_bytes: int = 8 << 20,
+        lanes: LanesConfig | None = None,
     ) -> None:
         self.app = app
         self.config = config or Http3Config()
@@ -67,6 +69,11 @@ class Http3Server:
         self.max_body_bytes = max_body_bytes
         """What a request body may buffer before its stream is stopped (the application's
         own limit; the application refuses past it)."""
+        self.lanes = lanes or LanesConfig()
+        """How a connection that declares a lane marks its datagrams (``[lanes]``)."""
+        self.sender: socket.socket | None = None
+        """A duplicate of the listening socket's descriptor, which connections with a lane
+        send their marked datagrams on (`airlane.runtime.datagram_lanes`)."""
         self.certificate: EphemeralCertificate | None = None
         """The certificate made at start, when the gateway has none of its own."""
         self.address: tuple[str, int] | None = None
@@ -96,6 +103,8 @@ class Http3Server:
         size = self.config.socket_buffer_bytes
         for option in (socket.SO_RCVBUF, socket.SO_SNDBUF):
             sock.setsockopt(socket.SOL_SOCKET, option, size)
+        self.sender = sock.dup()  # the transport closes ``sock``; this closes its duplicate
+        self.sender.setblocking(False)
         sockname = sock.getsockname()
         self.address = (str(sockname[0]), int(sockname[1]))
         loop = asyncio.get_running_loop()
@@ -177,6 +186,8 @@ class Http3Server:
         for protocol in list(self.connections):
             protocol.shut()
         server.close()
+        if self.sender is not None:
+            self.sender.close()
 
 
 class _Listener(QuicServer):

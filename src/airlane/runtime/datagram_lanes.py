@@ -1,0 +1,132 @@
+"""Lanes on a shared UDP socket: each datagram marked with its connection's lane.
+
+A TCP connection has a socket of its own, so `airlane.runtime.socket_lanes` marks the socket.
+A QUIC server answers every connection from one UDP socket: marking the socket would mark all
+of them. So a QUIC connection whose client declared a lane sends each of its datagrams with
+the lane's marks as ancillary data of ``sendmsg``, which Linux takes per packet:
+
+- ``IP_TOS`` (and ``IPV6_TCLASS`` on an IPv6 socket, whose peers may be IPv4-mapped): the DSCP
+  code point, which the ``airlane shaping`` classifier's DSCP map sorts into the lane's band;
+- ``SO_PRIORITY``: the packet priority the host's qdiscs read (Linux 6.13 and later take it
+  per packet; an older kernel refuses it once, and the connection goes on with DSCP alone).
+
+A datagram the socket cannot take now (its buffer is full) goes to the transport's own queue
+unmarked rather than being dropped: QUIC would resend a drop, a round trip later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import socket
+import struct
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from airlane.core import Lane
+from airlane.runtime.socket_lanes import LanesConfig
+
+__all__ = ["DatagramLane"]
+
+log = logging.getLogger("airlane.lanes")
+
+_Ancillary = list[tuple[int, int, bytes]]
+
+
+class DatagramLane:
+    """The lane of one connection on a shared UDP socket (see the module docstring): call it
+    with a `Lane` to mark what the connection sends from now on, send through `sendto`."""
+
+    __slots__ = ("_ancillary", "_config", "_priority_ok", "_queued", "_sock", "_transport", "lane")
+
+    def __init__(
+        self,
+        transport: asyncio.DatagramTransport,
+        config: LanesConfig,
+        sock: socket.socket | None,
+    ) -> None:
+        self._transport = transport
+        self._config = config
+        self._sock = sock
+        """The transport's socket, or a duplicate of it, to ``sendmsg`` on (a transport hands
+        out a wrapper without it); None: datagrams go out unmarked."""
+        # Bytes waiting in the transport's own queue (asyncio's and uvloop's tell; typeshed's
+        # DatagramTransport does not declare it).
+        self._queued: Callable[[], int] = getattr(transport, "get_write_buffer_size", lambda: 0)
+        self._ancillary: _Ancillary = []
+        self._priority_ok = True
+        self.lane: Lane | None = None
+        """The lane declared last (None: none, datagrams go out as the socket sends them)."""
+
+    def __call__(self, lane: Lane) -> str:
+        """Mark the connection's datagrams for ``lane`` from now on; what is set, as
+        ``"dscp=40 priority=6"`` (empty when ``[lanes]`` is off or the socket cannot)."""
+        self.lane = lane
+        config, sock = self._config, self._sock
+        if not config.enabled or sock is None:
+            self._ancillary = []
+            return ""
+        tos = struct.pack("i", config.dscp(lane) << 2)
+        ancillary = [(socket.IPPROTO_IP, socket.IP_TOS, tos)]
+        if sock.family == socket.AF_INET6:
+            ancillary.append((socket.IPPROTO_IPV6, socket.IPV6_TCLASS, tos))
+        done = f"dscp={config.dscp(lane)}"
+        if self._priority_ok:
+            priority = struct.pack("i", config.priority(lane))
+            ancillary.append((socket.SOL_SOCKET, socket.SO_PRIORITY, priority))
+            done = f"{done} priority={config.priority(lane)}"
+        self._ancillary = ancillary
+        return done
+
+    def release(self) -> None:
+        """What declared the lane ended (a WebTransport session): the connection keeps its
+        lane until it closes, since its other requests may have declared the same."""
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        """The transport's (this stands in for it where a protocol only sends)."""
+        return self._transport.get_extra_info(name, default)
+
+    @contextlib.contextmanager
+    def bulk_while(self) -> Iterator[str]:
+        """Mark the connection bulk for the ``with`` block, then give it back its lane."""
+        before = self.lane
+        try:
+            yield self(Lane.BULK)
+        finally:
+            if before is None:
+                self.lane = None
+                self._ancillary = []
+            else:
+                self(before)
+
+    def sendto(self, data: bytes, addr: Any) -> None:
+        """Send one datagram to ``addr``, with the lane's marks when it has one."""
+        sock = self._sock
+        if not self._ancillary or sock is None or self._queued():
+            # No marks, or datagrams already wait in the transport's queue: behind them.
+            self._transport.sendto(data, addr)
+            return
+        for _ in range(2):  # again once without the priority, if the kernel refused it
+            try:
+                sock.sendmsg([data], self._ancillary, 0, addr)
+                return
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EINVAL, errno.EPERM) or not self._refused(exc):
+                    break
+        # Through the transport: it queues, or reports a path's error to the protocol.
+        self._transport.sendto(data, addr)
+
+    def _refused(self, exc: OSError) -> bool:
+        """The kernel refused a mark (EINVAL: an old kernel without per-packet priority;
+        EPERM: a priority this process may not set): drop the priority, go on with DSCP.
+        False when there was no priority to drop."""
+        if not self._priority_ok or self.lane is None:
+            return False
+        self._priority_ok = False
+        log.info("lanes: per-datagram SO_PRIORITY refused (%s); marking DSCP only", exc)
+        self(self.lane)
+        return True
