@@ -38,6 +38,7 @@ for the classifier row clang and libbpf's headers.
 from __future__ import annotations
 
 import argparse
+import collections
 import itertools
 import json
 import socket
@@ -323,6 +324,52 @@ def _summary(
     return summary
 
 
+def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One row's runs as one: the median of each latency, jitter and throughput figure, the
+    frames lost and retransmits summed (a loss in any run shows), each run kept in ``runs``."""
+    first = runs[0]
+    if len(runs) == 1:
+        return first
+
+    def median(*keys: str) -> float:
+        values = []
+        for run in runs:
+            value: Any = run
+            for key in keys:
+                value = value[key]
+            values.append(value)
+        return statistics.median(values)
+
+    classified: collections.Counter[str] = collections.Counter()
+    for run in runs:
+        classified.update(run.get("classified", {}))
+    return {
+        **({"classified": dict(classified)} if classified else {}),
+        "row": first["row"],
+        "rate_mbit": first["rate_mbit"],
+        "frames": sum(r["frames"] for r in runs),
+        "sent": sum(r["sent"] for r in runs),
+        "lost": sum(r["lost"] for r in runs),
+        "latency_us": {q: median("latency_us", q) for q in ("p50", "p99", "max")},
+        "jitter_us": {q: median("jitter_us", q) for q in ("p50", "p99")},
+        "retransmits": sum(r["retransmits"] for r in runs),
+        "bulk_mbit": median("bulk_mbit"),
+        "mean_latency_us": median("mean_latency_us"),
+        "runs": runs,
+    }
+
+
+def _line(result: dict[str, Any], label: str) -> str:
+    lat, jit = result["latency_us"], result["jitter_us"]
+    return (
+        f"{label:9} {result['rate_mbit']:>4} Mbit/s {result['row']:11} latency p50 "
+        f"{lat['p50']:9.0f} p99 {lat['p99']:9.0f} max {lat['max']:9.0f} us | jitter p50 "
+        f"{jit['p50']:7.0f} p99 {jit['p99']:8.0f} us | frames {result['frames']:5} lost "
+        f"{result['lost']} retransmits {result['retransmits']:3} | "
+        f"bulk {result['bulk_mbit']:6.1f} Mbit/s"
+    )
+
+
 def plot(results: list[dict[str, Any]], path: Path) -> None:
     """Signalling p99 latency and jitter per row, one panel per rate (log scale)."""
     import matplotlib
@@ -375,6 +422,9 @@ def main() -> int:
         help="cap the sender's segmentation offload (bytes): a 64 KB GSO packet holds a "
         "shaped class for its whole transmission time",
     )
+    parser.add_argument(
+        "--runs", type=int, default=1, help="run every row this many times; report medians"
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument("--plot", type=Path)
     args = parser.parse_args()
@@ -383,20 +433,18 @@ def main() -> int:
     if args.command in ends:
         ends[args.command](args)
         return 0
-    results = []
-    for rate in (int(r) for r in args.rates.split(",")):
-        for row in args.rows.split(","):
-            result = run_row(row, rate, args)
-            results.append(result)
-            lat, jit = result["latency_us"], result["jitter_us"]
-            print(
-                f"{rate:>4} Mbit/s {row:11} latency p50 {lat['p50']:9.0f} p99 {lat['p99']:9.0f} "
-                f"max {lat['max']:9.0f} us | jitter p50 {jit['p50']:7.0f} p99 {jit['p99']:8.0f} "
-                f"us | frames {result['frames']:5} lost {result['lost']} retransmits "
-                f"{result['retransmits']:3} | "
-                f"bulk {result['bulk_mbit']:6.1f} Mbit/s",
-                flush=True,
-            )
+    runs: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for run in range(args.runs):  # the rows interleaved, so a drift of the machine hits all
+        for rate in (int(r) for r in args.rates.split(",")):
+            for row in args.rows.split(","):
+                result = run_row(row, rate, args)
+                runs.setdefault((rate, row), []).append(result)
+                print(_line(result, f"run {run + 1}/{args.runs}"), flush=True)
+    results = [median_of(done) for done in runs.values()]
+    if args.runs > 1:
+        print(f"medians of {args.runs} runs (frames lost and retransmits: summed)")
+        for result in results:
+            print(_line(result, "median"), flush=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     if args.plot:
