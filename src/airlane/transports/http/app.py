@@ -15,6 +15,8 @@ Mount it inside a FastAPI/Starlette app or serve it with any ASGI server. Routes
 - ``GET  /v1/ws``                      WebSocket, many streams per socket
 - ``GET  /v1/loadtest/sse|ws``         benchmark source
 - ``GET  /healthz``, ``GET /metrics``  liveness and Prometheus metrics
+- ``GET  /v1/metrics/stream``          the same, a JSON sample a second (SSE)
+- ``GET  /console...``                 the web console (`...http.console`)
 
 Every failure is an `AirlaneError` with a code, which becomes a JSON error body with the status
 `airlane.transports.http.errors` gives it (or a WebSocket close code with a reason); an
@@ -48,6 +50,7 @@ from airlane.transports.http.auth import authenticate
 from airlane.transports.http.browser import check_browser, check_json_body
 from airlane.transports.http.chat import handle_chat_completions
 from airlane.transports.http.config import HttpConfig
+from airlane.transports.http.console import handle_console, serve_metrics_stream
 from airlane.transports.http.context import AppContext, WebSocketEndpoint, WebSocketHandler
 from airlane.transports.http.errors import close_code, close_reason, error_json, http_status
 from airlane.transports.http.loadtest import loadtest_spec, render_loadtest_sse
@@ -80,7 +83,7 @@ _CORS_EXPOSE_HEADERS = (
 )
 # Paths that never wait for (or are refused by) the admission: the health probe and the
 # metrics scrape cost little and are what an operator needs most from an overloaded gateway.
-_UNQUEUED = frozenset({"/healthz", "/metrics"})
+_UNQUEUED = frozenset({"/healthz", "/metrics", "/v1/metrics/stream"})
 
 
 class AirlaneApp:
@@ -287,6 +290,12 @@ class AirlaneApp:
         if path == "/metrics":
             allow_methods(method, "GET")
             await send_body(send, 200, self.metrics.render(), b"text/plain; version=0.0.4")
+            return
+        if path == "/v1/metrics/stream":  # what /metrics says, a sample a second
+            await serve_metrics_stream(self.context, request, receive, send)
+            return
+        if path == "/console" or path.startswith("/console/"):  # static pages, no secrets
+            await handle_console(self.context, request, send)
             return
         principal = authenticate(self.gateway, self.config, request)
         if path == "/v1/tickets":

@@ -68,3 +68,8 @@ class HttpConfig:
     ``[::1]`` when the gateway listens on loopback, any otherwise."""
     models: tuple[str, ...] = ("airlane-synthetic",)
     """Model names listed by ``GET /v1/models``."""
+    console: bool = True
+    """Serve the web console at ``/console`` (docs/console.md)."""
+    console_remote: bool = False
+    """Serve it to clients not on this host too (off: only to loopback addresses; its pages
+    then ask for an API key, which the API checks as always)."""

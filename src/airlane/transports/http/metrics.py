@@ -100,6 +100,26 @@ class HttpMetrics(Collector):
                 self._lag_counts[bisect_left(_LAG_BUCKETS_NS, lag)] += 1
                 self._lag_sum_ns += lag
 
+    def lag_counts(self) -> list[int]:
+        """The delivery-lag histogram's counts per bucket so far (a copy; the last bucket is
+        past the largest bound)."""
+        return list(self._lag_counts)
+
+    @staticmethod
+    def lag_quantile(counts: list[int], q: float) -> float | None:
+        """The delivery lag (ms) below which a fraction ``q`` of the writes in ``counts`` (a
+        difference of two `lag_counts`) fell: the upper bound of the bucket holding that
+        write (the largest bound for writes past it); None without writes."""
+        total = sum(counts)
+        if total == 0:
+            return None
+        rank, seen = q * total, 0
+        for bound, count in zip(_LAG_BUCKETS, counts, strict=False):
+            seen += count
+            if seen >= rank:
+                return bound * 1000
+        return _LAG_BUCKETS[-1] * 1000
+
     def collect(self) -> Iterator[Metric]:
         """The metric families, built at scrape time."""
         stats = self._stats()

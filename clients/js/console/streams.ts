@@ -1,0 +1,122 @@
+/** The stream viewer: a stream's events as they arrive, its position and usage, its
+ * snapshot, and a "drop and resume" button that cuts the connection and shows the resume
+ * continue at the next sequence number. */
+
+import { AirlaneError, type StreamEvent, TextState } from "@airlane/client";
+
+import type { View } from "./context.js";
+import { facts, field, h, num } from "./dom.js";
+
+const LOG_LINES = 200;
+
+export const streams: View = (root, context, params) => {
+  const id = h("input", { name: "stream", placeholder: "chatcmpl-… or agents/42/events", required: true, value: params.get("id") ?? "" });
+  const form = h("form", { class: "panel form row", onsubmit: (e: Event) => { e.preventDefault(); location.hash = `#/streams?id=${encodeURIComponent(id.value)}`; } },
+    field("Stream id", id), h("button", { type: "submit", class: "primary" }, "Open"));
+  const recent = h("ul", { class: "recent" }, ...context.recent.map((streamId) =>
+    h("li", {}, h("a", { href: `#/streams?id=${encodeURIComponent(streamId)}` }, streamId))));
+  root.append(h("h1", {}, "Streams"), form);
+  if (context.recent.length) root.append(h("section", { class: "panel" }, h("h2", {}, "Recent"), recent));
+  const streamId = params.get("id");
+  if (!streamId) return () => undefined;
+  context.remember(streamId);
+
+  const info = h("div", {});
+  const text = h("pre", { class: "output", "aria-live": "polite", "aria-label": "the stream's text" });
+  const log = h("ol", { class: "log", "aria-label": "events" });
+  const state = h("p", { role: "status", class: "muted" });
+  const drop = h("button", { type: "button" }, "Drop and resume");
+  const snapshotButton = h("button", { type: "button" }, "Snapshot");
+  const snapshot = h("div", {});
+  root.append(
+    h("section", { class: "panel" }, h("h2", {}, streamId), info, h("div", { class: "row" }, drop, snapshotButton), state),
+    h("section", { class: "panel" }, h("h2", {}, "Text"), text),
+    snapshot,
+    h("section", { class: "panel" }, h("h2", {}, "Events"), log),
+  );
+
+  const accumulated = new TextState();
+  let lastId: string | null = null;
+  let lastSeq = 0;
+  let reading: AbortController | null = null;
+  let left = false;
+  let dropped: number | null = null;
+
+  const line = (event: StreamEvent): void => {
+    const detail = event.kind === "delta" ? JSON.stringify(event.data.text) : event.kind === "done" ? String(event.data.finish_reason) : "";
+    log.append(h("li", { class: `kind-${event.kind}` }, h("span", { class: "seq" }, String(event.seq)), ` ${event.kind} ${detail}`));
+    while (log.childElementCount > LOG_LINES) log.firstElementChild?.remove();
+  };
+
+  const refreshInfo = async (): Promise<void> => {
+    try {
+      const body = await context.client.info(streamId);
+      const usage = (body.usage ?? {}) as Record<string, unknown>;
+      info.replaceChildren(facts([
+        ["Status", String(body.status ?? (body.finished ? "finished" : "running"))],
+        ["Position", String(lastId ?? body.last_id ?? "–")],
+        ["Events", num(lastSeq)],
+        ["Completion tokens", num(usage.completion_tokens as number)],
+        ["Time to first token", `${num(usage.time_to_first_token_ms as number, 1)} ms`],
+      ]));
+    } catch (error) {
+      info.replaceChildren(h("p", { class: "error" }, error instanceof AirlaneError ? `${error.code}: ${error.message}` : String(error)));
+    }
+  };
+
+  const read = async (): Promise<void> => {
+    while (!left) {
+      reading = new AbortController();
+      try {
+        for await (const event of context.client.events(streamId, { from: lastId, signal: reading.signal })) {
+          if (dropped !== null && event.kind !== "snapshot") {
+            const gap = event.seq !== dropped + 1;
+            state.textContent = gap
+              ? `resumed: a gap, from seq ${dropped} to ${event.seq}`
+              : `resumed after seq ${dropped} at seq ${event.seq}: no gap`;
+            state.dataset.resume = gap ? "gap" : "ok";
+            dropped = null;
+          }
+          if (accumulated.apply(event) || event.kind === "snapshot") {
+            if (event.kind === "snapshot" && accumulated.seq > 0 && lastSeq === 0) lastSeq = event.seq;
+            text.textContent = accumulated.text("content");
+            lastId = event.id ?? lastId;
+            lastSeq = Math.max(lastSeq, event.seq);
+            line(event);
+          }
+        }
+        await refreshInfo();
+        if (!state.dataset.resume) state.textContent = "the stream has ended";
+        return;
+      } catch (error) {
+        if (reading.signal.aborted && !left) continue; // "drop and resume": read again from lastId
+        if (!left) state.textContent = error instanceof AirlaneError ? `${error.code}: ${error.message}` : String(error);
+        return;
+      }
+    }
+  };
+
+  drop.addEventListener("click", () => {
+    dropped = lastSeq;
+    state.textContent = `dropped the connection after seq ${lastSeq}; resuming from ${lastId ?? "the start"}…`;
+    delete state.dataset.resume;
+    reading?.abort();
+  });
+  snapshotButton.addEventListener("click", async () => {
+    try {
+      const event = await context.client.snapshot(streamId);
+      const texts = (event.data.text ?? {}) as Record<string, string>;
+      snapshot.replaceChildren(h("section", { class: "panel" }, h("h2", {}, `Snapshot at seq ${event.seq}`),
+        facts([["Content characters", num((texts.content ?? "").length)], ["Matches the text above", String((texts.content ?? "") === accumulated.text("content"))]]),
+        h("pre", { class: "output" }, texts.content ?? "")));
+    } catch (error) {
+      snapshot.replaceChildren(h("p", { class: "error" }, String(error)));
+    }
+  });
+  void refreshInfo();
+  void read();
+  return () => {
+    left = true;
+    reading?.abort();
+  };
+};

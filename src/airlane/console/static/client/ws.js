@@ -1,0 +1,365 @@
+/**
+ * `AirlaneSocket`: many streams on one WebSocket (`/v1/ws`, subprotocol `airlane.v1.json`).
+ *
+ * Each op is a request with a `ref` answered by the gateway; events arrive as
+ * `{"op": "event", "stream", "id", "event"}` and go to their `Subscription`, an async
+ * iterable that ends at the stream's terminal event. What a demanding app needs beyond the
+ * protocol is done here:
+ *
+ * - **Reconnecting.** When the socket drops (not on a refusal that reconnecting cannot
+ *   change: close codes 4400-4499), it reconnects with backoff and subscribes every open
+ *   subscription again from the last event it delivered, so a reader sees no gap and no
+ *   repeat. An op in flight when the socket dropped fails with `ConnectionLost`.
+ * - **A bounded buffer per subscription.** Events wait in the subscription until the app
+ *   reads them, at most `maxBuffered`; past that the subscription is paused (unsubscribed on
+ *   the gateway, which keeps the stream) and subscribed again from its last event once the
+ *   app has read what is buffered. A slow reader costs a bounded amount of memory and slows
+ *   no other stream on the socket.
+ * - **Cancel is not disconnect.** `cancel(stream)` stops the producer for every reader;
+ *   `Subscription.close()` and `AirlaneSocket.close()` only stop this reader.
+ * - **Credentials.** A browser cannot set headers on a WebSocket: with an API key the client
+ *   asks `POST /v1/tickets` for a short-lived ticket (fresh at each reconnect) and opens
+ *   `/v1/ws?ticket=...`.
+ */
+import { AirlaneError, ConnectionLost, errorFromResponse, isErrorCode } from "./errors.js";
+import { backoff, sleep } from "./client.js";
+import { TextState, isTerminal } from "./events.js";
+const SUBPROTOCOL = "airlane.v1.json";
+const DEFAULT_RETRY = { maxRetries: 6, baseDelayMs: 200, maxDelayMs: 5000 };
+/** One stream read over the socket: iterate it for events. */
+export class Subscription {
+    /** The stream's id. */
+    streamId;
+    /** The resume token of the last event delivered (where a resubscription starts). */
+    lastId;
+    /** The stream's text and outcome, rebuilt from the events delivered. */
+    state = new TextState();
+    /** Times this subscription was paused because its reader fell behind. */
+    pauses = 0;
+    /** Times it was subscribed again after the socket reconnected. */
+    resumes = 0;
+    #socket;
+    #buffer = [];
+    #waiter = null;
+    #ended = false;
+    #failure = null;
+    #paused = false;
+    /** @internal */
+    constructor(socket, streamId, from) {
+        this.#socket = socket;
+        this.streamId = streamId;
+        this.lastId = from;
+    }
+    /** Whether the stream ended (or the subscription was closed). */
+    get ended() {
+        return this.#ended;
+    }
+    /** Stop reading (the stream goes on); the resume token to continue from later. */
+    async close() {
+        if (!this.#ended) {
+            this.#end(null);
+            await this.#socket.unsubscribe(this.streamId).catch(() => undefined);
+        }
+        return this.lastId;
+    }
+    /** @internal an event for this stream */
+    push(event) {
+        if (this.#ended || this.#paused)
+            return; // after a pause: they come again on resume
+        this.#buffer.push(event);
+        this.#wake();
+        if (isTerminal(event.kind)) {
+            this.#ended = true;
+            this.#socket.forget(this);
+        }
+        else if (this.#buffer.length >= this.#socket.maxBuffered) {
+            this.#paused = true;
+            this.pauses += 1;
+            void this.#socket.unsubscribe(this.streamId).catch(() => undefined);
+        }
+    }
+    /** @internal the stream failed or the socket gave up */
+    fail(error) {
+        this.#end(error);
+    }
+    #end(error) {
+        if (this.#ended)
+            return;
+        this.#ended = true;
+        this.#failure = error;
+        this.#socket.forget(this);
+        this.#wake();
+    }
+    #wake() {
+        const waiter = this.#waiter;
+        this.#waiter = null;
+        waiter?.();
+    }
+    async *[Symbol.asyncIterator]() {
+        for (;;) {
+            const event = this.#buffer.shift();
+            if (event !== undefined) {
+                if (this.state.apply(event) || event.kind === "snapshot") {
+                    if (event.id)
+                        this.lastId = event.id;
+                    yield event;
+                }
+                if (this.#paused && this.#buffer.length === 0) {
+                    this.#paused = false;
+                    await this.#socket.resubscribe(this);
+                }
+                continue;
+            }
+            if (this.#ended) {
+                if (this.#failure)
+                    throw this.#failure;
+                return;
+            }
+            await new Promise((resolve) => {
+                this.#waiter = resolve;
+            });
+        }
+    }
+}
+/** The multiplex (see the module comment). */
+export class AirlaneSocket {
+    /** Events a subscription buffers before it is paused. */
+    maxBuffered;
+    /** Times the socket reconnected. */
+    reconnects = 0;
+    #options;
+    #retry;
+    #WebSocket;
+    #fetch;
+    #subscriptions = new Map();
+    #pending = new Map();
+    #ws = null;
+    #ref = 0;
+    #closed = false;
+    #connecting = null;
+    constructor(options) {
+        this.#options = options;
+        this.#retry = { ...DEFAULT_RETRY, ...options.retry };
+        this.maxBuffered = options.maxBuffered ?? 1000;
+        const ctor = options.WebSocket ?? globalThis.WebSocket;
+        if (ctor === undefined) {
+            throw new AirlaneError("no WebSocket here: pass one (Node 20: --experimental-websocket)", { code: "client_error" });
+        }
+        this.#WebSocket = ctor;
+        this.#fetch = options.fetch ?? globalThis.fetch.bind(globalThis);
+    }
+    /** Open a socket to the gateway. */
+    static async connect(options) {
+        const socket = new AirlaneSocket(options);
+        await socket.#open();
+        return socket;
+    }
+    /** Whether the socket is open now. */
+    get open() {
+        return this.#ws?.readyState === 1;
+    }
+    /** Start a generation (OpenAI's chat body) and read it. */
+    async generate(request) {
+        const reply = await this.call({ op: "generate", request, subscribe: false });
+        return this.subscribe(String(reply.stream));
+    }
+    /** Read `streamId` from after `from` (a resume token; the start without one). */
+    async subscribe(streamId, options = {}) {
+        if (this.#subscriptions.has(streamId)) {
+            throw new AirlaneError(`already subscribed to ${streamId}`, { code: "already_subscribed" });
+        }
+        const subscription = new Subscription(this, streamId, options.from ?? null);
+        this.#subscriptions.set(streamId, subscription);
+        try {
+            await this.#subscribeOp(subscription);
+        }
+        catch (error) {
+            this.#subscriptions.delete(streamId);
+            throw error;
+        }
+        return subscription;
+    }
+    /** Append an event to a stream; its sequence number. */
+    async publish(streamId, event) {
+        const reply = await this.call({ op: "publish", stream: streamId, event });
+        return Number(reply.seq);
+    }
+    /** Stop a stream's producer for every reader; true if it was still running. */
+    async cancel(streamId) {
+        const reply = await this.call({ op: "cancel", stream: streamId });
+        return Boolean(reply.cancelled);
+    }
+    /** Declare what this socket carries (`control`, `interactive`, `bulk`); the marks set. */
+    async lane(lane) {
+        const reply = await this.call({ op: "lane", lane });
+        return String(reply.marks ?? "");
+    }
+    /** A round trip to the gateway, in ms. */
+    async ping() {
+        const start = performance.now();
+        await this.call({ op: "ping" });
+        return performance.now() - start;
+    }
+    /** Close the socket: every subscription ends (the streams go on). */
+    close() {
+        this.#closed = true;
+        for (const subscription of [...this.#subscriptions.values()])
+            subscription.fail(null);
+        this.#ws?.close(1000, "client closed");
+        this.#failPending(new ConnectionLost("the socket was closed"));
+    }
+    /** Send one op and wait for its answer (an `error` answer rejects with its code). */
+    async call(op) {
+        if (this.#closed)
+            throw new ConnectionLost("the socket is closed");
+        if (this.#connecting)
+            await this.#connecting;
+        const ws = this.#ws;
+        if (ws === null || ws.readyState !== 1)
+            throw new ConnectionLost("the socket is not open");
+        const ref = ++this.#ref;
+        return new Promise((resolve, reject) => {
+            const timer = setTimeout(() => {
+                this.#pending.delete(ref);
+                reject(new ConnectionLost(`no answer to ${String(op.op)} in time`));
+            }, this.#options.timeoutMs ?? 30_000);
+            this.#pending.set(ref, { resolve, reject, timer });
+            ws.send(JSON.stringify({ ...op, ref }));
+        });
+    }
+    /** @internal stop reading a stream on the gateway */
+    async unsubscribe(streamId) {
+        if (this.open)
+            await this.call({ op: "unsubscribe", stream: streamId });
+    }
+    /** @internal a paused subscription's reader caught up */
+    async resubscribe(subscription) {
+        if (!subscription.ended && this.#subscriptions.get(subscription.streamId) === subscription) {
+            await this.#subscribeOp(subscription).catch((error) => subscription.fail(error));
+        }
+    }
+    /** @internal a subscription ended */
+    forget(subscription) {
+        if (this.#subscriptions.get(subscription.streamId) === subscription) {
+            this.#subscriptions.delete(subscription.streamId);
+        }
+    }
+    async #subscribeOp(subscription) {
+        const op = { op: "subscribe", stream: subscription.streamId };
+        if (subscription.lastId)
+            op.from = subscription.lastId;
+        const reply = await this.call(op);
+        if (reply.ended)
+            subscription.fail(null); // resumed at the very end of a finished stream
+    }
+    async #open() {
+        let url = this.#options.baseUrl.replace(/\/+$/, "").replace(/^http/, "ws") + "/v1/ws";
+        if (this.#options.apiKey)
+            url += `?ticket=${encodeURIComponent(await this.#ticket())}`;
+        const ws = new this.#WebSocket(url, SUBPROTOCOL);
+        await new Promise((resolve, reject) => {
+            ws.onopen = () => resolve();
+            ws.onerror = () => reject(new ConnectionLost(`cannot open ${url.split("?")[0]}`));
+            ws.onclose = (event) => reject(closeError(event));
+        });
+        ws.onmessage = (message) => this.#message(message.data);
+        ws.onclose = (event) => this.#dropped(ws, event);
+        ws.onerror = () => undefined; // a close follows
+        this.#ws = ws;
+    }
+    async #ticket() {
+        const response = await this.#fetch(this.#options.baseUrl.replace(/\/+$/, "") + "/v1/tickets", {
+            method: "POST",
+            headers: { authorization: `Bearer ${this.#options.apiKey}` },
+        });
+        if (!response.ok)
+            throw await errorFromResponse(response);
+        return String((await response.json()).ticket);
+    }
+    #message(data) {
+        if (typeof data !== "string")
+            return;
+        const message = JSON.parse(data);
+        if (message.op === "event") {
+            const event = message.event;
+            this.#subscriptions.get(String(message.stream))?.push({
+                id: typeof message.id === "string" ? message.id : null,
+                seq: Number(event.seq ?? 0),
+                kind: String(event.kind),
+                data: event,
+            });
+            return;
+        }
+        const ref = typeof message.ref === "number" ? message.ref : null;
+        const pending = ref === null ? undefined : this.#pending.get(ref);
+        if (pending === undefined || ref === null) {
+            if (message.op === "error" && typeof message.stream === "string") {
+                this.#subscriptions.get(message.stream)?.fail(replyError(message));
+            }
+            return;
+        }
+        this.#pending.delete(ref);
+        clearTimeout(pending.timer);
+        if (message.op === "error")
+            pending.reject(replyError(message));
+        else
+            pending.resolve(message);
+    }
+    #dropped(ws, event) {
+        if (this.#ws !== ws)
+            return;
+        this.#ws = null;
+        this.#failPending(new ConnectionLost(`the socket closed (${event.code})`));
+        if (this.#closed)
+            return;
+        const permanent = event.code >= 4400 && event.code < 4500;
+        if (permanent) {
+            const error = closeError(event);
+            for (const subscription of [...this.#subscriptions.values()])
+                subscription.fail(error);
+            return;
+        }
+        this.#connecting = this.#reconnect().finally(() => {
+            this.#connecting = null;
+        });
+    }
+    async #reconnect() {
+        for (let failures = 1; !this.#closed; failures++) {
+            await sleep(backoff(this.#retry, failures, null));
+            try {
+                await this.#open();
+            }
+            catch (error) {
+                if (failures > this.#retry.maxRetries || (error instanceof AirlaneError && error.status >= 400 && error.status < 500)) {
+                    for (const subscription of [...this.#subscriptions.values()])
+                        subscription.fail(error);
+                    return;
+                }
+                continue;
+            }
+            this.reconnects += 1;
+            this.#connecting = null;
+            for (const subscription of [...this.#subscriptions.values()]) {
+                subscription.resumes += 1;
+                void this.#subscribeOp(subscription).catch((e) => subscription.fail(e));
+            }
+            return;
+        }
+    }
+    #failPending(error) {
+        for (const [ref, pending] of this.#pending) {
+            clearTimeout(pending.timer);
+            pending.reject(error);
+            this.#pending.delete(ref);
+        }
+    }
+}
+function replyError(message) {
+    const code = isErrorCode(message.code) ? message.code : "internal_error";
+    return new AirlaneError(String(message.message ?? code), { code });
+}
+function closeError(event) {
+    const status = event.code >= 4000 && event.code < 5000 ? event.code - 4000 : 0;
+    const code = status === 401 ? "unauthenticated" : status === 403 ? "permission_denied" : "client_disconnected";
+    return new AirlaneError(event.reason || `the socket closed (${event.code})`, { code, status });
+}
