@@ -12,12 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from airlane.backends.synthetic import SyntheticConfig, SyntheticScript
 from airlane.console import STATIC_DIR
-from airlane.core import Kind
 from airlane.core.errors import ErrorCode
-from airlane.gateway.chat_request import parse_chat_request
-from tests.js.support import CLIENT_DIR, build, node_or_skip
+from tests.js.support import CLIENT_DIR, build, long_seeds, node_or_skip
 from tests.servers import ServerProcess, run_server
 
 pytestmark = pytest.mark.timeout(300)
@@ -28,26 +25,6 @@ ttft_ms = 5.0
 itl_ms = 4.0
 itl_jitter_ms = 0.5
 """
-
-
-PROMPT = "tell me about resumable streams"  # test/support.js asks this
-LONG = 250
-
-
-def long_seeds(count: int = 3) -> list[int]:
-    """Seeds whose answer to `PROMPT` runs to `LONG` tokens (the synthetic backend's text
-    depends only on seed, model and messages): the tests' streams end at their ``max_tokens``
-    ("length"), long enough to be cut, cancelled and paused midway."""
-    seeds = []
-    for seed in range(5000):
-        body = {"model": "synthetic", "messages": [{"role": "user", "content": PROMPT}],
-                "seed": seed, "max_tokens": LONG}  # fmt: skip
-        script = SyntheticScript(parse_chat_request(body).generation, SyntheticConfig())
-        if sum(event.kind is Kind.DELTA for _, event in script) >= LONG:
-            seeds.append(seed)
-            if len(seeds) == count:
-                return seeds
-    raise AssertionError(f"fewer than {count} seeds below 5000 give {LONG} tokens")
 
 
 @pytest.fixture(scope="module")

@@ -39,12 +39,13 @@ export const overview: View = (root, _context: ConsoleContext) => {
   const render = (sample: Sample): void => {
     history.push(sample);
     if (history.length > WINDOW) history.shift();
-    const transports = Object.entries(sample.connections).map(([name, count]) => `${name} ${count}`).join(" · ");
+    const open = Object.values(sample.connections).reduce((a, b) => a + b, 0);
+    const transports = Object.entries(sample.connections).map(([name, count]) => `${name} ${count}`).join(", ");
     cards.replaceChildren(
       card("Streams", num(sample.streams)),
       card("Subscribers", num(sample.subscribers)),
       card("Generations", num(sample.generations)),
-      card("Connections", transports),
+      card("Connections", num(open), transports),
       card("Delivered", `${num(sample.delivered_per_s ?? 0)}/s`),
       card("Sent", `${bytes(sample.bytes_per_s ?? 0)}/s`),
       card("Retained", bytes(sample.retained_bytes)),
@@ -52,11 +53,11 @@ export const overview: View = (root, _context: ConsoleContext) => {
     drawPlot(throughput, [
       { label: "delivered/s", colour: "--plot-1", values: history.map((s) => s.delivered_per_s ?? null) },
       { label: "appended/s", colour: "--plot-2", values: history.map((s) => s.appended_per_s ?? null) },
-    ], "events/s");
+    ], "events/s", 10, WINDOW);
     drawPlot(lag, [
       { label: "p50", colour: "--plot-1", values: history.map((s) => s.lag_ms?.p50 ?? null) },
       { label: "p99", colour: "--plot-2", values: history.map((s) => s.lag_ms?.p99 ?? null) },
-    ], "ms");
+    ], "ms", 1, WINDOW);
   };
 
   void (async () => {
@@ -72,8 +73,9 @@ export const overview: View = (root, _context: ConsoleContext) => {
   return () => abort.abort();
 };
 
-function card(label: string, value: string): HTMLElement {
-  return h("div", { class: "card" }, h("span", { class: "label" }, label), h("span", { class: "value" }, value));
+function card(label: string, value: string, detail = ""): HTMLElement {
+  return h("div", { class: "card" }, h("span", { class: "label" }, label), h("span", { class: "value" }, value),
+    detail ? h("span", { class: "detail" }, detail) : null);
 }
 
 function legend(items: [string, string][]): HTMLElement {

@@ -11,7 +11,7 @@ const LOG_LINES = 200;
 
 export const streams: View = (root, context, params) => {
   const id = h("input", { name: "stream", placeholder: "chatcmpl-… or agents/42/events", required: true, value: params.get("id") ?? "" });
-  const form = h("form", { class: "panel form row", onsubmit: (e: Event) => { e.preventDefault(); location.hash = `#/streams?id=${encodeURIComponent(id.value)}`; } },
+  const form = h("form", { class: "panel row", onsubmit: (e: Event) => { e.preventDefault(); location.hash = `#/streams?id=${encodeURIComponent(id.value)}`; } },
     field("Stream id", id), h("button", { type: "submit", class: "primary" }, "Open"));
   const recent = h("ul", { class: "recent" }, ...context.recent.map((streamId) =>
     h("li", {}, h("a", { href: `#/streams?id=${encodeURIComponent(streamId)}` }, streamId))));
@@ -48,14 +48,17 @@ export const streams: View = (root, context, params) => {
     while (log.childElementCount > LOG_LINES) log.firstElementChild?.remove();
   };
 
+  let ticker: ReturnType<typeof setInterval> | undefined;
   const refreshInfo = async (): Promise<void> => {
     try {
       const body = await context.client.info(streamId);
+      if (body.ended) clearInterval(ticker); // nothing changes any more
       const usage = (body.usage ?? {}) as Record<string, unknown>;
       info.replaceChildren(facts([
-        ["Status", String(body.status ?? (body.finished ? "finished" : "running"))],
-        ["Position", String(lastId ?? body.last_id ?? "–")],
-        ["Events", num(lastSeq)],
+        ["Status", body.ended ? `ended: ${String(body.finish_reason ?? "?")}` : "running"],
+        ["Position", String(body.resume_token ?? "–")],
+        ["Events", `${num(body.last_seq as number)} (${num(body.retained_events as number)} retained)`],
+        ["Subscribers", num(body.subscribers as number)],
         ["Completion tokens", num(usage.completion_tokens as number)],
         ["Time to first token", `${num(usage.time_to_first_token_ms as number, 1)} ms`],
       ]));
@@ -85,7 +88,6 @@ export const streams: View = (root, context, params) => {
             line(event);
           }
         }
-        await refreshInfo();
         if (!state.dataset.resume) state.textContent = "the stream has ended";
         return;
       } catch (error) {
@@ -106,17 +108,29 @@ export const streams: View = (root, context, params) => {
     try {
       const event = await context.client.snapshot(streamId);
       const texts = (event.data.text ?? {}) as Record<string, string>;
+      const content = texts.content ?? "";
       snapshot.replaceChildren(h("section", { class: "panel" }, h("h2", {}, `Snapshot at seq ${event.seq}`),
-        facts([["Content characters", num((texts.content ?? "").length)], ["Matches the text above", String((texts.content ?? "") === accumulated.text("content"))]]),
-        h("pre", { class: "output" }, texts.content ?? "")));
+        facts([["Content characters", num(content.length)], ["Agrees with the text above", agreement(content, accumulated.text("content"))]]),
+        h("pre", { class: "output" }, content)));
     } catch (error) {
       snapshot.replaceChildren(h("p", { class: "error" }, String(error)));
     }
   });
   void refreshInfo();
   void read();
+  ticker = setInterval(() => void refreshInfo(), 500); // position and usage, live
   return () => {
     left = true;
+    clearInterval(ticker);
     reading?.abort();
   };
 };
+
+/** How a snapshot's text relates to the text read: the same, the start of it (the stream
+ * went on after the snapshot), or neither. */
+function agreement(snapshot: string, read: string): string {
+  if (snapshot === read) return "yes, the same text";
+  if (read.startsWith(snapshot)) return "yes, the text so far at its position (the stream went on)";
+  if (snapshot.startsWith(read)) return "yes, and it holds more than was read yet";
+  return "no";
+}

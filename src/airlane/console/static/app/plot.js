@@ -1,6 +1,8 @@
 /** A line plot on a canvas: a rolling window of samples, one line per series, no library. */
-/** Draw `series` (equal lengths, oldest first) in `canvas`, scaled to their maximum. */
-export function drawPlot(canvas, series, unit) {
+/** Draw `series` (equal lengths, oldest first) in `canvas`, scaled to their maximum (at
+ * least `floor`, so an idle gateway draws a flat line at the bottom, not noise), the newest
+ * sample at the right edge of a window of `capacity` samples. */
+export function drawPlot(canvas, series, unit, floor = 1, capacity = 120) {
     const ratio = window.devicePixelRatio || 1;
     const width = canvas.clientWidth;
     const height = canvas.clientHeight;
@@ -15,7 +17,7 @@ export function drawPlot(canvas, series, unit) {
     context.setTransform(ratio, 0, 0, ratio, 0, 0);
     context.clearRect(0, 0, width, height);
     const values = series.flatMap((s) => s.values.filter((v) => v !== null));
-    const top = niceMax(Math.max(1e-9, ...values));
+    const top = niceMax(Math.max(floor, ...values));
     const left = 48;
     const bottom = height - 18;
     context.font = "11px system-ui, sans-serif";
@@ -44,7 +46,7 @@ export function drawPlot(canvas, series, unit) {
                 drawing = false;
                 return;
             }
-            const x = left + ((width - 4 - left) * i) / (n - 1);
+            const x = left + ((width - 4 - left) * (Math.max(capacity, n) - n + i)) / (Math.max(capacity, n) - 1);
             const y = bottom - ((bottom - 8) * v) / top;
             if (drawing)
                 context.lineTo(x, y);

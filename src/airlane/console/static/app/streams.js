@@ -6,7 +6,7 @@ import { facts, field, h, num } from "./dom.js";
 const LOG_LINES = 200;
 export const streams = (root, context, params) => {
     const id = h("input", { name: "stream", placeholder: "chatcmpl-… or agents/42/events", required: true, value: params.get("id") ?? "" });
-    const form = h("form", { class: "panel form row", onsubmit: (e) => { e.preventDefault(); location.hash = `#/streams?id=${encodeURIComponent(id.value)}`; } }, field("Stream id", id), h("button", { type: "submit", class: "primary" }, "Open"));
+    const form = h("form", { class: "panel row", onsubmit: (e) => { e.preventDefault(); location.hash = `#/streams?id=${encodeURIComponent(id.value)}`; } }, field("Stream id", id), h("button", { type: "submit", class: "primary" }, "Open"));
     const recent = h("ul", { class: "recent" }, ...context.recent.map((streamId) => h("li", {}, h("a", { href: `#/streams?id=${encodeURIComponent(streamId)}` }, streamId))));
     root.append(h("h1", {}, "Streams"), form);
     if (context.recent.length)
@@ -35,14 +35,18 @@ export const streams = (root, context, params) => {
         while (log.childElementCount > LOG_LINES)
             log.firstElementChild?.remove();
     };
+    let ticker;
     const refreshInfo = async () => {
         try {
             const body = await context.client.info(streamId);
+            if (body.ended)
+                clearInterval(ticker); // nothing changes any more
             const usage = (body.usage ?? {});
             info.replaceChildren(facts([
-                ["Status", String(body.status ?? (body.finished ? "finished" : "running"))],
-                ["Position", String(lastId ?? body.last_id ?? "–")],
-                ["Events", num(lastSeq)],
+                ["Status", body.ended ? `ended: ${String(body.finish_reason ?? "?")}` : "running"],
+                ["Position", String(body.resume_token ?? "–")],
+                ["Events", `${num(body.last_seq)} (${num(body.retained_events)} retained)`],
+                ["Subscribers", num(body.subscribers)],
                 ["Completion tokens", num(usage.completion_tokens)],
                 ["Time to first token", `${num(usage.time_to_first_token_ms, 1)} ms`],
             ]));
@@ -73,7 +77,6 @@ export const streams = (root, context, params) => {
                         line(event);
                     }
                 }
-                await refreshInfo();
                 if (!state.dataset.resume)
                     state.textContent = "the stream has ended";
                 return;
@@ -97,7 +100,8 @@ export const streams = (root, context, params) => {
         try {
             const event = await context.client.snapshot(streamId);
             const texts = (event.data.text ?? {});
-            snapshot.replaceChildren(h("section", { class: "panel" }, h("h2", {}, `Snapshot at seq ${event.seq}`), facts([["Content characters", num((texts.content ?? "").length)], ["Matches the text above", String((texts.content ?? "") === accumulated.text("content"))]]), h("pre", { class: "output" }, texts.content ?? "")));
+            const content = texts.content ?? "";
+            snapshot.replaceChildren(h("section", { class: "panel" }, h("h2", {}, `Snapshot at seq ${event.seq}`), facts([["Content characters", num(content.length)], ["Agrees with the text above", agreement(content, accumulated.text("content"))]]), h("pre", { class: "output" }, content)));
         }
         catch (error) {
             snapshot.replaceChildren(h("p", { class: "error" }, String(error)));
@@ -105,8 +109,21 @@ export const streams = (root, context, params) => {
     });
     void refreshInfo();
     void read();
+    ticker = setInterval(() => void refreshInfo(), 500); // position and usage, live
     return () => {
         left = true;
+        clearInterval(ticker);
         reading?.abort();
     };
 };
+/** How a snapshot's text relates to the text read: the same, the start of it (the stream
+ * went on after the snapshot), or neither. */
+function agreement(snapshot, read) {
+    if (snapshot === read)
+        return "yes, the same text";
+    if (read.startsWith(snapshot))
+        return "yes, the text so far at its position (the stream went on)";
+    if (snapshot.startsWith(read))
+        return "yes, and it holds more than was read yet";
+    return "no";
+}

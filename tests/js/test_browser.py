@@ -1,0 +1,221 @@
+"""``@airlane/client`` and the web console in a real browser: headless Chromium (Debian's)
+through Playwright, against a real gateway.
+
+- The client's README example, as written, on a page of the gateway's origin.
+- The client in the browser: a chat stream and a WebSocket subscription cut mid-stream by a
+  proxy resume with exactly the stream's text.
+- Every console view, driven as a person would (keyboard included), in light and dark, at
+  1280x800 and at a phone's width, with no error in the browser's console; screenshots of
+  each go to ``AIRLANE_SCREENSHOTS`` (docs/console.md shows those of ``docs/console``) or to
+  the test's temporary folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.browser.test_eventsource import CHROMIUM, CHROMIUM_ARGS, require_browser
+from tests.js.support import CLIENT_DIR, PROMPT, CuttingProxy, long_seeds
+from tests.servers import ServerProcess, run_server
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
+
+CONFIG = """
+[synthetic]
+ttft_ms = 5.0
+itl_ms = 6.0
+itl_jitter_ms = 0.5
+"""
+TIMEOUT_MS = 20_000
+
+
+@pytest.fixture(scope="module")
+def gateway() -> Iterator[ServerProcess]:
+    with run_server(config=CONFIG) as running:
+        yield running
+
+
+class Browser:
+    """A Chromium page that records every error the page reports."""
+
+    def __init__(self, page: Any) -> None:
+        self.page = page
+        self.errors: list[str] = []
+        page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
+        page.on("pageerror", lambda e: self.errors.append(str(e)))
+
+
+@contextlib.asynccontextmanager
+async def chromium(**context: Any) -> AsyncIterator[Browser]:
+    require_browser()
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as playwright:
+        # A page the test fulfils itself has no network address, so Chromium's local network
+        # access checks would take it for a public page and block its WebSocket to 127.0.0.1
+        # (a page the gateway or any server on this host serves is not affected).
+        args = [*CHROMIUM_ARGS, "--disable-features=LocalNetworkAccessChecks"]
+        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=args)
+        try:
+            page = await (await browser.new_context(**context)).new_page()
+            page.set_default_timeout(TIMEOUT_MS)
+            yield Browser(page)
+        finally:
+            await browser.close()
+
+
+async def serve_page(browser: Browser, url: str, html: str) -> None:
+    """Open ``url`` with ``html`` as its document: the page has that origin, and everything
+    else it loads comes from the real server there."""
+    await browser.page.route(url, lambda route: route.fulfill(body=html, content_type="text/html"))
+    await browser.page.goto(url)
+
+
+def snapshot_text(gateway: ServerProcess, stream_id: str) -> str:
+    with httpx.Client(base_url=gateway.url, timeout=10) as http:
+        for _ in range(200):
+            info = http.get(f"/v1/streams/{stream_id}").json()
+            if info["ended"]:
+                break
+        return str(http.get(f"/v1/streams/{stream_id}/snapshot").json()["text"]["content"])
+
+
+async def test_the_readme_browser_example_works_as_written(gateway: ServerProcess) -> None:
+    readme = (CLIENT_DIR / "README.md").read_text()
+    html = re.findall(r"^```html\n(.*?)^```", readme, re.MULTILINE | re.DOTALL)[0]
+    assert len(html.strip().splitlines()) <= 12
+    async with chromium() as browser:
+        await serve_page(browser, f"{gateway.url}/example.html", html)
+        out = browser.page.locator("#out")
+        await out.filter(has_text=re.compile(r"\n\d+ tokens$")).wait_for()
+        text = await out.text_content()
+        assert text is not None and len(text.split("\n")[0]) > 20
+        assert browser.errors == []
+
+
+PAGE = """<!doctype html><script type="module">
+import { AirlaneClient, AirlaneSocket } from "/console/assets/client/index.js";
+const request = (tokens, seed) => ({ model: "synthetic", max_tokens: tokens, seed,
+  messages: [{ role: "user", content: %(prompt)s }] });
+try {
+  if (location.hash === "#chat") {
+    const client = new AirlaneClient({ baseUrl: location.origin });
+    const chat = client.chatStream(request(200, %(seed0)d));
+    for await (const piece of chat) {}
+    window.result = { id: chat.streamId, text: chat.text, resumed: chat.resumes,
+                      finish: chat.state.finishReason };
+  } else {
+    const socket = await AirlaneSocket.connect({ baseUrl: location.origin });
+    const sub = await socket.generate(request(200, %(seed1)d));
+    for await (const event of sub) {}
+    socket.close();
+    window.result = { id: sub.streamId, text: sub.state.text(), resumed: socket.reconnects,
+                      finish: sub.state.finishReason };
+  }
+} catch (error) { window.result = { error: String(error) }; }
+</script>"""
+
+
+@pytest.mark.parametrize("kind", ["chat", "ws"])
+async def test_the_client_resumes_in_chromium_after_the_network_drops(
+    gateway: ServerProcess, kind: str
+) -> None:
+    """Through a proxy that resets the first streaming connection (the chat's SSE response,
+    or the socket's upgrade) after 3 KB, the stream resumes and ends with its exact text."""
+    seeds = long_seeds()
+    page = PAGE % {"prompt": json.dumps(PROMPT), "seed0": seeds[0], "seed1": seeds[1]}
+    host, port = gateway.url.removeprefix("http://").rsplit(":", 1)
+    async with CuttingProxy((host, int(port)), after=3000) as proxy, chromium() as browser:
+        await browser.page.route(
+            f"{proxy.url}/client.html",
+            lambda route: route.fulfill(body=page, content_type="text/html"),
+        )
+        await browser.page.goto(f"{proxy.url}/client.html#{kind}")
+        await browser.page.wait_for_function("window.result !== undefined", timeout=60_000)
+        result = await browser.page.evaluate("window.result")
+        assert "error" not in result, result
+        assert proxy.cuts == 1
+        # The browser reports the reset connection itself as a failed load; nothing else.
+        assert all("ERR_" in error for error in browser.errors), browser.errors
+    assert result["resumed"] == 1 and result["finish"] == "length"
+    assert result["text"] == snapshot_text(gateway, result["id"])
+
+
+def screenshots(tmp_path: Path) -> Path:
+    folder = Path(os.environ.get("AIRLANE_SCREENSHOTS") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("scheme", "viewport"),
+    [("light", (1280, 800)), ("dark", (1280, 800)), ("light", (390, 844))],
+    ids=["light-1280", "dark-1280", "phone"],
+)
+async def test_every_console_view_works_and_reports_no_error(
+    gateway: ServerProcess, tmp_path: Path, scheme: str, viewport: tuple[int, int]
+) -> None:
+    shots = screenshots(tmp_path)
+    suffix = "" if viewport[0] == 1280 and scheme == "light" else f"-{scheme}-{viewport[0]}"
+    width, height = viewport
+    async with chromium(color_scheme=scheme, viewport={"width": width, "height": height}) as b:
+        page = b.page
+        with httpx.Client(base_url=gateway.url, timeout=10) as http:  # traffic for the plots
+            for seed in long_seeds():
+                body = {"model": "synthetic", "max_tokens": 250, "seed": seed,
+                        "messages": [{"role": "user", "content": PROMPT}]}  # fmt: skip
+                assert http.post("/v1/streams", json=body).status_code == 201
+        await page.goto(f"{gateway.url}/console/")
+        # Overview: live samples of the metrics stream.
+        await page.get_by_text("live, a sample a second").wait_for()
+        await page.locator(".card .label", has_text="Streams").wait_for()
+        await page.wait_for_timeout(2500)  # a few samples on the plots
+        await page.screenshot(path=shots / f"overview{suffix}.png", full_page=True)
+
+        # Keyboard: the skip link first, then the views; Enter follows a link.
+        await page.keyboard.press("Tab")
+        assert await page.evaluate("document.activeElement.className") == "skip"
+        await page.keyboard.press("Tab")
+        await page.keyboard.press("Tab")
+        await page.keyboard.press("Tab")
+        assert await page.evaluate("document.activeElement.textContent") == "Playground"
+        await page.keyboard.press("Enter")
+        await page.get_by_role("heading", name="Playground").wait_for()
+
+        # Playground: a streamed answer, then its usage ledger.
+        await page.get_by_label("Max tokens").fill("60")
+        await page.get_by_role("button", name="Generate").click()
+        await page.get_by_text("Completion tokens").wait_for()
+        answer = await page.get_by_label("the answer").text_content()
+        assert answer and len(answer) > 40
+        await page.screenshot(path=shots / f"playground{suffix}.png", full_page=True)
+
+        # Stream viewer: a long generation, dropped and resumed with no gap.
+        await page.get_by_role("link", name="Open in the stream viewer").click()
+        await page.get_by_role("heading", name="Text").wait_for()
+        with httpx.Client(base_url=gateway.url, timeout=10) as http:
+            body = {"model": "synthetic", "max_tokens": 250, "seed": long_seeds()[2],
+                    "messages": [{"role": "user", "content": PROMPT}]}  # fmt: skip
+            created = http.post("/v1/streams", json=body)
+            assert created.status_code == 201, created.text
+            stream_id = created.json()["id"]
+        await page.goto(f"{gateway.url}/console/#/streams?id={stream_id}")
+        await page.locator(".log li").nth(20).wait_for()
+        await page.get_by_role("button", name="Drop and resume").click()
+        await page.locator("[data-resume]").wait_for()
+        assert await page.locator("[data-resume]").get_attribute("data-resume") == "ok"
+        await page.get_by_text("ended: length").wait_for()
+        await page.get_by_role("button", name="Snapshot").click()
+        await page.get_by_text("Agrees with the text above").wait_for()
+        assert await page.locator("dd", has_text=re.compile("^yes")).count() == 1
+        await page.screenshot(path=shots / f"streams{suffix}.png", full_page=True)
+        assert b.errors == [], b.errors
