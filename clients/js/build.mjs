@@ -3,7 +3,7 @@
 //   <static>/client/ the same modules, served at /console/assets/client/
 //   <static>/app/    the console's pages (tsc -p tsconfig.console.json), which import the
 //                    client as "@airlane/client" through the page's import map
-// <static> is src/airlane/console/static (the Python package ships it: no Node at run time),
+// <static> is src/airlane/transports/http/console/static (the Python package ships it: no Node at run time),
 // or --static DIR (the tests build into a temporary one and compare).
 import { execFileSync } from "node:child_process";
 import { copyFileSync, mkdirSync, readdirSync, rmSync } from "node:fs";
@@ -12,7 +12,7 @@ import { fileURLToPath } from "node:url";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const flag = process.argv.indexOf("--static");
-const staticDir = flag > 0 ? path.resolve(process.argv[flag + 1]) : path.join(here, "../../src/airlane/console/static");
+const staticDir = flag > 0 ? path.resolve(process.argv[flag + 1]) : path.join(here, "../../src/airlane/transports/http/console/static");
 const tsc = path.join(here, "node_modules/typescript/bin/tsc");
 
 function compile(project, outDir) {

@@ -16,6 +16,9 @@ import contextlib
 import json
 import os
 import re
+import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -219,3 +222,38 @@ async def test_every_console_view_works_and_reports_no_error(
         assert await page.locator("dd", has_text=re.compile("^yes")).count() == 1
         await page.screenshot(path=shots / f"streams{suffix}.png", full_page=True)
         assert b.errors == [], b.errors
+
+
+async def test_the_main_command_prints_a_console_that_shows_live_streams() -> None:
+    """The README's main job (``airlane demo``; from a terminal it stays): the console address
+    it prints opens on an overview where streams are being delivered."""
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "airlane", "demo", "--stay", "--stay-limit", "20"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1"},
+    )
+    try:
+        assert demo.stdout is not None
+        url = None
+        for _ in range(400):
+            line = demo.stdout.readline()
+            found = re.search(r"web console: (http://\S+/console/)", line)
+            if found or not line:
+                url = found and found.group(1)
+                break
+        assert url, "the demo printed no console address"
+        async with chromium() as browser:
+            await browser.page.goto(url)
+            delivered = browser.page.locator(".card", has_text="Delivered").locator(".value")
+            await delivered.filter(has_text=re.compile(r"^[1-9][\d,]*/s$")).wait_for()
+            assert browser.errors == []
+    finally:
+        demo.send_signal(signal.SIGINT)
+        try:
+            demo.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            demo.kill()
+            raise
+    assert demo.returncode == 0

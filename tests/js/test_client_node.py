@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from airlane.console import STATIC_DIR
 from airlane.core.errors import ErrorCode
+from airlane.transports.http.console.files import STATIC_DIR
 from tests.js.support import CLIENT_DIR, build, long_seeds, node_or_skip
 from tests.servers import ServerProcess, run_server
 
@@ -63,8 +63,8 @@ def test_the_node_suite_passes_against_a_real_gateway(gateway: ServerProcess) ->
 
 
 def test_the_console_s_files_in_the_package_are_built_from_the_sources(tmp_path: Path) -> None:
-    """``src/airlane/console/static`` ships compiled modules (no Node at run time): they must
-    be what ``npm run build`` makes of ``clients/js`` now."""
+    """The package ships the console compiled (``transports/http/console/static``: no Node at
+    run time): it must be what ``npm run build`` makes of ``clients/js`` now."""
     node = node_or_skip()
     done = subprocess.run(
         [node, "build.mjs", "--static", str(tmp_path)],

@@ -2,12 +2,15 @@
 
 Starts a gateway on a free loopback port (unless ``--url`` points at one), streams one chat
 completion over SSE and one over WebSocket, printing the tokens as they arrive, then shows
-what each transport measured and which streams it used.
+what each transport measured and which streams it used. With ``--stay`` (the default when
+run from a terminal) the gateway then keeps serving, with a generation read every couple of
+seconds, and the web console's address is printed: the console shows them live until Ctrl-C.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import time
 from collections.abc import Coroutine
@@ -150,6 +153,24 @@ def demo_table(runs: list[DemoRun]) -> Table:
     return table
 
 
+async def live_feed(url: str, request: dict[str, Any], every_s: float, limit: int) -> int:
+    """Start and read a generation every ``every_s`` seconds, ``limit`` at most (what the
+    console shows while the demo stays); the number read."""
+    from airlane.client.sse import AirlaneClient
+
+    params = dict(request)
+    model, messages = params.pop("model"), params.pop("messages")
+    read = 0
+    async with AirlaneClient(url) as client:
+        for n in range(limit):
+            started = time.monotonic()
+            async for _ in client.chat_stream(model, messages, seed=n, **params):
+                pass
+            read += 1
+            await asyncio.sleep(max(0.0, every_s - (time.monotonic() - started)))
+    return read
+
+
 def demo_command(
     url: Annotated[
         str | None, typer.Option(help="A running gateway; default: start one on a free port.")
@@ -157,6 +178,17 @@ def demo_command(
     prompt: Annotated[str, typer.Option(help="The user message.")] = DEFAULT_PROMPT,
     model: Annotated[str, typer.Option(help="Model name sent in the request.")] = DEFAULT_MODEL,
     max_tokens: Annotated[int, typer.Option(help="Completion length limit.", min=1)] = 80,
+    stay: Annotated[
+        bool | None,
+        typer.Option(
+            "--stay/--no-stay",
+            help="Keep the gateway serving afterwards, with live streams for the web console "
+            "(default: when run from a terminal).",
+        ),
+    ] = None,
+    stay_limit: Annotated[
+        int, typer.Option(help="Generations to read while staying, at most.", min=1)
+    ] = 100_000,
 ) -> None:
     """Stream a chat completion over SSE and over WebSocket, and compare them."""
     console = Console()
@@ -170,19 +202,28 @@ def demo_command(
             console.print(f"gateway [bold]{url}[/bold] (pid {gateway.pid}, synthetic backend)")
         assert url is not None
         runs = _run(run_demo(console, url, request))
+        console.print(demo_table(runs))
+        console.print(TTFT_MEANING, highlight=False)
+        ids = ", ".join(f"{run.transport} [bold]{run.stream_id}[/bold]" for run in runs)
+        console.print(f"streams used: {ids}")
+        replay = f"airlane stream --url {url} --stream-id {runs[0].stream_id}"
+        if gateway is None:
+            console.print(f"replay one from the start: [bold]{replay}[/bold]")
+        if stay if stay is not None else (sys.stdin.isatty() and sys.stdout.isatty()):
+            console.print(
+                f"web console: [bold]{url}/console/[/bold] (a generation every 2 s; Ctrl-C "
+                "stops the gateway)",
+                highlight=False,
+            )
+            console.print(f"meanwhile, in another terminal: [bold]{replay}[/bold]")
+            with contextlib.suppress(KeyboardInterrupt):
+                _run(live_feed(url, request, 2.0, stay_limit))
     except (ClientError, GatewayStartError) as exc:
         console.print(f"[red]demo failed:[/red] {exc}")
         raise typer.Exit(1) from None
     finally:
         if gateway is not None:
             gateway.stop()
-    console.print(demo_table(runs))
-    console.print(TTFT_MEANING, highlight=False)
-    ids = ", ".join(f"{run.transport} [bold]{run.stream_id}[/bold]" for run in runs)
-    console.print(f"streams used: {ids}")
-    if gateway is None:
-        replay = f"airlane stream --url {url} --stream-id {runs[0].stream_id}"
-        console.print(f"replay one from the start: [bold]{replay}[/bold]")
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:

@@ -31,9 +31,9 @@ from typing import Any
 
 import orjson
 
-from airlane.console import STATIC_DIR
 from airlane.core.errors import BadRequest, NotFound
 from airlane.transports.http.asgi import Receive, Request, Send, allow_methods, send_body
+from airlane.transports.http.console.files import STATIC_DIR
 from airlane.transports.http.context import AppContext
 from airlane.transports.http.metrics import HttpMetrics
 from airlane.wire.sse import encode_event
