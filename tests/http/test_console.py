@@ -115,3 +115,12 @@ async def test_the_metrics_stream_samples_follow_the_traffic(served: Served) -> 
         for query in ("?interval_ms=10", "?interval_ms=x", "?interval_ms=999999"):
             bad = await http.get(f"/v1/metrics/stream{query}")
             assert bad.status_code == 400 and bad.json()["error"]["param"] == "interval_ms"
+
+
+async def test_a_gateway_without_a_shared_hub_is_a_cluster_of_one(served: Served) -> None:
+    async with httpx.AsyncClient(base_url=served.url, timeout=10) as http:
+        body = (await http.get("/v1/cluster")).json()
+        assert body["shared"] is False
+        (only,) = body["nodes"]
+        assert only["self"] is True and only["alive"] is True
+        assert (await http.post("/v1/cluster")).status_code == 405

@@ -119,6 +119,13 @@ class HubContract:
         with pytest.raises(ValueError):
             await hub.create("bad id with spaces")
 
+    async def test_stream_ids_are_those_held_oldest_first(self, hub: Hub):
+        before = hub.stream_ids()
+        for name in ("list/a", "list/b", "list/c"):
+            await hub.create(name)
+        await hub.delete("list/b")
+        assert [s for s in hub.stream_ids() if s not in before] == ["list/a", "list/c"]
+
     async def test_live_tail_wakes_every_subscriber(self, hub: Hub):
         await hub.create("live")
         subs = [await hub.subscribe("live") for _ in range(5)]

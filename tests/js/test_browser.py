@@ -19,6 +19,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,8 +27,14 @@ from typing import Any
 import httpx
 import pytest
 
+from airlane.artifacts.packer import pack
+from airlane.sync.hlc import HybridClock
+from airlane.sync.lww import LWWMap
+from tests.artifacts.support import checkpoint
 from tests.browser.test_eventsource import CHROMIUM, CHROMIUM_ARGS, require_browser
+from tests.cluster.test_nodes import node
 from tests.js.support import CLIENT_DIR, PROMPT, CuttingProxy, long_seeds
+from tests.natsserver import running_nats
 from tests.servers import ServerProcess, run_server
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
@@ -202,7 +209,13 @@ async def test_every_console_view_works_and_reports_no_error(
         assert answer and len(answer) > 40
         await page.screenshot(path=shots / f"playground{suffix}.png", full_page=True)
 
+        # The streams the gateway holds: those started for the plots and the playground's.
+        await page.get_by_role("link", name="Streams", exact=True).click()
+        await page.locator("tbody tr").nth(3).wait_for()
+        assert await page.locator("tbody a", has_text="chatcmpl-").count() >= 4
+
         # Stream viewer: a long generation, dropped and resumed with no gap.
+        await page.go_back()
         await page.get_by_role("link", name="Open in the stream viewer").click()
         await page.get_by_role("heading", name="Text").wait_for()
         with httpx.Client(base_url=gateway.url, timeout=10) as http:
@@ -257,3 +270,93 @@ async def test_the_main_command_prints_a_console_that_shows_live_streams() -> No
             demo.kill()
             raise
     assert demo.returncode == 0
+
+
+@pytest.fixture(scope="module")
+def stocked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A gateway with something in each data browser: two versions of a model that share
+    most of their chunks, an event log, a schema."""
+    folder = tmp_path_factory.mktemp("artifacts")
+    store = folder / "store"
+    for version, layers in (("1", 2), ("2", 3)):
+        weights = checkpoint(folder / f"v{version}.safetensors", seed=1, layers=layers, hidden=64)
+        pack([weights], store, name="base", version=version)
+    with run_server("--artifacts", str(store), config=CONFIG) as running:
+        with httpx.Client(base_url=running.url, timeout=10) as http:
+            assert http.put("/v1/logs/orders", json={}).status_code in (200, 201)
+            records = [{"type": "order.v1", "data": {"id": n, "item": f"part-{n}"}} for n in
+                       range(1, 121)]  # fmt: skip
+            assert http.post("/v1/logs/orders/events", json={"events": records}).is_success
+            schema = {"schema_type": "json", "schema": {"type": "object", "required": ["id"],
+                      "properties": {"id": {"type": "integer"}}}}  # fmt: skip
+            assert http.post("/v1/schemas/order.v1/versions", json=schema).is_success
+        yield running
+
+
+async def test_the_data_browsers_show_logs_schemas_rooms_and_artifacts(
+    stocked: ServerProcess, tmp_path: Path
+) -> None:
+    shots = screenshots(tmp_path)
+    async with chromium(viewport={"width": 1280, "height": 800}) as b:
+        page = b.page
+        # Event logs: the log, its bounds, a replay from seq 100 and the next page.
+        await page.goto(f"{stocked.url}/console/#/logs")
+        await page.get_by_role("link", name="orders").click()
+        await page.get_by_text("120 (seq 1 to 120)").wait_for()
+        await page.get_by_label("Replay from seq").fill("100")
+        await page.get_by_role("button", name="Replay").click()
+        await page.get_by_text("records 100 to 120").wait_for()
+        assert await page.locator("tbody tr").count() == 21
+        assert await page.locator("tbody tr").first.locator("td").first.text_content() == "100"
+        await page.screenshot(path=shots / "logs.png", full_page=True)
+
+        # Schemas: the subject, its mode, its latest version.
+        await page.get_by_role("link", name="Schemas").click()
+        await page.get_by_role("link", name="order.v1").click()
+        await page.get_by_text("backward").wait_for()
+        await page.get_by_label("the schema").filter(has_text='"required"').wait_for()
+        await page.screenshot(path=shots / "schemas.png", full_page=True)
+
+        # Rooms: joined, then a change made elsewhere shows up live.
+        await page.get_by_role("link", name="Rooms").click()
+        await page.get_by_label("Room").fill("doc-1")
+        await page.get_by_role("button", name="Join").click()
+        await page.get_by_text("joined: changes appear as they are made").wait_for()
+        alice = LWWMap(HybridClock("alice"))
+        ops = [alice.set("title", "draft", now_ms()).to_dict(),
+               alice.set("owner", "carol", now_ms()).to_dict()]  # fmt: skip
+        with httpx.Client(base_url=stocked.url, timeout=10) as http:
+            assert http.post("/v1/rooms/doc-1/ops", json={"ops": ops}).status_code == 202
+        await page.locator("td", has_text="owner").wait_for()
+        await page.get_by_text('set title = "draft"').wait_for()
+        await page.screenshot(path=shots / "rooms.png", full_page=True)
+
+        # Artifacts: versions, what version 2 shares with version 1, its manifest.
+        await page.get_by_role("link", name="Artifacts").click()
+        await page.get_by_role("link", name="base").click()
+        await page.get_by_text("Manifest of version 2").wait_for()
+        reuse = await page.locator("tbody tr").nth(1).locator("td").nth(4).text_content()
+        assert reuse is not None and re.search(r"\((\d+) %\)", reuse), reuse
+        assert int(re.search(r"\((\d+) %\)", reuse).group(1)) >= 50  # type: ignore[union-attr]
+        await page.screenshot(path=shots / "artifacts.png", full_page=True)
+        assert b.errors == [], b.errors
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+async def test_the_cluster_view_shows_two_nodes_and_one_that_died(tmp_path: Path) -> None:
+    """Two ``airlane serve --hub nats://...`` nodes: node a's console lists both alive, then,
+    once node b is SIGKILLed, b as silent within the node timeout."""
+    with running_nats() as nats, node(nats, "a") as a, node(nats, "b") as b:
+        async with chromium(viewport={"width": 1280, "height": 800}) as browser:
+            page = browser.page
+            await page.goto(f"{a.url}/console/#/cluster")
+            await page.get_by_text("2 of 2 nodes alive").wait_for()
+            assert await page.locator("td", has_text="a (this node)").count() == 1
+            await page.screenshot(path=screenshots(tmp_path) / "cluster.png", full_page=True)
+            b.kill()
+            await page.get_by_text("1 of 2 nodes alive").wait_for(timeout=15_000)
+            await page.locator("tr.dead td", has_text="b").first.wait_for()
+            assert browser.errors == [], browser.errors

@@ -3,14 +3,24 @@
 
 import { ConsoleContext, type View } from "./context.js";
 import { h } from "./dom.js";
+import { artifacts } from "./artifacts.js";
+import { cluster } from "./cluster.js";
+import { logs } from "./logs.js";
 import { overview } from "./overview.js";
 import { playground } from "./playground.js";
+import { rooms } from "./rooms.js";
+import { schemas } from "./schemas.js";
 import { streams } from "./streams.js";
 
 const VIEWS: [string, string, View][] = [
   ["", "Overview", overview],
   ["streams", "Streams", streams],
   ["playground", "Playground", playground],
+  ["logs", "Event logs", logs],
+  ["schemas", "Schemas", schemas],
+  ["rooms", "Rooms", rooms],
+  ["artifacts", "Artifacts", artifacts],
+  ["cluster", "Cluster", cluster],
 ];
 
 const context = new ConsoleContext();

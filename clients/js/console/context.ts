@@ -1,11 +1,10 @@
-/** What every view of the console shares: the client, the API key, the streams seen. */
+/** What every view of the console shares: the client and the API key. */
 
 import { AirlaneClient } from "@airlane/client";
 
 const KEY = "airlane.console.key";
-const RECENT = "airlane.console.recent";
 
-/** The console's state across views (kept in the tab's session storage). */
+/** The console's state across views (the key is kept in the tab's session storage). */
 export class ConsoleContext {
   client: AirlaneClient;
 
@@ -23,17 +22,6 @@ export class ConsoleContext {
     if (key) sessionStorage.setItem(KEY, key);
     else sessionStorage.removeItem(KEY);
     this.client = this.#make();
-  }
-
-  /** Streams this tab started or opened, newest first (at most 20). */
-  get recent(): string[] {
-    return JSON.parse(sessionStorage.getItem(RECENT) ?? "[]") as string[];
-  }
-
-  /** Remember `streamId` as recently seen. */
-  remember(streamId: string): void {
-    const recent = [streamId, ...this.recent.filter((id) => id !== streamId)].slice(0, 20);
-    sessionStorage.setItem(RECENT, JSON.stringify(recent));
   }
 
   #make(): AirlaneClient {

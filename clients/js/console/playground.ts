@@ -55,10 +55,7 @@ export const playground: View = (root, context) => {
         }
         const streamId = running.streamId;
         state.textContent = `finished: ${running.state.finishReason ?? "?"} in ${num(performance.now() - began)} ms`;
-        if (streamId) {
-          context.remember(streamId);
-          showLedger(streamId);
-        }
+        if (streamId) void showLedger(streamId);
       } else {
         state.textContent = "waiting for the whole answer…";
         const answer = await context.client.chat(request);

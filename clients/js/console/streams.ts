@@ -5,7 +5,7 @@
 import { AirlaneError, type StreamEvent, TextState } from "@airlane/client";
 
 import type { View } from "./context.js";
-import { facts, field, h, num } from "./dom.js";
+import { bytes, facts, field, h, num } from "./dom.js";
 
 const LOG_LINES = 200;
 
@@ -13,13 +13,33 @@ export const streams: View = (root, context, params) => {
   const id = h("input", { name: "stream", placeholder: "chatcmpl-… or agents/42/events", required: true, value: params.get("id") ?? "" });
   const form = h("form", { class: "panel row", onsubmit: (e: Event) => { e.preventDefault(); location.hash = `#/streams?id=${encodeURIComponent(id.value)}`; } },
     field("Stream id", id), h("button", { type: "submit", class: "primary" }, "Open"));
-  const recent = h("ul", { class: "recent" }, ...context.recent.map((streamId) =>
-    h("li", {}, h("a", { href: `#/streams?id=${encodeURIComponent(streamId)}` }, streamId))));
+  const held = h("tbody", {});
+  const refresh = h("button", { type: "button" }, "Refresh");
   root.append(h("h1", {}, "Streams"), form);
-  if (context.recent.length) root.append(h("section", { class: "panel" }, h("h2", {}, "Recent"), recent));
   const streamId = params.get("id");
-  if (!streamId) return () => undefined;
-  context.remember(streamId);
+  if (!streamId) {
+    root.append(h("section", { class: "panel" }, h("h2", {}, "On this gateway"), refresh,
+      h("div", { class: "scroll" }, h("table", {}, h("thead", {}, h("tr", {},
+        h("th", {}, "stream"), h("th", {}, "status"), h("th", {}, "events"), h("th", {}, "subscribers"), h("th", {}, "retained"))), held))));
+    const list = async (): Promise<void> => {
+      try {
+        const body = await context.client.json("GET", "/v1/streams?limit=100");
+        const items = body.streams as Record<string, unknown>[];
+        held.replaceChildren(...items.map((info) => h("tr", {},
+          h("td", {}, h("a", { href: `#/streams?id=${encodeURIComponent(String(info.id))}` }, String(info.id))),
+          h("td", {}, info.ended ? `ended: ${String(info.finish_reason)}` : "running"),
+          h("td", { class: "num" }, num(info.last_seq as number)),
+          h("td", { class: "num" }, num(info.subscribers as number)),
+          h("td", { class: "num" }, bytes(info.retained_bytes as number)))));
+        if (!items.length) held.append(h("tr", {}, h("td", { colspan: "5", class: "muted" }, "no streams yet: start one in the playground")));
+      } catch (error) {
+        held.replaceChildren(h("tr", {}, h("td", { colspan: "5", class: "error" }, error instanceof AirlaneError ? `${error.code}: ${error.message}` : String(error))));
+      }
+    };
+    refresh.addEventListener("click", () => void list());
+    void list();
+    return () => undefined;
+  }
 
   const info = h("div", {});
   const text = h("pre", { class: "output", "aria-live": "polite", "aria-label": "the stream's text" });

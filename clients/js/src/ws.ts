@@ -10,11 +10,10 @@
  *   change: close codes 4400-4499), it reconnects with backoff and subscribes every open
  *   subscription again from the last event it delivered, so a reader sees no gap and no
  *   repeat. An op in flight when the socket dropped fails with `ConnectionLost`.
- * - **A bounded buffer per subscription.** Events wait in the subscription until the app
- *   reads them, at most `maxBuffered`; past that the subscription is paused (unsubscribed on
- *   the gateway, which keeps the stream) and subscribed again from its last event once the
- *   app has read what is buffered. A slow reader costs a bounded amount of memory and slows
- *   no other stream on the socket.
+ * - **Credits per subscription.** Each subscription tells the gateway how many messages it
+ *   will take (`maxBuffered`) and grants more as the app reads them (`credit` op), so events
+ *   wait on the gateway, not in this process: a slow reader holds at most `maxBuffered`
+ *   messages here and slows no other stream on the socket.
  * - **Cancel is not disconnect.** `cancel(stream)` stops the producer for every reader;
  *   `Subscription.close()` and `AirlaneSocket.close()` only stop this reader.
  * - **Credentials.** A browser cannot set headers on a WebSocket: with an API key the client
@@ -41,7 +40,8 @@ export interface SocketOptions {
   fetch?: typeof fetch;
   /** Reconnection policy (partial: the rest are defaults). */
   retry?: Partial<RetryPolicy>;
-  /** Events a subscription buffers for a slow reader before it is paused (default 1000). */
+  /** Messages a subscription takes before its reader has read them: its credits (default
+   * 1000). */
   maxBuffered?: number;
   /** How long an op waits for its answer, in ms (default 30,000). */
   timeoutMs?: number;
@@ -66,8 +66,10 @@ export class Subscription implements AsyncIterable<StreamEvent> {
   lastId: string | null;
   /** The stream's text and outcome, rebuilt from the events delivered. */
   readonly state = new TextState();
-  /** Times this subscription was paused because its reader fell behind. */
-  pauses = 0;
+  /** Credit grants sent to the gateway as the reader read. */
+  grants = 0;
+  /** The most messages that waited here for the reader at once. */
+  maxWaiting = 0;
   /** Times it was subscribed again after the socket reconnected. */
   resumes = 0;
   readonly #socket: AirlaneSocket;
@@ -75,7 +77,7 @@ export class Subscription implements AsyncIterable<StreamEvent> {
   #waiter: (() => void) | null = null;
   #ended = false;
   #failure: Error | null = null;
-  #paused = false;
+  #read = 0; // messages read since the last grant
 
   /** @internal */
   constructor(socket: AirlaneSocket, streamId: string, from: string | null) {
@@ -98,19 +100,31 @@ export class Subscription implements AsyncIterable<StreamEvent> {
     return this.lastId;
   }
 
+  /** Credits to subscribe with: room for what is not waiting here already. */
+  get credits(): number {
+    return Math.max(1, this.#socket.maxBuffered - this.#buffer.length);
+  }
+
   /** @internal an event for this stream */
   push(event: StreamEvent): void {
-    if (this.#ended || this.#paused) return; // after a pause: they come again on resume
+    if (this.#ended) return;
     this.#buffer.push(event);
+    this.maxWaiting = Math.max(this.maxWaiting, this.#buffer.length);
     this.#wake();
     if (isTerminal(event.kind)) {
       this.#ended = true;
       this.#socket.forget(this);
-    } else if (this.#buffer.length >= this.#socket.maxBuffered) {
-      this.#paused = true;
-      this.pauses += 1;
-      void this.#socket.unsubscribe(this.streamId).catch(() => undefined);
     }
+  }
+
+  /** @internal the reader took a message: grant the credits back in batches of half */
+  #consumed(): void {
+    this.#read += 1;
+    if (this.#ended || this.#read < Math.max(1, this.#socket.maxBuffered >> 1)) return;
+    const grant = this.#read;
+    this.#read = 0;
+    this.grants += 1;
+    this.#socket.grant(this.streamId, grant);
   }
 
   /** @internal the stream failed or the socket gave up */
@@ -136,13 +150,10 @@ export class Subscription implements AsyncIterable<StreamEvent> {
     for (;;) {
       const event = this.#buffer.shift();
       if (event !== undefined) {
+        this.#consumed();
         if (this.state.apply(event) || event.kind === "snapshot") {
           if (event.id) this.lastId = event.id;
           yield event;
-        }
-        if (this.#paused && this.#buffer.length === 0) {
-          this.#paused = false;
-          await this.#socket.resubscribe(this);
         }
         continue;
       }
@@ -275,11 +286,11 @@ export class AirlaneSocket {
     if (this.open) await this.call({ op: "unsubscribe", stream: streamId });
   }
 
-  /** @internal a paused subscription's reader caught up */
-  async resubscribe(subscription: Subscription): Promise<void> {
-    if (!subscription.ended && this.#subscriptions.get(subscription.streamId) === subscription) {
-      await this.#subscribeOp(subscription).catch((error: Error) => subscription.fail(error));
-    }
+  /** @internal the reader of `streamId` read `count` more messages: the gateway may send as
+   * many more (an answer that the socket dropped or the stream ended is of no matter: a new
+   * subscription starts with fresh credits). */
+  grant(streamId: string, count: number): void {
+    if (this.open) void this.call({ op: "credit", stream: streamId, credits: count }).catch(() => undefined);
   }
 
   /** @internal a subscription ended */
@@ -290,7 +301,11 @@ export class AirlaneSocket {
   }
 
   async #subscribeOp(subscription: Subscription): Promise<void> {
-    const op: Record<string, unknown> = { op: "subscribe", stream: subscription.streamId };
+    const op: Record<string, unknown> = {
+      op: "subscribe",
+      stream: subscription.streamId,
+      credits: subscription.credits,
+    };
     if (subscription.lastId) op.from = subscription.lastId;
     const reply = await this.call(op);
     if (reply.ended) subscription.fail(null); // resumed at the very end of a finished stream

@@ -60,7 +60,7 @@ from airlane.gateway.quotas import Quotas
 from airlane.gateway.rooms import SharedRooms
 from airlane.gateway.rules import RulesConfig, RuleService
 from airlane.gateway.schemas import Schemas
-from airlane.gateway.tenancy import client_info, client_names, finding, hub_key
+from airlane.gateway.tenancy import client_info, client_names, finding, hub_key, own_names
 from airlane.gateway.tickets import Tickets
 from airlane.hub import (
     Hub,
@@ -78,6 +78,7 @@ from airlane.security import (
     AllowAll,
     Principal,
     RequestFacts,
+    SecurityError,
     SecurityPolicy,
     Unauthenticated,
 )
@@ -469,6 +470,35 @@ class Gateway:
         self.security.authorize(principal, Action.SUBSCRIBE, stream_id)
         with finding(self.security, principal, Action.SUBSCRIBE, key, stream_id):
             return client_info(await self.hub.info(key), stream_id)
+
+    def cluster(self) -> dict[str, object]:
+        """The gateway nodes sharing this hub, as this node knows them (one node, itself,
+        without a shared hub)."""
+        nodes = self.hub.nodes()
+        return {"shared": bool(nodes), "nodes": nodes or [{"node": "this", "self": True,
+                "alive": True, "heard_s_ago": 0.0, "producing": self.running_generations,
+                "readers": self.hub.stats().subscribers}]}  # fmt: skip
+
+    async def list_streams(
+        self, principal: Principal, *, prefix: str = "", limit: int = 100
+    ) -> list[StreamInfo]:
+        """The streams of the caller's tenant that this node holds and the caller may read,
+        newest first, at most ``limit``, with ids starting with ``prefix``. The check is the
+        policy's own, not audited: a list asks for nothing, so what it leaves out is no
+        refusal (reading one of them is checked, and audited, as always)."""
+        listed: list[StreamInfo] = []
+        for name in reversed(own_names(principal, self.hub.stream_ids())):
+            if len(listed) >= limit:
+                break
+            if not name.startswith(prefix):
+                continue
+            try:
+                self.security.policy.authorize(principal, Action.SUBSCRIBE, name)
+                info = await self.hub.info(hub_key(principal, name))
+            except (SecurityError, HubError):  # not this caller's to read, or gone meanwhile
+                continue
+            listed.append(client_info(info, name))
+        return listed
 
     async def snapshot(self, principal: Principal, stream_id: str) -> Event:
         """Everything a stream carried so far, as one snapshot event."""

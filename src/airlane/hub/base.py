@@ -243,6 +243,16 @@ class Hub(abc.ABC):
     async def info(self, stream_id: str) -> StreamInfo:
         """The stream's status."""
 
+    def nodes(self) -> list[dict[str, object]]:
+        """The gateway nodes sharing this hub, as this one knows them (see
+        `airlane.hub.jetstream.presence.NodeTable.report`); a hub of one process: none."""
+        return []
+
+    @abc.abstractmethod
+    def stream_ids(self) -> list[str]:
+        """The streams this hub holds here, oldest first (a node of a cluster: those it holds
+        or follows, not every stream of the cluster)."""
+
     @abc.abstractmethod
     async def snapshot(self, stream_id: str) -> Event:
         """Everything so far as one ``snapshot`` event."""

@@ -392,6 +392,9 @@ class MemoryHub(Hub):
     async def info(self, stream_id: str) -> StreamInfo:
         return self._info(self._get(stream_id))
 
+    def stream_ids(self) -> list[str]:
+        return list(self._streams)
+
     async def snapshot(self, stream_id: str) -> Event:
         return self._get(stream_id).log.snapshot()
 

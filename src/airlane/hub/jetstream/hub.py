@@ -477,6 +477,11 @@ class JetStreamHub(MemoryHub):
 
     # -- producers, orphans and other nodes -------------------------------------------------
 
+    def nodes(self) -> list[dict[str, object]]:
+        rows = self._nodes.report(time.monotonic())
+        rows[0].update(producing=len(self._producing), readers=self.stats().subscribers)
+        return rows
+
     async def _record_producer(self, replica: Replica) -> None:
         meta = replica.meta
         updated = meta.produced_by(self.node, self.run)

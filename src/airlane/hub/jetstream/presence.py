@@ -163,6 +163,27 @@ class NodeTable:
             return None
         return False
 
+    def report(self, now: float) -> list[dict[str, object]]:
+        """Every member this process knows, itself first: its node and run, whether it is
+        alive (None: too early to tell), seconds since it was last heard, the streams it says
+        it produces and the readers it says it serves."""
+        produced: dict[Member, int] = {}
+        for member in self.producers.values():
+            produced[member] = produced.get(member, 0) + 1
+        rows: list[dict[str, object]] = []
+        for member in [self.me, *sorted(set(self.last_seen) - {self.me})]:
+            heard = self.last_seen.get(member)
+            rows.append({
+                "node": member.node,
+                "run": member.run,
+                "self": member == self.me,
+                "alive": self.alive(member),
+                "heard_s_ago": 0.0 if member == self.me or heard is None else round(now - heard, 3),
+                "producing": produced.get(member, 0),
+                "readers": sum(self.readers.get(member, {}).values()),
+            })  # fmt: skip
+        return rows
+
     def expire(self) -> tuple[list[Member], list[tuple[str, int, int]]]:
         """Forget members silent for longer than the timeout: the dead members, and the
         reader counts that went with them."""

@@ -16,6 +16,7 @@ Mount it inside a FastAPI/Starlette app or serve it with any ASGI server. Routes
 - ``GET  /v1/loadtest/sse|ws``         benchmark source
 - ``GET  /healthz``, ``GET /metrics``  liveness and Prometheus metrics
 - ``GET  /v1/metrics/stream``          the same, a JSON sample a second (SSE)
+- ``GET  /v1/cluster``                 the nodes sharing the hub, as this one knows them
 - ``GET  /console...``                 the web console (`...http.console`)
 
 Every failure is an `AirlaneError` with a code, which becomes a JSON error body with the status
@@ -308,6 +309,9 @@ class AirlaneApp:
         elif path == "/v1/models":
             allow_methods(method, "GET")
             await send_json(send, 200, self._models())
+        elif path == "/v1/cluster":
+            allow_methods(method, "GET")
+            await send_json(send, 200, self.gateway.cluster())
         elif path == "/v1/streams" or path.startswith("/v1/streams/"):
             await handle_streams(self.context, principal, request, receive, send)
         elif path == "/v1/logs" or path.startswith("/v1/logs/"):
@@ -416,6 +420,8 @@ def _route_label(path: str) -> str:
         return "/v1/rooms/{room}"
     if path.startswith("/v1/artifacts/"):
         return "/v1/artifacts/{name}"
+    if path == "/console" or path.startswith("/console/"):
+        return "/console"
     if path in (
         "/healthz",
         "/metrics",
@@ -429,6 +435,8 @@ def _route_label(path: str) -> str:
         "/v1/artifacts",
         "/v1/loadtest/sse",
         "/v1/tickets",
+        "/v1/cluster",
+        "/v1/metrics/stream",
     ):
         return path
     return "other"

@@ -3,6 +3,9 @@
 =======  ===============================  ================================================
 method   path                             what
 =======  ===============================  ================================================
+GET      /v1/streams                      the streams this node holds that the caller may
+                                          read, newest first (``?prefix=``, ``?limit=``
+                                          1-1000, default 100)
 POST     /v1/streams                      create a generation (chat request body), a
                                           named stream (``{"name": "agents/42/events"}``)
                                           or a load-test generation (``{"loadtest": {}}``)
@@ -77,11 +80,14 @@ async def handle_streams(
     """Route a request under ``/v1/streams``."""
     rest = request.path[len("/v1/streams") :]
     if rest in ("", "/"):
+        if request.method == "GET":
+            await _list(app, principal, request, send)
+            return
         if request.method != "POST":
             raise HttpError(
-                "use POST /v1/streams to create a stream",
+                "use POST /v1/streams to create a stream, GET to list them",
                 code=ErrorCode.METHOD_NOT_ALLOWED,
-                headers=_ALLOW_POST,
+                headers=_ALLOW_LIST,
             )
         await _create(app, principal, receive, send)
         return
@@ -122,7 +128,18 @@ async def handle_streams(
 
 _ACTIONS = ("events", "snapshot", "cancel")
 _ALLOWED = {"": "GET, DELETE", "events": "GET, POST", "snapshot": "GET", "cancel": "POST"}
-_ALLOW_POST = [(b"allow", b"POST")]
+_ALLOW_LIST = [(b"allow", b"GET, POST")]
+MAX_LIST = 1000
+"""Streams one list answers at most."""
+
+
+async def _list(app: AppContext, principal: Principal, request: Request, send: Send) -> None:
+    raw = request.query.get("limit", "100")
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIST:
+        raise BadRequest(f"limit must be 1 to {MAX_LIST}", param="limit")
+    prefix = request.query.get("prefix", "")
+    listed = await app.gateway.list_streams(principal, prefix=prefix, limit=int(raw))
+    await send_json(send, 200, {"streams": [info.to_dict() for info in listed]})
 
 
 def stream_target(request: Request) -> tuple[str, str]:

@@ -12,6 +12,11 @@ Client to server (``ref`` is optional and echoed in the reply)::
     {"op": "cancel", "stream": ID}                                -> cancelled
     {"op": "ping"}                                                -> pong
     {"op": "lane", "lane": "control" | "interactive" | "bulk"}   -> lane {"marks": "..."}
+    {"op": "credit", "stream": ID, "credits": N}                  -> credit {"credits": ...}
+
+``subscribe`` and ``generate`` take ``"credits": N``: the gateway then writes at most N of the
+stream's messages and waits for ``credit`` grants, which the client sends as it reads (the
+stream stays on the gateway meanwhile; `airlane.transports.http.ws_pump.Credits`).
 
 ``lane`` declares what this socket carries, for a client that keeps its signalling (cancel,
 ping, presence) on a socket of its own beside the one its bulk data takes: the gateway marks
@@ -59,7 +64,7 @@ from airlane.transports.http.errors import close_code, close_reason
 from airlane.transports.http.h3.webtransport import WEBTRANSPORT
 from airlane.transports.http.loadtest import loadtest_chunks, loadtest_spec
 from airlane.transports.http.ws_protocol import SEND_MANY, WRITE_NOW
-from airlane.transports.http.ws_pump import WebSocketPump, WriteNow
+from airlane.transports.http.ws_pump import Credits, WebSocketPump, WriteNow
 from airlane.wire.errors import DecodeError
 from airlane.wire.event_json import event_from_dict, event_to_dict, event_to_json
 from airlane.wire.limits import MAX_BODY_DEPTH, json_depth
@@ -132,6 +137,7 @@ class WebSocketSession:
         self._write_now = write_now
         self._lock = asyncio.Lock()  # two writers never interleave on one socket
         self._pumps: dict[str, tuple[Subscription, asyncio.Task[None]]] = {}
+        self._credits: dict[str, Credits] = {}  # subscriptions on credits (`credit` op)
         self._ops: dict[str, Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]] = {
             "subscribe": self._op_subscribe,
             "unsubscribe": self._op_unsubscribe,
@@ -140,6 +146,7 @@ class WebSocketSession:
             "cancel": self._op_cancel,
             "ping": self._op_ping,
             "lane": self._op_lane,
+            "credit": self._op_credit,
         }
 
     # -- the receive loop -------------------------------------------------------------------
@@ -241,6 +248,7 @@ class WebSocketSession:
             resume,
             datagrams=obj.get("datagrams") is True,
             redundant=obj.get("redundant") is True,
+            credits=_credits(obj),
         )
 
     async def _subscribe(
@@ -250,6 +258,7 @@ class WebSocketSession:
         *,
         datagrams: bool = False,
         redundant: bool = False,
+        credits: int | None = None,
     ) -> dict[str, Any]:
         if stream_id in self._pumps:
             raise AirlaneError(
@@ -276,6 +285,8 @@ class WebSocketSession:
                 "ended": True,
             }
         mode = "datagrams" if datagrams else "redundant" if redundant else "stream"
+        if credits is not None:
+            self._credits[stream_id] = Credits(credits)
         task = asyncio.create_task(
             self._pump(stream_id, epoch, subscription, mode), name=f"ws-pump {stream_id}"
         )
@@ -290,6 +301,7 @@ class WebSocketSession:
     async def _op_unsubscribe(self, obj: dict[str, Any]) -> dict[str, Any]:
         stream_id = self._stream_id(obj)
         entry = self._pumps.pop(stream_id, None)
+        self._credits.pop(stream_id, None)
         if entry is None:
             raise AirlaneError(f"not subscribed to {stream_id!r}", code=ErrorCode.NOT_SUBSCRIBED)
         subscription, task = entry
@@ -308,6 +320,7 @@ class WebSocketSession:
                 None,
                 datagrams=obj.get("datagrams") is True,
                 redundant=obj.get("redundant") is True,
+                credits=_credits(obj),
             )
         return reply
 
@@ -324,6 +337,20 @@ class WebSocketSession:
         stream_id = self._stream_id(obj)
         cancelled = await self.app.gateway.cancel(self.principal, stream_id)
         return {"op": "cancelled", "stream": stream_id, "cancelled": cancelled}
+
+    async def _op_credit(self, obj: dict[str, Any]) -> dict[str, Any]:
+        stream_id = self._stream_id(obj)
+        grant = _credits(obj)
+        if grant is None:
+            raise BadRequest("'credits' is required", param="credits")
+        credits = self._credits.get(stream_id)
+        if credits is None:
+            if stream_id not in self._pumps:
+                raise AirlaneError(
+                    f"not subscribed to {stream_id!r}", code=ErrorCode.NOT_SUBSCRIBED
+                )
+            raise BadRequest(f"{stream_id!r} was subscribed without credits", param="credits")
+        return {"op": "credit", "stream": stream_id, "credits": credits.grant(grant)}
 
     async def _op_ping(self, obj: dict[str, Any]) -> dict[str, Any]:
         return {"op": "pong"}
@@ -373,6 +400,7 @@ class WebSocketSession:
                     write_now=None,
                     metrics=self.app.metrics,
                     batch_limit=self.app.config.batch_limit,
+                    credits=self._credits.get(stream_id),
                 ).run()
             finally:
                 await sender.aclose()
@@ -387,10 +415,12 @@ class WebSocketSession:
                 metrics=self.app.metrics,
                 batch_limit=self.app.config.batch_limit,
                 lock=self._lock,
+                credits=self._credits.get(stream_id),
             ).run()
         # The stream ended for this reader: release its cursor now, not at disconnect.
         if self._pumps.get(stream_id, (None,))[0] is subscription:
             del self._pumps[stream_id]
+            self._credits.pop(stream_id, None)
             await subscription.aclose()
 
     def _event_frame(self, stream_id: str, epoch: str, event: Event) -> bytes:
@@ -537,3 +567,13 @@ async def _watch_disconnect(receive: Receive, task: asyncio.Task[Any]) -> None:
     while (await receive())["type"] != "websocket.disconnect":
         pass
     task.cancel()
+
+
+def _credits(obj: dict[str, Any]) -> int | None:
+    """An op's ``credits`` (messages the reader will take: 1 to `Credits.MAX`), or None."""
+    value = obj.get("credits")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= Credits.MAX:
+        raise BadRequest(f"'credits' must be an integer from 1 to {Credits.MAX}", param="credits")
+    return value

@@ -17,6 +17,12 @@ Two ways to wait for events, chosen by what the hub and the server offer:
 Either way, a slow reader blocks only its own pump: its cursor falls behind and its next read
 is coalesced, and what the gateway holds for it stays bounded by the server's write buffer
 plus one batch.
+
+A subscription may also run on credits (`Credits`): the client says how many messages it
+will take, the pump writes at most that many and waits for more, which the client grants as
+its application reads. The socket's flow control covers the whole connection; credits let a
+client hold back one stream (a tab in the background, a slow consumer) while the others go
+on, and the stream stays on the gateway, where a reader behind costs nothing but its cursor.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from airlane.transports.http.metrics import HttpMetrics
 from airlane.transports.http.send_now import send_went_through
 from airlane.transports.http.ws_protocol import SEND_MANY_TYPE
 
-__all__ = ["Frames", "WebSocketPump", "WriteNow"]
+__all__ = ["Credits", "Frames", "WebSocketPump", "WriteNow"]
 
 Frames = Callable[[list[Event]], list[bytes]]
 """Turns a batch of events into the messages that carry them (possibly none)."""
@@ -45,6 +51,44 @@ WriteNow = Callable[[list[bytes], bool], bool]
 # Reads one call-back may write before it lets the loop run: a reader far behind catches up
 # over several loop turns rather than in one long one.
 _MAX_DIRECT_READS = 8
+
+
+class Credits:
+    """Messages a subscription's reader will still take (see the module docstring)."""
+
+    MAX = 1_000_000
+    """Credits a reader may hold at most: a grant past it is capped."""
+
+    def __init__(self, initial: int) -> None:
+        self.available = min(initial, self.MAX)
+        """Messages the pump may write before it waits for a grant."""
+        self._granted = asyncio.Event()
+        if self.available > 0:
+            self._granted.set()
+        self._wake: Callable[[], None] | None = None
+
+    def grant(self, count: int) -> int:
+        """The reader takes ``count`` more messages; the credits available now."""
+        self.available = min(self.available + count, self.MAX)
+        if self.available > 0:
+            self._granted.set()
+            if self._wake is not None:
+                self._wake()
+        return self.available
+
+    def take(self, count: int) -> None:
+        """``count`` messages were written."""
+        self.available -= count
+        if self.available <= 0:
+            self._granted.clear()
+
+    async def wait(self) -> None:
+        """Until there are credits."""
+        await self._granted.wait()
+
+    def on_grant(self, wake: Callable[[], None] | None) -> None:
+        """Call ``wake`` when credits are granted (the direct pump's drain)."""
+        self._wake = wake
 
 
 class WebSocketPump:
@@ -70,6 +114,7 @@ class WebSocketPump:
         metrics: HttpMetrics,
         batch_limit: int,
         lock: asyncio.Lock | None = None,
+        credits: Credits | None = None,
     ) -> None:
         self._subscription = subscription
         self._frames = frames
@@ -80,6 +125,7 @@ class WebSocketPump:
         self._metrics = metrics
         self._limit = batch_limit
         self._lock = lock
+        self._credits = credits
         # Direct mode: the run's outcome, a send the server made wait, the loop's drains.
         self._done: asyncio.Future[None] | None = None
         self._inflight: asyncio.Task[None] | None = None
@@ -98,11 +144,15 @@ class WebSocketPump:
         loop = asyncio.get_running_loop()
         done = self._done = loop.create_future()
         self._drains = drain_queue(loop)
+        if self._credits is not None:
+            self._credits.on_grant(self._on_ready)
         try:
             self._drain()  # what is already there
             await done
         finally:
             subscription.listen(None)
+            if self._credits is not None:
+                self._credits.on_grant(None)
             self._done = self._drains = None
             inflight = self._inflight
             if inflight is not None:  # stopped mid-send: that send stops too
@@ -129,11 +179,16 @@ class WebSocketPump:
         done = self._done
         if done is None or done.done() or self._inflight is not None:
             return
-        subscription, limit, lock = self._subscription, self._limit, self._lock
+        subscription, lock, credits = self._subscription, self._lock, self._credits
         write_now = self._write_now
         assert write_now is not None  # direct mode has one
         try:
             for _ in range(_MAX_DIRECT_READS):
+                limit = self._limit
+                if credits is not None:
+                    if credits.available <= 0:
+                        return  # a grant drains again (`Credits.on_grant`)
+                    limit = min(limit, credits.available)
                 batch = subscription.poll(limit)
                 if not batch:
                     # Woken with nothing to read: the stream, or the hub, may have closed.
@@ -141,6 +196,8 @@ class WebSocketPump:
                         done.set_result(None)
                     return
                 frames = self._frames(batch)
+                if credits is not None:
+                    credits.take(len(frames))
                 inflight = None
                 if frames and (
                     (lock is not None and lock.locked()) or not write_now(frames, self._binary)
@@ -172,9 +229,18 @@ class WebSocketPump:
     # -- tasked mode ------------------------------------------------------------------------
 
     async def _run_tasked(self) -> None:
-        next_batch, frames_of, limit = self._subscription.next_batch, self._frames, self._limit
-        while batch := await next_batch(limit):
+        next_batch, frames_of, credits = self._subscription.next_batch, self._frames, self._credits
+        while True:
+            limit = self._limit
+            if credits is not None:
+                await credits.wait()
+                limit = min(limit, credits.available)
+            batch = await next_batch(limit)
+            if not batch:
+                return
             frames = frames_of(batch)
+            if credits is not None:
+                credits.take(len(frames))
             if frames:
                 await self._send_frames(frames)
             self._written(batch, frames)

@@ -1,8 +1,7 @@
-/** What every view of the console shares: the client, the API key, the streams seen. */
+/** What every view of the console shares: the client and the API key. */
 import { AirlaneClient } from "@airlane/client";
 const KEY = "airlane.console.key";
-const RECENT = "airlane.console.recent";
-/** The console's state across views (kept in the tab's session storage). */
+/** The console's state across views (the key is kept in the tab's session storage). */
 export class ConsoleContext {
     client;
     constructor() {
@@ -19,15 +18,6 @@ export class ConsoleContext {
         else
             sessionStorage.removeItem(KEY);
         this.client = this.#make();
-    }
-    /** Streams this tab started or opened, newest first (at most 20). */
-    get recent() {
-        return JSON.parse(sessionStorage.getItem(RECENT) ?? "[]");
-    }
-    /** Remember `streamId` as recently seen. */
-    remember(streamId) {
-        const recent = [streamId, ...this.recent.filter((id) => id !== streamId)].slice(0, 20);
-        sessionStorage.setItem(RECENT, JSON.stringify(recent));
     }
     #make() {
         const key = this.apiKey;

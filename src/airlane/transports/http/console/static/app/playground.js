@@ -45,10 +45,8 @@ export const playground = (root, context) => {
                 }
                 const streamId = running.streamId;
                 state.textContent = `finished: ${running.state.finishReason ?? "?"} in ${num(performance.now() - began)} ms`;
-                if (streamId) {
-                    context.remember(streamId);
-                    showLedger(streamId);
-                }
+                if (streamId)
+                    void showLedger(streamId);
             }
             else {
                 state.textContent = "waiting for the whole answer…";
