@@ -116,3 +116,27 @@ def test_another_run_of_this_nodes_own_id_is_dead_at_once():
     table.observe(Heartbeat("me", run="0"), 0.2)  # two live processes share the id
     hear(table, 0.3, 1.0)
     assert table.alive(Member("me", "0")) is True
+
+
+def test_the_report_lists_the_living_then_the_gone_and_forgets_the_oldest():
+    table = NodeTable(ME, started=0.0, timeout_s=3.0)
+    table.observe(Heartbeat("b", {"s": 2, "t": 1}, ["gen"], run="rb"), 0.5)
+    table.observe(Heartbeat("x", run="rx"), 0.5)
+    hear(table, 0.0, 1.0)
+    me, b, x = table.report(1.0)
+    assert me["self"] is True and me["node"] == "me"
+    assert (b["node"], b["alive"], b["producing"], b["readers"]) == ("b", True, 1, 3)
+    assert x["heard_s_ago"] == 0.5
+    table.observe(Heartbeat("x", run="rx", leaving=True), 1.2)  # x shuts down cleanly
+    hear(table, 1.5, 5.0)  # b says nothing more: silent past the timeout
+    dead, _ = table.expire()
+    assert dead == [B]
+    rows = table.report(5.0)
+    assert [(r["node"], r["alive"], r.get("gone")) for r in rows] == [
+        ("me", True, None), ("b", False, "silent"), ("x", False, "left")]  # fmt: skip
+    assert rows[1]["heard_s_ago"] == 4.5
+    table.observe(Heartbeat("b", run="rb"), 5.2)  # b is back: no longer gone
+    assert [r["node"] for r in table.report(5.2) if r.get("gone")] == ["x"]
+    for n in range(40):
+        table.observe(Heartbeat(f"n{n}", run="r", leaving=True), 6.0)
+    assert len([r for r in table.report(6.0) if r.get("gone")]) == 32

@@ -31,6 +31,8 @@ import orjson
 
 __all__ = ["Heartbeat", "Member", "NodeTable"]
 
+MAX_DEPARTED = 32
+"""Members gone that a node still reports (for people looking at the cluster)."""
 MAX_ENTRIES = 50_000
 """Most streams one heartbeat lists (readers and producing each); the rest wait for the next."""
 
@@ -116,6 +118,9 @@ class NodeTable:
         """Per other member: its reader count per stream."""
         self.producers: dict[str, Member] = {}
         """Stream id -> the member that said it produces it."""
+        self.departed: dict[Member, tuple[float, str]] = {}
+        """Members gone, newest last (at most `MAX_DEPARTED`): when each was last heard, and
+        how it went (``silent``: it stopped sending heartbeats; ``left``: it said so)."""
 
     def observe(self, beat: Heartbeat, now: float) -> list[tuple[str, int, int]]:
         """Take in a heartbeat; return ``(stream_id, before, after)`` for every stream whose
@@ -125,7 +130,9 @@ class NodeTable:
             self._heard_self(now)
             return []
         if beat.leaving:
+            self._depart(member, now, "left")
             return self.forget(member)
+        self.departed.pop(member, None)
         self.last_seen[member] = now
         self.silent_s[member] = 0.0
         for stream_id in beat.producing:
@@ -166,7 +173,8 @@ class NodeTable:
     def report(self, now: float) -> list[dict[str, object]]:
         """Every member this process knows, itself first: its node and run, whether it is
         alive (None: too early to tell), seconds since it was last heard, the streams it says
-        it produces and the readers it says it serves."""
+        it produces and the readers it says it serves; then the members gone, newest first,
+        with ``gone``: ``silent`` or ``left``."""
         produced: dict[Member, int] = {}
         for member in self.producers.values():
             produced[member] = produced.get(member, 0) + 1
@@ -182,6 +190,10 @@ class NodeTable:
                 "producing": produced.get(member, 0),
                 "readers": sum(self.readers.get(member, {}).values()),
             })  # fmt: skip
+        for member, (heard, how) in reversed(self.departed.items()):
+            rows.append({"node": member.node, "run": member.run, "self": False, "alive": False,
+                         "gone": how, "heard_s_ago": round(now - heard, 3), "producing": 0,
+                         "readers": 0})  # fmt: skip
         return rows
 
     def expire(self) -> tuple[list[Member], list[tuple[str, int, int]]]:
@@ -190,8 +202,15 @@ class NodeTable:
         dead = [m for m in self.last_seen if self._silent_too_long(m)]
         changes: list[tuple[str, int, int]] = []
         for member in dead:
+            self._depart(member, self.last_seen[member], "silent")
             changes.extend(self.forget(member))
         return dead, changes
+
+    def _depart(self, member: Member, heard: float, how: str) -> None:
+        self.departed.pop(member, None)
+        self.departed[member] = (heard, how)
+        while len(self.departed) > MAX_DEPARTED:
+            del self.departed[next(iter(self.departed))]
 
     def _silent_too_long(self, member: Member) -> bool:
         return self.silent_s.get(member, 0.0) > self.timeout_s
