@@ -126,6 +126,7 @@ def test_the_report_lists_the_living_then_the_gone_and_forgets_the_oldest():
     me, b, x = table.report(1.0)
     assert me["self"] is True and me["node"] == "me"
     assert (b["node"], b["alive"], b["producing"], b["readers"]) == ("b", True, 1, 3)
+    assert b["streams"] == ["gen"]
     assert x["heard_s_ago"] == 0.5
     table.observe(Heartbeat("x", run="rx", leaving=True), 1.2)  # x shuts down cleanly
     hear(table, 1.5, 5.0)  # b says nothing more: silent past the timeout

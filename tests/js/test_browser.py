@@ -347,13 +347,19 @@ def now_ms() -> int:
 
 
 async def test_the_cluster_view_shows_two_nodes_and_one_that_died(tmp_path: Path) -> None:
-    """Two ``airlane serve --hub nats://...`` nodes: node a's console lists both alive, then,
-    once node b is SIGKILLed, b as silent within the node timeout."""
+    """Two ``airlane serve --hub nats://...`` nodes: node a's console lists both alive, and
+    the stream b produces, then, once b is SIGKILLed, b as silent within the node timeout."""
     with running_nats() as nats, node(nats, "a") as a, node(nats, "b") as b:
         async with chromium(viewport={"width": 1280, "height": 800}) as browser:
             page = browser.page
+            with httpx.Client(base_url=b.url, timeout=10) as http:  # b produces a stream
+                body = {"model": "synthetic", "max_tokens": 250, "seed": long_seeds()[0],
+                        "messages": [{"role": "user", "content": PROMPT}]}  # fmt: skip
+                created = http.post("/v1/streams", json=body)
+                assert created.status_code == 201, created.text
             await page.goto(f"{a.url}/console/#/cluster")
             await page.get_by_text("2 nodes alive, as this node hears them").wait_for()
+            await page.locator("td", has_text=f"1: {created.json()['id']}").wait_for()
             assert await page.locator("td", has_text="a (this node)").count() == 1
             await page.screenshot(path=screenshots(tmp_path) / "cluster.png", full_page=True)
             b.kill()

@@ -77,6 +77,16 @@ async def test_a_restarted_bridge_resumes_after_what_the_broker_acknowledged(
         for n in range(3):
             await gateway.publish(PRINCIPAL, "agents/8/events", Event.message({"n": n}))
         first = await _receive(app, 3)
+        # The subscriber may get the third message before the bridge has the broker's PUBACK
+        # for it; only then is the position saved (closing sooner would rightly send all three
+        # again: at least once).
+        key = f"0:{route.stream}->{route.topic}"
+        for _ in range(200):
+            saved = bridge.positions.get(key)
+            if saved is not None and saved.seq == 3:
+                break
+            await asyncio.sleep(0.025)
+        assert saved is not None and saved.seq == 3, saved
         await bridge.aclose()
         # Written while no bridge runs: the next one starts after n=2, not from the start.
         for n in range(3, 6):

@@ -13,6 +13,7 @@ interface Node {
   gone?: "silent" | "left";
   heard_s_ago: number;
   producing: number;
+  streams?: string[];
   readers: number;
 }
 
@@ -37,7 +38,7 @@ export const cluster: View = (root, context) => {
         h("td", {}, h("code", {}, n.run ?? "")),
         h("td", {}, n.alive === null ? "too early to tell" : n.alive ? "alive" : n.gone === "left" ? "left (shut down)" : "silent: dead"),
         h("td", { class: "num" }, n.self ? "–" : `${num(n.heard_s_ago, 1)} s ago`),
-        h("td", { class: "num" }, num(n.producing)),
+        h("td", {}, `${num(n.producing)}${n.streams?.length ? `: ${n.streams.join(", ")}${n.producing > n.streams.length ? ", …" : ""}` : ""}`),
         h("td", { class: "num" }, num(n.readers)))));
     } catch (error) {
       summary.textContent = describe(error);

@@ -477,7 +477,7 @@ class Gateway:
         nodes = self.hub.nodes()
         return {"shared": bool(nodes), "nodes": nodes or [{"node": "this", "self": True,
                 "alive": True, "heard_s_ago": 0.0, "producing": self.running_generations,
-                "readers": self.hub.stats().subscribers}]}  # fmt: skip
+                "streams": [], "readers": self.hub.stats().subscribers}]}  # fmt: skip
 
     async def list_streams(
         self, principal: Principal, *, prefix: str = "", limit: int = 100

@@ -69,7 +69,7 @@ from airlane.hub.base import (
     Subscription,
 )
 from airlane.hub.jetstream.config import JetStreamHubConfig
-from airlane.hub.jetstream.presence import Heartbeat, Member, NodeTable
+from airlane.hub.jetstream.presence import MAX_REPORTED, Heartbeat, Member, NodeTable
 from airlane.hub.jetstream.records import (
     CorruptRecord,
     StreamMeta,
@@ -479,7 +479,12 @@ class JetStreamHub(MemoryHub):
 
     def nodes(self) -> list[dict[str, object]]:
         rows = self._nodes.report(time.monotonic())
-        rows[0].update(producing=len(self._producing), readers=self.stats().subscribers)
+        producing = sorted(self._producing)
+        rows[0].update(
+            producing=len(producing),
+            streams=producing[:MAX_REPORTED],
+            readers=self.stats().subscribers,
+        )
         return rows
 
     async def _record_producer(self, replica: Replica) -> None:

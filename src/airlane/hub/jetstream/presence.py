@@ -31,6 +31,8 @@ import orjson
 
 __all__ = ["Heartbeat", "Member", "NodeTable"]
 
+MAX_REPORTED = 20
+"""Streams a report names per member (it counts them all)."""
 MAX_DEPARTED = 32
 """Members gone that a node still reports (for people looking at the cluster)."""
 MAX_ENTRIES = 50_000
@@ -173,11 +175,12 @@ class NodeTable:
     def report(self, now: float) -> list[dict[str, object]]:
         """Every member this process knows, itself first: its node and run, whether it is
         alive (None: too early to tell), seconds since it was last heard, the streams it says
-        it produces and the readers it says it serves; then the members gone, newest first,
-        with ``gone``: ``silent`` or ``left``."""
-        produced: dict[Member, int] = {}
-        for member in self.producers.values():
-            produced[member] = produced.get(member, 0) + 1
+        it produces (how many, and the first `MAX_REPORTED` by name) and the readers it says
+        it serves; then the members gone, newest first, with ``gone``: ``silent`` or
+        ``left``."""
+        produced: dict[Member, list[str]] = {}
+        for stream_id, member in self.producers.items():
+            produced.setdefault(member, []).append(stream_id)
         rows: list[dict[str, object]] = []
         for member in [self.me, *sorted(set(self.last_seen) - {self.me})]:
             heard = self.last_seen.get(member)
@@ -187,13 +190,14 @@ class NodeTable:
                 "self": member == self.me,
                 "alive": self.alive(member),
                 "heard_s_ago": 0.0 if member == self.me or heard is None else round(now - heard, 3),
-                "producing": produced.get(member, 0),
+                "producing": len(produced.get(member, ())),
+                "streams": sorted(produced.get(member, ()))[:MAX_REPORTED],
                 "readers": sum(self.readers.get(member, {}).values()),
             })  # fmt: skip
         for member, (heard, how) in reversed(self.departed.items()):
             rows.append({"node": member.node, "run": member.run, "self": False, "alive": False,
                          "gone": how, "heard_s_ago": round(now - heard, 3), "producing": 0,
-                         "readers": 0})  # fmt: skip
+                         "streams": [], "readers": 0})  # fmt: skip
         return rows
 
     def expire(self) -> tuple[list[Member], list[tuple[str, int, int]]]:

@@ -15,7 +15,7 @@ export const cluster = (root, context) => {
             summary.textContent = body.shared
                 ? `${alive} ${alive === 1 ? "node" : "nodes"} alive${gone ? `, ${gone} gone` : ""}, as this node hears them`
                 : "one node: this gateway has no shared hub (serve with --hub nats://...)";
-            rows.replaceChildren(...nodes.map((n) => h("tr", { class: n.alive === false ? "dead" : "" }, h("td", {}, n.self ? `${n.node} (this node)` : n.node), h("td", {}, h("code", {}, n.run ?? "")), h("td", {}, n.alive === null ? "too early to tell" : n.alive ? "alive" : n.gone === "left" ? "left (shut down)" : "silent: dead"), h("td", { class: "num" }, n.self ? "–" : `${num(n.heard_s_ago, 1)} s ago`), h("td", { class: "num" }, num(n.producing)), h("td", { class: "num" }, num(n.readers)))));
+            rows.replaceChildren(...nodes.map((n) => h("tr", { class: n.alive === false ? "dead" : "" }, h("td", {}, n.self ? `${n.node} (this node)` : n.node), h("td", {}, h("code", {}, n.run ?? "")), h("td", {}, n.alive === null ? "too early to tell" : n.alive ? "alive" : n.gone === "left" ? "left (shut down)" : "silent: dead"), h("td", { class: "num" }, n.self ? "–" : `${num(n.heard_s_ago, 1)} s ago`), h("td", {}, `${num(n.producing)}${n.streams?.length ? `: ${n.streams.join(", ")}${n.producing > n.streams.length ? ", …" : ""}` : ""}`), h("td", { class: "num" }, num(n.readers)))));
         }
         catch (error) {
             summary.textContent = describe(error);
