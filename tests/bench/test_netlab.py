@@ -204,6 +204,31 @@ def test_udp_round_trip_is_twice_the_delay(need_netlab: None) -> None:
         assert stats.b_to_a.forwarded >= 200
 
 
+# Binds to an address (argv[1]) and says what happened: "bound", or the error's name.
+BIND = """
+import socket, sys
+try:
+    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).bind((sys.argv[1], 0))
+    print("bound")
+except OSError as exc:
+    print(exc.__class__.__name__, exc.errno)
+"""
+
+
+def test_a_side_that_moves_reaches_the_other_from_its_new_address(need_netlab: None) -> None:
+    with open_lab(delay_ms=1, seed=1) as lab:
+        old = lab.addr_a
+        lab.move("a", "10.77.0.3")
+        assert lab.addr_a == "10.77.0.3"
+        echo = python_in(lab, "b", UDP_ECHO, lab.addr_b, 9002)
+        wait_line(echo, "ready")
+        result = json.loads(run_python(lab, "a", UDP_PING, lab.addr_b, 9002, 20, 0.005))
+        assert len(result["rtts"]) == 20
+        # The old address is gone: nothing can send from it any more.
+        assert run_python(lab, "a", BIND, old).strip() == "OSError 99"
+        assert run_python(lab, "a", BIND, "10.77.0.3").strip() == "bound"
+
+
 def count_one_way(seed: int) -> tuple[int, int]:
     """1000 datagrams A to B at 10 % loss: (datagrams B received, packets the bridge passed)."""
     with open_lab(delay_ms=5, loss=0.1, seed=seed) as lab:

@@ -370,6 +370,27 @@ class NetLab:
         check = bool(kw.pop("check", False))
         return subprocess.run(self.command(side, argv), check=check, **kw)
 
+    def move(self, side: Side, addr: str) -> None:
+        """Give ``side`` the IPv4 address ``addr`` in place of the one it has, as a phone that
+        changes networks gets a new one: sockets bound to the old address lose their path
+        (what the other side sends there is dropped), new ones leave from ``addr``, and the
+        other side routes ``addr`` to this one. ``addr_a`` / ``addr_b`` follow."""
+        if side not in self._ns:
+            raise ValueError(f"side must be 'a' or 'b', not {side!r}")
+        other: Side = "b" if side == "a" else "a"
+        old = self.addr_a if side == "a" else self.addr_b
+        peer = self.addr_b if side == "a" else self.addr_a
+        ns, dev = self._ns[side], self._dev[side]
+        self._ip("-n", ns, "addr", "add", f"{addr}/32", "dev", dev)
+        # Deleting the point-to-point address takes its route to the peer with it.
+        self._ip("-n", ns, "addr", "del", old, "peer", peer, "dev", dev)
+        self._ip("-n", ns, "route", "add", f"{peer}/32", "dev", dev, "src", addr)
+        self._ip("-n", self._ns[other], "route", "add", f"{addr}/32", "dev", self._dev[other])
+        if side == "a":
+            self.addr_a = addr
+        else:
+            self.addr_b = addr
+
     def stats(self) -> NetLabStats:
         """The bridge's counters now, per direction."""
         if not self._dirs:

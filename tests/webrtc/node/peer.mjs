@@ -5,17 +5,29 @@
 //
 // It offers a data channel "airlane" to the gateway (POST /v1/webrtc), starts a generation,
 // reads its first 10 events, closes that peer connection, offers a new one, resumes from the
-// last event id and reads to "done". It prints one JSON line {"peers": [[...], [...]]} and
-// exits 0, or exits 1 on an error or after --timeout-ms.
+// last event id and reads to "done". It prints one JSON line {"peers": [[...], [...]], ...}
+// and exits 0, or exits 1 on an error or after --timeout-ms.
+//
+// With --move, the network changes under it after the first 10 events: it prints "move" and
+// waits for a line on stdin (the test gives its namespace a new address meanwhile), keeps
+// what the first channel received before, checks for a second that nothing more arrives
+// there (the old path is gone), and resumes from the new address. libdatachannel cannot
+// restart ICE (node-datachannel's restartIce says "Not implemented"), so a new peer
+// connection is how such a peer carries on.
 
 import { parseArgs } from "node:util";
 
+import { request as httpRequest } from "node:http";
+import { createInterface } from "node:readline";
+
 import nodeDataChannel from "node-datachannel";
+import { RTCPeerConnection } from "node-datachannel/polyfill";
 
 const { values: args } = parseArgs({
   options: {
     url: { type: "string" },
     "max-tokens": { type: "string", default: "200" },
+    move: { type: "boolean", default: false },
     "timeout-ms": { type: "string", default: "40000" },
   },
 });
@@ -66,20 +78,60 @@ async function connect(name) {
   await gathered;
   stage = `${name}: offering`;
   const offer = pc.localDescription();
-  const response = await fetch(`${args.url}/v1/webrtc`, {
-    method: "POST",
-    headers: { "content-type": "application/sdp" },
-    body: offer.sdp,
-  });
-  if (response.status !== 201) throw new Error(`offer: ${response.status} ${await response.text()}`);
-  pc.setRemoteDescription(await response.text(), "answer");
+  const response = await signal("POST", "/v1/webrtc", offer.sdp);
+  if (response.status !== 201) throw new Error(`offer: ${response.status} ${response.body}`);
+  pc.setRemoteDescription(response.body, "answer");
   stage = `${name}: opening the channel`;
   await opened;
   async function next() {
     while (!inbox.length) await new Promise((resolve) => { wake = resolve; });
     return inbox.shift();
   }
-  return { pc, channel, next, session: response.headers.get("location") };
+  return { pc, channel, inbox, next, session: response.headers.location };
+}
+
+// One signalling request on a connection of its own: a connection kept alive from before a
+// network change is dead, and fetch would wait on it for minutes.
+function signal(method, path, body = "") {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(`${args.url}${path}`, {
+      method,
+      agent: false,
+      headers: { "content-type": "application/sdp" },
+      timeout: 10000,
+    }, (res) => {
+      let text = "";
+      res.setEncoding("utf8");
+      res.on("data", (chunk) => { text += chunk; });
+      res.on("end", () => resolve({ status: res.statusCode, headers: res.headers, body: text }));
+    });
+    req.on("timeout", () => req.destroy(new Error(`${method} ${path}: no answer in 10 s`)));
+    req.on("error", reject);
+    req.end(body);
+  });
+}
+
+// What restartIce does in node-datachannel's browser-like API: its message, or "supported".
+function restartIceSupport() {
+  const pc = new RTCPeerConnection();
+  try {
+    pc.restartIce();
+    return "supported";
+  } catch (error) {
+    return error.message;
+  } finally {
+    pc.close();
+  }
+}
+
+// The test's go-ahead: one line on stdin.
+async function lineFromStdin() {
+  const lines = createInterface({ input: process.stdin });
+  for await (const line of lines) {
+    lines.close();
+    return line;
+  }
+  throw new Error("stdin closed before the go-ahead");
 }
 
 async function main() {
@@ -106,10 +158,27 @@ async function main() {
     last = message.id;
     if (message.event.kind === "done" || peers[0].length >= 10) break;
   }
+  const moved = {};
+  if (args.move) {
+    moved.restartIce = restartIceSupport();
+    moved.from = first.pc.getSelectedCandidatePair()?.local.address;
+    stage = "first: moving";
+    process.stdout.write("move\n");
+    await lineFromStdin();
+    // What reached the channel before the move is the first peer's; after it, nothing can.
+    for (const message of first.inbox.splice(0)) {
+      if (message.op !== "event") continue;
+      peers[0].push(message);
+      last = message.id;
+    }
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    moved.lateOnFirst = first.inbox.length;
+  }
   first.channel.close();
   first.pc.close();
-  await fetch(`${args.url}${first.session}`, { method: "DELETE" });
+  await signal("DELETE", first.session);
   const second = await connect("second");
+  if (args.move) moved.to = second.pc.getSelectedCandidatePair()?.local.address;
   second.channel.sendMessage(JSON.stringify({ op: "subscribe", stream, from: last }));
   stage = `second: reading from ${last}`;
   for (;;) {
@@ -120,7 +189,7 @@ async function main() {
   }
   second.channel.close();
   second.pc.close();
-  process.stdout.write(`${JSON.stringify({ peers })}\n`);
+  process.stdout.write(`${JSON.stringify({ peers, moved })}\n`);
   clearTimeout(deadline);
   nodeDataChannel.cleanup();
 }
