@@ -110,6 +110,30 @@ async def test_appends_from_two_nodes_interleave_without_gaps(nodes):
             assert [p["i"] for p in payloads if p["from"] == name] == list(range(40))
 
 
+async def test_a_node_far_behind_catches_up_in_bulk_not_a_round_trip_per_message(
+    nodes, monkeypatch
+):
+    a, b = nodes
+    await a.create("long")
+    await a.append("long", Event.delta("x"))
+    assert (await b.info("long")).last_seq == 1  # b holds the beginning, follows nothing
+    for i in range(300):
+        await a.append("long", Event.delta(str(i % 10)))
+    reads = 0
+    direct_read = b._store.next_after
+
+    async def counted(*args: object, **kwargs: object) -> object:
+        nonlocal reads
+        reads += 1
+        return await direct_read(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(b._store, "next_after", counted)
+    assert (await b.info("long")).last_seq == 301
+    assert reads == 1  # the first message read directly, the other 299 through a consumer
+    assert (await b.info("long")).last_seq == 301
+    assert reads == 1  # up to date: one lookup of the newest message, no read
+
+
 async def test_cancel_on_another_node_stops_the_producer(nodes):
     a, b = nodes
     await a.create("gen-2", orphan=OrphanPolicy(OrphanMode.KEEP))

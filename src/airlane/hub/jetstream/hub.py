@@ -353,9 +353,25 @@ class JetStreamHub(MemoryHub):
             await self._locked_catch_up(replica)
 
     async def _catch_up(self, replica: Replica) -> None:
-        """Apply every stored message after the replica's newest, read one by one."""
-        while (batch := await self._store.next_after(replica.key, replica.last_js_seq)) is not None:
-            self._appended += replica.apply(batch)
+        """Apply every stored message after the replica's newest: one lookup when there is
+        none, one direct read when there is one (a conflicting append: what another node
+        appended in between), and the rest in bulk through an ordered consumer, never a
+        round trip per message (a reader arriving on a node that holds a long stream's
+        beginning only)."""
+        key = replica.key
+        until = await self._store.last_seq(key)
+        if until <= replica.last_js_seq:
+            return
+        batch = await self._store.next_after(key, replica.last_js_seq)
+        if batch is None:  # purged in between (a snapshot covers it): nothing left to read
+            return
+        self._appended += replica.apply(batch)
+        if replica.last_js_seq < until:
+
+            def apply(stored: StoredBatch) -> None:
+                self._appended += replica.apply(stored)
+
+            await self._store.read_until(key, replica.last_js_seq, until, apply)
 
     async def _publish(self, replica: Replica, events: list[Event]) -> None:
         """Store ``events`` in JetStream, then in the replica; the caller holds the lock."""
