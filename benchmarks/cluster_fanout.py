@@ -311,6 +311,7 @@ async def main_async(args: argparse.Namespace, config: Path) -> dict[str, Any]:
             "chunks": args.chunks,
             "mode": args.mode,
             "interval_ms": args.interval_ms,
+            "storage": args.storage,
         }
     }
     with gateway(None, "m", config) as m:
@@ -338,12 +339,17 @@ def main() -> None:
     parser.add_argument("--resume-chunks", type=int, default=300)
     parser.add_argument("--resume-after-s", type=float, default=2.0)
     parser.add_argument("--limit-s", type=float, default=120.0, help="bound on each run")
+    parser.add_argument(
+        "--storage", choices=("file", "memory"), default="file", help="JetStream storage"
+    )
     parser.add_argument("--json", help="write the report here ('-' for stdout)")
     args = parser.parse_args()
     raise_fd_limit()
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "airlane.toml"
-        config.write_text("[jetstream]\nheartbeat_s = 0.5\nnode_timeout_s = 2.0\n")
+        config.write_text(
+            f'[jetstream]\nheartbeat_s = 0.5\nnode_timeout_s = 2.0\nstorage = "{args.storage}"\n'
+        )
         report = run_on_fast_loop(main_async(args, config))
     text = orjson.dumps(report, option=orjson.OPT_INDENT_2).decode()
     if args.json == "-":

@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 
 from airlane.core import Event, Kind, OrphanMode, OrphanPolicy, Position, Retention
-from airlane.hub import HubError, MemoryHubConfig, StreamEnded, StreamNotFound
+from airlane.hub import HubError, HubUnavailable, MemoryHubConfig, StreamEnded, StreamNotFound
 from airlane.hub.jetstream import JetStreamHub, JetStreamHubConfig
 from airlane.hub.jetstream.records import stream_key
 from tests.hub.contract import HubContract, drain, text_of
@@ -66,9 +66,111 @@ async def nodes(nats_session: NatsServer) -> AsyncIterator[tuple[JetStreamHub, J
         yield pair
 
 
-async def test_appends_wait_for_jetstream_so_there_is_no_appender(hub):
-    await hub.create("s")
-    assert hub.appender("s") is None  # not the memory hub's, which would skip the publish
+def count_publishes(hub: JetStreamHub, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that gets one entry per JetStream publish ``hub`` makes (the real one runs)."""
+    made: list[int] = []
+    publish = hub._store.publish
+
+    async def counted(*args: object, **kwargs: object) -> int:
+        made.append(1)
+        return await publish(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(hub._store, "publish", counted)
+    return made
+
+
+async def test_the_appender_queues_and_readers_see_only_what_jetstream_stored(nodes, monkeypatch):
+    a, b = nodes
+    await a.create("fed")
+    publishes = count_publishes(a, monkeypatch)
+    sink = a.appender("fed")
+    assert sink is not None
+    async with await b.subscribe("fed") as far:
+        for i in range(1000):  # in one loop turn, as a burst producer's timer does
+            sink([Event.delta(f"{i},")])
+        # Nothing is applied before JetStream stored it: no reader here sees it yet.
+        assert a._streams["fed"].log.next_seq == 1
+        sink([Event.done()])
+        events = await drain(far)
+    assert text_of(events) == "".join(f"{i}," for i in range(1000))
+    assert events[-1].seq == 1001  # (deltas that arrived together may come merged)
+    # Group commits: what was queued during one publish went out in the next one (split
+    # only where a message would pass the broker's payload limit).
+    assert len(publishes) <= 10, len(publishes)
+    with pytest.raises(StreamEnded):
+        sink([Event.delta("after the end")])
+    with pytest.raises(StreamEnded):
+        await a.append("fed", Event.delta("after the end"))
+
+
+async def test_concurrent_appends_to_one_stream_share_publishes_and_keep_their_order(
+    nodes, monkeypatch
+):
+    a, b = nodes
+    await a.create("shared")
+    publishes = count_publishes(a, monkeypatch)
+
+    async def writer(name: str) -> None:
+        for i in range(20):
+            await a.append("shared", Event.message({"from": name, "i": i}))
+
+    await asyncio.gather(*(writer(f"w{n}") for n in range(25)))
+    assert len(publishes) < 25 * 20 / 4, len(publishes)
+    await a.append("shared", Event.done())
+    async with await b.subscribe("shared") as sub:
+        events = await drain(sub)
+    payloads = [e.data["payload"] for e in events if e.kind is Kind.MESSAGE]
+    assert len(payloads) == 500
+    for n in range(25):
+        assert [p["i"] for p in payloads if p["from"] == f"w{n}"] == list(range(20))
+
+
+async def test_a_producer_learns_at_its_next_append_that_another_node_ended_its_stream(nodes):
+    a, b = nodes
+    await a.create("cut")
+    sink = a.appender("cut")
+    assert sink is not None
+    sink([Event.delta("a")])
+    await eventually(lambda: a._streams["cut"].log.next_seq == 2)
+    assert await b.cancel("cut")
+
+    def refused() -> bool:
+        try:
+            sink([Event.delta("more")])
+        except StreamEnded:
+            return True
+        return False
+
+    await eventually(refused)
+    async with await b.subscribe("cut") as sub:
+        events = await drain(sub)
+    assert text_of(events) == "a" and events[-1].data["finish_reason"] == "cancelled"
+
+
+async def test_a_broker_that_stays_away_fails_the_producer_and_loses_nothing_stored(nats_server):
+    hub = JetStreamHub(hub_config(nats_server, unavailable_after_s=0.5, request_timeout_s=0.2))
+    await hub.start()
+    try:
+        await hub.create("away")
+        sink = hub.appender("away")
+        assert sink is not None
+        sink([Event.delta("kept,")])
+        await eventually(lambda: hub._streams["away"].log.next_seq == 2)
+        nats_server.stop()
+        sink([Event.delta("lost,")])  # queued; its publish fails after unavailable_after_s
+        queue = hub._streams["away"].appends
+        await eventually(lambda: queue.failure is not None, timeout=10)
+        with pytest.raises(HubUnavailable):
+            sink([Event.delta("more,")])
+        nats_server.start()
+        # The producer's end goes through (the awaited path), after what was stored.
+        await hub.append("away", Event.error("the hub was away", code="hub_unavailable"))
+        async with await hub.subscribe("away") as sub:
+            events = await drain(sub)
+        assert text_of(events) == "kept," and events[-1].kind is Kind.ERROR
+        assert [e.seq for e in events] == [1, 2]
+    finally:
+        await hub.aclose()
 
 
 async def test_a_stream_made_on_one_node_is_read_live_on_another(nodes):
@@ -131,7 +233,7 @@ async def test_a_node_far_behind_catches_up_in_bulk_not_a_round_trip_per_message
     assert (await b.info("long")).last_seq == 301
     assert reads == 1  # the first message read directly, the other 299 through a consumer
     assert (await b.info("long")).last_seq == 301
-    assert reads == 1  # up to date: one lookup of the newest message, no read
+    assert reads == 2  # up to date: one read, which finds nothing
 
 
 async def test_cancel_on_another_node_stops_the_producer(nodes):

@@ -110,6 +110,9 @@ END_RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0, 8.0)
 """Waits between tries to store the error that ends a stream while the hub is away (about
 15 s in all, past which the end is given up and logged)."""
 LOADTEST_MODEL = "airlane-loadtest"
+PRODUCER_BACKLOG = 1024
+"""Events a producer may have appended ahead of what the hub has stored (a hub that stores
+elsewhere; the memory hub stores at once)."""
 """The model name of a load-test generation."""
 LOADTEST_ORPHAN = OrphanPolicy(OrphanMode.CANCEL)
 """A load-test stream nobody reads is cancelled at once: it exists only for its reader."""
@@ -528,6 +531,7 @@ class Gateway:
             if fed is not None:
                 feed, sink = fed
                 await feed.run(sink)
+                await self.hub.settle(stream_id)  # everything it appended is stored
                 # A feed's last batch ends with its terminal event, so this append is refused
                 # (StreamEnded, below); it ends the stream only if a feed broke that rule.
                 await self.hub.append(stream_id, Event.done("stop"))
@@ -535,13 +539,24 @@ class Gateway:
             # aclosing: however we leave the loop, the backend's iterator is closed now, which
             # is what aborts an upstream request.
             append_many = self.hub.append_many
+            # Where the hub queues appends for storing elsewhere (JetStream), the backend is
+            # read on while earlier batches are stored, and what it yields meanwhile goes
+            # out together; settling bounds how far it runs ahead.
+            queued = self.hub.appender(stream_id)
+            settle = self.hub.settle
             async with contextlib.aclosing(self.backend.stream(request)) as batches:
                 async for batch in batches:
                     # One hub call per batch: the per-append work is paid once per batch.
-                    await append_many(stream_id, batch)
+                    if queued is None:
+                        await append_many(stream_id, batch)
+                    else:
+                        queued(batch)
+                        await settle(stream_id, backlog=PRODUCER_BACKLOG)
                     if batch and batch[-1].kind in TERMINAL_KINDS:  # Event.terminal, inlined
                         terminal_seen = True
                         break
+            if queued is not None:
+                await settle(stream_id)  # everything appended is stored (or this raises)
             if not terminal_seen:
                 await self.hub.append(stream_id, Event.done("stop"))
         except StreamEnded:

@@ -222,10 +222,22 @@ class Hub(abc.ABC):
         where an append must wait (a hub that stores elsewhere, JetStream's publish and its
         acknowledgement).
 
-        The function appends and wakes the readers before it returns, and raises what
-        `append_many` raises (`StreamNotFound`, `StreamEnded`). A producer that pushes
-        (`airlane.backends.base.Feed`) appends through it from loop call-backs, with no task.
+        The function appends and wakes the readers before it returns, or, on a hub that
+        stores elsewhere, queues the events for storing (readers see them once stored); it
+        raises what `append_many` raises (`StreamNotFound`, `StreamEnded`; on a queueing hub
+        also a failure to store what it queued before, such as `HubUnavailable`). A producer
+        that pushes (`airlane.backends.base.Feed`) appends through it from loop call-backs,
+        with no task. A producer calls `settle` when it has appended its last events.
         """
+        return None
+
+    async def settle(self, stream_id: str, *, backlog: int = 0) -> None:
+        """Return once at most ``backlog`` events appended to ``stream_id`` through
+        `appender` still wait to be stored; raise what storing them raised (`StreamEnded`,
+        `HubUnavailable`, `HubError`). A producer awaits it with a bound between batches
+        (backpressure: it appends no faster than the store takes) and with 0 after its last
+        batch: only then is everything it appended stored. At once where `appender` stores
+        before it returns (the memory hub)."""
         return None
 
     @abc.abstractmethod

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import heapq
 import itertools
 import logging
@@ -47,7 +48,6 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from airlane.core import (
-    TERMINAL_KINDS,
     Event,
     Folded,
     Kind,
@@ -61,6 +61,7 @@ from airlane.core import (
 from airlane.hub.base import (
     HubError,
     HubFull,
+    HubUnavailable,
     InvalidStreamId,
     StreamEnded,
     StreamExists,
@@ -68,6 +69,7 @@ from airlane.hub.base import (
     StreamNotFound,
     Subscription,
 )
+from airlane.hub.jetstream.appends import MAX_QUEUED_EVENTS
 from airlane.hub.jetstream.config import JetStreamHubConfig
 from airlane.hub.jetstream.presence import MAX_REPORTED, Heartbeat, Member, NodeTable
 from airlane.hub.jetstream.records import (
@@ -90,6 +92,8 @@ MAX_CONFLICTS = 64
 """Times one append is retried after losing to appends from other nodes, before it fails."""
 SLOW_FOLLOW_S = 0.5
 """Reading a stream's history for a new follower slower than this is logged."""
+MAX_BATCH_EVENTS = 512
+"""Events encoded for one publish at most (a group commit's queue may hold thousands)."""
 SNAPSHOT_EVERY = 256
 """Newly folded events that make the producer's node store a snapshot and purge JetStream."""
 
@@ -197,24 +201,97 @@ class JetStreamHub(MemoryHub):
             return events
         if any(event.kind is Kind.SNAPSHOT for event in events):
             raise ValueError("snapshot events are made by the log, not appended")
-        # What follows a terminal event is refused, as by the log: publish up to it only.
-        accepted = list(events)
-        for index, event in enumerate(accepted):
-            if event.kind in TERMINAL_KINDS:
-                accepted = accepted[: index + 1]
-                break
-        async with replica.lock:
-            # Against this node's copy: another node's appends not yet read here may pass
-            # the limit by one batch each, which bounds the overshoot.
-            replica.log.check_text(accepted)
-            await self._publish(replica, accepted)
-        if len(accepted) < len(events):
+        queue = replica.appends
+        while len(queue.events) >= MAX_QUEUED_EVENTS:  # wait for the broker to catch up
+            backlog = queue.waiter()
+            if backlog is not None:
+                with contextlib.suppress(HubError):
+                    await backlog
+        if queue.ended or replica.log.terminal is not None:
+            # Refused, as by the log; but only once what ended it is stored (or not: then
+            # that failure is this append's).
+            ending = queue.waiter()
+            if ending is not None:
+                await ending
+            raise StreamEnded(f"stream {stream_id!r} has ended; nothing can be appended")
+        # Against this node's copy: another node's appends not yet read here, and this
+        # node's not yet stored, may pass the limit by one batch each, which bounds the
+        # overshoot.
+        replica.log.check_text(events)
+        taken = queue.put(events)
+        stored = queue.waiter()
+        assert stored is not None
+        self._flush_soon(replica)
+        await stored
+        if taken < len(events):
             raise StreamEnded(f"stream {stream_id!r} has ended; nothing can be appended")
         return events
 
     def appender(self, stream_id: str) -> Callable[[Sequence[Event]], None] | None:
-        # Not the memory hub's: an append here is a publish that waits for JetStream.
-        return None
+        # Queues without waiting: the events reach readers once JetStream has stored them,
+        # and a failure reaches the producer at its next call.
+        replica = self._streams.get(stream_id)
+        if not isinstance(replica, Replica):
+            return None
+        return functools.partial(self._append_queued, replica)
+
+    async def settle(self, stream_id: str, *, backlog: int = 0) -> None:
+        replica = self._streams.get(stream_id)
+        if not isinstance(replica, Replica):
+            return
+        queue = replica.appends
+        while len(queue.events) > backlog or (backlog == 0 and queue.flushing):
+            waiter = queue.waiter()
+            if waiter is None:
+                break
+            with contextlib.suppress(HubError):  # raised below, for every caller alike
+                await waiter
+        if queue.failure is not None:
+            raise queue.failure
+
+    def _append_queued(self, replica: Replica, events: Sequence[Event]) -> None:
+        queue = replica.appends
+        if queue.failure is not None:
+            raise queue.failure
+        if queue.ended or replica.log.terminal is not None:
+            raise StreamEnded(f"stream {replica.stream_id!r} has ended; nothing can be appended")
+        if len(queue.events) + len(events) > MAX_QUEUED_EVENTS:
+            raise HubUnavailable(
+                f"stream {replica.stream_id!r}: {len(queue.events)} events are waiting for "
+                "JetStream to store them"
+            )
+        replica.log.check_text(events)
+        if queue.put(events) < len(events):
+            self._flush_soon(replica)
+            raise StreamEnded(f"stream {replica.stream_id!r} has ended; nothing can be appended")
+        self._flush_soon(replica)
+
+    def _flush_soon(self, replica: Replica) -> None:
+        """Publish what the replica's queue holds, in a task of the hub's (unless one does)."""
+        queue = replica.appends
+        if not queue.flushing and queue.events:
+            queue.flushing = True
+            self._spawn(self._flush(replica))
+
+    async def _flush(self, replica: Replica) -> None:
+        """Publish the queue's events, everything queued at each turn in one publish, until
+        it is empty."""
+        queue = replica.appends
+        try:
+            while queue.events:
+                async with replica.lock:
+                    events = queue.take()
+                    try:
+                        await self._publish(replica, events)
+                    except HubError as exc:
+                        queue.failed(exc)
+                    except BaseException as exc:
+                        queue.failed(HubUnavailable(f"the hub stopped before storing: {exc!r}"))
+                        raise
+                    else:
+                        queue.stored()
+        finally:
+            queue.flushing = False
 
     async def subscribe(
         self, stream_id: str, *, resume: Position | None = None, subscriber: str | None = None
@@ -353,20 +430,17 @@ class JetStreamHub(MemoryHub):
             await self._locked_catch_up(replica)
 
     async def _catch_up(self, replica: Replica) -> None:
-        """Apply every stored message after the replica's newest: one lookup when there is
-        none, one direct read when there is one (a conflicting append: what another node
-        appended in between), and the rest in bulk through an ordered consumer, never a
-        round trip per message (a reader arriving on a node that holds a long stream's
-        beginning only)."""
+        """Apply every stored message after the replica's newest: one read when there is
+        none, two when there is one (a conflicting append: what another node appended in
+        between), and the rest in bulk through an ordered consumer, never a round trip per
+        message (a reader arriving on a node that held a long stream's beginning only)."""
         key = replica.key
-        until = await self._store.last_seq(key)
-        if until <= replica.last_js_seq:
-            return
         batch = await self._store.next_after(key, replica.last_js_seq)
-        if batch is None:  # purged in between (a snapshot covers it): nothing left to read
+        if batch is None:
             return
         self._appended += replica.apply(batch)
-        if replica.last_js_seq < until:
+        until = await self._store.last_seq(key)
+        if until > replica.last_js_seq:
 
             def apply(stored: StoredBatch) -> None:
                 self._appended += replica.apply(stored)
@@ -383,7 +457,10 @@ class JetStreamHub(MemoryHub):
                 raise StreamEnded(
                     f"stream {replica.stream_id!r} has ended; nothing can be appended"
                 )
-            first_seq, count, payload = encode_batches(pending, stream_log.next_seq)[0]
+            # A slice, not all that is pending: only the first message is published now
+            # (the rest is encoded again after it, with the seqs it then gets).
+            first = pending[:MAX_BATCH_EVENTS]
+            first_seq, count, payload = encode_batches(first, stream_log.next_seq)[0]
             # Unique per publish and kept across its retries (see JetStreamStore.publish).
             # Not the seq alone: two nodes racing for one seq would be each other's duplicate;
             # and the run, because a node restarted under its id counts from 0 again, which

@@ -17,6 +17,7 @@ from collections import deque
 from nats.aio.subscription import Subscription
 
 from airlane.core import Event, OrphanTracker, StreamLog
+from airlane.hub.jetstream.appends import AppendQueue
 from airlane.hub.jetstream.records import CorruptRecord, StreamMeta, decode_batch, stream_key
 from airlane.hub.jetstream.store import StoredBatch
 from airlane.hub.memory import _Stream
@@ -30,6 +31,7 @@ class Replica(_Stream):
     """A stream as this node holds it. See the module docstring."""
 
     __slots__ = (
+        "appends",
         "boundaries",
         "deferred",
         "inflight",
@@ -64,6 +66,8 @@ class Replica(_Stream):
         """A read-back is scheduled."""
         self.lock = asyncio.Lock()
         """Held while publishing or catching up, so messages are applied in order."""
+        self.appends = AppendQueue()
+        """This node's appends waiting for the next publish."""
 
     @property
     def stream_id(self) -> str:

@@ -357,10 +357,17 @@ class JetStreamStore:
         )
 
     async def last_seq(self, key: str) -> int:
-        """The sequence of the stream's newest message (0 if it has none)."""
+        """The sequence of the stream's newest message (0 if it has none).
+
+        A direct get: the message comes as it is stored, not base64 in JSON (it is read for
+        its sequence only). With replicas, a follower may answer from a little behind; every
+        caller reads on from what it learns (a live subscription, the next conflict).
+        """
         try:
             msg = await _answer(
-                self._jetstream().get_msg(self.config.events_stream, subject=self.subject(key))
+                self._jetstream().get_msg(
+                    self.config.events_stream, subject=self.subject(key), direct=True
+                )
             )
         except nats.js.errors.NotFoundError:
             return 0
