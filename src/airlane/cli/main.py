@@ -184,11 +184,19 @@ def serve_command(
     ] = None,
     config: Annotated[Path | None, typer.Option(help="TOML configuration file.")] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    workers: Annotated[
+        str,
+        typer.Option(
+            help="Processes sharing the ports, one per core with 'auto'; they share streams "
+            "through --hub (default: a nats-server started for them)."
+        ),
+    ] = "1",
 ) -> None:
     """Run the gateway (in-memory hub unless --hub names NATS; synthetic backend unless
     --upstream is given)."""
     # Here, not at the top: the other commands do not load the server.
     from airlane.server import ServerConfig, load_config
+    from airlane.server.workers import worker_count
 
     if log_level.lower() not in _LOG_LEVELS:
         start_failed(f"--log-level must be one of {', '.join(_LOG_LEVELS)}, not {log_level!r}")
@@ -250,18 +258,49 @@ def serve_command(
     settings = _with_ports(settings, airc_port, grpc_port, http3_port, rsocket_port)
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
 
+    try:
+        count = worker_count(workers)
+    except ValueError as exc:
+        start_failed(str(exc))
+    if count > 1:
+        serve_workers(settings, count)
+        return
+
     def ready(listening: Listening) -> None:
-        backend = f"upstream {settings.upstream}" if settings.upstream else "synthetic backend"
-        if settings.hub != "memory":
-            backend += f", hub {settings.hub}"
-        # Printed on stdout, flushed: scripts and tests read the addresses from this line.
-        airc = f", AIRC on {listening.airc}" if listening.airc else ""
-        grpc = f", gRPC on {listening.grpc}" if listening.grpc else ""
-        h3 = f", HTTP/3 on {listening.http3}" if listening.http3 else ""
-        rs = f", RSocket on {listening.rsocket}" if listening.rsocket else ""
-        print(f"airlane listening on {listening.http} ({backend}){airc}{grpc}{h3}{rs}", flush=True)
+        print(ready_line(settings, listening), flush=True)
 
     serve_or_fail(settings, ready)
+
+
+def ready_line(settings: ServerConfig, listening: Listening, workers: int = 1) -> str:
+    """The line ``airlane serve`` prints on stdout once it serves (scripts and tests read the
+    addresses from it)."""
+    backend = f"upstream {settings.upstream}" if settings.upstream else "synthetic backend"
+    if settings.hub != "memory":
+        backend += f", hub {settings.hub}"
+    if workers > 1:
+        backend += f", {workers} workers"
+    airc = f", AIRC on {listening.airc}" if listening.airc else ""
+    grpc = f", gRPC on {listening.grpc}" if listening.grpc else ""
+    h3 = f", HTTP/3 on {listening.http3}" if listening.http3 else ""
+    rs = f", RSocket on {listening.rsocket}" if listening.rsocket else ""
+    return f"airlane listening on {listening.http} ({backend}){airc}{grpc}{h3}{rs}"
+
+
+def serve_workers(settings: ServerConfig, count: int) -> NoReturn:
+    """``airlane serve --workers N`` (`airlane.server.workers`): exits with its status."""
+    from airlane.server.workers import WorkersError, run_workers
+
+    def ready(shared: ServerConfig, listening: Listening) -> None:
+        print(ready_line(shared, listening, count), flush=True)
+
+    try:
+        import uvloop
+
+        code = uvloop.run(run_workers(settings, count, ready))
+    except WorkersError as exc:
+        start_failed(str(exc))
+    raise typer.Exit(code)
 
 
 def _with_bridges(settings: ServerConfig, urls: list[str]) -> ServerConfig:

@@ -200,6 +200,15 @@ class ServerConfig:
     reserved_fds: int = DEFAULT_RESERVED_FDS
     """Descriptor slots made at start (at most the soft ``RLIMIT_NOFILE``), so that taking
     connections never waits for the kernel to grow the table (`airlane.server.fdtable`); 0: none."""
+    reuse_port: bool = False
+    """Bind every listener with ``SO_REUSEPORT``, so that several processes share its port
+    and the kernel spreads connections over them (what ``airlane serve --workers`` sets)."""
+    worker: str | None = None
+    """This process's name among the workers of ``airlane serve --workers`` (None: it is
+    not one); its node id on the hub, and its ``worker`` label on the shared ``/metrics``."""
+    workers_dir: str | None = None
+    """Where the workers of one ``airlane serve --workers`` leave their metrics for each
+    other (a directory of the supervisor's); None outside workers."""
 
 
 class ConfigError(ValueError):

@@ -35,6 +35,7 @@ from airlane.core.errors import ErrorCode
 from airlane.gateway import Gateway, ServerTls
 from airlane.runtime.acceptor import AcceptorMetrics
 from airlane.runtime.admission import Admission
+from airlane.runtime.worker_metrics import WorkerMetrics
 from airlane.security.jwt import Jwks
 from airlane.security.rbac import RbacPolicy
 from airlane.security.spiffe import SpiffeId
@@ -85,13 +86,17 @@ class ListenerError(StartupError):
         self.reason = reason
 
 
-def bind_socket(host: str, port: int, keepalive_s: int) -> socket.socket:
+def bind_socket(
+    host: str, port: int, keepalive_s: int, *, reuse_port: bool = False
+) -> socket.socket:
     """A listening socket whose accepted connections inherit TCP keepalive settings and
-    ``TCP_NODELAY``."""
+    ``TCP_NODELAY``; ``reuse_port``: shared with other processes that bind it so."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         # uvloop sets it on each connection; asyncio's own loop does only for sockets made
         # with proto=IPPROTO_TCP, which these are not: without it a chunk written while the
@@ -110,11 +115,14 @@ def bind_socket(host: str, port: int, keepalive_s: int) -> socket.socket:
     return sock
 
 
-def bind_udp(host: str, port: int) -> socket.socket:
-    """A UDP socket bound to ``host``:``port`` (QUIC's), non-blocking."""
+def bind_udp(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+    """A UDP socket bound to ``host``:``port`` (QUIC's), non-blocking; ``reuse_port``: shared
+    with other processes that bind it so (the kernel keeps each client's datagrams on one)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_DGRAM)
     try:
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((host, port))
         sock.setblocking(False)
     except BaseException:
@@ -206,7 +214,7 @@ async def _serve(
     app.metrics.registry.register(accept_metrics)
     listeners = _Listeners(tls)
     server: HttpServer | None = None
-    watchers = await _watchers(config, app.gateway, tls)
+    watchers = await _watchers(config, app.gateway, tls) + _share_metrics(config, app)
     try:
         sock = listeners.bind("HTTP", config.host, config.port, config)
         host, port = sock.getsockname()[:2]
@@ -316,6 +324,16 @@ async def _watchers(
     return watchers
 
 
+def _share_metrics(config: ServerConfig, app: AirlaneApp) -> list[asyncio.Task[None]]:
+    """In a worker of ``airlane serve --workers``: the task that leaves this worker's metrics
+    for its siblings, whose ``/metrics`` then show them (and this one theirs)."""
+    if config.worker is None or config.workers_dir is None:
+        return []
+    shared = WorkerMetrics(Path(config.workers_dir), config.worker)
+    app.metrics.workers = shared
+    return [asyncio.create_task(shared.run(app.metrics.render_own), name="worker metrics")]
+
+
 async def _reload_policy(rbac: RbacPolicy, every_s: float) -> None:
     """Read the policy file again when it changed, every ``every_s`` (while the server runs)."""
     while True:
@@ -348,7 +366,7 @@ class _Listeners:
     def bind(self, listener: str, host: str, port: int, config: ServerConfig) -> socket.socket:
         """A listening socket for ``listener`` (closed by `aclose`)."""
         try:
-            sock = bind_socket(host, port, config.tcp_keepalive_s)
+            sock = bind_socket(host, port, config.tcp_keepalive_s, reuse_port=config.reuse_port)
         except OSError as exc:
             raise ListenerError(listener, host, port, _reason(exc)) from exc
         self.sockets.append(sock)
@@ -409,7 +427,7 @@ class _Listeners:
             return None
         host, port = config.host, config.http3.port
         try:
-            return bind_udp(host, http_port if port is None else port)
+            return bind_udp(host, http_port if port is None else port, reuse_port=config.reuse_port)
         except OSError as exc:
             if port is None and not config.port:
                 return bind_udp(host, 0)
@@ -478,10 +496,11 @@ async def _start_grpc(
 ) -> GrpcServer:
     """The gRPC server, listening on ``port`` of the configured host."""
     host = config.host
-    if port:
+    if port and not config.reuse_port:
         # gRPC's C core reports a port it cannot bind on stderr itself, a line of its own, and
         # binds with SO_REUSEPORT (it would share a port that another such process holds):
         # a plain bind first says whether the port is free, in the gateway's own words.
+        # (Workers share it on purpose: there the probe would find their siblings.)
         try:
             bind_socket(host, port, config.tcp_keepalive_s).close()
         except OSError as exc:

@@ -24,6 +24,7 @@ from airlane.core import Event
 from airlane.gateway import HubStats
 from airlane.runtime.admission import Admission
 from airlane.runtime.lane_flows import ShapingCounters
+from airlane.runtime.worker_metrics import WorkerMetrics
 
 __all__ = ["HttpMetrics"]
 
@@ -51,6 +52,8 @@ class HttpMetrics(Collector):
         """Messages the real-time channels (``airlane.rt``) dropped for a peer that was behind."""
         self.shaping: ShapingCounters | None = None
         """The ``airlane shaping`` classifier's per-lane counters, read at each scrape."""
+        self.workers: WorkerMetrics | None = None
+        """Set in a worker of ``airlane serve --workers``: a scrape shows every worker's."""
         self._lag_counts = [0] * (len(_LAG_BUCKETS_NS) + 1)
         self._lag_sum_ns = 0
         self.registry = CollectorRegistry(auto_describe=False)
@@ -186,7 +189,12 @@ class HttpMetrics(Collector):
         )
 
     def render(self) -> bytes:
-        """The exposition text."""
+        """The exposition text (a worker's: every worker's, each sample labelled)."""
+        own = generate_latest(self.registry)
+        return own if self.workers is None else self.workers.merged(own)
+
+    def render_own(self) -> bytes:
+        """This process's exposition text alone."""
         return generate_latest(self.registry)
 
 

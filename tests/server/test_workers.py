@@ -1,0 +1,170 @@
+"""``airlane serve --workers N``: N processes on one set of ports, sharing streams through a
+real broker (a ``nats-server`` the supervisor starts when no hub is given), with the semantics
+of one gateway: a stream started on one worker is read, resumed and cancelled through
+another; one ``/metrics`` shows them all; a worker that dies comes back; one SIGINT stops
+everything, the broker included."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+
+from airlane.server.workers import worker_count
+from tests.natsserver import nats_binary
+from tests.servers import ServerProcess, run_gateway
+
+pytestmark = pytest.mark.timeout(120)
+
+FAST = """
+[synthetic]
+ttft_ms = 5.0
+itl_ms = 5.0
+[jetstream]
+heartbeat_s = 0.5
+node_timeout_s = 2.0
+"""
+
+
+@contextlib.contextmanager
+def workers(tmp_path: Path, count: int = 2, *args: str) -> Iterator[ServerProcess]:
+    nats_binary()  # skips (fails in CI) where it is missing: the supervisor starts one
+    config = tmp_path / "airlane.toml"
+    config.write_text(FAST)
+    command = [
+        sys.executable, "-m", "airlane", "serve", "--port", "0", "--workers", str(count),
+        "--config", str(config), "--log-level", "warning", *args,
+    ]  # fmt: skip
+    with run_gateway(command, cwd=tmp_path, timeout=60) as server:
+        yield server
+
+
+def pinned_clients(url: str, count: int) -> dict[int, httpx.Client]:
+    """One client per worker, each on one kept-alive connection (which the kernel gave to
+    that worker): pid -> client. New connections until every worker has one (bounded)."""
+    clients: dict[int, httpx.Client] = {}
+    for _ in range(200):
+        client = httpx.Client(base_url=url, limits=httpx.Limits(max_connections=1), timeout=10)
+        pid = client.get("/healthz").json()["pid"]
+        if pid in clients:
+            client.close()
+        else:
+            clients[pid] = client
+        if len(clients) == count:
+            return clients
+    raise AssertionError(f"200 connections reached {len(clients)} of {count} workers")
+
+
+def events_of(client: httpx.Client, stream: str, last_id: str = "") -> list[dict[str, Any]]:
+    """The stream's events read through ``client`` to its end (after ``last_id``), each
+    with its SSE ``id`` under ``"id"``."""
+    headers = {"Last-Event-ID": last_id} if last_id else {}
+    events: list[dict[str, Any]] = []
+    event_id = ""
+    with client.stream("GET", f"/v1/streams/{stream}/events", headers=headers) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            if line.startswith("id: "):
+                event_id = line[4:]
+            elif line.startswith("data: "):
+                events.append({**json.loads(line[6:]), "id": event_id})
+    return events
+
+
+def test_worker_count_reads_a_number_or_auto() -> None:
+    assert worker_count("3") == 3
+    assert worker_count("auto") == len(os.sched_getaffinity(0))
+    for bad in ("0", "-1", "many", "257"):
+        with pytest.raises(ValueError, match="--workers"):
+            worker_count(bad)
+
+
+def test_a_bad_worker_count_is_one_line_and_exit_2() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "airlane", "serve", "--workers", "many"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "airlane serve: --workers takes a number or 'auto', not 'many'"
+    ]
+
+
+def test_streams_started_on_one_worker_are_read_resumed_and_cancelled_through_another(
+    tmp_path: Path,
+) -> None:
+    with workers(tmp_path) as server:
+        a, b = pinned_clients(server.url, 2).values()
+        # Produced by a, read through b from the start, then resumed through b.
+        made = a.post("/v1/streams", json={"loadtest": {"chunks": 50, "mode": "paced",
+                                                        "interval_ms": 5}})  # fmt: skip
+        assert made.status_code in (200, 201), made.text
+        stream = made.json()["id"]
+        events = events_of(b, stream)
+        assert events[-1]["kind"] == "done"
+        chunks = [e for e in events if e["kind"] == "message"]
+        assert len(chunks) == 50
+        resumed = events_of(b, stream, last_id=chunks[24]["id"])
+        assert [e["seq"] for e in resumed] == [e["seq"] for e in events if e["seq"] > 25]
+        # A long one produced by b, cancelled through a: it ends cancelled everywhere.
+        long = b.post("/v1/streams", json={"loadtest": {"chunks": 5000, "mode": "paced",
+                                                        "interval_ms": 10}})  # fmt: skip
+        long_id = long.json()["id"]
+        time.sleep(0.3)
+        assert a.post(f"/v1/streams/{long_id}/cancel").status_code in (200, 202, 204)
+        ended = events_of(b, long_id)[-1]
+        assert ended["kind"] == "done" and ended["finish_reason"] == "cancelled"
+        for client in (a, b):
+            client.close()
+
+
+def test_one_metrics_view_a_restarted_worker_and_one_sigint_for_everything(
+    tmp_path: Path,
+) -> None:
+    with workers(tmp_path) as server:
+        supervisor = psutil.Process(server.pid)
+        children = {p.pid: p for p in supervisor.children()}
+        assert any("nats-server" in " ".join(p.cmdline()) for p in children.values())
+        worker_pids = {p.pid for p in children.values() if "airlane.server.worker" in p.cmdline()}
+        assert len(worker_pids) == 2
+        # Any worker's /metrics carries both workers' samples.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            text = httpx.get(f"{server.url}/metrics", timeout=5).text
+            if 'worker="w0"' in text and 'worker="w1"' in text:
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError("/metrics never showed both workers")
+        # A worker killed outright is started again; the port keeps answering meanwhile.
+        victim = sorted(worker_pids)[0]
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            assert httpx.get(f"{server.url}/healthz", timeout=5).status_code == 200
+            now = {p.pid for p in supervisor.children() if "airlane.server.worker" in p.cmdline()}
+            if len(now) == 2 and victim not in now:
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError("the killed worker was not started again")
+        everything = list(supervisor.children(recursive=True))
+        # One SIGINT: the workers stop, then the broker, then the supervisor (exit 130).
+        server.process.send_signal(signal.SIGINT)
+        assert server.process.wait(40) == 130
+        _, alive = psutil.wait_procs(everything, timeout=10)
+        assert not alive, [p.cmdline() for p in alive]
