@@ -1,6 +1,6 @@
 """Cross-node fan-out on the JetStream hub, next to one node on the in-memory hub.
 
-Three runs, each bounded in streams and time:
+Four runs, each bounded in streams and time:
 
 - ``memory``: one gateway (the embedded `MemoryHub`). ``--streams`` load-test generations of
   the seed's workload (``POST /v1/streams {"loadtest": ...}``: ``--chunks`` chunks of ~1.2 KB,
@@ -8,6 +8,10 @@ Three runs, each bounded in streams and time:
 - ``jetstream``: a ``nats-server -js`` and two gateways with ``--hub nats://...``; every
   generation is created on node A (its producer runs there) and its readers alternate between
   A and B, so half of them read across nodes.
+- ``workers``: ``airlane serve --workers N`` (``--workers``, 2 by default; 1 skips it) on one
+  port, its workers sharing streams through the broker it starts; the generations and their
+  readers all on that port (the kernel spreads the connections over the workers, so a reader
+  is on the producer's worker or not, as chance has it).
 - ``resume``: ``--resume-streams`` long paced generations produced on A and read on B; B is
   killed with SIGKILL; each reader reconnects to A with ``Last-Event-ID``. Reported: the time
   from the kill to each reader's first event on A, and whether any chunk was missed or
@@ -296,11 +300,25 @@ def _cpu_s(process: psutil.Process) -> float:
     return float(times.user + times.system)
 
 
-def gateway(hub: str | None, node: str, config: Path) -> LocalGateway:
+def gateway(hub: str | None, node: str, config: Path, workers: int = 1) -> LocalGateway:
     args = ["--airc-port", "-1", "--grpc-port", "-1", "--config", str(config)]
     if hub:
         args += ["--hub", hub, "--node-id", node]
-    return LocalGateway(args)
+    if workers > 1:  # the supervisor starts a broker, storing under its working directory
+        args += ["--workers", str(workers)]
+    return LocalGateway(args, cwd=config.parent)
+
+
+def worker_processes(supervisor: int) -> dict[str, int]:
+    """The processes of ``airlane serve --workers``: each worker by name, and its broker."""
+    named: dict[str, int] = {}
+    for child in psutil.Process(supervisor).children():
+        line = child.cmdline()
+        if "airlane.server.worker" in line:
+            named[f"w{len([n for n in named if n.startswith('w')])}"] = child.pid
+        elif line and line[0].endswith("nats-server"):
+            named["nats-server"] = child.pid
+    return named
 
 
 async def main_async(args: argparse.Namespace, config: Path) -> dict[str, Any]:
@@ -312,6 +330,7 @@ async def main_async(args: argparse.Namespace, config: Path) -> dict[str, Any]:
             "mode": args.mode,
             "interval_ms": args.interval_ms,
             "storage": args.storage,
+            "workers": args.workers,
         }
     }
     with gateway(None, "m", config) as m:
@@ -322,6 +341,13 @@ async def main_async(args: argparse.Namespace, config: Path) -> dict[str, Any]:
             assert a.url is not None and b.url is not None
             processes = {"a": a.pid, "b": b.pid, "nats-server": broker_pid}
             report["jetstream"] = await fanout(a.url, {"a": a.url, "b": b.url}, args, processes)
+        if args.workers > 1:
+            # One machine, every core: `airlane serve --workers N` (its own broker); the
+            # load client connects to the one port, the kernel spreads connections.
+            with gateway(None, "w", config, args.workers) as w:
+                assert w.url is not None
+                processes = worker_processes(w.pid)
+                report["workers"] = await fanout(w.url, {"w": w.url}, args, processes)
         if args.resume_streams:
             with gateway(hub, "a2", config) as a, gateway(hub, "b2", config) as b:
                 report["resume"] = await resume_after_kill(a, b, args)
@@ -339,6 +365,9 @@ def main() -> None:
     parser.add_argument("--resume-chunks", type=int, default=300)
     parser.add_argument("--resume-after-s", type=float, default=2.0)
     parser.add_argument("--limit-s", type=float, default=120.0, help="bound on each run")
+    parser.add_argument(
+        "--workers", type=int, default=2, help="the --workers run's count (1: no such run)"
+    )
     parser.add_argument(
         "--storage", choices=("file", "memory"), default="file", help="JetStream storage"
     )

@@ -188,12 +188,14 @@ class LocalGateway(ServerProcess):
         *,
         log_level: str = "warning",
         ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
+        cwd: Path | None = None,
     ) -> None:
         super().__init__(
             [sys.executable, "-m", "airlane", "serve", "--port", "0", "--log-level", log_level,
              *args],
             name="airlane serve",
             ready_timeout_s=ready_timeout_s,
+            cwd=cwd,
         )  # fmt: skip
         self.airc: tuple[str, int] | None = None
         """Host and port of its AIRC/TCP listener, once ready (None if it has none)."""
