@@ -47,6 +47,7 @@ from websockets.typing import Subprotocol
 from websockets.uri import parse_uri
 
 from airlane import __version__
+from airlane.bench.chunk import read_seq_ts
 from airlane.bench.memory import (
     ProcessGone,
     ProcessWatch,
@@ -58,8 +59,8 @@ from airlane.bench.memory import (
 from airlane.bench.runner import run_on_fast_loop
 from airlane.bench.spawn import GatewayStartError, LocalGateway, pin_client, pin_process
 
-TARGET_KB_PER_CONNECTION = 30.0
-"""The target to compare against: 30 KB of gateway memory per idle connection."""
+TARGET_KB_PER_CONNECTION = 20.0
+"""The target to compare against: 20 KB of gateway memory per connection."""
 DEFAULT_PING_S = 2.0
 """Heartbeat period given to the gateway: short, so that a 30 s hold sees about 15 of them."""
 DEFAULT_STREAMS = 100
@@ -79,18 +80,56 @@ MAX_LINE_BYTES = 16 * 1024
 """Longest SSE line buffered: an idle stream sends only ``retry:`` and ``: ping`` lines."""
 MAX_FAILURE_SAMPLES = 5
 """Distinct failure messages kept."""
+LATENESS_CAP_S = 60.0
+"""Heartbeat lateness is counted in 1 ms buckets up to this."""
+PER_SOURCE = 20_000
+"""Connections per loopback source address: a (source, destination) pair has about 28,000
+ephemeral ports, so 100,000 connections come from several 127.x.y.z addresses."""
+
+
+_PAYLOAD = b'"payload":'
 
 
 class SubscribeError(Exception):
     """The gateway refused or broke a subscription (its fault, or a misconfiguration)."""
 
 
+class Lateness:
+    """How late heartbeats came, for all connections of a kind: the gap between two of a
+    connection's heartbeats minus the period, in 1 ms buckets (bounded: what is later than
+    `LATENESS_CAP_S` counts in the last)."""
+
+    def __init__(self, period_s: float) -> None:
+        self.period_s = period_s
+        self.buckets = [0] * (int(LATENESS_CAP_S * 1000) + 1)
+        self.count = 0
+
+    def add(self, gap_s: float) -> None:
+        """One gap between consecutive heartbeats."""
+        late_ms = max(0, int((gap_s - self.period_s) * 1000))
+        self.buckets[min(late_ms, len(self.buckets) - 1)] += 1
+        self.count += 1
+
+    def percentile_ms(self, pct: float) -> int | None:
+        """The ``pct`` percentile of lateness, in ms (None without a gap)."""
+        if not self.count:
+            return None
+        rank, seen = pct / 100 * self.count, 0
+        for late_ms, n in enumerate(self.buckets):
+            seen += n
+            if seen >= rank:
+                return late_ms
+        return len(self.buckets) - 1
+
+
 class HeartbeatLog:
     """When one connection heard heartbeats; times on the event loop's clock."""
 
-    __slots__ = ("count", "last", "longest_silence")
+    __slots__ = ("count", "last", "lateness", "longest_silence")
 
     def __init__(self) -> None:
+        self.lateness: Lateness | None = None
+        """Where the gaps between this connection's heartbeats go, once timed (`reset`)."""
         self.count = 0
         """Heartbeats since `reset`."""
         self.last = 0.0
@@ -104,6 +143,8 @@ class HeartbeatLog:
 
     def beat(self, now: float) -> None:
         """One heartbeat arrived at ``now``."""
+        if self.count and self.lateness is not None:  # a gap between two heartbeats
+            self.lateness.add(now - self.last)
         self.count += 1
         self.longest_silence = max(self.longest_silence, now - self.last)
         self.last = now
@@ -220,11 +261,50 @@ class IdleSseSubscriber(_IdleSubscriber):
                 if not self.opened.done():
                     self.opened.set_result(None)
             elif isinstance(event, h11.Data):
-                now = self.loop.time()
-                for _ in range(self._comments.feed(bytes(event.data))):
-                    self.heartbeats.beat(now)
+                self._on_data(bytes(event.data))
             elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
-                raise SubscribeError("the gateway ended the response")
+                self._on_end()
+
+    def _on_data(self, data: bytes) -> None:
+        now = self.loop.time()
+        for _ in range(self._comments.feed(data)):
+            self.heartbeats.beat(now)
+
+    def _on_end(self) -> None:
+        raise SubscribeError("the gateway ended the response")
+
+
+class PacedSseSubscriber(IdleSseSubscriber):
+    """``GET /v1/streams/{id}/events`` of a paced load-test generation: counts its chunks and
+    times each one that was produced after the connection opened (its ``ts`` is the
+    gateway's monotonic clock, this machine's)."""
+
+    def __init__(self, authority: str, stream: str, lags_ns: list[int]) -> None:
+        super().__init__(authority, stream)
+        self._lags_ns = lags_ns
+        self._joined_ns = time.monotonic_ns()
+        self._partial = b""
+        self.chunks = 0
+        self.ended = False
+
+    def _on_data(self, data: bytes) -> None:
+        *lines, self._partial = (self._partial + data).split(b"\n")
+        if len(self._partial) > MAX_LINE_BYTES:
+            raise SubscribeError(f"an SSE line longer than {MAX_LINE_BYTES} bytes")
+        now_ns = time.monotonic_ns()
+        for line in lines:
+            if line.startswith(b":"):
+                self.heartbeats.beat(self.loop.time())
+            elif line.startswith(b"data: "):
+                at = line.find(_PAYLOAD)
+                if at >= 0:
+                    _, ts = read_seq_ts(line, at + len(_PAYLOAD))
+                    self.chunks += 1
+                    if ts >= self._joined_ns:
+                        self._lags_ns.append(now_ns - ts)
+
+    def _on_end(self) -> None:
+        self.ended = True  # the generation is over: what a paced reader waits for
 
 
 class IdleWsSubscriber(_IdleSubscriber):
@@ -299,6 +379,10 @@ class OpenedSet:
     subscribers: list[_IdleSubscriber] = field(default_factory=list)
     failures: int = 0
     failure_samples: list[str] = field(default_factory=list)
+    open_s: float = 0.0
+    """How long opening them all took (connect, request, the gateway's confirmation)."""
+    lateness: Lateness | None = None
+    """How late their heartbeats came during the hold."""
 
     def failed(self, reason: str) -> None:
         """One connection could not be opened."""
@@ -318,17 +402,20 @@ async def open_subscribers(
     count: int,
     port: int,
     deadline: float,
+    first: int = 0,
 ) -> OpenedSet:
     """Open ``count`` subscribers (``make(index)``), `OPEN_CONCURRENCY` at a time, each
-    waited on until the gateway confirms it; give up on those not open by ``deadline``."""
+    waited on until the gateway confirms it; give up on those not open by ``deadline``.
+    ``first``: how many connections were opened before (it picks their source addresses)."""
     opened = OpenedSet(transport, count)
     indexes = iter(range(count))
+    started = time.monotonic()
 
     async def worker() -> None:
         for index in indexes:
             subscriber = make(index)
             try:
-                await _connect(subscriber, port, deadline)
+                await _connect(subscriber, port, deadline, source_address(first + index))
             except (OSError, TimeoutError, SubscribeError) as exc:
                 subscriber.close()
                 opened.failed(f"{type(exc).__name__}: {exc}")
@@ -338,13 +425,21 @@ async def open_subscribers(
     async with asyncio.TaskGroup() as group:
         for _ in range(min(OPEN_CONCURRENCY, count)):
             group.create_task(worker())
+    opened.open_s = time.monotonic() - started
     return opened
 
 
-async def _connect(subscriber: _IdleSubscriber, port: int, deadline: float) -> None:
+def source_address(index: int) -> str:
+    """The loopback address connection ``index`` comes from: `PER_SOURCE` per address,
+    127.1.0.1 on (any 127.x.y.z is this machine's on Linux, no set-up needed)."""
+    block = index // PER_SOURCE
+    return f"127.1.{block // 254}.{block % 254 + 1}"
+
+
+async def _connect(subscriber: _IdleSubscriber, port: int, deadline: float, source: str) -> None:
     loop = asyncio.get_running_loop()
     async with asyncio.timeout_at(deadline):
-        await loop.create_connection(lambda: subscriber, "127.0.0.1", port)
+        await loop.create_connection(lambda: subscriber, "127.0.0.1", port, local_addr=(source, 0))
         await subscriber.opened
 
 
@@ -395,17 +490,61 @@ async def measure(args: argparse.Namespace, gateway: LocalGateway) -> dict[str, 
     readings.baseline = await _settled(watch, args.settle_s)
     readings.idle_cpu_pct = await _cpu_over(watch, min(CPU_WINDOW_S, args.hold_s))
     sets: list[OpenedSet] = []
+    paced = Paced()
+    first = 0
     try:
         for kind, count in (("sse", args.sse), ("ws", args.ws)):
             deadline = asyncio.get_running_loop().time() + args.open_timeout_s
-            sets.append(await open_subscribers(kind, makers[kind], count, port, deadline))
+            opened = await open_subscribers(kind, makers[kind], count, port, deadline, first)
+            sets.append(opened)
+            first += count
             readings.after_open[kind] = await _settled(watch, args.settle_s)
-        await _hold(args.hold_s, watch, sets, readings)
+        readers = round((args.sse + args.ws) * args.paced_pct / 100)
+        if readers:
+            paced = await _start_paced(args, gateway.url, port, readers, first)
+            sets.append(paced.opened)
+        await _hold(args.hold_s, watch, sets, readings, args.ping_s)
     finally:
         for opened in sets:
             opened.close()
     readings.after_close = await _settled(watch, args.settle_s)
-    return _document(args, gateway, readings, sets)
+    return _document(args, gateway, readings, sets, paced)
+
+
+@dataclass
+class Paced:
+    """The readers of paced generations (1 % of the connections by default)."""
+
+    opened: OpenedSet | None = None
+    generations: int = 0
+    chunks_each: int = 0
+    lags_ns: list[int] = field(default_factory=list)
+
+
+async def _start_paced(
+    args: argparse.Namespace, base_url: str, port: int, readers: int, first: int
+) -> Paced:
+    """Start paced load-test generations that last the hold, ten readers each, and open
+    their readers (SSE)."""
+    paced = Paced(generations=max(1, readers // 10))
+    # Over within the hold (4/5 of it), so that a reader has every chunk by its end.
+    paced.chunks_each = max(1, int(args.hold_s * 800 / args.paced_interval_ms))
+    spec = {"chunks": paced.chunks_each, "mode": "paced", "interval_ms": args.paced_interval_ms}
+    async with httpx.AsyncClient(base_url=base_url, trust_env=False, timeout=30.0) as client:
+        ids = []
+        for _ in range(paced.generations):
+            response = await client.post("/v1/streams", json={"loadtest": spec})
+            if response.status_code >= 300:
+                raise SubscribeError(f"starting a generation: HTTP {response.status_code}")
+            ids.append(response.json()["id"])
+    authority = f"127.0.0.1:{port}"
+
+    def make(index: int) -> _IdleSubscriber:
+        return PacedSseSubscriber(authority, ids[index % len(ids)], paced.lags_ns)
+
+    deadline = asyncio.get_running_loop().time() + args.open_timeout_s
+    paced.opened = await open_subscribers("paced", make, readers, port, deadline, first)
+    return paced
 
 
 def _makers(port: int, names: Sequence[str]) -> dict[str, Callable[[int], _IdleSubscriber]]:
@@ -443,14 +582,22 @@ async def _cpu_over(watch: ProcessWatch, seconds: float) -> float:
 
 
 async def _hold(
-    hold_s: float, watch: ProcessWatch, sets: Iterable[OpenedSet], readings: Readings
+    hold_s: float,
+    watch: ProcessWatch,
+    sets: Iterable[OpenedSet],
+    readings: Readings,
+    ping_s: float,
 ) -> None:
     """Hold every connection ``hold_s`` seconds, timing heartbeats and sampling memory."""
     loop = asyncio.get_running_loop()
-    subscribers = [s for opened in sets for s in opened.subscribers]
     now = loop.time()
-    for subscriber in subscribers:
-        subscriber.heartbeats.reset(now)
+    subscribers = []
+    for opened in sets:
+        opened.lateness = Lateness(ping_s)
+        for subscriber in opened.subscribers:
+            subscriber.heartbeats.reset(now)
+            subscriber.heartbeats.lateness = opened.lateness
+            subscribers.append(subscriber)
     started, cpu = time.monotonic(), watch.cpu_seconds()
     async with ResourceSampler(watch, interval_s=1.0) as sampler:
         await asyncio.sleep(hold_s)
@@ -492,15 +639,30 @@ def _heartbeat_report(opened: OpenedSet, ping_s: float) -> dict[str, Any]:
         "longest_silence_s": round(max((log.longest_silence for log in logs), default=0.0), 3),
         "silence_limit_s": limit,
         "silent_connections": sum(1 for log in logs if log.longest_silence > limit),
+        "heartbeat_lateness_ms": None
+        if opened.lateness is None
+        else {
+            "p50": opened.lateness.percentile_ms(50),
+            "p99": opened.lateness.percentile_ms(99),
+            "max": opened.lateness.percentile_ms(100),
+            "gaps": opened.lateness.count,
+        },
+        "open_s": round(opened.open_s, 2),
+        "accepted_per_s": round(len(opened.subscribers) / opened.open_s) if opened.open_s else None,
     }
 
 
 def _document(
-    args: argparse.Namespace, gateway: LocalGateway, readings: Readings, sets: list[OpenedSet]
+    args: argparse.Namespace,
+    gateway: LocalGateway,
+    readings: Readings,
+    sets: list[OpenedSet],
+    paced: Paced,
 ) -> dict[str, Any]:
-    sse, ws = sets
-    total = len(sse.subscribers) + len(ws.subscribers)
-    transports = [_heartbeat_report(opened, args.ping_s) for opened in sets]
+    sse, ws = sets[:2]
+    total = sum(len(opened.subscribers) for opened in sets)
+    # The idle kinds; paced readers get data, not heartbeats, and have their own report.
+    transports = [_heartbeat_report(opened, args.ping_s) for opened in (sse, ws)]
     all_held = all(
         t["opened"] == t["requested"] and t["open_at_end"] == t["opened"] for t in transports
     )
@@ -517,6 +679,9 @@ def _document(
             "streams": args.streams,
             "ping_s": args.ping_s,
             "hold_s": args.hold_s,
+            "paced_pct": args.paced_pct,
+            "paced_interval_ms": args.paced_interval_ms,
+            "sources": len({source_address(i) for i in range(0, max(total, 1), PER_SOURCE)}),
         },
         "target_kb_per_connection": TARGET_KB_PER_CONNECTION,
         "memory_per_connection": {
@@ -527,6 +692,7 @@ def _document(
         "within_target": overall["rss_kb"] is not None
         and overall["rss_kb"] <= TARGET_KB_PER_CONNECTION,
         "connections": transports,
+        "paced": _paced_report(paced),
         "every_connection_held": all_held,
         "heartbeats_ok": heartbeats_ok,
         "gateway_cpu_pct": {
@@ -544,6 +710,28 @@ def _document(
             )
         },
         "hold_samples": [sample.to_dict() for sample in readings.hold_samples],
+    }
+
+
+def _paced_report(paced: Paced) -> dict[str, Any] | None:
+    """What the readers of paced generations got: every chunk, and how late."""
+    if paced.opened is None:
+        return None
+    readers = [s for s in paced.opened.subscribers if isinstance(s, PacedSseSubscriber)]
+    lags = sorted(paced.lags_ns)
+    return {
+        "generations": paced.generations,
+        "readers": len(readers),
+        "chunks_expected": paced.chunks_each * len(readers),
+        "chunks_received": sum(r.chunks for r in readers),
+        "readers_at_the_end": sum(1 for r in readers if r.ended),
+        "lag_ms": {
+            "p50": round(lags[len(lags) // 2] / 1e6, 2),
+            "p99": round(lags[min(len(lags) - 1, int(len(lags) * 0.99))] / 1e6, 2),
+            "samples": len(lags),
+        }
+        if lags
+        else None,
     }
 
 
@@ -571,6 +759,21 @@ def print_report(document: dict[str, Any]) -> None:
         )
         for reason in report["open_failure_samples"] + report["lost_samples"]:
             print(f"     failure: {reason}")
+    paced = document["paced"]
+    if paced is not None:
+        lag = paced["lag_ms"] or {}
+        print(
+            f"paced: {paced['readers']:,} readers of {paced['generations']} generations got "
+            f"{paced['chunks_received']:,} of {paced['chunks_expected']:,} chunks; lag p50 "
+            f"{lag.get('p50')} ms, p99 {lag.get('p99')} ms"
+        )
+    for report in document["connections"]:
+        late = report["heartbeat_lateness_ms"] or {}
+        print(
+            f"{report['transport']:>3}: opened at {report['accepted_per_s']:,}/s; heartbeat "
+            f"lateness p50 {late.get('p50')} ms, p99 {late.get('p99')} ms, max "
+            f"{late.get('max')} ms over {late.get('gaps', 0):,} gaps"
+        )
     overall, target = memory["all"], document["target_kb_per_connection"]
     cpu = document["gateway_cpu_pct"]
     print(
@@ -606,10 +809,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Command line; returns the exit status."""
     args = _parser().parse_args(argv)
     host = describe_host()  # before pinning narrows this process's CPU affinity
-    fd_limit = raise_fd_limit()  # before spawning: the gateway inherits it
-    needed = args.sse + args.ws + 2 * WARMUP_CONNECTIONS + 64
+    connections = round((args.sse + args.ws) * (1 + args.paced_pct / 100))
+    needed = connections + 2 * WARMUP_CONNECTIONS + 1024
+    fd_limit = raise_fd_limit(needed)  # before spawning: the gateway inherits it
     if fd_limit < needed:
-        print(f"error: {needed} file descriptors needed, the limit is {fd_limit}", file=sys.stderr)
+        print(
+            f"error: {needed:,} file descriptors needed, the limit is {fd_limit:,} "
+            "(raising it past the hard limit takes root: run as root, or lower the hard "
+            "limit's ceiling with 'ulimit -Hn' / limits.conf)",
+            file=sys.stderr,
+        )
         return 2
     with tempfile.TemporaryDirectory() as directory:
         config = _gateway_config(directory, args.ping_s)
@@ -663,14 +872,26 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULT_SETTLE_S,
         help="pause before each memory reading (default: %(default)s)",
     )
+    add(
+        "--paced-pct",
+        type=float,
+        default=1.0,
+        help="connections (%% of the idle ones) that read paced generations (default: 1)",
+    )
+    add(
+        "--paced-interval-ms",
+        type=int,
+        default=20,
+        help="the paced generations' interval between chunks (default: %(default)s)",
+    )
     add("--json", type=Path, help="write the results here")
     return parser
 
 
 def _count(text: str) -> int:
     value = int(text)
-    if not 0 <= value <= 50_000:
-        raise argparse.ArgumentTypeError("between 0 and 50000")
+    if not 0 <= value <= 100_000:
+        raise argparse.ArgumentTypeError("between 0 and 100000")
     return value
 
 

@@ -93,7 +93,7 @@ def test_idle_connections_smoke(tmp_path: Path) -> None:
     json_path = tmp_path / "idle.json"
     result = script(
         "idle_connections", "--sse", "20", "--ws", "20", "--hold-s", "2", "--ping-s", "0.5",
-        "--streams", "4", "--settle-s", "0.2", "--json", str(json_path),
+        "--streams", "4", "--settle-s", "0.2", "--paced-pct", "50", "--json", str(json_path),
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     document = json.loads(json_path.read_text())
@@ -105,6 +105,14 @@ def test_idle_connections_smoke(tmp_path: Path) -> None:
         assert connections["heartbeats_min"] >= 1  # 2 s held, a heartbeat every 0.5 s
     assert document["every_connection_held"] is True
     assert isinstance(document["heartbeats_ok"], bool)
+    for connections in document["connections"]:
+        assert connections["heartbeat_lateness_ms"]["gaps"] >= 20
+        assert connections["accepted_per_s"] > 0
+    paced = document["paced"]  # 50 % of 40: 20 readers of 2 generations
+    assert (paced["readers"], paced["generations"]) == (20, 2)
+    assert paced["chunks_received"] == paced["chunks_expected"] > 0
+    assert paced["lag_ms"]["samples"] > 0
+    assert document["config"]["sources"] == 1
     for kind in ("sse", "ws", "all"):
         assert isinstance(document["memory_per_connection"][kind]["rss_kb"], float)
     assert document["samples"]["baseline"]["rss_bytes"] > 0

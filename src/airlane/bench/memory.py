@@ -229,15 +229,23 @@ def median_slope_per_min(points: Sequence[tuple[float, float]]) -> float | None:
     return 60.0 * median
 
 
-def raise_fd_limit() -> int:
+def raise_fd_limit(needed: int = 0) -> int:
     """Raise this process's soft ``RLIMIT_NOFILE`` to its hard limit; return the new soft limit.
 
     Thousands of connections need thousands of descriptors, and many systems start processes
     with a soft limit of 1024. Children started afterwards (a spawned gateway) inherit it.
+    Where the hard limit is below ``needed``, root (``CAP_SYS_RESOURCE``) raises it too, up to
+    the kernel's ceiling (``fs.nr_open``); anyone else keeps it, and the caller says so.
     """
     import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < needed:
+        ceiling = _nr_open()
+        with contextlib.suppress(ValueError, OSError):
+            raised = min(max(needed, hard), ceiling)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, raised))
+            return raised
     if hard != resource.RLIM_INFINITY and soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
         return hard
@@ -247,6 +255,15 @@ def raise_fd_limit() -> int:
             resource.setrlimit(resource.RLIMIT_NOFILE, (1 << 20, hard))
             return 1 << 20
     return int(soft)
+
+
+def _nr_open() -> int:
+    """The kernel's ceiling on a process's descriptors (``fs.nr_open``; 1 Mi if unreadable)."""
+    try:
+        with open("/proc/sys/fs/nr_open") as fh:
+            return int(fh.read())
+    except (OSError, ValueError):
+        return 1 << 20
 
 
 def describe_host() -> dict[str, Any]:
