@@ -30,6 +30,7 @@ import psutil
 
 __all__ = [
     "DEFAULT_MAX_SAMPLES",
+    "GroupWatch",
     "ProcessGone",
     "ProcessWatch",
     "ResourceSample",
@@ -134,6 +135,48 @@ class ProcessWatch:
         return ResourceSample(now - self._started, rss, read_pss_bytes(self.pid), fds, cpu_pct)
 
 
+class GroupWatch:
+    """Samples several processes as one (their sums): the workers of ``airlane serve
+    --workers``, say. The same methods as `ProcessWatch`.
+
+    Raises:
+        ProcessGone: from the constructor or `sample` when one of them cannot be read.
+    """
+
+    def __init__(self, pids: list[int]) -> None:
+        if not pids:
+            raise ProcessGone("no processes to watch")
+        self.pid = pids[0]
+        self._watches = [ProcessWatch(pid) for pid in pids]
+        self._started = time.monotonic()
+        self._last_wall = self._started
+        self._last_cpu = self.cpu_seconds()
+        self._sampled = False
+
+    def cpu_seconds(self) -> float:
+        """CPU time all of them used so far."""
+        return sum(watch.cpu_seconds() for watch in self._watches)
+
+    def sample(self) -> ResourceSample:
+        """Their memory, descriptors and CPU since the previous sample, summed, now."""
+        now = time.monotonic()
+        cpu = self.cpu_seconds()
+        samples = [watch.sample() for watch in self._watches]
+        pss = [s.pss_bytes for s in samples]
+        fds = [s.open_fds for s in samples]
+        wall = now - self._last_wall
+        cpu_pct = None if not self._sampled or wall <= 0 else 100.0 * (cpu - self._last_cpu) / wall
+        self._sampled = True
+        self._last_wall, self._last_cpu = now, cpu
+        return ResourceSample(
+            now - self._started,
+            sum(s.rss_bytes for s in samples),
+            None if None in pss else sum(p for p in pss if p is not None),
+            None if None in fds else sum(f for f in fds if f is not None),
+            cpu_pct,
+        )
+
+
 class ResourceSampler:
     """``async with ResourceSampler(watch, interval_s) as sampler:`` samples ``watch`` at the
     start, every ``interval_s`` and at the end; read `samples` afterwards (or during).
@@ -142,7 +185,11 @@ class ResourceSampler:
     """
 
     def __init__(
-        self, watch: ProcessWatch, interval_s: float, *, max_samples: int = DEFAULT_MAX_SAMPLES
+        self,
+        watch: ProcessWatch | GroupWatch,
+        interval_s: float,
+        *,
+        max_samples: int = DEFAULT_MAX_SAMPLES,
     ) -> None:
         if interval_s <= 0 or max_samples < 2:
             raise ValueError("interval_s must be positive and max_samples at least 2")
