@@ -326,6 +326,8 @@ def _paced_report(result: dict[str, Any] | None, paced: dict[str, Any]) -> dict[
     p50, p99 = percentile_of(lags, 50), percentile_of(lags, 99)
     return {
         "generations": paced["generations"],
+        "readers_requested": result["requested"],
+        "open_failure_samples": result["failure_samples"],
         "readers": result["opened"],
         "chunks_expected": paced["chunks_each"] * result["opened"],
         "chunks_received": sum(result["chunks"]),
@@ -368,7 +370,8 @@ def print_report(document: dict[str, Any]) -> None:
     if paced is not None:
         lag = paced["lag_ms"] or {}
         print(
-            f"paced: {paced['readers']:,} readers of {paced['generations']} generations got "
+            f"paced: {paced['readers']:,} readers (of {paced['readers_requested']:,}) of "
+            f"{paced['generations']} generations got "
             f"{paced['chunks_received']:,} of {paced['chunks_expected']:,} chunks; lag p50 "
             f"{lag.get('p50')} ms, p99 {lag.get('p99')} ms"
         )
