@@ -168,3 +168,21 @@ def test_one_metrics_view_a_restarted_worker_and_one_sigint_for_everything(
         assert server.process.wait(40) == 130
         _, alive = psutil.wait_procs(everything, timeout=10)
         assert not alive, [p.cmdline() for p in alive]
+
+
+def test_without_a_hub_or_nats_server_it_says_what_to_do(tmp_path: Path) -> None:
+    # A PATH without nats-server (the interpreter is named by its full path).
+    done = subprocess.run(
+        [sys.executable, "-m", "airlane", "serve", "--port", "0", "--workers", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=tmp_path,
+        env={**os.environ, "PATH": str(tmp_path)},
+    )
+    assert done.returncode == 2
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("airlane serve: --workers shares streams through a NATS JetStream")
+    assert "--hub nats://" in line and "apt-get install nats-server" in line
+    assert not (tmp_path / ".airlane").exists()  # nothing made on the way
