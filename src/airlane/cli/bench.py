@@ -74,6 +74,13 @@ def bench_command(
     spawn: Annotated[
         bool, typer.Option("--spawn", help="Start a gateway subprocess (synthetic backend).")
     ] = False,
+    hub: Annotated[
+        str | None,
+        typer.Option(
+            help="The spawned gateway's hub: NATS JetStream URLs, nats://host:4222 (what "
+            "appends through the broker cost; implies --spawn)."
+        ),
+    ] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write results as JSON.")] = None,
     plot_path: Annotated[Path | None, typer.Option("--plot", help="Write a PNG plot.")] = None,
     timeout: Annotated[float, typer.Option(help="Time limit per transport, seconds.")] = (
@@ -123,6 +130,12 @@ def bench_command(
             transports=_TRANSPORTS.get(transport) or (cast(Transport, transport),),
             timeout_s=timeout,
         )
+        if hub is not None:
+            if url is not None or compare:
+                raise ValueError("--hub is the spawned gateway's: leave out --url and --compare")
+            if not hub.startswith("nats://"):
+                raise ValueError(f"--hub takes nats://host:port URLs, not {hub!r}")
+            spawn = True
         if spawn and url is not None:
             raise ValueError("give --url or --spawn, not both")
         if compare and url is not None:
@@ -155,6 +168,7 @@ def bench_command(
             spawn=spawn,
             url=url,
             airc=airc,
+            hub=hub,
             json_path=json_path,
             plot_path=plot_path,
             runs=runs,

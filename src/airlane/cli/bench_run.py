@@ -59,10 +59,12 @@ def run(
     json_path: Path | None,
     plot_path: Path | None,
     runs: int = 1,
+    hub: str | None = None,
 ) -> None:
     """``runs`` runs of the workload, one after the other, against ``url`` or, with
-    ``spawn``, a gateway started here; with more than one, the report is their medians."""
-    gateway = LocalGateway() if spawn else None
+    ``spawn``, a gateway started here (on ``hub``, NATS URLs, where given); with more than
+    one, the report is their medians."""
+    gateway = LocalGateway(["--hub", hub] if hub else ()) if spawn else None
     try:
         target, pinning = _prepare(console, gateway, url)
         if gateway is not None:
@@ -90,7 +92,9 @@ def run(
     finally:
         if gateway is not None:
             gateway.stop()
-    _report(console, config, rounds, target, gateway is not None, pinning, json_path, plot_path)
+    _report(
+        console, config, rounds, target, gateway is not None, pinning, json_path, plot_path, hub
+    )
     _exit_status(console, rounds, target)
 
 
@@ -189,6 +193,7 @@ def _report(
     pinning: dict[str, list[int]] | None,
     json_path: Path | None,
     plot_path: Path | None,
+    hub: str | None = None,
 ) -> None:
     results = [result for run in rounds for result in run]
     if len(rounds) == 1:
@@ -198,6 +203,7 @@ def _report(
     _client_bound_notes(console, results)
     if json_path is not None:
         document = bench_document(config, results, url=url, spawned=spawned, pinning=pinning)
+        document["hub"] = hub or ("memory" if spawned else None)
         if len(rounds) > 1:
             document["config"]["runs"] = len(rounds)
             numbers = [number for number, run in enumerate(rounds, 1) for _ in run]
