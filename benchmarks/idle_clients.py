@@ -68,30 +68,18 @@ class SubscribeError(Exception):
 
 class Lateness:
     """How late heartbeats came, for all connections of a kind: the gap between two of a
-    connection's heartbeats minus the period, in 1 ms buckets (bounded: what is later than
-    `LATENESS_CAP_S` counts in the last)."""
+    connection's heartbeats minus the period, counted in 1 ms buckets (bounded: what is later
+    than `LATENESS_CAP_S` counts in the last); `percentile_of` reads them."""
 
     def __init__(self, period_s: float) -> None:
         self.period_s = period_s
-        self.buckets = [0] * (int(LATENESS_CAP_S * 1000) + 1)
-        self.count = 0
+        self.buckets: dict[int, int] = {}
+        """Lateness in whole ms -> gaps that late."""
 
     def add(self, gap_s: float) -> None:
         """One gap between consecutive heartbeats."""
-        late_ms = max(0, int((gap_s - self.period_s) * 1000))
-        self.buckets[min(late_ms, len(self.buckets) - 1)] += 1
-        self.count += 1
-
-    def percentile_ms(self, pct: float) -> int | None:
-        """The ``pct`` percentile of lateness, in ms (None without a gap)."""
-        if not self.count:
-            return None
-        rank, seen = pct / 100 * self.count, 0
-        for late_ms, n in enumerate(self.buckets):
-            seen += n
-            if seen >= rank:
-                return late_ms
-        return len(self.buckets) - 1
+        late_ms = min(max(0, int((gap_s - self.period_s) * 1000)), int(LATENESS_CAP_S * 1000))
+        self.buckets[late_ms] = self.buckets.get(late_ms, 0) + 1
 
 
 class HeartbeatLog:
@@ -455,7 +443,7 @@ def kind_result(opened: OpenedSet) -> dict[str, Any]:
         "silences": [round(log.longest_silence, 4) for log in logs],
         "still_open": sum(1 for s in opened.subscribers if s.lost is None),
         "lost": sorted({s.lost for s in opened.subscribers if s.lost is not None}),
-        "lateness": {} if lateness is None else _sparse(lateness.buckets),
+        "lateness": {} if lateness is None else {str(k): n for k, n in lateness.buckets.items()},
         "chunks": [s.chunks for s in opened.subscribers if isinstance(s, PacedSseSubscriber)],
         "ended": sum(1 for s in opened.subscribers if getattr(s, "ended", False)),
     }
@@ -510,10 +498,6 @@ def heartbeat_summary(result: dict[str, Any]) -> dict[str, Any]:
             "gaps": sum(late.values()),
         },
     }
-
-
-def _sparse(buckets: Sequence[int]) -> dict[str, int]:
-    return {str(index): n for index, n in enumerate(buckets) if n}
 
 
 class LocalClients:
