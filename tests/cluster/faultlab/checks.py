@@ -240,21 +240,26 @@ async def check_group(cluster: Cluster, workload: Workload) -> list[str]:
     # ack. One that came again was acked in the drain above like any other.
     missing = sorted(set(ledger.log_appended) - ledger.settled - ledger.ack_in_doubt)
     if missing:
-        delivered = collections.Counter(seq for seq, _ in ledger.deliveries)
+        delivered = collections.Counter(handout.seq for handout in ledger.deliveries)
         times = {seq: delivered[seq] for seq in missing[:10]}
         problems.append(
             f"group: appended records never acked: {_short(missing)} "
             f"(times delivered: {times}; acks in doubt: {len(ledger.ack_in_doubt)})"
         )
-    for seq, when in ledger.deliveries:
-        ack = ledger.acked.get(seq)
-        if ack is None:
+    for handout in ledger.deliveries:
+        ack = ledger.acked.get(handout.seq)
+        if ack is None or ack.confirmed >= handout.sent:
             continue
-        ack_sent, confirmed = ack
         # A kill after the ack was sent: the broker may have confirmed it just before it
         # died (the confirmation reaching the lab after the kill) without storing it.
-        if confirmed < when and not any(ack_sent <= kill <= when for kill in cluster.broker_kills):
-            problems.append(f"group: record {seq} redelivered after its ack")
+        if not any(ack.sent <= kill <= handout.sent for kill in cluster.broker_kills):
+            problems.append(
+                f"group: record {handout.seq} redelivered after its ack: delivery "
+                f"{handout.count} by {handout.node}, fetched "
+                f"{handout.sent - ack.confirmed:.3f} s after the ack through {ack.node} "
+                f"was confirmed (acked {ack.confirmed - ack.fetched:.3f} s after the fetch "
+                "that delivered it)"
+            )
     return problems
 
 

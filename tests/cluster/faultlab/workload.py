@@ -13,7 +13,7 @@ import itertools
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 
@@ -41,6 +41,27 @@ class Generation:
     started: float
 
 
+class Handout(NamedTuple):
+    """One record handed out by a group fetch."""
+
+    seq: int
+    sent: float
+    """When the fetch that got it was sent (monotonic)."""
+    count: int
+    """The broker's delivery count: 1 the first time."""
+    node: str
+
+
+class Ack(NamedTuple):
+    """One confirmed ack of a group delivery."""
+
+    fetched: float
+    """When the fetch that delivered the record was sent."""
+    sent: float
+    confirmed: float
+    node: str
+
+
 @dataclass
 class Ledger:
     """What the cluster acknowledged and what clients saw."""
@@ -54,11 +75,11 @@ class Ledger:
     """Stream -> the events one resuming reader saw, in order, across its reconnections."""
     log_appended: dict[int, str] = field(default_factory=dict)
     """Event log seq -> payload, acknowledged."""
-    deliveries: list[tuple[int, float]] = field(default_factory=list)
-    """(log seq, when the fetch that got it was sent) for every record handed out: one
-    fetched by a request sent before an ack was confirmed may have been in flight."""
-    acked: dict[int, tuple[float, float]] = field(default_factory=dict)
-    """Log seq -> when its ack was sent and when it was confirmed, for acks confirmed within
+    deliveries: list[Handout] = field(default_factory=list)
+    """Every record handed out: one fetched by a request sent before an ack was confirmed
+    may have been in flight."""
+    acked: dict[int, Ack] = field(default_factory=dict)
+    """Log seq -> its ack, for acks confirmed within
     the ack wait of the fetch that delivered it (a later ack may race the broker's
     redelivery: not checked). A broker killed after the ack was sent may have confirmed it
     and not stored it yet, even where the confirmation reaches the lab after the kill."""
@@ -262,7 +283,8 @@ class Workload:
                 for seq, _ in tokens:
                     self.ledger.settled.add(seq)
                     if now - sent < ACK_WAIT_S:
-                        self.ledger.acked.setdefault(seq, (ack_sent, now))
+                        ack = Ack(sent, ack_sent, now, acker.node_id)
+                        self.ledger.acked.setdefault(seq, ack)
             else:
                 # The node settles a batch token by token: some may be stored, some not.
                 self.ledger.ack_in_doubt.update(seq for seq, _ in tokens)
@@ -280,7 +302,8 @@ class Workload:
             return []
         deliveries: list[Any] = response.json()["deliveries"]
         for item in deliveries:
-            self.ledger.deliveries.append((item["record"]["seq"], sent))
+            handout = Handout(item["record"]["seq"], sent, item["deliveries"], node.node_id)
+            self.ledger.deliveries.append(handout)
         return deliveries
 
 
