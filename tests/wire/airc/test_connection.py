@@ -702,3 +702,14 @@ def test_sequence_numbers_wrap() -> None:
         sender.in_flight.append(InFlight(seq, b"", 0.0, 1.0))
     assert [f.seq for f in sender.acknowledge(1, 0)] == [0xFFFFFFFE, 0xFFFFFFFF, 0]
     assert [f.seq for f in sender.in_flight] == [1]
+
+
+def test_frames_before_a_corrupt_one_are_delivered_however_the_bytes_were_split() -> None:
+    good = encode_frame(Frame(7, 1, 0, b"kept", Flags.EOM))
+    data = good + b"AIRC\x02\x00" + bytes(14)  # a header whose CRC cannot match
+    for split in (len(data), len(good) + 3, 3):
+        conn = AircConnection(now=0.0)
+        events = conn.receive_data(data[:split], 0.0) + conn.receive_data(data[split:], 0.0)
+        message, closed = events
+        assert isinstance(message, MessageReceived) and message.data == b"kept"
+        assert isinstance(closed, ConnectionClosed) and closed.code is ErrorCode.BAD_CRC

@@ -251,3 +251,21 @@ def test_encode_rejects_out_of_range(frame: Frame) -> None:
 def test_encode_accepts_the_extremes() -> None:
     frame = Frame(0xFFFF, 0xFFFFFFFF, 0xFFFFFFFF, b"x" * MAX_PAYLOAD, Flags(7))
     assert FrameDecoder().feed(encode_frame(frame)) == [frame]
+
+
+@pytest.mark.parametrize("cut", [0, 5, 20, 31, 44])
+def test_decode_returns_the_frames_before_a_problem_however_split(cut: int) -> None:
+    good = [Frame(1, 1, 0, b"first", Flags.EOM), Frame(2, 1, 0, b"", Flags.EOM)]
+    corrupt = bytearray(encode_frame(Frame(3, 1, 0, b"third", Flags.EOM)))
+    corrupt[-1] ^= 0xFF
+    data = b"".join(map(encode_frame, good)) + bytes(corrupt)
+    decoder = FrameDecoder()
+    first, failure = decoder.decode(data[:cut])
+    assert failure is None
+    rest, failure = decoder.decode(data[cut:])
+    assert first + rest == good
+    assert failure is not None and failure.goaway is ErrorCode.BAD_CRC
+    # The decoder stays failed; feed raises what decode returns.
+    assert decoder.decode(b"")[1] is not None
+    with pytest.raises(AircProtocolError):
+        decoder.feed(b"")

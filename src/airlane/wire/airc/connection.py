@@ -304,13 +304,18 @@ class AircConnection:
             return []
         self._now = now
         events: list[AircEvent] = []
+        # Frames that arrived whole before a malformed one count, however the bytes were
+        # split: the outcome depends on the byte stream only (as in the C library).
+        frames, failure = self._decoder.decode(data)
         try:
-            for frame in self._decoder.feed(data):
+            for frame in frames:
                 self._on_frame(frame, now, events)
                 if self._closed is not None:
-                    break
+                    return events
         except AircProtocolError as exc:
-            events.append(self._end(exc.goaway, exc.reason, by_peer=False))
+            failure = exc
+        if failure is not None:
+            events.append(self._end(failure.goaway, failure.reason, by_peer=False))
         return events
 
     def _on_frame(self, frame: Frame, now: float, events: list[AircEvent]) -> None:

@@ -170,29 +170,44 @@ class FrameDecoder:
         return len(self._buffer)
 
     def feed(self, data: bytes) -> list[Frame]:
-        """Add ``data``; return every frame it completes, in order."""
+        """Add ``data``; return every frame it completes, in order.
+
+        Raises:
+            AircProtocolError: ``data`` (or earlier input) is malformed; frames it completed
+                before the problem are not returned (`decode` returns them).
+        """
+        frames, failure = self.decode(data)
+        if failure is not None:
+            raise failure
+        return frames
+
+    def decode(self, data: bytes) -> tuple[list[Frame], AircProtocolError | None]:
+        """Add ``data``; return the frames it completes, in order, up to the first problem,
+        and that problem (None if there is none). The verdict does not depend on how the
+        byte stream was split: the same frames come before the same error either way."""
         failed = self._failed
         if failed is not None:
-            raise AircProtocolError(failed.goaway, failed.reason)
+            return [], AircProtocolError(failed.goaway, failed.reason)
         buffer = self._buffer
+        frames: list[Frame] = []
         try:
             if buffer:
                 buffer += data
                 if len(buffer) < self._need:
                     if len(buffer) >= 4 and self._need == HEADER_SIZE:
                         self._check_magic(bytes(buffer[:4]))
-                    return []
+                    return frames, None
                 view = bytes(buffer)
                 buffer.clear()
             else:
                 view = bytes(data)  # no copy when data is already bytes
-            frames, offset = self._frames(view)
+            offset = self._frames(view, frames)
         except AircProtocolError as exc:
             # A copy without the traceback: the raised one's frames hold this decoder, so
             # keeping it would make a reference cycle that lives until a full collection.
             self._failed = AircProtocolError(exc.goaway, exc.reason)
             buffer.clear()
-            raise
+            return frames, AircProtocolError(exc.goaway, exc.reason)
         left = len(view) - offset
         if left:
             buffer += view[offset:]
@@ -200,12 +215,11 @@ class FrameDecoder:
             if left >= HEADER_SIZE:  # a header has arrived: wait for its whole frame
                 length = int.from_bytes(view[offset + 16 : offset + 18], "big")
                 self._need = HEADER_SIZE + length
-        return frames
+        return frames, None
 
-    def _frames(self, data: bytes) -> tuple[list[Frame], int]:
-        """The whole frames at the start of ``data``, and where the first incomplete one
-        begins (bytes the caller must keep)."""
-        frames: list[Frame] = []
+    def _frames(self, data: bytes, frames: list[Frame]) -> int:
+        """Append the whole frames at the start of ``data`` to ``frames``; return where the
+        first incomplete one begins (bytes the caller must keep)."""
         unpack, crc16 = _HEADER.unpack_from, _crc16
         offset, end = 0, len(data)
         while end - offset >= HEADER_SIZE:
@@ -228,7 +242,7 @@ class FrameDecoder:
             offset = stop
         if HEADER_SIZE > end - offset >= 4:
             self._check_magic(data[offset : offset + 4])  # fail fast on a foreign protocol
-        return frames, offset
+        return offset
 
     @staticmethod
     def _check_magic(first: bytes) -> None:

@@ -1,0 +1,1 @@
+"""The C AIRC library (clients/c/airc), checked against the Python codec."""
