@@ -231,9 +231,11 @@ def structured(data: bytes) -> bytes:
                 payload = b""
         else:
             seq = seq_byte % 8
+        if seq_byte >= 0xF8:
+            seq = 0xFFFFFFFF - (seq_byte & 0x07)  # just before the wrap (RFC 1982)
         if stream == SIGNALLING_STREAM and not flags & ACK_BIT and flags & 0x02:
             # Mostly well-formed signalling; sometimes raw bytes (malformed or unknown).
-            signal = _signal(kind, seq, payload, time_requests < _MAX_TIME_REQUESTS)
+            signal = _signal(kind, seq % 8, payload, time_requests < _MAX_TIME_REQUESTS)
             if isinstance(signal, bytes):
                 payload = signal  # truncated
             elif signal is not None:

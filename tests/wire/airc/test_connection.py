@@ -713,3 +713,16 @@ def test_frames_before_a_corrupt_one_are_delivered_however_the_bytes_were_split(
         message, closed = events
         assert isinstance(message, MessageReceived) and message.data == b"kept"
         assert isinstance(closed, ConnectionClosed) and closed.code is ErrorCode.BAD_CRC
+
+
+def test_a_retransmission_acknowledged_before_it_left_stays_home() -> None:
+    conn = AircConnection(now=0.0)
+    conn.send_message(1, b"once")
+    assert conn.data_to_send(0.0)
+    # Three repeated ACKs start a fast retransmit; the ACK for the frame follows at once.
+    dup_ack = encode_frame(Frame(1, 0, 0, b"", Flags.ACK))
+    ack = encode_frame(Frame(1, 1, 0, b"", Flags.ACK))
+    events = conn.receive_data(dup_ack * 3 + ack, 0.01)
+    assert events == [Acknowledged(1, 1)]
+    assert conn.stats.retransmits == 1
+    assert conn.data_to_send(0.01) == b""

@@ -268,7 +268,9 @@ void airc_receive(airc_conn *c, const uint8_t *data, size_t len, uint32_t now,
                   airc_event_fn fn, void *ctx);
 
 /* Queue one message on stream_id (0..0xFFFE), fragmented by AIRC_TX_PAYLOAD. Returns 0,
- * AIRC_E_WOULD_BLOCK (window full: nothing queued), AIRC_E_INVALID or AIRC_E_CLOSED. */
+ * AIRC_E_WOULD_BLOCK (window full: nothing queued), AIRC_E_CLOSED, or AIRC_E_INVALID (a
+ * message over AIRC_SEND_WINDOW x AIRC_TX_PAYLOAD bytes, which could never go, or no free
+ * stream slot). */
 int airc_send(airc_conn *c, uint16_t stream_id, const uint8_t *data, size_t len, int priority,
               uint32_t now);
 

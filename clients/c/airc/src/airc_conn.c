@@ -199,6 +199,9 @@ static int queue_message(airc_conn *c, airc_send_stream *s, const uint8_t *data,
                          uint8_t base_flags) {
     size_t frames = len == 0 ? 1 : (len + AIRC_TX_PAYLOAD - 1) / AIRC_TX_PAYLOAD;
     size_t i;
+    if (frames > AIRC_SEND_WINDOW) {
+        return AIRC_E_INVALID; /* larger than the whole window: it could never go */
+    }
     if (frames > (size_t)(AIRC_SEND_WINDOW - s->count)) {
         return AIRC_E_WOULD_BLOCK;
     }

@@ -137,7 +137,7 @@ class AircConnection:
         self._owed_acks: dict[int, None] = {}  # streams that owe the peer an ACK
         self._ack_deadline: float | None = None
         self._ack_now = False
-        self._retransmit: list[bytes] = []  # frames due again, sent before new ones
+        self._retransmit: list[InFlight] = []  # frames due again, sent before new ones
         self._out: list[bytes] = []
         self._nonces = itertools.count(1)
         self._time_requests: dict[int, None] = {}  # nonces awaiting an answer (at most 16)
@@ -240,7 +240,9 @@ class AircConnection:
             if self._ack_now or (self._ack_deadline is not None and now >= self._ack_deadline):
                 self._flush_acks(now)
             if self._retransmit:
-                out.extend(self._retransmit)
+                # One acknowledged since it fell due (a fast retransmit, then the ACK it was
+                # waiting for) stays home.
+                out.extend(frame.data for frame in self._retransmit if not frame.acknowledged)
                 self._retransmit.clear()
             if self._sending:
                 if self._priority_queued:
@@ -459,7 +461,7 @@ class AircConnection:
     def _resend(self, frame: InFlight, now: float) -> None:
         frame.retries += 1
         frame.deadline = now + self._rtt.backoff(frame.retries)
-        self._retransmit.append(frame.data)
+        self._retransmit.append(frame)
         self.stats.retransmits += 1
 
     # -- helpers ----------------------------------------------------------------------------

@@ -40,7 +40,7 @@ class RttEstimator:
 class InFlight:
     """A frame sent and not yet acknowledged: its bytes, for retransmission."""
 
-    __slots__ = ("data", "deadline", "retries", "sent_at", "seq")
+    __slots__ = ("acknowledged", "data", "deadline", "retries", "sent_at", "seq")
 
     def __init__(self, seq: int, data: bytes, sent_at: float, deadline: float) -> None:
         self.seq = seq
@@ -48,6 +48,7 @@ class InFlight:
         self.sent_at = sent_at
         self.deadline = deadline
         self.retries = 0
+        self.acknowledged = False
 
 
 class SendStream:
@@ -93,7 +94,9 @@ class SendStream:
         acked: list[InFlight] = []
         in_flight = self.in_flight
         while in_flight and serial_diff(in_flight[0].seq, ack) <= 0:
-            acked.append(in_flight.popleft())
+            frame = in_flight.popleft()
+            frame.acknowledged = True
+            acked.append(frame)
         if acked:
             self.dup_acks = 0
         elif in_flight:
