@@ -28,9 +28,9 @@ try:
 except ImportError:  # the random mode needs nothing more
     atheris = None
 
-from tests.airc_c import differential  # noqa: E402
-from tests.airc_c.binding import FUZZ_PROFILE, Library, build  # noqa: E402
-from tests.airc_c.test_differential import corpus  # noqa: E402
+from tests.airc_c import differential
+from tests.airc_c.binding import FUZZ_PROFILE, Library, build
+from tests.airc_c.test_differential import corpus
 
 BUILD = Path(__file__).resolve().parents[1] / "build" / "airc-c"
 LIBRARY = Library(build(BUILD, FUZZ_PROFILE, sanitize=os.environ.get("AIRC_SANITIZE") == "1"))
