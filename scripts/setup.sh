@@ -71,9 +71,13 @@ fi
 # Debian packages the tests use: Chromium (browser tests), nats-server (the JetStream hub,
 # event logs and schema registry), mosquitto (the MQTT bridge's broker), coturn (the STUN/TURN
 # server of the WebRTC NAT lab), nftables (the lab's NAT routers), and clang with libbpf's
-# headers (the lanes' BPF classifier, `airlane shaping`); the tests start their own servers on
-# free ports or in network namespaces they create.
+# headers (the lanes' BPF classifier, `airlane shaping`), and the ARM bare-metal compiler with
+# QEMU (the AIRC C library built and run for a Cortex-M4, without their recommended extras);
+# the tests start their own servers on free ports or in network namespaces they create.
 if [ "$want_test" = 1 ]; then
+  bare=""
+  command -v arm-none-eabi-gcc >/dev/null || bare="$bare gcc-arm-none-eabi"
+  command -v qemu-system-arm >/dev/null || bare="$bare qemu-system-arm"
   missing=""
   [ -x /usr/bin/chromium ] || missing="$missing chromium"
   command -v nats-server >/dev/null || missing="$missing nats-server"
@@ -89,6 +93,14 @@ if [ "$want_test" = 1 ]; then
     $sudo apt-get update -qq
     # shellcheck disable=SC2086 (a list of package names)
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq $missing >/dev/null
+  fi
+  if [ -n "$bare" ]; then
+    sudo=""
+    [ "$(id -u)" = 0 ] || sudo="sudo"
+    echo "Installing Debian packages for the tests:$bare" >&2
+    [ -n "$missing" ] || $sudo apt-get update -qq
+    # shellcheck disable=SC2086 (a list of package names)
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $bare >/dev/null
   fi
 fi
 

@@ -12,7 +12,14 @@ import random
 import pytest
 
 from airlane.wire.airc.errors import ErrorCode
-from airlane.wire.airc.frame import ACK_BIT, EOM_BIT, SIGNALLING_STREAM, Frame, encode_frame
+from airlane.wire.airc.frame import (
+    ACK_BIT,
+    EOM_BIT,
+    SIGNALLING_STREAM,
+    Frame,
+    crc16,
+    encode_frame,
+)
 from airlane.wire.airc.signalling import GoAway, TimeRequest, encode_signal
 
 from . import differential
@@ -112,3 +119,15 @@ def test_each_bound_and_verdict_the_same(
     for split in (0, len(data) // 3, len(data)):
         events = differential.check_connection(library, data, split)
         assert events[-1][:2] == ("closed", code), (name, events)
+
+
+def test_the_crc_matches_pythons_at_every_length_and_start(library: Library) -> None:
+    assert library.lib.airc_crc16(b"123456789", 9, 0xFFFF) == 0x29B1
+    rng = random.Random(5)
+    data = rng.randbytes(300)
+    for start in range(4):
+        for length in range(0, 70):
+            chunk = data[start : start + length]
+            for initial in (0xFFFF, 0x1D0F, 0):
+                expected = crc16(chunk, initial)
+                assert library.lib.airc_crc16(chunk, length, initial) == expected
