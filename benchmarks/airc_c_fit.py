@@ -21,8 +21,8 @@ on a Cortex-M4 at 180 MHz.
 - **Host**: ns per frame for the C library (``bench/host_parse.c``, ``-O2``) and the Python codec
   on the same frames, same run.
 
-The device profile is airc_config.h's defaults (one data stream beside signalling, 256-byte
-receive frames, 128-byte send frames, 512-byte messages, a window of 4).
+The device profile is airc_config.h's defaults (one data stream beside signalling, 512-byte
+receive frames and messages, 128-byte send frames, a window of 4).
 
     .venv/bin/python benchmarks/airc_c_fit.py                 # a markdown report
     .venv/bin/python benchmarks/airc_c_fit.py --json fit.json
@@ -48,13 +48,16 @@ ARM = ["-std=c99", "-mcpu=cortex-m4", "-mthumb", "-Os", "-ffreestanding", f"-I{R
 CLOCK_HZ = 180_000_000
 SEED_RAM = 3.2 * 1024
 SEED_PARSE_US = 8.7
-RX_PAYLOAD = 256  # airc_config.h's AIRC_RX_PAYLOAD, the largest case's payload
+RX_PAYLOAD = int(
+    re.search(r"#define AIRC_RX_PAYLOAD (\d+)", (ROOT / "include" / "airc_config.h").read_text())[1]
+)
+"""airc_config.h's AIRC_RX_PAYLOAD: the largest case's payload."""
 CASES = {
     1: "decoder, empty frame",
     2: "decoder, largest frame",
     3: "connection, empty message",
     4: "connection, largest one-frame message",
-    5: "worst: largest frame, split, ends a fragmented message",
+    5: "worst: largest frame, split over two reads, ends a fragmented message",
 }
 
 EDGE = r'edge: \{ sourcename: "([^"]+)" targetname: "([^"]+)"'
@@ -234,15 +237,16 @@ def python_parse() -> dict[str, float]:
     from airlane.wire.airc.connection import AircConnection
     from airlane.wire.airc.frame import EOM_BIT, Frame, FrameDecoder, encode_frame
 
-    payload = bytes((i * 7) & 0xFF for i in range(256))
+    payload = bytes((i * 7) & 0xFF for i in range(RX_PAYLOAD))
     frame = encode_frame(Frame(1, 1, 0, payload, EOM_BIT))
     rounds = 20_000
     started = time.perf_counter()
     for _ in range(rounds):
-        FrameDecoder(256).decode(frame)
+        FrameDecoder(RX_PAYLOAD).decode(frame)
     decoder = (time.perf_counter() - started) / rounds * 1e9
     frames = [encode_frame(Frame(1, seq, 0, payload, EOM_BIT)) for seq in range(1, rounds + 1)]
-    connection = AircConnection(AircConfig(max_receive_payload=256, max_message_size=512), now=0.0)
+    config = AircConfig(max_receive_payload=RX_PAYLOAD, max_message_size=RX_PAYLOAD)
+    connection = AircConnection(config, now=0.0)
     started = time.perf_counter()
     for data in frames:
         connection.receive_data(data, 0.0)

@@ -3,7 +3,8 @@
  * them with -D on the compiler's command line. The defaults are the device profile that
  * docs/airc-c.md measures against the seed's 3.2 KB budget: one data stream beside
  * signalling, 4 frames in flight per stream, no reordering (TCP and serial links never
- * reorder; a frame ahead of a gap is dropped and comes again).
+ * reorder; a frame ahead of a gap is dropped and comes again), frames and messages of up to
+ * 512 bytes from the gateway, 128-byte frames to it (so messages of up to 512 bytes).
  *
  * The Python codec takes the same limits from AircConfig:
  *   AIRC_RX_PAYLOAD     max_receive_payload   largest frame payload accepted
@@ -21,7 +22,8 @@
 #define AIRC_MAX_STREAMS 1
 #endif
 #ifndef AIRC_RX_PAYLOAD
-#define AIRC_RX_PAYLOAD 256
+#define AIRC_RX_PAYLOAD 512 /* the gateway's largest event to a reader, `done` with its usage,
+                               is about 400 bytes in one frame */
 #endif
 #ifndef AIRC_TX_PAYLOAD
 #define AIRC_TX_PAYLOAD 128

@@ -3,14 +3,18 @@
 
 #include "airc.h"
 
-/* One field of a message layout. Fixed-size integers are their byte count (1, 2, 4, 8); the
- * other kinds are flagged above that. Sized fields carry their prefix size and limit. */
+/* One field of a message layout, in two bytes (the table is 20 types x 9 fields). Fixed-size
+ * integers are their byte count (1, 2, 4, 8); the other kinds are flagged above that. A sized
+ * field carries its prefix size in the low bits and the index of its limit in `limits`. */
 enum { F_BOOL = 16, F_CODE = 17, F_TEXT = 32, F_BLOB = 64 };
 
 typedef struct {
-    uint8_t kind;   /* 1, 2, 4, 8, F_BOOL, F_CODE, or F_TEXT/F_BLOB | prefix size */
-    uint32_t limit; /* sized fields: the most bytes accepted */
+    uint8_t kind;  /* 1, 2, 4, 8, F_BOOL, F_CODE, or F_TEXT/F_BLOB | prefix size */
+    uint8_t limit; /* sized fields: an index into limits */
 } field;
+
+enum { L_64, L_200, L_255, L_1K, L_4K, L_64K1, L_64K, L_1M };
+static const uint32_t limits[] = {64, 200, 255, 1024, 4096, 0xFFFF, 65536, 1u << 20};
 
 #define U8 {1, 0}
 #define U16 {2, 0}
@@ -20,32 +24,32 @@ typedef struct {
 #define CODE {F_CODE, 0}
 #define TEXT(prefix, limit) {F_TEXT | (prefix), (limit)}
 #define BLOB(prefix, limit) {F_BLOB | (prefix), (limit)}
-#define STREAM_NAME TEXT(1, 200)
-#define EPOCH TEXT(1, 64)
-#define SDP TEXT(4, 65536)
+#define STREAM_NAME TEXT(1, L_200)
+#define EPOCH TEXT(1, L_64)
+#define SDP TEXT(4, L_64K)
 #define END {0, 0}
 
 /* The layouts of signalling.py's _LAYOUTS, types 0x01..0x14, in field order. */
 static const field layouts[AIRC_SIG_LAST][9] = {
-    /* 0x01 GEN_REQ */ {U16, U16, U32, TEXT(1, 64), BLOB(4, 1u << 20), END},
+    /* 0x01 GEN_REQ */ {U16, U16, U32, TEXT(1, L_64), BLOB(4, L_1M), END},
     /* 0x02 GEN_ACK */ {U16, U16, U32, U32, U32, U32, STREAM_NAME, EPOCH, END},
     /* 0x03 OPEN */ {U16, U16, STREAM_NAME, EPOCH, U64, END},
     /* 0x04 OPENED */ {U16, U16, STREAM_NAME, EPOCH, U64, BOOL, END},
     /* 0x05 CLOSE */ {U16, U64, END},
     /* 0x06 CANCEL */ {U16, U16, END},
     /* 0x07 CANCELLED */ {U16, U16, BOOL, END},
-    /* 0x08 ERROR */ {U16, TEXT(1, 255), TEXT(2, 1024), END},
+    /* 0x08 ERROR */ {U16, TEXT(1, L_255), TEXT(2, L_1K), END},
     /* 0x09 TIME_REQ */ {U32, END},
     /* 0x0A TIME_RESP */ {U32, U32, U32, END},
-    /* 0x0B GOAWAY */ {CODE, TEXT(2, 0xFFFF), END},
-    /* 0x0C AUTH */ {U16, TEXT(2, 4096), END},
-    /* 0x0D AUTHENTICATED */ {U16, TEXT(1, 255), END},
+    /* 0x0B GOAWAY */ {CODE, TEXT(2, L_64K1), END},
+    /* 0x0C AUTH */ {U16, TEXT(2, L_4K), END},
+    /* 0x0D AUTHENTICATED */ {U16, TEXT(1, L_255), END},
     /* 0x0E RTC_OFFER */ {U16, SDP, END},
-    /* 0x0F RTC_ANSWER */ {U16, TEXT(1, 255), SDP, END},
-    /* 0x10 RTC_CANDIDATES */ {U16, TEXT(1, 255), SDP, END},
-    /* 0x11 RTC_CLOSE */ {U16, TEXT(1, 255), END},
+    /* 0x0F RTC_ANSWER */ {U16, TEXT(1, L_255), SDP, END},
+    /* 0x10 RTC_CANDIDATES */ {U16, TEXT(1, L_255), SDP, END},
+    /* 0x11 RTC_CLOSE */ {U16, TEXT(1, L_255), END},
     /* 0x12 SET_LANE */ {U16, U8, END},
-    /* 0x13 LANE_SET */ {U16, U8, TEXT(1, 255), END},
+    /* 0x13 LANE_SET */ {U16, U8, TEXT(1, L_255), END},
     /* 0x14 CANCEL_STREAM */ {U16, STREAM_NAME, END},
 };
 
@@ -123,7 +127,7 @@ airc_error airc_signal_check(const uint8_t *payload, size_t len) {
                 size = (size << 8) | payload[at + i];
             }
             at += prefix;
-            if (size > f->limit || len - at < size) {
+            if (size > limits[f->limit] || len - at < size) {
                 return AIRC_BAD_SIGNALLING;
             }
             if ((f->kind & F_TEXT) != 0 && !valid_utf8(payload + at, size)) {
