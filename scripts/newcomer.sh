@@ -345,6 +345,7 @@ skip 'airlane serve --port 8420 --hub nats://127.0.0.1:4222 --node-id a' "$why_c
 skip 'airlane serve --port 8520 --hub nats://127.0.0.1:4222 --node-id b' "$why_cluster"
 skip 'airlane bench --hub nats://127.0.0.1:4222 --streams 500 --chunks 200' "$why_cluster"
 skip 'airlane serve --workers auto' 'its workers share streams through a nats-server it starts, which the set-up does not install; tests/server/test_workers.py runs it with the one the test set-up installs'
+skip 'airlane serve --model-dir models/qwen2.5-0.5b-instruct' 'needs a real model directory (a download from the Hugging Face Hub, which this walk does not reach) and the local extra; tests/backends/local serves a tiny model the tests build'
 skip 'airlane serve --mqtt mqtt://127.0.0.1:1883' 'needs an MQTT broker on port 1883; tests/mqtt runs the same bridge against a Mosquitto the tests start on a free port'
 
 # -- docs/edge.md: rules ----------------------------------------------------------------------

@@ -20,7 +20,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 # The stamp records what was installed (its name carries the extras, so changing them
 # reinstalls), so a second run with unchanged pyproject is instant.
-extras=$([ "$want_test" = 1 ] && echo "[test,bench,webrtc]" || echo "")
+extras=$([ "$want_test" = 1 ] && echo "[test,bench,webrtc,local]" || echo "")
 stamp=".venv/.airlane-installed$extras"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   # Quiet pip, so say what is happening: the first install takes half a minute or more.

@@ -25,6 +25,7 @@ from airlane.core.errors import AirlaneError, ErrorCode
 from airlane.core.events import Event
 
 __all__ = [
+    "AdmittingBackend",
     "Backend",
     "BackendError",
     "Feed",
@@ -135,6 +136,18 @@ class Feed(Protocol):
         """Feed every batch to ``sink``, the last one ending with the terminal event, then
         return. Cancelling the awaiting task stops the feed: ``sink`` is not called again.
         An exception from ``sink`` stops it too and is raised here."""
+        ...
+
+
+@runtime_checkable
+class AdmittingBackend(Protocol):
+    """A `Backend` with a bounded queue of its own (a local model, one generation at a time)."""
+
+    def admit(self, request: GenerationRequest) -> None:
+        """Raise `BackendError` (code ``overloaded``) if ``request`` would find no room now. The
+        gateway asks before it creates the stream, so that the client gets the refusal as its
+        answer (HTTP 503) rather than as a stream's error event; the backend checks again
+        when the stream starts."""
         ...
 
 

@@ -103,6 +103,13 @@ def serve_command(
         str | None, typer.Option(envvar="AIRLANE_UPSTREAM_KEY", help="Bearer key for upstream.")
     ] = None,
     model: Annotated[str | None, typer.Option(help="Model name to force upstream.")] = None,
+    model_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Serve the causal language model in this directory (needs the 'local' "
+            "extra; docs/backends.md)."
+        ),
+    ] = None,
     api_key: Annotated[
         list[str] | None,
         typer.Option(
@@ -193,7 +200,7 @@ def serve_command(
     ] = "1",
 ) -> None:
     """Run the gateway (in-memory hub unless --hub names NATS; synthetic backend unless
-    --upstream is given)."""
+    --upstream or --model-dir is given)."""
     # Here, not at the top: the other commands do not load the server.
     from airlane.server import ServerConfig, load_config
     from airlane.server.workers import worker_count
@@ -215,6 +222,9 @@ def serve_command(
         upstream=upstream or settings.upstream,
         upstream_api_key=upstream_key or settings.upstream_api_key,
         model=model or settings.model,
+        local=replace(settings.local, model_dir=str(model_dir))
+        if model_dir is not None
+        else settings.local,
         api_keys=keys,
         log_level=log_level,
     )
@@ -276,6 +286,8 @@ def ready_line(settings: ServerConfig, listening: Listening, workers: int = 1) -
     """The line ``airlane serve`` prints on stdout once it serves (scripts and tests read the
     addresses from it)."""
     backend = f"upstream {settings.upstream}" if settings.upstream else "synthetic backend"
+    if settings.local.model_dir is not None:
+        backend = f"local model {settings.local.model_dir}"
     if settings.hub != "memory":
         backend += f", hub {settings.hub}"
     if workers > 1:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from airlane.backends.base import (
+    AdmittingBackend,
     Backend,
     BackendError,
     Feed,
@@ -214,6 +215,7 @@ class Gateway:
         self.started = time.monotonic()
         self._producers: set[asyncio.Task[None]] = set()
         self._feeding = backend if isinstance(backend, FeedingBackend) else None
+        self._admit = backend.admit if isinstance(backend, AdmittingBackend) else None
 
     async def start(self) -> None:
         """Start the hub's background work, then the event logs and the registry."""
@@ -367,6 +369,8 @@ class Gateway:
         self.security.authorize(principal, Action.GENERATE, stream_id)
         if len(self._producers) >= self.config.max_generations:
             raise HubFull(f"{self.config.max_generations} generations are running, the limit")
+        if self._admit is not None:
+            self._admit(request)  # a backend that is full says so before the stream exists
         release = self.quotas.start_stream(principal)
         try:
             with client_names(key, stream_id):

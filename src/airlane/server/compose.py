@@ -36,8 +36,21 @@ __all__ = ["build_app", "build_backend", "build_event_sourcing", "build_hub", "n
 
 
 def build_backend(config: ServerConfig) -> Backend:
-    """The synthetic backend, the upstream one when ``upstream`` is set, or the offload router
-    between two of them when ``[offload]`` names an edge and a cloud."""
+    """The synthetic backend, the upstream one when ``upstream`` is set, the offload router
+    between two of them when ``[offload]`` names an edge and a cloud, or a local model when
+    ``[local] model_dir`` (``--model-dir``) names one (loaded here: a directory that does not
+    load is a `ValueError`, a start-up failure)."""
+    local = config.local
+    if local.model_dir is not None:
+        from airlane.backends.local import LocalModelBackend, load_model  # torch: only here
+
+        loaded = load_model(Path(local.model_dir), threads=local.threads)
+        return LocalModelBackend(
+            loaded,
+            max_queued=local.max_queued,
+            max_ahead=local.max_ahead,
+            default_max_tokens=local.default_max_tokens,
+        )
     offload = config.offload
     if offload.enabled:
         assert offload.edge_url is not None and offload.cloud_url is not None

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from airlane.artifacts.config import ArtifactsConfig
+from airlane.backends.local.config import LocalConfig
 from airlane.backends.offload_rule import OffloadConfig
 from airlane.backends.synthetic import SyntheticConfig
 from airlane.core import OrphanMode, OrphanPolicy, Retention
@@ -132,6 +133,9 @@ class ServerConfig:
     """Client API keys -> principal names; empty: no authentication (localhost default)."""
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
     """Timing of the synthetic backend."""
+    local: LocalConfig = field(default_factory=LocalConfig)
+    """A model from a local directory as the backend (``[local]``, ``--model-dir``,
+    docs/backends.md); ``model_dir`` set, it replaces the synthetic backend and ``upstream``."""
     offload: OffloadConfig = field(default_factory=OffloadConfig)
     """Generations routed between an edge and a cloud backend (``[offload]``, docs/edge.md);
     set, it replaces ``upstream``."""
@@ -247,6 +251,7 @@ def _settings(path: Path, data: dict[str, Any], config: ServerConfig) -> ServerC
     """``config`` with ``data`` (a parsed file) applied."""
     nested: dict[str, Any] = {
         "synthetic": (SyntheticConfig, config.synthetic),
+        "local": (LocalConfig, config.local),
         "offload": (OffloadConfig, config.offload),
         "rules": (RulesConfig, config.rules),
         "webrtc": (WebRtcConfig, config.webrtc),

@@ -1,0 +1,141 @@
+"""``airlane serve --model-dir`` driven by the official openai SDK: streaming equals
+non-streaming for the same seed, multi-byte text arrives intact, cancel ends the stream, a full
+queue answers 503, and a bad model directory stops the start with one line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from tests.servers import ServerProcess, run_server
+
+MESSAGES = [{"role": "user", "content": "Größe 数据 🙂 hello"}]
+
+
+@pytest.fixture(scope="module")
+def gateway(model_dir: Path) -> Iterator[ServerProcess]:
+    with run_server("--model-dir", str(model_dir), config="[local]\nmax_queued = 0\n") as running:
+        yield running
+
+
+def client(gateway: ServerProcess) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="unused", max_retries=0, timeout=30)
+
+
+def test_streaming_equals_non_streaming_for_the_same_seed(gateway: ServerProcess) -> None:
+    sdk = client(gateway)
+    for seed in (11, 12):
+        whole = sdk.chat.completions.create(
+            model="tiny",
+            messages=MESSAGES,
+            seed=seed,
+            max_tokens=30,  # type: ignore[arg-type]
+        )
+        chunks = sdk.chat.completions.create(
+            model="tiny",
+            messages=MESSAGES,
+            seed=seed,
+            max_tokens=30,
+            stream=True,  # type: ignore[arg-type]
+            stream_options={"include_usage": True},
+        )
+        streamed, usage = "", None
+        for chunk in chunks:
+            if chunk.choices:
+                streamed += chunk.choices[0].delta.content or ""
+            if chunk.usage is not None:
+                usage = chunk.usage
+        assert streamed == whole.choices[0].message.content
+        assert streamed.encode("utf-8").decode("utf-8") == streamed  # intact UTF-8 throughout
+        assert usage is not None and whole.usage is not None
+        assert usage.completion_tokens == whole.usage.completion_tokens <= 30
+        assert usage.prompt_tokens == whole.usage.prompt_tokens > 0
+
+
+def test_cancel_ends_the_stream_and_frees_the_model(gateway: ServerProcess) -> None:
+    sdk = client(gateway)
+    response = sdk.chat.completions.with_raw_response.create(
+        model="tiny",
+        messages=MESSAGES,
+        seed=3,
+        max_tokens=2000,
+        stream=True,  # type: ignore[arg-type]
+    )
+    stream_id = response.headers["x-airlane-stream-id"]
+    chunks = response.parse()
+    next(iter(chunks))
+    cancelled = httpx.post(f"{gateway.url}/v1/streams/{stream_id}/cancel", timeout=10)
+    assert cancelled.status_code == 200, cancelled.text
+    finish = [
+        c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason
+    ]
+    assert finish == ["cancelled"] or finish == []
+    chunks.close()
+    # The model is free again within a token's time (the stream ended first: the gateway ends
+    # it at once and the model stops at its next token): a new request is served, not
+    # refused (max_queued is 0).
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            again = sdk.chat.completions.create(
+                model="tiny",
+                messages=MESSAGES,
+                seed=1,
+                max_tokens=3,  # type: ignore[arg-type]
+            )
+            break
+        except openai.APIStatusError as busy:
+            assert busy.status_code == 503 and time.monotonic() < deadline
+            time.sleep(0.01)
+    assert again.choices[0].finish_reason == "length"
+
+
+def test_a_full_queue_answers_503_before_the_stream_starts(gateway: ServerProcess) -> None:
+    sdk = client(gateway)
+    busy = sdk.chat.completions.create(
+        model="tiny",
+        messages=MESSAGES,
+        seed=2,
+        max_tokens=3000,
+        stream=True,  # type: ignore[arg-type]
+    )
+    next(iter(busy))  # the model is generating it; nothing may wait behind it
+    with pytest.raises(openai.APIStatusError) as refused:
+        sdk.chat.completions.create(
+            model="tiny",
+            messages=MESSAGES,
+            max_tokens=3,
+            stream=True,  # type: ignore[arg-type]
+        )
+    assert refused.value.status_code == 503
+    assert "busy" in str(refused.value)
+    busy.close()
+
+
+@pytest.mark.parametrize("broken", ["missing", "empty", "corrupt"])
+def test_a_bad_model_directory_stops_the_start_with_one_line(broken: str, tmp_path: Path) -> None:
+    directory = tmp_path / "model"
+    if broken != "missing":
+        directory.mkdir()
+    if broken == "corrupt":
+        (directory / "config.json").write_text("{not json")
+        (directory / "model.safetensors").write_bytes(b"\0" * 16)
+        (directory / "tokenizer.json").write_text("{}")
+    result = subprocess.run(
+        [sys.executable, "-m", "airlane", "serve", "--port", "0", "--model-dir", str(directory)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(directory) in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
