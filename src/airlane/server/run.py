@@ -208,6 +208,7 @@ async def _serve(
     app.metrics.registry.register(pacer)
     app.metrics.registry.register(app.gateway.audit)
     app.metrics.registry.register(app.gateway.auth_guard)
+    _register_backend_metrics(app)
     if tls is not None:
         tls.on_refused = _audit_refused_handshakes(app.gateway)
     accept_metrics = AcceptorMetrics()
@@ -585,3 +586,9 @@ class _Signals:
             self._stop.set()
         elif self._task is not None:
             self._task.cancel()
+
+
+def _register_backend_metrics(app: AirlaneApp) -> None:
+    """A backend with counters of its own (a local model's) shows them on ``/metrics``."""
+    if callable(getattr(app.gateway.backend, "collect", None)):
+        app.metrics.registry.register(app.gateway.backend)  # type: ignore[arg-type]

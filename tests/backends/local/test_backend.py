@@ -163,3 +163,14 @@ def test_a_missing_or_broken_model_directory_is_one_clear_error(tmp_path: Path) 
     (broken / "tokenizer.json").write_text("{}")
     with pytest.raises(ModelDirError, match="does not load"):
         load_model(broken)
+
+
+async def test_max_tokens_stops_where_the_models_context_ends(backend: LocalModelBackend) -> None:
+    context = backend.loaded.context
+    assert context == 512
+    prompt = len(prompt_ids(backend.loaded, MESSAGES))
+    events = await run(backend, request(seed=6, max_tokens=5000))
+    assert events[-2].data["completion_tokens"] <= context - prompt
+    long_prompt = [{"role": "user", "content": "stream " * 600}]
+    with pytest.raises(BackendError, match="context"):
+        await run(backend, GenerationRequest(model="tiny", messages=long_prompt))

@@ -97,6 +97,35 @@ def test_cancel_ends_the_stream_and_frees_the_model(gateway: ServerProcess) -> N
     assert again.choices[0].finish_reason == "length"
 
 
+def metric(gateway: ServerProcess, name: str) -> float:
+    text = httpx.get(f"{gateway.url}/metrics", timeout=10).text
+    line = next(line for line in text.splitlines() if line.startswith(f"{name} "))
+    return float(line.split()[1])
+
+
+def test_a_reader_that_leaves_stops_the_model_under_orphan_cancel(gateway: ServerProcess) -> None:
+    sdk = client(gateway)
+    tokens_before = metric(gateway, "airlane_local_tokens_total")
+    chunks = sdk.chat.completions.create(
+        model="tiny",
+        messages=MESSAGES,
+        max_tokens=400,
+        stream=True,
+        extra_body={"airlane": {"orphan": "cancel"}},
+    )  # type: ignore[call-overload]
+    next(iter(chunks))
+    chunks.close()  # the only reader disconnects
+    deadline = time.monotonic() + 5
+    while metric(gateway, "airlane_local_pending") > 0:
+        assert time.monotonic() < deadline, "the model kept generating for its lost reader"
+        time.sleep(0.01)
+    made = metric(gateway, "airlane_local_tokens_total") - tokens_before
+    assert 1 <= made < 400  # stopped early: not every token it was allowed
+    assert (
+        metric(gateway, "airlane_local_tokens_after_cancel_total") <= 2
+    )  # this test, the cancel one
+
+
 def test_a_full_queue_answers_503_before_the_stream_starts(gateway: ServerProcess) -> None:
     sdk = client(gateway)
     busy = sdk.chat.completions.create(

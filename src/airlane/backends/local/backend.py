@@ -23,10 +23,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from airlane.backends.base import BackendError, GenerationRequest
 from airlane.backends.local.detokenize import IncrementalDetokenizer
@@ -135,11 +137,34 @@ class LocalModelBackend:
 
     # -- generation ---------------------------------------------------------------------------
 
+    def collect(self) -> Iterator[Metric]:
+        """The model's counters, for ``/metrics``."""
+        stats = self.stats
+        yield CounterMetricFamily(
+            "airlane_local_generations", "Generations the local model ran.", value=stats.generations
+        )
+        yield CounterMetricFamily(
+            "airlane_local_tokens", "Tokens the local model produced.", value=stats.tokens
+        )
+        yield CounterMetricFamily(
+            "airlane_local_tokens_after_cancel",
+            "Tokens produced after a generation was told to stop (at most one each).",
+            value=stats.tokens_after_cancel,
+        )
+        yield CounterMetricFamily(
+            "airlane_local_refused", "Requests refused as overloaded.", value=stats.refused
+        )
+        yield GaugeMetricFamily(
+            "airlane_local_pending",
+            "Generations running or waiting for the model.",
+            value=self._pending,
+        )
+
     async def stream(self, request: GenerationRequest) -> AsyncGenerator[list[Event], None]:
         """One generation's events: deltas as whole characters, then usage and done."""
         self.admit(request)
         settings = _settings(request, self.default_max_tokens)
-        prompt = prompt_ids(self.loaded, request.messages)
+        prompt = self._prompt(request, settings)
         self._pending += 1
         generation = _Generation(asyncio.get_running_loop(), self.max_ahead)
         work = asyncio.wrap_future(
@@ -186,6 +211,20 @@ class LocalModelBackend:
                 await asyncio.shield(work)
             self._pending -= 1
             self.stats.tokens_after_cancel += generation.stopped_after
+
+    def _prompt(self, request: GenerationRequest, settings: dict[str, Any]) -> list[int]:
+        """The prompt's ids; ``max_new_tokens`` capped where the model's context ends (the
+        stream then ends with ``length`` there), a prompt that fills it refused."""
+        prompt = prompt_ids(self.loaded, request.messages)
+        context = self.loaded.context
+        if context is not None:
+            if len(prompt) >= context:
+                raise BackendError(
+                    f"the prompt is {len(prompt)} tokens; the model's context is {context}",
+                    code=ErrorCode.INVALID_REQUEST,
+                )
+            settings["max_new_tokens"] = min(settings["max_new_tokens"], context - len(prompt))
+        return prompt
 
     def _generate(
         self, prompt: list[int], settings: dict[str, Any], generation: _Generation

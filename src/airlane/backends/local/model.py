@@ -35,6 +35,8 @@ class LoadedModel:
     """Its tokenizer (``PreTrainedTokenizerBase``)."""
     eos_token_ids: tuple[int, ...]
     """Ids that end a generation (the generation config's, else the tokenizer's)."""
+    context: int | None = None
+    """The most positions the model takes (prompt and completion), where its config says."""
 
 
 def load_model(directory: Path, *, threads: int | None = None) -> LoadedModel:
@@ -64,7 +66,8 @@ def load_model(directory: Path, *, threads: int | None = None) -> LoadedModel:
     if missing:
         raise ModelDirError(f"model directory {directory} has no {', no '.join(missing)}")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never a network request for a local model
-    transformers.utils.logging.disable_progress_bar()  # no progress bars in a server's log
+    # No progress bars in a server's log.
+    transformers.utils.logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     if threads:
         torch.set_num_threads(threads)
     try:
@@ -80,7 +83,12 @@ def load_model(directory: Path, *, threads: int | None = None) -> LoadedModel:
     if eos is None:
         eos = tokenizer.eos_token_id
     eos_ids = tuple(eos) if isinstance(eos, list | tuple) else (() if eos is None else (eos,))
-    return LoadedModel(directory.name, model, tokenizer, tuple(int(i) for i in eos_ids))
+    config = model.config
+    context = getattr(config, "max_position_embeddings", None) or getattr(
+        config, "n_positions", None
+    )
+    eos_ids = tuple(int(i) for i in eos_ids)
+    return LoadedModel(directory.name, model, tokenizer, eos_ids, int(context) if context else None)
 
 
 def prompt_ids(loaded: LoadedModel, messages: Sequence[dict[str, Any]]) -> list[int]:
