@@ -6,6 +6,7 @@ everything, the broker included."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -21,7 +22,9 @@ import httpx
 import psutil
 import pytest
 
-from airlane.server.workers import worker_count
+from airlane.server import ServerConfig
+from airlane.server import workers as workers_module
+from airlane.server.workers import WorkersError, _Supervisor, worker_count
 from tests.natsserver import nats_binary
 from tests.servers import ServerProcess, run_gateway
 
@@ -186,3 +189,63 @@ def test_without_a_hub_or_nats_server_it_says_what_to_do(tmp_path: Path) -> None
     assert line.startswith("airlane serve: --workers shares streams through a NATS JetStream")
     assert "--hub nats://" in line and "apt-get install nats-server" in line
     assert not (tmp_path / ".airlane").exists()  # nothing made on the way
+
+
+class _Flaky:
+    """A worker whose start fails the first ``failures`` times (the supervision loop's view
+    of a worker: start, wait, signal)."""
+
+    def __init__(self, failures: int) -> None:
+        self.name = "w0"
+        self.failures = failures
+        self.starts = 0
+        self.exited = asyncio.Event()
+
+    async def start(self) -> None:
+        self.starts += 1
+        if self.starts <= self.failures:
+            raise WorkersError(f"worker w0 could not start (try {self.starts})")
+        self.exited.clear()
+
+    async def wait(self) -> int:
+        await self.exited.wait()
+        return -9
+
+    def signal(self, sig: int) -> None:
+        pass
+
+
+async def _supervise(worker: _Flaky, monkeypatch: pytest.MonkeyPatch) -> _Supervisor:
+    monkeypatch.setattr(workers_module, "RETRY_DELAY_S", 0.01)
+    supervisor = _Supervisor(ServerConfig(), 1, "unused", workers=[worker])  # type: ignore[list-item]
+    watching = asyncio.create_task(supervisor._watch())
+    worker.exited.set()  # the worker dies
+    deadline = time.monotonic() + 5
+    while not watching.done() and time.monotonic() < deadline:
+        if worker.starts > worker.failures:  # started again
+            break
+        await asyncio.sleep(0.01)
+    supervisor.stopping.set()
+    await asyncio.wait_for(watching, 5)
+    return supervisor
+
+
+async def test_a_worker_that_does_not_start_again_is_tried_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    worker = _Flaky(failures=2)
+    await _supervise(worker, monkeypatch)
+    assert worker.starts == 3  # two failed starts, each tried again, then running
+
+
+async def test_a_worker_that_never_starts_spends_the_budget_and_stops_everything(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    worker = _Flaky(failures=1000)
+    monkeypatch.setattr(workers_module, "RETRY_DELAY_S", 0.01)
+    supervisor = _Supervisor(ServerConfig(), 1, "unused", workers=[worker])  # type: ignore[list-item]
+    watching = asyncio.create_task(supervisor._watch())
+    worker.exited.set()
+    await asyncio.wait_for(watching, 5)  # ends by itself: the budget is spent
+    assert supervisor.stopping.is_set()
+    assert worker.starts == workers_module.MAX_RESTARTS

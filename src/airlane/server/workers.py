@@ -10,8 +10,9 @@ for them, ``nats-server -js`` on a free loopback port, storing under ``.airlane/
 
 The supervisor fixes the listeners' ports first (a free one wherever the system was to pick:
 every worker must bind the same), prints one ready line once every worker takes connections,
-and restarts a worker that dies (at most `MAX_RESTARTS` in `RESTART_WINDOW_S`; past that it
-stops them all and exits 1). SIGINT or SIGTERM stops every worker as one gateway stops
+and restarts a worker that dies, trying again after `RETRY_DELAY_S` where the new one does
+not start (at most `MAX_RESTARTS` tries in `RESTART_WINDOW_S`; past that it stops them all and
+exits 1). SIGINT or SIGTERM stops every worker as one gateway stops
 (gracefully; a second signal cuts the grace short), then the broker it started. Each worker's
 ``/metrics`` shows every worker's samples, labelled ``worker`` (`airlane.runtime.worker_metrics`).
 """
@@ -34,6 +35,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from airlane.server.config import ServerConfig
 from airlane.server.run import Listening
@@ -49,6 +51,10 @@ MAX_WORKERS = 256
 MAX_RESTARTS = 5
 RESTART_WINDOW_S = 60.0
 READY_TIMEOUT_S = 60.0
+RETRY_DELAY_S = 1.0
+"""A worker that did not start is tried again after this pause (each try counts against
+`MAX_RESTARTS`): what kept it from starting (a broker restarting, a port briefly taken) may
+have passed; what never passes spends the budget and stops the supervisor."""
 STOP_TIMEOUT_S = 30.0
 BROKER_READY_S = 10.0
 
@@ -241,6 +247,12 @@ class _Worker:
         return code
 
 
+async def _after(delay: float) -> str:
+    """A failed start, reported as an exit ``delay`` seconds later (so it is tried again)."""
+    await asyncio.sleep(delay)
+    return "did not start"
+
+
 async def _forward(stream: asyncio.StreamReader) -> None:
     """What a worker prints after its ready line, on the supervisor's standard output."""
     while line := await stream.readline():
@@ -304,8 +316,11 @@ class _Supervisor:
 
     async def _watch(self) -> None:
         """Restart workers that exit, until a signal (or too many restarts)."""
-        exits = {asyncio.ensure_future(w.wait()): w for w in self.workers}
-        stop = asyncio.ensure_future(self.stopping.wait())
+        # A worker's exit status, or "did not start" (`_after`) where a start failed.
+        exits: dict[asyncio.Future[Any], _Worker] = {
+            asyncio.ensure_future(w.wait()): w for w in self.workers
+        }
+        stop: asyncio.Future[Any] = asyncio.ensure_future(self.stopping.wait())
         try:
             while not self.stopping.is_set():
                 done, _ = await asyncio.wait({stop, *exits}, return_when=asyncio.FIRST_COMPLETED)
@@ -323,7 +338,8 @@ class _Supervisor:
                     try:
                         await worker.start()
                     except WorkersError as exc:
-                        log.error("%s", exc)
+                        log.error("%s; trying again in %g s", exc, RETRY_DELAY_S)
+                        exits[asyncio.ensure_future(_after(RETRY_DELAY_S))] = worker
                         continue
                     exits[asyncio.ensure_future(worker.wait())] = worker
         finally:
