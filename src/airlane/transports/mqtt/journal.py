@@ -15,7 +15,13 @@ The file is a line per change, written before the store and before the acknowled
     I <number> <packet id> <digest>     taken: about to be stored
     A <number>                          acknowledged to the broker
 
-Only a copy marked DUP looks its number up; a new message always gets a new number. A process
+Only a copy marked DUP looks its number up; a new message always gets a new number. A copy
+may also come after its message was acknowledged: Mosquitto 2.0, restarted from its store right
+after it sent a QoS 2 message's PUBREL, restores the message as unacknowledged and sends the
+PUBLISH again (seen in tests/mqtt/test_crash.py). So the last `RECENT` acknowledged messages
+are remembered too (in memory, and from the journal's lines when it is read), and such a copy
+gets its number back; a PUBLISH without DUP under a remembered packet id is a new message (the
+broker reuses an id only once its flow is over) and forgets the old one. A process
 killed between two lines leaves at worst a duplicate, never a loss: an ``A`` is written before
 the acknowledgement is sent, so a lost acknowledgement makes the broker send the message again
 under a number no longer live (stored again: a duplicate), and a message that was never taken
@@ -30,13 +36,16 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["COMPACT_LINES", "InflightJournal", "Taken"]
+__all__ = ["COMPACT_LINES", "RECENT", "InflightJournal", "Taken"]
 
 COMPACT_LINES = 10_000
 """Lines past which the journal is rewritten with its live entries only."""
+RECENT = 4096
+"""Acknowledged messages remembered (packet id, number, digest) for a copy sent again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +66,8 @@ class InflightJournal:
         self._next = 1
         self._live: dict[int, tuple[int, str]] = {}
         """packet id -> (number, digest) of messages taken and not yet acknowledged."""
+        self._recent: OrderedDict[int, tuple[int, str]] = OrderedDict()
+        """The same for the last `RECENT` acknowledged ones, oldest first."""
         self._lines = 0
         self._fd = -1
 
@@ -85,7 +96,7 @@ class InflightJournal:
                     number = int(parts[1])
                     packet_id = numbers.pop(number, 0)
                     if self._live.get(packet_id, (0, ""))[0] == number:
-                        del self._live[packet_id]
+                        self._remember(packet_id, self._live.pop(packet_id))
             except (IndexError, ValueError):
                 continue  # a torn last line from a killed process: nothing it says is needed
         self._rewrite()
@@ -109,9 +120,11 @@ class InflightJournal:
         """Number a received message; the line to write (None: a copy of a message already
         numbered, whose number it reuses). Write the lines with `write` before storing."""
         if dup:
-            live = self._live.get(packet_id)
-            if live is not None and live[1] == digest:
-                return Taken(live[0], self.key(live[0])), None
+            for known in (self._live.get(packet_id), self._recent.get(packet_id)):
+                if known is not None and known[1] == digest:
+                    return Taken(known[0], self.key(known[0])), None
+        else:
+            self._recent.pop(packet_id, None)  # the id is reused: its old message is done
         number = self._next
         self._next += 1
         self._live[packet_id] = (number, digest)
@@ -123,7 +136,7 @@ class InflightJournal:
         live = self._live.get(packet_id)
         if live is None or live[0] != number:
             return None
-        del self._live[packet_id]
+        self._remember(packet_id, self._live.pop(packet_id))
         return f"A {number}\n"
 
     def release(self, packet_id: int) -> str | None:
@@ -131,7 +144,18 @@ class InflightJournal:
         number (None if none is live): a QoS 2 message is settled at PUBREL, when the
         broker can no longer send it again."""
         live = self._live.pop(packet_id, None)
-        return None if live is None else f"A {live[0]}\n"
+        if live is None:
+            return None
+        self._remember(packet_id, live)
+        return f"A {live[0]}\n"
+
+    def _remember(self, packet_id: int, entry: tuple[int, str]) -> None:
+        """Keep an acknowledged message's number for a copy sent again anyway (bounded)."""
+        recent = self._recent
+        recent[packet_id] = entry
+        recent.move_to_end(packet_id)
+        while len(recent) > RECENT:
+            recent.popitem(last=False)
 
     def write(self, lines: list[str]) -> None:
         """Append ``lines`` in one write; rewrite the file once it has grown long."""
