@@ -17,24 +17,14 @@ from typing import Any
 
 import pytest
 
-from airlane.wire.airc.config import AircConfig
 from airlane.wire.airc.connection import AircConnection
 from airlane.wire.airc.events import ConnectionClosed, MessageReceived, SignalReceived
 from airlane.wire.airc.frame import FrameDecoder, encode_frame
 from airlane.wire.airc.signalling import Cancel, encode_signal
 
-from .binding import E_INVALID, E_WOULD_BLOCK, FUZZ_PROFILE, CConnection, Library
+from .binding import E_INVALID, E_WOULD_BLOCK, CConnection, Library
+from .differential import CONFIG
 
-CONFIG = AircConfig(
-    max_frame_payload=FUZZ_PROFILE["AIRC_TX_PAYLOAD"],
-    max_receive_payload=FUZZ_PROFILE["AIRC_RX_PAYLOAD"],
-    max_message_size=FUZZ_PROFILE["AIRC_MAX_MESSAGE"],
-    send_window=FUZZ_PROFILE["AIRC_SEND_WINDOW"],
-    reorder_window=FUZZ_PROFILE["AIRC_REORDER_WINDOW"],
-    max_streams=FUZZ_PROFILE["AIRC_MAX_STREAMS"],
-    max_receive_buffer=FUZZ_PROFILE["AIRC_MAX_RECEIVE_BUFFER"],
-    ack_every=FUZZ_PROFILE["AIRC_ACK_EVERY"],
-)
 LATENCY_US = 2_000
 MAX_STEPS = 20_000
 

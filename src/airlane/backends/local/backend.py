@@ -200,9 +200,7 @@ class LocalModelBackend:
             yield [usage, Event.done(finish)]
         except BackendError:
             raise
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
+        except Exception as exc:  # the model's own failure (cancellation is not an Exception)
             raise BackendError(f"the local model failed: {exc}") from exc
         finally:
             generation.stop.set()
