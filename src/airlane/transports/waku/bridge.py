@@ -1,0 +1,298 @@
+"""`WakuBridge`: Waku messages as events of Airlane streams, and back.
+
+A content topic ``/app/1/chat/proto`` is the stream ``waku/app/1/chat/proto`` (the prefix is
+`WakuConfig.stream_prefix`). A message that arrives over Waku (light push, relay) is appended
+there as a ``message`` event whose data keeps everything needed to give the identical message
+back: ``content_topic``, ``payload_base64``, ``timestamp`` (ns), ``meta_base64``,
+``ephemeral``, the ``pubsub_topic`` it came on and its ``hash`` (hex). SSE, WebSocket and gRPC
+readers of the stream see those events; Waku peers see every event of the stream as a Waku
+message: the original for one that came from Waku, otherwise a new message whose payload is
+the event's ``payload_base64`` (decoded), else its ``payload`` as JSON, else the whole event as
+Airlane's native JSON; its timestamp is when the log took the event (to the millisecond, as
+js-waku keeps it), fixed the first time it is made.
+
+The store protocol reads the same stream (`history`), so history and resume come from one
+place: what the stream retains is what the store has. Ephemeral messages reach readers and
+filter subscribers but are left out of store answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from airlane.core import Event, Kind, Position, valid_stream_id
+from airlane.core.errors import AirlaneError, ErrorCode
+from airlane.gateway import Principal, Subscription, principal_named
+from airlane.transports.waku.config import WakuConfig
+from airlane.transports.waku.errors import WAKU_STATUS
+from airlane.wire.errors import DecodeError
+from airlane.wire.event_json import event_to_json
+from airlane.wire.waku import ContentTopic, Status, WakuMessage, auto_shard, shard_topic
+from airlane.wire.waku.message import parse_shard_topic
+
+if TYPE_CHECKING:
+    from airlane.gateway import Gateway
+
+__all__ = ["Refused", "StoredEntry", "WakuBridge"]
+
+log = logging.getLogger("airlane.waku")
+
+_CACHE = "waku.message"
+HISTORY_LIMIT = 100_000
+"""Events read for one store query at most (a stream's retention bounds it first)."""
+HISTORY_READ_S = 10.0
+
+
+class Refused(Exception):
+    """A request the node answers with a Waku status code and reason."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEntry:
+    """A message of a stream as the store sees it."""
+
+    message: WakuMessage
+    pubsub_topic: str
+    hash: bytes
+
+
+class WakuBridge:
+    """Content topics to streams and back, through the gateway as one principal."""
+
+    def __init__(self, gateway: Gateway, config: WakuConfig) -> None:
+        self.gateway = gateway
+        self.config = config
+        spec = principal_named(config.principal)
+        self.principal = Principal(spec.name, spec.roles, spec.tenant, via="waku")
+        self._prefix = config.stream_prefix
+
+    # -- naming -----------------------------------------------------------------------------
+
+    def stream_for(self, content_topic: str) -> str:
+        """The stream of a content topic.
+
+        Raises:
+            Refused: not a content topic, or one no stream id can name.
+        """
+        try:
+            ContentTopic.parse(content_topic)
+        except DecodeError as exc:
+            raise Refused(Status.BAD_REQUEST, str(exc)) from None
+        stream_id = self._prefix + content_topic
+        if not valid_stream_id(stream_id):
+            raise Refused(
+                Status.BAD_REQUEST,
+                f"content topic {content_topic[:80]!r} has characters a stream id cannot hold "
+                "(A-Z a-z 0-9 . _ : / -)",
+            )
+        return stream_id
+
+    def content_topic_of(self, stream_id: str) -> str | None:
+        """The content topic a stream carries, if it is one of the node's."""
+        if not stream_id.startswith(self._prefix + "/"):
+            return None
+        return stream_id[len(self._prefix) :]
+
+    def pubsub_for(self, content_topic: str, pubsub_topic: str | None) -> str:
+        """The pubsub topic a request means: the one it names (checked), else the content
+        topic's shard by autosharding.
+
+        Raises:
+            Refused: another cluster, a shard this node does not serve, an RLN-only shard.
+        """
+        config = self.config
+        if pubsub_topic:
+            try:
+                cluster, shard = parse_shard_topic(pubsub_topic)
+            except DecodeError as exc:
+                raise Refused(Status.UNSUPPORTED_PUBSUB_TOPIC, str(exc)) from None
+            if cluster != config.cluster_id:
+                raise Refused(
+                    Status.UNSUPPORTED_PUBSUB_TOPIC,
+                    f"this node serves cluster {config.cluster_id}, not {cluster}",
+                )
+        else:
+            try:
+                shard = auto_shard(content_topic, config.shards_in_cluster)
+            except DecodeError as exc:
+                raise Refused(Status.BAD_REQUEST, str(exc)) from None
+        if shard not in config.shards:
+            raise Refused(
+                Status.UNSUPPORTED_PUBSUB_TOPIC,
+                f"this node does not serve shard {shard} (it serves {list(config.shards)})",
+            )
+        return shard_topic(config.cluster_id, shard)
+
+    def check_rln(self, pubsub_topic: str) -> None:
+        """Refuse a message for an RLN-only shard: proofs cannot be verified here."""
+        _, shard = parse_shard_topic(pubsub_topic)
+        if shard in self.config.rln_shards:
+            raise Refused(
+                Status.SERVICE_UNAVAILABLE,
+                f"shard {shard} takes only RLN-proven messages and this node cannot verify "
+                "RLN proofs",
+            )
+
+    # -- into Airlane -----------------------------------------------------------------------
+
+    async def publish(self, message: WakuMessage, pubsub_topic: str) -> bytes:
+        """Append a message from Waku to its content topic's stream; its hash.
+
+        Raises:
+            Refused: a bad topic, or the gateway refused (the reason is the gateway's).
+        """
+        stream_id = self.stream_for(message.content_topic)
+        self.check_rln(pubsub_topic)
+        digest = message.hash(pubsub_topic)
+        data: dict[str, Any] = {
+            "content_topic": message.content_topic,
+            "payload_base64": base64.b64encode(message.payload).decode(),
+            "pubsub_topic": pubsub_topic,
+            "hash": digest.hex(),
+        }
+        if message.timestamp is not None:
+            data["timestamp"] = message.timestamp
+        if message.meta is not None:
+            data["meta_base64"] = base64.b64encode(message.meta).decode()
+        if message.ephemeral:
+            data["ephemeral"] = True
+        event = Event(Kind.MESSAGE, data=data)
+        try:
+            await self.gateway.publish(self.principal, stream_id, event)
+        except AirlaneError as exc:
+            raise Refused(WAKU_STATUS[exc.code], f"{exc.code}: {exc}") from None
+        return digest
+
+    # -- out of Airlane ---------------------------------------------------------------------
+
+    def to_waku(self, event: Event, content_topic: str) -> WakuMessage | None:
+        """The Waku message an event of a content topic's stream is (None for the stream's
+        bookkeeping: snapshots)."""
+        if event.kind is Kind.SNAPSHOT:
+            return None
+        cached = event.cached(_CACHE)
+        if cached is not None:
+            return WakuMessage.decode(cached, max_payload=1 << 30)
+        message = _from_event(event, content_topic)
+        event.cache(_CACHE, message.encode())
+        return message
+
+    async def subscribe_live(self, content_topic: str) -> Subscription:
+        """A reader of the content topic's stream from its current end (creating it).
+
+        Raises:
+            AirlaneError: the gateway refused (not allowed, the hub is down...).
+        """
+        stream_id = self.stream_for(content_topic)
+        gateway = self.gateway
+        await gateway.create_named(self.principal, stream_id, exist_ok=True)
+        info = await gateway.info(self.principal, stream_id)
+        return await gateway.subscribe(
+            self.principal, stream_id, resume=Position(info.epoch, info.last_seq)
+        )
+
+    async def history(
+        self, content_topic: str, pubsub_topic: str, accept: Callable[[StoredEntry], bool]
+    ) -> list[StoredEntry]:
+        """The stored (not ephemeral) messages of a content topic's stream that ``accept``
+        takes, oldest first.
+
+        Raises:
+            Refused: the gateway refused, or reading took over `HISTORY_READ_S`.
+        """
+        stream_id = self.stream_for(content_topic)
+        gateway = self.gateway
+        try:
+            info = await gateway.info(self.principal, stream_id)
+        except AirlaneError as exc:
+            if exc.code is ErrorCode.STREAM_NOT_FOUND:
+                return []
+            raise Refused(WAKU_STATUS[exc.code], f"{exc.code}: {exc}") from None
+        entries: list[StoredEntry] = []
+        if info.last_seq == 0:
+            return entries
+        try:
+            subscription = await gateway.subscribe(self.principal, stream_id)
+        except AirlaneError as exc:
+            raise Refused(WAKU_STATUS[exc.code], f"{exc.code}: {exc}") from None
+        try:
+            read = 0
+            deadline = time.monotonic() + HISTORY_READ_S
+            while subscription.position.seq < info.last_seq and read < HISTORY_LIMIT:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise Refused(Status.SERVICE_UNAVAILABLE, "reading the history took too long")
+                try:
+                    async with asyncio.timeout(remaining):
+                        batch = await subscription.next_batch(512)
+                except TimeoutError:
+                    raise Refused(
+                        Status.SERVICE_UNAVAILABLE, "reading the history took too long"
+                    ) from None
+                if not batch:
+                    break
+                read += len(batch)
+                for event in batch:
+                    entry = self._entry(event, content_topic, pubsub_topic)
+                    if entry is not None and accept(entry):
+                        entries.append(entry)
+        finally:
+            await subscription.aclose()
+        return entries
+
+    def _entry(self, event: Event, content_topic: str, pubsub_topic: str) -> StoredEntry | None:
+        data = event.data or {}
+        if data.get("ephemeral") is True:
+            return None
+        message = self.to_waku(event, content_topic)
+        if message is None:
+            return None
+        pubsub = data.get("pubsub_topic") if "payload_base64" in data else None
+        topic = pubsub if isinstance(pubsub, str) else pubsub_topic
+        return StoredEntry(message, topic, message.hash(topic))
+
+
+def _from_event(event: Event, content_topic: str) -> WakuMessage:
+    data = event.data or {}
+    if event.kind is Kind.MESSAGE and event.raw is None:
+        encoded = data.get("payload_base64")
+        if isinstance(encoded, str):
+            try:
+                payload = base64.b64decode(encoded, validate=True)
+            except ValueError:
+                payload = encoded.encode()
+            meta = data.get("meta_base64")
+            timestamp = data.get("timestamp")
+            return WakuMessage(
+                payload,
+                str(data.get("content_topic", content_topic)),
+                timestamp=timestamp if isinstance(timestamp, int) else _wall_ms_ns(event),
+                meta=base64.b64decode(meta) if isinstance(meta, str) else None,
+                ephemeral=data.get("ephemeral") is True,
+            )
+        if "payload" in data:
+            payload = orjson.dumps(data["payload"])
+            return WakuMessage(payload, content_topic, timestamp=_wall_ms_ns(event))
+    if event.kind is Kind.MESSAGE and event.raw is not None:
+        return WakuMessage(event.raw, content_topic, timestamp=_wall_ms_ns(event))
+    return WakuMessage(event_to_json(event), content_topic, timestamp=_wall_ms_ns(event))
+
+
+def _wall_ms_ns(event: Event) -> int:
+    """When the log took ``event``, on the wall clock, in ns rounded down to the ms."""
+    age_ns = max(0, time.monotonic_ns() - event.ts_ns) if event.ts_ns else 0
+    wall = time.time_ns() - age_ns
+    return wall - wall % 1_000_000

@@ -1,0 +1,98 @@
+"""`WakuConfig`: the Waku service node's listener, network and limits (``[waku]`` in the
+configuration file; docs/waku.md)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from airlane.wire.libp2p import Multiaddr
+
+__all__ = ["RLN_CLUSTERS", "WakuConfig"]
+
+RLN_CLUSTERS = frozenset({1})
+"""Clusters whose every shard demands RLN proofs: cluster 1 is The Waku Network."""
+_PREFIX = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+
+
+@dataclass(frozen=True, slots=True)
+class WakuConfig:
+    """How the Waku service node runs."""
+
+    enabled: bool = False
+    """Start the node with ``airlane serve`` (``--waku`` also turns it on)."""
+    host: str | None = None
+    """Where its listeners bind; None: the server's host."""
+    port: int = 8645
+    """The WebSocket listener js-waku dials (``/ip4/<host>/tcp/<port>/ws``); 0: any free port."""
+    tcp_port: int | None = None
+    """A plain TCP listener for other nodes; None: none (they dial the WebSocket one)."""
+    key_file: str | None = None
+    """Where the node keeps its private key, so its peer id survives restarts; None:
+    ``.airlane/waku/node.key`` under the working directory."""
+    cluster_id: int = 0
+    """The Waku cluster served (js-waku's ``networkConfig.clusterId``)."""
+    shards: tuple[int, ...] = (0, 1, 2, 3, 4, 5, 6, 7)
+    """The shards of the cluster served; pubsub topics ``/waku/2/rs/<cluster>/<shard>``."""
+    shards_in_cluster: int = 8
+    """The cluster's shard count for autosharding (a content topic's shard when a request
+    names no pubsub topic)."""
+    rln_shards: tuple[int, ...] = ()
+    """Shards that take only RLN-proven messages. This node cannot verify RLN proofs (no
+    verifier library for Python), so a push to one is refused with that reason, and a cluster
+    that is RLN-only throughout (`RLN_CLUSTERS`) is refused at start."""
+    stream_prefix: str = "waku"
+    """A content topic ``/app/1/chat/proto`` is the Airlane stream ``<prefix>/app/1/chat/proto``
+    (and back)."""
+    principal: str = "waku@default"
+    """Whom the node acts as toward the gateway (``NAME@TENANT``)."""
+    max_payload: int = 150 * 1024
+    """The largest message payload accepted (the Waku network's own limit)."""
+    max_peers: int = 1000
+    """Connections held at once; more are closed at once."""
+    max_streams: int = 64
+    """Streams one connection may have open."""
+    stream_buffer: int = 1 << 20
+    """Bytes buffered per stream that its handler has not read; past it the stream is reset."""
+    max_topics_per_peer: int = 100
+    """Content topics one peer may subscribe to through filter."""
+    subscription_ttl_s: float = 300.0
+    """A filter subscription lapses this long after its last subscribe or ping."""
+    push_queue: int = 1024
+    """Messages queued for one filter subscriber; past it the oldest are dropped (and
+    counted): filter is best effort, the store has them."""
+    store_page: int = 20
+    """Messages per store page when a query names no limit."""
+    store_max_page: int = 100
+    """The largest store page."""
+    handshake_timeout_s: float = 10.0
+    request_timeout_s: float = 30.0
+    """How long a request stream may take to send its request."""
+    peers: tuple[str, ...] = ()
+    """Nodes to connect to at start and stay connected with (multiaddrs with ``/p2p/``)."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.cluster_id < 1 << 16:
+            raise ValueError("[waku] cluster_id is 0 to 65535")
+        if not self.shards or any(not 0 <= shard < 1024 for shard in self.shards):
+            raise ValueError("[waku] shards is a non-empty list of 0 to 1023")
+        if not 1 <= self.shards_in_cluster <= 1024:
+            raise ValueError("[waku] shards_in_cluster is 1 to 1024")
+        if self.cluster_id in RLN_CLUSTERS:
+            raise ValueError(
+                f"[waku] cluster {self.cluster_id} (The Waku Network) takes only messages with "
+                "RLN proofs, and this node cannot verify them (no RLN verifier for Python); "
+                "choose another cluster_id"
+            )
+        if not set(self.rln_shards) <= set(self.shards):
+            raise ValueError("[waku] rln_shards must be among shards")
+        if _PREFIX.fullmatch(self.stream_prefix) is None:
+            raise ValueError("[waku] stream_prefix: 1 to 64 of A-Z a-z 0-9 . _ : -")
+        if self.max_payload < 1 or self.max_payload > 1 << 20:
+            raise ValueError("[waku] max_payload is 1 byte to 1 MiB")
+        for peer in self.peers:
+            address = Multiaddr.parse(peer)
+            if address.peer_id() is None:
+                raise ValueError(f"[waku] peer {peer!r} needs its /p2p/<peer id>")
+        if not 1 <= self.store_page <= self.store_max_page:
+            raise ValueError("[waku] store_page is 1 to store_max_page")

@@ -1,0 +1,294 @@
+"""`FilterService`: 12/WAKU2-FILTER's service side, fed from Airlane streams.
+
+A light node subscribes (a pubsub topic and up to `WakuConfig.max_topics_per_peer` content
+topics); the service reads each subscribed content topic's stream from its end with one hub
+subscription per topic however many peers want it (`_TopicWatch`), and pushes every new event,
+as a Waku message, to each subscriber over a ``filter-push`` stream of that peer's connection.
+Each subscriber has a bounded queue and one pushing task: a slow or vanished subscriber loses
+its oldest pushes (counted in `FilterStats.dropped`), never the node's memory; the store keeps
+everything that is not ephemeral. Subscriptions lapse `WakuConfig.subscription_ttl_s` after
+the last subscribe or ping, as the specification asks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from airlane.core.errors import AirlaneError
+from airlane.gateway import Subscription
+from airlane.transports.waku.bridge import Refused, WakuBridge
+from airlane.transports.waku.config import WakuConfig
+from airlane.transports.waku.connection import PeerConnection
+from airlane.wire.errors import DecodeError
+from airlane.wire.libp2p import PeerId
+from airlane.wire.waku import FILTER_PUSH, FilterRequest, MessagePush, Status, WakuMessage
+
+__all__ = ["FilterService", "FilterStats"]
+
+log = logging.getLogger("airlane.waku")
+
+SWEEP_S = 15.0
+"""How often lapsed subscriptions are looked for."""
+RESUBSCRIBE_S = 1.0
+"""Pause before a topic's reader follows its stream again after losing it."""
+
+
+@dataclass(slots=True)
+class FilterStats:
+    """Counters for /metrics and tests."""
+
+    pushed: int = 0
+    dropped: int = 0
+    subscribers: int = 0
+
+
+class _Subscriber:
+    __slots__ = ("expires", "pusher", "queue", "topics", "wake")
+
+    def __init__(self, expires: float) -> None:
+        self.topics: dict[str, str] = {}  # content topic -> pubsub topic
+        self.expires = expires
+        self.queue: deque[MessagePush] = deque()
+        self.wake = asyncio.Event()
+        self.pusher: asyncio.Task[None] | None = None
+
+
+class _TopicWatch:
+    """One content topic's stream, read from its end, for every peer subscribed to it."""
+
+    def __init__(self, service: FilterService, content_topic: str) -> None:
+        self.service = service
+        self.content_topic = content_topic
+        self.peers: set[PeerId] = set()
+        self.subscription: Subscription | None = None
+        self.task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self.subscription = await self.service.bridge.subscribe_live(self.content_topic)
+        self.task = asyncio.create_task(self._read(), name=f"waku-filter {self.content_topic}")
+
+    async def _read(self) -> None:
+        bridge = self.service.bridge
+        while True:
+            subscription = self.subscription
+            if subscription is None:
+                return
+            batch = await subscription.next_batch(256)
+            if not batch:  # the stream was deleted or ended: follow it again, once it exists
+                await subscription.aclose()
+                self.subscription = None
+                await asyncio.sleep(RESUBSCRIBE_S)
+                try:
+                    self.subscription = await bridge.subscribe_live(self.content_topic)
+                except (AirlaneError, Refused) as exc:
+                    log.warning("waku: cannot follow %s again: %s", self.content_topic, exc)
+                    return
+                continue
+            for event in batch:
+                message = bridge.to_waku(event, self.content_topic)
+                if message is not None:
+                    self.service.deliver(self.content_topic, self.peers, message)
+
+    async def aclose(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+        if self.subscription is not None:
+            await self.subscription.aclose()
+            self.subscription = None
+
+
+class FilterService:
+    """Subscriptions and pushes. See the module docstring."""
+
+    def __init__(
+        self,
+        bridge: WakuBridge,
+        config: WakuConfig,
+        connection_to: Callable[[PeerId], PeerConnection | None],
+    ) -> None:
+        self.bridge = bridge
+        self.config = config
+        self.connection_to = connection_to
+        self.stats = FilterStats()
+        self._subscribers: dict[PeerId, _Subscriber] = {}
+        self._watches: dict[str, _TopicWatch] = {}
+        self._sweeper: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()  # subscribe/unsubscribe change watches one at a time
+
+    async def start(self) -> None:
+        """Start looking for lapsed subscriptions."""
+        self._sweeper = asyncio.create_task(self._sweep(), name="waku-filter-sweep")
+
+    async def aclose(self) -> None:
+        """Stop every reader and pusher."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+        for peer in list(self._subscribers):
+            self._drop_subscriber(peer)
+        for watch in list(self._watches.values()):
+            await watch.aclose()
+        self._watches.clear()
+
+    def topics_of(self, peer: PeerId) -> dict[str, str]:
+        """A peer's subscriptions: content topic -> pubsub topic."""
+        subscriber = self._subscribers.get(peer)
+        return dict(subscriber.topics) if subscriber is not None else {}
+
+    # -- requests ---------------------------------------------------------------------------
+
+    async def handle(self, peer: PeerId, request: FilterRequest) -> tuple[int, str | None]:
+        """Answer one subscribe request: ``(status, description)``."""
+        kind = request.kind
+        if kind == FilterRequest.PING:
+            subscriber = self._subscribers.get(peer)
+            if subscriber is None or not subscriber.topics:
+                return Status.NOT_FOUND, "no subscriptions for this peer"
+            subscriber.expires = time.monotonic() + self.config.subscription_ttl_s
+            return Status.OK, None
+        if kind == FilterRequest.UNSUBSCRIBE_ALL:
+            async with self._lock:
+                if peer not in self._subscribers:
+                    return Status.NOT_FOUND, "no subscriptions for this peer"
+                topics = list(self._subscribers[peer].topics)
+                self._drop_subscriber(peer)
+                await self._unwatch(peer, topics)
+            return Status.OK, None
+        if not request.content_topics:
+            return Status.BAD_REQUEST, "a filter request names content topics"
+        if kind == FilterRequest.UNSUBSCRIBE:
+            async with self._lock:
+                subscriber = self._subscribers.get(peer)
+                if subscriber is None:
+                    return Status.NOT_FOUND, "no subscriptions for this peer"
+                for topic in request.content_topics:
+                    subscriber.topics.pop(topic, None)
+                await self._unwatch(peer, list(request.content_topics))
+                if not subscriber.topics:
+                    self._drop_subscriber(peer)
+            return Status.OK, None
+        try:
+            pubsub = {
+                topic: self.bridge.pubsub_for(topic, request.pubsub_topic)
+                for topic in request.content_topics
+            }
+            for topic in request.content_topics:
+                self.bridge.stream_for(topic)
+        except Refused as exc:
+            return exc.status, exc.reason
+        async with self._lock:
+            subscriber = self._subscribers.get(peer)
+            existing = set(subscriber.topics) if subscriber is not None else set()
+            if len(existing | set(pubsub)) > self.config.max_topics_per_peer:
+                return (
+                    Status.TOO_MANY_REQUESTS,
+                    f"at most {self.config.max_topics_per_peer} content topics per peer",
+                )
+            try:
+                for topic in pubsub:
+                    await self._watch(peer, topic)
+            except (AirlaneError, Refused) as exc:
+                await self._unwatch(peer, [t for t in pubsub if t not in existing])
+                return Status.SERVICE_UNAVAILABLE, f"cannot follow the topic: {exc}"
+            if subscriber is None:
+                subscriber = self._subscribers[peer] = _Subscriber(0.0)
+                subscriber.pusher = asyncio.create_task(
+                    self._push(peer, subscriber), name=f"waku-push {peer}"
+                )
+                self.stats.subscribers = len(self._subscribers)
+            subscriber.topics.update(pubsub)
+            subscriber.expires = time.monotonic() + self.config.subscription_ttl_s
+        return Status.OK, None
+
+    async def _watch(self, peer: PeerId, topic: str) -> None:
+        watch = self._watches.get(topic)
+        if watch is None:
+            watch = _TopicWatch(self, topic)
+            await watch.start()
+            self._watches[topic] = watch
+        watch.peers.add(peer)
+
+    async def _unwatch(self, peer: PeerId, topics: list[str]) -> None:
+        for topic in topics:
+            watch = self._watches.get(topic)
+            if watch is None:
+                continue
+            watch.peers.discard(peer)
+            if not watch.peers:
+                del self._watches[topic]
+                await watch.aclose()
+
+    def _drop_subscriber(self, peer: PeerId) -> None:
+        subscriber = self._subscribers.pop(peer, None)
+        if subscriber is not None and subscriber.pusher is not None:
+            subscriber.pusher.cancel()
+        self.stats.subscribers = len(self._subscribers)
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_S)
+            now = time.monotonic()
+            lapsed = [peer for peer, sub in self._subscribers.items() if sub.expires < now]
+            for peer in lapsed:
+                async with self._lock:
+                    subscriber = self._subscribers.get(peer)
+                    if subscriber is None or subscriber.expires >= now:
+                        continue
+                    topics = list(subscriber.topics)
+                    self._drop_subscriber(peer)
+                    await self._unwatch(peer, topics)
+                log.info("waku: the filter subscription of %s lapsed", peer)
+
+    # -- pushing ----------------------------------------------------------------------------
+
+    def deliver(self, content_topic: str, peers: set[PeerId], message: WakuMessage) -> None:
+        """Queue ``message`` for every peer subscribed to its content topic."""
+        limit = self.config.push_queue
+        for peer in peers:
+            subscriber = self._subscribers.get(peer)
+            if subscriber is None:
+                continue
+            pubsub = subscriber.topics.get(content_topic)
+            if pubsub is None:
+                continue
+            if len(subscriber.queue) >= limit:
+                subscriber.queue.popleft()
+                self.stats.dropped += 1
+            subscriber.queue.append(MessagePush(message, pubsub))
+            subscriber.wake.set()
+
+    async def _push(self, peer: PeerId, subscriber: _Subscriber) -> None:
+        queue = subscriber.queue
+        while True:
+            await subscriber.wake.wait()
+            subscriber.wake.clear()
+            if not queue:
+                continue
+            connection = self.connection_to(peer)
+            if connection is None:
+                self.stats.dropped += len(queue)
+                queue.clear()
+                continue
+            try:
+                stream = await connection.open_stream(FILTER_PUSH)
+                try:
+                    # Everything queued goes out on one stream, in order.
+                    while queue:
+                        await stream.write_message(queue.popleft().encode())
+                        self.stats.pushed += 1
+                    await stream.close()
+                finally:
+                    connection.release(stream)
+            except (ConnectionError, OSError, DecodeError) as exc:
+                log.debug("waku: pushing to %s failed: %s", peer, exc)
+                self.stats.dropped += len(queue)
+                queue.clear()

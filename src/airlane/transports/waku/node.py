@@ -1,0 +1,242 @@
+"""`WakuNode`: the Waku service node, listening beside the gateway.
+
+It owns its listeners (a WebSocket one for js-waku, optionally TCP), its connections (each a
+`PeerConnection` task, at most `WakuConfig.max_peers`), the bridge to Airlane's streams and the
+filter service. Its identity (Ed25519) is kept in a key file, so its peer id, and with it the
+multiaddr clients are configured with, survives restarts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from websockets.asyncio.server import Server, ServerConnection, serve
+
+from airlane.transports.waku.bridge import WakuBridge
+from airlane.transports.waku.config import WakuConfig
+from airlane.transports.waku.connection import PeerConnection
+from airlane.transports.waku.filter import FilterService
+from airlane.transports.waku.pipe import Pipe, TcpPipe, WebSocketPipe
+from airlane.transports.waku.service import handlers
+from airlane.wire.libp2p import Identity, Multiaddr, PeerId
+
+if TYPE_CHECKING:
+    from airlane.gateway import Gateway
+
+__all__ = ["NodeStats", "WakuNode", "load_identity"]
+
+log = logging.getLogger("airlane.waku")
+
+MAX_FRAME = 2 << 20
+"""The largest WebSocket message taken (a Noise message is at most 64 KiB; js-libp2p may
+join several)."""
+
+
+@dataclass(slots=True)
+class NodeStats:
+    """Counters for /metrics and tests."""
+
+    connections: int = 0
+    refused_connections: int = 0
+    pushed_in: int = 0
+
+
+def load_identity(path: Path) -> Identity:
+    """The identity kept at ``path``, made (and written, owner-only) if missing.
+
+    Raises:
+        ValueError: the file exists but does not hold a 32-byte key.
+    """
+    try:
+        seed = path.read_bytes()
+    except FileNotFoundError:
+        identity = Identity()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "wb") as out:
+            out.write(identity.seed())
+        return identity
+    if len(seed) != 32:
+        raise ValueError(f"{path} does not hold a Waku node key (32 bytes)")
+    return Identity.from_seed(seed)
+
+
+class WakuNode:
+    """The service node; `start`, later `aclose`."""
+
+    def __init__(
+        self,
+        gateway: Gateway,
+        config: WakuConfig,
+        *,
+        host: str = "127.0.0.1",
+        identity: Identity | None = None,
+        agent: str = "airlane",
+    ) -> None:
+        self.config = config
+        self.gateway = gateway
+        self.host = config.host or host
+        key_file = Path(config.key_file or Path(".airlane") / "waku" / "node.key")
+        self.identity = identity or load_identity(key_file)
+        self.agent = agent
+        """What identify says the node runs (the composition root adds the version)."""
+        self.bridge = WakuBridge(gateway, config)
+        self.filter = FilterService(self.bridge, config, self.connection_to)
+        self.handlers = handlers(self)
+        self.stats = NodeStats()
+        self.listen_addrs: list[Multiaddr] = []
+        """Where the node listens (without its peer id)."""
+        self._connections: dict[PeerId, list[PeerConnection]] = {}
+        self._pending = 0  # connections still upgrading
+        self._ws: Server | None = None
+        self._tcp: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    @property
+    def peer_id(self) -> PeerId:
+        """This node's peer id."""
+        return self.identity.peer_id
+
+    @property
+    def multiaddrs(self) -> list[Multiaddr]:
+        """The addresses a client dials, with ``/p2p/<peer id>``."""
+        return [address.with_peer(self.peer_id) for address in self.listen_addrs]
+
+    async def start(self) -> None:
+        """Listen, and start the filter service.
+
+        Raises:
+            OSError: a port cannot be bound.
+        """
+        await self.filter.start()
+        self._ws = await serve(
+            self._on_websocket,
+            self.host,
+            self.config.port,
+            max_size=MAX_FRAME,
+            compression=None,
+            max_queue=16,
+        )
+        port = _bound_port(self._ws.sockets)
+        self.listen_addrs.append(Multiaddr.of(self.host, port, ws=True))
+        if self.config.tcp_port is not None:
+            self._tcp = await asyncio.start_server(self._on_tcp, self.host, self.config.tcp_port)
+            tcp_port = _bound_port(self._tcp.sockets)
+            self.listen_addrs.append(Multiaddr.of(self.host, tcp_port, ws=False))
+        for address in self.multiaddrs:
+            log.info("waku: listening on %s", address)
+
+    async def aclose(self) -> None:
+        """Stop listening, close every connection, stop the filter service."""
+        if self._ws is not None:
+            self._ws.close()
+        if self._tcp is not None:
+            self._tcp.close()
+        for connections in list(self._connections.values()):
+            for connection in connections:
+                await connection.close()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._ws is not None:
+            with contextlib.suppress(Exception):
+                await self._ws.wait_closed()
+        if self._tcp is not None:
+            with contextlib.suppress(Exception):
+                await self._tcp.wait_closed()
+        await self.filter.aclose()
+
+    # -- connections ------------------------------------------------------------------------
+
+    def connection_to(self, peer: PeerId) -> PeerConnection | None:
+        """The newest open connection to ``peer``."""
+        for connection in reversed(self._connections.get(peer, [])):
+            if connection.ready.is_set() and not connection.closed.is_set():
+                return connection
+        return None
+
+    def relay_peer_count(self) -> int:
+        """Relay peers a pushed message went to (none: relay is not served yet)."""
+        return 0
+
+    async def content_topics(self) -> list[str]:
+        """The content topics this node holds streams for (a store query that names none),
+        at most 1,000."""
+        bridge = self.bridge
+        infos = await self.gateway.list_streams(
+            bridge.principal, prefix=self.config.stream_prefix + "/", limit=1000
+        )
+        topics = (bridge.content_topic_of(info.stream_id) for info in infos)
+        return [topic for topic in topics if topic is not None]
+
+    def exchange_records(self) -> tuple[bytes, ...]:
+        """Peer records for peer exchange (none: this node keeps no ENRs)."""
+        return ()
+
+    async def _on_websocket(self, ws: ServerConnection) -> None:
+        await self._serve(WebSocketPipe(ws))
+
+    async def _on_tcp(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await self._serve(TcpPipe(reader, writer))
+
+    async def _serve(self, pipe: Pipe) -> None:
+        held = sum(len(c) for c in self._connections.values()) + self._pending
+        if held >= self.config.max_peers:
+            self.stats.refused_connections += 1
+            await pipe.close()
+            return
+        connection = PeerConnection(
+            pipe,
+            self.identity,
+            self.handlers,
+            initiator=False,
+            max_streams=self.config.max_streams,
+            stream_buffer=self.config.stream_buffer,
+            handshake_timeout_s=self.config.handshake_timeout_s,
+        )
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        self._pending += 1
+        upgrading = True
+        registered: PeerId | None = None
+        runner = asyncio.ensure_future(connection.run())
+        ready = asyncio.ensure_future(connection.ready.wait())
+        try:
+            await asyncio.wait({ready, runner}, return_when=asyncio.FIRST_COMPLETED)
+            self._pending -= 1
+            upgrading = False
+            if connection.ready.is_set() and connection.peer is not None:
+                registered = connection.peer
+                self._connections.setdefault(registered, []).append(connection)
+                self.stats.connections += 1
+            await runner
+        finally:
+            if upgrading:
+                self._pending -= 1
+            ready.cancel()
+            if not runner.done():
+                runner.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await runner
+            if registered is not None:
+                same_peer = self._connections.get(registered, [])
+                if connection in same_peer:
+                    same_peer.remove(connection)
+                if not same_peer:
+                    self._connections.pop(registered, None)
+            if task is not None:
+                self._tasks.discard(task)
+
+
+def _bound_port(sockets: Any) -> int:
+    for sock in sockets:
+        return int(sock.getsockname()[1])
+    raise OSError("the listener has no socket")
