@@ -52,19 +52,20 @@ fi
 # The Yjs clients of the interoperability tests (tests/sync/node: yjs + y-websocket) and the
 # RSocket-JS clients (tests/rsocket/node: rsocket-core + its TCP/WebSocket transports) and the
 # MQTT.js client of the MQTT bridge tests (tests/mqtt/node: mqtt) and the WebRTC peer of the
-# data-channel tests (tests/webrtc/node: node-datachannel) likewise, and the TypeScript compiler
-# of the TypeScript client and console (clients/js, whose tests run in tests/js).
+# data-channel tests (tests/webrtc/node: node-datachannel) and the js-waku light node of the
+# Waku tests (tests/waku/node: @waku/sdk) likewise, and the TypeScript compiler of the
+# TypeScript client and console (clients/js, whose tests run in tests/js).
 if [ "$want_test" = 1 ]; then
   if command -v node >/dev/null && command -v npm >/dev/null; then
     for node_dir in benchmarks/peers/node tests/sync/node tests/rsocket/node tests/mqtt/node \
-                    tests/webrtc/node clients/js; do
+                    tests/webrtc/node tests/waku/node clients/js; do
       if [ ! -f "$node_dir/node_modules/.package-lock.json" ] ||
          [ "$node_dir/package-lock.json" -nt "$node_dir/node_modules/.package-lock.json" ]; then
         npm ci --prefix "$node_dir" --no-audit --no-fund --loglevel=error
       fi
     done
   else
-    echo "Node.js/npm not found: the node peer, Yjs, RSocket-JS, MQTT.js, node-datachannel and TypeScript client tests are skipped" >&2
+    echo "Node.js/npm not found: the node peer, Yjs, RSocket-JS, MQTT.js, node-datachannel, js-waku and TypeScript client tests are skipped" >&2
   fi
 fi
 

@@ -25,6 +25,7 @@ AIRC_READY = re.compile(r"AIRC on tcp(?:\+tls)?://([^\s,]+):(\d+)")
 GRPC_READY = re.compile(r"gRPC on ([^\s,]+)")
 H3_READY = re.compile(r"HTTP/3 on udp://\[?([^\s,\]]+)\]?:(\d+)")
 RSOCKET_READY = re.compile(r"RSocket on tcp(?:\+tls)?://\[?([^\s,\]]+)\]?:(\d+)")
+WAKU_READY = re.compile(r"Waku on (/\S+)")
 
 FAST_SYNTHETIC = """
 [synthetic]
@@ -49,6 +50,8 @@ class ServerProcess:
     """Host and UDP port of the HTTP/3 listener (None when it is off)."""
     rsocket: tuple[str, int] | None = None
     """Host and port of the RSocket/TCP listener (None when it is off)."""
+    waku: str | None = None
+    """The Waku node's multiaddr (None when it is off)."""
 
     @property
     def pid(self) -> int:
@@ -123,13 +126,26 @@ def run_gateway(
 
 def ready_server(process: subprocess.Popen[str], timeout: float = 20.0) -> ServerProcess:
     """Wait for a started gateway's ready line (killed if it does not come in time)."""
-    url, airc, grpc, h3, rsocket = _wait_ready(process, timeout)
-    return ServerProcess(url, process, airc, grpc, h3, rsocket)
+    line = _wait_ready(process, timeout)
+    match = READY.search(line)
+    assert match is not None
+    airc = AIRC_READY.search(line)
+    grpc = GRPC_READY.search(line)
+    h3 = H3_READY.search(line)
+    rsocket = RSOCKET_READY.search(line)
+    waku = WAKU_READY.search(line)
+    return ServerProcess(
+        match.group(1),
+        process,
+        (airc[1], int(airc[2])) if airc else None,
+        grpc[1] if grpc else None,
+        (h3[1], int(h3[2])) if h3 else None,
+        (rsocket[1], int(rsocket[2])) if rsocket else None,
+        waku[1] if waku else None,
+    )
 
 
-def _wait_ready(
-    process: subprocess.Popen[str], timeout: float
-) -> tuple[str, tuple[str, int] | None, str | None, tuple[str, int] | None, tuple[str, int] | None]:
+def _wait_ready(process: subprocess.Popen[str], timeout: float) -> str:
     assert process.stdout is not None
     selector = selectors.DefaultSelector()
     selector.register(process.stdout, selectors.EVENT_READ)
@@ -139,18 +155,7 @@ def _wait_ready(
             raise RuntimeError(f"airlane serve exited with {process.returncode} before ready")
         if selector.select(timeout=0.1):
             line = process.stdout.readline()
-            match = READY.search(line)
-            if match:
-                airc = AIRC_READY.search(line)
-                grpc = GRPC_READY.search(line)
-                h3 = H3_READY.search(line)
-                rsocket = RSOCKET_READY.search(line)
-                return (
-                    match.group(1),
-                    (airc[1], int(airc[2])) if airc else None,
-                    grpc[1] if grpc else None,
-                    (h3[1], int(h3[2])) if h3 else None,
-                    (rsocket[1], int(rsocket[2])) if rsocket else None,
-                )
+            if READY.search(line):
+                return line
     process.kill()
     raise RuntimeError("airlane serve did not print its URL in time")

@@ -133,6 +133,13 @@ def serve_command(
         int | None,
         typer.Option(help="RSocket/TCP port (default: the HTTP port + 3; -1 turns it off)."),
     ] = None,
+    waku_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Serve a Waku node for js-waku on this WebSocket port (0: any free port; "
+            "-1: off, the default unless [waku] enabled)."
+        ),
+    ] = None,
     hub: Annotated[
         str | None,
         typer.Option(help="'memory' (default) or NATS JetStream URLs shared by every node."),
@@ -266,6 +273,9 @@ def serve_command(
     if artifacts is not None:
         settings = replace(settings, artifacts=replace(settings.artifacts, dir=str(artifacts)))
     settings = _with_ports(settings, airc_port, grpc_port, http3_port, rsocket_port)
+    if waku_port is not None:
+        waku = replace(settings.waku, enabled=waku_port >= 0, port=max(waku_port, 0))
+        settings = replace(settings, waku=waku)
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
 
     try:
@@ -296,7 +306,8 @@ def ready_line(settings: ServerConfig, listening: Listening, workers: int = 1) -
     grpc = f", gRPC on {listening.grpc}" if listening.grpc else ""
     h3 = f", HTTP/3 on {listening.http3}" if listening.http3 else ""
     rs = f", RSocket on {listening.rsocket}" if listening.rsocket else ""
-    return f"airlane listening on {listening.http} ({backend}){airc}{grpc}{h3}{rs}"
+    waku = f", Waku on {listening.waku}" if listening.waku else ""
+    return f"airlane listening on {listening.http} ({backend}){airc}{grpc}{h3}{rs}{waku}"
 
 
 def serve_workers(settings: ServerConfig, count: int) -> NoReturn:

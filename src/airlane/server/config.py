@@ -35,6 +35,7 @@ from airlane.transports.http.h3 import Http3Config
 from airlane.transports.http.webrtc import WebRtcConfig
 from airlane.transports.mqtt import DataClass, InboundRoute, MqttBridgeConfig, OutboundRoute
 from airlane.transports.rsocket import RSocketServerConfig
+from airlane.transports.waku.config import WakuConfig
 from airlane.wire.airc import AircConfig
 
 __all__ = [
@@ -162,6 +163,9 @@ class ServerConfig:
     """Streaming SQL rules: where they are kept, their bounds (``[rules]``, docs/edge.md)."""
     mqtt: tuple[MqttBridgeConfig, ...] = ()
     """MQTT brokers to bridge to (``[[mqtt]]``, or ``--mqtt URL``; docs/edge.md)."""
+    waku: WakuConfig = field(default_factory=WakuConfig)
+    """The Waku service node for js-waku and other Waku nodes (``[waku]``, ``--waku``;
+    docs/waku.md)."""
     tcp_keepalive_s: int = DEFAULT_TCP_KEEPALIVE_S
     """Idle seconds before TCP keepalive probes on accepted sockets."""
     hub: str = "memory"
@@ -227,7 +231,7 @@ def load_config(path: Path, base: ServerConfig | None = None) -> ServerConfig:
     ``[eventsourcing]``,
     ``[artifacts]``, ``[gc]``, ``[admission]``, ``[tls]``, ``[jwt]``, ``[policy]``, ``[audit]``,
     ``[auth_guard]``, ``[quotas]``, ``[tickets]``, ``[streams]``, ``[rules]``, ``[webrtc]``,
-    ``[lanes]`` and
+    ``[lanes]``, ``[waku]`` and
     ``[api_keys]`` tables, and ``[[mqtt]]`` bridges (added to those already configured). An
     unreadable file, one that is not TOML, an unknown key and a value of the wrong type are a
     `ConfigError` (a `ValueError`); so is a value the setting itself refuses."""
@@ -276,6 +280,7 @@ def _settings(path: Path, data: dict[str, Any], config: ServerConfig) -> ServerC
         "auth_guard": (AuthGuardConfig, config.auth_guard),
         "tickets": (TicketConfig, config.tickets),
         "streams": (MemoryHubConfig, config.streams),
+        "waku": (WakuConfig, config.waku),
     }
     changes: dict[str, Any] = {}
     allowed = {f.name for f in fields(ServerConfig)}
@@ -310,6 +315,9 @@ def _settings(path: Path, data: dict[str, Any], config: ServerConfig) -> ServerC
                 section[name] = tuple(section[name])
         for name in ("stun", "turn"):
             if key == "webrtc" and isinstance(section.get(name), list):
+                section[name] = tuple(section[name])
+        for name in ("shards", "rln_shards", "peers"):
+            if key == "waku" and isinstance(section.get(name), list):
                 section[name] = tuple(section[name])
         if key == "tls" and isinstance(section.get("trust_domains"), list):
             section["trust_domains"] = tuple(section["trust_domains"])

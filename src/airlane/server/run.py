@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from airlane import __version__
 from airlane.core.errors import ErrorCode
 from airlane.gateway import Gateway, ServerTls
 from airlane.runtime.acceptor import AcceptorMetrics
@@ -52,6 +53,7 @@ from airlane.transports.http.server import HttpServer, LifespanFailed, ServerSet
 from airlane.transports.http.webrtc.signalling import PeerSignalling
 from airlane.transports.mqtt import MqttBridge
 from airlane.transports.rsocket import RSocketTcpServer
+from airlane.transports.waku import WakuNode
 
 __all__ = [
     "ListenerError",
@@ -145,6 +147,8 @@ class Listening:
     """The HTTP/3 listener (``udp://host:port``), None when off."""
     rsocket: str | None = None
     """The RSocket/TCP listener (``tcp://host:port``), None when off."""
+    waku: str | None = None
+    """The Waku node's WebSocket multiaddr (``/ip4/.../tcp/.../ws/p2p/...``), None when off."""
 
 
 def grpc_port(config: ServerConfig, http_port: int) -> int:
@@ -363,6 +367,8 @@ class _Listeners:
         self.http3: Http3Server | None = None
         self.bridges: list[MqttBridge] = []
         """The MQTT bridges (`airlane.transports.mqtt`)."""
+        self.waku: WakuNode | None = None
+        """The Waku service node (`airlane.transports.waku`), when on."""
 
     def bind(self, listener: str, host: str, port: int, config: ServerConfig) -> socket.socket:
         """A listening socket for ``listener`` (closed by `aclose`)."""
@@ -455,15 +461,32 @@ class _Listeners:
         app.on_shutdown.append(self.http3.aclose)
 
     async def start_bridges(self, app: AirlaneApp, config: ServerConfig) -> None:
-        """Start the MQTT bridges, once the gateway has started (a resumed session hands
-        over queued messages at once, and they need the event logs). Each connects in the
-        background: a broker that is down does not stop Airlane from serving."""
+        """Start the MQTT bridges and the Waku node, once the gateway has started (a resumed
+        session hands over queued messages at once, and they need the event logs). Each
+        bridge connects in the background: a broker that is down does not stop Airlane from
+        serving."""
         for bridge_config in config.mqtt:
             bridge = MqttBridge(app.gateway, bridge_config)
             await bridge.start()
             self.bridges.append(bridge)
             # Before the gateway closes under it: the bridge's last stores finish first.
             app.on_shutdown.insert(0, bridge.aclose)
+        await self.start_waku(app, config)
+
+    async def start_waku(self, app: AirlaneApp, config: ServerConfig) -> None:
+        """Start the Waku service node, once the gateway has started (its filter readers
+        and stores go through it)."""
+        if not config.waku.enabled:
+            return
+        agent = f"airlane/{__version__}"
+        node = WakuNode(app.gateway, config.waku, host=config.host, agent=agent)
+        try:
+            await node.start()
+        except OSError as exc:
+            await node.aclose()
+            raise ListenerError("Waku", node.host, config.waku.port, _reason(exc)) from exc
+        self.waku = node
+        app.on_shutdown.insert(0, node.aclose)
 
     def listening(self, url: str, host: str) -> Listening:
         """The addresses, for ``on_ready``."""
@@ -471,7 +494,8 @@ class _Listeners:
         http3 = None if self.http3 is None else f"udp://{_bracketed(host)}:{self.http3.port}"
         airc = None if self.airc is None else self.airc.url
         rsocket = None if self.rsocket is None else self.rsocket.url
-        return Listening(url, airc, grpc, http3, rsocket)
+        waku = None if self.waku is None else str(self.waku.multiaddrs[0])
+        return Listening(url, airc, grpc, http3, rsocket, waku)
 
     async def aclose(self) -> None:
         """Stop AIRC and gRPC (idempotent: the lifespan's shutdown may have) and close every
@@ -482,6 +506,8 @@ class _Listeners:
             await self.rsocket.aclose()
         for bridge in self.bridges:
             await bridge.aclose()
+        if self.waku is not None:
+            await self.waku.aclose()
         if self.grpc is not None:
             await self.grpc.aclose()
         if self.http3 is not None:

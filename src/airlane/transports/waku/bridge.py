@@ -2,14 +2,15 @@
 
 A content topic ``/app/1/chat/proto`` is the stream ``waku/app/1/chat/proto`` (the prefix is
 `WakuConfig.stream_prefix`). A message that arrives over Waku (light push, relay) is appended
-there as a ``message`` event whose data keeps everything needed to give the identical message
-back: ``content_topic``, ``payload_base64``, ``timestamp`` (ns), ``meta_base64``,
-``ephemeral``, the ``pubsub_topic`` it came on and its ``hash`` (hex). SSE, WebSocket and gRPC
-readers of the stream see those events; Waku peers see every event of the stream as a Waku
-message: the original for one that came from Waku, otherwise a new message whose payload is
-the event's ``payload_base64`` (decoded), else its ``payload`` as JSON, else the whole event as
-Airlane's native JSON; its timestamp is when the log took the event (to the millisecond, as
-js-waku keeps it), fixed the first time it is made.
+there as a ``message`` event, as the MQTT bridge does: ``payload`` when the payload is compact
+JSON (what ``JSON.stringify`` writes), else ``payload_base64``; beside it the Waku facts
+needed to give the identical message back: ``content_topic``, ``timestamp`` (ns),
+``meta_base64``, ``ephemeral``, the ``pubsub_topic`` it came on and its ``hash`` (hex). SSE,
+WebSocket and gRPC readers of the stream see those events. Waku peers see every event of the
+stream as a Waku message: the original for one that came from Waku; for a ``message``
+published over Airlane's API, its ``payload`` as JSON; for any other event, the event in
+Airlane's native JSON. Such a message's timestamp is when the log took the event (to the
+millisecond, as js-waku keeps it), fixed the first time it is made.
 
 The store protocol reads the same stream (`history`), so history and resume come from one
 place: what the stream retains is what the store has. Ephemeral messages reach readers and
@@ -157,12 +158,10 @@ class WakuBridge:
         stream_id = self.stream_for(message.content_topic)
         self.check_rln(pubsub_topic)
         digest = message.hash(pubsub_topic)
-        data: dict[str, Any] = {
-            "content_topic": message.content_topic,
-            "payload_base64": base64.b64encode(message.payload).decode(),
-            "pubsub_topic": pubsub_topic,
-            "hash": digest.hex(),
-        }
+        data: dict[str, Any] = {"content_topic": message.content_topic}
+        data.update(_payload_fields(message.payload))
+        data["pubsub_topic"] = pubsub_topic
+        data["hash"] = digest.hex()
         if message.timestamp is not None:
             data["timestamp"] = message.timestamp
         if message.meta is not None:
@@ -260,35 +259,50 @@ class WakuBridge:
         message = self.to_waku(event, content_topic)
         if message is None:
             return None
-        pubsub = data.get("pubsub_topic") if "payload_base64" in data else None
+        pubsub = data.get("pubsub_topic") if "hash" in data else None
         topic = pubsub if isinstance(pubsub, str) else pubsub_topic
         return StoredEntry(message, topic, message.hash(topic))
 
 
+def _payload_fields(payload: bytes) -> dict[str, Any]:
+    """``payload`` for compact JSON that encodes back to the same bytes (so the message and
+    its hash can be rebuilt exactly), ``payload_base64`` otherwise."""
+    if payload[:1] in (b"{", b"[", b'"') or payload[:1].isdigit():
+        try:
+            value = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            pass
+        else:
+            if orjson.dumps(value) == payload:
+                return {"payload": value}
+    return {"payload_base64": base64.b64encode(payload).decode()}
+
+
 def _from_event(event: Event, content_topic: str) -> WakuMessage:
     data = event.data or {}
-    if event.kind is Kind.MESSAGE and event.raw is None:
-        encoded = data.get("payload_base64")
-        if isinstance(encoded, str):
-            try:
-                payload = base64.b64decode(encoded, validate=True)
-            except ValueError:
-                payload = encoded.encode()
-            meta = data.get("meta_base64")
-            timestamp = data.get("timestamp")
-            return WakuMessage(
-                payload,
-                str(data.get("content_topic", content_topic)),
-                timestamp=timestamp if isinstance(timestamp, int) else _wall_ms_ns(event),
-                meta=base64.b64decode(meta) if isinstance(meta, str) else None,
-                ephemeral=data.get("ephemeral") is True,
-            )
-        if "payload" in data:
-            payload = orjson.dumps(data["payload"])
-            return WakuMessage(payload, content_topic, timestamp=_wall_ms_ns(event))
-    if event.kind is Kind.MESSAGE and event.raw is not None:
+    if event.kind is not Kind.MESSAGE:
+        return WakuMessage(event_to_json(event), content_topic, timestamp=_wall_ms_ns(event))
+    if event.raw is not None:
         return WakuMessage(event.raw, content_topic, timestamp=_wall_ms_ns(event))
-    return WakuMessage(event_to_json(event), content_topic, timestamp=_wall_ms_ns(event))
+    encoded = data.get("payload_base64")
+    if isinstance(encoded, str):
+        try:
+            payload = base64.b64decode(encoded, validate=True)
+        except ValueError:
+            payload = encoded.encode()
+    else:
+        payload = orjson.dumps(data.get("payload"))
+    if "hash" not in data:  # published through Airlane: a new Waku message
+        return WakuMessage(payload, content_topic, timestamp=_wall_ms_ns(event))
+    meta = data.get("meta_base64")
+    timestamp = data.get("timestamp")
+    return WakuMessage(
+        payload,
+        str(data.get("content_topic", content_topic)),
+        timestamp=timestamp if isinstance(timestamp, int) else None,
+        meta=base64.b64decode(meta) if isinstance(meta, str) else None,
+        ephemeral=data.get("ephemeral") is True,
+    )
 
 
 def _wall_ms_ns(event: Event) -> int:

@@ -15,8 +15,8 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from airlane.transports.waku.pipe import Pipe
-from airlane.transports.waku.streams import MuxedStream, StreamClosed
-from airlane.wire.errors import DecodeError
+from airlane.transports.waku.streams import MuxedStream
+from airlane.wire.errors import WireError
 from airlane.wire.libp2p import (
     MPLEX_PROTOCOL,
     NOISE_PROTOCOL,
@@ -90,7 +90,7 @@ class PeerConnection:
                     await self._mplex_data(plaintext)
         except TimeoutError:
             log.info("waku: %s did not finish the libp2p handshake in time", self._who())
-        except DecodeError as exc:
+        except WireError as exc:
             log.info("waku: closing the connection to %s: %s", self._who(), exc)
         except (ConnectionError, OSError) as exc:
             log.debug("waku: connection to %s lost: %s", self._who(), exc)
@@ -214,13 +214,14 @@ class PeerConnection:
         try:
             selected = await stream.accept(lambda name: name in handlers)
             await handlers[selected.protocol](self, stream)
-        except DecodeError as exc:
+        except WireError as exc:
             log.info("waku: %s: %s; stream reset", self._who(), exc)
             await stream.reset()
-        except StreamClosed:
+        except (ConnectionError, OSError):  # StreamClosed among them: the peer went away
             pass
-        except (ConnectionError, OSError):
-            pass
+        except Exception:  # a bug here must not take the connection, or the node, with it
+            log.exception("waku: a %s handler failed", stream.protocol or "stream")
+            await stream.reset()
         finally:
             self._forget(stream)
 
@@ -269,7 +270,7 @@ class PeerConnection:
 
         Raises:
             ConnectionError: the connection is not ready or is gone.
-            DecodeError: too many streams are open.
+            WireError: too many streams are open.
         """
         if not self.ready.is_set() or self.closed.is_set():
             raise ConnectionError("the connection is not open")

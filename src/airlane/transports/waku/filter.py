@@ -25,7 +25,7 @@ from airlane.gateway import Subscription
 from airlane.transports.waku.bridge import Refused, WakuBridge
 from airlane.transports.waku.config import WakuConfig
 from airlane.transports.waku.connection import PeerConnection
-from airlane.wire.errors import DecodeError
+from airlane.wire.errors import WireError
 from airlane.wire.libp2p import PeerId
 from airlane.wire.waku import FILTER_PUSH, FilterRequest, MessagePush, Status, WakuMessage
 
@@ -234,8 +234,9 @@ class FilterService:
         self.stats.subscribers = len(self._subscribers)
 
     async def _sweep(self) -> None:
+        period = min(SWEEP_S, self.config.subscription_ttl_s / 2)
         while True:
-            await asyncio.sleep(SWEEP_S)
+            await asyncio.sleep(period)
             now = time.monotonic()
             lapsed = [peer for peer, sub in self._subscribers.items() if sub.expires < now]
             for peer in lapsed:
@@ -288,7 +289,7 @@ class FilterService:
                     await stream.close()
                 finally:
                     connection.release(stream)
-            except (ConnectionError, OSError, DecodeError) as exc:
+            except (ConnectionError, OSError, WireError) as exc:
                 log.debug("waku: pushing to %s failed: %s", peer, exc)
                 self.stats.dropped += len(queue)
                 queue.clear()

@@ -97,6 +97,7 @@ class WakuNode:
         self._ws: Server | None = None
         self._tcp: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._closed = False
 
     @property
     def peer_id(self) -> PeerId:
@@ -133,7 +134,10 @@ class WakuNode:
             log.info("waku: listening on %s", address)
 
     async def aclose(self) -> None:
-        """Stop listening, close every connection, stop the filter service."""
+        """Stop listening, close every connection, stop the filter service (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
         if self._ws is not None:
             self._ws.close()
         if self._tcp is not None:
