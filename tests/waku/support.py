@@ -139,12 +139,14 @@ async def js_waku(
 
 
 @contextlib.asynccontextmanager
-async def local_node(**settings: Any) -> AsyncIterator[WakuNode]:
-    """A gateway (in-memory streams) and a Waku node on a free port of 127.0.0.1."""
+async def local_node(identity: Identity | None = None, **settings: Any) -> AsyncIterator[WakuNode]:
+    """A gateway (in-memory streams) and a Waku node on 127.0.0.1 (a free port unless
+    ``port`` is given)."""
     gateway = Gateway(MemoryHub(), SyntheticBackend(SyntheticConfig(speed=0)))
     await gateway.start()
     settings.setdefault("cluster_id", CLUSTER)
-    node = WakuNode(gateway, WakuConfig(port=0, **settings), identity=Identity())
+    settings.setdefault("port", 0)
+    node = WakuNode(gateway, WakuConfig(**settings), identity=identity or Identity())
     await node.start()
     try:
         yield node

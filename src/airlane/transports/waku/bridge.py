@@ -189,8 +189,9 @@ class WakuBridge:
         event.cache(_CACHE, message.encode())
         return message
 
-    async def subscribe_live(self, content_topic: str) -> Subscription:
-        """A reader of the content topic's stream from its current end (creating it).
+    async def subscribe_live(self, content_topic: str, *, from_start: bool = False) -> Subscription:
+        """A reader of the content topic's stream from its current end, or from its first
+        event (creating the stream if needed).
 
         Raises:
             AirlaneError: the gateway refused (not allowed, the hub is down...).
@@ -198,6 +199,8 @@ class WakuBridge:
         stream_id = self.stream_for(content_topic)
         gateway = self.gateway
         await gateway.create_named(self.principal, stream_id, exist_ok=True)
+        if from_start:
+            return await gateway.subscribe(self.principal, stream_id)
         info = await gateway.info(self.principal, stream_id)
         return await gateway.subscribe(
             self.principal, stream_id, resume=Position(info.epoch, info.last_seq)

@@ -68,8 +68,12 @@ class WakuConfig:
     handshake_timeout_s: float = 10.0
     request_timeout_s: float = 30.0
     """How long a request stream may take to send its request."""
+    relay: bool = True
+    """Relay messages with other Waku nodes (``/vac/waku/relay/2.0.0``)."""
     peers: tuple[str, ...] = ()
-    """Nodes to connect to at start and stay connected with (multiaddrs with ``/p2p/``)."""
+    """Nodes to connect to at start, relay with, and stay connected with (multiaddrs with
+    ``/p2p/``: ``/ip4/10.0.0.2/tcp/8645/ws/p2p/12D3KooW...``, or ``.../tcp/60000/p2p/...``
+    for a node's TCP listener)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.cluster_id < 1 << 16:

@@ -8,6 +8,9 @@ Each subscriber has a bounded queue and one pushing task: a slow or vanished sub
 its oldest pushes (counted in `FilterStats.dropped`), never the node's memory; the store keeps
 everything that is not ephemeral. Subscriptions lapse `WakuConfig.subscription_ttl_s` after
 the last subscribe or ping, as the specification asks.
+
+Topics are read by `airlane.transports.waku.feeds.TopicFeed`s, one per subscribed content
+topic whoever subscribed to it.
 """
 
 from __future__ import annotations
@@ -20,11 +23,12 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from airlane.core import Event
 from airlane.core.errors import AirlaneError
-from airlane.gateway import Subscription
 from airlane.transports.waku.bridge import Refused, WakuBridge
 from airlane.transports.waku.config import WakuConfig
 from airlane.transports.waku.connection import PeerConnection
+from airlane.transports.waku.feeds import TopicFeed
 from airlane.wire.errors import WireError
 from airlane.wire.libp2p import PeerId
 from airlane.wire.waku import FILTER_PUSH, FilterRequest, MessagePush, Status, WakuMessage
@@ -34,9 +38,7 @@ __all__ = ["FilterService", "FilterStats"]
 log = logging.getLogger("airlane.waku")
 
 SWEEP_S = 15.0
-"""How often lapsed subscriptions are looked for."""
-RESUBSCRIBE_S = 1.0
-"""Pause before a topic's reader follows its stream again after losing it."""
+"""How often lapsed subscriptions are looked for (more often for short lifetimes)."""
 
 
 @dataclass(slots=True)
@@ -59,52 +61,6 @@ class _Subscriber:
         self.pusher: asyncio.Task[None] | None = None
 
 
-class _TopicWatch:
-    """One content topic's stream, read from its end, for every peer subscribed to it."""
-
-    def __init__(self, service: FilterService, content_topic: str) -> None:
-        self.service = service
-        self.content_topic = content_topic
-        self.peers: set[PeerId] = set()
-        self.subscription: Subscription | None = None
-        self.task: asyncio.Task[None] | None = None
-
-    async def start(self) -> None:
-        self.subscription = await self.service.bridge.subscribe_live(self.content_topic)
-        self.task = asyncio.create_task(self._read(), name=f"waku-filter {self.content_topic}")
-
-    async def _read(self) -> None:
-        bridge = self.service.bridge
-        while True:
-            subscription = self.subscription
-            if subscription is None:
-                return
-            batch = await subscription.next_batch(256)
-            if not batch:  # the stream was deleted or ended: follow it again, once it exists
-                await subscription.aclose()
-                self.subscription = None
-                await asyncio.sleep(RESUBSCRIBE_S)
-                try:
-                    self.subscription = await bridge.subscribe_live(self.content_topic)
-                except (AirlaneError, Refused) as exc:
-                    log.warning("waku: cannot follow %s again: %s", self.content_topic, exc)
-                    return
-                continue
-            for event in batch:
-                message = bridge.to_waku(event, self.content_topic)
-                if message is not None:
-                    self.service.deliver(self.content_topic, self.peers, message)
-
-    async def aclose(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.task
-        if self.subscription is not None:
-            await self.subscription.aclose()
-            self.subscription = None
-
-
 class FilterService:
     """Subscriptions and pushes. See the module docstring."""
 
@@ -119,7 +75,8 @@ class FilterService:
         self.connection_to = connection_to
         self.stats = FilterStats()
         self._subscribers: dict[PeerId, _Subscriber] = {}
-        self._watches: dict[str, _TopicWatch] = {}
+        self._feeds: dict[str, TopicFeed] = {}
+        self._peers: dict[str, set[PeerId]] = {}  # content topic -> subscribed peers
         self._sweeper: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()  # subscribe/unsubscribe change watches one at a time
 
@@ -135,9 +92,10 @@ class FilterService:
                 await self._sweeper
         for peer in list(self._subscribers):
             self._drop_subscriber(peer)
-        for watch in list(self._watches.values()):
-            await watch.aclose()
-        self._watches.clear()
+        for feed in list(self._feeds.values()):
+            await feed.aclose()
+        self._feeds.clear()
+        self._peers.clear()
 
     def topics_of(self, peer: PeerId) -> dict[str, str]:
         """A peer's subscriptions: content topic -> pubsub topic."""
@@ -210,22 +168,27 @@ class FilterService:
         return Status.OK, None
 
     async def _watch(self, peer: PeerId, topic: str) -> None:
-        watch = self._watches.get(topic)
-        if watch is None:
-            watch = _TopicWatch(self, topic)
-            await watch.start()
-            self._watches[topic] = watch
-        watch.peers.add(peer)
+        if topic not in self._feeds:
+            feed = TopicFeed(self.bridge, topic, self._on_event)
+            await feed.start()
+            self._feeds[topic] = feed
+            self._peers[topic] = set()
+        self._peers[topic].add(peer)
 
     async def _unwatch(self, peer: PeerId, topics: list[str]) -> None:
         for topic in topics:
-            watch = self._watches.get(topic)
-            if watch is None:
+            peers = self._peers.get(topic)
+            if peers is None:
                 continue
-            watch.peers.discard(peer)
-            if not watch.peers:
-                del self._watches[topic]
-                await watch.aclose()
+            peers.discard(peer)
+            if not peers:
+                del self._peers[topic]
+                await self._feeds.pop(topic).aclose()
+
+    def _on_event(self, content_topic: str, event: Event) -> None:
+        message = self.bridge.to_waku(event, content_topic)
+        if message is not None:
+            self.deliver(content_topic, self._peers.get(content_topic, set()), message)
 
     def _drop_subscriber(self, peer: PeerId) -> None:
         subscriber = self._subscribers.pop(peer, None)

@@ -12,10 +12,12 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from websockets.asyncio.client import connect
 from websockets.asyncio.server import Server, ServerConnection, serve
 
 from airlane.transports.waku.bridge import WakuBridge
@@ -23,6 +25,7 @@ from airlane.transports.waku.config import WakuConfig
 from airlane.transports.waku.connection import PeerConnection
 from airlane.transports.waku.filter import FilterService
 from airlane.transports.waku.pipe import Pipe, TcpPipe, WebSocketPipe
+from airlane.transports.waku.relay import RelayService
 from airlane.transports.waku.service import handlers
 from airlane.wire.libp2p import Identity, Multiaddr, PeerId
 
@@ -33,6 +36,9 @@ __all__ = ["NodeStats", "WakuNode", "load_identity"]
 
 log = logging.getLogger("airlane.waku")
 
+REDIAL_MIN_S = 0.5
+REDIAL_MAX_S = 10.0
+"""Backoff between dials of a configured peer that is away."""
 MAX_FRAME = 2 << 20
 """The largest WebSocket message taken (a Noise message is at most 64 KiB; js-libp2p may
 join several)."""
@@ -88,6 +94,7 @@ class WakuNode:
         """What identify says the node runs (the composition root adds the version)."""
         self.bridge = WakuBridge(gateway, config)
         self.filter = FilterService(self.bridge, config, self.connection_to)
+        self.relay: RelayService | None = RelayService(self) if config.relay else None
         self.handlers = handlers(self)
         self.stats = NodeStats()
         self.listen_addrs: list[Multiaddr] = []
@@ -110,7 +117,7 @@ class WakuNode:
         return [address.with_peer(self.peer_id) for address in self.listen_addrs]
 
     async def start(self) -> None:
-        """Listen, and start the filter service.
+        """Listen, start the filter service and relay, and dial the configured peers.
 
         Raises:
             OSError: a port cannot be bound.
@@ -132,6 +139,12 @@ class WakuNode:
             self.listen_addrs.append(Multiaddr.of(self.host, tcp_port, ws=False))
         for address in self.multiaddrs:
             log.info("waku: listening on %s", address)
+        if self.relay is not None:
+            await self.relay.start()
+        for peer in self.config.peers:
+            task = asyncio.create_task(self._keep_peer(Multiaddr.parse(peer)))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     async def aclose(self) -> None:
         """Stop listening, close every connection, stop the filter service (idempotent)."""
@@ -156,6 +169,8 @@ class WakuNode:
             with contextlib.suppress(Exception):
                 await self._tcp.wait_closed()
         await self.filter.aclose()
+        if self.relay is not None:
+            await self.relay.aclose()
 
     # -- connections ------------------------------------------------------------------------
 
@@ -167,8 +182,8 @@ class WakuNode:
         return None
 
     def relay_peer_count(self) -> int:
-        """Relay peers a pushed message went to (none: relay is not served yet)."""
-        return 0
+        """Relay peers connected (what a light push answer reports)."""
+        return 0 if self.relay is None else self.relay.peer_count
 
     async def content_topics(self) -> list[str]:
         """The content topics this node holds streams for (a store query that names none),
@@ -196,18 +211,32 @@ class WakuNode:
             self.stats.refused_connections += 1
             await pipe.close()
             return
-        connection = PeerConnection(
-            pipe,
-            self.identity,
-            self.handlers,
-            initiator=False,
-            max_streams=self.config.max_streams,
-            stream_buffer=self.config.stream_buffer,
-            handshake_timeout_s=self.config.handshake_timeout_s,
-        )
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)
+        try:
+            await self._run(self._connection(pipe, initiator=False))
+        finally:
+            if task is not None:
+                self._tasks.discard(task)
+
+    def _connection(
+        self, pipe: Pipe, *, initiator: bool, remote: PeerId | None = None
+    ) -> PeerConnection:
+        config = self.config
+        return PeerConnection(
+            pipe,
+            self.identity,
+            self.handlers,
+            initiator=initiator,
+            remote=remote,
+            max_streams=config.max_streams,
+            stream_buffer=config.stream_buffer,
+            handshake_timeout_s=config.handshake_timeout_s,
+        )
+
+    async def _run(self, connection: PeerConnection, dialled: asyncio.Event | None = None) -> None:
+        """Drive ``connection`` to its end, held in the peer table while it is up."""
         self._pending += 1
         upgrading = True
         registered: PeerId | None = None
@@ -221,6 +250,8 @@ class WakuNode:
                 registered = connection.peer
                 self._connections.setdefault(registered, []).append(connection)
                 self.stats.connections += 1
+            if dialled is not None:
+                dialled.set()
             await runner
         finally:
             if upgrading:
@@ -236,8 +267,58 @@ class WakuNode:
                     same_peer.remove(connection)
                 if not same_peer:
                     self._connections.pop(registered, None)
-            if task is not None:
-                self._tasks.discard(task)
+
+    # -- dialling ---------------------------------------------------------------------------
+
+    async def dial(self, address: Multiaddr) -> PeerConnection:
+        """Connect to the node at ``address`` (``/ws`` for WebSocket, else TCP; with its
+        ``/p2p/`` id) and relay with it; the connection runs as the node's task.
+
+        Raises:
+            ConnectionError: it cannot be reached, or the handshake failed.
+            TimeoutError: the handshake took longer than the configured timeout.
+        """
+        remote = address.peer_id()
+        host = address.value("ip4") or address.value("ip6") or address.value("dns4") or ""
+        port = int(address.value("tcp") or 0)
+        timeout = self.config.handshake_timeout_s
+        pipe: Pipe
+        async with asyncio.timeout(timeout):
+            if address.value("ws") is not None:
+                url = f"ws://{host if ':' not in host else f'[{host}]'}:{port}"
+                ws = await connect(url, max_size=MAX_FRAME, compression=None, max_queue=16)
+                pipe = WebSocketPipe(ws)
+            else:
+                reader, writer = await asyncio.open_connection(host, port)
+                pipe = TcpPipe(reader, writer)
+        connection = self._connection(pipe, initiator=True, remote=remote)
+        dialled = asyncio.Event()
+        task = asyncio.create_task(self._run(connection, dialled), name=f"waku-dial {address}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        await dialled.wait()
+        if not connection.ready.is_set():
+            raise ConnectionError(f"the libp2p handshake with {address} failed")
+        if self.relay is not None:
+            await self.relay.attach(connection)
+        return connection
+
+    async def _keep_peer(self, address: Multiaddr) -> None:
+        """Stay connected to a configured peer: dial again, backing off, whenever it is lost."""
+        delay = REDIAL_MIN_S
+        while True:
+            started = time.monotonic()
+            try:
+                connection = await self.dial(address)
+            except (ConnectionError, OSError, TimeoutError) as exc:
+                log.info("waku: cannot reach %s: %s", address, exc)
+            else:
+                await connection.closed.wait()
+                log.info("waku: lost %s", address)
+            if time.monotonic() - started > REDIAL_MAX_S:
+                delay = REDIAL_MIN_S
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, REDIAL_MAX_S)
 
 
 def _bound_port(sockets: Any) -> int:

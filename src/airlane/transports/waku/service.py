@@ -32,6 +32,7 @@ from airlane.wire.waku import (
     LIGHTPUSH_V3,
     METADATA,
     PEER_EXCHANGE,
+    RELAY_PROTOCOL,
     STORE,
     FilterRequest,
     FilterResponse,
@@ -60,7 +61,8 @@ _SMALL = 64 * 1024
 def handlers(node: WakuNode) -> dict[str, Handler]:
     """Every protocol the node answers, by protocol id."""
     service = _Service(node)
-    return {
+    relay: dict[str, Handler] = {} if node.relay is None else {RELAY_PROTOCOL: node.relay.handle}
+    return relay | {
         IDENTIFY_PROTOCOL: service.identify,
         IDENTIFY_PUSH_PROTOCOL: service.identify_push,
         PING_PROTOCOL: service.ping,

@@ -3,6 +3,7 @@
 
 - `message`: ``WakuMessage``, its deterministic hash, content topics, sharding.
 - `protocols`: filter, light push, store, metadata and peer exchange messages.
+- `relay`: gossipsub RPCs as Waku relay uses them.
 """
 
 from airlane.wire.waku.message import (
@@ -33,6 +34,7 @@ from airlane.wire.waku.protocols import (
     StoreQuery,
     StoreResponse,
 )
+from airlane.wire.waku.relay import RELAY_PROTOCOL, RelayMessage, RelayRpc
 
 __all__ = [
     "FILTER_PUSH",
@@ -41,6 +43,7 @@ __all__ = [
     "LIGHTPUSH_V3",
     "METADATA",
     "PEER_EXCHANGE",
+    "RELAY_PROTOCOL",
     "STORE",
     "ContentTopic",
     "FilterRequest",
@@ -51,6 +54,8 @@ __all__ = [
     "Metadata",
     "PeerExchangeQuery",
     "PeerExchangeResponse",
+    "RelayMessage",
+    "RelayRpc",
     "Status",
     "StoreQuery",
     "StoreResponse",
