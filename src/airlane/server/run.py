@@ -53,7 +53,7 @@ from airlane.transports.http.server import HttpServer, LifespanFailed, ServerSet
 from airlane.transports.http.webrtc.signalling import PeerSignalling
 from airlane.transports.mqtt import MqttBridge
 from airlane.transports.rsocket import RSocketTcpServer
-from airlane.transports.waku import WakuNode
+from airlane.transports.waku import WakuMetrics, WakuNode
 
 __all__ = [
     "ListenerError",
@@ -486,6 +486,7 @@ class _Listeners:
             await node.aclose()
             raise ListenerError("Waku", node.host, config.waku.port, _reason(exc)) from exc
         self.waku = node
+        app.metrics.registry.register(WakuMetrics(node))
         app.on_shutdown.insert(0, node.aclose)
 
     def listening(self, url: str, host: str) -> Listening:

@@ -7,6 +7,9 @@ over libp2p, and their content topics are Airlane streams (docs/waku.md).
   peer exchange).
 - `filter.FilterService`: filter subscriptions and pushes.
 - `bridge.WakuBridge`: Waku messages as stream events and back; the store reads streams.
+- `relay.RelayService`: relay (gossipsub) with other nodes.
+- `feeds.TopicFeed`: one content topic's stream read live.
+- `metrics.WakuMetrics`: ``airlane_waku_*`` on ``/metrics``.
 - `config.WakuConfig`: ``[waku]``.
 
 The libp2p and Waku formats themselves are sans-I/O, in `airlane.wire.libp2p` and
@@ -16,6 +19,7 @@ The libp2p and Waku formats themselves are sans-I/O, in `airlane.wire.libp2p` an
 from airlane.transports.waku.bridge import Refused, WakuBridge
 from airlane.transports.waku.config import WakuConfig
 from airlane.transports.waku.filter import FilterService, FilterStats
+from airlane.transports.waku.metrics import WakuMetrics
 from airlane.transports.waku.node import NodeStats, WakuNode, load_identity
 
 __all__ = [
@@ -25,6 +29,7 @@ __all__ = [
     "Refused",
     "WakuBridge",
     "WakuConfig",
+    "WakuMetrics",
     "WakuNode",
     "load_identity",
 ]

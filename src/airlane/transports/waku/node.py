@@ -174,6 +174,11 @@ class WakuNode:
 
     # -- connections ------------------------------------------------------------------------
 
+    @property
+    def open_connections(self) -> int:
+        """Connections held now (upgraded)."""
+        return sum(len(connections) for connections in self._connections.values())
+
     def connection_to(self, peer: PeerId) -> PeerConnection | None:
         """The newest open connection to ``peer``."""
         for connection in reversed(self._connections.get(peer, [])):

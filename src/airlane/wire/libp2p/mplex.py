@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from airlane.wire.errors import DecodeError, FrameTooLarge
+from airlane.wire.errors import DecodeError, FrameTooLarge, WireError
 from airlane.wire.libp2p.varint import decode_uvarint, encode_uvarint
 
 __all__ = [
@@ -139,7 +139,9 @@ class MplexConnection:
                 payload = bytes(buffer[start : start + size])
                 offset = start + size
                 self._frame(header >> 3, header & 7, payload, events)
-        except DecodeError as exc:
+        except MplexError:
+            raise
+        except WireError as exc:  # a bad varint, or FrameTooLarge
             raise MplexError(f"bad mplex frame: {exc}") from None
         del buffer[:offset]
         return events

@@ -8,7 +8,9 @@ WebTransport, p2p); an address with any other is a `DecodeError`, so a caller sk
 from __future__ import annotations
 
 import base64
+import binascii
 import ipaddress
+import re
 from dataclasses import dataclass
 
 from airlane.wire.errors import DecodeError
@@ -36,6 +38,7 @@ _PROTOCOLS = {
     "wss": (478, 0),
 }
 _BY_CODE = {code: (name, size) for name, (code, size) in _PROTOCOLS.items()}
+_DIGITS = re.compile(r"[0-9]{1,5}")
 MAX_ADDRESS = 512
 """The longest binary multiaddr read."""
 
@@ -158,16 +161,19 @@ def _value_bytes(name: str, value: str) -> bytes:
         if name == "ip6":
             return ipaddress.IPv6Address(value).packed
         if name in ("tcp", "udp"):
-            port = int(value)
-            if not 0 <= port <= 65535:
-                raise ValueError(f"port {port}")
-            return port.to_bytes(2, "big")
+            if _DIGITS.fullmatch(value) is None or int(value) > 65535:
+                raise ValueError(f"port {value[:20]!r}")
+            return int(value).to_bytes(2, "big")
         if name == "p2p":
             return PeerId.parse(value).multihash
+        if name == "certhash":  # multibase: only base64url ("u"), what libp2p writes
+            if not value.startswith("u"):
+                raise ValueError("a certhash is base64url multibase ('u...')")
+            return base64.urlsafe_b64decode(value[1:] + "=" * (-len(value[1:]) % 4))
         if _PROTOCOLS[name][1] == 0:
             return b""
         return value.encode()
-    except ValueError as exc:
+    except (ValueError, binascii.Error) as exc:
         raise DecodeError(f"bad multiaddr value for {name}: {exc}") from None
 
 

@@ -51,6 +51,14 @@ def _raw(key: X25519PublicKey) -> bytes:
     return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 
 
+def _dh(private: X25519PrivateKey, public: X25519PublicKey) -> bytes:
+    """X25519; a peer's low-order key (an all-zero shared secret) is its fault."""
+    try:
+        return private.exchange(public)
+    except ValueError:
+        raise NoiseError("the peer sent a low-order X25519 key") from None
+
+
 def _hkdf(chaining_key: bytes, material: bytes) -> tuple[bytes, bytes]:
     temp = hmac.digest(chaining_key, material, "sha256")
     first = hmac.digest(temp, b"\x01", "sha256")
@@ -258,9 +266,9 @@ class NoiseSession:
             symmetric.decrypt_and_hash(message[_KEY_BYTES:])
             ephemeral = _raw(self._ephemeral.public_key())  # <- e, ee, s, es
             symmetric.mix_hash(ephemeral)
-            symmetric.mix_key(self._ephemeral.exchange(self._remote_ephemeral))
+            symmetric.mix_key(_dh(self._ephemeral, self._remote_ephemeral))
             reply = ephemeral + symmetric.encrypt_and_hash(_raw(self._static.public_key()))
-            symmetric.mix_key(self._static.exchange(self._remote_ephemeral))
+            symmetric.mix_key(_dh(self._static, self._remote_ephemeral))
             reply += symmetric.encrypt_and_hash(self._payload)
             self._out += _frame(reply)
             self._step = 2
@@ -269,13 +277,13 @@ class NoiseSession:
                 raise NoiseError("short Noise handshake message")
             remote_ephemeral = self._read_key(message[:_KEY_BYTES])
             symmetric.mix_hash(message[:_KEY_BYTES])
-            symmetric.mix_key(self._ephemeral.exchange(remote_ephemeral))
+            symmetric.mix_key(_dh(self._ephemeral, remote_ephemeral))
             static = symmetric.decrypt_and_hash(message[_KEY_BYTES : 2 * _KEY_BYTES + 16])
             self._remote_static = self._read_key(static)
-            symmetric.mix_key(self._ephemeral.exchange(self._remote_static))
+            symmetric.mix_key(_dh(self._ephemeral, self._remote_static))
             self._verify(symmetric.decrypt_and_hash(message[2 * _KEY_BYTES + 16 :]))
             reply = symmetric.encrypt_and_hash(_raw(self._static.public_key()))  # -> s, se
-            symmetric.mix_key(self._static.exchange(remote_ephemeral))
+            symmetric.mix_key(_dh(self._static, remote_ephemeral))
             reply += symmetric.encrypt_and_hash(self._payload)
             self._out += _frame(reply)
             self._finish(symmetric)
@@ -285,7 +293,7 @@ class NoiseSession:
             static = symmetric.decrypt_and_hash(message[: _KEY_BYTES + 16])
             self._remote_static = self._read_key(static)
             assert self._remote_ephemeral is not None
-            symmetric.mix_key(self._ephemeral.exchange(self._remote_static))
+            symmetric.mix_key(_dh(self._ephemeral, self._remote_static))
             self._verify(symmetric.decrypt_and_hash(message[_KEY_BYTES + 16 :]))
             self._finish(symmetric)
         else:

@@ -5,6 +5,7 @@ relay sharding rules (51/WAKU2-RELAY-SHARDING) that map a content topic to a pub
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 
 from airlane.wire.errors import DecodeError
@@ -19,6 +20,7 @@ __all__ = [
     "shard_topic",
 ]
 
+_NUMBER = re.compile(r"0|[1-9][0-9]{0,5}")
 MAX_CONTENT_TOPIC = 256
 """The longest content topic accepted."""
 
@@ -150,11 +152,11 @@ def parse_shard_topic(topic: str) -> tuple[int, int]:
     parts = topic.split("/")
     if len(parts) != 6 or parts[:4] != ["", "waku", "2", "rs"]:
         raise DecodeError(f"not a sharded pubsub topic: {topic[:80]!r}")
-    try:
-        cluster, shard = int(parts[4]), int(parts[5])
-    except ValueError:
-        raise DecodeError(f"not a sharded pubsub topic: {topic[:80]!r}") from None
-    if not (0 <= cluster < 1 << 16 and 0 <= shard < 1 << 16):
+    # Canonical digits only: the topic's text goes into message hashes.
+    if _NUMBER.fullmatch(parts[4]) is None or _NUMBER.fullmatch(parts[5]) is None:
+        raise DecodeError(f"not a sharded pubsub topic: {topic[:80]!r}")
+    cluster, shard = int(parts[4]), int(parts[5])
+    if not (cluster < 1 << 16 and shard < 1 << 16):
         raise DecodeError(f"cluster or shard out of range in {topic[:80]!r}")
     return cluster, shard
 
