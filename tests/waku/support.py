@@ -19,14 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from websockets.asyncio.client import connect
 
 from airlane.backends.synthetic import SyntheticBackend, SyntheticConfig
 from airlane.gateway import Gateway
 from airlane.hub import MemoryHub
 from airlane.transports.waku import WakuConfig, WakuNode
 from airlane.transports.waku.connection import PeerConnection
-from airlane.transports.waku.pipe import WebSocketPipe
+from airlane.transports.waku.pipe import open_pipe
 from airlane.wire.libp2p import Identity, Multiaddr
 
 NODE_DIR = Path(__file__).resolve().parent / "node"
@@ -159,11 +158,10 @@ async def local_node(identity: Identity | None = None, **settings: Any) -> Async
 async def dial(
     address: Multiaddr, identity: Identity | None = None
 ) -> AsyncIterator[PeerConnection]:
-    """A libp2p connection (this project's own dialer) to a node's WebSocket address."""
-    host, port = address.value("ip4") or "127.0.0.1", int(address.value("tcp") or 0)
-    ws = await connect(f"ws://{host}:{port}", max_size=2 << 20, compression=None)
+    """A libp2p connection (this project's own dialer) to a node's address."""
+    pipe = await open_pipe(address)
     connection = PeerConnection(
-        WebSocketPipe(ws), identity or Identity(), {}, initiator=True, remote=address.peer_id()
+        pipe, identity or Identity(), {}, initiator=True, remote=address.peer_id()
     )
     runner = asyncio.create_task(connection.run())
     try:

@@ -70,6 +70,11 @@ async def test_filter_light_push_and_the_http_api_see_the_same_messages(tmp_path
             )
             assert pushed["successes"] and not pushed["failures"]
             echoed = await light.wait_messages(4)
+            async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
+                metrics = (await http.get("/metrics")).text
+            assert "airlane_waku_peers 1.0" in metrics
+            assert "airlane_waku_light_pushes_total 1.0" in metrics
+            assert "airlane_waku_filter_pushed_total 4.0" in metrics
 
         events = _events(server.url)
         waku_event = events[-1]

@@ -14,7 +14,7 @@ import os
 import pytest
 from websockets.asyncio.client import connect
 
-from airlane.transports.waku import WakuNode
+from airlane.transports.waku import LightClient, RequestFailed, WakuNode
 from airlane.transports.waku.connection import PeerConnection
 from airlane.wire.libp2p import NegotiationFailed
 from airlane.wire.libp2p.protobuf import Writer
@@ -260,3 +260,23 @@ async def test_connections_past_max_peers_are_closed() -> None:
             async with dial(node.multiaddrs[0]):
                 pass
         assert node.stats.refused_connections == 1
+
+
+async def test_the_python_light_client_over_tcp() -> None:
+    async with local_node(tcp_port=0) as node:
+        tcp = next(address for address in node.multiaddrs if address.value("ws") is None)
+        received: list[tuple[bytes, str]] = []
+        async with LightClient.connect(tcp) as client:
+            pubsub = shard_topic(CLUSTER, auto_shard(TOPIC, 8))
+            await client.subscribe(pubsub, [TOPIC], lambda m, p: received.append((m.payload, p)))
+            await client.ping()
+            assert await client.push(WakuMessage(b"over tcp", TOPIC, timestamp=7)) == 0
+            async with asyncio.timeout(10):
+                while not received:
+                    await asyncio.sleep(0.02)
+            assert received == [(b"over tcp", pubsub)]
+            page = await client.store(StoreQuery("q", content_topics=(TOPIC,), forward=True))
+            assert [m.message.payload for m in page.messages if m.message] == [b"over tcp"]
+            with pytest.raises(RequestFailed) as refused:
+                await client.push(WakuMessage(b"x", "/app/1/a b/proto"))
+            assert refused.value.status == Status.BAD_REQUEST

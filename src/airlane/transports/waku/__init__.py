@@ -10,6 +10,7 @@ over libp2p, and their content topics are Airlane streams (docs/waku.md).
 - `relay.RelayService`: relay (gossipsub) with other nodes.
 - `feeds.TopicFeed`: one content topic's stream read live.
 - `metrics.WakuMetrics`: ``airlane_waku_*`` on ``/metrics``.
+- `client.LightClient`: a light node in Python (light push, filter, store).
 - `config.WakuConfig`: ``[waku]``.
 
 The libp2p and Waku formats themselves are sans-I/O, in `airlane.wire.libp2p` and
@@ -17,6 +18,7 @@ The libp2p and Waku formats themselves are sans-I/O, in `airlane.wire.libp2p` an
 """
 
 from airlane.transports.waku.bridge import Refused, WakuBridge
+from airlane.transports.waku.client import LightClient, RequestFailed
 from airlane.transports.waku.config import WakuConfig
 from airlane.transports.waku.filter import FilterService, FilterStats
 from airlane.transports.waku.metrics import WakuMetrics
@@ -25,8 +27,10 @@ from airlane.transports.waku.node import NodeStats, WakuNode, load_identity
 __all__ = [
     "FilterService",
     "FilterStats",
+    "LightClient",
     "NodeStats",
     "Refused",
+    "RequestFailed",
     "WakuBridge",
     "WakuConfig",
     "WakuMetrics",

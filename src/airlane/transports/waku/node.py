@@ -17,14 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from websockets.asyncio.client import connect
 from websockets.asyncio.server import Server, ServerConnection, serve
 
 from airlane.transports.waku.bridge import WakuBridge
 from airlane.transports.waku.config import WakuConfig
 from airlane.transports.waku.connection import PeerConnection
 from airlane.transports.waku.filter import FilterService
-from airlane.transports.waku.pipe import Pipe, TcpPipe, WebSocketPipe
+from airlane.transports.waku.pipe import MAX_FRAME, Pipe, TcpPipe, WebSocketPipe, open_pipe
 from airlane.transports.waku.relay import RelayService
 from airlane.transports.waku.service import handlers
 from airlane.wire.libp2p import Identity, Multiaddr, PeerId
@@ -39,9 +38,6 @@ log = logging.getLogger("airlane.waku")
 REDIAL_MIN_S = 0.5
 REDIAL_MAX_S = 10.0
 """Backoff between dials of a configured peer that is away."""
-MAX_FRAME = 2 << 20
-"""The largest WebSocket message taken (a Noise message is at most 64 KiB; js-libp2p may
-join several)."""
 
 
 @dataclass(slots=True)
@@ -283,20 +279,9 @@ class WakuNode:
             ConnectionError: it cannot be reached, or the handshake failed.
             TimeoutError: the handshake took longer than the configured timeout.
         """
-        remote = address.peer_id()
-        host = address.value("ip4") or address.value("ip6") or address.value("dns4") or ""
-        port = int(address.value("tcp") or 0)
-        timeout = self.config.handshake_timeout_s
-        pipe: Pipe
-        async with asyncio.timeout(timeout):
-            if address.value("ws") is not None:
-                url = f"ws://{host if ':' not in host else f'[{host}]'}:{port}"
-                ws = await connect(url, max_size=MAX_FRAME, compression=None, max_queue=16)
-                pipe = WebSocketPipe(ws)
-            else:
-                reader, writer = await asyncio.open_connection(host, port)
-                pipe = TcpPipe(reader, writer)
-        connection = self._connection(pipe, initiator=True, remote=remote)
+        async with asyncio.timeout(self.config.handshake_timeout_s):
+            pipe = await open_pipe(address)
+        connection = self._connection(pipe, initiator=True, remote=address.peer_id())
         dialled = asyncio.Event()
         task = asyncio.create_task(self._run(connection, dialled), name=f"waku-dial {address}")
         self._tasks.add(task)

@@ -8,12 +8,18 @@ import asyncio
 import contextlib
 from typing import Protocol
 
+from websockets.asyncio.client import connect
 from websockets.asyncio.connection import Connection as WebSocket
 from websockets.exceptions import ConnectionClosed
 
-__all__ = ["Pipe", "TcpPipe", "WebSocketPipe"]
+from airlane.wire.libp2p import Multiaddr
+
+__all__ = ["MAX_FRAME", "Pipe", "TcpPipe", "WebSocketPipe", "open_pipe"]
 
 READ_CHUNK = 64 * 1024
+MAX_FRAME = 2 << 20
+"""The largest WebSocket message taken (a Noise message is at most 64 KiB; js-libp2p may
+join several)."""
 
 
 class Pipe(Protocol):
@@ -102,3 +108,19 @@ class TcpPipe:
         self._writer.close()
         with contextlib.suppress(Exception):
             await self._writer.wait_closed()
+
+
+async def open_pipe(address: Multiaddr) -> Pipe:
+    """Connect to ``address``: a WebSocket for ``.../ws``, else TCP.
+
+    Raises:
+        OSError: it cannot be reached.
+    """
+    host = address.value("ip4") or address.value("ip6") or address.value("dns4") or ""
+    port = int(address.value("tcp") or 0)
+    if address.value("ws") is not None:
+        shown = f"[{host}]" if ":" in host else host
+        ws = await connect(f"ws://{shown}:{port}", max_size=MAX_FRAME, compression=None)
+        return WebSocketPipe(ws)
+    reader, writer = await asyncio.open_connection(host, port)
+    return TcpPipe(reader, writer)
