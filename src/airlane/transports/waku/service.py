@@ -180,6 +180,7 @@ class _Service:
 
     async def _lightpush(self, stream: MuxedStream, version: int) -> None:
         bridge = self.node.bridge
+        relay = self.node.relay
         max_payload = self.config.max_payload
 
         async def answer(raw: bytes) -> bytes:
@@ -194,6 +195,8 @@ class _Service:
                     raise Refused(Status.BAD_REQUEST, f"message version {message.version}")
                 pubsub = bridge.pubsub_for(message.content_topic, request.pubsub_topic)
                 await bridge.publish(message, pubsub)
+                if relay is not None:  # a new topic is relayed now, not at the next discovery
+                    await relay.follow(message.content_topic)
             except Refused as exc:
                 response = LightPushResponse(request.request_id, exc.status, exc.reason)
                 return response.encode(version)
