@@ -347,6 +347,7 @@ skip 'airlane bench --hub nats://127.0.0.1:4222 --streams 500 --chunks 200' "$wh
 skip 'airlane serve --workers auto' 'its workers share streams through a nats-server it starts, which the set-up does not install; tests/server/test_workers.py runs it with the one the test set-up installs'
 skip 'airlane serve --model-dir models/qwen2.5-0.5b-instruct' 'needs a real model directory (a download from the Hugging Face Hub, which this walk does not reach) and the local extra; tests/backends/local serves a tiny model the tests build'
 skip 'airlane serve --mqtt mqtt://127.0.0.1:1883' 'needs an MQTT broker on port 1883; tests/mqtt runs the same bridge against a Mosquitto the tests start on a free port'
+skip 'airlane serve --waku-port 8645' 'its client is a js-waku light node under Node; tests/waku/test_js_waku.py serves it on a free port (--waku-port 0) and drives it with js-waku'
 
 # -- docs/edge.md: rules ----------------------------------------------------------------------
 

@@ -3,7 +3,7 @@
 every wire as its table says (HTTP status and JSON body, WebSocket ``error`` message and close
 code, gRPC status with the ``airlane-error-code`` trailer, gRPC-Web/Connect, AIRC ``ERROR``,
 RSocket ``ERROR``). The MQTT bridge's table (dead letter or retry) is walked by
-``tests/mqtt``.
+``tests/mqtt``, the Waku node's (status codes) by ``tests/waku/test_node.py``.
 
 The walk runs against a real gateway process whose hub raises on purpose
 (`tests.transports.failing_gateway`), with the clients users use: httpx, the ``websockets``
@@ -33,6 +33,7 @@ from airlane.transports.http.app import refuse_websocket
 from airlane.transports.http.errors import HTTP_STATUS, WS_CLOSE
 from airlane.transports.mqtt.errors import MQTT_REASON, retried
 from airlane.transports.rsocket.errors import RSOCKET_ERROR
+from airlane.transports.waku.errors import WAKU_STATUS
 from airlane.v1 import service_pb2
 from airlane.wire.rsocket import FrameType
 from tests.grpc_transport.conftest import airlane_stub
@@ -50,8 +51,8 @@ CODES = list(ErrorCode)
 
 @pytest.mark.parametrize(
     "table",
-    [HTTP_STATUS, WS_CLOSE, GRPC_STATUS, AIRC_ERROR, RSOCKET_ERROR, MQTT_REASON],
-    ids=["http", "ws", "grpc", "airc", "rsocket", "mqtt"],
+    [HTTP_STATUS, WS_CLOSE, GRPC_STATUS, AIRC_ERROR, RSOCKET_ERROR, MQTT_REASON, WAKU_STATUS],
+    ids=["http", "ws", "grpc", "airc", "rsocket", "mqtt", "waku"],
 )
 def test_every_code_has_a_row_in_every_table(table):
     assert set(table) == set(ErrorCode)
@@ -75,8 +76,8 @@ def doc_rows() -> dict[str, list[str]]:
     rows = {}
     for line in DOCS.read_text().splitlines():
         cells = [cell.strip().strip("`") for cell in line.strip().strip("|").split("|")]
-        if len(cells) >= 7 and cells[0] in ErrorCode._value2member_map_:
-            rows[cells[0]] = cells[1:7]
+        if len(cells) >= 8 and cells[0] in ErrorCode._value2member_map_:
+            rows[cells[0]] = cells[1:8]
     return rows
 
 
@@ -90,6 +91,7 @@ def test_the_docs_print_every_row_of_every_table():
             AIRC_ERROR[code],
             RSOCKET_ERROR[code].name,
             "retry" if retried(code) else f"0x{MQTT_REASON[code]:02x}",
+            str(WAKU_STATUS[code]),
         ]
         for code in ErrorCode
     }

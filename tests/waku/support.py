@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from airlane.backends.synthetic import SyntheticBackend, SyntheticConfig
-from airlane.gateway import Gateway
+from airlane.gateway import Gateway, GatewayConfig
 from airlane.hub import MemoryHub
 from airlane.transports.waku import WakuConfig, WakuNode
 from airlane.transports.waku.connection import PeerConnection
@@ -138,10 +138,17 @@ async def js_waku(
 
 
 @contextlib.asynccontextmanager
-async def local_node(identity: Identity | None = None, **settings: Any) -> AsyncIterator[WakuNode]:
+async def local_node(
+    identity: Identity | None = None,
+    *,
+    hub: MemoryHub | None = None,
+    gateway_config: GatewayConfig | None = None,
+    **settings: Any,
+) -> AsyncIterator[WakuNode]:
     """A gateway (in-memory streams) and a Waku node on 127.0.0.1 (a free port unless
     ``port`` is given)."""
-    gateway = Gateway(MemoryHub(), SyntheticBackend(SyntheticConfig(speed=0)))
+    backend = SyntheticBackend(SyntheticConfig(speed=0))
+    gateway = Gateway(hub or MemoryHub(), backend, config=gateway_config)
     await gateway.start()
     settings.setdefault("cluster_id", CLUSTER)
     settings.setdefault("port", 0)

@@ -14,7 +14,9 @@ import os
 import pytest
 from websockets.asyncio.client import connect
 
-from airlane.transports.waku import LightClient, RequestFailed, WakuNode
+from airlane.gateway import GatewayConfig
+from airlane.hub import MemoryHub, MemoryHubConfig
+from airlane.transports.waku import LightClient, RequestFailed, WakuConfig, WakuNode
 from airlane.transports.waku.connection import PeerConnection
 from airlane.wire.libp2p import NegotiationFailed
 from airlane.wire.libp2p.protobuf import Writer
@@ -280,3 +282,26 @@ async def test_the_python_light_client_over_tcp() -> None:
             with pytest.raises(RequestFailed) as refused:
                 await client.push(WakuMessage(b"x", "/app/1/a b/proto"))
             assert refused.value.status == Status.BAD_REQUEST
+
+
+async def test_gateway_refusals_reach_a_light_push_as_their_status() -> None:
+    # The gateway's own event limit (smaller than the node's payload limit): 413.
+    limited = GatewayConfig(max_event_bytes=300)
+    async with local_node(gateway_config=limited) as node, dial(node.multiaddrs[0]) as connection:
+        refused = await _push(connection, WakuMessage(b"x" * 600, TOPIC))
+        assert refused.status_code == Status.PAYLOAD_TOO_LARGE
+        assert "event_too_large" in (refused.status_desc or "")
+    # A hub at its stream limit: "not now", 503.
+    one_stream = MemoryHub(MemoryHubConfig(max_streams=1))
+    async with local_node(hub=one_stream) as node, dial(node.multiaddrs[0]) as connection:
+        assert (await _push(connection, WakuMessage(b"a", TOPIC))).status_code == Status.OK
+        full = await _push(connection, WakuMessage(b"b", "/airlane-test/1/other/proto"))
+        assert full.status_code == Status.SERVICE_UNAVAILABLE
+        assert "hub_full" in (full.status_desc or "")
+
+
+def test_an_rln_only_cluster_is_refused_with_the_reason() -> None:
+    with pytest.raises(ValueError, match="RLN proofs"):
+        WakuConfig(cluster_id=1)
+    with pytest.raises(ValueError, match="rln_shards must be among shards"):
+        WakuConfig(shards=(0,), rln_shards=(3,))

@@ -57,7 +57,10 @@ def publishable(event: Event, max_bytes: int = MAX_EVENT_BYTES) -> Event:
         if event.raw is not None:
             _check_size(len(event.raw), max_bytes)
             return event
-        payload = (event.data or {}).get("payload")
+        data = event.data or {}
+        # A bridged message carries more than its payload (topic, payload_base64, ...): all
+        # of it is held, and all of it counts against the limit and byte retention.
+        payload = data.get("payload") if data.keys() <= {"payload"} else data
         event.held = len(_check_json(payload, max_bytes))
         return event
     if event.data:
