@@ -35,6 +35,7 @@ from airlane.transports.http.h3 import Http3Config
 from airlane.transports.http.webrtc import WebRtcConfig
 from airlane.transports.mqtt import DataClass, InboundRoute, MqttBridgeConfig, OutboundRoute
 from airlane.transports.rsocket import RSocketServerConfig
+from airlane.transports.waku.config import LogRoute as WakuLogRoute
 from airlane.transports.waku.config import WakuConfig
 from airlane.wire.airc import AircConfig
 
@@ -319,6 +320,8 @@ def _settings(path: Path, data: dict[str, Any], config: ServerConfig) -> ServerC
         for name in ("shards", "rln_shards", "peers"):
             if key == "waku" and isinstance(section.get(name), list):
                 section[name] = tuple(section[name])
+        if key == "waku" and "logs" in section:
+            section["logs"] = _waku_logs(path, section["logs"])
         if key == "tls" and isinstance(section.get("trust_domains"), list):
             section["trust_domains"] = tuple(section["trust_domains"])
         if key == "jwt" and isinstance(section.get("algorithms"), list):
@@ -329,6 +332,20 @@ def _settings(path: Path, data: dict[str, Any], config: ServerConfig) -> ServerC
         _check_types(path, cls, f"[{key}] ", section)
         changes[key] = replace(current, **section)
     return replace(config, **changes)
+
+
+def _waku_logs(path: Path, value: object) -> tuple[WakuLogRoute, ...]:
+    """``[[waku.logs]]`` tables: content topics kept in event logs."""
+    if not isinstance(value, list) or not all(isinstance(route, dict) for route in value):
+        raise ConfigError(f"{path}: waku.logs is an array of tables ([[waku.logs]])")
+    names = {f.name for f in fields(WakuLogRoute)}
+    routes = []
+    for route in value:
+        if set(route) != names:
+            raise ConfigError(f"{path}: each [[waku.logs]] has content_topic and log, nothing else")
+        _check_types(path, WakuLogRoute, "[[waku.logs]] ", route)
+        routes.append(WakuLogRoute(**route))
+    return tuple(routes)
 
 
 def _bridges(path: Path, value: object) -> tuple[MqttBridgeConfig, ...]:

@@ -13,8 +13,9 @@ Airlane's native JSON. Such a message's timestamp is when the log took the event
 millisecond, as js-waku keeps it), fixed the first time it is made.
 
 The store protocol reads the same stream (`history`), so history and resume come from one
-place: what the stream retains is what the store has. Ephemeral messages reach readers and
-filter subscribers but are left out of store answers.
+place: what the stream retains is what the store has. A content topic routed to an event log
+(``[[waku.logs]]``, `airlane.transports.waku.logs`) is kept there instead, both ways.
+Ephemeral messages reach readers and filter subscribers but are left out of store answers.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from airlane.core.errors import AirlaneError, ErrorCode
 from airlane.gateway import Principal, Subscription, principal_named
 from airlane.transports.waku.config import WakuConfig
 from airlane.transports.waku.errors import WAKU_STATUS
+from airlane.transports.waku.logs import LogTopics, message_from_record, record_from_message
 from airlane.wire.errors import DecodeError
 from airlane.wire.event_json import event_to_json
 from airlane.wire.waku import ContentTopic, Status, WakuMessage, auto_shard, shard_topic
@@ -79,6 +81,10 @@ class WakuBridge:
         spec = principal_named(config.principal)
         self.principal = Principal(spec.name, spec.roles, spec.tenant, via="waku")
         self._prefix = config.stream_prefix
+        self.logs = LogTopics(
+            gateway, self.principal, {route.content_topic: route.log for route in config.logs}
+        )
+        """The content topics kept in event logs (``[[waku.logs]]``)."""
 
     # -- naming -----------------------------------------------------------------------------
 
@@ -155,9 +161,16 @@ class WakuBridge:
         Raises:
             Refused: a bad topic, or the gateway refused (the reason is the gateway's).
         """
-        stream_id = self.stream_for(message.content_topic)
         self.check_rln(pubsub_topic)
         digest = message.hash(pubsub_topic)
+        log = self.logs.log_for(message.content_topic)
+        if log is not None:
+            try:
+                await self.logs.append(log, record_from_message(message, pubsub_topic, digest))
+            except AirlaneError as exc:
+                raise Refused(WAKU_STATUS[exc.code], f"{exc.code}: {exc}") from None
+            return digest
+        stream_id = self.stream_for(message.content_topic)
         data: dict[str, Any] = {"content_topic": message.content_topic}
         data.update(_payload_fields(message.payload))
         data["pubsub_topic"] = pubsub_topic
@@ -215,6 +228,9 @@ class WakuBridge:
         Raises:
             Refused: the gateway refused, or reading took over `HISTORY_READ_S`.
         """
+        log = self.logs.log_for(content_topic)
+        if log is not None:
+            return await self._log_history(log, content_topic, pubsub_topic, accept)
         stream_id = self.stream_for(content_topic)
         gateway = self.gateway
         try:
@@ -253,6 +269,28 @@ class WakuBridge:
                         entries.append(entry)
         finally:
             await subscription.aclose()
+        return entries
+
+    async def _log_history(
+        self,
+        log: str,
+        content_topic: str,
+        pubsub_topic: str,
+        accept: Callable[[StoredEntry], bool],
+    ) -> list[StoredEntry]:
+        try:
+            records = await self.logs.history(log)
+        except AirlaneError as exc:
+            raise Refused(WAKU_STATUS[exc.code], f"{exc.code}: {exc}") from None
+        entries = []
+        for record in records:
+            if record.headers.get("waku-ephemeral") == "true":
+                continue
+            message = message_from_record(record, content_topic)
+            topic = record.headers.get("waku-pubsub-topic", pubsub_topic)
+            entry = StoredEntry(message, topic, message.hash(topic))
+            if accept(entry):
+                entries.append(entry)
         return entries
 
     def _entry(self, event: Event, content_topic: str, pubsub_topic: str) -> StoredEntry | None:

@@ -6,13 +6,34 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from airlane.wire.errors import DecodeError
 from airlane.wire.libp2p import Multiaddr
+from airlane.wire.waku import ContentTopic
 
-__all__ = ["RLN_CLUSTERS", "WakuConfig"]
+__all__ = ["RLN_CLUSTERS", "LogRoute", "WakuConfig"]
 
 RLN_CLUSTERS = frozenset({1})
 """Clusters whose every shard demands RLN proofs: cluster 1 is The Waku Network."""
 _PREFIX = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+_LOG = re.compile(r"[A-Za-z0-9._-]{1,200}")
+
+
+@dataclass(frozen=True, slots=True)
+class LogRoute:
+    """A content topic kept in an event log instead of a stream (``[[waku.logs]]``), both
+    ways: Waku messages are appended as records, records appended by anyone are Waku
+    messages."""
+
+    content_topic: str
+    log: str
+
+    def __post_init__(self) -> None:
+        try:
+            ContentTopic.parse(self.content_topic)
+        except DecodeError as exc:
+            raise ValueError(f"[[waku.logs]] content_topic: {exc}") from None
+        if _LOG.fullmatch(self.log) is None:
+            raise ValueError(f"[[waku.logs]] log {self.log!r}: 1 to 200 of A-Z a-z 0-9 . _ -")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +89,8 @@ class WakuConfig:
     handshake_timeout_s: float = 10.0
     request_timeout_s: float = 30.0
     """How long a request stream may take to send its request."""
+    logs: tuple[LogRoute, ...] = ()
+    """Content topics kept in event logs (``[[waku.logs]]``); every other one is a stream."""
     relay: bool = True
     """Relay messages with other Waku nodes (``/vac/waku/relay/2.0.0``)."""
     peers: tuple[str, ...] = ()
@@ -95,8 +118,14 @@ class WakuConfig:
         if self.max_payload < 1 or self.max_payload > 1 << 20:
             raise ValueError("[waku] max_payload is 1 byte to 1 MiB")
         for peer in self.peers:
-            address = Multiaddr.parse(peer)
+            try:
+                address = Multiaddr.parse(peer)
+            except DecodeError as exc:
+                raise ValueError(f"[waku] peer {peer!r}: {exc}") from None
             if address.peer_id() is None:
                 raise ValueError(f"[waku] peer {peer!r} needs its /p2p/<peer id>")
+        topics = [route.content_topic for route in self.logs]
+        if len(set(topics)) != len(topics):
+            raise ValueError("[[waku.logs]]: a content topic is routed to one log only")
         if not 1 <= self.store_page <= self.store_max_page:
             raise ValueError("[waku] store_page is 1 to store_max_page")

@@ -1,8 +1,13 @@
-"""`TopicFeed`: one content topic's stream read live, handing each event to a call-back.
+"""`TopicFeed`: one content topic read live, handing each new Waku message to a call-back.
 
 The filter service keeps one per subscribed content topic, relay one per content topic it
-forwards. A feed that loses its stream (deleted, or ended) follows it again once it exists,
-after `RESUBSCRIBE_S`; a feed whose stream cannot be read any more stops, with a log line.
+forwards. A topic's stream is followed with a hub subscription; a feed that loses its stream
+(deleted, or ended) follows it again once it exists, after `RESUBSCRIBE_S`, and one whose
+stream cannot be read any more stops, with a log line. A topic kept in an event log
+(``[[waku.logs]]``) is read every `airlane.transports.waku.logs.POLL_S`.
+
+The call-back gets the content topic, the message, and the pubsub topic the message came on
+when it came from Waku (None for one made here: the receiver picks the pubsub topic).
 """
 
 from __future__ import annotations
@@ -16,29 +21,33 @@ from airlane.core import Event
 from airlane.core.errors import AirlaneError
 from airlane.gateway import Subscription
 from airlane.transports.waku.bridge import Refused, WakuBridge
+from airlane.transports.waku.logs import PAGE, message_from_record
+from airlane.wire.waku import WakuMessage
 
-__all__ = ["TopicFeed"]
+__all__ = ["OnMessage", "TopicFeed"]
 
-log = logging.getLogger("airlane.waku")
+log_line = logging.getLogger("airlane.waku")
 
+OnMessage = Callable[[str, WakuMessage, str | None], None]
+"""``(content topic, message, pubsub topic it came on or None)``."""
 RESUBSCRIBE_S = 1.0
 """Pause before a feed follows its stream again after losing it."""
 
 
 class TopicFeed:
-    """A content topic's stream, from its end (or its start), to ``on_event``."""
+    """A content topic, from its end (or its start), to ``on_message``."""
 
     def __init__(
         self,
         bridge: WakuBridge,
         content_topic: str,
-        on_event: Callable[[str, Event], None],
+        on_message: OnMessage,
         *,
         from_start: bool = False,
     ) -> None:
         self.bridge = bridge
         self.content_topic = content_topic
-        self.on_event = on_event
+        self.on_message = on_message
         self.from_start = from_start
         self._subscription: Subscription | None = None
         self._task: asyncio.Task[None] | None = None
@@ -50,10 +59,33 @@ class TopicFeed:
             AirlaneError: the gateway refused.
             Refused: the topic names no stream.
         """
-        self._subscription = await self.bridge.subscribe_live(
-            self.content_topic, from_start=self.from_start
-        )
-        self._task = asyncio.create_task(self._read(), name=f"waku-feed {self.content_topic}")
+        log = self.bridge.logs.log_for(self.content_topic)
+        if log is not None:
+            logs = self.bridge.logs
+            start = 1 if self.from_start else await logs.next_seq(log)
+            reading = self._poll(log, start)
+        else:
+            self._subscription = await self.bridge.subscribe_live(
+                self.content_topic, from_start=self.from_start
+            )
+            reading = self._read()
+        self._task = asyncio.create_task(reading, name=f"waku-feed {self.content_topic}")
+
+    async def _poll(self, log: str, seq: int) -> None:
+        logs = self.bridge.logs
+        topic = self.content_topic
+        while True:
+            try:
+                records = await logs.read(log, seq)
+            except AirlaneError as exc:
+                log_line.warning("waku: cannot read the log %s: %s", log, exc)
+                records = []
+            for record in records:
+                pubsub = record.headers.get("waku-pubsub-topic")
+                self.on_message(topic, message_from_record(record, topic), pubsub)
+                seq = record.seq + 1
+            if len(records) < PAGE:
+                await logs.wait()
 
     async def _read(self) -> None:
         while True:
@@ -70,11 +102,19 @@ class TopicFeed:
                         self.content_topic, from_start=True
                     )
                 except (AirlaneError, Refused) as exc:
-                    log.warning("waku: cannot follow %s again: %s", self.content_topic, exc)
+                    log_line.warning("waku: cannot follow %s again: %s", self.content_topic, exc)
                     return
                 continue
             for event in batch:
-                self.on_event(self.content_topic, event)
+                self._event(event)
+
+    def _event(self, event: Event) -> None:
+        message = self.bridge.to_waku(event, self.content_topic)
+        if message is None:
+            return
+        data = event.data or {}
+        pubsub = data.get("pubsub_topic") if "hash" in data else None
+        self.on_message(self.content_topic, message, pubsub if isinstance(pubsub, str) else None)
 
     async def aclose(self) -> None:
         """Stop reading and unsubscribe."""

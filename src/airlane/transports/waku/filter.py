@@ -23,7 +23,6 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from airlane.core import Event
 from airlane.core.errors import AirlaneError
 from airlane.transports.waku.bridge import Refused, WakuBridge
 from airlane.transports.waku.config import WakuConfig
@@ -169,7 +168,7 @@ class FilterService:
 
     async def _watch(self, peer: PeerId, topic: str) -> None:
         if topic not in self._feeds:
-            feed = TopicFeed(self.bridge, topic, self._on_event)
+            feed = TopicFeed(self.bridge, topic, self._on_message)
             await feed.start()
             self._feeds[topic] = feed
             self._peers[topic] = set()
@@ -185,10 +184,8 @@ class FilterService:
                 del self._peers[topic]
                 await self._feeds.pop(topic).aclose()
 
-    def _on_event(self, content_topic: str, event: Event) -> None:
-        message = self.bridge.to_waku(event, content_topic)
-        if message is not None:
-            self.deliver(content_topic, self._peers.get(content_topic, set()), message)
+    def _on_message(self, content_topic: str, message: WakuMessage, pubsub: str | None) -> None:
+        self.deliver(content_topic, self._peers.get(content_topic, set()), message)
 
     def _drop_subscriber(self, peer: PeerId) -> None:
         subscriber = self._subscribers.pop(peer, None)

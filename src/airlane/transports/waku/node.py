@@ -187,14 +187,15 @@ class WakuNode:
         return 0 if self.relay is None else self.relay.peer_count
 
     async def content_topics(self) -> list[str]:
-        """The content topics this node holds streams for (a store query that names none),
-        at most 1,000."""
+        """The content topics this node keeps (a store query that names none, relay): those
+        routed to event logs, and those with streams, at most 1,000."""
         bridge = self.bridge
         infos = await self.gateway.list_streams(
             bridge.principal, prefix=self.config.stream_prefix + "/", limit=1000
         )
         topics = (bridge.content_topic_of(info.stream_id) for info in infos)
-        return [topic for topic in topics if topic is not None]
+        routed = list(bridge.logs.routes)
+        return routed + [topic for topic in topics if topic is not None][: 1000 - len(routed)]
 
     def exchange_records(self) -> tuple[bytes, ...]:
         """Peer records for peer exchange (none: this node keeps no ENRs)."""

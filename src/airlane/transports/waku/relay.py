@@ -27,7 +27,6 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from airlane.core import Event
 from airlane.core.errors import AirlaneError
 from airlane.transports.waku.bridge import Refused
 from airlane.transports.waku.connection import PeerConnection
@@ -143,7 +142,7 @@ class RelayService:
         """Relay what the content topic's stream gets (from its first event by default)."""
         if content_topic in self._feeds:
             return
-        feed = TopicFeed(self.bridge, content_topic, self._on_event, from_start=from_start)
+        feed = TopicFeed(self.bridge, content_topic, self._on_message, from_start=from_start)
         try:
             await feed.start()
         except (AirlaneError, Refused) as exc:
@@ -151,13 +150,8 @@ class RelayService:
             return
         self._feeds[content_topic] = feed
 
-    def _on_event(self, content_topic: str, event: Event) -> None:
-        message = self.bridge.to_waku(event, content_topic)
-        if message is None:
-            return
-        data = event.data or {}
-        pubsub = data.get("pubsub_topic") if "hash" in data else None
-        if not isinstance(pubsub, str):
+    def _on_message(self, content_topic: str, message: WakuMessage, pubsub: str | None) -> None:
+        if pubsub is None:
             config = self.node.config
             shard = auto_shard(content_topic, config.shards_in_cluster)
             pubsub = shard_topic(config.cluster_id, shard)
