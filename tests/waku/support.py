@@ -30,6 +30,7 @@ from airlane.wire.libp2p import Identity, Multiaddr
 
 NODE_DIR = Path(__file__).resolve().parent / "node"
 CLIENT = NODE_DIR / "waku-client.mjs"
+RELAY_PEER = NODE_DIR / "relay-peer.mjs"
 CLUSTER = 42
 TOPIC = "/airlane-test/1/chat/proto"
 
@@ -51,7 +52,8 @@ def node_binary() -> str:
 
 
 class JsWaku:
-    """A running js-waku light node (``waku-client.mjs``): commands in, JSON lines out."""
+    """A running Node peer (``waku-client.mjs``, ``relay-peer.mjs``): commands in, JSON lines
+    out."""
 
     def __init__(self, process: asyncio.subprocess.Process) -> None:
         self.process = process
@@ -119,19 +121,34 @@ async def js_waku(
 ) -> AsyncIterator[JsWaku]:
     """A js-waku light node connected to ``peer`` (autosharding over 8 shards unless
     ``shards=[...]`` is given)."""
-    node = node_binary()
-    process = await asyncio.create_subprocess_exec(
-        node,
-        str(CLIENT),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL if not os.environ.get("WAKU_DEBUG") else None,
-    )
-    client = JsWaku(process)
+    client = await _spawn(CLIENT)
     try:
         if "shards" not in network:
             network.setdefault("numShardsInCluster", 8)
         await client.command("start", peer=peer, clusterId=cluster, timeoutMs=timeout_ms, **network)
+        yield client
+    finally:
+        await client.close()
+
+
+async def _spawn(script: Path) -> JsWaku:
+    process = await asyncio.create_subprocess_exec(
+        node_binary(),
+        str(script),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL if not os.environ.get("WAKU_DEBUG") else None,
+        limit=1 << 22,  # a message event with a large payload is one long line
+    )
+    return JsWaku(process)
+
+
+@contextlib.asynccontextmanager
+async def js_relay(peer: str, topics: list[str]) -> AsyncIterator[JsWaku]:
+    """A js-libp2p gossipsub node (``relay-peer.mjs``) relaying ``topics`` with ``peer``."""
+    client = await _spawn(RELAY_PEER)
+    try:
+        await client.command("start", peer=peer, topics=topics)
         yield client
     finally:
         await client.close()

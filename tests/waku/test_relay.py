@@ -30,7 +30,16 @@ from airlane.wire.waku import (
     auto_shard,
     shard_topic,
 )
-from tests.waku.support import CLUSTER, TOPIC, dial, js_waku, local_node, node_binary
+from airlane.wire.waku.enr import Enr
+from tests.waku.support import (
+    CLUSTER,
+    TOPIC,
+    dial,
+    js_relay,
+    js_waku,
+    local_node,
+    node_binary,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -156,3 +165,65 @@ async def test_a_node_back_under_the_same_identity_is_dialled_again() -> None:
                 await _until_relaying(b, 1, timeout=20)
                 await _push(a_again, b"after restart")
                 await _until_stored([a_again, b], [b"after restart"])
+
+
+async def test_peer_exchange_gives_a_js_waku_node_the_other_nodes_record() -> None:
+    node_binary()
+    async with (
+        local_node(identity=Identity.generate("secp256k1")) as a,
+        local_node(identity=Identity.generate("secp256k1"), peers=(str(a.multiaddrs[0]),)) as b,
+    ):
+        await _until_relaying(b, 1)
+        async with asyncio.timeout(10):  # b asks a for its record once it dialled it
+            while not b.exchange_records(10)[1:]:
+                await asyncio.sleep(0.02)
+        records = [Enr.decode(raw) for raw in b.exchange_records(10)]
+        assert [record.peer_id() for record in records] == [b.peer_id, a.peer_id]
+        assert records[1].multiaddrs() == [a.listen_addrs[0]]
+        async with js_waku(str(b.multiaddrs[0]), peerExchange=True) as light:
+            async with asyncio.timeout(20):
+                while True:
+                    known = (await light.command("peers", known=True))["known"]
+                    found = {peer["peerId"]: peer["addresses"] for peer in known}
+                    if str(a.peer_id) in found:
+                        break
+                    await asyncio.sleep(0.2)
+            assert str(a.listen_addrs[0]) in found[str(a.peer_id)]
+
+
+async def test_records_that_are_not_the_peers_own_are_not_kept() -> None:
+    async with local_node(identity=Identity.generate("secp256k1")) as node:
+        stranger = Identity.generate("secp256k1")
+        assert stranger.secp256k1 is not None
+        record = Enr.make(stranger.secp256k1, seq=1).encode()
+        other = Identity.generate("secp256k1").peer_id
+        assert not node.learn_record(other, record)  # signed, but by someone else
+        assert not node.learn_record(stranger.peer_id, record[:-1] + b"\x00")  # tampered
+        assert node.learn_record(stranger.peer_id, record)
+        assert node.exchange_records(5)[1:] == (record,)
+
+
+async def test_relay_with_js_libp2p_gossipsub() -> None:
+    """Another gossipsub (js-libp2p's, under Waku's StrictNoSign rules): messages both ways,
+    identified by the same hash on both sides."""
+    node_binary()
+    async with local_node() as a, js_relay(str(a.multiaddrs[0]), [PUBSUB]) as peer:
+        await _until_relaying(a, 1)
+        await _push(a, b"from python")
+        received = await peer.wait_messages(1)
+        sent = WakuMessage(b"from python", TOPIC, timestamp=1)
+        assert received[0]["hash"] == received[0]["msgId"] == sent.hash(PUBSUB).hex()
+        assert base64.b64decode(received[0]["payload"]) == b"from python"
+        published = await peer.command(
+            "publish",
+            topic=PUBSUB,
+            contentTopic=TOPIC,
+            payload=base64.b64encode(b"from js").decode(),
+            meta=base64.b64encode(b"m").decode(),
+        )
+        await _until_stored([a], [b"from python", b"from js"])
+        entries = await a.bridge.history(TOPIC, PUBSUB, lambda entry: True)
+        assert entries[-1].hash.hex() == published["hash"]
+        assert entries[-1].message.meta == b"m"
+        await asyncio.sleep(0.3)
+        assert len(peer.messages) == 1  # its own message did not come back

@@ -28,7 +28,8 @@
 //    "meta":<base64>?,"ephemeral":bool?}
 //       timestamp default: now, in nanoseconds (ms * 1e6); "0" sends 0 (hashed as absent).
 //       -> {"op":"published","recipients":[peer ids],"hash":<hex>,"timestamp":<ns string>}
-//   {"op":"peers"} -> {"op":"peers","peerId","topics","subscribers","mesh","connections"}
+//   {"op":"peers"} -> {"op":"peers","peerId","topics","subscribers","mesh","gossipsubPeers",
+//       "scores":{peer id: gossipsub score},"connections":[{remotePeer,remoteAddr,streams,...}]}
 //   {"op":"stop"} (or EOF on stdin) -> {"op":"stopped"}, exit 0
 // Every message gossipsub delivers on a subscribed topic:
 //   {"event":"message","topic","contentTopic","payload":<base64>,"timestamp":<ns string|null>,
@@ -142,7 +143,7 @@ function relay(components) {
     heartbeatInterval: 500,
   });
   // 14.x takes no protocol option: the protocols it registers, handles and dials are this
-  // field (what @waku/relay sets too), read first in start().
+  // field (what @waku/relay sets too), which start() registers: set before libp2p starts it.
   pubsub.multicodecs = [RELAY_CODEC];
   return pubsub;
 }
@@ -316,6 +317,8 @@ async function peers() {
     topics: pubsub.getTopics(),
     ...topicPeers(pubsub),
     gossipsubPeers: pubsub.getPeers().map((p) => p.toString()),
+    // gossipsub's peer scores (negative: it would stop meshing with / accepting from the peer)
+    scores: Object.fromEntries(pubsub.getPeers().map((p) => [p.toString(), pubsub.getScore(p.toString())])),
     connections: node.getConnections().map((c) => ({
       remotePeer: c.remotePeer.toString(),
       remoteAddr: c.remoteAddr.toString(),

@@ -176,7 +176,8 @@ async function start(cmd) {
     networkConfig,
     // Only the peer the test names: no DNS/peer-exchange/cache bootstrap.
     defaultBootstrap: false,
-    discovery: { dns: false, peerExchange: false, peerCache: false },
+    // "peerExchange": true asks the peer for others (the test of the node's records).
+    discovery: { dns: false, peerExchange: cmd.peerExchange === true, peerCache: false },
     // Plain ws on 127.0.0.1 is refused by the default (wss-only) transport filter.
     libp2p: { filterMultiaddrs: false, hideWebSocketInfo: true },
     numPeersToUse: 1,
@@ -312,8 +313,19 @@ async function store(cmd) {
   return { op: "stored", pubsubTopic: decoder.pubsubTopic, messages, pages };
 }
 
-async function peers() {
+async function peers(cmd = {}) {
   if (!node) return { op: "peers", started: false, peers: [] };
+  if (cmd.known) {
+    // Every peer the peer store holds, connected or not (what discovery added).
+    const known = await node.libp2p.peerStore.all();
+    return {
+      op: "peers",
+      known: known.map((peer) => ({
+        peerId: peer.id.toString(),
+        addresses: peer.addresses.map(({ multiaddr: address }) => address.toString()),
+      })),
+    };
+  }
   return {
     op: "peers",
     started: true,

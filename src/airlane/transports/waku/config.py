@@ -51,6 +51,9 @@ class WakuConfig:
     key_file: str | None = None
     """Where the node keeps its private key, so its peer id survives restarts; None:
     ``.airlane/waku/node.key`` under the working directory."""
+    key_type: str = "secp256k1"
+    """The key a new node makes (``secp256k1``, as nwaku's, which peer exchange records need;
+    or ``ed25519``). A key file that exists keeps its own type."""
     cluster_id: int = 0
     """The Waku cluster served (js-waku's ``networkConfig.clusterId``)."""
     shards: tuple[int, ...] = (0, 1, 2, 3, 4, 5, 6, 7)
@@ -99,6 +102,8 @@ class WakuConfig:
     for a node's TCP listener)."""
 
     def __post_init__(self) -> None:
+        if self.key_type not in ("secp256k1", "ed25519"):
+            raise ValueError("[waku] key_type is secp256k1 or ed25519")
         if not 0 <= self.cluster_id < 1 << 16:
             raise ValueError("[waku] cluster_id is 0 to 65535")
         if not self.shards or any(not 0 <= shard < 1024 for shard in self.shards):

@@ -26,7 +26,10 @@ from airlane.transports.waku.filter import FilterService
 from airlane.transports.waku.pipe import MAX_FRAME, Pipe, TcpPipe, WebSocketPipe, open_pipe
 from airlane.transports.waku.relay import RelayService
 from airlane.transports.waku.service import handlers
+from airlane.wire.errors import DecodeError, WireError
 from airlane.wire.libp2p import Identity, Multiaddr, PeerId
+from airlane.wire.waku import PEER_EXCHANGE, PeerExchangeQuery, PeerExchangeResponse
+from airlane.wire.waku.enr import Enr
 
 if TYPE_CHECKING:
     from airlane.gateway import Gateway
@@ -35,6 +38,8 @@ __all__ = ["NodeStats", "WakuNode", "load_identity"]
 
 log = logging.getLogger("airlane.waku")
 
+MAX_RECORDS = 64
+"""Peer records kept (and asked for) at most."""
 REDIAL_MIN_S = 0.5
 REDIAL_MAX_S = 10.0
 """Backoff between dials of a configured peer that is away."""
@@ -49,24 +54,26 @@ class NodeStats:
     pushed_in: int = 0
 
 
-def load_identity(path: Path) -> Identity:
-    """The identity kept at ``path``, made (and written, owner-only) if missing.
+def load_identity(path: Path, key_type: str = "secp256k1") -> Identity:
+    """The identity kept at ``path`` (libp2p's ``PrivateKey`` message, or a bare Ed25519
+    seed), made with ``key_type`` and written, owner-only, if missing.
 
     Raises:
-        ValueError: the file exists but does not hold a 32-byte key.
+        ValueError: the file exists but holds no key.
     """
     try:
-        seed = path.read_bytes()
+        stored = path.read_bytes()
     except FileNotFoundError:
-        identity = Identity()
+        identity = Identity.generate(key_type)
         path.parent.mkdir(parents=True, exist_ok=True)
         descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(descriptor, "wb") as out:
-            out.write(identity.seed())
+            out.write(identity.to_bytes())
         return identity
-    if len(seed) != 32:
-        raise ValueError(f"{path} does not hold a Waku node key (32 bytes)")
-    return Identity.from_seed(seed)
+    try:
+        return Identity.from_bytes(stored)
+    except DecodeError:
+        raise ValueError(f"{path} does not hold a Waku node key") from None
 
 
 class WakuNode:
@@ -85,7 +92,7 @@ class WakuNode:
         self.gateway = gateway
         self.host = config.host or host
         key_file = Path(config.key_file or Path(".airlane") / "waku" / "node.key")
-        self.identity = identity or load_identity(key_file)
+        self.identity = identity or load_identity(key_file, config.key_type)
         self.agent = agent
         """What identify says the node runs (the composition root adds the version)."""
         self.bridge = WakuBridge(gateway, config)
@@ -101,6 +108,8 @@ class WakuNode:
         self._tcp: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closed = False
+        self._record: Enr | None = None
+        self._peer_records: dict[PeerId, bytes] = {}
 
     @property
     def peer_id(self) -> PeerId:
@@ -135,6 +144,7 @@ class WakuNode:
             self.listen_addrs.append(Multiaddr.of(self.host, tcp_port, ws=False))
         for address in self.multiaddrs:
             log.info("waku: listening on %s", address)
+        self._make_record()
         if self.relay is not None:
             await self.relay.start()
         for peer in self.config.peers:
@@ -197,9 +207,47 @@ class WakuNode:
         routed = list(bridge.logs.routes)
         return routed + [topic for topic in topics if topic is not None][: 1000 - len(routed)]
 
-    def exchange_records(self) -> tuple[bytes, ...]:
-        """Peer records for peer exchange (none: this node keeps no ENRs)."""
-        return ()
+    def record(self) -> Enr | None:
+        """This node's own record (made once it listens), if its key is secp256k1."""
+        return self._record
+
+    def exchange_records(self, count: int) -> tuple[bytes, ...]:
+        """Records for peer exchange, at most ``count``: this node's own, then those its
+        relay peers gave it for themselves."""
+        records = [self._record.encode()] if self._record is not None else []
+        records += list(self._peer_records.values())
+        return tuple(records[: max(0, count)])
+
+    def learn_record(self, peer: PeerId, raw: bytes) -> bool:
+        """Keep ``raw`` if it is a valid record of ``peer`` itself (its key is the peer's)."""
+        try:
+            record = Enr.decode(raw)
+        except DecodeError:
+            return False
+        if record.peer_id() != peer:
+            return False
+        self._peer_records.pop(peer, None)
+        self._peer_records[peer] = raw
+        while len(self._peer_records) > MAX_RECORDS:
+            self._peer_records.pop(next(iter(self._peer_records)))
+        return True
+
+    def _make_record(self) -> None:
+        key = self.identity.secp256k1
+        if key is None:
+            return
+        config = self.config
+        tcp = next((a for a in self.listen_addrs if a.value("ws") is None), None)
+        ip = tcp.value("ip4") if tcp is not None else None
+        self._record = Enr.make(
+            key,
+            seq=int(time.time()),
+            multiaddrs=tuple(a for a in self.listen_addrs if a.value("ws") is not None),
+            ip=ip,
+            tcp=int(tcp.value("tcp") or 0) if ip is not None and tcp is not None else None,
+            cluster=config.cluster_id,
+            shards=config.shards,
+        )
 
     async def _on_websocket(self, ws: ServerConnection) -> None:
         await self._serve(WebSocketPipe(ws))
@@ -292,7 +340,31 @@ class WakuNode:
             raise ConnectionError(f"the libp2p handshake with {address} failed")
         if self.relay is not None:
             await self.relay.attach(connection)
+        connection.spawn(self._ask_record(connection))
         return connection
+
+    async def _ask_record(self, connection: PeerConnection) -> None:
+        """Ask a node this one dialled for its peers, and keep its own record (what peer
+        exchange then gives light nodes)."""
+        peer = connection.peer
+        try:
+            stream = await connection.open_stream(PEER_EXCHANGE)
+            await stream.write_message(PeerExchangeQuery(MAX_RECORDS).encode())
+            await stream.close()
+            async with asyncio.timeout(self.config.request_timeout_s):
+                raw = await stream.read_message(64 * 1024)
+            connection.release(stream)
+        except (ConnectionError, OSError, TimeoutError, WireError) as exc:
+            log.debug("waku: no peer records from %s: %s", peer, exc)
+            return
+        if raw is None or peer is None:
+            return
+        try:
+            records = PeerExchangeResponse.decode(raw).enrs
+        except WireError:
+            return
+        for record in records:
+            self.learn_record(peer, record)
 
     async def _keep_peer(self, address: Multiaddr) -> None:
         """Stay connected to a configured peer: dial again, backing off, whenever it is lost."""

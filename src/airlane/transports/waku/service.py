@@ -273,7 +273,7 @@ class _Service:
 
     async def peer_exchange(self, connection: PeerConnection, stream: MuxedStream) -> None:
         def answer(raw: bytes) -> bytes:
-            PeerExchangeQuery.decode(raw)  # a malformed one resets the stream
-            return PeerExchangeResponse(self.node.exchange_records()).encode()
+            query = PeerExchangeQuery.decode(raw)  # a malformed one resets the stream
+            return PeerExchangeResponse(self.node.exchange_records(query.num_peers)).encode()
 
         await self._answer_all(stream, _SMALL, answer)

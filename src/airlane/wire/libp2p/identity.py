@@ -1,6 +1,7 @@
 """libp2p identities: key pairs, the ``PublicKey`` message, peer ids and their text form.
 
-A node's identity is an Ed25519 key pair (what js-libp2p makes by default). A peer id is the
+A node's identity is an Ed25519 key pair (what js-libp2p makes by default) or a secp256k1 one
+(what nwaku uses, and what a Waku node record needs: its key is the peer's). A peer id is the
 multihash of the Protobuf-encoded public key: the key itself (the "identity" hash) when that
 encoding is at most 42 bytes, as for Ed25519 and secp256k1 keys, SHA-256 otherwise; its text
 form is base58btc (``12D3KooW...`` for Ed25519). Signatures of remote peers are checked for
@@ -15,6 +16,10 @@ from dataclasses import dataclass
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
+from cryptography.hazmat.primitives.asymmetric.utils import (
+    decode_dss_signature,
+    encode_dss_signature,
+)
 
 from airlane.wire.errors import DecodeError
 from airlane.wire.libp2p.protobuf import BYTES, VARINT, Writer, fields
@@ -22,6 +27,7 @@ from airlane.wire.libp2p.protobuf import BYTES, VARINT, Writer, fields
 __all__ = [
     "ECDSA",
     "ED25519",
+    "KEY_TYPES",
     "RSA",
     "SECP256K1",
     "Identity",
@@ -120,6 +126,14 @@ class PublicKey:
             return False
         return True
 
+    @classmethod
+    def from_secp256k1(cls, key: ec.EllipticCurvePublicKey) -> PublicKey:
+        """A secp256k1 public key, compressed (33 bytes), as libp2p encodes it."""
+        compressed = key.public_bytes(
+            serialization.Encoding.X962, serialization.PublicFormat.CompressedPoint
+        )
+        return cls(SECP256K1, compressed)
+
     @property
     def type_name(self) -> str:
         """The key type's name, for messages."""
@@ -172,35 +186,98 @@ class PeerId:
         return b58encode(self.multihash)
 
 
+_ORDER = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141
+"""The order of secp256k1's group: libp2p's verifiers take only signatures with a low ``s``."""
+KEY_TYPES = {"ed25519": ED25519, "secp256k1": SECP256K1}
+"""The key types an identity is made with, by name."""
+
+
 class Identity:
-    """This node's Ed25519 key pair."""
+    """This node's key pair: Ed25519 or secp256k1."""
 
     __slots__ = ("_private", "peer_id", "public_key")
 
-    def __init__(self, private: ed25519.Ed25519PrivateKey | None = None) -> None:
+    def __init__(
+        self, private: ed25519.Ed25519PrivateKey | ec.EllipticCurvePrivateKey | None = None
+    ) -> None:
         self._private = private or ed25519.Ed25519PrivateKey.generate()
-        raw = self._private.public_key().public_bytes(
-            serialization.Encoding.Raw, serialization.PublicFormat.Raw
-        )
-        self.public_key = PublicKey(ED25519, raw)
+        if isinstance(self._private, ed25519.Ed25519PrivateKey):
+            raw = self._private.public_key().public_bytes(
+                serialization.Encoding.Raw, serialization.PublicFormat.Raw
+            )
+            self.public_key = PublicKey(ED25519, raw)
+        else:
+            if not isinstance(self._private.curve, ec.SECP256K1):
+                raise ValueError("an identity's elliptic curve key must be secp256k1")
+            self.public_key = PublicKey.from_secp256k1(self._private.public_key())
         """The public half, as libp2p encodes it."""
         self.peer_id = PeerId.from_public_key(self.public_key)
         """This node's peer id."""
 
     @classmethod
+    def generate(cls, key_type: str = "ed25519") -> Identity:
+        """A new identity of ``key_type`` (``ed25519`` or ``secp256k1``)."""
+        if key_type == "secp256k1":
+            return cls(ec.generate_private_key(ec.SECP256K1()))
+        if key_type == "ed25519":
+            return cls()
+        raise ValueError(f"key type {key_type!r}: ed25519 or secp256k1")
+
+    @classmethod
     def from_seed(cls, seed: bytes) -> Identity:
-        """The identity whose Ed25519 private key is the 32-byte ``seed`` (a node that keeps
-        its peer id across restarts stores it)."""
+        """The identity whose Ed25519 private key is the 32-byte ``seed``."""
         return cls(ed25519.Ed25519PrivateKey.from_private_bytes(seed))
 
-    def seed(self) -> bytes:
-        """The 32-byte private key, to store."""
-        return self._private.private_bytes(
-            serialization.Encoding.Raw,
-            serialization.PrivateFormat.Raw,
-            serialization.NoEncryption(),
-        )
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Identity:
+        """An identity as `to_bytes` wrote it (libp2p's ``PrivateKey`` message), or a bare
+        32-byte Ed25519 seed.
+
+        Raises:
+            DecodeError: neither.
+        """
+        if len(data) == 32:
+            return cls.from_seed(data)
+        key_type: int | None = None
+        key_data = b""
+        for number, wire_type, value in fields(data):
+            if number == 1 and wire_type == VARINT and isinstance(value, int):
+                key_type = value
+            elif number == 2 and wire_type == BYTES and isinstance(value, bytes):
+                key_data = value
+        try:
+            if key_type == ED25519 and len(key_data) in (32, 64):
+                return cls.from_seed(key_data[:32])
+            if key_type == SECP256K1 and len(key_data) == 32:
+                scalar = int.from_bytes(key_data, "big")
+                return cls(ec.derive_private_key(scalar, ec.SECP256K1()))
+        except ValueError:
+            pass
+        raise DecodeError("not a libp2p private key (Ed25519 or secp256k1)")
+
+    def to_bytes(self) -> bytes:
+        """The private key as libp2p's ``PrivateKey`` message, to store."""
+        private = self._private
+        if isinstance(private, ed25519.Ed25519PrivateKey):
+            seed = private.private_bytes(
+                serialization.Encoding.Raw,
+                serialization.PrivateFormat.Raw,
+                serialization.NoEncryption(),
+            )
+            return Writer().varint(1, ED25519).data(2, seed + self.public_key.data).finish()
+        scalar = private.private_numbers().private_value.to_bytes(32, "big")
+        return Writer().varint(1, SECP256K1).data(2, scalar).finish()
+
+    @property
+    def secp256k1(self) -> ec.EllipticCurvePrivateKey | None:
+        """The private key, when it is a secp256k1 one (node records are signed with it)."""
+        return None if isinstance(self._private, ed25519.Ed25519PrivateKey) else self._private
 
     def sign(self, message: bytes) -> bytes:
-        """An Ed25519 signature over ``message``."""
-        return self._private.sign(message)
+        """A signature over ``message``: Ed25519, or ECDSA over SHA-256 in DER with a low
+        ``s`` (secp256k1, as libp2p signs with it)."""
+        private = self._private
+        if isinstance(private, ed25519.Ed25519PrivateKey):
+            return private.sign(message)
+        r, s = decode_dss_signature(private.sign(message, ec.ECDSA(hashes.SHA256())))
+        return encode_dss_signature(r, min(s, _ORDER - s))

@@ -502,3 +502,21 @@ class PeerExchangeResponse:
         for enr in self.enrs:
             response.data(1, Writer().data(1, enr).finish())
         return Writer().data(2, response.finish()).finish()
+
+    @classmethod
+    def decode(cls, data: bytes) -> PeerExchangeResponse:
+        """Read the RPC's response (records are not checked here: `airlane.wire.waku.enr`);
+        at most 100 records."""
+        enrs: list[bytes] = []
+        for number, wire_type, value in fields(data):
+            if number != 2 or wire_type != BYTES or not isinstance(value, bytes):
+                continue
+            for inner, inner_type, info in fields(value):
+                if inner != 1 or inner_type != BYTES or not isinstance(info, bytes):
+                    continue
+                for field_number, field_type, enr in fields(info):
+                    if field_number == 1 and field_type == BYTES and isinstance(enr, bytes):
+                        if len(enrs) >= 100:
+                            raise DecodeError("more than 100 peer records")
+                        enrs.append(enr)
+        return cls(tuple(enrs))
