@@ -24,6 +24,7 @@ import asyncio
 import base64
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -52,6 +53,8 @@ _CACHE = "waku.message"
 HISTORY_LIMIT = 100_000
 """Events read for one store query at most (a stream's retention bounds it first)."""
 HISTORY_READ_S = 10.0
+HISTORY_CACHE_ENTRIES = 100_000
+"""Entries of histories kept for the next store page, in all (the oldest history goes)."""
 
 
 class Refused(Exception):
@@ -81,6 +84,7 @@ class WakuBridge:
         spec = principal_named(config.principal)
         self.principal = Principal(spec.name, spec.roles, spec.tenant, via="waku")
         self._prefix = config.stream_prefix
+        self._history: OrderedDict[tuple[object, ...], list[StoredEntry]] = OrderedDict()
         self.logs = LogTopics(
             gateway, self.principal, {route.content_topic: route.log for route in config.logs}
         )
@@ -222,34 +226,65 @@ class WakuBridge:
     async def history(
         self, content_topic: str, pubsub_topic: str, accept: Callable[[StoredEntry], bool]
     ) -> list[StoredEntry]:
-        """The stored (not ephemeral) messages of a content topic's stream that ``accept``
-        takes, oldest first.
+        """The stored (not ephemeral) messages of a content topic's stream (or log) that
+        ``accept`` takes, oldest first. What was read is kept while the stream does not change
+        (`HISTORY_CACHE_ENTRIES`), so paging through a store answer reads the history once.
 
         Raises:
             Refused: the gateway refused, or reading took over `HISTORY_READ_S`.
         """
+        return [
+            entry for entry in await self._entries(content_topic, pubsub_topic) if accept(entry)
+        ]
+
+    async def _entries(self, content_topic: str, pubsub_topic: str) -> list[StoredEntry]:
         log = self.logs.log_for(content_topic)
-        if log is not None:
-            return await self._log_history(log, content_topic, pubsub_topic, accept)
-        stream_id = self.stream_for(content_topic)
-        gateway = self.gateway
+        stream_id = ""
+        info = None
         try:
-            info = await gateway.info(self.principal, stream_id)
+            if log is not None:
+                state: tuple[object, ...] = ("log", await self.logs.next_seq(log))
+            else:
+                stream_id = self.stream_for(content_topic)
+                try:
+                    info = await self.gateway.info(self.principal, stream_id)
+                except AirlaneError as exc:
+                    if exc.code is ErrorCode.STREAM_NOT_FOUND:
+                        return []
+                    raise
+                state = (info.epoch, info.last_seq)
         except AirlaneError as exc:
-            if exc.code is ErrorCode.STREAM_NOT_FOUND:
-                return []
             raise Refused(WAKU_STATUS[exc.code], f"{exc.code}: {exc}") from None
+        key = (content_topic, pubsub_topic, *state)
+        cache = self._history
+        cached = cache.get(key)
+        if cached is not None:
+            cache.move_to_end(key)
+            return cached
+        if log is not None:
+            entries = await self._read_log(log, content_topic, pubsub_topic)
+        else:
+            assert info is not None
+            entries = await self._read_stream(stream_id, info.last_seq, content_topic, pubsub_topic)
+        cache[key] = entries
+        while sum(len(held) for held in cache.values()) > HISTORY_CACHE_ENTRIES and len(cache) > 1:
+            cache.popitem(last=False)
+        return entries
+
+    async def _read_stream(
+        self, stream_id: str, last_seq: int, content_topic: str, pubsub_topic: str
+    ) -> list[StoredEntry]:
         entries: list[StoredEntry] = []
-        if info.last_seq == 0:
+        if last_seq == 0:
             return entries
         try:
-            subscription = await gateway.subscribe(self.principal, stream_id)
+            subscription = await self.gateway.subscribe(self.principal, stream_id)
         except AirlaneError as exc:
             raise Refused(WAKU_STATUS[exc.code], f"{exc.code}: {exc}") from None
         try:
             read = 0
             deadline = time.monotonic() + HISTORY_READ_S
-            while subscription.position.seq < info.last_seq and read < HISTORY_LIMIT:
+            while subscription.position.seq < last_seq and read < HISTORY_LIMIT:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise Refused(Status.SERVICE_UNAVAILABLE, "reading the history took too long")
@@ -265,19 +300,13 @@ class WakuBridge:
                 read += len(batch)
                 for event in batch:
                     entry = self._entry(event, content_topic, pubsub_topic)
-                    if entry is not None and accept(entry):
+                    if entry is not None:
                         entries.append(entry)
         finally:
             await subscription.aclose()
         return entries
 
-    async def _log_history(
-        self,
-        log: str,
-        content_topic: str,
-        pubsub_topic: str,
-        accept: Callable[[StoredEntry], bool],
-    ) -> list[StoredEntry]:
+    async def _read_log(self, log: str, content_topic: str, pubsub_topic: str) -> list[StoredEntry]:
         try:
             records = await self.logs.history(log)
         except AirlaneError as exc:
@@ -288,9 +317,7 @@ class WakuBridge:
                 continue
             message = message_from_record(record, content_topic)
             topic = record.headers.get("waku-pubsub-topic", pubsub_topic)
-            entry = StoredEntry(message, topic, message.hash(topic))
-            if accept(entry):
-                entries.append(entry)
+            entries.append(StoredEntry(message, topic, message.hash(topic)))
         return entries
 
     def _entry(self, event: Event, content_topic: str, pubsub_topic: str) -> StoredEntry | None:
