@@ -110,6 +110,9 @@ async def test_a_triangle_stores_each_message_once_on_every_node() -> None:
             await _until_relaying(a, 2)
             await _until_relaying(b, 2)
             await _until_relaying(c, 2)
+            async with asyncio.timeout(10):  # each node's mesh holds the other two
+                while any(len(n.relay.mesh(PUBSUB)) < 2 for n in (a, b, c) if n.relay):
+                    await asyncio.sleep(0.05)
             payloads = [b"m%d" % n for n in range(20)]
             for n, payload in enumerate(payloads):
                 await _push((a, b, c)[n % 3], payload)

@@ -1,19 +1,26 @@
 """`RelayService`: Waku relay (11/WAKU2-RELAY) between nodes, on ``/vac/waku/relay/2.0.0``.
 
-Nodes that relay to each other each open one stream to the other and send gossipsub RPCs on
-it: the pubsub topics they subscribe to (this node: every shard it serves), GRAFTs for them,
-and published messages. What this node relays out is every event of its content-topic
-streams that it has not seen, whether published over Airlane's API, pushed by a light node
-or relayed in (and then seen already); what comes in is appended to the content topic's
-stream, once (`seen`, by message hash), and forwarded to the other relay peers subscribed to
-its pubsub topic, at most `FANOUT` of them. Messages with an author, sequence number or
-signature are dropped, as ``StrictNoSign`` requires.
+Nodes that relay to each other each open one stream to the other and send gossipsub v1.1 RPCs
+on it. This node subscribes to every shard it serves and keeps, per pubsub topic, a **mesh**:
+up to `D` of the peers subscribed to it, GRAFTed (and PRUNEd past `D_HIGH`, topped up below
+`D_LOW`) at each heartbeat (`HEARTBEAT_S`). A message is forwarded to the topic's mesh; a
+message that starts here (published over Airlane's API, pushed by a light node) goes to every
+subscribed peer, as gossipsub's flood publishing does. At each heartbeat the ids of the
+messages of the last `GOSSIP_WINDOWS` heartbeats are offered (IHAVE) to up to `D_LAZY`
+subscribed peers outside the mesh, and a peer that asks (IWANT) gets them from the message
+cache (`CACHE_WINDOWS` heartbeats); ids offered to this node that it has not seen it asks for.
+So a message that missed a node through the mesh still reaches it.
+
+Messages are identified by their Waku hash: one seen within `SEEN_TTL_S` is dropped, so each
+is stored once on every node however the mesh loops. What comes in is appended to its content
+topic's stream (or log) and forwarded; messages with an author, sequence number or signature
+are dropped, as ``StrictNoSign`` requires. What this node relays out is every event of its
+content-topic streams that it has not seen: the streams are found by listing them every
+`DISCOVER_S` (those that exist when relay starts are read from their end, later ones from their
+first event, and a light push on a new topic has it followed at once).
 
 Each relay peer has a bounded queue of RPCs and one writer task: a slow peer loses its oldest
-messages (counted), never the node's memory. The streams a node relays are found by listing
-its content-topic streams every `DISCOVER_S`: those that exist when relay starts are read from
-their end, those created later from their first event, so nothing published on a new topic
-before its discovery is missed.
+RPCs (counted), never the node's memory. Peer scoring is left out (see docs/waku.md).
 """
 
 from __future__ import annotations
@@ -50,8 +57,16 @@ __all__ = ["RelayService", "RelayStats"]
 
 log = logging.getLogger("airlane.waku")
 
-FANOUT = 8
-"""Peers a message is forwarded to per pubsub topic at most (gossipsub's mesh degree)."""
+D, D_LOW, D_HIGH, D_LAZY = 6, 4, 12, 6
+"""gossipsub v1.1's mesh degree, its bounds, and how many peers outside it gossip reaches."""
+HEARTBEAT_S = 1.0
+GOSSIP_WINDOWS = 3
+CACHE_WINDOWS = 5
+"""Heartbeats whose messages are offered (IHAVE), and kept for IWANT."""
+CACHE_MAX = 10_000
+"""Messages the cache holds at most."""
+MAX_IWANT = 500
+"""Message ids asked of one peer per IHAVE at most."""
 SEEN_MAX = 65536
 SEEN_TTL_S = 120.0
 """Message hashes remembered, and for how long: a message seen again is dropped."""
@@ -71,6 +86,8 @@ class RelayStats:
     duplicates: int = 0
     dropped: int = 0
     refused: int = 0
+    gossip_in: int = 0
+    """Messages that came because this node asked (IWANT) after an offer (IHAVE)."""
 
 
 class _RelayPeer:
@@ -85,6 +102,33 @@ class _RelayPeer:
         self.writer: asyncio.Task[None] | None = None
 
 
+class _MessageCache:
+    """Recent messages by id, in heartbeat windows (gossipsub's mcache)."""
+
+    def __init__(self) -> None:
+        self.messages: dict[bytes, RelayMessage] = {}
+        self.windows: deque[list[bytes]] = deque([[]])
+
+    def put(self, message_id: bytes, message: RelayMessage) -> None:
+        # Past the bound a burst's newest messages are relayed but not offered in gossip.
+        if message_id not in self.messages and len(self.messages) < CACHE_MAX:
+            self.messages[message_id] = message
+            self.windows[0].append(message_id)
+
+    def recent(self, topic: str) -> list[bytes]:
+        """Ids of the last `GOSSIP_WINDOWS` heartbeats' messages on ``topic``."""
+        ids = []
+        for window in list(self.windows)[:GOSSIP_WINDOWS]:
+            ids += [i for i in window if self.messages[i].topic == topic]
+        return ids
+
+    def shift(self) -> None:
+        self.windows.appendleft([])
+        while len(self.windows) > CACHE_WINDOWS:
+            for message_id in self.windows.pop():
+                self.messages.pop(message_id, None)
+
+
 class RelayService:
     """Relay among Waku nodes. See the module docstring."""
 
@@ -96,27 +140,37 @@ class RelayService:
         """The pubsub topics this node relays: every shard it serves."""
         self.stats = RelayStats()
         self._peers: dict[PeerId, _RelayPeer] = {}
+        self._mesh: dict[str, set[PeerId]] = {topic: set() for topic in self.topics}
+        self._cache = _MessageCache()
         self._seen: OrderedDict[bytes, float] = OrderedDict()
+        self._asked: OrderedDict[bytes, None] = OrderedDict()  # ids this node asked for
         self._feeds: dict[str, TopicFeed] = {}
-        self._discovery: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
 
     @property
     def peer_count(self) -> int:
         """Relay peers connected now."""
         return len(self._peers)
 
+    def mesh(self, topic: str) -> set[PeerId]:
+        """The peers in this node's mesh for ``topic``."""
+        return set(self._mesh.get(topic, ()))
+
     async def start(self) -> None:
         """Follow the content-topic streams that exist (from their end), then look for new
-        ones."""
+        ones, and start the heartbeat."""
         await self._discover(from_start=False)
-        self._discovery = asyncio.create_task(self._discover_forever(), name="waku-relay")
+        self._tasks = [
+            asyncio.create_task(self._discover_forever(), name="waku-relay-discovery"),
+            asyncio.create_task(self._heartbeats(), name="waku-relay-heartbeat"),
+        ]
 
     async def aclose(self) -> None:
-        """Stop following streams and writing to peers."""
-        if self._discovery is not None:
-            self._discovery.cancel()
+        """Stop following streams, the heartbeat and writing to peers."""
+        for task in self._tasks:
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._discovery
+                await task
         for feed in self._feeds.values():
             await feed.aclose()
         self._feeds.clear()
@@ -157,22 +211,28 @@ class RelayService:
             pubsub = shard_topic(config.cluster_id, shard)
         if pubsub not in self.topics:
             return
-        if self._seen_before(message.hash(pubsub)):
+        digest = message.hash(pubsub)
+        if self._seen_before(digest):
             return
-        self._forward(RelayMessage(pubsub, message.encode()), source=None)
+        relayed = RelayMessage(pubsub, message.encode())
+        self._cache.put(digest, relayed)
+        self._forward(relayed, source=None)
 
     def _seen_before(self, digest: bytes) -> bool:
         """Whether ``digest`` was seen within `SEEN_TTL_S`; remembers it either way."""
+        if self._seen_now(digest):
+            return True
+        self._seen[digest] = time.monotonic()
+        if len(self._seen) > SEEN_MAX:
+            self._seen.popitem(last=False)
+        return False
+
+    def _seen_now(self, digest: bytes) -> bool:
         now = time.monotonic()
         seen = self._seen
         while seen and next(iter(seen.values())) < now - SEEN_TTL_S:
             seen.popitem(last=False)
-        if digest in seen:
-            return True
-        seen[digest] = now
-        if len(seen) > SEEN_MAX:
-            seen.popitem(last=False)
-        return False
+        return digest in seen
 
     # -- peers ------------------------------------------------------------------------------
 
@@ -188,9 +248,7 @@ class RelayService:
             log.info("waku relay: cannot open a relay stream to %s: %s", peer, exc)
             self._drop(peer)
             return
-        hello = RelayRpc(subscribe=tuple(sorted(self.topics)), graft=tuple(sorted(self.topics)))
-        relay_peer.queue.append(hello.encode())
-        relay_peer.wake.set()
+        self._send(relay_peer, RelayRpc(subscribe=tuple(sorted(self.topics))).encode())
         relay_peer.writer = asyncio.create_task(self._write(peer, relay_peer))
         connection.spawn(self._watch_answer(peer, relay_peer.stream))
         log.info("waku relay: relaying with %s", peer)
@@ -211,6 +269,8 @@ class RelayService:
 
     def _drop(self, peer: PeerId) -> None:
         relay_peer = self._peers.pop(peer, None)
+        for mesh in self._mesh.values():
+            mesh.discard(peer)
         if relay_peer is not None and relay_peer.writer is not None:
             relay_peer.writer.cancel()
 
@@ -226,7 +286,7 @@ class RelayService:
         except (ConnectionError, OSError, WireError) as exc:
             log.info("waku relay: writing to %s failed: %s", peer, exc)
             if self._peers.get(peer) is relay_peer:
-                del self._peers[peer]
+                self._drop(peer)
 
     def _send(self, relay_peer: _RelayPeer, rpc: bytes) -> None:
         if len(relay_peer.queue) >= QUEUE:
@@ -235,37 +295,103 @@ class RelayService:
         relay_peer.queue.append(rpc)
         relay_peer.wake.set()
 
+    def _subscribed(self, topic: str) -> list[PeerId]:
+        return [peer for peer, relay_peer in self._peers.items() if topic in relay_peer.topics]
+
     def _forward(self, message: RelayMessage, source: PeerId | None) -> None:
-        targets = [
-            relay_peer
-            for peer, relay_peer in self._peers.items()
-            if peer != source and message.topic in relay_peer.topics
-        ]
-        if len(targets) > FANOUT:
-            targets = random.sample(targets, FANOUT)
+        """To the topic's mesh; a message that starts here to every subscribed peer."""
+        if source is None:
+            targets = self._subscribed(message.topic)
+        else:
+            targets = [peer for peer in self._mesh.get(message.topic, ()) if peer != source]
         if not targets:
             return
         rpc = RelayRpc(messages=(message,)).encode()
-        for relay_peer in targets:
-            self._send(relay_peer, rpc)
+        for peer in targets:
+            self._send(self._peers[peer], rpc)
             self.stats.relayed_out += 1
+
+    # -- the heartbeat ----------------------------------------------------------------------
+
+    async def _heartbeats(self) -> None:
+        while True:
+            await asyncio.sleep(HEARTBEAT_S)
+            self.heartbeat()
+
+    def heartbeat(self) -> None:
+        """Keep each topic's mesh between `D_LOW` and `D_HIGH`, offer recent messages to peers
+        outside it, and move the message cache on."""
+        for topic, mesh in self._mesh.items():
+            subscribed = self._subscribed(topic)
+            mesh.intersection_update(subscribed)
+            if len(mesh) < D_LOW:
+                candidates = [peer for peer in subscribed if peer not in mesh]
+                for peer in random.sample(candidates, min(len(candidates), D - len(mesh))):
+                    mesh.add(peer)
+                    self._send(self._peers[peer], RelayRpc(graft=(topic,)).encode())
+            elif len(mesh) > D_HIGH:
+                for peer in random.sample(sorted(mesh, key=str), len(mesh) - D):
+                    mesh.discard(peer)
+                    self._send(self._peers[peer], RelayRpc(prune=(topic,)).encode())
+            offered = self._cache.recent(topic)
+            if offered:
+                outside = [peer for peer in subscribed if peer not in mesh]
+                rpc = RelayRpc(ihave=((topic, tuple(offered)),)).encode()
+                for peer in random.sample(outside, min(len(outside), D_LAZY)):
+                    self._send(self._peers[peer], rpc)
+        self._cache.shift()
 
     # -- the peer's stream ------------------------------------------------------------------
 
     async def handle(self, connection: PeerConnection, stream: MuxedStream) -> None:
-        """A peer's relay stream: its subscriptions and messages, until it closes."""
+        """A peer's relay stream: its subscriptions, control messages and messages, until it
+        closes."""
         peer = connection.peer
         assert peer is not None
         await self.attach(connection)
-        max_rpc = self.node.config.max_payload + 64 * 1024
+        max_rpc = self.node.config.max_payload + 256 * 1024
         while (raw := await stream.read_message(max_rpc)) is not None:
             rpc = RelayRpc.decode(raw)
             relay_peer = self._peers.get(peer)
-            if relay_peer is not None:
-                relay_peer.topics.update(t for t in rpc.subscribe if t in self.topics)
-                relay_peer.topics.difference_update(rpc.unsubscribe)
+            if relay_peer is None:
+                continue
+            relay_peer.topics.update(t for t in rpc.subscribe if t in self.topics)
+            relay_peer.topics.difference_update(rpc.unsubscribe)
+            self._control(peer, relay_peer, rpc)
             for message in rpc.messages:
                 await self._relayed_in(peer, message)
+
+    def _control(self, peer: PeerId, relay_peer: _RelayPeer, rpc: RelayRpc) -> None:
+        refused = []
+        for topic in rpc.graft:
+            mesh = self._mesh.get(topic)
+            if mesh is None or len(mesh) >= D_HIGH:
+                refused.append(topic)  # not a topic here, or a full mesh: PRUNE
+            else:
+                mesh.add(peer)
+                relay_peer.topics.add(topic)
+        for topic in rpc.prune:
+            self._mesh.get(topic, set()).discard(peer)
+        wanted = [
+            message_id
+            for topic, ids in rpc.ihave
+            if topic in self.topics
+            for message_id in ids
+            if not self._seen_now(message_id)
+        ][:MAX_IWANT]
+        offered = [
+            self._cache.messages[message_id]
+            for message_id in rpc.iwant
+            if message_id in self._cache.messages
+        ]
+        for message_id in wanted:
+            self._asked[message_id] = None
+        while len(self._asked) > MAX_IWANT * 10:
+            self._asked.popitem(last=False)
+        if refused or wanted:
+            self._send(relay_peer, RelayRpc(prune=tuple(refused), iwant=tuple(wanted)).encode())
+        for start in range(0, len(offered), 64):
+            self._send(relay_peer, RelayRpc(messages=tuple(offered[start : start + 64])).encode())
 
     async def _relayed_in(self, peer: PeerId, relayed: RelayMessage) -> None:
         if relayed.topic not in self.topics or relayed.signed:
@@ -276,7 +402,8 @@ class RelayService:
         except WireError:
             self.stats.refused += 1
             return
-        if self._seen_before(message.hash(relayed.topic)):
+        digest = message.hash(relayed.topic)
+        if self._seen_before(digest):
             self.stats.duplicates += 1
             return
         try:
@@ -286,5 +413,9 @@ class RelayService:
             self.stats.refused += 1
             return
         self.stats.relayed_in += 1
+        if digest in self._asked:  # it came because this node asked
+            del self._asked[digest]
+            self.stats.gossip_in += 1
+        self._cache.put(digest, relayed)
         self._forward(relayed, source=peer)
         await self.follow(message.content_topic)
