@@ -25,6 +25,9 @@ import pytest
 from airlane.server import ServerConfig
 from airlane.server import workers as workers_module
 from airlane.server.workers import WorkersError, _Supervisor, worker_count
+from airlane.transports.waku import LightClient
+from airlane.wire.libp2p import Multiaddr
+from airlane.wire.waku import auto_shard, shard_topic
 from tests.natsserver import nats_binary
 from tests.servers import ServerProcess, run_gateway
 
@@ -249,3 +252,29 @@ async def test_a_worker_that_never_starts_spends_the_budget_and_stops_everything
     await asyncio.wait_for(watching, 5)  # ends by itself: the budget is spent
     assert supervisor.stopping.is_set()
     assert worker.starts == workers_module.MAX_RESTARTS
+
+
+async def test_one_waku_node_in_the_first_worker_sees_every_workers_streams(
+    tmp_path: Path,
+) -> None:
+    with workers(tmp_path, 2, "--waku-port", "0") as server:
+        assert server.waku is not None  # one node, in the ready line
+        address = Multiaddr.parse(server.waku)
+        pubsub = shard_topic(0, auto_shard("/w/1/chat/json", 8))
+        received: list[bytes] = []
+        async with LightClient.connect(address) as light:
+            await light.subscribe(
+                pubsub, ["/w/1/chat/json"], lambda m, p: received.append(m.payload)
+            )
+            # Published through each worker's HTTP connection: the node pushes both.
+            for n, client in enumerate(pinned_clients(server.url, 2).values()):
+                response = client.post(
+                    "/v1/streams/waku/w/1/chat/json/events",
+                    json={"kind": "message", "payload": {"n": n}},
+                )
+                assert response.status_code == 200, response.text
+                client.close()
+            async with asyncio.timeout(20):
+                while len(received) < 2:
+                    await asyncio.sleep(0.05)
+        assert sorted(received) == [b'{"n":0}', b'{"n":1}']

@@ -274,7 +274,12 @@ class _Supervisor:
         name = f"w{index}"
         base = self.settings.jetstream.node_id or socket.gethostname().split(".")[0] or "airlane"
         jetstream = replace(self.settings.jetstream, node_id=f"{base}-{name}")
-        return replace(self.settings, worker=name, workers_dir=self.shared, jetstream=jetstream)
+        # One Waku node (one peer id, one filter and relay state) in the first worker: the
+        # streams it bridges are shared through the hub, so it sees every worker's.
+        waku = self.settings.waku if index == 0 else replace(self.settings.waku, enabled=False)
+        return replace(
+            self.settings, worker=name, workers_dir=self.shared, jetstream=jetstream, waku=waku
+        )
 
     async def run(self, on_ready: Callable[[ServerConfig, Listening], None]) -> int:
         loop = asyncio.get_running_loop()
