@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from airlane.transports.waku.bridge import Refused, StoredEntry
@@ -39,6 +39,7 @@ from airlane.wire.waku import (
     LightPushRequest,
     LightPushResponse,
     Metadata,
+    PayloadTooLarge,
     PeerExchangeQuery,
     PeerExchangeResponse,
     Status,
@@ -80,25 +81,20 @@ class _Service:
         self.node = node
         self.config = node.config
 
-    async def _requests(self, stream: MuxedStream, limit: int) -> list[bytes]:
-        """The next request, or none once the peer closed (as a list: empty or one)."""
+    async def _request(self, stream: MuxedStream, limit: int) -> bytes | None:
+        """The next request; None once the peer closed (or took too long: then reset)."""
         try:
             async with asyncio.timeout(self.config.request_timeout_s):
-                message = await stream.read_message(limit)
+                return await stream.read_message(limit)
         except TimeoutError:
             await stream.reset()
-            return []
-        return [] if message is None else [message]
+            return None
 
     async def _answer_all(
-        self, stream: MuxedStream, limit: int, answer: Callable[[bytes], object]
+        self, stream: MuxedStream, limit: int, answer: Callable[[bytes], Awaitable[bytes]]
     ) -> None:
-        while requests := await self._requests(stream, limit):
-            reply = answer(requests[0])
-            if asyncio.iscoroutine(reply):
-                reply = await reply
-            assert isinstance(reply, bytes)
-            await stream.write_message(reply)
+        while (request := await self._request(stream, limit)) is not None:
+            await stream.write_message(await answer(request))
         await stream.close()
 
     # -- libp2p -----------------------------------------------------------------------------
@@ -141,7 +137,7 @@ class _Service:
         config = self.config
         ours = Metadata(config.cluster_id, config.shards).encode()
 
-        def answer(request: bytes) -> bytes:
+        async def answer(request: bytes) -> bytes:
             try:
                 theirs = Metadata.decode(request)
             except DecodeError:
@@ -187,7 +183,8 @@ class _Service:
             try:
                 request = LightPushRequest.decode(raw, version=version, max_payload=max_payload)
             except DecodeError as exc:
-                status = Status.PAYLOAD_TOO_LARGE if "payload of" in str(exc) else 400
+                too_large = isinstance(exc, PayloadTooLarge)
+                status = Status.PAYLOAD_TOO_LARGE if too_large else Status.BAD_REQUEST
                 return LightPushResponse("", status, str(exc)).encode(version)
             message = request.message
             try:
@@ -272,7 +269,7 @@ class _Service:
         return StoreResponse(query.request_id, Status.OK, None, stored, cursor)
 
     async def peer_exchange(self, connection: PeerConnection, stream: MuxedStream) -> None:
-        def answer(raw: bytes) -> bytes:
+        async def answer(raw: bytes) -> bytes:
             query = PeerExchangeQuery.decode(raw)  # a malformed one resets the stream
             return PeerExchangeResponse(self.node.exchange_records(query.num_peers)).encode()
 

@@ -8,6 +8,7 @@
 
 from airlane.wire.waku.message import (
     ContentTopic,
+    PayloadTooLarge,
     WakuMessage,
     auto_shard,
     parse_shard_topic,
@@ -52,6 +53,7 @@ __all__ = [
     "LightPushResponse",
     "MessagePush",
     "Metadata",
+    "PayloadTooLarge",
     "PeerExchangeQuery",
     "PeerExchangeResponse",
     "RelayMessage",

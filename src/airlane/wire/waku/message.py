@@ -14,6 +14,7 @@ from airlane.wire.libp2p.protobuf import BYTES, VARINT, Writer, fields, text, zi
 __all__ = [
     "MAX_CONTENT_TOPIC",
     "ContentTopic",
+    "PayloadTooLarge",
     "WakuMessage",
     "auto_shard",
     "parse_shard_topic",
@@ -23,6 +24,10 @@ __all__ = [
 _NUMBER = re.compile(r"0|[1-9][0-9]{0,5}")
 MAX_CONTENT_TOPIC = 256
 """The longest content topic accepted."""
+
+
+class PayloadTooLarge(DecodeError):
+    """A message's payload is over the limit the decoder was given."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +69,9 @@ class WakuMessage:
         """Read the Protobuf.
 
         Raises:
-            DecodeError: malformed, a payload over ``max_payload``, a content topic that is
-                missing or over `MAX_CONTENT_TOPIC`, a ``meta`` over 64 bytes.
+            PayloadTooLarge: a payload over ``max_payload``.
+            DecodeError: malformed, a content topic that is missing or over
+                `MAX_CONTENT_TOPIC`, a ``meta`` over 64 bytes.
         """
         payload = b""
         topic = ""
@@ -77,7 +83,7 @@ class WakuMessage:
         for number, wire_type, value in fields(data):
             if number == 1 and wire_type == BYTES and isinstance(value, bytes):
                 if len(value) > max_payload:
-                    raise DecodeError(f"payload of {len(value)} bytes (at most {max_payload})")
+                    raise PayloadTooLarge(f"payload of {len(value)} bytes (at most {max_payload})")
                 payload = value
             elif number == 2 and wire_type == BYTES:
                 topic = text(value, "content topic")
