@@ -156,6 +156,19 @@ async def test_filter_limits_ping_and_unsubscribe() -> None:
         assert (await filter_request(FilterRequest.PING)).status_code == Status.NOT_FOUND
 
 
+async def test_subscribers_are_bounded_even_after_they_disconnect() -> None:
+    async with local_node(max_peers=2) as node:
+        pubsub = shard_topic(CLUSTER, auto_shard(TOPIC, 8))
+        request = FilterRequest("f", FilterRequest.SUBSCRIBE, pubsub, (TOPIC,)).encode()
+        statuses = []
+        for _ in range(3):  # each a new identity, gone before the next comes
+            async with dial(node.multiaddrs[0]) as connection:
+                reply = await _ask(connection, FILTER_SUBSCRIBE, request)
+                statuses.append(FilterResponse.decode(reply).status_code)
+        assert statuses == [Status.OK, Status.OK, Status.TOO_MANY_REQUESTS]
+        assert node.filter.stats.subscribers == 2
+
+
 async def test_a_filter_subscription_lapses_without_pings() -> None:
     async with local_node(subscription_ttl_s=0.4) as node, dial(node.multiaddrs[0]) as connection:
         pubsub = shard_topic(CLUSTER, auto_shard(TOPIC, 8))

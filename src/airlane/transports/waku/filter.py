@@ -144,6 +144,9 @@ class FilterService:
             return exc.status, exc.reason
         async with self._lock:
             subscriber = self._subscribers.get(peer)
+            if subscriber is None and len(self._subscribers) >= self.config.max_peers:
+                # Subscriptions outlive connections (until they lapse): bounded on their own.
+                return Status.TOO_MANY_REQUESTS, "this node holds as many subscribers as it takes"
             existing = set(subscriber.topics) if subscriber is not None else set()
             if len(existing | set(pubsub)) > self.config.max_topics_per_peer:
                 return (
