@@ -58,7 +58,9 @@ class JsWaku:
     def __init__(self, process: asyncio.subprocess.Process) -> None:
         self.process = process
         self.messages: list[dict[str, Any]] = []
-        """Every filter message received so far, in order."""
+        """Every message received so far, in order."""
+        self.started: dict[str, Any] = {}
+        """The reply to ``start``, where the helper that started it keeps it."""
         self._replies: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self._arrived = asyncio.Event()
         self._reader = asyncio.create_task(self._read())
@@ -149,6 +151,18 @@ async def js_relay(peer: str, topics: list[str]) -> AsyncIterator[JsWaku]:
     client = await _spawn(RELAY_PEER)
     try:
         await client.command("start", peer=peer, topics=topics)
+        yield client
+    finally:
+        await client.close()
+
+
+@contextlib.asynccontextmanager
+async def js_relay_listening(listen: list[str], topics: list[str]) -> AsyncIterator[JsWaku]:
+    """A js-libp2p gossipsub node listening on ``listen`` for a node to dial it; its start
+    reply (with its addresses) is ``started``."""
+    client = await _spawn(RELAY_PEER)
+    try:
+        client.started = await client.command("start", listen=listen, topics=topics)
         yield client
     finally:
         await client.close()

@@ -36,6 +36,7 @@ from tests.waku.support import (
     TOPIC,
     dial,
     js_relay,
+    js_relay_listening,
     js_waku,
     local_node,
     node_binary,
@@ -230,3 +231,24 @@ async def test_relay_with_js_libp2p_gossipsub() -> None:
         assert entries[-1].message.meta == b"m"
         await asyncio.sleep(0.3)
         assert len(peer.messages) == 1  # its own message did not come back
+
+
+@pytest.mark.parametrize("transport", ["ws", "tcp"])
+async def test_a_node_dials_a_js_libp2p_relay_peer(transport: str) -> None:
+    """This node as the initiator (its Noise and multistream dialer against js-libp2p's),
+    over WebSocket and over TCP: relay both ways."""
+    node_binary()
+    listen = "/ip4/127.0.0.1/tcp/0/ws" if transport == "ws" else "/ip4/127.0.0.1/tcp/0"
+    async with contextlib.AsyncExitStack() as stack:
+        peer = await stack.enter_async_context(js_relay_listening([listen], [PUBSUB]))
+        address = peer.started["addresses"][0]
+        node = await stack.enter_async_context(local_node(peers=(address,)))
+        await peer.command("await", peer=str(node.peer_id), topics=[PUBSUB])
+        await _until_relaying(node, 1)
+        await _push(node, b"dialled")
+        received = await peer.wait_messages(1)
+        assert base64.b64decode(received[0]["payload"]) == b"dialled"
+        await peer.command(
+            "publish", topic=PUBSUB, contentTopic=TOPIC, payload=base64.b64encode(b"back").decode()
+        )
+        await _until_stored([node], [b"dialled", b"back"])
