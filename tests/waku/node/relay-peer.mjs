@@ -38,21 +38,12 @@
 // A command that fails answers {"op":"error","message":...} and the peer carries on.
 
 import { createHash } from "node:crypto";
-import { createInterface } from "node:readline";
+
+// First: it supplies what Node 20 lacks before any libp2p package loads.
+import { DEFAULT_TIMEOUT_MS, say, serveCommands, warn, withTimeout } from "./jsonl.mjs";
 
 import { multiaddr } from "@multiformats/multiaddr";
 
-// libp2p's queues and locks (it-queue, mortice) call Promise.withResolvers, new in Node 22;
-// on Node 20 supply it before they load.
-Promise.withResolvers ??= function withResolvers() {
-  let resolve;
-  let reject;
-  const promise = new this((res, rej) => {
-    resolve = res;
-    reject = rej;
-  });
-  return { promise, resolve, reject };
-};
 const { createLibp2p } = await import("libp2p");
 const { GossipSub } = await import("@chainsafe/libp2p-gossipsub");
 const { webSockets } = await import("@libp2p/websockets");
@@ -66,33 +57,7 @@ const { WakuMessage } = await import("@waku/proto");
 
 const RELAY_CODEC = "/vac/waku/relay/2.0.0";
 
-// stdout is the protocol with the test: keep the libraries' console output out of it.
-for (const level of ["log", "info", "debug", "warn"]) {
-  console[level] = (...args) => console.error(...args);
-}
-
-function say(line) {
-  process.stdout.write(`${JSON.stringify(line)}\n`);
-}
-
-function warn(what, error) {
-  process.stderr.write(`relay-peer: ${what}: ${error && error.stack ? error.stack : error}\n`);
-}
-
-process.on("unhandledRejection", (error) => warn("unhandled rejection", error));
-process.on("uncaughtException", (error) => warn("uncaught exception", error));
-
-const DEFAULT_TIMEOUT_MS = 20_000;
-
 let node = null;
-
-function withTimeout(promise, ms, what) {
-  let timer;
-  const expired = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what} timed out after ${ms} ms`)), ms);
-  });
-  return Promise.race([promise, expired]).finally(() => clearTimeout(timer));
-}
 
 const base64 = (bytes) => Buffer.from(bytes ?? []).toString("base64");
 const fromBase64 = (text) => new Uint8Array(Buffer.from(text ?? "", "base64"));
@@ -337,55 +302,4 @@ async function stopNode() {
 
 const handlers = { start, await: awaitPeer, publish, peers };
 
-async function run(line) {
-  let cmd;
-  try {
-    cmd = JSON.parse(line);
-  } catch (error) {
-    say({ op: "error", message: `not JSON: ${error.message}` });
-    return;
-  }
-  const echo = cmd.id === undefined ? {} : { id: cmd.id };
-  try {
-    if (cmd.op === "stop") {
-      await finish(echo);
-      return;
-    }
-    const handler = handlers[cmd.op];
-    if (!handler) throw new Error(`unknown op ${JSON.stringify(cmd.op)}`);
-    // start bounds itself, so that on a timeout it can still take its half-made node down.
-    const reply =
-      cmd.op === "start"
-        ? await handler(cmd)
-        : await withTimeout(handler(cmd), cmd.timeoutMs ?? DEFAULT_TIMEOUT_MS, cmd.op);
-    say({ ...reply, ...echo });
-  } catch (error) {
-    warn(`${cmd.op} failed`, error);
-    say({ op: "error", ...echo, message: String(error && error.message ? error.message : error) });
-  }
-}
-
-let finishing = false;
-
-async function finish(echo = {}) {
-  if (finishing) return;
-  finishing = true;
-  try {
-    await withTimeout(stopNode(), 10_000, "stop");
-  } catch (error) {
-    warn("stop", error);
-  }
-  // Exit once the last line is out: libp2p may leave timers that would keep us alive.
-  process.stdout.write(`${JSON.stringify({ op: "stopped", ...echo })}\n`, () => process.exit(0));
-}
-
-// Commands run strictly in order, so a test can rely on "started" preceding its publish.
-let queue = Promise.resolve();
-const input = createInterface({ input: process.stdin, crlfDelay: Infinity });
-input.on("line", (line) => {
-  if (!line.trim()) return;
-  queue = queue.then(() => run(line));
-});
-input.on("close", () => {
-  queue = queue.then(() => finish());
-});
+serveCommands("relay-peer", handlers, stopNode);

@@ -27,55 +27,18 @@
 //   {"op":"stop"} (or EOF on stdin)            -> {"op":"stopped"}, exit 0
 // A command that fails answers {"op":"error","message":...} and the client carries on.
 
-import { createInterface } from "node:readline";
+// First: it supplies what Node 20 lacks before any libp2p package loads.
+import { DEFAULT_TIMEOUT_MS, say, serveCommands, warn, withTimeout } from "./jsonl.mjs";
 
 import { multiaddr } from "@multiformats/multiaddr";
 
-// libp2p's queues and locks (it-queue, mortice) call Promise.withResolvers, new in Node 22
-// (the @waku packages ask for >=22); on Node 20 supply it before they load.
-Promise.withResolvers ??= function withResolvers() {
-  let resolve;
-  let reject;
-  const promise = new this((res, rej) => {
-    resolve = res;
-    reject = rej;
-  });
-  return { promise, resolve, reject };
-};
 const { createLightNode, Protocols, utils, waku } = await import("@waku/sdk");
 
 const { FilterCodecs, LightPushCodec, LightPushCodecV2, StoreCodec, messageHashStr } = waku;
 
-// stdout is the protocol with the test: keep the libraries' console output (the SDK prints
-// banners with console.info) out of it.
-for (const level of ["log", "info", "debug", "warn"]) {
-  console[level] = (...args) => console.error(...args);
-}
-
-function say(line) {
-  process.stdout.write(`${JSON.stringify(line)}\n`);
-}
-
-function warn(what, error) {
-  process.stderr.write(`waku-client: ${what}: ${error && error.stack ? error.stack : error}\n`);
-}
-
-process.on("unhandledRejection", (error) => warn("unhandled rejection", error));
-process.on("uncaughtException", (error) => warn("uncaught exception", error));
-
-const DEFAULT_TIMEOUT_MS = 20_000;
-
 let node = null;
 let shards = []; // static sharding: the shards "start" named, the first being the default
 const decoders = new Map(); // subscribed content topic+shard -> the decoder filter knows it by
-
-function withTimeout(promise, ms, what) {
-  let timer;
-  const expired = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what} timed out after ${ms} ms`)), ms);
-  });
-  return Promise.race([promise, expired]).finally(() => clearTimeout(timer));
-}
 
 const base64 = (bytes) => Buffer.from(bytes ?? []).toString("base64");
 
@@ -336,55 +299,4 @@ async function peers(cmd = {}) {
 
 const handlers = { start, subscribe, unsubscribe, push, store, peers };
 
-async function run(line) {
-  let cmd;
-  try {
-    cmd = JSON.parse(line);
-  } catch (error) {
-    say({ op: "error", message: `not JSON: ${error.message}` });
-    return;
-  }
-  const echo = cmd.id === undefined ? {} : { id: cmd.id };
-  try {
-    if (cmd.op === "stop") {
-      await finish(echo);
-      return;
-    }
-    const handler = handlers[cmd.op];
-    if (!handler) throw new Error(`unknown op ${JSON.stringify(cmd.op)}`);
-    // start bounds itself, so that on a timeout it can still take its half-made node down.
-    const reply =
-      cmd.op === "start"
-        ? await handler(cmd)
-        : await withTimeout(handler(cmd), cmd.timeoutMs ?? DEFAULT_TIMEOUT_MS, cmd.op);
-    say({ ...reply, ...echo });
-  } catch (error) {
-    warn(`${cmd.op} failed`, error);
-    say({ op: "error", ...echo, message: String(error && error.message ? error.message : error) });
-  }
-}
-
-let finishing = false;
-
-async function finish(echo = {}) {
-  if (finishing) return;
-  finishing = true;
-  try {
-    await withTimeout(stopNode(), 10_000, "stop");
-  } catch (error) {
-    warn("stop", error);
-  }
-  // Exit once the last line is out: libp2p may leave timers that would keep us alive.
-  process.stdout.write(`${JSON.stringify({ op: "stopped", ...echo })}\n`, () => process.exit(0));
-}
-
-// Commands run strictly in order, so a test can rely on "subscribed" preceding its push.
-let queue = Promise.resolve();
-const input = createInterface({ input: process.stdin, crlfDelay: Infinity });
-input.on("line", (line) => {
-  if (!line.trim()) return;
-  queue = queue.then(() => run(line));
-});
-input.on("close", () => {
-  queue = queue.then(() => finish());
-});
+serveCommands("waku-client", handlers, stopNode);
