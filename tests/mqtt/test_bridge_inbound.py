@@ -86,6 +86,51 @@ async def test_bad_messages_go_to_the_dead_letter_topic_and_the_bridge_goes_on(
     assert bridge.inbound_stats.dead_lettered == 3
 
 
+async def test_a_full_bridge_goes_on_dead_lettering(
+    broker: Mosquitto, gateway: Gateway, state_dir: Path
+) -> None:
+    # receive_maximum 2: the subscriber stops reading at two messages held, and each refused
+    # message is acknowledged only once the broker has its dead letter. When dead letters went
+    # out on the subscriber's own connection, their PUBACKs waited behind the paused reader:
+    # the bridge waited for itself, forever (a CI run caught it at the default of 64).
+    config = MqttBridgeConfig(
+        broker.url,
+        receive_maximum=2,
+        inbound=(
+            InboundRoute("strict/+", log="strict", require_json=True),
+            InboundRoute("airlane/logs/+", log="{3}"),
+        ),
+    )
+    bridge = MqttBridge(gateway, config, state_dir=state_dir)
+    await bridge.start()
+    bad, good = 30, 10
+    try:
+        await bridge.wait_connected(10)
+        async with (
+            v5_client(broker.port, "watcher") as watcher,
+            v5_client(broker.port, "sensor") as sensor,
+        ):
+            await watcher.subscribe("airlane/dead-letter", qos=1)
+            for number in range(bad):
+                await sensor.publish(f"strict/{number}", b"not json {", qos=1)
+                if number < good:
+                    await sensor.publish("airlane/logs/good", orjson.dumps(number), qos=number % 3)
+            letters = 0
+            async with asyncio.timeout(15):
+                async for _ in watcher.messages:
+                    letters += 1
+                    if letters == bad:
+                        break
+        kept = await stored(gateway, "good", good)
+    finally:
+        await bridge.aclose()
+    assert bridge.inbound_stats.dead_lettered == bad
+    # Sorted: MQTT orders messages per QoS, not across QoS levels.
+    assert sorted(r.json() for r in kept) == list(range(good))
+    assert bridge.stats.connects == 1
+    assert bridge.stats.publisher_connects == 1
+
+
 async def test_a_stream_route_appends_message_events(
     broker: Mosquitto, gateway: Gateway, state_dir: Path
 ) -> None:

@@ -1,11 +1,24 @@
 """`MqttBridge`: Airlane as an MQTT client of one broker, moving messages both ways.
 
-One task owns the connection: it connects (MQTT 5 or 3.1.1, TLS for ``mqtts://``, a
-persistent session: Clean Start 0 and the configured session expiry), subscribes the inbound
-routes' filters, reads until the connection ends, and connects again after a pause that
-doubles from ``reconnect_min_s`` to ``reconnect_max_s`` (with jitter). The session state
-(`ClientSession`) and the waiters for the broker's acknowledgements belong to the bridge, so a
-message published just before a drop is settled on the next connection, which sends it again.
+Two connections, each owned by one task that connects (MQTT 5 or 3.1.1, TLS for
+``mqtts://``, a persistent session: Clean Start 0 and the configured session expiry), reads
+until the connection ends, and connects again after a pause that doubles from
+``reconnect_min_s`` to ``reconnect_max_s`` (with jitter):
+
+- the **subscriber** (the configured client identifier) subscribes the inbound routes' filters
+  and receives. It stops reading while the bridge holds ``receive_maximum`` messages not yet
+  stored: that is the bridge's backpressure.
+- the **publisher** (the identifier with ``-pub``) carries everything the bridge publishes:
+  dead letters, outbound routes, the rules' actions. It subscribes nothing, so it always reads,
+  and the broker's acknowledgements of what the bridge publishes never wait behind a paused
+  subscriber. On one connection they did: the inbound worker waited for the PUBACK of a dead
+  letter before acknowledging the refused message, while the link, full, no longer read, so it
+  waited for itself, forever. (Mosquitto 2.0 also lets a client's own publishes raise the
+  number of messages it sends that client past the receive maximum.)
+
+Each connection's session state (`ClientSession`) belongs to the bridge, and so do the waiters
+for the broker's acknowledgements, so a message published just before a drop is settled on
+the next connection, which sends it again.
 
 Inbound messages go through `airlane.transports.mqtt.inbound.Inbound` (stored, then
 acknowledged). Each outbound route has a forwarder task (`airlane.transports.mqtt.outbound`).
@@ -43,7 +56,7 @@ from airlane.transports.mqtt.inbound import Inbound, InboundStats
 from airlane.transports.mqtt.journal import InflightJournal
 from airlane.transports.mqtt.link import BrokerLink, LinkClosed, settled
 from airlane.transports.mqtt.outbound import Forwarder, OutboundStats, Positions
-from airlane.wire.mqtt import ClientSession, Properties, PublishDone, Subscription
+from airlane.wire.mqtt import ClientSession, Properties, Publish, PublishDone, Subscription
 
 if TYPE_CHECKING:
     from airlane.gateway import Gateway
@@ -58,7 +71,10 @@ class BridgeStats:
     """The bridge's counters."""
 
     connects: int = 0
+    """Connections made by the subscriber."""
     connected: bool = False
+    """Whether the subscriber is connected and subscribed."""
+    publisher_connects: int = 0
     last_error: str | None = None
     refused_filters: int = 0
 
@@ -84,13 +100,19 @@ class MqttBridge:
         self.principal = Principal(spec.name, spec.roles, spec.tenant, via="mqtt-bridge")
         self.session = ClientSession()
         self.journal = InflightJournal(base)
-        self.inbound = Inbound(config, gateway, self.principal, self.journal)
+        self.inbound = Inbound(config, gateway, self.principal, self.journal, self.publish)
         self.positions = Positions(base / "outbound.json")
         self.stats = BridgeStats()
         self.link: BrokerLink | None = None
+        """The subscriber's connection."""
         self.up = asyncio.Event()
-        """Set while a connection to the broker is established."""
+        """Set while the subscriber is connected and subscribed."""
+        self.publisher: BrokerLink | None = None
+        self.publisher_session = ClientSession()
+        self.publisher_up = asyncio.Event()
+        """Set while the publisher is connected."""
         self._publishes: dict[int, asyncio.Future[PublishDone]] = {}
+        """The publisher's waiters for the broker's acknowledgements."""
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
         self.forwarders = [
@@ -122,6 +144,9 @@ class MqttBridge:
         self.positions.load()
         name = self.config.name
         self._tasks.append(asyncio.create_task(self._connect_loop(), name=f"mqtt-{name}"))
+        self._tasks.append(
+            asyncio.create_task(self._connect_loop(publisher=True), name=f"mqtt-{name}-pub")
+        )
         self._tasks.append(asyncio.create_task(self.inbound.run(), name=f"mqtt-{name}-in"))
         for forwarder in self.forwarders:
             self._tasks.append(asyncio.create_task(forwarder.run(), name=f"mqtt-{name}-out"))
@@ -138,9 +163,10 @@ class MqttBridge:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()
-        if self.link is not None:
-            with contextlib.suppress(Exception):
-                await self.link.disconnect()
+        for link in (self.link, self.publisher):
+            if link is not None:
+                with contextlib.suppress(Exception):
+                    await link.disconnect()
         for waiter in self._publishes.values():
             if not waiter.done():
                 waiter.set_exception(LinkClosed("the bridge is closing"))
@@ -148,40 +174,73 @@ class MqttBridge:
         self.journal.close()
         self.positions.save()
 
+    @property
+    def publisher_identifier(self) -> str:
+        """The MQTT client identifier of the publishing connection."""
+        return f"{self.config.identifier}-pub"
+
     async def wait_connected(self, timeout_s: float) -> None:
-        """Wait until the bridge is connected and subscribed (TimeoutError otherwise)."""
-        await asyncio.wait_for(self.up.wait(), timeout_s)
+        """Wait until both connections are up and the subscriber has subscribed
+        (TimeoutError otherwise)."""
+        async with asyncio.timeout(timeout_s):
+            await self.up.wait()
+            await self.publisher_up.wait()
 
     # -- the connection ---------------------------------------------------------------------
 
-    async def _connect_loop(self) -> None:
+    def _new_link(self, publisher: bool) -> BrokerLink:
         config = self.config
-        pause = config.reconnect_min_s
-        while not self._closing:
+        if publisher:
+            link = BrokerLink(
+                config,
+                self.publisher_session,
+                _unexpected,
+                _no_release,
+                self._publishes,
+                max_pending=config.receive_maximum,
+                identifier=self.publisher_identifier,
+            )
+            self.publisher = link
+        else:
+            # Its acknowledgement waiters stay empty: nothing is published on it.
             link = BrokerLink(
                 config,
                 self.session,
                 self.inbound.take,
                 self.inbound.release,
-                self._publishes,
+                {},
                 max_pending=config.receive_maximum,
             )
             self.link = link
+        return link
+
+    async def _connect_loop(self, *, publisher: bool = False) -> None:
+        config = self.config
+        up = self.publisher_up if publisher else self.up
+        pause = config.reconnect_min_s
+        while not self._closing:
+            link = self._new_link(publisher)
             try:
                 connected = await link.connect()
-                self.stats.connects += 1
+                if publisher:
+                    self.stats.publisher_connects += 1
+                else:
+                    self.stats.connects += 1
                 log.info(
-                    "mqtt bridge %s: connected to %s:%d (session %s)",
+                    "mqtt bridge %s: %s connected to %s:%d as %s (session %s)",
                     config.name,
+                    "publisher" if publisher else "subscriber",
                     config.address.host,
                     config.address.port,
+                    link.identifier,
                     "resumed" if connected.session_present else "new",
                 )
                 runner = asyncio.create_task(link.run())
                 try:
-                    await self._subscribe(link)
-                    self.stats.connected = True
-                    self.up.set()
+                    if not publisher:
+                        await self._subscribe(link)
+                        self.stats.connected = True
+                    up.set()
                     pause = config.reconnect_min_s
                     await runner
                 finally:
@@ -195,8 +254,9 @@ class MqttBridge:
                 self.stats.last_error = f"{type(exc).__name__}: {exc}"
                 log.exception("mqtt bridge %s: the connection failed", config.name)
             finally:
-                self.up.clear()
-                self.stats.connected = False
+                up.clear()
+                if not publisher:
+                    self.stats.connected = False
                 link.close()
             if self._closing:
                 return
@@ -315,8 +375,8 @@ class MqttBridge:
         """Publish through the bridge, waiting for a connection if there is none, and (QoS
         1/2) until the broker has the message, across reconnections."""
         while True:
-            await self.up.wait()
-            link = self.link
+            await self.publisher_up.wait()
+            link = self.publisher
             if link is None:
                 continue
             try:
@@ -329,3 +389,14 @@ class MqttBridge:
                 continue
             await settled(waiter)
             return
+
+
+def _unexpected(link: BrokerLink, message: Publish) -> None:
+    """A message on the publisher, which subscribes nothing (a session left from elsewhere):
+    acknowledged, not stored."""
+    log.warning("mqtt bridge: a message on %s for the publisher, dropped", message.topic)
+    link.settle(message)
+
+
+def _no_release(packet_ids: list[int]) -> None:
+    pass

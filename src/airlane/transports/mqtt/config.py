@@ -179,8 +179,8 @@ class MqttBridgeConfig:
     name: str = "mqtt"
     """Names the bridge in logs, metrics and its state directory."""
     client_id: str | None = None
-    """The MQTT client identifier (its persistent session on the broker); None:
-    ``airlane-<name>``."""
+    """The MQTT client identifier of the subscribing connection (its persistent session on
+    the broker); None: ``airlane-<name>``. The publishing connection adds ``-pub``."""
     protocol: int = 5
     """5 (MQTT 5.0) or 4 (MQTT 3.1.1, for brokers without 5)."""
     username: str | None = None

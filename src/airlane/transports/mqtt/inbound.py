@@ -32,8 +32,9 @@ import hashlib
 import logging
 import re
 from collections import deque
+from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import orjson
 
@@ -44,13 +45,14 @@ from airlane.gateway.rules import Tap
 from airlane.transports.mqtt.config import DataClass, InboundRoute, MqttBridgeConfig, fill
 from airlane.transports.mqtt.errors import MQTT_REASON, retried
 from airlane.transports.mqtt.journal import InflightJournal
-from airlane.transports.mqtt.link import BrokerLink, LinkClosed, PublishRefused, settled
+from airlane.transports.mqtt.link import BrokerLink, LinkClosed, PublishRefused
 from airlane.wire.mqtt import FilterTree, Properties, Publish
 
 if TYPE_CHECKING:
     from airlane.gateway import Gateway
 
-__all__ = ["Inbound", "InboundStats"]
+
+__all__ = ["Inbound", "InboundStats", "Publisher"]
 
 log = logging.getLogger("airlane.mqtt")
 
@@ -60,6 +62,14 @@ _IDENTITY = re.compile(r"[!-~]{1,160}")
 """An identity a publisher gives: printable ASCII without spaces (an idempotency key)."""
 DEAD_PAYLOAD_BYTES = 64 << 10
 """The most of a refused payload a dead letter carries back (base64)."""
+
+
+class Publisher(Protocol):
+    """`MqttBridge.publish`: returns once the broker has the message."""
+
+    def __call__(
+        self, topic: str, payload: bytes, *, qos: int, properties: Properties | None = None
+    ) -> Awaitable[None]: ...
 
 
 @dataclass(slots=True)
@@ -125,11 +135,15 @@ class Inbound:
         gateway: Gateway,
         principal: Principal,
         journal: InflightJournal,
+        publish: Publisher,
     ) -> None:
         self.config = config
         self.gateway = gateway
         self.principal = principal
         self.journal = journal
+        self._publish = publish
+        """Publishes a dead letter (on the bridge's publisher: never on the link a message
+        came by, which pauses while the bridge is full) and returns once the broker has it."""
         self.stats = InboundStats()
         self._queue: deque[_Item] = deque()
         self._lines: list[str] = []
@@ -426,10 +440,9 @@ class Inbound:
             "mqtt bridge %s: %s to the dead-letter topic: %s", self.config.name, message.topic, text
         )
         try:
-            waiter = await item.link.publish(
+            await self._publish(
                 self.config.dead_letter_topic, orjson.dumps(body), qos=1, properties=props
             )
-            await settled(waiter)
         except (LinkClosed, PublishRefused) as exc:
             # Not acknowledged: the broker sends the message again and it is refused again.
             log.warning("mqtt bridge %s: dead letter not delivered: %s", self.config.name, exc)

@@ -5,8 +5,10 @@ It reads the socket in one task (`run`), feeds the bytes in, hands received mess
 bridge's callback in order, wakes the callers waiting for a SUBACK or a PUBACK/PUBCOMP, and
 writes whatever the connection wants written. Reading pauses while the bridge holds
 `max_pending` messages not yet acknowledged (QoS 0 ones included), so a broker that sends
-faster than the hub stores waits in its own TCP window, not in Airlane's memory. The session
-(`ClientSession`) is the caller's, so that the next link resumes it.
+faster than the hub stores waits in its own TCP window, not in Airlane's memory. So nothing
+that settles messages may wait on this link for the broker's answer to a publish: the bridge
+publishes on a second link, which receives nothing (see `airlane.transports.mqtt.bridge`).
+The session (`ClientSession`) is the caller's, so that the next link resumes it.
 """
 
 from __future__ import annotations
@@ -81,8 +83,11 @@ class BrokerLink:
         publishes: dict[int, asyncio.Future[PublishDone]],
         *,
         max_pending: int,
+        identifier: str | None = None,
     ) -> None:
         self.config = config
+        self.identifier = identifier or config.identifier
+        """The MQTT client identifier this link connects with."""
         self.session = session
         self._on_message = on_message
         self._on_release = on_release
@@ -118,7 +123,7 @@ class BrokerLink:
                 maximum_packet_size=config.max_packet,
             )
         packet = Connect(
-            config.identifier,
+            self.identifier,
             keepalive=config.keepalive_s,
             clean_start=False,
             username=username,
