@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import aiomqtt
 import orjson
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties as PahoProperties
@@ -129,6 +130,51 @@ async def test_a_full_bridge_goes_on_dead_lettering(
     assert sorted(r.json() for r in kept) == list(range(good))
     assert bridge.stats.connects == 1
     assert bridge.stats.publisher_connects == 1
+
+
+async def test_a_311_message_over_max_packet_is_dead_lettered_not_sent_forever(
+    broker: Mosquitto, gateway: Gateway, state_dir: Path
+) -> None:
+    # MQTT 3.1.1 cannot tell the broker the bridge's packet limit. Ending the connection at a
+    # larger packet made Mosquitto send it again on the next one, and again: the bridge never
+    # got past it. Now its head is read, the rest skipped, and it goes to the dead letters.
+    config = MqttBridgeConfig(broker.url, protocol=4, max_packet=4096, max_message=2048)
+    bridge = MqttBridge(gateway, config, state_dir=state_dir)
+    await bridge.start()
+    try:
+        await bridge.wait_connected(10)
+        async with (
+            aiomqtt.Client(
+                "127.0.0.1",
+                broker.port,
+                identifier="watcher",
+                protocol=aiomqtt.ProtocolVersion.V311,
+            ) as watcher,
+            aiomqtt.Client(
+                "127.0.0.1",
+                broker.port,
+                identifier="sensor",
+                protocol=aiomqtt.ProtocolVersion.V311,
+            ) as sensor,
+        ):
+            await watcher.subscribe("airlane/dead-letter", qos=1)
+            for qos in (1, 2, 0):
+                await sensor.publish("airlane/logs/dumps", b"x" * (100_000 + qos), qos=qos)
+                await sensor.publish("airlane/logs/dumps", orjson.dumps({"after": qos}), qos=qos)
+            letters = []
+            async with asyncio.timeout(10):
+                async for message in watcher.messages:
+                    letters.append(orjson.loads(message.payload))
+                    if len(letters) == 3:
+                        break
+        kept = await stored(gateway, "dumps", 3)
+    finally:
+        await bridge.aclose()
+    assert sorted(letter["bytes"] for letter in letters) == [100_000, 100_001, 100_002]
+    assert {letter["error"] for letter in letters} == {"event_too_large"}
+    assert all("payload_base64" not in letter for letter in letters)
+    assert sorted(r.json()["after"] for r in kept) == [0, 1, 2]
+    assert bridge.stats.connects == 1
 
 
 async def test_a_stream_route_appends_message_events(

@@ -381,6 +381,52 @@ def test_reader_any_split(version: int) -> None:
         assert got == packets
 
 
+@pytest.mark.parametrize("qos", [0, 1, 2])
+def test_an_oversized_311_publish_is_skipped_with_its_head_kept(qos: int) -> None:
+    # A 3.1.1 broker cannot be told the limit and sends the message again after every
+    # refusal: the reader hands over its head (to be refused and acknowledged) and drops the
+    # rest as it arrives, however the bytes are split.
+    big = encode_packet(
+        Publish("plant/7/dump", b"x" * 5000, qos, dup=True, packet_id=7 if qos else None),
+        MQTT_311,
+    )
+    after = encode_packet(Publish("t", b"small", 1, packet_id=8), MQTT_311)
+    head = Publish("plant/7/dump", b"", qos, False, True, 7 if qos else None, oversize=5000)
+    data = big + after
+    for cuts in ([], [3], [17], [20, 21, 22], list(range(0, len(data), 97)), [len(big)]):
+        reader = PacketReader(1000, MQTT_311)
+        got: list[Packet] = []
+        for chunk in split_at(data, cuts):
+            reader.feed(chunk)
+            got += reader.packets()
+        assert got == [head, Publish("t", b"small", 1, packet_id=8)]
+    # Byte by byte as well.
+    reader = PacketReader(1000, MQTT_311)
+    got = []
+    for byte in bytewise(data):
+        reader.feed(byte)
+        got += reader.packets()
+    assert got == [head, Publish("t", b"small", 1, packet_id=8)]
+
+
+def test_an_oversized_packet_of_another_kind_or_over_mqtt_5_is_refused() -> None:
+    big5 = encode_packet(Publish("t", b"x" * 5000, 1, packet_id=1), MQTT_5)
+    reader = PacketReader(1000, MQTT_5)
+    reader.feed(big5)
+    with pytest.raises(PacketTooLarge):
+        reader.packets()
+    suback = encode_packet(SubAck(1, tuple([0] * 2000)), MQTT_311)
+    reader = PacketReader(1000, MQTT_311)
+    reader.feed(suback)
+    with pytest.raises(PacketTooLarge):
+        reader.packets()
+    # A topic longer than the packet that claims it is malformed, not skipped.
+    reader = PacketReader(10, MQTT_311)
+    reader.feed(b"\x30\x14\xff\xff" + b"a" * 18)
+    with pytest.raises(MQTTDecodeError):
+        reader.packets()
+
+
 def test_packet_too_large_from_the_length_alone() -> None:
     reader = PacketReader(100)
     # PUBLISH with remaining length 99: 2 + 99 = 101 bytes > 100; no body sent at all.

@@ -257,6 +257,12 @@ class Inbound:
         return plans
 
     def _check_size(self, message: Publish) -> None:
+        if message.oversize:
+            raise _Refused(
+                ErrorCode.EVENT_TOO_LARGE,
+                f"a payload of {message.oversize} bytes: the bridge reads packets of at most "
+                f"{self.config.max_packet} bytes (max_packet)",
+            )
         if len(message.payload) > self.config.max_message:
             raise _Refused(
                 ErrorCode.EVENT_TOO_LARGE,
@@ -424,9 +430,9 @@ class Inbound:
             "message": text,
             "topic": message.topic,
             "qos": message.qos,
-            "bytes": len(message.payload),
+            "bytes": message.oversize or len(message.payload),
         }
-        if len(message.payload) <= DEAD_PAYLOAD_BYTES:
+        if not message.oversize and len(message.payload) <= DEAD_PAYLOAD_BYTES:
             body["payload_base64"] = base64.b64encode(message.payload).decode("ascii")
         props = Properties(
             content_type=JSON,

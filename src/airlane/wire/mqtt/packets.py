@@ -139,6 +139,9 @@ class Publish:
     dup: bool = False
     packet_id: int | None = None
     properties: Properties | None = None
+    oversize: int = 0
+    """Not 0: the message was larger than the reader takes, and ``payload`` (empty) and
+    ``properties`` were skipped; its payload's size in bytes (see `PacketReader`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -497,15 +500,28 @@ def decode_packet(first: int, body: bytes, version: int = MQTT_5) -> Packet:
 
 class PacketReader:
     """Cuts a byte stream into packets (`feed`, then `packets`), at most ``max_packet`` bytes
-    each (fixed header included): a longer one is refused as soon as its length is read."""
+    each (fixed header included): a longer one is refused as soon as its length is read.
+
+    Except an MQTT 3.1.1 PUBLISH: a 3.1.1 broker cannot be told the limit, and a refusal ends
+    the connection, after which the broker sends the same message again, forever. Such a
+    message comes out as a `Publish` with its topic, QoS and packet id, an empty payload and
+    ``oversize`` set, and its remaining bytes are skipped as they arrive, so that the caller
+    can refuse it and acknowledge it. (An MQTT 5 broker is told the limit: a larger packet
+    from it is a protocol error.)"""
 
     def __init__(self, max_packet: int, version: int = MQTT_5) -> None:
         self.max_packet = max_packet
         self.version = version
         self._buffer = bytearray()
+        self._skip = 0
+        """Bytes of an oversized PUBLISH still to come and be dropped."""
 
     def feed(self, data: bytes) -> None:
         """Add bytes received."""
+        if self._skip:
+            dropped = min(self._skip, len(data))
+            self._skip -= dropped
+            data = data[dropped:]
         self._buffer += data
 
     def packets(self) -> list[Packet]:
@@ -520,18 +536,49 @@ class PacketReader:
                 if cut is None:
                     break
                 header, length = cut
-                body = bytes(buf[pos + header : pos + header + length])
+                end = pos + header + length
+                if header + length > self.max_packet:
+                    head = self._oversized(pos, header, length)
+                    if head is None:
+                        break
+                    out.append(head)
+                    self._skip = max(0, end - len(buf))
+                    pos = min(end, len(buf))
+                    continue
+                body = bytes(buf[pos + header : end])
                 out.append(decode_packet(buf[pos], body, self.version))
-                pos += header + length
+                pos = end
         except MQTTDecodeError:
             self._buffer.clear()
             raise
         del buf[:pos]
         return out
 
+    def _oversized(self, pos: int, header: int, length: int) -> Publish | None:
+        """The head of the oversized 3.1.1 PUBLISH at ``pos``; None until it has arrived."""
+        buf = self._buffer
+        first = buf[pos]
+        qos = _qos(first >> 1 & 3)
+        start = pos + header
+        if len(buf) < start + 2:
+            return None
+        size = 2 + int.from_bytes(buf[start : start + 2], "big") + (2 if qos else 0)
+        if size > length:
+            raise MQTTDecodeError("a PUBLISH shorter than its topic")
+        if len(buf) < start + size:
+            return None
+        r = Reader(bytes(buf[start : start + size]))
+        topic = r.string()
+        packet_id = r.u16() if qos else None
+        if packet_id == 0:
+            raise MQTTDecodeError("packet id 0")
+        return Publish(
+            topic, b"", qos, bool(first & 1), bool(first & 8), packet_id, oversize=length - size
+        )
+
     def _cut(self, pos: int) -> tuple[int, int] | None:
         """(fixed header length, remaining length) of the whole packet at ``pos``; None while
-        it has not all arrived."""
+        it has not all arrived (an oversized 3.1.1 PUBLISH: once its length is read)."""
         buf = self._buffer
         length = 0
         for i in range(4):
@@ -545,6 +592,8 @@ class PacketReader:
             raise MQTTDecodeError("a remaining length longer than four bytes")
         header = 2 + i
         if header + length > self.max_packet:
+            if self.version != MQTT_5 and buf[pos] >> 4 == PacketType.PUBLISH:
+                return header, length
             raise PacketTooLarge(
                 f"a packet of {header + length} bytes is larger than the limit ({self.max_packet})"
             )
