@@ -93,10 +93,16 @@ export const streams: View = (root, context, params) => {
       try {
         for await (const event of context.client.events(streamId, { from: lastId, signal: reading.signal })) {
           if (dropped !== null && event.kind !== "snapshot") {
-            const gap = event.seq !== dropped + 1;
+            // A reader catching up gets a run of deltas merged into one, which carries the
+            // run's last seq: a jump is a gap only for an event of another kind.
+            const next = dropped + 1;
+            const merged = event.kind === "delta" && event.seq > next;
+            const gap = event.seq !== next && !merged;
             state.textContent = gap
               ? `resumed: a gap, from seq ${dropped} to ${event.seq}`
-              : `resumed after seq ${dropped} at seq ${event.seq}: no gap`;
+              : merged
+                ? `resumed after seq ${dropped}: seqs ${next} to ${event.seq} in one merged delta, no gap`
+                : `resumed after seq ${dropped} at seq ${event.seq}: no gap`;
             state.dataset.resume = gap ? "gap" : "ok";
             dropped = null;
           }
