@@ -30,7 +30,6 @@ from types import TracebackType
 from typing import Any
 
 from aioquic.asyncio.client import connect
-from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.h3.connection import H3_ALPN, H3Connection
 from aioquic.h3.events import DataReceived, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
@@ -48,6 +47,7 @@ from airlane.client.events import StreamEvent
 from airlane.client.sse import stream_path
 from airlane.core import Lane
 from airlane.runtime.quic_congestion import ALGORITHM
+from airlane.runtime.quic_protocol import QuicProtocol, now
 from airlane.runtime.socket_lanes import LanesConfig, mark_socket
 from airlane.runtime.udp_batch import read_in_batches
 from airlane.wire.errors import SSEError
@@ -146,7 +146,7 @@ class _Stream:
             self.response._body.put_nowait(exc)
 
 
-class _Protocol(QuicConnectionProtocol):
+class _Protocol(QuicProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.h3 = H3Connection(self._quic)
@@ -164,16 +164,17 @@ class _Protocol(QuicConnectionProtocol):
         # One send per loop turn, not per datagram: under uvloop a turn delivers every datagram
         # waiting (`airlane.runtime.udp_batch`).
         self.received_at = self._loop.time()
-        self._quic.receive_datagram(data, addr, now=self.received_at)  # type: ignore[arg-type]
+        self._quic.receive_datagram(data, addr, now=now())  # type: ignore[arg-type]
         self._process_events()
         self._transmit_soon()
 
     def datagrams_received(self, batch: list[tuple[bytes, Any]]) -> None:
         """Every datagram one loop turn found waiting (`read_in_batches`): processed, then
         one send for them all (the acknowledgement of the lot)."""
-        now = self.received_at = self._loop.time()
+        self.received_at = self._loop.time()
+        at = now()
         for data, addr in batch:
-            self._quic.receive_datagram(data, addr, now=now)
+            self._quic.receive_datagram(data, addr, now=at)
         self._process_events()
         self.transmit()
 

@@ -29,7 +29,6 @@ from typing import Any
 
 import orjson
 from aioquic.asyncio.client import connect
-from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.h3.connection import H3_ALPN, FrameType, H3Connection, H3Stream
 from aioquic.h3.events import (
     DatagramReceived,
@@ -42,6 +41,7 @@ from aioquic.quic.events import ConnectionTerminated, QuicEvent
 
 from airlane.client.errors import ConnectFailed, ConnectionLost, RequestRejected
 from airlane.runtime.quic_congestion import ALGORITHM
+from airlane.runtime.quic_protocol import QuicProtocol
 from airlane.wire.capsule import parse_close
 from airlane.wire.errors import DecodeError
 from airlane.wire.fec import FecDecoder, FecEncoder, plain
@@ -111,7 +111,7 @@ class _InOrder:
         return out
 
 
-class _Protocol(QuicConnectionProtocol):
+class _Protocol(QuicProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.h3 = H3Connection(self._quic, enable_webtransport=True)

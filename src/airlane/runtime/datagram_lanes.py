@@ -12,6 +12,15 @@ the lane's marks as ancillary data of ``sendmsg``, which Linux takes per packet:
 
 A datagram the socket cannot take now (its buffer is full) goes to the transport's own queue
 unmarked rather than being dropped: QUIC would resend a drop, a round trip later.
+
+**Segmentation offload.** Inside `batch`, what the connection sends is held and then sent in
+runs: consecutive datagrams to one address, all the same size but the last (which may be
+shorter), go out in one ``sendmsg`` with ``UDP_SEGMENT`` (Linux 4.18 and later), and the kernel
+cuts them into datagrams. A QUIC sender writes its packets full-size one after the other, so a
+run is up to 64 datagrams, one system call where there were 64: measured on a 50 MB HTTP/3
+download, that system call per datagram was most of the gateway's CPU. A kernel or device that
+refuses it (``EINVAL``, ``EIO``: no checksum offload) turns it off for the connection, and the
+datagrams go one by one.
 """
 
 from __future__ import annotations
@@ -34,12 +43,30 @@ log = logging.getLogger("airlane.lanes")
 
 _Ancillary = list[tuple[int, int, bytes]]
 
+UDP_SEGMENT = getattr(socket, "UDP_SEGMENT", 103)
+"""The segment size of a ``sendmsg`` (linux/udp.h; Python's socket module lacks the name)."""
+MAX_SEGMENTS = 64
+"""Datagrams in one segmented send at most (the kernel's ``UDP_MAX_SEGMENTS``)."""
+MAX_SEGMENTED_BYTES = 65_000
+"""Bytes in one segmented send at most (one IP packet's worth, headers aside)."""
+_NO_OFFLOAD = frozenset({errno.EINVAL, errno.EIO, errno.ENOPROTOOPT, errno.EOPNOTSUPP})
+
 
 class DatagramLane:
     """The lane of one connection on a shared UDP socket (see the module docstring): call it
     with a `Lane` to mark what the connection sends from now on, send through `sendto`."""
 
-    __slots__ = ("_ancillary", "_config", "_priority_ok", "_queued", "_sock", "_transport", "lane")
+    __slots__ = (
+        "_ancillary",
+        "_config",
+        "_held",
+        "_priority_ok",
+        "_queued",
+        "_sock",
+        "_transport",
+        "lane",
+        "segmenting",
+    )
 
     def __init__(
         self,
@@ -57,6 +84,9 @@ class DatagramLane:
         self._queued: Callable[[], int] = getattr(transport, "get_write_buffer_size", lambda: 0)
         self._ancillary: _Ancillary = []
         self._priority_ok = True
+        self._held: list[tuple[bytes, Any]] | None = None
+        self.segmenting = sock is not None
+        """Whether `batch` sends runs of datagrams with ``UDP_SEGMENT`` (off once refused)."""
         self.lane: Lane | None = None
         """The lane declared last (None: none, datagrams go out as the socket sends them)."""
 
@@ -101,8 +131,73 @@ class DatagramLane:
             else:
                 self(before)
 
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Hold what is sent in the ``with`` block; send it at its end, in segmented runs (see
+        the module docstring)."""
+        if self._held is not None:  # nested: the outer block sends
+            yield
+            return
+        held: list[tuple[bytes, Any]] = []
+        self._held = held
+        try:
+            yield
+        finally:
+            self._held = None
+            self._send_runs(held)
+
+    def _send_runs(self, held: list[tuple[bytes, Any]]) -> None:
+        sock = self._sock
+        count = len(held)
+        index = 0
+        while index < count:
+            data, addr = held[index]
+            if sock is None or not self.segmenting or self._queued():
+                self._send_one(data, addr)
+                index += 1
+                continue
+            size = len(data)
+            end, total = index + 1, size
+            while end < count and end - index < MAX_SEGMENTS:
+                more, to = held[end]
+                if to != addr or len(more) > size or total + len(more) > MAX_SEGMENTED_BYTES:
+                    break
+                total += len(more)
+                end += 1
+                if len(more) < size:  # only the last of a run may be shorter
+                    break
+            if end - index == 1:
+                self._send_one(data, addr)
+                index = end
+                continue
+            segment = (socket.SOL_UDP, UDP_SEGMENT, struct.pack("H", size))
+            run = b"".join([datagram for datagram, _ in held[index:end]])
+            try:
+                sock.sendmsg([run], [*self._ancillary, segment], 0, addr)
+            except (BlockingIOError, InterruptedError):
+                # The socket's buffer is full: the rest waits in the transport's queue.
+                for datagram, to in held[index:]:
+                    self._transport.sendto(datagram, to)
+                return
+            except OSError as exc:
+                if exc.errno in _NO_OFFLOAD:
+                    self.segmenting = False
+                    log.debug("UDP segmentation offload refused (%s): datagrams one by one", exc)
+                # One by one, through the path that reports a path's error to the protocol.
+                for datagram, to in held[index:end]:
+                    self._send_one(datagram, to)
+            index = end
+
     def sendto(self, data: bytes, addr: Any) -> None:
-        """Send one datagram to ``addr``, with the lane's marks when it has one."""
+        """Send one datagram to ``addr``, with the lane's marks when it has one (inside
+        `batch`: at the end of the block)."""
+        held = self._held
+        if held is not None:
+            held.append((data, addr))
+            return
+        self._send_one(data, addr)
+
+    def _send_one(self, data: bytes, addr: Any) -> None:
         sock = self._sock
         if not self._ancillary or sock is None or self._queued():
             # No marks, or datagrams already wait in the transport's queue: behind them.

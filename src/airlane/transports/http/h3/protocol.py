@@ -17,13 +17,13 @@ connected.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote_to_bytes
 
-from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.h3.connection import H3_ALPN, H3Connection
 from aioquic.h3.events import (
     DatagramReceived,
@@ -44,6 +44,7 @@ from aioquic.quic.events import (
 
 from airlane.core import Lane
 from airlane.runtime.datagram_lanes import DatagramLane
+from airlane.runtime.quic_protocol import QuicProtocol, now
 from airlane.runtime.socket_lanes import LanesConfig
 from airlane.transports.http.asgi import FLUSHED_EXTENSION, LANE_EXTENSION
 from airlane.transports.http.h3.request import H3Request
@@ -67,7 +68,7 @@ REPLAY_SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
 """Methods served from 0-RTT data: a replay of them changes nothing on the server."""
 
 
-class H3Protocol(QuicConnectionProtocol):
+class H3Protocol(QuicProtocol):
     """One connection (see the module docstring); made by aioquic's server per connection."""
 
     def __init__(self, *args: Any, server: Http3Server, **kwargs: Any) -> None:
@@ -135,9 +136,14 @@ class H3Protocol(QuicConnectionProtocol):
         # One send per loop turn, not per datagram: a turn delivers every datagram waiting
         # (uvloop's reader, or `airlane.runtime.udp_batch` on asyncio's), and what they ask
         # for (acknowledgements, more data) goes out together.
-        self._quic.receive_datagram(data, addr, now=self._loop.time())  # type: ignore[arg-type]
+        self._quic.receive_datagram(data, addr, now=now())  # type: ignore[arg-type]
         self._process_events()
         self._transmit_soon()
+
+    def sending(self) -> contextlib.AbstractContextManager[object]:
+        # Full-size packets leave in segmented runs (`DatagramLane.batch`).
+        lane = self.lane
+        return lane.batch() if lane is not None else contextlib.nullcontext()
 
     def transmit(self) -> None:
         super().transmit()
