@@ -89,6 +89,23 @@ async def test_each_datagram_carries_the_lane_declared_last(
     assert dscp(receiver) == (b"other", 0)
 
 
+async def test_a_segmented_run_carries_the_lane_on_every_datagram(
+    receiver: socket.socket, sender: asyncio.DatagramTransport
+) -> None:
+    # Inside `batch` equal-size datagrams leave in one sendmsg with UDP_SEGMENT: the marks are
+    # the call's, and the kernel copies them onto each datagram it cuts.
+    receiver.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+    to = receiver.getsockname()
+    lane = lane_for(sender, LanesConfig())
+    lane(Lane.BULK)
+    sent = [bytes([i]) * 1200 for i in range(10)] + [b"end"]
+    with lane.batch():
+        for datagram in sent:
+            lane.sendto(datagram, to)
+    assert [dscp(receiver) for _ in sent] == [(datagram, 10) for datagram in sent]
+    assert lane.segmenting
+
+
 async def test_bulk_while_an_undeclared_connection_leaves_it_undeclared(
     receiver: socket.socket, sender: asyncio.DatagramTransport
 ) -> None:

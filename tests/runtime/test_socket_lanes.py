@@ -103,3 +103,31 @@ def test_the_config_is_checked() -> None:
     assert LanesConfig.lane("bulk") is Lane.BULK
     with pytest.raises(ValueError, match="control, interactive or bulk"):
         LanesConfig.lane("urgent")
+
+
+def test_a_connection_closed_inside_bulk_while_ends_it_quietly() -> None:
+    # uvloop hands out a stand-in socket whose descriptor is -1 once the connection closed:
+    # giving the marks back then raised ValueError, a traceback on every model update whose
+    # client left before the end (seen in the weak-network benchmark's fairness runs).
+    import asyncio
+
+    import uvloop
+
+    from airlane.runtime.socket_lanes import bulk_while
+
+    async def run() -> str:
+        server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            sock = writer.get_extra_info("socket")
+            with bulk_while(sock, LanesConfig()) as marked:
+                writer.close()
+                await writer.wait_closed()
+            return marked
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        assert "dscp=" in runner.run(run())

@@ -250,7 +250,7 @@ def _raw_marks(sock: MarkableSocket) -> list[tuple[int, int, int]]:
     for level, option in options:
         try:
             marks.append((level, option, sock.getsockopt(level, option)))
-        except OSError:
+        except (OSError, ValueError):  # as in `_set`
             continue
     return marks
 
@@ -271,7 +271,7 @@ def socket_marks(sock: MarkableSocket) -> dict[str, int]:
     ):
         try:
             value = sock.getsockopt(*args)
-        except OSError:
+        except (OSError, ValueError):  # as in `_set`
             continue
         marks[name] = value >> 2 if name == "dscp" else value
     return marks
@@ -280,9 +280,10 @@ def socket_marks(sock: MarkableSocket) -> dict[str, int]:
 def _set(sock: MarkableSocket, level: int, option: int, value: int) -> bool:
     try:
         sock.setsockopt(level, option, value)
-    except OSError as exc:
+    except (OSError, ValueError) as exc:
         # EPERM: a priority above 6 without CAP_NET_ADMIN (or CAP_NET_RAW on newer kernels);
-        # ENOPROTOOPT: not this family.
+        # ENOPROTOOPT: not this family. ValueError: the connection closed meanwhile (uvloop's
+        # stand-in socket then has the descriptor -1).
         log.debug("lanes: setsockopt(%d, %d, %d) refused: %s", level, option, value, exc)
         return False
     return True
