@@ -93,7 +93,8 @@ class LinkStats:
     ``forwarded``: packets written to the far side after the delay; ``dropped_loss``: dropped
     by the random loss; ``dropped_queue``: dropped because the delay queue was full;
     ``write_errors``: the write to the far TUN device failed (device down, for one);
-    ``queued``: packets in the delay queue now.
+    ``queued``: packets in the delay queue now; ``dropped_size``: dropped for being larger
+    than the lab's ``path_mtu``; ``largest``: the largest packet that arrived (IP bytes).
     """
 
     forwarded: int
@@ -101,6 +102,8 @@ class LinkStats:
     dropped_queue: int
     write_errors: int
     queued: int
+    dropped_size: int = 0
+    largest: int = 0
 
     @property
     def handled(self) -> int:
@@ -145,8 +148,10 @@ class _Direction:
     __slots__ = (
         "dropped_loss",
         "dropped_queue",
+        "dropped_size",
         "dst",
         "forwarded",
+        "largest",
         "queue",
         "rng",
         "src",
@@ -162,6 +167,8 @@ class _Direction:
         self.dropped_loss = 0
         self.dropped_queue = 0
         self.write_errors = 0
+        self.dropped_size = 0
+        self.largest = 0
 
     def stats(self) -> LinkStats:
         return LinkStats(
@@ -170,6 +177,8 @@ class _Direction:
             dropped_queue=self.dropped_queue,
             write_errors=self.write_errors,
             queued=len(self.queue),
+            dropped_size=self.dropped_size,
+            largest=self.largest,
         )
 
 
@@ -182,6 +191,8 @@ class NetLab:
     second), or None for none. ``seed``: seeds the loss draws (one RNG per direction), so a run
     with the same traffic drops the same packets. ``queue_packets``: bound of each direction's
     delay queue; a packet arriving when it is full is dropped. ``mtu``: of both TUN devices.
+    ``path_mtu``: packets larger than this (IP bytes) are dropped silently, as by a router on
+    the path whose "too big" messages are filtered (a path MTU black hole); None: none.
 
     Use it as a context manager (or call `close`); after entering, ``a`` and ``b`` are the
     namespace names and ``addr_a`` and ``addr_b`` the addresses of their TUN devices.
@@ -199,6 +210,7 @@ class NetLab:
         seed: int = 0,
         queue_packets: int = 4096,
         mtu: int = 1500,
+        path_mtu: int | None = None,
     ) -> None:
         if not (delay_ms >= 0 and math.isfinite(delay_ms)):
             raise ValueError(f"delay_ms must be finite and >= 0, not {delay_ms!r}")
@@ -216,6 +228,9 @@ class NetLab:
         self.seed = seed
         self.queue_packets = queue_packets
         self.mtu = mtu
+        if path_mtu is not None and not 68 <= path_mtu <= mtu:
+            raise ValueError(f"path_mtu must be in 68..mtu ({mtu}), not {path_mtu!r}")
+        self.path_mtu = path_mtu
         tag = secrets.token_hex(4)
         # Unique per lab, so labs of concurrent test runs never meet; a device name fits
         # IFNAMSIZ (15 characters).
@@ -421,6 +436,7 @@ class NetLab:
         delay_s = self.delay_ms / 1000.0
         loss = self.loss
         limit = self.queue_packets
+        path_mtu = self.path_mtu
         while not self._stop:
             now = time.monotonic()
             for d in dirs:
@@ -443,10 +459,13 @@ class NetLab:
                         packet = os.read(fd, _MAX_PACKET)
                     except BlockingIOError:
                         break
+                    d.largest = max(d.largest, len(packet))
                     # Drawn for every packet, before the queue check, so the loss pattern
                     # depends on the seed and the packet count alone.
                     if loss and d.rng.random() < loss:
                         d.dropped_loss += 1
+                    elif path_mtu is not None and len(packet) > path_mtu:
+                        d.dropped_size += 1
                     elif len(d.queue) >= limit:
                         d.dropped_queue += 1
                     else:

@@ -47,6 +47,7 @@ from airlane.client.events import StreamEvent
 from airlane.client.sse import stream_path
 from airlane.core import Lane
 from airlane.runtime.quic_congestion import ALGORITHM
+from airlane.runtime.quic_mtu import FLOOR, forbid_fragments
 from airlane.runtime.quic_protocol import QuicProtocol, now
 from airlane.runtime.socket_lanes import LanesConfig, mark_socket
 from airlane.runtime.udp_batch import read_in_batches
@@ -159,6 +160,13 @@ class _Protocol(QuicProtocol):
         self._probing: asyncio.TimerHandle | None = None
         self._probe_until = 0.0
         self.max_buffered = MAX_BUFFERED_BYTES
+        self.datagram_ceiling: int | None = None
+        """Set: size datagrams by the path, up to this, once the handshake is done."""
+
+    def socket(self) -> Any:
+        """The connection's UDP socket (or the loop's stand-in for it)."""
+        transport = self._transport
+        return None if transport is None else transport.get_extra_info("socket")
 
     def datagram_received(self, data: bytes | str, addr: Any) -> None:
         # One send per loop turn, not per datagram: under uvloop a turn delivers every datagram
@@ -206,6 +214,8 @@ class _Protocol(QuicProtocol):
         if isinstance(event, HandshakeCompleted):
             self.handshake = event
             self.connected.set()
+            if self.datagram_ceiling is not None:
+                self.discover_datagram_size(self.datagram_ceiling)
         elif isinstance(event, StreamReset):
             stream = self.streams.pop(event.stream_id, None)
             if stream is not None:
@@ -355,7 +365,8 @@ class H3Client:
         server_name: str | None = None,
         timeout_s: float = 10.0,
         congestion_control: str = ALGORITHM,
-        max_datagram_size: int = 1200,
+        max_datagram_size: int = 1452,
+        path_mtu_discovery: bool = True,
         session_ticket: SessionTicket | None = None,
         max_buffered_bytes: int = MAX_BUFFERED_BYTES,
     ) -> H3Client:
@@ -364,13 +375,16 @@ class H3Client:
         (``airlane-bbr``, or aioquic's ``reno``/``cubic``). With ``session_ticket`` (an earlier
         connection's `session_ticket`) it returns at once: the first safe requests travel as
         0-RTT data with the handshake. A response whose reader falls ``max_buffered_bytes``
-        behind is stopped (`ConnectionLost` when read)."""
+        behind is stopped (`ConnectionLost` when read). With ``path_mtu_discovery`` the client
+        sends 1200-byte datagrams until the handshake is done, then as large as the route
+        allows up to ``max_datagram_size``, back to 1200 where the path drops larger ones
+        (`airlane.runtime.quic_mtu`); without, every datagram is ``max_datagram_size``."""
         configuration = QuicConfiguration(
             is_client=True,
             alpn_protocols=list(H3_ALPN),
             server_name=server_name or host,
             congestion_control_algorithm=congestion_control,
-            max_datagram_size=max_datagram_size,
+            max_datagram_size=FLOOR if path_mtu_discovery else max_datagram_size,
         )
         if not verify:
             configuration.verify_mode = ssl.CERT_NONE
@@ -395,6 +409,11 @@ class H3Client:
             raise ConnectFailed(f"no HTTP/3 connection to {host}:{port}: {exc}") from exc
         assert isinstance(protocol, _Protocol)
         protocol.max_buffered = max_buffered_bytes
+        if path_mtu_discovery:
+            protocol.datagram_ceiling = max_datagram_size
+            sock = protocol.socket()
+            if sock is not None:
+                forbid_fragments(sock)
         protocol.read_in_batches()
         if early:
             protocol.transmit()  # the ClientHello; requests follow it as 0-RTT data

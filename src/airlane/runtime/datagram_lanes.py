@@ -65,6 +65,7 @@ class DatagramLane:
         "_sock",
         "_transport",
         "lane",
+        "on_too_big",
         "segmenting",
     )
 
@@ -86,6 +87,10 @@ class DatagramLane:
         self._priority_ok = True
         self._held: list[tuple[bytes, Any]] | None = None
         self.segmenting = sock is not None
+        self.on_too_big: Callable[[], None] | None = None
+        """Called when the kernel refuses a datagram as larger than the path MTU it knows
+        (``EMSGSIZE``; the datagram is dropped). None: such an error goes to the transport's
+        protocol."""
         """Whether `batch` sends runs of datagrams with ``UDP_SEGMENT`` (off once refused)."""
         self.lane: Lane | None = None
         """The lane declared last (None: none, datagrams go out as the socket sends them)."""
@@ -180,6 +185,10 @@ class DatagramLane:
                     self._transport.sendto(datagram, to)
                 return
             except OSError as exc:
+                if exc.errno == errno.EMSGSIZE and self.on_too_big is not None:
+                    self.on_too_big()  # the run is dropped: the connection sends it again
+                    index = end
+                    continue
                 if exc.errno in _NO_OFFLOAD:
                     self.segmenting = False
                     log.debug("UDP segmentation offload refused (%s): datagrams one by one", exc)
@@ -199,7 +208,8 @@ class DatagramLane:
 
     def _send_one(self, data: bytes, addr: Any) -> None:
         sock = self._sock
-        if not self._ancillary or sock is None or self._queued():
+        direct = self._ancillary or self.on_too_big is not None
+        if not direct or sock is None or self._queued():
             # No marks, or datagrams already wait in the transport's queue: behind them.
             self._transport.sendto(data, addr)
             return
@@ -210,6 +220,9 @@ class DatagramLane:
             except (BlockingIOError, InterruptedError):
                 break
             except OSError as exc:
+                if exc.errno == errno.EMSGSIZE and self.on_too_big is not None:
+                    self.on_too_big()  # dropped: the connection sends it again, smaller
+                    return
                 if exc.errno not in (errno.EINVAL, errno.EPERM) or not self._refused(exc):
                     break
         # Through the transport: it queues, or reports a path's error to the protocol.

@@ -9,12 +9,13 @@ controller, and each side sends.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from aioquic.quic.congestion.base import QuicCongestionControl, register_congestion_control
 from aioquic.quic.packet_builder import QuicSentPacket
 
+from airlane.runtime.quic_mtu import DatagramSize
 from airlane.wire.bbr import Bbr
 
 __all__ = ["ALGORITHM", "AirlaneBbr"]
@@ -31,6 +32,11 @@ class AirlaneBbr(QuicCongestionControl):
         super().__init__(max_datagram_size=max_datagram_size)
         self._bbr = Bbr(max_datagram_size)
         self.congestion_window = self._bbr.window
+        self.sizes: DatagramSize | None = None
+        """The connection's datagram size, told what is acknowledged and lost (set by
+        `airlane.runtime.quic_protocol.QuicProtocol`)."""
+        self.on_black_hole: Callable[[], None] | None = None
+        """Called when the losses show a path that drops larger datagrams."""
 
     def on_packet_sent(self, *, packet: QuicSentPacket) -> None:
         self.bytes_in_flight += packet.sent_bytes
@@ -40,6 +46,8 @@ class AirlaneBbr(QuicCongestionControl):
         self.bytes_in_flight -= packet.sent_bytes
         self._bbr.on_acked(id(packet), now)
         self.congestion_window = self._bbr.window
+        if self.sizes is not None:
+            self.sizes.acked(packet.sent_bytes)
 
     def on_packets_expired(self, *, packets: Iterable[QuicSentPacket]) -> None:
         for packet in packets:
@@ -47,10 +55,15 @@ class AirlaneBbr(QuicCongestionControl):
             self._bbr.forget(id(packet))
 
     def on_packets_lost(self, *, now: float, packets: Iterable[QuicSentPacket]) -> None:
+        black_hole = False
         for packet in packets:
             self.bytes_in_flight -= packet.sent_bytes
             self._bbr.on_lost(id(packet), now)
+            if self.sizes is not None:
+                black_hole |= self.sizes.lost(packet.sent_bytes)
         self.congestion_window = self._bbr.window
+        if black_hole and self.on_black_hole is not None:
+            self.on_black_hole()
 
     def on_persistent_congestion(self) -> None:
         self._bbr.on_persistent_congestion(0.0)

@@ -49,9 +49,14 @@ class Http3Config:
     congestion_control: str = "airlane-bbr"
     """The senders' congestion controller: ``airlane-bbr`` (`airlane.wire.bbr`: random loss is
     not taken for congestion), or aioquic's ``reno`` / ``cubic``."""
-    max_datagram_size: int = 1200
-    """Largest UDP payload sent: QUIC's guaranteed minimum; 1452 fills a 1500-byte Ethernet
-    path with fewer packets where no tunnel on the way lowers the MTU."""
+    max_datagram_size: int = 1452
+    """Largest UDP payload sent: with ``path_mtu_discovery``, the ceiling (1452 fills a
+    1500-byte Ethernet path); without, the size of every datagram (1200, QUIC's guaranteed
+    minimum, is the one size every path carries)."""
+    path_mtu_discovery: bool = True
+    """Send 1200-byte datagrams until the handshake is done, then as large as the route to the
+    client allows up to ``max_datagram_size``, back to 1200 when the path drops larger ones
+    (`airlane.runtime.quic_mtu`; needs ``congestion_control = "airlane-bbr"``)."""
     socket_buffer_bytes: int = 8 << 20
     """UDP receive and send buffers (bounded by the kernel's ``rmem_max``/``wmem_max``): a
     bandwidth-delay product of a fast, long path must fit, or the kernel drops what the

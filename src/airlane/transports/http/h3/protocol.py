@@ -115,6 +115,11 @@ class H3Protocol(QuicProtocol):
         elif isinstance(event, HandshakeCompleted):
             self._handshake_done = True
             self._handshake_over()
+            config = self.server.config
+            if config.path_mtu_discovery:
+                self.discover_datagram_size(config.max_datagram_size)
+                if self.sizes is not None and self.lane is not None:
+                    self.lane.on_too_big = self.too_big  # the kernel's "too big" comes there
         elif isinstance(event, StreamReset):
             request = self._requests.pop(event.stream_id, None)
             if request is not None:

@@ -36,6 +36,7 @@ from cryptography.hazmat.primitives import serialization
 
 from airlane.gateway import ServerTls
 from airlane.runtime import quic_congestion  # noqa: F401 - registers airlane-bbr with aioquic
+from airlane.runtime.quic_mtu import FLOOR, forbid_fragments
 from airlane.runtime.socket_lanes import LanesConfig
 from airlane.runtime.udp_batch import read_in_batches
 from airlane.transports.http.h3.certificate import EphemeralCertificate, ephemeral_certificate
@@ -103,6 +104,7 @@ class Http3Server:
         size = self.config.socket_buffer_bytes
         for option in (socket.SO_RCVBUF, socket.SO_SNDBUF):
             sock.setsockopt(socket.SOL_SOCKET, option, size)
+        forbid_fragments(sock)  # QUIC datagrams are never fragmented (RFC 9000 section 14)
         self.sender = sock.dup()  # the transport closes ``sock``; this closes its duplicate
         self.sender.setblocking(False)
         sockname = sock.getsockname()
@@ -136,7 +138,8 @@ class Http3Server:
             max_stream_data=c.stream_window,
             max_data=c.connection_window,
             congestion_control_algorithm=c.congestion_control,
-            max_datagram_size=c.max_datagram_size,
+            # Discovery starts from the size every path carries (raised after the handshake).
+            max_datagram_size=FLOOR if c.path_mtu_discovery else c.max_datagram_size,
             max_datagram_frame_size=65536,  # WebTransport datagrams (H3_DATAGRAM)
         )
         if self.tls is not None:
