@@ -33,7 +33,8 @@ PORT = 8443
 SIZE = 3 << 20
 IP_UDP = 28  # IPv4 and UDP headers: a datagram of 1452 bytes is a 1480-byte packet
 
-# Runs in namespace A: one download, its size and SHA-256 as JSON.
+# Runs in namespace A: one download, its size and SHA-256 as JSON; then an upload (a large
+# request body, which the gateway refuses: only the client's datagrams matter there).
 CLIENT = r"""
 import asyncio, hashlib, json, sys
 from airlane.client.h3 import H3Client
@@ -46,7 +47,11 @@ async def main():
         async for chunk in response.chunks():
             digest.update(chunk)
             size += len(chunk)
-    print(json.dumps({"status": response.status, "bytes": size, "sha256": digest.hexdigest()}))
+        upload = await client.request("POST", "/v1/chat/completions", body=b"x" * 300_000,
+                                      headers=[("content-type", "application/json")])
+        await upload.read()
+    print(json.dumps({"status": response.status, "bytes": size, "sha256": digest.hexdigest(),
+                      "upload": upload.status}))
 
 asyncio.run(asyncio.wait_for(main(), 60))
 """
@@ -108,8 +113,9 @@ def test_a_path_of_1500_bytes_gets_full_datagrams(store: tuple[Path, str, str]) 
     with NetLab(delay_ms=5) as lab, _gateway(lab, directory):
         result = _download(lab, path)
         stats = lab.stats()
-    assert result == {"status": 200, "bytes": SIZE, "sha256": digest}
+    assert result == {"status": 200, "bytes": SIZE, "sha256": digest, "upload": 400}
     assert stats.b_to_a.largest == 1452 + IP_UDP
+    assert stats.a_to_b.largest == 1452 + IP_UDP  # the client's upload
     assert stats.b_to_a.dropped_size == 0
 
 
@@ -119,8 +125,9 @@ def test_a_route_with_a_smaller_mtu_gets_datagrams_that_fit(store: tuple[Path, s
     with NetLab(delay_ms=5, mtu=1300) as lab, _gateway(lab, directory):
         result = _download(lab, path)
         stats = lab.stats()
-    assert result == {"status": 200, "bytes": SIZE, "sha256": digest}
+    assert result == {"status": 200, "bytes": SIZE, "sha256": digest, "upload": 400}
     assert stats.b_to_a.largest == 1300  # the route's MTU, not 1200, not more
+    assert stats.a_to_b.largest == 1300
 
 
 def test_a_black_hole_costs_a_few_packets_then_1200_bytes_carry_it(
@@ -131,7 +138,7 @@ def test_a_black_hole_costs_a_few_packets_then_1200_bytes_carry_it(
     with NetLab(delay_ms=5, path_mtu=1400) as lab, _gateway(lab, directory):
         result = _download(lab, path)
         stats = lab.stats()
-    assert result == {"status": 200, "bytes": SIZE, "sha256": digest}
+    assert result == {"status": 200, "bytes": SIZE, "sha256": digest, "upload": 400}
     # The first larger datagrams vanished; everything after went at 1200 bytes.
     assert 1 <= stats.b_to_a.dropped_size <= 100
     assert stats.b_to_a.largest == 1452 + IP_UDP

@@ -26,6 +26,7 @@ import json
 import socket
 import ssl
 from collections.abc import AsyncIterator, Sequence
+from functools import partial
 from types import TracebackType
 from typing import Any
 
@@ -148,7 +149,7 @@ class _Stream:
 
 
 class _Protocol(QuicProtocol):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, datagram_ceiling: int | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.h3 = H3Connection(self._quic)
         self.streams: dict[int, _Stream] = {}
@@ -160,7 +161,7 @@ class _Protocol(QuicProtocol):
         self._probing: asyncio.TimerHandle | None = None
         self._probe_until = 0.0
         self.max_buffered = MAX_BUFFERED_BYTES
-        self.datagram_ceiling: int | None = None
+        self.datagram_ceiling = datagram_ceiling
         """Set: size datagrams by the path, up to this, once the handshake is done."""
 
     def socket(self) -> Any:
@@ -398,7 +399,10 @@ class H3Client:
             host,
             port,
             configuration=configuration,
-            create_protocol=_Protocol,
+            # Given at creation: the handshake may complete before `connect` returns.
+            create_protocol=partial(
+                _Protocol, datagram_ceiling=max_datagram_size if path_mtu_discovery else None
+            ),
             session_ticket_handler=lambda ticket: _keep_latest(tickets, ticket),
             wait_connected=not early,
         )
@@ -410,7 +414,6 @@ class H3Client:
         assert isinstance(protocol, _Protocol)
         protocol.max_buffered = max_buffered_bytes
         if path_mtu_discovery:
-            protocol.datagram_ceiling = max_datagram_size
             sock = protocol.socket()
             if sock is not None:
                 forbid_fragments(sock)
