@@ -150,6 +150,15 @@ REFUSED = textwrap.dedent("""
         lane.sendto(b"first", to)
         lane.sendto(b"second", to)
         print(lane(Lane.CONTROL))
+        # A segmented run refused for its priority goes again without it, still segmented.
+        again = DatagramLane(transport, LanesConfig(control_priority=7),
+                             socket.fromfd(transport.get_extra_info("socket").fileno(),
+                                           socket.AF_INET, socket.SOCK_DGRAM))
+        print(again(Lane.CONTROL))
+        with again.batch():
+            for name in (b"run-0", b"run-1", b"run-2"):
+                again.sendto(name, to)
+        print(again.segmenting)
         await asyncio.sleep(0.1)
 
     asyncio.run(main())
@@ -174,6 +183,8 @@ def test_a_priority_the_kernel_refuses_per_datagram_leaves_dscp() -> None:
             capture_output=True, text=True, timeout=30, check=False,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
-        assert done.stdout.splitlines() == ["dscp=40 priority=7", "dscp=40"]
+        lines = done.stdout.splitlines()
+        assert lines == ["dscp=40 priority=7", "dscp=40", "dscp=40 priority=7", "True"]
         assert "SO_PRIORITY refused" in done.stderr
-        assert [dscp(receiver), dscp(receiver)] == [(b"first", 40), (b"second", 40)]
+        got = [dscp(receiver) for _ in range(5)]
+        assert got == [(name, 40) for name in (b"first", b"second", b"run-0", b"run-1", b"run-2")]

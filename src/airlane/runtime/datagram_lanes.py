@@ -189,6 +189,8 @@ class DatagramLane:
                     self.on_too_big()  # the run is dropped: the connection sends it again
                     index = end
                     continue
+                if exc.errno in (errno.EINVAL, errno.EPERM) and self._refused(exc):
+                    continue  # the priority was the refused mark: the same run without it
                 if exc.errno in _NO_OFFLOAD:
                     self.segmenting = False
                     log.debug("UDP segmentation offload refused (%s): datagrams one by one", exc)
