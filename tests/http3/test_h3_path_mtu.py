@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from airlane.artifacts.packer import pack
-from airlane.bench.netlab import NetLab, netlab_available
+from airlane.bench.netlab import NetLab, NetLabStats, netlab_available
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -107,25 +107,27 @@ def _download(lab: NetLab, path: str) -> dict[str, object]:
     return result
 
 
-def test_a_path_of_1500_bytes_gets_full_datagrams(store: tuple[Path, str, str]) -> None:
+def _through(store: tuple[Path, str, str], **lab_settings: int) -> NetLabStats:
+    """One client run (download, then upload) across a lab with ``lab_settings``; checks the
+    download is whole and returns the bridge's counters."""
     _need_lab()
     directory, path, digest = store
-    with NetLab(delay_ms=5) as lab, _gateway(lab, directory):
+    with NetLab(delay_ms=5, **lab_settings) as lab, _gateway(lab, directory):
         result = _download(lab, path)
         stats = lab.stats()
     assert result == {"status": 200, "bytes": SIZE, "sha256": digest, "upload": 400}
+    return stats
+
+
+def test_a_path_of_1500_bytes_gets_full_datagrams(store: tuple[Path, str, str]) -> None:
+    stats = _through(store)
     assert stats.b_to_a.largest == 1452 + IP_UDP
     assert stats.a_to_b.largest == 1452 + IP_UDP  # the client's upload
     assert stats.b_to_a.dropped_size == 0
 
 
 def test_a_route_with_a_smaller_mtu_gets_datagrams_that_fit(store: tuple[Path, str, str]) -> None:
-    _need_lab()
-    directory, path, digest = store
-    with NetLab(delay_ms=5, mtu=1300) as lab, _gateway(lab, directory):
-        result = _download(lab, path)
-        stats = lab.stats()
-    assert result == {"status": 200, "bytes": SIZE, "sha256": digest, "upload": 400}
+    stats = _through(store, mtu=1300)
     assert stats.b_to_a.largest == 1300  # the route's MTU, not 1200, not more
     assert stats.a_to_b.largest == 1300
 
@@ -133,12 +135,7 @@ def test_a_route_with_a_smaller_mtu_gets_datagrams_that_fit(store: tuple[Path, s
 def test_a_black_hole_costs_a_few_packets_then_1200_bytes_carry_it(
     store: tuple[Path, str, str],
 ) -> None:
-    _need_lab()
-    directory, path, digest = store
-    with NetLab(delay_ms=5, path_mtu=1400) as lab, _gateway(lab, directory):
-        result = _download(lab, path)
-        stats = lab.stats()
-    assert result == {"status": 200, "bytes": SIZE, "sha256": digest, "upload": 400}
+    stats = _through(store, path_mtu=1400)
     # The first larger datagrams vanished; everything after went at 1200 bytes.
     assert 1 <= stats.b_to_a.dropped_size <= 100
     assert stats.b_to_a.largest == 1452 + IP_UDP

@@ -16,6 +16,12 @@ from airlane.transports.mqtt import InboundRoute, MqttBridge, MqttBridgeConfig
 from tests.mosquitto import Mosquitto
 from tests.mqtt.support import PRINCIPAL, stored, v5_client
 
+STRICT_AND_LOGS = (
+    InboundRoute("strict/+", log="strict", require_json=True),
+    InboundRoute("airlane/logs/+", log="{3}"),
+)
+"""JSON only on strict/+ (into the log ``strict``); airlane/logs/<name> into the log <name>."""
+
 
 async def test_each_qos_lands_in_its_log_with_the_mqtt_facts(
     broker: Mosquitto, gateway: Gateway, state_dir: Path
@@ -51,10 +57,7 @@ async def test_bad_messages_go_to_the_dead_letter_topic_and_the_bridge_goes_on(
     config = MqttBridgeConfig(
         broker.url,
         max_message=1000,
-        inbound=(
-            InboundRoute("strict/+", log="strict", require_json=True),
-            InboundRoute("airlane/logs/+", log="{3}"),
-        ),
+        inbound=STRICT_AND_LOGS,
     )
     bridge = MqttBridge(gateway, config, state_dir=state_dir)
     await bridge.start()
@@ -97,10 +100,7 @@ async def test_a_full_bridge_goes_on_dead_lettering(
     config = MqttBridgeConfig(
         broker.url,
         receive_maximum=2,
-        inbound=(
-            InboundRoute("strict/+", log="strict", require_json=True),
-            InboundRoute("airlane/logs/+", log="{3}"),
-        ),
+        inbound=STRICT_AND_LOGS,
     )
     bridge = MqttBridge(gateway, config, state_dir=state_dir)
     await bridge.start()

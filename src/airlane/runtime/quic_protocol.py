@@ -46,18 +46,17 @@ class QuicProtocol(QuicConnectionProtocol):
     sizes: DatagramSize | None = None
     """The connection's datagram size once `discover_datagram_size` ran (None: fixed)."""
 
-    def discover_datagram_size(self, ceiling: int) -> int:
+    def discover_datagram_size(self, ceiling: int) -> None:
         """Send datagrams as large as the route to the peer allows, up to ``ceiling``, and
-        fall back to 1,200 bytes when the path drops larger ones; the size now. Needs the
-        ``airlane-bbr`` controller (it sees what is lost): with another, the size stays."""
+        fall back to 1,200 bytes when the path drops larger ones (`sizes` is then set). Needs
+        the ``airlane-bbr`` controller (it sees what is lost): with another, the size stays."""
         controller = getattr(getattr(self._quic, "_loss", None), "_cc", None)
         if ceiling <= FLOOR or not isinstance(controller, AirlaneBbr):
-            return int(self._quic._max_datagram_size)
+            return
         sizes = self.sizes = DatagramSize(ceiling)
         controller.sizes = sizes
         controller.on_black_hole = self._black_hole
         self._resize(sizes.route(route_limit(self._peer())))
-        return sizes.size
 
     def error_received(self, exc: Exception) -> None:
         """A send failed: ``EMSGSIZE`` means the kernel learned a smaller path MTU (a
