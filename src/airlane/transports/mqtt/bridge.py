@@ -217,6 +217,8 @@ class MqttBridge:
     async def _connect_loop(self, *, publisher: bool = False) -> None:
         config = self.config
         up = self.publisher_up if publisher else self.up
+        # Both connections log their failures; the role tells them apart.
+        role = "publisher" if publisher else "subscriber"
         pause = config.reconnect_min_s
         while not self._closing:
             link = self._new_link(publisher)
@@ -229,7 +231,7 @@ class MqttBridge:
                 log.info(
                     "mqtt bridge %s: %s connected to %s:%d as %s (session %s)",
                     config.name,
-                    "publisher" if publisher else "subscriber",
+                    role,
                     config.address.host,
                     config.address.port,
                     link.identifier,
@@ -249,10 +251,10 @@ class MqttBridge:
                         await runner
             except LinkClosed as exc:
                 self.stats.last_error = str(exc)
-                log.warning("mqtt bridge %s: %s", config.name, exc)
+                log.warning("mqtt bridge %s: %s: %s", config.name, role, exc)
             except Exception as exc:  # a bug must not end the bridge: log it, connect again
                 self.stats.last_error = f"{type(exc).__name__}: {exc}"
-                log.exception("mqtt bridge %s: the connection failed", config.name)
+                log.exception("mqtt bridge %s: %s: the connection failed", config.name, role)
             finally:
                 up.clear()
                 if not publisher:
