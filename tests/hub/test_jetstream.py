@@ -1,4 +1,6 @@
-"""`JetStreamHub` against the hub contract (unchanged), on a real ``nats-server -js``."""
+"""`JetStreamHub` against the hub contract (unchanged), on a real ``nats-server -js``, in both
+layouts: a subject per stream (``stream``) and a home log per process (``node``,
+`HomeLogHub`). Every test runs in each."""
 
 from __future__ import annotations
 
@@ -7,23 +9,35 @@ import contextlib
 import itertools
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
 from airlane.core import Event, Kind, OrphanMode, OrphanPolicy, Position, Retention
 from airlane.hub import HubError, HubUnavailable, MemoryHubConfig, StreamEnded, StreamNotFound
-from airlane.hub.jetstream import JetStreamHub, JetStreamHubConfig
+from airlane.hub.jetstream import JetStreamHub, JetStreamHubConfig, jetstream_hub
 from airlane.hub.jetstream.records import stream_key
+from airlane.hub.jetstream.store import Conflict
 from tests.hub.contract import HubContract, drain, text_of
 from tests.natsserver import NatsServer
 from tests.waiting import eventually
 
 _prefixes = itertools.count()
+_layout = ["stream"]
+
+
+@pytest.fixture(autouse=True, params=["stream", "node"])
+def layout(request: pytest.FixtureRequest) -> str:
+    """The layout every hub of the test uses (`hub_config`)."""
+    _layout[0] = request.param
+    return str(request.param)
 
 
 def hub_config(server: NatsServer, **changes: object) -> JetStreamHubConfig:
-    """A config on ``server`` with its own prefix (tests share one server)."""
+    """A config on ``server`` with its own prefix (tests share one server), in the test's
+    layout."""
     fields: dict[str, object] = {
+        "layout": _layout[0],
         "servers": (server.url,),
         "prefix": f"t{next(_prefixes)}",
         "heartbeat_s": 0.2,
@@ -36,7 +50,7 @@ def hub_config(server: NatsServer, **changes: object) -> JetStreamHubConfig:
 
 @pytest.fixture
 async def hub(nats_session: NatsServer) -> AsyncIterator[JetStreamHub]:
-    hub = JetStreamHub(hub_config(nats_session))
+    hub = jetstream_hub(hub_config(nats_session))
     await hub.start()
     yield hub
     await hub.aclose()
@@ -50,8 +64,8 @@ class TestJetStreamHubContract(HubContract):
 async def two_nodes(config: JetStreamHubConfig) -> AsyncIterator[tuple[JetStreamHub, JetStreamHub]]:
     """Two hubs of ``config`` on one JetStream: two gateway nodes, as far as streams are
     concerned."""
-    a = JetStreamHub(replace(config, node_id="a"))
-    b = JetStreamHub(replace(config, node_id="b"))
+    a = jetstream_hub(replace(config, node_id="a"))
+    b = jetstream_hub(replace(config, node_id="b"))
     await a.start()
     await b.start()
     yield a, b
@@ -69,13 +83,13 @@ async def nodes(nats_session: NatsServer) -> AsyncIterator[tuple[JetStreamHub, J
 def count_publishes(hub: JetStreamHub, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """A list that gets one entry per JetStream publish ``hub`` makes (the real one runs)."""
     made: list[int] = []
-    publish = hub._store.publish
+    publish = hub._store.publish_on  # (what both layouts' appends go through)
 
     async def counted(*args: object, **kwargs: object) -> int:
         made.append(1)
         return await publish(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(hub._store, "publish", counted)
+    monkeypatch.setattr(hub._store, "publish_on", counted)
     return made
 
 
@@ -148,7 +162,7 @@ async def test_a_producer_learns_at_its_next_append_that_another_node_ended_its_
 
 
 async def test_a_broker_that_stays_away_fails_the_producer_and_loses_nothing_stored(nats_server):
-    hub = JetStreamHub(hub_config(nats_server, unavailable_after_s=0.5, request_timeout_s=0.2))
+    hub = jetstream_hub(hub_config(nats_server, unavailable_after_s=0.5, request_timeout_s=0.2))
     await hub.start()
     try:
         await hub.create("away")
@@ -212,15 +226,63 @@ async def test_appends_from_two_nodes_interleave_without_gaps(nodes):
             assert [p["i"] for p in payloads if p["from"] == name] == list(range(40))
 
 
+async def test_an_append_made_on_another_node_returns_the_seqs_it_got(nodes):
+    a, b = nodes
+    await a.create("numbered")
+    await a.append_many("numbered", [Event.delta("x"), Event.delta("y")])
+    stored = await b.append_many("numbered", [Event.message({"n": 1}), Event.message({"n": 2})])
+    assert [e.seq for e in stored] == [3, 4]
+    assert [e.seq for e in await b.append_many("numbered", [Event.delta("z")])] == [5]
+    assert (await a.info("numbered")).last_seq == 5
+
+
+async def test_a_publish_stored_but_unanswered_is_not_written_again(nodes, monkeypatch):
+    a, b = nodes
+    await a.create("lost-answer")
+    publish = a._store.publish_on
+    lost: list[int] = []
+
+    async def stored_then_refused(*args: Any, **kwargs: Any) -> int:
+        seq = await publish(*args, **kwargs)
+        if not lost:  # its answer is lost; the try again finds the log moved on
+            lost.append(seq)
+            raise Conflict("wrong last sequence")
+        return seq
+
+    monkeypatch.setattr(a._store, "publish_on", stored_then_refused)
+    stored = await a.append_many("lost-answer", [Event.message({"n": 1})])
+    assert lost and [e.seq for e in stored] == [1]
+    await a.append("lost-answer", Event.done())
+    for hub in (a, b):
+        async with await hub.subscribe("lost-answer") as sub:
+            events = await drain(sub)
+        assert [e.data["payload"] for e in events if e.kind is Kind.MESSAGE] == [{"n": 1}]
+
+
 async def test_a_node_far_behind_catches_up_in_bulk_not_a_round_trip_per_message(
-    nodes, monkeypatch
+    nodes, monkeypatch, layout
 ):
     a, b = nodes
     await a.create("long")
     await a.append("long", Event.delta("x"))
     assert (await b.info("long")).last_seq == 1  # b holds the beginning, follows nothing
+    if layout == "node":
+        # b follows a's home log and mirrors the stream as it is written: nothing to read.
+        read = b._store.read_until_on
+        reads = 0
+
+        async def counted_read(*args: object, **kwargs: object) -> None:
+            nonlocal reads
+            reads += 1
+            await read(*args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(b._store, "read_until_on", counted_read)
     for i in range(300):
         await a.append("long", Event.delta(str(i % 10)))
+    if layout == "node":
+        assert (await b.info("long")).last_seq == 301
+        assert reads == 0
+        return
     reads = 0
     direct_read = b._store.next_after
 
@@ -252,8 +314,8 @@ async def test_cancel_on_another_node_stops_the_producer(nodes):
 
 async def test_a_dead_producer_node_ends_its_streams_with_an_error(nats_session):
     config = hub_config(nats_session)
-    a = JetStreamHub(replace(config, node_id="a"))
-    b = JetStreamHub(replace(config, node_id="b"))
+    a = jetstream_hub(replace(config, node_id="a"))
+    b = jetstream_hub(replace(config, node_id="b"))
     await a.start()
     await b.start()
     await a.create("gen-3", orphan=OrphanPolicy(OrphanMode.KEEP))
@@ -274,6 +336,25 @@ async def test_a_dead_producer_node_ends_its_streams_with_an_error(nats_session)
     await a.aclose()
 
 
+async def test_a_producer_known_only_from_the_streams_record_still_ends_with_producer_lost(
+    nodes,
+):
+    a, b = nodes
+    await eventually(lambda: len(b._nodes.last_seen) > 0, what="b hears a")
+    assert a._presence is not None
+    a._presence.cancel()  # from now on a's heartbeats never name what it produces
+    await a.create("gen-6", orphan=OrphanPolicy(OrphanMode.KEEP))
+    a.on_cancel("gen-6", lambda: None)  # recorded in the stream's record, not in a beat
+    await eventually(lambda: a._streams["gen-6"].meta.producer == "a", what="recorded")
+    await a.append("gen-6", Event.delta("half"))
+    sub = await b.subscribe("gen-6")
+    await a._store._client().close()
+    events = await drain(sub, timeout=10)
+    assert events[-1].kind is Kind.ERROR and events[-1].data is not None
+    assert events[-1].data["code"] == "producer_lost"
+    await sub.aclose()
+
+
 async def test_readers_on_another_node_keep_a_stream_from_being_orphaned(nodes):
     a, b = nodes
     await a.create("gen-4", orphan=OrphanPolicy(OrphanMode.GRACE, grace_s=0.5))
@@ -286,16 +367,19 @@ async def test_readers_on_another_node_keep_a_stream_from_being_orphaned(nodes):
     assert (await a.info("gen-4")).finish_reason == "cancelled"
 
 
-async def test_folded_history_reaches_a_node_that_comes_later(nodes, nats_session):
+async def test_folded_history_reaches_a_node_that_comes_later(nodes, nats_session, layout):
     a, _ = nodes
     await a.create("long", retention=Retention(max_events=16), orphan=OrphanPolicy())
     a.on_cancel("long", lambda: None)
     for i in range(600):
         await a.append("long", Event.delta(f"{i},"))
     await asyncio.sleep(1.5)  # a sweep stores the snapshot and purges JetStream
-    stored = await a._store._jetstream().stream_info(a.js_config.events_stream)
-    assert stored.state.messages < 100
-    c = JetStreamHub(replace(a.js_config, node_id="c"))
+    if layout == "stream":
+        stored = await a._store._jetstream().stream_info(a.js_config.events_stream)
+        assert stored.state.messages < 100
+    else:  # a home log is shared: the snapshot says where a late node starts reading
+        assert await a._store.get_snapshot(stream_key("long")) is not None
+    c = jetstream_hub(replace(a.js_config, node_id="c"))
     await c.start()
     try:
         async with await c.subscribe("long") as sub:
@@ -308,7 +392,7 @@ async def test_folded_history_reaches_a_node_that_comes_later(nodes, nats_sessio
 
 
 async def test_nothing_acknowledged_is_lost_across_a_broker_restart(nats_server):
-    hub = JetStreamHub(hub_config(nats_server, unavailable_after_s=15))
+    hub = jetstream_hub(hub_config(nats_server, unavailable_after_s=15))
     await hub.start()
     try:
         await hub.create("durable")
@@ -319,7 +403,7 @@ async def test_nothing_acknowledged_is_lost_across_a_broker_restart(nats_server)
             await hub.append("durable", Event.delta(f"{i},"))
         await restart
         await hub.append("durable", Event.done())
-        other = JetStreamHub(replace(hub.js_config, node_id="fresh"))
+        other = jetstream_hub(replace(hub.js_config, node_id="fresh"))
         await other.start()
         try:
             async with await other.subscribe("durable") as sub:
@@ -332,12 +416,14 @@ async def test_nothing_acknowledged_is_lost_across_a_broker_restart(nats_server)
         await hub.aclose()
 
 
-async def test_a_lost_history_is_reported_not_papered_over(nodes):
+async def test_a_lost_history_is_reported_not_papered_over(nodes, layout):
     a, _ = nodes
     await a.create("gone")
     await a.append("gone", Event.delta("x"))
-    await a._store._jetstream().delete_stream(a.js_config.events_stream)
-    c = JetStreamHub(replace(a.js_config, node_id="c"))
+    config = a.js_config
+    stream = config.log_stream if layout == "node" else config.events_stream
+    await a._store._jetstream().delete_stream(stream)
+    c = jetstream_hub(replace(a.js_config, node_id="c"))
     await c.start()  # makes the events stream anew: a new incarnation
     try:
         with pytest.raises(StreamNotFound, match="history was lost"):
@@ -355,15 +441,15 @@ async def _vanish(hub: JetStreamHub) -> None:
 
 async def test_a_node_restarted_under_its_id_never_loses_acknowledged_writes(nats_session):
     config = hub_config(nats_session)
-    first = JetStreamHub(replace(config, node_id="a"))
+    first = jetstream_hub(replace(config, node_id="a"))
     await first.start()
     await first.create("before")
     await first.append_many("before", [Event.delta(t) for t in "xyz"])
     await _vanish(first)
     # Back under the same id within JetStream's duplicate window: its publishes count from
     # the start again, and none of them may be taken for the previous process's.
-    again = JetStreamHub(replace(config, node_id="a"))
-    b = JetStreamHub(replace(config, node_id="b"))
+    again = jetstream_hub(replace(config, node_id="a"))
+    b = jetstream_hub(replace(config, node_id="b"))
     await again.start()
     await b.start()
     try:
@@ -398,8 +484,8 @@ async def test_an_acknowledgement_for_another_message_is_an_error_not_a_success(
 
 async def test_a_producer_ends_with_producer_lost_however_fast_its_node_comes_back(nats_session):
     config = hub_config(nats_session)
-    a = JetStreamHub(replace(config, node_id="a"))
-    b = JetStreamHub(replace(config, node_id="b"))
+    a = jetstream_hub(replace(config, node_id="a"))
+    b = jetstream_hub(replace(config, node_id="b"))
     await a.start()
     await b.start()
     again: JetStreamHub | None = None
@@ -410,7 +496,7 @@ async def test_a_producer_ends_with_producer_lost_however_fast_its_node_comes_ba
         sub = await b.subscribe("gen-5")
         await eventually(lambda: len(b._nodes.last_seen) > 0, what="b hears a")
         await _vanish(a)
-        again = JetStreamHub(replace(config, node_id="a"))  # at once, under the same id
+        again = jetstream_hub(replace(config, node_id="a"))  # at once, under the same id
         await again.start()
         events = await drain(sub, timeout=10)
         assert events[-1].kind is Kind.ERROR and events[-1].data is not None

@@ -85,9 +85,9 @@ def build_hub(config: ServerConfig) -> Hub:
     servers = nats_servers(config)
     if not servers:
         return MemoryHub(local)
-    from airlane.hub.jetstream.hub import JetStreamHub  # loads the NATS client: only here
+    from airlane.hub.jetstream import jetstream_hub
 
-    return JetStreamHub(replace(config.jetstream, servers=servers, local=local))
+    return jetstream_hub(replace(config.jetstream, servers=servers, local=local))
 
 
 def build_event_sourcing(config: ServerConfig) -> EventSourcing:

@@ -40,6 +40,10 @@ class JetStreamHubConfig:
     unavailable_after_s: float = 10.0
     """How long an append keeps retrying while JetStream does not answer (a broker restart,
     a leader election) before it fails with `HubUnavailable`."""
+    layout: str = "node"
+    """How events lie in JetStream: ``stream``, a subject per Airlane stream and a message
+    per appended batch; or ``node``, a home log per gateway process into which it writes
+    every stream it created, many streams' batches per message (`airlane.hub.jetstream.home`)."""
     local: MemoryHubConfig = field(default_factory=MemoryHubConfig)
     """Limits and timers of the node's replicas (the in-memory part)."""
 
@@ -48,6 +52,8 @@ class JetStreamHubConfig:
             raise ValueError(f"hub prefix {self.prefix!r}: use 1-32 of a-z 0-9 _, a letter first")
         if self.storage not in ("file", "memory"):
             raise ValueError(f"hub storage {self.storage!r}: use 'file' or 'memory'")
+        if self.layout not in ("stream", "node"):
+            raise ValueError(f"hub layout {self.layout!r}: use 'stream' or 'node'")
         if not 1 <= self.replicas <= 5:
             raise ValueError("hub replicas must be 1 to 5")
         if self.node_timeout_s < 2 * self.heartbeat_s:
@@ -59,6 +65,11 @@ class JetStreamHubConfig:
     def events_stream(self) -> str:
         """The JetStream stream holding every Airlane stream's events."""
         return f"{self.prefix.upper()}_EVENTS"
+
+    @property
+    def log_stream(self) -> str:
+        """The JetStream stream holding the home logs (the ``node`` layout)."""
+        return f"{self.prefix.upper()}_LOG"
 
     @property
     def meta_bucket(self) -> str:

@@ -181,7 +181,9 @@ class JetStreamHub(MemoryHub):
         retention = retention or self.config.retention
         incarnation = self._store.incarnation
         epoch = f"{incarnation}{_short_id()}"
-        meta = StreamMeta.make(stream_id, epoch, incarnation, retention, orphan, time.time_ns())
+        meta = self._placed(
+            StreamMeta.make(stream_id, epoch, incarnation, retention, orphan, time.time_ns())
+        )
         if not await self._store.create_meta(stream_key(stream_id), meta.to_bytes()):
             if not exist_ok:
                 raise StreamExists(f"stream {stream_id!r} already exists")
@@ -193,7 +195,15 @@ class JetStreamHub(MemoryHub):
         self._streams[stream_id] = replica
         if tracker is not None and tracker.deadline is not None:
             self._schedule(tracker.deadline, stream_id)
+        await self._created(replica)
         return self._info(replica)
+
+    def _placed(self, meta: StreamMeta) -> StreamMeta:
+        """A new stream's metadata as stored (a layout may say where its events go)."""
+        return meta
+
+    async def _created(self, replica: Replica) -> None:
+        """A new stream was made here (a layout may tell the other nodes)."""
 
     async def append_many(self, stream_id: str, events: Sequence[Event]) -> Sequence[Event]:
         replica = await self._replica(stream_id)
@@ -383,9 +393,9 @@ class JetStreamHub(MemoryHub):
         loading.set_result(loaded)
         return loaded
 
-    async def _load(self, stream_id: str) -> Replica:
-        key = stream_key(stream_id)
-        stored = await self._store.get_meta(key)
+    async def _stored_meta(self, stream_id: str) -> StreamMeta:
+        """A stream's metadata as stored, checked against this incarnation of the history."""
+        stored = await self._store.get_meta(stream_key(stream_id))
         if stored is None:
             raise StreamNotFound(f"no stream {stream_id[:200]!r}")
         try:
@@ -393,10 +403,20 @@ class JetStreamHub(MemoryHub):
         except CorruptRecord as exc:
             raise HubError(f"stream {stream_id!r}: unreadable metadata ({exc})") from None
         if meta.incarnation != self._store.incarnation:
+            stream = (
+                self.js_config.log_stream
+                if self.js_config.layout == "node"
+                else self.js_config.events_stream
+            )
             raise StreamNotFound(
                 f"stream {stream_id[:200]!r}: its history was lost (the JetStream stream "
-                f"{self.js_config.events_stream} was re-created)"
+                f"{stream} was re-created)"
             )
+        return meta
+
+    async def _load(self, stream_id: str) -> Replica:
+        key = stream_key(stream_id)
+        meta = await self._stored_meta(stream_id)
         if len(self._streams) >= self.config.max_streams:
             raise HubFull(f"the hub holds {self.config.max_streams} streams, its limit")
         stream_log = StreamLog(
@@ -412,11 +432,7 @@ class JetStreamHub(MemoryHub):
         replica.last_js_seq = after
         until = await self._store.last_seq(key)
         await self._store.read_until(key, after, until, self._deliverer(replica))
-        ledger = stream_log.ledger
-        if ledger.first_token_ns is not None and ledger.first_token_ns < ledger.created_ns:
-            # The creator's clock and the broker's (which stamped the events) disagree a
-            # little: a time to first token is never negative.
-            ledger.created_ns = ledger.first_token_ns
+        _no_token_before_creation(stream_log)
         existing = self._streams.get(stream_id)
         if existing is not None:  # created on this node while this load waited
             assert isinstance(existing, Replica)
@@ -478,8 +494,13 @@ class JetStreamHub(MemoryHub):
                         f"stream {replica.stream_id!r}: {MAX_CONFLICTS} appends from other "
                         "nodes came first; giving up"
                     ) from None
-                await self._catch_up(replica)
-                continue
+                # What came first may be this very publish, stored by a try whose answer
+                # was lost: then it is stored, and publishing it again would store it twice.
+                landed = await self._store.next_after(replica.key, replica.last_js_seq)
+                if landed is None or landed.msg_id != msg_id:
+                    await self._catch_up(replica)
+                    continue
+                js_seq = landed.js_seq
             finally:
                 replica.inflight = None
             if js_seq <= replica.last_js_seq:
@@ -784,6 +805,14 @@ def _created_ns(meta: StreamMeta) -> int:
     if meta.created_unix_ns is None:
         return now_ns
     return now_ns - max(0, time.time_ns() - meta.created_unix_ns)
+
+
+def _no_token_before_creation(stream_log: StreamLog) -> None:
+    """The creator's clock and the broker's (which stamped a loaded stream's events) disagree
+    a little: a time to first token is never negative."""
+    ledger = stream_log.ledger
+    if ledger.first_token_ns is not None and ledger.first_token_ns < ledger.created_ns:
+        ledger.created_ns = ledger.first_token_ns
 
 
 def _producer_of(meta: StreamMeta) -> Member | None:

@@ -35,9 +35,14 @@ __all__ = [
     "CorruptRecord",
     "StreamMeta",
     "decode_batch",
+    "decode_entries",
     "decode_snapshot",
     "encode_batches",
+    "encode_created",
+    "encode_entry",
     "encode_snapshot",
+    "events_of",
+    "join_entries",
     "stream_key",
 ]
 
@@ -98,24 +103,62 @@ def decode_batch(payload: bytes, ts_ns: int) -> tuple[int, list[Event]]:
     """A batch payload's first seq and its events, with seqs assigned and ``ts_ns`` set."""
     try:
         first_seq, rows = _decoder.decode(payload)
-        events = []
-        for offset, (kind, text, data, channel, lane, tokens, raw) in enumerate(rows):
-            events.append(
-                Event(
-                    _KINDS[kind],
-                    text=text,
-                    data=data,
-                    channel=_CHANNELS[channel],
-                    lane=Lane(lane),
-                    tokens=tokens,
-                    raw=raw,
-                    seq=first_seq + offset,
-                    ts_ns=ts_ns,
-                )
-            )
-    except (msgspec.DecodeError, TypeError, ValueError, KeyError) as exc:
+    except (msgspec.DecodeError, TypeError, ValueError) as exc:
         raise CorruptRecord(f"not an event batch: {exc}") from exc
-    return int(first_seq), events
+    return int(first_seq), events_of(rows, int(first_seq), ts_ns)
+
+
+def events_of(rows: list[Any], first_seq: int, ts_ns: int) -> list[Event]:
+    """Decoded event rows as events, seqs from ``first_seq``, all stored at ``ts_ns``."""
+    try:
+        return [
+            Event(
+                _KINDS[kind],
+                text=text,
+                data=data,
+                channel=_CHANNELS[channel],
+                lane=Lane(lane),
+                tokens=tokens,
+                raw=raw,
+                seq=first_seq + offset,
+                ts_ns=ts_ns,
+            )
+            for offset, (kind, text, data, channel, lane, tokens, raw) in enumerate(rows)
+        ]
+    except (TypeError, ValueError, KeyError) as exc:
+        raise CorruptRecord(f"not an event batch: {exc}") from exc
+
+
+# -- home logs (the "node" layout) ---------------------------------------------------------
+#
+# A home log message is a MessagePack array of entries, each ``[stream_id, first_seq, body]``:
+# ``body`` is the stream's events from ``first_seq`` (rows as in a batch), or, with
+# ``first_seq`` 0, the stream's `StreamMeta` bytes (it was created: followers mirror it from
+# here). Entries are encoded one by one, so a writer knows each one's size, and joined.
+
+
+def encode_entry(stream_id: str, first_seq: int, events: list[Event]) -> bytes:
+    """One stream's events (seqs from ``first_seq``) as a home log entry."""
+    return _encoder.encode([stream_id, first_seq, [_event_fields(event) for event in events]])
+
+
+def encode_created(stream_id: str, meta: bytes) -> bytes:
+    """The entry announcing a new stream."""
+    return _encoder.encode([stream_id, 0, meta])
+
+
+def join_entries(entries: list[bytes]) -> bytes:
+    """Encoded entries as one home log message."""
+    return _encoder.encode([msgspec.Raw(entry) for entry in entries])
+
+
+def decode_entries(payload: bytes) -> list[tuple[str, int, Any]]:
+    """A home log message's entries, bodies left as decoded rows (or meta bytes)."""
+    try:
+        entries = _decoder.decode(payload)
+        return [(str(sid), int(first), body) for sid, first, body in entries]
+    except (msgspec.DecodeError, TypeError, ValueError) as exc:
+        raise CorruptRecord(f"not a home log message: {exc}") from exc
 
 
 def encode_snapshot(snapshot: Event, js_seq: int) -> bytes:
@@ -153,6 +196,12 @@ class StreamMeta:
     created_unix_ns: int | None = None
     """When the stream was created (wall clock of the node that made it): a node that loads
     the stream later times its usage ledger from it, not from the load."""
+    home: str | None = None
+    """The home log holding the stream's events (the ``node`` layout), or None: a subject of
+    its own."""
+    home_after: int = 0
+    """The home log's newest message when the stream was made: all its entries come later
+    (where a node that did not see its creation starts reading)."""
 
     def produced_by(self, node: str, run: str) -> StreamMeta:
         """The same metadata, with the producer recorded."""

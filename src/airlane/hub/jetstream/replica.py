@@ -13,12 +13,19 @@ import asyncio
 import logging
 import time
 from collections import deque
+from typing import Any
 
 from nats.aio.subscription import Subscription
 
 from airlane.core import Event, OrphanTracker, StreamLog
 from airlane.hub.jetstream.appends import AppendQueue
-from airlane.hub.jetstream.records import CorruptRecord, StreamMeta, decode_batch, stream_key
+from airlane.hub.jetstream.records import (
+    CorruptRecord,
+    StreamMeta,
+    decode_batch,
+    events_of,
+    stream_key,
+)
 from airlane.hub.jetstream.store import StoredBatch
 from airlane.hub.memory import _Stream
 
@@ -34,6 +41,7 @@ class Replica(_Stream):
         "appends",
         "boundaries",
         "deferred",
+        "home",
         "inflight",
         "key",
         "last_js_seq",
@@ -68,6 +76,8 @@ class Replica(_Stream):
         """Held while publishing or catching up, so messages are applied in order."""
         self.appends = AppendQueue()
         """This node's appends waiting for the next publish."""
+        self.home = meta.home
+        """The home log holding the stream's events (the ``node`` layout), else None."""
 
     @property
     def stream_id(self) -> str:
@@ -118,6 +128,28 @@ class Replica(_Stream):
             return 0
         if self.store(events, batch.ts_ns, batch.js_seq, first_seq):
             # Ended by another node (a cancel, say): stop this node's producer, if it has one.
+            self.stop_producer()
+        return len(events)
+
+    def apply_rows(self, first_seq: int, rows: list[Any], ts_ns: int, js_seq: int) -> int:
+        """Apply a home log entry's events (the ``node`` layout) found in message ``js_seq``;
+        returns how many were added. Seqs the replica holds already are skipped; an entry
+        past the next seq (one was missed, or the history is still being read) sets
+        `deferred` and is left for the read-back."""
+        stream_log = self.log
+        skip = stream_log.next_seq - first_seq
+        if skip < 0:
+            self.deferred = True
+            return 0
+        if skip >= len(rows):
+            return 0
+        try:
+            events = events_of(rows[skip:], first_seq + skip, ts_ns)
+        except CorruptRecord as exc:
+            log.error("stream %s: skipping an entry of message %d: %s", self.stream_id, js_seq, exc)
+            return 0
+        self.last_js_seq = max(self.last_js_seq, js_seq)
+        if self.store(events, ts_ns, js_seq, first_seq + skip):
             self.stop_producer()
         return len(events)
 

@@ -9,13 +9,14 @@ mean "the broker does not answer" (`HubUnavailable`) rather than "no".
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import hashlib
 import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 import nats
@@ -128,6 +129,9 @@ class JetStreamStore:
             await self._nc.subscribe(self._ack_prefix + "*", cb=self._on_ack)
             storage = api.StorageType.FILE if cfg.storage == "file" else api.StorageType.MEMORY
             info = await self._events_stream(storage)
+            if cfg.layout == "node":
+                # The home logs hold the events; their stream names the incarnation.
+                info = await self._log_stream(storage)
             self._meta = await self._bucket(cfg.meta_bucket, storage)
             self._snapshots = await self._bucket(cfg.snapshot_bucket, storage)
         except TimeoutError as exc:
@@ -172,6 +176,25 @@ class JetStreamStore:
         if info.config.republish is None:  # made by an older release: followers need it
             info = await js.update_stream(info.config.evolve(republish=republish))
         return info
+
+    async def _log_stream(self, storage: api.StorageType) -> api.StreamInfo:
+        cfg = self.config
+        js = self._jetstream()
+        try:
+            return await js.stream_info(cfg.log_stream)
+        except nats.js.errors.NotFoundError:
+            return await js.add_stream(
+                name=cfg.log_stream,
+                subjects=[f"{cfg.prefix}.h.>"],
+                republish=api.RePublish(src=f"{cfg.prefix}.h.>", dest=f"{cfg.prefix}.hr.>"),
+                storage=storage,
+                num_replicas=cfg.replicas,
+                max_age=cfg.history_ttl_s,
+                duplicate_window=120.0,
+                discard=api.DiscardPolicy.OLD,
+                allow_direct=True,
+                description="Airlane home logs (one subject per gateway process)",
+            )
 
     async def _bucket(self, name: str, storage: api.StorageType) -> KeyValue:
         js = self._jetstream()
@@ -246,7 +269,16 @@ class JetStreamStore:
 
     async def publish(self, key: str, payload: bytes, *, msg_id: str, after: int) -> int:
         """Append ``payload`` to the stream's subject if its newest message is ``after``;
-        return the new message's sequence.
+        return the new message's sequence (see `publish_on`)."""
+        return await self.publish_on(
+            self.config.events_stream, self.subject(key), payload, msg_id=msg_id, after=after
+        )
+
+    async def publish_on(
+        self, stream: str, subject: str, payload: bytes, *, msg_id: str, after: int
+    ) -> int:
+        """Append ``payload`` to ``subject`` (of the JetStream stream ``stream``) if the
+        subject's newest message is ``after``; return the new message's sequence.
 
         Retried while JetStream does not answer, for up to ``unavailable_after_s``, under the
         same message id: a try that was stored but not acknowledged is answered by the retry
@@ -262,7 +294,7 @@ class JetStreamStore:
         delay = 0.05
         while True:
             try:
-                answer = await self._request_ack(self.subject(key), payload, headers)
+                answer = await self._request_ack(subject, payload, headers)
             except UNREACHABLE as exc:
                 if time.monotonic() + delay > deadline:
                     raise HubUnavailable(f"JetStream does not answer: {exc!r}") from exc
@@ -273,7 +305,7 @@ class JetStreamStore:
             if error is None:
                 seq = int(answer["seq"])
                 if answer.get("duplicate"):
-                    await self._confirm_duplicate(key, seq, payload, msg_id)
+                    await self._confirm_duplicate(stream, subject, seq, payload, msg_id)
                 return seq
             if error.get("err_code") == _WRONG_LAST_SEQUENCE:
                 raise Conflict(str(error.get("description")))
@@ -285,7 +317,9 @@ class JetStreamStore:
                 continue
             raise HubError(f"JetStream refused an append: {error.get('description')}")
 
-    async def _confirm_duplicate(self, key: str, seq: int, payload: bytes, msg_id: str) -> None:
+    async def _confirm_duplicate(
+        self, stream: str, subject: str, seq: int, payload: bytes, msg_id: str
+    ) -> None:
         """JetStream took a publish for one it stored before (same message id, within its
         duplicate window): fine if that is this very publish, stored by an earlier try whose
         acknowledgement was lost; an error otherwise, since acknowledging it would report as
@@ -295,10 +329,10 @@ class JetStreamStore:
             HubError: the message JetStream holds under that id is not this one.
         """
         try:
-            stored = await _answer(self._jetstream().get_msg(self.config.events_stream, seq))
+            stored = await _answer(self._jetstream().get_msg(stream, seq))
         except nats.js.errors.NotFoundError:
             stored = None
-        if stored is None or stored.subject != self.subject(key) or stored.data != payload:
+        if stored is None or stored.subject != subject or stored.data != payload:
             raise HubError(
                 f"JetStream holds another message under id {msg_id!r} (seq {seq}): "
                 "the append was not stored"
@@ -356,19 +390,35 @@ class JetStreamStore:
             msg.seq, msg.data or b"", monotonic_ns_of(msg.time), headers.get("Nats-Msg-Id")
         )
 
+    async def newest_after(self, stream: str, subject: str, after: int) -> int:
+        """The sequence of ``subject``'s newest message if one is newer than ``after``, else
+        ``after``.
+
+        A direct get of the next message first: when there is none (the usual answer for a
+        node that follows the subject live) the broker answers "not found" without reading a
+        message, where asking for the newest one would send a whole (large) message back.
+        """
+        try:
+            await _answer(
+                self._jetstream().get_msg(stream, after + 1, subject, next=True, direct=True)
+            )
+        except nats.js.errors.NotFoundError:
+            return after
+        return max(after, await self.last_seq_on(stream, subject))
+
     async def last_seq(self, key: str) -> int:
-        """The sequence of the stream's newest message (0 if it has none).
+        """The sequence of the stream's newest message (0 if it has none); see `last_seq_on`."""
+        return await self.last_seq_on(self.config.events_stream, self.subject(key))
+
+    async def last_seq_on(self, stream: str, subject: str) -> int:
+        """The sequence of ``subject``'s newest message (0 if it has none).
 
         A direct get: the message comes as it is stored, not base64 in JSON (it is read for
         its sequence only). With replicas, a follower may answer from a little behind; every
         caller reads on from what it learns (a live subscription, the next conflict).
         """
         try:
-            msg = await _answer(
-                self._jetstream().get_msg(
-                    self.config.events_stream, subject=self.subject(key), direct=True
-                )
-            )
+            msg = await _answer(self._jetstream().get_msg(stream, subject=subject, direct=True))
         except nats.js.errors.NotFoundError:
             return 0
         return int(msg.seq or 0)
@@ -376,9 +426,27 @@ class JetStreamStore:
     async def read_until(
         self, key: str, after: int, until: int, deliver: Callable[[StoredBatch], None]
     ) -> None:
+        """`read_until_on` the stream's subject."""
+        await self.read_until_on(
+            self.config.events_stream, self.subject(key), after, until, deliver
+        )
+
+    async def read_until_on(
+        self,
+        stream: str,
+        subject: str,
+        after: int,
+        until: int,
+        deliver: Callable[[StoredBatch], None],
+        *,
+        since_unix_ns: int | None = None,
+    ) -> None:
         """Call ``deliver`` with every message after ``after`` up to ``until``, read in bulk
         through a short-lived ordered consumer (one request per message would cost a round
         trip each when a node first loads a long stream).
+
+        With ``since_unix_ns`` the read starts at the first message stored at or after that
+        time instead (where ``after`` is not known: a stream's beginning in a home log).
 
         Raises:
             HubUnavailable: they did not all arrive within ``unavailable_after_s``.
@@ -392,11 +460,10 @@ class JetStreamStore:
             if batch.js_seq >= until and not arrived.done():
                 arrived.set_result(None)
 
-        subscription = await self._read(key, after, take)
+        subscription = await self._read(stream, subject, after, take, since_unix_ns)
         try:
             await asyncio.wait_for(arrived, self.config.unavailable_after_s)
         except TimeoutError as exc:
-            subject = self.subject(key)
             raise HubUnavailable(f"JetStream did not deliver {subject} in time") from exc
         finally:
             with contextlib.suppress(Exception):
@@ -411,6 +478,12 @@ class JetStreamStore:
         one (at-most-once delivery, a reconnect) and reads it back. What was stored before
         this call is `read_until`'s business.
         """
+        return await self._follow_subject(f"{self.config.prefix}.r.{key}", deliver)
+
+    async def _follow_subject(
+        self, subject: str, deliver: Callable[[StoredBatch], None]
+    ) -> Subscription:
+        """Subscribe to republished messages on ``subject``."""
 
         async def on_message(msg: Msg) -> None:
             headers = msg.headers or {}
@@ -425,7 +498,7 @@ class JetStreamStore:
             deliver(batch)
 
         subscription: Subscription = await self._client().subscribe(
-            f"{self.config.prefix}.r.{key}",
+            subject,
             cb=on_message,
             pending_msgs_limit=FOLLOW_PENDING_MSGS,
             pending_bytes_limit=FOLLOW_PENDING_BYTES,
@@ -433,9 +506,15 @@ class JetStreamStore:
         return subscription
 
     async def _read(
-        self, key: str, after: int, deliver: Callable[[StoredBatch], None]
+        self,
+        stream: str,
+        subject: str,
+        after: int,
+        deliver: Callable[[StoredBatch], None],
+        since_unix_ns: int | None = None,
     ) -> JetStreamContext.PushSubscription:
-        """An ordered consumer delivering the stream's messages after ``after``."""
+        """An ordered consumer delivering ``subject``'s messages after ``after`` (or from
+        ``since_unix_ns``)."""
 
         async def on_message(msg: Msg) -> None:
             meta = msg.metadata
@@ -449,13 +528,20 @@ class JetStreamStore:
                 )
             )
 
-        config = api.ConsumerConfig(
-            deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after + 1
-        )
+        if since_unix_ns is None:
+            config = api.ConsumerConfig(
+                deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after + 1
+            )
+        else:
+            since = datetime.fromtimestamp(since_unix_ns / 1e9, tz=UTC)
+            config = api.ConsumerConfig(
+                deliver_policy=api.DeliverPolicy.BY_START_TIME,
+                opt_start_time=since,
+            )
         subscription: JetStreamContext.PushSubscription = await _answer(
             self._jetstream().subscribe(
-                self.subject(key),
-                stream=self.config.events_stream,
+                subject,
+                stream=stream,
                 cb=on_message,
                 ordered_consumer=True,
                 config=config,
@@ -463,6 +549,54 @@ class JetStreamStore:
             )
         )
         return subscription
+
+    # -- home logs (the "node" layout) -----------------------------------------------------
+
+    def log_subject(self, node: str, run: str) -> str:
+        """The home log of the process ``run`` of ``node``."""
+        return f"{self.config.prefix}.h.{_token(node)}.{run}"
+
+    async def follow_log(
+        self, subject: str, deliver: Callable[[StoredBatch], None]
+    ) -> Subscription:
+        """Call ``deliver`` with each message appended to the home log ``subject`` from now
+        on, as `follow` does for a stream's subject (``prev`` is the log's previous message)."""
+        tail = subject[len(self.config.prefix) + 3 :]  # past "<prefix>.h."
+        return await self._follow_subject(f"{self.config.prefix}.hr.{tail}", deliver)
+
+    async def serve(self, subject: str, handler: Callable[[bytes], Awaitable[bytes]]) -> None:
+        """Answer every request on ``subject`` with what ``handler`` returns (a task each:
+        the handler may wait for the broker)."""
+        nc = self._client()
+        tasks: set[asyncio.Task[None]] = set()
+
+        async def answer(msg: Msg) -> None:
+            with contextlib.suppress(*UNREACHABLE):
+                await msg.respond(await handler(msg.data))
+
+        async def on_message(msg: Msg) -> None:
+            if not msg.reply:
+                return
+            task = asyncio.create_task(answer(msg))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+
+        await nc.subscribe(subject, cb=on_message, pending_msgs_limit=FOLLOW_PENDING_MSGS)
+
+    async def ask(self, subject: str, payload: bytes, timeout_s: float) -> bytes | None:
+        """A request to whoever serves ``subject``; None when nobody does (no responders).
+
+        Raises:
+            HubUnavailable: the broker, or the one serving, did not answer in time.
+        """
+        try:
+            msg = await self._client().request(subject, payload, timeout=timeout_s)
+        except nats.errors.NoRespondersError:
+            return None
+        except UNREACHABLE as exc:
+            raise HubUnavailable(f"{subject} did not answer: {exc!r}") from exc
+        data: bytes = msg.data
+        return data
 
     # -- control messages between nodes -----------------------------------------------------
 
@@ -512,6 +646,11 @@ class JetStreamStore:
         if bucket is None:
             raise HubUnavailable("the JetStream hub is not connected")
         return bucket
+
+
+def _token(name: str) -> str:
+    """``name`` as one subject token (node ids may hold ``.``)."""
+    return base64.urlsafe_b64encode(name.encode()).rstrip(b"=").decode()
 
 
 def _time_out(answer: asyncio.Future[Msg]) -> None:

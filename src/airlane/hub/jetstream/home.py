@@ -1,0 +1,934 @@
+"""`HomeLogHub`: the JetStream hub with a home log per gateway process (``layout = "node"``).
+
+Why. In the ``stream`` layout every appended batch is one broker message on the stream's own
+subject; at token pace a batch is one chunk, and the broker then spends as much CPU per chunk
+as a whole gateway does. Here each gateway process (a member: node id and run) writes the
+streams it created into one subject, its **home log**, and everything its producers appended
+while one publish was in flight goes out together in the next: with hundreds of paced streams
+one broker message carries tens of them, and every other node reads them with one
+subscription.
+
+Order. Every publish to a home log is conditional on the log's newest message
+(``Nats-Expected-Last-Subject-Sequence``), so a log is one total order whoever writes it, and a
+stream's entries in it are contiguous: each starts at the stream's next seq. The home process
+writes its streams. Another node's append (a cancel, an event log append, an idle stream's end)
+is forwarded to the home process, which stores it with its own and answers once it is stored;
+a home that cannot answer (nobody serves its subject, it does not answer in time, or presence
+says it died) is written directly, after reading its log to the end, conditional as always:
+a home that was only paused loses its next publish to that write and reads it first.
+
+Reading. Every node follows the home logs of the other members (one plain subscription each
+to JetStream's republished copies, demultiplexed here; `airlane.hub.jetstream.follower`) and
+mirrors the streams created in them from their creation entry, which carries the metadata: a
+reader on any node finds the stream there, complete, without a read. A stream created before
+this node followed its home log is read from the log once (from its snapshot's message, or
+from its creation time). A gap in a followed log (a reconnect, a slow consumer) shows in the
+republished previous-sequence header and is read back.
+
+The rest (presence, orphans, cancel notices, idle expiry, snapshots in the key-value bucket)
+is `JetStreamHub`'s. JetStream's ``max_age`` bounds the logs: a stream's messages cannot be
+purged alone, they share a subject with others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import functools
+import logging
+import time
+from dataclasses import replace
+from typing import Any
+
+import msgspec
+
+from airlane.core import Event, Folded, StreamLog
+from airlane.hub.base import HubError, HubFull, HubUnavailable, StreamEnded, StreamNotFound
+from airlane.hub.jetstream.config import JetStreamHubConfig
+from airlane.hub.jetstream.follower import LogFollower
+from airlane.hub.jetstream.hub import (
+    MAX_BATCH_EVENTS,
+    MAX_CONFLICTS,
+    JetStreamHub,
+    _created_ns,
+    _no_token_before_creation,
+)
+from airlane.hub.jetstream.presence import Heartbeat, Member
+from airlane.hub.jetstream.records import (
+    MAX_BATCH_BYTES,
+    CorruptRecord,
+    StreamMeta,
+    decode_entries,
+    decode_snapshot,
+    encode_created,
+    encode_entry,
+    encode_snapshot,
+    events_of,
+    join_entries,
+    stream_key,
+)
+from airlane.hub.jetstream.replica import Replica
+from airlane.hub.jetstream.store import Conflict, StoredBatch
+
+__all__ = ["HomeLogHub"]
+
+log = logging.getLogger("airlane.hub.jetstream")
+
+MIRROR_SHARE = 0.9
+"""Share of ``max_streams`` up to which streams created elsewhere are mirrored here; past it
+they are loaded when a reader asks (room is left for this node's own streams)."""
+MAX_FORWARDS = 1024
+"""Appends forwarded by other nodes being stored here at once; past it they are refused
+(``busy``) and the asking node's append fails as unavailable."""
+REACH_S = 1.0
+"""How long to wait for a followed log's live message before reading it back."""
+RESYNC_PAUSE_S = 1.0
+"""Pause before a failed read-back of a followed log is tried again."""
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder()
+
+
+class HomeLogHub(JetStreamHub):
+    """The JetStream hub in the ``node`` layout. See the module docstring."""
+
+    def __init__(self, config: JetStreamHubConfig | None = None) -> None:
+        super().__init__(replace(config or JetStreamHubConfig(), layout="node"))
+        self.home = self._store.log_subject(self.node, self.run)
+        """This process's home log."""
+        self._written = 0
+        """The newest message of the home log applied here."""
+        self._home_lock = asyncio.Lock()
+        """Held while publishing to the home log or reading it back."""
+        self._dirty: dict[str, Replica] = {}
+        """Own streams with appends queued since their last publish."""
+        self._sending: dict[str, tuple[Replica, list[Event]]] = {}
+        """Own streams' appends taken for publishing, not yet all stored."""
+        self._creates: list[tuple[bytes, asyncio.Future[None]]] = []
+        """Creation entries waiting for the next publish."""
+        self._writing = False
+        self._followers: dict[str, LogFollower] = {}
+        self._pending: dict[str, Replica] = {}
+        """Streams whose history is being read (live entries reach them meanwhile)."""
+        self._forwards = 0
+        self._reread: set[str] = set()
+        """Streams whose metadata was read again after their home died."""
+        self._watched: dict[str, bool] = {}
+        """Message ids of this node's direct writes under way: True once one is seen in
+        the log (a try whose answer was lost but which was stored)."""
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        await super().start()
+        await self._store.serve(self._forward_subject(self.home), self._on_forward)
+        await self._store.serve(self._position_subject(self.home), self._on_position)
+        await self._store.listen(self._wrote_notice(self.home), self._on_wrote)
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        closed = HubUnavailable("the hub closed")
+        for follower in self._followers.values():
+            follower.fail(closed)
+        self._followers.clear()
+        self._fail_creates(len(self._creates), closed)
+        for sid, (replica, _) in list(self._sending.items()):
+            del self._sending[sid]
+            replica.appends.failed(closed)
+        for replica in self._dirty.values():
+            replica.appends.failed(closed)
+        self._dirty.clear()
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def _placed(self, meta: StreamMeta) -> StreamMeta:
+        return replace(meta, home=self.home, home_after=self._written)
+
+    async def _created(self, replica: Replica) -> None:
+        # The creation entry lets every follower mirror the stream from its first event.
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._creates.append((encode_created(replica.stream_id, replica.meta.to_bytes()), future))
+        self._wake_writer()
+        try:
+            await future
+        except BaseException:
+            self._streams.pop(replica.stream_id, None)
+            with contextlib.suppress(HubError):
+                await self._store.forget(replica.key)
+            raise
+
+    async def _publish(self, replica: Replica, events: list[Event]) -> None:
+        # Cancels, producer_lost and expiry ends go the way of any append: to the home
+        # process's next publish (forwarded if it is another's).
+        queue = replica.appends
+        if replica.log.terminal is None and queue.ended:
+            ending = queue.waiter()  # a terminal event is on its way: what it does decides
+            if ending is not None:
+                with contextlib.suppress(HubError):
+                    await ending
+        if replica.log.terminal is not None or queue.ended:
+            raise StreamEnded(f"stream {replica.stream_id!r} has ended; nothing can be appended")
+        taken = queue.put(events)
+        stored = queue.waiter()
+        self._flush_soon(replica)
+        if stored is not None:
+            await stored
+        if taken < len(events):
+            raise StreamEnded(f"stream {replica.stream_id!r} has ended; nothing can be appended")
+
+    def _flush_soon(self, replica: Replica) -> None:
+        queue = replica.appends
+        if not queue.events:
+            return
+        if replica.home == self.home:
+            queue.flushing = True
+            self._dirty[replica.stream_id] = replica
+            self._wake_writer()
+        elif not queue.flushing:
+            queue.flushing = True
+            self._spawn(self._forward_queue(replica))
+
+    def _wake_writer(self) -> None:
+        if not self._writing:
+            self._writing = True
+            self._spawn(self._write())
+
+    async def _write(self) -> None:
+        """Publish to the home log until nothing is queued: one message at a time, each
+        carrying everything queued when it was made (bounded by `MAX_BATCH_BYTES`)."""
+        try:
+            while self._dirty or self._sending or self._creates:
+                self._take_dirty()
+                async with self._home_lock:
+                    await self._publish_home()
+        finally:
+            self._writing = False
+
+    def _take_dirty(self) -> None:
+        for sid, replica in list(self._dirty.items()):
+            if sid in self._sending:
+                continue  # its previous appends are still going out
+            del self._dirty[sid]
+            events = replica.appends.take()
+            if events:
+                self._sending[sid] = (replica, events)
+            else:
+                self._settled(replica)
+
+    def _settled(self, replica: Replica) -> None:
+        sid = replica.stream_id
+        if sid in self._sending or sid in self._dirty:
+            return
+        queue = replica.appends
+        if queue.events:
+            self._dirty[sid] = replica
+        else:
+            queue.flushing = False
+
+    async def _publish_home(self) -> None:
+        conflicts = 0
+        attempts: dict[str, tuple[list[tuple[Replica, int, int]], int]] = {}
+        while True:
+            parts, plan, creates = self._encode()
+            if not parts:
+                return
+            msg_id = f"{self.node}:{self.run}:{next(self._publishes)}"
+            attempts[msg_id] = (plan, creates)
+            try:
+                js_seq = await self._store.publish_on(
+                    self.js_config.log_stream,
+                    self.home,
+                    join_entries(parts),
+                    msg_id=msg_id,
+                    after=self._written,
+                )
+            except Conflict:
+                # Another node wrote here (it took this process for dead): read it, then
+                # encode again with the seqs that leaves.
+                conflicts += 1
+                if conflicts > MAX_CONFLICTS:
+                    self._fail_message(plan, creates, HubError("the home log kept changing"))
+                    return
+                try:
+                    if await self._read_home(attempts):
+                        return  # an earlier try was stored after all (its answer was lost)
+                except HubError as exc:
+                    self._fail_message(plan, creates, exc)
+                    return
+                continue
+            except HubError as exc:
+                self._fail_message(plan, creates, exc)
+                return
+            except BaseException as exc:
+                stopped = HubUnavailable(f"the hub stopped before storing: {exc!r}")
+                self._fail_message(plan, creates, stopped)
+                raise
+            if js_seq <= self._written:
+                self._fail_message(
+                    plan,
+                    creates,
+                    HubError(
+                        f"JetStream acknowledged a publish as message {js_seq}, "
+                        f"not after {self._written}"
+                    ),
+                )
+                return
+            self._written = js_seq
+            self._stored(js_seq, plan, creates)
+            return
+
+    def _encode(self) -> tuple[list[bytes], list[tuple[Replica, int, int]], int]:
+        """The next message's entries: creations first, then a slice of each stream being
+        sent; ``(entries, (replica, count, first seq) per stream, creations taken)``."""
+        parts: list[bytes] = []
+        size = 0
+        creates = 0
+        for entry, _ in self._creates:
+            if parts and size + len(entry) > MAX_BATCH_BYTES:
+                break
+            parts.append(entry)
+            size += len(entry)
+            creates += 1
+        plan: list[tuple[Replica, int, int]] = []
+        for sid, (replica, events) in list(self._sending.items()):
+            if parts and size >= MAX_BATCH_BYTES:
+                break
+            if replica.log.terminal is not None:  # ended by another node's write
+                del self._sending[sid]
+                replica.appends.failed(
+                    StreamEnded(f"stream {sid!r} has ended; nothing can be appended")
+                )
+                self._settled(replica)
+                continue
+            first = replica.log.next_seq
+            count = min(len(events), MAX_BATCH_EVENTS)
+            entry = encode_entry(sid, first, events[:count])
+            while len(entry) > MAX_BATCH_BYTES and count > 1:
+                count //= 2
+                entry = encode_entry(sid, first, events[:count])
+            if parts and size + len(entry) > MAX_BATCH_BYTES:
+                break
+            parts.append(entry)
+            size += len(entry)
+            plan.append((replica, count, first))
+        return parts, plan, creates
+
+    def _stored(self, js_seq: int, plan: list[tuple[Replica, int, int]], creates: int) -> None:
+        now_ns = time.monotonic_ns()
+        taken, self._creates = self._creates[:creates], self._creates[creates:]
+        for _, future in taken:
+            if not future.done():
+                future.set_result(None)
+        for replica, count, first in plan:
+            sid = replica.stream_id
+            _, events = self._sending[sid]
+            batch, rest = events[:count], events[count:]
+            replica.last_js_seq = js_seq
+            replica.store(batch, now_ns, js_seq, first)
+            self._appended += count
+            if rest:
+                self._sending[sid] = (replica, rest)
+            else:
+                del self._sending[sid]
+                replica.appends.stored()
+                self._settled(replica)
+
+    def _fail_message(
+        self, plan: list[tuple[Replica, int, int]], creates: int, exc: HubError
+    ) -> None:
+        """A message was not stored: its creations fail, and its streams' appends (what
+        follows them cannot be stored past the gap)."""
+        self._fail_creates(creates, exc)
+        for replica, _, _ in plan:
+            self._sending.pop(replica.stream_id, None)
+            replica.appends.failed(exc)
+            self._settled(replica)
+
+    def _fail_creates(self, count: int, exc: HubError) -> None:
+        taken, self._creates = self._creates[:count], self._creates[count:]
+        for _, future in taken:
+            if not future.done():
+                future.set_exception(exc)
+
+    async def _read_home(
+        self, attempts: dict[str, tuple[list[tuple[Replica, int, int]], int]] | None = None
+    ) -> bool:
+        """Apply what other nodes wrote to the home log since this process's newest message
+        (the caller holds `_home_lock`). A message that is one of this process's
+        ``attempts`` (a publish whose answer was lost, tried again and refused) is taken as
+        stored; True if one was."""
+        last = await self._store.newest_after(self.js_config.log_stream, self.home, self._written)
+        found = False
+
+        def deliver(batch: StoredBatch) -> None:
+            nonlocal found
+            attempt = None if attempts is None or found else attempts.get(batch.msg_id or "")
+            if attempt is not None:
+                found = True
+                self._stored(batch.js_seq, *attempt)
+            else:
+                self._apply_message(self.home, batch)
+
+        if last > self._written:
+            await self._store.read_until_on(
+                self.js_config.log_stream, self.home, self._written, last, deliver
+            )
+            self._written = last
+        return found
+
+    # -- appends to other processes' streams ------------------------------------------------
+
+    def _forward_subject(self, home: str) -> str:
+        prefix = self.js_config.prefix
+        return f"{prefix}.fwd.{home[len(prefix) + 3 :]}"
+
+    def _wrote_notice(self, home: str) -> str:
+        """The control message telling ``home``'s process that another wrote its log."""
+        return f"wrote.{home[len(self.js_config.prefix) + 3 :]}"
+
+    def _on_wrote(self, _: bytes) -> None:
+        # Another node wrote this process's log (it took it for gone): read it now, so
+        # readers here see it without waiting for this process's next publish.
+        self._spawn(self._locked_read_home())
+
+    async def _locked_read_home(self) -> None:
+        async with self._home_lock:
+            with contextlib.suppress(HubError):
+                await self._read_home()
+
+    def _position_subject(self, home: str) -> str:
+        prefix = self.js_config.prefix
+        return f"{prefix}.pos.{home[len(prefix) + 3 :]}"
+
+    async def _on_position(self, _: bytes) -> bytes:
+        return b"%d" % self._written
+
+    async def _newest(self, home: str, after: int) -> int:
+        """The newest message of another process's home log (at least ``after``): asked of
+        that process, which writes it (a small answer); read from JetStream where it does
+        not answer (a direct get that may carry a whole message back)."""
+        member = _member_of(home)
+        if member is None or self._nodes.alive(member) is not False:
+            try:
+                answer = await self._store.ask(
+                    self._position_subject(home), b"", self.js_config.request_timeout_s
+                )
+            except HubUnavailable:
+                answer = None
+            if answer is not None and answer.isdigit():
+                return max(after, int(answer))
+        return await self._store.newest_after(self.js_config.log_stream, home, after)
+
+    async def _forward_queue(self, replica: Replica) -> None:
+        """Send a stream's queued appends to its home, a batch at a time, until none is
+        left (the stream's one writer here)."""
+        queue = replica.appends
+        try:
+            while queue.events:
+                events = queue.take()
+                try:
+                    await self._write_remote(replica, events)
+                except HubError as exc:
+                    queue.failed(exc)
+                except BaseException as exc:
+                    queue.failed(HubUnavailable(f"the hub stopped before storing: {exc!r}"))
+                    raise
+                else:
+                    queue.stored()
+        finally:
+            queue.flushing = False
+
+    async def _write_remote(self, replica: Replica, events: list[Event]) -> None:
+        """Store ``events`` in another process's stream: through that process, or directly
+        where it cannot answer. Returns once this node's replica shows them."""
+        home = replica.home
+        assert home is not None
+        member = _member_of(home)
+        if member is None or self._nodes.alive(member) is not False:
+            request = encode_entry(replica.stream_id, 0, events)  # seqs are the home's
+            # No answer in time raises: the home may have stored it, and a direct write
+            # then would store it twice. Only "nobody serves that subject" (it is gone)
+            # falls through to the direct write.
+            answer = await self._store.ask(
+                self._forward_subject(home), request, self.js_config.request_timeout_s
+            )
+            if answer is not None:
+                status, value, *more = _decoder.decode(answer)
+                if status == "ok":
+                    _numbered(events, int(more[0]))  # the seqs the home gave them
+                    await self._reach(await self._follower(home), int(value))
+                    return
+                if status == "ended":
+                    raise StreamEnded(str(value))
+                if status == "missing":
+                    raise StreamNotFound(str(value))
+                if status == "busy":
+                    raise HubUnavailable(str(value))
+                raise HubError(str(value))
+        await self._write_direct(replica, events)
+
+    async def _write_direct(self, replica: Replica, events: list[Event]) -> None:
+        """Publish to the stream's home log, conditional on its newest message, once this
+        node has applied everything up to it."""
+        home = replica.home
+        assert home is not None
+        follower = await self._follower(home)
+        tries: dict[str, int] = {}  # message id -> the first seq it gave the events
+        try:
+            await self._write_direct_tries(replica, events, follower, tries)
+        finally:
+            for msg_id in tries:
+                self._watched.pop(msg_id, None)
+
+    async def _write_direct_tries(
+        self,
+        replica: Replica,
+        events: list[Event],
+        follower: LogFollower,
+        tries: dict[str, int],
+    ) -> None:
+        """`_write_direct`'s tries, each recorded in ``tries`` (its caller forgets them)."""
+        home = follower.subject
+        stream = self.js_config.log_stream
+        for _ in range(MAX_CONFLICTS + 1):
+            last = await self._store.last_seq_on(stream, home)
+            await self._reach(follower, last)
+            for msg_id, first in tries.items():
+                if self._watched.get(msg_id):  # an earlier try was stored (its answer lost)
+                    _numbered(events, first)
+                    return
+            if replica.deferred:
+                replica.deferred = False
+                await self._read_for(replica, last)
+            if replica.log.terminal is not None:
+                raise StreamEnded(
+                    f"stream {replica.stream_id!r} has ended; nothing can be appended"
+                )
+            first = replica.log.next_seq
+            entry = encode_entry(replica.stream_id, first, events)
+            msg_id = f"{self.node}:{self.run}:{next(self._publishes)}"
+            tries[msg_id] = first
+            self._watched[msg_id] = False
+            try:
+                js_seq = await self._store.publish_on(
+                    stream, home, join_entries([entry]), msg_id=msg_id, after=last
+                )
+            except Conflict:
+                continue
+            _numbered(events, first)
+            await self._store.tell(self._wrote_notice(home), b"")
+            await self._reach(follower, js_seq)
+            return
+        raise HubError(
+            f"stream {replica.stream_id!r}: {MAX_CONFLICTS} writes to its home log came "
+            "first; giving up"
+        )
+
+    async def _on_forward(self, data: bytes) -> bytes:
+        """Store another node's append to one of this process's streams; the answer says
+        how (``ok`` with the message it is in, or why not)."""
+        if self._forwards >= MAX_FORWARDS:
+            return _encoder.encode(["busy", f"{self.node} is storing {MAX_FORWARDS} appends"])
+        self._forwards += 1
+        try:
+            try:
+                stream_id, _, rows = _decoder.decode(data)
+                events = events_of(rows, 0, 0)
+                replica = await self._replica(str(stream_id))
+                if replica.home != self.home:
+                    return _encoder.encode(["error", f"{self.node} is not its home"])
+                await self.append_many(replica.stream_id, events)
+                if replica.log.terminal is not None:
+                    replica.stop_producer()  # ended from elsewhere (a cancel): stop it here
+                return _encoder.encode(["ok", replica.last_js_seq, events[0].seq if events else 0])
+            except StreamEnded as exc:
+                return _encoder.encode(["ended", str(exc)])
+            except StreamNotFound as exc:
+                return _encoder.encode(["missing", str(exc)])
+            except (HubError, ValueError, TypeError, msgspec.DecodeError) as exc:
+                return _encoder.encode(["error", str(exc)])
+        finally:
+            self._forwards -= 1
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def _apply_message(self, home: str, batch: StoredBatch) -> None:
+        """Apply one home log message's entries to the replicas held here."""
+        if self._watched and batch.msg_id in self._watched:
+            self._watched[batch.msg_id] = True
+        try:
+            entries = decode_entries(batch.payload)
+        except CorruptRecord as exc:
+            log.error("home log %s: skipping message %d: %s", home, batch.js_seq, exc)
+            return
+        streams = self._streams
+        for stream_id, first, body in entries:
+            stream = streams.get(stream_id)
+            replica = stream if stream is not None else self._pending.get(stream_id)
+            if first == 0:
+                if replica is None:
+                    self._mirror(stream_id, body, home, batch.js_seq)
+                continue
+            if not isinstance(replica, Replica) or replica.home != home:
+                continue
+            self._appended += replica.apply_rows(first, body, batch.ts_ns, batch.js_seq)
+            if replica.deferred and stream is not None and home != self.home:
+                self._repair(replica)
+
+    def _mirror(self, stream_id: str, body: Any, home: str, js_seq: int) -> None:
+        """Hold a stream created in a followed log from its first entry on."""
+        if home == self.home or len(self._streams) >= self.config.max_streams * MIRROR_SHARE:
+            return
+        try:
+            meta = StreamMeta.from_bytes(bytes(body))
+        except (CorruptRecord, TypeError) as exc:
+            log.error("home log %s: a creation entry for %r: %s", home, stream_id[:80], exc)
+            return
+        if meta.home != home or meta.incarnation != self._store.incarnation:
+            return
+        stream_log = StreamLog(
+            stream_id, meta.epoch, now_ns=_created_ns(meta), retention=meta.retention_policy()
+        )
+        replica = Replica(stream_log, None, meta)
+        replica.last_js_seq = js_seq
+        self._streams[stream_id] = replica
+
+    def _on_log_message(self, follower: LogFollower, batch: StoredBatch) -> None:
+        position = follower.position
+        if follower.syncing or position is None:
+            follower.hold(batch)
+            return
+        if batch.js_seq <= position:
+            return
+        if batch.prev is not None and batch.prev != position:
+            follower.hold(batch)  # one in between was missed: read it back first
+            self._start_sync(follower)
+            return
+        self._apply_message(follower.subject, batch)
+        follower.advanced(batch.js_seq)
+
+    def _follow_log(self, subject: str) -> LogFollower:
+        """Start following ``subject`` (from its newest message on)."""
+        follower = LogFollower(subject, _member_of(subject))
+        self._followers[subject] = follower
+        for stream in self._streams.values():
+            assert isinstance(stream, Replica)
+            if stream.home == subject and stream.log.terminal is None:
+                stream.deferred = True  # held from an earlier follow: read what it missed
+                self._repair(stream)
+        self._start_sync(follower)
+        return follower
+
+    async def _follower(self, subject: str) -> LogFollower:
+        """The follower of ``subject``, once it knows its position in the log."""
+        follower = self._followers.get(subject) or self._follow_log(subject)
+        while follower.position is None:
+            known = follower.reached(0)
+            if known is None:
+                break
+            try:
+                await asyncio.wait_for(known, self.js_config.unavailable_after_s)
+            except TimeoutError as exc:
+                raise HubUnavailable(f"cannot read the home log {subject}") from exc
+        return follower
+
+    async def _reach(self, follower: LogFollower, target: int) -> None:
+        """Wait until ``follower`` has applied message ``target``. Live messages are read
+        back only when none arrives for `REACH_S` (a lost one with nothing after it); a slow
+        but moving follower is waited for, up to ``unavailable_after_s``."""
+        reached = follower.reached(target)
+        if reached is None:
+            return
+        deadline = time.monotonic() + self.js_config.unavailable_after_s
+        position = follower.position
+        while True:
+            try:
+                await asyncio.wait_for(asyncio.shield(reached), REACH_S)
+                return
+            except TimeoutError:
+                if time.monotonic() >= deadline:
+                    reached.cancel()
+                    raise HubUnavailable(
+                        f"the home log {follower.subject} did not arrive"
+                    ) from None
+                if follower.position == position:
+                    self._start_sync(follower)  # nothing moves: one was lost, read it back
+                position = follower.position
+
+    def _start_sync(self, follower: LogFollower) -> None:
+        if not follower.syncing:
+            follower.syncing = True
+            self._spawn(self._sync(follower))
+
+    async def _sync(self, follower: LogFollower) -> None:
+        """Subscribe if not yet, read the log from the follower's position to its end, then
+        apply what was held meanwhile, until no gap is left."""
+        stream = self.js_config.log_stream
+        subject = follower.subject
+        try:
+            while True:
+                try:
+                    if follower.subscription is None:
+                        follower.subscription = await self._store.follow_log(
+                            subject, functools.partial(self._on_log_message, follower)
+                        )
+                    last = await self._store.last_seq_on(stream, subject)
+                    if follower.position is None:
+                        follower.advanced(last)  # a new follower starts at the end
+                    elif last > follower.position:
+                        follower.overflowed = False
+                        await self._store.read_until_on(
+                            stream,
+                            subject,
+                            follower.position,
+                            last,
+                            functools.partial(self._apply_message, subject),
+                        )
+                        follower.advanced(last)
+                except HubError as exc:
+                    log.warning("home log %s: cannot read it back: %s", subject, exc)
+                    await asyncio.sleep(RESYNC_PAUSE_S)
+                    continue
+                if self._replay_held(follower):
+                    return
+        finally:
+            follower.syncing = False
+
+    def _replay_held(self, follower: LogFollower) -> bool:
+        """Apply the held messages that follow the position; False if a gap (or dropped
+        messages) needs another read."""
+        if follower.overflowed:
+            follower.held.clear()
+            return False
+        held = follower.take_held()
+        for index, batch in enumerate(held):
+            position = follower.position
+            assert position is not None
+            if batch.js_seq <= position:
+                continue
+            if batch.prev is not None and batch.prev != position:
+                follower.held = held[index:]
+                return False
+            self._apply_message(follower.subject, batch)
+            follower.advanced(batch.js_seq)
+        return True
+
+    async def _read_for(self, replica: Replica, until: int) -> None:
+        """Read one stream's entries in its home log from where it is known complete up to
+        ``until``."""
+        home = replica.home
+        assert home is not None
+        stream_id = replica.stream_id
+
+        def apply(batch: StoredBatch) -> None:
+            try:
+                entries = decode_entries(batch.payload)
+            except CorruptRecord:
+                return
+            for sid, first, body in entries:
+                if sid == stream_id and first:
+                    self._appended += replica.apply_rows(first, body, batch.ts_ns, batch.js_seq)
+
+        await self._store.read_until_on(
+            self.js_config.log_stream, home, replica.last_js_seq, until, apply
+        )
+        if not replica.deferred:
+            replica.last_js_seq = max(replica.last_js_seq, until)
+
+    async def _catch_up(self, replica: Replica) -> None:
+        home = replica.home
+        if home is None:
+            return
+        if home == self.home:
+            async with self._home_lock:
+                await self._read_home()
+            return
+        follower = await self._follower(home)
+        position = follower.position
+        assert position is not None
+        last = await self._newest(home, position)
+        await self._reach(follower, last)
+        while replica.deferred:
+            replica.deferred = False
+            position = follower.position
+            assert position is not None
+            await self._read_for(replica, position)
+
+    async def _refresh(self, replica: Replica) -> None:
+        # This process writes its own streams: only another node's write, made because this
+        # process did not answer, can be missing, and that comes with a cancel notice or at
+        # the next publish (a conflict). Others' streams: read what the follower has not.
+        if replica.home != self.home and replica.log.terminal is None:
+            await self._locked_catch_up(replica)
+
+    async def _follow(self, replica: Replica) -> None:
+        # A new reader needs no read: the stream's home log is followed live (whatever was
+        # stored before this call arrives, in order, after what the replica holds). Only a
+        # replica that missed something reads it back now.
+        home = replica.home
+        if home is None or home == self.home or replica.log.terminal is not None:
+            return
+        await self._follower(home)
+        if replica.deferred:
+            await self._locked_catch_up(replica)
+
+    def _unfollow(self, replica: Replica) -> None:
+        pass  # logs are followed per member, not per stream
+
+    def _on_missed(self) -> None:
+        for follower in self._followers.values():
+            if follower.position is not None:
+                self._start_sync(follower)
+        # Cut off, this process may have been taken for gone and its log written by others
+        # (their notices were lost with the connection).
+        self._spawn(self._locked_read_home())
+
+    async def _load(self, stream_id: str) -> Replica:
+        key = stream_key(stream_id)
+        meta = await self._stored_meta(stream_id)
+        home = meta.home
+        if home is None:
+            raise HubError(
+                f"stream {stream_id!r} was stored by a hub with layout 'stream'; "
+                "this one reads layout 'node'"
+            )
+        if len(self._streams) >= self.config.max_streams:
+            raise HubFull(f"the hub holds {self.config.max_streams} streams, its limit")
+        follower = None
+        if home != self.home:
+            # Its creation may be on its way here (made a moment ago): take it from the log
+            # as followed, rather than reading the log for it.
+            follower = await self._follower(home)
+            assert follower.position is not None
+            await self._reach(follower, await self._newest(home, follower.position))
+            mirrored = self._streams.get(stream_id)
+            if isinstance(mirrored, Replica):
+                return mirrored
+        stream_log = StreamLog(
+            stream_id, meta.epoch, now_ns=_created_ns(meta), retention=meta.retention_policy()
+        )
+        after = meta.home_after
+        snapshot = await self._store.get_snapshot(key)
+        if snapshot is not None:
+            keep_from, folded = decode_snapshot(snapshot)
+            stream_log.restore(Folded.from_event(folded))
+            after = keep_from - 1
+        replica = Replica(stream_log, None, meta)
+        replica.last_js_seq = after
+        if follower is None:
+            until = await self._store.last_seq_on(self.js_config.log_stream, home)
+        else:
+            assert follower.position is not None
+            until = follower.position
+        self._pending[stream_id] = replica  # live entries reach it while its history is read
+        try:
+            await self._read_for(replica, until)
+            while follower is not None and replica.deferred:
+                replica.deferred = False
+                assert follower.position is not None
+                await self._read_for(replica, follower.position)
+        finally:
+            del self._pending[stream_id]
+        _no_token_before_creation(stream_log)
+        existing = self._streams.get(stream_id)
+        if existing is not None:  # created or mirrored here while this load read
+            assert isinstance(existing, Replica)
+            return existing
+        self._streams[stream_id] = replica
+        return replica
+
+    # -- members ----------------------------------------------------------------------------
+
+    def _on_heartbeat(self, data: bytes) -> None:
+        super()._on_heartbeat(data)
+        beat = Heartbeat.from_bytes(data)
+        if beat is None or beat.leaving or beat.member == self.member:
+            return
+        subject = self._store.log_subject(beat.node, beat.run)
+        if subject not in self._followers:
+            self._follow_log(subject)  # mirror what it creates from now on
+
+    def _end_orphaned_producers(self) -> None:
+        super()._end_orphaned_producers()
+        # A stream mirrored from its creation entry does not know its producer (recorded
+        # after): once its home is dead, read the record, so the next round can end it.
+        producers = self._nodes.producers
+        for stream_id, stream in self._streams.items():
+            assert isinstance(stream, Replica)
+            if (
+                stream.log.terminal is None
+                and stream.meta.producer is None
+                and stream_id not in producers
+                and stream_id not in self._reread
+                and stream.home is not None
+                and stream.home != self.home
+            ):
+                member = _member_of(stream.home)
+                if member is not None and self._nodes.alive(member) is False:
+                    self._reread.add(stream_id)
+                    self._spawn(self._reread_meta(stream))
+
+    async def _reread_meta(self, replica: Replica) -> None:
+        try:
+            replica.meta = await self._stored_meta(replica.stream_id)
+        except HubError as exc:
+            self._reread.discard(replica.stream_id)  # tried again next round
+            log.warning("stream %s: cannot read its record: %s", replica.stream_id, exc)
+
+    def _drop(self, stream_id: str) -> None:
+        super()._drop(stream_id)
+        self._reread.discard(stream_id)
+
+    def _sweep(self, now: float) -> None:
+        super()._sweep(now)
+        # A dead member's log needs no following once every stream it held has ended here.
+        dead = {
+            subject
+            for subject, follower in self._followers.items()
+            if follower.member is not None and self._nodes.alive(follower.member) is False
+        }
+        if not dead:
+            return
+        for stream in self._streams.values():
+            assert isinstance(stream, Replica)
+            if stream.home in dead and stream.log.terminal is None:
+                dead.discard(stream.home)
+        for subject in dead:
+            follower = self._followers.pop(subject)
+            follower.fail(HubUnavailable(f"{subject} is no longer followed"))
+            if follower.subscription is not None:
+                self._spawn(follower.subscription.unsubscribe())
+
+    async def _store_snapshot(self, replica: Replica) -> None:
+        # Stored for nodes that load the stream later; the log itself is bounded by max_age.
+        keep_from = replica.oldest_kept()
+        if keep_from is None:
+            return
+        through = replica.log.folded.through_seq
+        snapshot = replica.log.folded.to_event()
+        await self._store.put_snapshot(replica.key, encode_snapshot(snapshot, keep_from))
+        replica.snapshot_through = through
+
+
+def _numbered(events: list[Event], first_seq: int) -> None:
+    """Give events stored through another process the seqs they got there (the caller's
+    answer names them)."""
+    for offset, event in enumerate(events):
+        event.seq = first_seq + offset
+
+
+def _member_of(subject: str) -> Member | None:
+    """The member writing the home log ``subject`` (``<prefix>.h.<node>.<run>``)."""
+    parts = subject.split(".")
+    if len(parts) != 4:
+        return None
+    token, run = parts[2], parts[3]
+    try:
+        node = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    return Member(node, run)

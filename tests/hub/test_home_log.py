@@ -1,0 +1,159 @@
+"""`HomeLogHub` (the ``node`` layout) where it differs from a subject per stream: appends
+forwarded to the stream's home process, tries whose answers were lost, gaps in a followed
+log. The shared behaviour runs in both layouts in ``test_jetstream``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from airlane.core import Event, Kind
+from airlane.hub import HubUnavailable
+from airlane.hub.jetstream import HomeLogHub, JetStreamHub
+from airlane.hub.jetstream.store import Conflict, StoredBatch
+from tests.hub.contract import drain
+from tests.hub.test_jetstream import hub_config, two_nodes
+from tests.natsserver import NatsServer
+from tests.waiting import eventually
+
+
+@pytest.fixture
+async def nodes(nats_session: NatsServer) -> AsyncIterator[tuple[HomeLogHub, HomeLogHub]]:
+    config = hub_config(nats_session, layout="node", request_timeout_s=0.5)
+    async with two_nodes(config) as (a, b):
+        assert isinstance(a, HomeLogHub) and isinstance(b, HomeLogHub)
+        await eventually(lambda: a.home in b._followers and b.home in a._followers)
+        yield a, b
+
+
+async def _payloads(hub: JetStreamHub, stream_id: str) -> list[Any]:
+    """The message payloads of an ended stream, as ``hub`` reads them."""
+    async with await hub.subscribe(stream_id) as sub:
+        events = await drain(sub)
+    return [e.data["payload"] for e in events if e.kind is Kind.MESSAGE and e.data]
+
+
+async def test_an_append_on_another_node_goes_through_the_home_in_its_next_message(nodes):
+    a, b = nodes
+    await a.create("forwarded")
+    before = a._written
+    stored = await b.append_many("forwarded", [Event.message({"n": n}) for n in range(3)])
+    assert [e.seq for e in stored] == [1, 2, 3]
+    assert a._written == before + 1  # one message of a's log, written by a
+    assert (await b.info("forwarded")).last_seq == 3  # b sees its own append at once
+
+
+async def test_an_unanswered_forward_fails_rather_than_risk_storing_twice(
+    nats_session, monkeypatch
+):
+    answer = HomeLogHub._on_forward
+
+    async def stores_then_stalls(self: HomeLogHub, data: bytes) -> bytes:
+        reply = await answer(self, data)
+        await asyncio.sleep(1.0)  # past b's request timeout: the answer comes too late
+        return reply
+
+    monkeypatch.setattr(HomeLogHub, "_on_forward", stores_then_stalls)
+    config = hub_config(nats_session, layout="node", request_timeout_s=0.5)
+    async with two_nodes(config) as (a, b):
+        await eventually(lambda: a.home in b._followers)  # type: ignore[attr-defined]
+        await a.create("slow-home")
+        with pytest.raises(HubUnavailable):
+            await b.append("slow-home", Event.message({"n": "once"}))
+        await asyncio.sleep(1.2)
+        await a.append("slow-home", Event.done())
+        # a stored it; b did not write it again itself (a direct write would have).
+        assert await _payloads(a, "slow-home") == [{"n": "once"}]
+
+
+async def test_a_direct_write_stored_but_unanswered_is_not_written_again(nodes, monkeypatch):
+    a, b = nodes
+    await a.create("direct")
+
+    async def nobody(*args: Any, **kwargs: Any) -> None:
+        return None  # as if a served nothing: b writes a's log itself
+
+    monkeypatch.setattr(b._store, "ask", nobody)
+    publish = b._store.publish_on
+    lost: list[int] = []
+
+    async def stored_then_refused(*args: Any, **kwargs: Any) -> int:
+        seq = await publish(*args, **kwargs)
+        if not lost:
+            lost.append(seq)
+            raise Conflict("wrong last sequence")
+        return seq
+
+    monkeypatch.setattr(b._store, "publish_on", stored_then_refused)
+    stored = await b.append_many("direct", [Event.message({"n": 1}), Event.message({"n": 2})])
+    assert lost and [e.seq for e in stored] == [1, 2]
+    monkeypatch.undo()
+    await b.append("direct", Event.done())
+    assert await _payloads(b, "direct") == [{"n": 1}, {"n": 2}]
+
+
+async def test_a_message_lost_on_the_way_to_a_follower_is_read_back(nats_session, monkeypatch):
+    dropped: list[int] = []
+    deliver = HomeLogHub._on_log_message
+
+    def lossy(self: HomeLogHub, follower: Any, batch: StoredBatch) -> None:
+        if self.node == "b" and not dropped and b"second" in batch.payload:
+            dropped.append(batch.js_seq)  # never arrives (a slow consumer, a reconnect)
+            return
+        deliver(self, follower, batch)
+
+    monkeypatch.setattr(HomeLogHub, "_on_log_message", lossy)
+    config = hub_config(nats_session, layout="node")
+    async with two_nodes(config) as (a, b):
+        await eventually(lambda: a.home in b._followers)
+        await a.create("gappy")
+        for word in ("first", "second", "third"):
+            await a.append("gappy", Event.message({"w": word}))
+        await a.append("gappy", Event.done())
+        assert dropped
+        # The next message named the one before it: b read the one it missed back.
+        await eventually(lambda: (b._streams.get("gappy") or a._streams["gappy"]).log.next_seq == 5)
+        async with await b.subscribe("gappy") as sub:
+            events = await drain(sub)
+        assert [e.data["payload"]["w"] for e in events if e.data and "payload" in e.data] == [
+            "first",
+            "second",
+            "third",
+        ]
+
+
+async def test_readers_on_the_home_see_what_another_node_wrote_into_its_log(nodes, monkeypatch):
+    a, b = nodes
+    await a.create("written-over")
+
+    async def nobody(*args: Any, **kwargs: Any) -> None:
+        return None  # b takes a for gone and writes a's log itself
+
+    async with await a.subscribe("written-over") as sub:
+        monkeypatch.setattr(b._store, "ask", nobody)
+        await b.append("written-over", Event.message({"from": "b"}))
+        await b.append("written-over", Event.done())
+        # a publishes nothing meanwhile: b's notice makes it read its log.
+        events = await drain(sub, timeout=5)
+    assert [e.data["payload"] for e in events if e.kind is Kind.MESSAGE] == [{"from": "b"}]
+
+
+async def test_a_home_cut_off_reads_its_log_when_it_reconnects(nats_session, monkeypatch):
+    monkeypatch.setattr(HomeLogHub, "_on_wrote", lambda self, data: None)  # notices lost
+    config = hub_config(nats_session, layout="node")
+    async with two_nodes(config) as (a, b):
+        assert isinstance(a, HomeLogHub)
+        await eventually(lambda: a.home in b._followers)  # type: ignore[attr-defined]
+        await a.create("while-away")
+
+        async def nobody(*args: Any, **kwargs: Any) -> None:
+            return None
+
+        monkeypatch.setattr(b._store, "ask", nobody)
+        await b.append("while-away", Event.message({"from": "b"}))
+        assert a._streams["while-away"].log.next_seq == 1  # a has not read it
+        a._on_missed()  # what its NATS client calls once reconnected
+        await eventually(lambda: a._streams["while-away"].log.next_seq == 2)
