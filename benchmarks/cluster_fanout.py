@@ -330,6 +330,7 @@ async def main_async(args: argparse.Namespace, config: Path) -> dict[str, Any]:
             "mode": args.mode,
             "interval_ms": args.interval_ms,
             "storage": args.storage,
+            "layout": args.layout,
             "workers": args.workers,
         }
     }
@@ -340,7 +341,15 @@ async def main_async(args: argparse.Namespace, config: Path) -> dict[str, Any]:
         with gateway(hub, "a", config) as a, gateway(hub, "b", config) as b:
             assert a.url is not None and b.url is not None
             processes = {"a": a.pid, "b": b.pid, "nats-server": broker_pid}
-            report["jetstream"] = await fanout(a.url, {"a": a.url, "b": b.url}, args, processes)
+            try:
+                report["jetstream"] = await fanout(
+                    a.url, {"a": a.url, "b": b.url}, args, processes
+                )
+            except Exception:
+                # What the gateways said is where the reason is.
+                for name, node in (("a", a), ("b", b)):
+                    print(f"--- gateway {name}:\n{node.output_tail()}", file=sys.stderr)
+                raise
         if args.workers > 1:
             # One machine, every core: `airlane serve --workers N` (its own broker); the
             # load client connects to the one port, the kernel spreads connections.
@@ -371,6 +380,12 @@ def main() -> None:
     parser.add_argument(
         "--storage", choices=("file", "memory"), default="file", help="JetStream storage"
     )
+    parser.add_argument(
+        "--layout",
+        choices=("stream", "node"),
+        default="stream",
+        help="the JetStream hub's layout (a subject per stream, or a home log per process)",
+    )
     parser.add_argument("--json", help="write the report here ('-' for stdout)")
     args = parser.parse_args()
     raise_fd_limit()
@@ -378,6 +393,7 @@ def main() -> None:
         config = Path(tmp) / "airlane.toml"
         config.write_text(
             f'[jetstream]\nheartbeat_s = 0.5\nnode_timeout_s = 2.0\nstorage = "{args.storage}"\n'
+            f'layout = "{args.layout}"\n'
         )
         report = run_on_fast_loop(main_async(args, config))
     text = orjson.dumps(report, option=orjson.OPT_INDENT_2).decode()

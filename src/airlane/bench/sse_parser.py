@@ -173,7 +173,11 @@ class LoadResponseParser:
             raise LoadProtocolError(f"not an HTTP/1.x status line: {lines[0][:80]!r}")
         self.status = int(parts[1])
         if self.status != 200:
-            raise LoadProtocolError(f"the gateway answered {lines[0].decode('latin-1')[:120]}")
+            # The body (as much as arrived with the head) says why.
+            why = data[end + 4 : end + 304].decode("latin-1").strip()
+            raise LoadProtocolError(
+                f"the gateway answered {lines[0].decode('latin-1')[:120]}: {why}"
+            )
         fields = {}
         for line in lines[1:]:
             name, _, value = line.partition(b":")
