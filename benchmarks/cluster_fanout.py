@@ -342,9 +342,7 @@ async def main_async(args: argparse.Namespace, config: Path) -> dict[str, Any]:
             assert a.url is not None and b.url is not None
             processes = {"a": a.pid, "b": b.pid, "nats-server": broker_pid}
             try:
-                report["jetstream"] = await fanout(
-                    a.url, {"a": a.url, "b": b.url}, args, processes
-                )
+                report["jetstream"] = await fanout(a.url, {"a": a.url, "b": b.url}, args, processes)
             except Exception:
                 # What the gateways said is where the reason is.
                 for name, node in (("a", a), ("b", b)):
@@ -383,7 +381,7 @@ def main() -> None:
     parser.add_argument(
         "--layout",
         choices=("stream", "node"),
-        default="stream",
+        default="node",
         help="the JetStream hub's layout (a subject per stream, or a home log per process)",
     )
     parser.add_argument("--json", help="write the report here ('-' for stdout)")

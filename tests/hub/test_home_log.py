@@ -157,3 +157,29 @@ async def test_a_home_cut_off_reads_its_log_when_it_reconnects(nats_session, mon
         assert a._streams["while-away"].log.next_seq == 1  # a has not read it
         a._on_missed()  # what its NATS client calls once reconnected
         await eventually(lambda: a._streams["while-away"].log.next_seq == 2)
+
+
+async def test_light_traffic_lingers_so_several_streams_share_one_message(
+    nats_session, monkeypatch
+):
+    config = hub_config(nats_session, layout="node", linger_ms=50.0)
+    async with two_nodes(config) as (a, b):
+        for name in ("l1", "l2", "l3"):
+            await a.create(name)
+        publish = a._store.publish_on
+        made: list[int] = []
+
+        async def counted(*args: Any, **kwargs: Any) -> int:
+            made.append(1)
+            return await publish(*args, **kwargs)
+
+        monkeypatch.setattr(a._store, "publish_on", counted)
+
+        async def later(delay: float, name: str) -> None:
+            await asyncio.sleep(delay)
+            await a.append(name, Event.delta(name))
+
+        # 10 ms apart: without lingering each would be a message of its own.
+        await asyncio.gather(later(0, "l1"), later(0.01, "l2"), later(0.02, "l3"))
+        assert made == [1]  # one message for the three streams
+        assert [(await b.info(name)).last_seq for name in ("l1", "l2", "l3")] == [1, 1, 1]

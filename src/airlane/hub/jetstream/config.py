@@ -44,6 +44,10 @@ class JetStreamHubConfig:
     """How events lie in JetStream: ``stream``, a subject per Airlane stream and a message
     per appended batch; or ``node``, a home log per gateway process into which it writes
     every stream it created, many streams' batches per message (`airlane.hub.jetstream.home`)."""
+    linger_ms: float = 2.0
+    """In the ``node`` layout, how long the home log's writer waits for more appends before a
+    publish while traffic is light (fewer, fuller broker messages for that much latency;
+    0: publish at once)."""
     local: MemoryHubConfig = field(default_factory=MemoryHubConfig)
     """Limits and timers of the node's replicas (the in-memory part)."""
 
@@ -56,6 +60,8 @@ class JetStreamHubConfig:
             raise ValueError(f"hub layout {self.layout!r}: use 'stream' or 'node'")
         if not 1 <= self.replicas <= 5:
             raise ValueError("hub replicas must be 1 to 5")
+        if not 0 <= self.linger_ms <= 100:
+            raise ValueError("hub linger_ms must be 0 to 100")
         if self.node_timeout_s < 2 * self.heartbeat_s:
             raise ValueError("node_timeout_s must be at least twice heartbeat_s")
         if not self.servers:
