@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from airlane.core import OrphanMode
 from airlane.hub import MemoryHub
-from airlane.hub.jetstream import JetStreamHub
+from airlane.hub.jetstream import HomeLogHub, JetStreamHub
 from airlane.server import ServerConfig, build_hub, load_config
 
 EXAMPLE = Path(__file__).parent.parent.parent / "docs" / "airlane.example.toml"
@@ -81,9 +82,12 @@ def test_the_cluster_page_example_loads_and_builds_a_jetstream_hub(tmp_path):
     config = load_config(path)
     assert config.hub == "nats://127.0.0.1:4222" and config.jetstream.node_id == "a"
     hub = build_hub(config)
-    assert isinstance(hub, JetStreamHub) and hub.node == "a"
+    assert isinstance(hub, HomeLogHub) and hub.node == "a"  # the page's layout = "node"
     assert hub.js_config.servers == ("nats://127.0.0.1:4222",)
     assert isinstance(build_hub(ServerConfig()), MemoryHub)
+    stream_layout = replace(config, jetstream=replace(config.jetstream, layout="stream"))
+    hub = build_hub(stream_layout)
+    assert isinstance(hub, JetStreamHub) and not isinstance(hub, HomeLogHub)
 
 
 @pytest.mark.parametrize(
@@ -93,6 +97,8 @@ def test_the_cluster_page_example_loads_and_builds_a_jetstream_hub(tmp_path):
         ('[jetstream]\nprefix = "Bad Prefix"\n', "prefix"),
         ('[jetstream]\nstorage = "disk"\n', "storage"),
         ("[jetstream]\nheartbeat_s = 5.0\n", "node_timeout_s"),
+        ('[jetstream]\nlayout = "nodes"\n', "layout"),
+        ("[jetstream]\nlinger_ms = -1\n", "linger_ms"),
     ],
 )
 def test_jetstream_mistakes_are_reported(tmp_path, text, message):
