@@ -397,13 +397,21 @@ class HomeLogHub(JetStreamHub):
 
     # -- appends to other processes' streams ------------------------------------------------
 
+    def _process_of(self, home: str) -> str:
+        """``<node>.<run>`` of a home log's subject (``<prefix>.h.<node>.<run>``)."""
+        return home[len(self.js_config.prefix) + 3 :]
+
     def _forward_subject(self, home: str) -> str:
-        prefix = self.js_config.prefix
-        return f"{prefix}.fwd.{home[len(prefix) + 3 :]}"
+        """Where ``home``'s process takes appends to its streams."""
+        return f"{self.js_config.prefix}.fwd.{self._process_of(home)}"
+
+    def _position_subject(self, home: str) -> str:
+        """Where ``home``'s process says its log's newest message."""
+        return f"{self.js_config.prefix}.pos.{self._process_of(home)}"
 
     def _wrote_notice(self, home: str) -> str:
         """The control message telling ``home``'s process that another wrote its log."""
-        return f"wrote.{home[len(self.js_config.prefix) + 3 :]}"
+        return f"wrote.{self._process_of(home)}"
 
     def _on_wrote(self, _: bytes) -> None:
         # Another node wrote this process's log (it took it for gone): read it now, so
@@ -414,10 +422,6 @@ class HomeLogHub(JetStreamHub):
         async with self._home_lock:
             with contextlib.suppress(HubError):
                 await self._read_home()
-
-    def _position_subject(self, home: str) -> str:
-        prefix = self.js_config.prefix
-        return f"{prefix}.pos.{home[len(prefix) + 3 :]}"
 
     async def _on_position(self, _: bytes) -> bytes:
         return b"%d" % self._written
@@ -472,9 +476,9 @@ class HomeLogHub(JetStreamHub):
                 self._forward_subject(home), request, self.js_config.request_timeout_s
             )
             if answer is not None:
-                status, value, *more = _decoder.decode(answer)
+                status, value, first = _forward_answer(answer)
                 if status == "ok":
-                    _numbered(events, int(more[0]))  # the seqs the home gave them
+                    _numbered(events, first)  # the seqs the home gave them
                     await self._reach(await self._follower(home), int(value))
                     return
                 if status == "ended":
@@ -927,6 +931,15 @@ class HomeLogHub(JetStreamHub):
         snapshot = replica.log.folded.to_event()
         await self._store.put_snapshot(replica.key, encode_snapshot(snapshot, keep_from))
         replica.snapshot_through = through
+
+
+def _forward_answer(answer: bytes) -> tuple[str, Any, int]:
+    """``(status, value, first seq)`` of a home's answer to a forwarded append."""
+    try:
+        status, value, *rest = _decoder.decode(answer)
+        return str(status), value, int(rest[0]) if rest else 0
+    except (msgspec.DecodeError, TypeError, ValueError) as exc:
+        return "error", f"an unreadable answer from the stream's home: {exc}", 0
 
 
 def _numbered(events: list[Event], first_seq: int) -> None:
