@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -183,3 +184,25 @@ async def test_light_traffic_lingers_so_several_streams_share_one_message(
         await asyncio.gather(later(0, "l1"), later(0.01, "l2"), later(0.02, "l3"))
         assert made == [1]  # one message for the three streams
         assert [(await b.info(name)).last_seq for name in ("l1", "l2", "l3")] == [1, 1, 1]
+
+
+async def test_a_history_older_than_jetstream_keeps_is_reported_not_waited_for(
+    nats_session, caplog
+):
+    config = hub_config(nats_session, layout="node", linger_ms=0.0)
+    async with two_nodes(config) as (a, _):
+        assert isinstance(a, HomeLogHub)
+        await a.create("expired")
+        for n in range(3):
+            await a.append("expired", Event.message({"n": n}))
+        # Its first entries leave JetStream (as history_ttl_s would have them leave).
+        last = await a._store.last_seq_on(a.js_config.log_stream, a.home)
+        await a._store._jetstream().purge_stream(a.js_config.log_stream, seq=last, subject=a.home)
+        late = HomeLogHub(replace(config, node_id="late"))
+        await late.start()
+        try:
+            info = await asyncio.wait_for(late.info("expired"), 10)
+            assert info.last_seq == 0  # what it could not read, it does not pretend to have
+            assert "no longer in JetStream" in caplog.text
+        finally:
+            await late.aclose()

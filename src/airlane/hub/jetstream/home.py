@@ -119,6 +119,8 @@ class HomeLogHub(JetStreamHub):
         self._forwards = 0
         self._reread: set[str] = set()
         """Streams whose metadata was read again after their home died."""
+        self._gone: set[str] = set()
+        """Streams whose missing events are no longer in JetStream (logged once)."""
         self._watched: dict[str, bool] = {}
         """Message ids of this node's direct writes under way: True once one is seen in
         the log (a try whose answer was lost but which was stored)."""
@@ -595,7 +597,12 @@ class HomeLogHub(JetStreamHub):
             if not isinstance(replica, Replica) or replica.home != home:
                 continue
             self._appended += replica.apply_rows(first, body, batch.ts_ns, batch.js_seq)
-            if replica.deferred and stream is not None and home != self.home:
+            if (
+                replica.deferred
+                and stream is not None
+                and home != self.home
+                and stream_id not in self._gone
+            ):
                 self._repair(replica)
 
     def _mirror(self, stream_id: str, body: Any, home: str, js_seq: int) -> None:
@@ -758,6 +765,28 @@ class HomeLogHub(JetStreamHub):
         if not replica.deferred:
             replica.last_js_seq = max(replica.last_js_seq, until)
 
+    async def _read_missing(self, replica: Replica, follower: LogFollower) -> None:
+        """Read back what ``replica`` missed (it met an entry past its next seq) until it
+        has it. Entries that are gone from JetStream (older than ``history_ttl_s``) leave it
+        where it is: said once in the log, never waited for."""
+        while replica.deferred:
+            replica.deferred = False
+            before = replica.log.next_seq
+            assert follower.position is not None
+            await self._read_for(replica, follower.position)
+            if replica.deferred and replica.log.next_seq == before:
+                replica.deferred = False
+                replica.last_js_seq = follower.position  # (nothing before it will come)
+                if replica.stream_id not in self._gone:
+                    self._gone.add(replica.stream_id)
+                    log.error(
+                        "stream %s: its events from seq %d are no longer in JetStream "
+                        "(older than history_ttl_s?); this node serves what it holds",
+                        replica.stream_id,
+                        before,
+                    )
+                return
+
     async def _catch_up(self, replica: Replica) -> None:
         home = replica.home
         if home is None:
@@ -771,11 +800,7 @@ class HomeLogHub(JetStreamHub):
         assert position is not None
         last = await self._newest(home, position)
         await self._reach(follower, last)
-        while replica.deferred:
-            replica.deferred = False
-            position = follower.position
-            assert position is not None
-            await self._read_for(replica, position)
+        await self._read_missing(replica, follower)
 
     async def _refresh(self, replica: Replica) -> None:
         # This process writes its own streams: only another node's write, made because this
@@ -846,10 +871,8 @@ class HomeLogHub(JetStreamHub):
         self._pending[stream_id] = replica  # live entries reach it while its history is read
         try:
             await self._read_for(replica, until)
-            while follower is not None and replica.deferred:
-                replica.deferred = False
-                assert follower.position is not None
-                await self._read_for(replica, follower.position)
+            if follower is not None:
+                await self._read_missing(replica, follower)
         finally:
             del self._pending[stream_id]
         _no_token_before_creation(stream_log)
@@ -901,6 +924,7 @@ class HomeLogHub(JetStreamHub):
     def _drop(self, stream_id: str) -> None:
         super()._drop(stream_id)
         self._reread.discard(stream_id)
+        self._gone.discard(stream_id)
 
     def _sweep(self, now: float) -> None:
         super()._sweep(now)
