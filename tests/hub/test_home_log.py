@@ -206,3 +206,16 @@ async def test_a_history_older_than_jetstream_keeps_is_reported_not_waited_for(
             assert "no longer in JetStream" in caplog.text
         finally:
             await late.aclose()
+
+
+async def test_a_deleted_stream_is_not_mirrored_again_by_a_read_back(nodes):
+    a, b = nodes
+    await a.create("short-lived")
+    await eventually(lambda: "short-lived" in b._streams)  # mirrored from its creation
+    await a.delete("short-lived")
+    await eventually(lambda: "short-lived" not in b._streams)
+    follower = b._followers[a.home]
+    follower.position = 0  # as if b had to read a's whole log back (a gap, a reconnect)
+    b._start_sync(follower)
+    await eventually(lambda: not follower.syncing)
+    assert "short-lived" not in b._streams

@@ -82,6 +82,8 @@ they are loaded when a reader asks (room is left for this node's own streams).""
 MAX_FORWARDS = 1024
 """Appends forwarded by other nodes being stored here at once; past it they are refused
 (``busy``) and the asking node's append fails as unavailable."""
+MAX_DELETED = 4096
+"""Deleted stream ids a node remembers so as not to mirror them again."""
 REACH_S = 1.0
 """How long to wait for a followed log's live message before reading it back."""
 LIGHT_BYTES = 32 * 1024
@@ -119,6 +121,9 @@ class HomeLogHub(JetStreamHub):
         self._forwards = 0
         self._reread: set[str] = set()
         """Streams whose metadata was read again after their home died."""
+        self._deleted: dict[str, None] = {}
+        """Streams deleted lately (at most `MAX_DELETED`, oldest first): a read-back that
+        meets their creation entry again does not bring them back as mirrors."""
         self._gone: set[str] = set()
         """Streams whose missing events are no longer in JetStream (logged once)."""
         self._watched: dict[str, bool] = {}
@@ -607,7 +612,11 @@ class HomeLogHub(JetStreamHub):
 
     def _mirror(self, stream_id: str, body: Any, home: str, js_seq: int) -> None:
         """Hold a stream created in a followed log from its first entry on."""
-        if home == self.home or len(self._streams) >= self.config.max_streams * MIRROR_SHARE:
+        if (
+            home == self.home
+            or stream_id in self._deleted
+            or len(self._streams) >= self.config.max_streams * MIRROR_SHARE
+        ):
             return
         try:
             meta = StreamMeta.from_bytes(bytes(body))
@@ -920,6 +929,12 @@ class HomeLogHub(JetStreamHub):
         except HubError as exc:
             self._reread.discard(replica.stream_id)  # tried again next round
             log.warning("stream %s: cannot read its record: %s", replica.stream_id, exc)
+
+    def _on_deleted_notice(self, data: bytes) -> None:
+        self._deleted[data.decode(errors="replace")] = None
+        if len(self._deleted) > MAX_DELETED:
+            del self._deleted[next(iter(self._deleted))]
+        super()._on_deleted_notice(data)
 
     def _drop(self, stream_id: str) -> None:
         super()._drop(stream_id)

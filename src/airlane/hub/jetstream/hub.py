@@ -1,4 +1,6 @@
-"""`JetStreamHub`: streams shared by every gateway node through NATS JetStream.
+"""`JetStreamHub`: streams shared by every gateway node through NATS JetStream, a subject per
+stream (``layout = "stream"``; `airlane.hub.jetstream.home.HomeLogHub` extends it with a home
+log per process, the default ``node`` layout).
 
 JetStream holds the truth (see `airlane.hub.jetstream.records` for the layout); each node keeps
 a **replica** of the streams it touches: the same `StreamLog` and cursors as `MemoryHub` (this

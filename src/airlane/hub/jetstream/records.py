@@ -4,14 +4,19 @@ Pure (no I/O): the hub hands these functions bytes it read from JetStream or wil
 
 Layout on JetStream (names are prefixed by `JetStreamHubConfig.prefix`, ``airlane`` here):
 
-- stream ``AIRLANE_EVENTS``, subject ``airlane.s.<key>`` per Airlane stream: one message per
-  `Hub.append_many` batch (split when large), MessagePack ``[first_seq, [event, ...]]``;
+- ``node`` layout: stream ``AIRLANE_LOG``, subject ``airlane.h.<node>.<run>`` per gateway
+  process, each message a list of entries of many streams (see "home logs" below), with the
+  same ``Nats-Msg-Id`` scheme as the batches below;
+- ``stream`` layout: stream ``AIRLANE_EVENTS``, subject ``airlane.s.<key>`` per Airlane
+  stream: one message per `Hub.append_many` batch (split when large), MessagePack
+  ``[first_seq, [event, ...]]``;
   header ``Nats-Msg-Id`` ``<node>:<run>:<n>``, unique per publish and per process (a node
   restarted under its id has a new run), so a publish retried after a lost acknowledgement is
   stored once and nothing else is ever taken for a duplicate;
 - key-value bucket ``AIRLANE_META``, key ``<key>``: the stream's `StreamMeta` (JSON);
 - key-value bucket ``AIRLANE_SNAPSHOTS``, key ``<key>``: the folded history below the oldest
-  message still kept (MessagePack), written before those messages are purged.
+  message still kept (MessagePack), written before those messages are purged (in the ``node``
+  layout nothing is purged: where a node that loads the stream later starts reading).
 
 ``<key>`` is the stream id in URL-safe base64 without padding: stream ids may contain ``.``,
 which separates NATS subject tokens, and ``:`` and ``/``, which key-value keys refuse.

@@ -16,7 +16,7 @@ import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, NamedTuple
 
 import nats
@@ -438,15 +438,10 @@ class JetStreamStore:
         after: int,
         until: int,
         deliver: Callable[[StoredBatch], None],
-        *,
-        since_unix_ns: int | None = None,
     ) -> None:
         """Call ``deliver`` with every message after ``after`` up to ``until``, read in bulk
         through a short-lived ordered consumer (one request per message would cost a round
         trip each when a node first loads a long stream).
-
-        With ``since_unix_ns`` the read starts at the first message stored at or after that
-        time instead (where ``after`` is not known: a stream's beginning in a home log).
 
         Raises:
             HubUnavailable: they did not all arrive within ``unavailable_after_s``.
@@ -460,7 +455,7 @@ class JetStreamStore:
             if batch.js_seq >= until and not arrived.done():
                 arrived.set_result(None)
 
-        subscription = await self._read(stream, subject, after, take, since_unix_ns)
+        subscription = await self._read(stream, subject, after, take)
         try:
             await asyncio.wait_for(arrived, self.config.unavailable_after_s)
         except TimeoutError as exc:
@@ -511,10 +506,8 @@ class JetStreamStore:
         subject: str,
         after: int,
         deliver: Callable[[StoredBatch], None],
-        since_unix_ns: int | None = None,
     ) -> JetStreamContext.PushSubscription:
-        """An ordered consumer delivering ``subject``'s messages after ``after`` (or from
-        ``since_unix_ns``)."""
+        """An ordered consumer delivering ``subject``'s messages after ``after``."""
 
         async def on_message(msg: Msg) -> None:
             meta = msg.metadata
@@ -528,16 +521,9 @@ class JetStreamStore:
                 )
             )
 
-        if since_unix_ns is None:
-            config = api.ConsumerConfig(
-                deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after + 1
-            )
-        else:
-            since = datetime.fromtimestamp(since_unix_ns / 1e9, tz=UTC)
-            config = api.ConsumerConfig(
-                deliver_policy=api.DeliverPolicy.BY_START_TIME,
-                opt_start_time=since,
-            )
+        config = api.ConsumerConfig(
+            deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after + 1
+        )
         subscription: JetStreamContext.PushSubscription = await _answer(
             self._jetstream().subscribe(
                 subject,
