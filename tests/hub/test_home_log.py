@@ -14,6 +14,7 @@ import pytest
 from airlane.core import Event, Kind
 from airlane.hub import HubUnavailable
 from airlane.hub.jetstream import HomeLogHub, JetStreamHub
+from airlane.hub.jetstream import follower as follower_module
 from airlane.hub.jetstream.store import Conflict, StoredBatch
 from tests.hub.contract import drain
 from tests.hub.test_jetstream import hub_config, two_nodes
@@ -219,3 +220,19 @@ async def test_a_deleted_stream_is_not_mirrored_again_by_a_read_back(nodes):
     b._start_sync(follower)
     await eventually(lambda: not follower.syncing)
     assert "short-lived" not in b._streams
+
+
+async def test_a_follower_that_held_too_much_reads_on_past_what_it_dropped(nodes, monkeypatch):
+    a, b = nodes
+    monkeypatch.setattr(follower_module, "MAX_HELD", 2)
+    await a.create("flood")
+    await eventually(lambda: "flood" in b._streams)
+    follower = b._followers[a.home]
+    follower.syncing = True  # as during a read-back: live messages are held, here dropped
+    for n in range(10):
+        await a.append("flood", Event.message({"n": n}))
+    await eventually(lambda: follower.overflowed)
+    follower.syncing = False
+    b._start_sync(follower)
+    await eventually(lambda: b._streams["flood"].log.next_seq == 11 and not follower.syncing)
+    assert not follower.held

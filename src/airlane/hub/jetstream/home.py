@@ -711,11 +711,13 @@ class HomeLogHub(JetStreamHub):
                         follower.subscription = await self._store.follow_log(
                             subject, functools.partial(self._on_log_message, follower)
                         )
+                    # What was dropped before this question is at most its answer: read
+                    # below; what is dropped after it sets the flag again.
+                    follower.overflowed = False
                     last = await self._store.last_seq_on(stream, subject)
                     if follower.position is None:
                         follower.advanced(last)  # a new follower starts at the end
                     elif last > follower.position:
-                        follower.overflowed = False
                         await self._store.read_until_on(
                             stream,
                             subject,
