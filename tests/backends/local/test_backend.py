@@ -66,8 +66,11 @@ async def test_the_streamed_text_is_the_decode_of_the_tokens(backend: LocalModel
     for seed in (1, 2, 3):
         events = await run(backend, request(seed=seed, max_tokens=40, temperature=1.0))
         assert text_of(events) == direct(backend, seed, 40, temperature=1.0)
-        # Whole characters in every delta: nothing that a later delta completes.
-        assert all(not e.text.endswith("\ufffd") for e in events if e.kind is Kind.DELTA)
+        # Whole characters in every delta: nothing that a later delta completes. (The last
+        # may end in U+FFFD: a generation cut by max_tokens in the middle of a character ends
+        # so, as the direct decode does; sampling on several threads makes that vary.)
+        deltas = [e for e in events if e.kind is Kind.DELTA]
+        assert all(not e.text.endswith("\ufffd") for e in deltas[:-1])
         usage, done = events[-2:]
         assert usage.kind is Kind.USAGE and done.kind is Kind.DONE
         assert usage.data["completion_tokens"] <= 40
