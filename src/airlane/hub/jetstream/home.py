@@ -452,21 +452,7 @@ class HomeLogHub(JetStreamHub):
     async def _forward_queue(self, replica: Replica) -> None:
         """Send a stream's queued appends to its home, a batch at a time, until none is
         left (the stream's one writer here)."""
-        queue = replica.appends
-        try:
-            while queue.events:
-                events = queue.take()
-                try:
-                    await self._write_remote(replica, events)
-                except HubError as exc:
-                    queue.failed(exc)
-                except BaseException as exc:
-                    queue.failed(HubUnavailable(f"the hub stopped before storing: {exc!r}"))
-                    raise
-                else:
-                    queue.stored()
-        finally:
-            queue.flushing = False
+        await self._drain(replica, self._write_remote, locked=False)
 
     async def _write_remote(self, replica: Replica, events: list[Event]) -> None:
         """Store ``events`` in another process's stream: through that process, or directly

@@ -288,13 +288,25 @@ class JetStreamHub(MemoryHub):
     async def _flush(self, replica: Replica) -> None:
         """Publish the queue's events, everything queued at each turn in one publish, until
         it is empty."""
+        await self._drain(replica, self._publish, locked=True)
+
+    async def _drain(
+        self,
+        replica: Replica,
+        write: Callable[[Replica, list[Event]], Coroutine[Any, Any, None]],
+        *,
+        locked: bool,
+    ) -> None:
+        """Hand ``write`` what the replica's queue holds, everything queued at each turn at
+        once, until it is empty; each batch's waiters learn how it went. ``locked``: under
+        the replica's lock (so no catch-up or cancel interleaves)."""
         queue = replica.appends
         try:
             while queue.events:
-                async with replica.lock:
+                async with replica.lock if locked else contextlib.nullcontext():
                     events = queue.take()
                     try:
-                        await self._publish(replica, events)
+                        await write(replica, events)
                     except HubError as exc:
                         queue.failed(exc)
                     except BaseException as exc:

@@ -161,17 +161,8 @@ class JetStreamStore:
         try:
             info = await js.stream_info(cfg.events_stream)
         except nats.js.errors.NotFoundError:
-            return await js.add_stream(
-                name=cfg.events_stream,
-                subjects=[f"{cfg.prefix}.s.>"],
-                republish=republish,
-                storage=storage,
-                num_replicas=cfg.replicas,
-                max_age=cfg.history_ttl_s,
-                duplicate_window=120.0,
-                discard=api.DiscardPolicy.OLD,
-                allow_direct=True,
-                description="Airlane stream events (one subject per stream)",
+            return await self._add_stream(
+                cfg.events_stream, "s", republish, storage, "stream events (one subject each)"
             )
         if info.config.republish is None:  # made by an older release: followers need it
             info = await js.update_stream(info.config.evolve(republish=republish))
@@ -183,18 +174,34 @@ class JetStreamStore:
         try:
             return await js.stream_info(cfg.log_stream)
         except nats.js.errors.NotFoundError:
-            return await js.add_stream(
-                name=cfg.log_stream,
-                subjects=[f"{cfg.prefix}.h.>"],
-                republish=api.RePublish(src=f"{cfg.prefix}.h.>", dest=f"{cfg.prefix}.hr.>"),
-                storage=storage,
-                num_replicas=cfg.replicas,
-                max_age=cfg.history_ttl_s,
-                duplicate_window=120.0,
-                discard=api.DiscardPolicy.OLD,
-                allow_direct=True,
-                description="Airlane home logs (one subject per gateway process)",
+            republish = api.RePublish(src=f"{cfg.prefix}.h.>", dest=f"{cfg.prefix}.hr.>")
+            return await self._add_stream(
+                cfg.log_stream, "h", republish, storage, "home logs (one subject per process)"
             )
+
+    async def _add_stream(
+        self,
+        name: str,
+        token: str,
+        republish: api.RePublish,
+        storage: api.StorageType,
+        what: str,
+    ) -> api.StreamInfo:
+        """Make a JetStream stream of events on ``<prefix>.<token>.>``: kept
+        ``history_ttl_s``, a 120 s duplicate window, direct gets allowed."""
+        cfg = self.config
+        return await self._jetstream().add_stream(
+            name=name,
+            subjects=[f"{cfg.prefix}.{token}.>"],
+            republish=republish,
+            storage=storage,
+            num_replicas=cfg.replicas,
+            max_age=cfg.history_ttl_s,
+            duplicate_window=120.0,
+            discard=api.DiscardPolicy.OLD,
+            allow_direct=True,
+            description=f"Airlane {what}",
+        )
 
     async def _bucket(self, name: str, storage: api.StorageType) -> KeyValue:
         js = self._jetstream()
