@@ -27,6 +27,7 @@ itl_jitter_ms = 0.0
 [jetstream]
 heartbeat_s = 0.2
 node_timeout_s = 1.0
+trim_every_s = 0.5
 """
 
 NAMED = quote("agents/7/events", safe="")

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from airlane.core import Event, Kind
-from airlane.hub import HubUnavailable
-from airlane.hub.jetstream import HomeLogHub, JetStreamHub
+from airlane.hub import HubUnavailable, MemoryHubConfig
+from airlane.hub.jetstream import HomeLogHub, JetStreamHub, JetStreamHubConfig
 from airlane.hub.jetstream import follower as follower_module
 from airlane.hub.jetstream.store import Conflict, StoredBatch
 from tests.hub.contract import drain
@@ -236,3 +236,96 @@ async def test_a_follower_that_held_too_much_reads_on_past_what_it_dropped(nodes
     b._start_sync(follower)
     await eventually(lambda: b._streams["flood"].log.next_seq == 11 and not follower.syncing)
     assert not follower.held
+
+
+def _trimming(server: NatsServer) -> JetStreamHubConfig:
+    """Ended streams dropped after a second; a trim round at every sweep (once a second)."""
+    return hub_config(
+        server,
+        layout="node",
+        trim_every_s=0.1,
+        local=MemoryHubConfig(tick_s=0.05, ended_ttl_s=1.0),
+    )
+
+
+async def _log_seqs(hub: HomeLogHub) -> list[int]:
+    """The sequences of the messages left in ``hub``'s home log."""
+    stream = hub.js_config.log_stream
+    last = await hub._store.last_seq_on(stream, hub.home)
+    seqs: list[int] = []
+    await hub._store.read_until_on(stream, hub.home, 0, last, lambda b: seqs.append(b.js_seq))
+    return seqs
+
+
+async def test_a_home_log_is_trimmed_below_what_its_streams_still_need(nats_session):
+    async with two_nodes(_trimming(nats_session)) as (a, b):
+        assert isinstance(a, HomeLogHub)
+        await eventually(lambda: a.home in b._followers)  # type: ignore[attr-defined]
+        await a.create("old")
+        await a.append_many("old", [Event.message({"n": n}) for n in range(3)])
+        await a.append("old", Event.done())
+        ended_at = a._written
+        await a.create("kept")
+        await a.append_many("kept", [Event.message({"n": n}) for n in range(3)])
+        await eventually(lambda: "old" not in a._streams, timeout=10)  # ended_ttl_s passed
+        await eventually(lambda: a._trimmed > ended_at, timeout=10, what="a trim")
+        seqs = await _log_seqs(a)
+        assert seqs and min(seqs) > ended_at  # the ended stream's messages are gone
+        assert a._streams["kept"].meta.home_after < min(seqs)  # the live one's are not
+        late = HomeLogHub(replace(a.js_config, node_id="late"))
+        await late.start()
+        try:
+            await a.append("kept", Event.done())
+            assert await _payloads(late, "kept") == [{"n": 0}, {"n": 1}, {"n": 2}]
+        finally:
+            await late.aclose()
+
+
+async def test_a_follower_that_has_not_read_on_holds_the_trim_back(nats_session):
+    async with two_nodes(_trimming(nats_session)) as (a, b):
+        assert isinstance(a, HomeLogHub) and isinstance(b, HomeLogHub)
+        await eventually(lambda: a.home in b._followers)
+        await a.create("watched")
+        await eventually(lambda: "watched" in b._streams)
+        follower = b._followers[a.home]
+        follower.syncing = True  # b stops applying a's log (its messages are held)
+        stuck = follower.position
+        assert stuck is not None
+        await a.append("watched", Event.done())
+        await a.create("next")
+        await eventually(lambda: "watched" not in a._streams, timeout=10)
+        await asyncio.sleep(2.5)  # trim rounds pass
+        assert a._read_by[b.member] == stuck
+        assert a._trimmed <= stuck + 1  # what b has not read is kept
+        follower.syncing = False
+        b._start_sync(follower)
+        await eventually(lambda: b._streams["watched"].log.terminal is not None)
+
+
+async def test_a_node_taken_for_gone_checks_what_it_holds_when_its_read_back_was_trimmed(
+    nats_session, monkeypatch, caplog
+):
+    async with two_nodes(_trimming(nats_session)) as (a, b):
+        assert isinstance(a, HomeLogHub) and isinstance(b, HomeLogHub)
+        await eventually(lambda: a.home in b._followers)
+        await a.create("ends-unseen")
+        await a.append("ends-unseen", Event.message({"n": 0}))
+        await eventually(lambda: b._streams.get("ends-unseen") is not None)
+        follower = b._followers[a.home]
+        follower.syncing = True  # cut off: b applies nothing of a's log
+        # ... and a no longer hears where b stands (as once it takes b for gone).
+        monkeypatch.setattr(b, "_followed_logs", dict)
+        await eventually(lambda: b.member not in a._read_by, timeout=5)
+        await a.append("ends-unseen", Event.done())
+        position = a._written
+        await a.create("after")
+        await a.append("after", Event.message({"n": 1}))
+        await eventually(lambda: "ends-unseen" not in a._streams, timeout=10)
+        await eventually(lambda: a._trimmed > position, timeout=10, what="a trim")
+        follower.syncing = False
+        follower.held.clear()  # what arrived while cut off never did
+        b._start_sync(follower)
+        # The stream that ended and was forgotten meanwhile is dropped, not left unended.
+        await eventually(lambda: "ends-unseen" not in b._streams)
+        assert "trimmed past what this node had read" in caplog.text
+        assert (await b.info("after")).last_seq == 1

@@ -42,6 +42,7 @@ def hub_config(server: NatsServer, **changes: object) -> JetStreamHubConfig:
         "prefix": f"t{next(_prefixes)}",
         "heartbeat_s": 0.2,
         "node_timeout_s": 0.6,
+        "trim_every_s": 0.1,  # node layout: trim at every sweep (what must not break anything)
         "local": MemoryHubConfig(tick_s=0.05, ended_ttl_s=60),
     }
     fields.update(changes)
@@ -379,6 +380,10 @@ async def test_folded_history_reaches_a_node_that_comes_later(nodes, nats_sessio
         assert stored.state.messages < 100
     else:  # a home log is shared: the snapshot says where a late node starts reading
         assert await a._store.get_snapshot(stream_key("long")) is not None
+        # ... and the home trims its log up to there (at the next round but one).
+        from_seq = a._streams["long"].snapshot_from
+        assert from_seq > 1
+        await eventually(lambda: a._trimmed >= from_seq, timeout=5, what="a trim")
     c = jetstream_hub(replace(a.js_config, node_id="c"))
     await c.start()
     try:

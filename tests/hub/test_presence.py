@@ -23,7 +23,15 @@ def hear(table: NodeTable, start: float, end: float) -> None:
 def test_heartbeats_round_trip_and_garbage_is_ignored():
     beat = Heartbeat("a", {"s": 2}, ["p"], partial=True, run="r1")
     assert Heartbeat.from_bytes(beat.to_bytes()) == beat
-    for junk in (b"", b"[]", b'{"readers": 1}', b'{"node": "a", "readers": {"s": "x"}}'):
+    following = Heartbeat("a", run="r1", logs={"YQ.r2": 17})
+    assert Heartbeat.from_bytes(following.to_bytes()) == following
+    for junk in (
+        b"",
+        b"[]",
+        b'{"readers": 1}',
+        b'{"node": "a", "readers": {"s": "x"}}',
+        b'{"node": "a", "logs": {"YQ.r2": "x"}}',
+    ):
         assert Heartbeat.from_bytes(junk) is None
 
 

@@ -39,9 +39,11 @@ itl_jitter_ms = 0.0
 heartbeat_s = {HEARTBEAT_S}
 node_timeout_s = {NODE_TIMEOUT_S}
 unavailable_after_s = 4.0
+trim_every_s = 0.5
 """
 """Heartbeats fast enough that a short schedule sees deaths declared; appends give up on an
-unreachable broker after 4 s (a client sees 503 rather than a hang)."""
+unreachable broker after 4 s (a client sees 503 rather than a hang); home logs trimmed at
+every sweep (whatever the faults, nothing a node still needs may go)."""
 
 
 @dataclass

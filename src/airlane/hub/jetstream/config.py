@@ -48,6 +48,11 @@ class JetStreamHubConfig:
     """In the ``node`` layout, how long the home log's writer waits for more appends before a
     publish while traffic is light (fewer, fuller broker messages for that much latency;
     0: publish at once)."""
+    trim_every_s: float = 10.0
+    """In the ``node`` layout, how often a process purges its home log below the oldest
+    message still needed: by a stream it holds (from its creation entry, or from its stored
+    snapshot's position) or by a live node that follows the log (its reported position). 0:
+    never; ``history_ttl_s`` alone then bounds the log."""
     local: MemoryHubConfig = field(default_factory=MemoryHubConfig)
     """Limits and timers of the node's replicas (the in-memory part)."""
 
@@ -62,6 +67,8 @@ class JetStreamHubConfig:
             raise ValueError("hub replicas must be 1 to 5")
         if not 0 <= self.linger_ms <= 100:
             raise ValueError("hub linger_ms must be 0 to 100")
+        if self.trim_every_s < 0:
+            raise ValueError("hub trim_every_s must be 0 (never) or more")
         if self.node_timeout_s < 2 * self.heartbeat_s:
             raise ValueError("node_timeout_s must be at least twice heartbeat_s")
         if not self.servers:

@@ -25,9 +25,19 @@ this node followed its home log is read from the log once (from its snapshot's m
 from its creation time). A gap in a followed log (a reconnect, a slow consumer) shows in the
 republished previous-sequence header and is read back.
 
+Trimming. A stream's messages cannot be purged alone (they share a subject with others), so
+each process purges its home log below the oldest message still needed, every
+``trim_every_s``: the first message of every stream it holds (its creation, or the position
+its stored snapshot reads on from; an ended stream is held ``ended_ttl_s``), and the position
+every live follower reports in its heartbeats. The floor of one round is applied the next, so
+a node that read a snapshot just before it moved on still finds the messages after it. A node
+that was taken for gone and returns may find its position purged (its read-back meets a
+message whose condition names a newer one than it applied): it checks the streams it holds of
+that log against their records. JetStream's ``max_age`` bounds whatever is left (the logs of
+processes that are gone).
+
 The rest (presence, orphans, cancel notices, idle expiry, snapshots in the key-value bucket)
-is `JetStreamHub`'s. JetStream's ``max_age`` bounds the logs: a stream's messages cannot be
-purged alone, they share a subject with others.
+is `JetStreamHub`'s.
 """
 
 from __future__ import annotations
@@ -129,6 +139,15 @@ class HomeLogHub(JetStreamHub):
         self._watched: dict[str, bool] = {}
         """Message ids of this node's direct writes under way: True once one is seen in
         the log (a try whose answer was lost but which was stored)."""
+        self._read_by: dict[Member, int] = {}
+        """How far each member following this process's home log has applied it (from
+        its heartbeats; dropped once it leaves or dies)."""
+        self._trimmed = 1
+        """The home log holds nothing older than this (purged by this process)."""
+        self._trim_floor: int | None = None
+        """The floor of the last trim round, applied at the next."""
+        self._next_trim = 0.0
+        self._trimming = False
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -704,14 +723,7 @@ class HomeLogHub(JetStreamHub):
                     if follower.position is None:
                         follower.advanced(last)  # a new follower starts at the end
                     elif last > follower.position:
-                        await self._store.read_until_on(
-                            stream,
-                            subject,
-                            follower.position,
-                            last,
-                            functools.partial(self._apply_message, subject),
-                        )
-                        follower.advanced(last)
+                        await self._read_on(follower, last)
                 except HubError as exc:
                     log.warning("home log %s: cannot read it back: %s", subject, exc)
                     await asyncio.sleep(RESYNC_PAUSE_S)
@@ -720,6 +732,61 @@ class HomeLogHub(JetStreamHub):
                     return
         finally:
             follower.syncing = False
+
+    async def _read_on(self, follower: LogFollower, last: int) -> None:
+        """Read and apply ``follower``'s log from its position to ``last``, noticing where
+        the home trimmed messages this node never applied."""
+        assert follower.position is not None
+        applied = follower.position
+        trimmed = False
+
+        def apply(batch: StoredBatch) -> None:
+            nonlocal applied, trimmed
+            if batch.prev is not None and batch.prev > applied:
+                trimmed = True
+            applied = batch.js_seq
+            self._apply_message(follower.subject, batch)
+
+        await self._store.read_until_on(
+            self.js_config.log_stream, follower.subject, follower.position, last, apply
+        )
+        follower.advanced(last)
+        if trimmed:
+            self._lost_history(follower.subject)
+
+    def _lost_history(self, home: str) -> None:
+        """Messages of ``home`` that this node never applied were trimmed (it was taken for
+        gone meanwhile): the streams of that log held here may lack events or their end.
+        Each is checked against its record."""
+        log.warning(
+            "home log %s was trimmed past what this node had read (taken for gone?): "
+            "checking the streams of it held here",
+            home,
+        )
+        for stream in list(self._streams.values()):
+            assert isinstance(stream, Replica)
+            if stream.home == home and stream.log.terminal is None:
+                self._spawn(self._recheck(stream))
+
+    async def _recheck(self, replica: Replica) -> None:
+        """A stream whose record is gone (it ended long ago, or was deleted) is dropped; one
+        nobody uses here is dropped too (a reader loads it whole); the others read back
+        what is left to read."""
+        stream_id = replica.stream_id
+        try:
+            await self._stored_meta(stream_id)
+        except StreamNotFound:
+            if self._streams.get(stream_id) is replica:
+                self._drop(stream_id)
+            return
+        except HubError as exc:
+            log.warning("stream %s: cannot read its record: %s", stream_id, exc)
+            return
+        if replica.readers or stream_id in self._producing:
+            replica.deferred = True
+            self._repair(replica)
+        elif self._streams.get(stream_id) is replica:
+            self._drop(stream_id)
 
     def _replay_held(self, follower: LogFollower) -> bool:
         """Apply the held messages that follow the position; False if a gap (or dropped
@@ -882,11 +949,27 @@ class HomeLogHub(JetStreamHub):
 
     # -- members ----------------------------------------------------------------------------
 
+    def _followed_logs(self) -> dict[str, int]:
+        return {
+            self._process_of(subject): follower.position
+            for subject, follower in self._followers.items()
+            if follower.position is not None
+        }
+
     def _on_heartbeat(self, data: bytes) -> None:
         super()._on_heartbeat(data)
         beat = Heartbeat.from_bytes(data)
-        if beat is None or beat.leaving or beat.member == self.member:
+        if beat is None or beat.member == self.member:
             return
+        if beat.leaving:
+            self._read_by.pop(beat.member, None)
+            return
+        if not beat.partial:
+            position = beat.logs.get(self._process_of(self.home))
+            if position is None:
+                self._read_by.pop(beat.member, None)
+            else:
+                self._read_by[beat.member] = position
         subject = self._store.log_subject(beat.node, beat.run)
         if subject not in self._followers:
             self._follow_log(subject)  # mirror what it creates from now on
@@ -931,6 +1014,14 @@ class HomeLogHub(JetStreamHub):
 
     def _sweep(self, now: float) -> None:
         super()._sweep(now)
+        every = self.js_config.trim_every_s
+        if every and now >= self._next_trim and not self._trimming:
+            self._next_trim = now + every
+            floor = self._needed_from()
+            previous, self._trim_floor = self._trim_floor, floor
+            if previous is not None and min(previous, floor) > self._trimmed:
+                self._trimming = True
+                self._spawn(self._trim(min(previous, floor)))
         # A dead member's log needs no following once every stream it held has ended here.
         dead = {
             subject
@@ -949,6 +1040,32 @@ class HomeLogHub(JetStreamHub):
             if follower.subscription is not None:
                 self._spawn(follower.subscription.unsubscribe())
 
+    def _needed_from(self) -> int:
+        """The oldest message of the home log still needed: by a stream held here (from
+        its creation entry, or from where its stored snapshot reads on), by a live member
+        following the log (past what it applied), and the newest message in any case
+        (the next publish is conditional on it)."""
+        floor = self._written
+        for stream in self._streams.values():
+            assert isinstance(stream, Replica)
+            if stream.home == self.home:
+                floor = min(floor, stream.snapshot_from or stream.meta.home_after + 1)
+        for member, position in list(self._read_by.items()):
+            if self._nodes.alive(member) is False:
+                del self._read_by[member]  # gone: if it returns, it checks what it holds
+            else:
+                floor = min(floor, position + 1)
+        return floor
+
+    async def _trim(self, below: int) -> None:
+        try:
+            await self._store.purge_on(self.js_config.log_stream, self.home, below)
+            self._trimmed = below
+        except HubError as exc:
+            log.warning("home log %s: could not trim it: %s", self.home, exc)
+        finally:
+            self._trimming = False
+
     async def _store_snapshot(self, replica: Replica) -> None:
         # Stored for nodes that load the stream later; the log itself is bounded by max_age.
         keep_from = replica.oldest_kept()
@@ -958,6 +1075,7 @@ class HomeLogHub(JetStreamHub):
         snapshot = replica.log.folded.to_event()
         await self._store.put_snapshot(replica.key, encode_snapshot(snapshot, keep_from))
         replica.snapshot_through = through
+        replica.snapshot_from = keep_from  # the log before it may be trimmed
 
 
 def _forward_answer(answer: bytes) -> tuple[str, Any, int]:

@@ -646,6 +646,7 @@ class JetStreamHub(MemoryHub):
                 {sid: s.readers for sid, s in self._streams.items() if s.readers},
                 sorted(self._producing),
                 run=self.run,
+                logs=self._followed_logs(),
             )
             await self._store.tell("hb", beat.to_bytes())
             now = time.monotonic()
@@ -655,6 +656,11 @@ class JetStreamHub(MemoryHub):
             self._apply_reader_changes(changes, now)
             self._end_orphaned_producers()
             await asyncio.sleep(self.js_config.heartbeat_s)
+
+    def _followed_logs(self) -> dict[str, int]:
+        """What a heartbeat says of the home logs this process follows (the ``node``
+        layout's business)."""
+        return {}
 
     def _on_heartbeat(self, data: bytes) -> None:
         beat = Heartbeat.from_bytes(data)

@@ -64,6 +64,9 @@ class Heartbeat:
     """The process is shutting down cleanly (no need to wait for its timeout)."""
     run: str = ""
     """The run of the process (see `Member`)."""
+    logs: dict[str, int] = field(default_factory=dict)
+    """How far it has applied each home log it follows, by the log's process
+    (``<node token>.<run>``; the ``node`` layout): a home keeps what they have not read."""
 
     @property
     def member(self) -> Member:
@@ -80,6 +83,7 @@ class Heartbeat:
                 "producing": self.producing[:MAX_ENTRIES],
                 "partial": self.partial,
                 "leaving": self.leaving,
+                "logs": self.logs,
             }
         )
 
@@ -90,6 +94,7 @@ class Heartbeat:
             raw: Any = orjson.loads(data)
             readers = {str(k): int(v) for k, v in dict(raw.get("readers") or {}).items()}
             producing = [str(s) for s in raw.get("producing") or []]
+            logs = {str(k): int(v) for k, v in dict(raw.get("logs") or {}).items()}
             return cls(
                 str(raw["node"]),
                 readers,
@@ -97,6 +102,7 @@ class Heartbeat:
                 bool(raw.get("partial")),
                 bool(raw.get("leaving")),
                 str(raw.get("run") or ""),
+                logs,
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
             return None

@@ -49,6 +49,7 @@ class Replica(_Stream):
         "lock",
         "meta",
         "repairing",
+        "snapshot_from",
         "snapshot_through",
     )
 
@@ -64,6 +65,8 @@ class Replica(_Stream):
         """``(js_seq, first_seq)`` of the messages applied since the last stored snapshot."""
         self.snapshot_through = stream_log.folded.through_seq
         """The last seq the stored snapshot covers."""
+        self.snapshot_from = 0
+        """The JetStream sequence a load reads from after the stored snapshot (0: none)."""
         self.live: Subscription | None = None
         """The live subscription following the stream, while it has readers here."""
         self.inflight: str | None = None

@@ -69,7 +69,9 @@ class StoredBatch(NamedTuple):
     """When JetStream stored it, on this process's monotonic clock."""
     msg_id: str | None
     prev: int | None = None
-    """The sequence of the subject's message before it, where known (a live message)."""
+    """The sequence of the subject's message before it, where known (republished live, or
+    the condition it was published on); a read-back that meets a ``prev`` newer than the
+    message it applied last crossed a purge."""
 
 
 def monotonic_ns_of(wall: datetime | None) -> int:
@@ -260,13 +262,17 @@ class JetStreamStore:
             self._jetstream().purge_stream(self.config.events_stream, subject=self.subject(key))
         )
 
+    async def purge_on(self, stream: str, subject: str, js_seq: int) -> None:
+        """Drop ``subject``'s messages older than ``js_seq`` (of JetStream stream ``stream``)."""
+        if js_seq <= 1:
+            # Nothing is older; and a purge with sequence 1 and a subject drops every message
+            # of the subject (nats-server 2.9 reads it as no sequence at all).
+            return
+        await _answer(self._jetstream().purge_stream(stream, seq=js_seq, subject=subject))
+
     async def purge_below(self, key: str, js_seq: int) -> None:
         """Drop a stream's messages older than ``js_seq``."""
-        await _answer(
-            self._jetstream().purge_stream(
-                self.config.events_stream, seq=js_seq, subject=self.subject(key)
-            )
-        )
+        await self.purge_on(self.config.events_stream, self.subject(key), js_seq)
 
     # -- events -----------------------------------------------------------------------------
 
@@ -519,12 +525,16 @@ class JetStreamStore:
         async def on_message(msg: Msg) -> None:
             meta = msg.metadata
             headers = msg.headers or {}
+            # Every publish is conditional on the subject's message before it, and JetStream
+            # keeps that header: a reader sees where messages were purged in between.
+            expected = headers.get("Nats-Expected-Last-Subject-Sequence", "")
             deliver(
                 StoredBatch(
                     meta.sequence.stream,
                     msg.data,
                     monotonic_ns_of(meta.timestamp),
                     headers.get("Nats-Msg-Id"),
+                    int(expected) if expected.isdigit() else None,
                 )
             )
 
