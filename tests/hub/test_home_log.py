@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
-from airlane.core import Event, Kind
+from airlane.core import Event, Kind, Retention
 from airlane.hub import HubUnavailable, MemoryHubConfig
 from airlane.hub.jetstream import HomeLogHub, JetStreamHub, JetStreamHubConfig
 from airlane.hub.jetstream import follower as follower_module
+from airlane.hub.jetstream import home as home_module
 from airlane.hub.jetstream.store import Conflict, StoredBatch
 from tests.hub.contract import drain
 from tests.hub.test_jetstream import hub_config, two_nodes
@@ -239,11 +240,13 @@ async def test_a_follower_that_held_too_much_reads_on_past_what_it_dropped(nodes
 
 
 def _trimming(server: NatsServer) -> JetStreamHubConfig:
-    """Ended streams dropped after a second; a trim round at every sweep (once a second)."""
+    """Ended streams dropped after a second; a trim round at every sweep (once a second),
+    streams rewritten once they hold back 2 KB (and four times their own size)."""
     return hub_config(
         server,
         layout="node",
         trim_every_s=0.1,
+        rewrite_after_mb=0.002,
         local=MemoryHubConfig(tick_s=0.05, ended_ttl_s=1.0),
     )
 
@@ -329,3 +332,81 @@ async def test_a_node_taken_for_gone_checks_what_it_holds_when_its_read_back_was
         await eventually(lambda: "ends-unseen" not in b._streams)
         assert "trimmed past what this node had read" in caplog.text
         assert (await b.info("after")).last_seq == 1
+
+
+async def test_a_long_lived_stream_is_written_again_so_the_log_behind_it_can_go(
+    nats_session, monkeypatch
+):
+    async with two_nodes(_trimming(nats_session)) as (a, b):
+        assert isinstance(a, HomeLogHub) and isinstance(b, HomeLogHub)
+        await eventually(lambda: a.home in b._followers)
+        await a.create("long-lived", retention=Retention(max_events=4))
+        for n in range(6):  # the first two are folded
+            await a.append("long-lived", Event.message({"n": n}))
+        created = a._streams["long-lived"].meta.home_after
+        await eventually(lambda: b._streams.get("long-lived") is not None)
+        for n in range(20):  # traffic of streams that come and go
+            await a.create(f"short-{n}")
+            await a.append(f"short-{n}", Event.message({"pad": "x" * 200}))
+            await a.append(f"short-{n}", Event.done())
+        written_at = a._written
+        await eventually(
+            lambda: a._streams["long-lived"].snapshot_from > written_at and a._trimmed > written_at,
+            timeout=10,
+            what="a rewrite, then a trim past it",
+        )
+        assert min(await _log_seqs(a)) > created + 1  # its creation has gone
+        # The node that mirrored it holds each event once; a node that loads it now gets
+        # the folded part as a snapshot and the rest as it was.
+        assert b._streams["long-lived"].log.next_seq == 7
+        late = HomeLogHub(replace(a.js_config, node_id="late"))
+        await late.start()
+        try:
+            async with await late.subscribe("long-lived") as sub:
+                await a.append("long-lived", Event.done())
+                events = await drain(sub)
+        finally:
+            await late.aclose()
+        folded = events[0].seq  # what its retention folded (up to the done event, 3)
+        assert events[0].kind is Kind.SNAPSHOT and folded >= 2
+        assert [e.seq for e in events] == list(range(folded, 8))
+        assert [e.data["payload"]["n"] for e in events if e.kind is Kind.MESSAGE] == list(
+            range(folded, 6)
+        )
+        async with await b.subscribe("long-lived") as sub:
+            mirrored = await drain(sub)
+        assert [e.seq for e in mirrored] == list(range(mirrored[0].seq, 8))
+
+
+async def test_appends_during_a_rewrite_in_several_messages_come_after_it(
+    nats_session, monkeypatch
+):
+    monkeypatch.setattr(home_module, "MAX_BATCH_BYTES", 700)  # two or three events a message
+    async with two_nodes(_trimming(nats_session)) as (a, b):
+        assert isinstance(a, HomeLogHub) and isinstance(b, HomeLogHub)
+        await eventually(lambda: a.home in b._followers)
+        await a.create("rewritten")
+        for n in range(12):
+            await a.append("rewritten", Event.message({"n": n, "pad": "y" * 200}))
+        for n in range(20):
+            await a.create(f"filler-{n}")
+            await a.append(f"filler-{n}", Event.message({"pad": "x" * 2000}))
+            await a.append(f"filler-{n}", Event.done())
+        # Keep appending while the rewrite goes out (it starts at a trim round).
+        n = 12
+        while a._streams["rewritten"].snapshot_from == 0:
+            assert n < 400, "no rewrite"
+            await a.append("rewritten", Event.message({"n": n}))
+            n += 1
+            await asyncio.sleep(0.01)
+        await a.append("rewritten", Event.done())
+        late = HomeLogHub(replace(a.js_config, node_id="late"))
+        await late.start()
+        try:
+            for hub in (late, b):
+                async with await hub.subscribe("rewritten") as sub:
+                    events = await drain(sub)
+                assert [e.seq for e in events] == list(range(1, n + 2))
+                assert [e.data["payload"]["n"] for e in events[:-1]] == list(range(n))
+        finally:
+            await late.aclose()

@@ -574,6 +574,11 @@ class StreamLog:
 
     # -- whole-stream views -----------------------------------------------------------------
 
+    def retained_events(self) -> list[Event]:
+        """The events held, oldest first (a copy of the list; the events themselves are
+        shared)."""
+        return self._events[self._head :]
+
     def snapshot(self) -> Event:
         """Everything so far (folded state plus retained events) as one ``snapshot`` event."""
         retained = self._events[self._head :]

@@ -53,6 +53,10 @@ class JetStreamHubConfig:
     message still needed: by a stream it holds (from its creation entry, or from its stored
     snapshot's position) or by a live node that follows the log (its reported position). 0:
     never; ``history_ttl_s`` alone then bounds the log."""
+    rewrite_after_mb: float = 64.0
+    """In the ``node`` layout, how much of its home log (MB written since) a live stream may
+    hold back before its retained events are written again at the log's head (and at least
+    four times those events' size), so that the log behind it can be trimmed. 0: never."""
     local: MemoryHubConfig = field(default_factory=MemoryHubConfig)
     """Limits and timers of the node's replicas (the in-memory part)."""
 
@@ -69,6 +73,8 @@ class JetStreamHubConfig:
             raise ValueError("hub linger_ms must be 0 to 100")
         if self.trim_every_s < 0:
             raise ValueError("hub trim_every_s must be 0 (never) or more")
+        if self.rewrite_after_mb < 0:
+            raise ValueError("hub rewrite_after_mb must be 0 (never) or more")
         if self.node_timeout_s < 2 * self.heartbeat_s:
             raise ValueError("node_timeout_s must be at least twice heartbeat_s")
         if not self.servers:

@@ -49,7 +49,8 @@ import contextlib
 import functools
 import logging
 import time
-from dataclasses import replace
+from collections import deque
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import msgspec
@@ -100,6 +101,11 @@ LIGHT_BYTES = 32 * 1024
 """A home log message smaller than this makes the writer linger before the next one."""
 RESYNC_PAUSE_S = 1.0
 """Pause before a failed read-back of a followed log is tried again."""
+REWRITE_FACTOR = 4
+"""How many times its retained bytes a stream may hold back before it is rewritten (what a
+rewrite costs stays a fraction of the traffic that makes it worth it)."""
+REWRITE_ROUND_BYTES = 32 * 1024 * 1024
+"""Retained bytes rewritten per trim round at most (the rest wait for the next rounds)."""
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder()
@@ -148,6 +154,16 @@ class HomeLogHub(JetStreamHub):
         """The floor of the last trim round, applied at the next."""
         self._next_trim = 0.0
         self._trimming = False
+        self._log_bytes = 0
+        """Bytes this process has written to its home log (the measure of what a stream's
+        starting point holds back)."""
+        self._rewrite_wanted: dict[str, Replica] = {}
+        """Own streams to be written again at the log's head, from the next message on."""
+        self._rewrites: dict[str, _Rewrite] = {}
+        """Own streams whose retained events are being written again (their new appends
+        wait, so the rewritten history and what follows are contiguous)."""
+        self._snapshotting: set[str] = set()
+        """Streams whose snapshot record is being stored (one store at a time each)."""
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -181,6 +197,7 @@ class HomeLogHub(JetStreamHub):
     async def _created(self, replica: Replica) -> None:
         # The creation entry lets every follower mirror the stream from its first event.
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        replica.anchor_bytes = self._log_bytes
         self._creates.append((encode_created(replica.stream_id, replica.meta.to_bytes()), future))
         self._wake_writer()
         try:
@@ -238,7 +255,13 @@ class HomeLogHub(JetStreamHub):
         little latency; under load messages fill while the previous publish is out."""
         linger_s = self.js_config.linger_ms / 1000
         try:
-            while self._dirty or self._sending or self._creates:
+            while (
+                self._dirty
+                or self._sending
+                or self._creates
+                or self._rewrites
+                or self._rewrite_wanted
+            ):
                 if linger_s and self._last_size < LIGHT_BYTES:
                     await asyncio.sleep(linger_s)
                 self._take_dirty()
@@ -270,13 +293,13 @@ class HomeLogHub(JetStreamHub):
 
     async def _publish_home(self) -> None:
         conflicts = 0
-        attempts: dict[str, tuple[list[tuple[Replica, int, int]], int]] = {}
+        attempts: dict[str, _Message] = {}
         while True:
-            parts, plan, creates = self._encode()
+            parts, message = self._encode()
             if not parts:
                 return
             msg_id = f"{self.node}:{self.run}:{next(self._publishes)}"
-            attempts[msg_id] = (plan, creates)
+            attempts[msg_id] = message
             payload = join_entries(parts)
             self._last_size = len(payload)
             try:
@@ -292,26 +315,25 @@ class HomeLogHub(JetStreamHub):
                 # encode again with the seqs that leaves.
                 conflicts += 1
                 if conflicts > MAX_CONFLICTS:
-                    self._fail_message(plan, creates, HubError("the home log kept changing"))
+                    self._fail_message(message, HubError("the home log kept changing"))
                     return
                 try:
                     if await self._read_home(attempts):
                         return  # an earlier try was stored after all (its answer was lost)
                 except HubError as exc:
-                    self._fail_message(plan, creates, exc)
+                    self._fail_message(message, exc)
                     return
                 continue
             except HubError as exc:
-                self._fail_message(plan, creates, exc)
+                self._fail_message(message, exc)
                 return
             except BaseException as exc:
                 stopped = HubUnavailable(f"the hub stopped before storing: {exc!r}")
-                self._fail_message(plan, creates, stopped)
+                self._fail_message(message, stopped)
                 raise
             if js_seq <= self._written:
                 self._fail_message(
-                    plan,
-                    creates,
+                    message,
                     HubError(
                         f"JetStream acknowledged a publish as message {js_seq}, "
                         f"not after {self._written}"
@@ -319,25 +341,40 @@ class HomeLogHub(JetStreamHub):
                 )
                 return
             self._written = js_seq
-            self._stored(js_seq, plan, creates)
+            self._log_bytes += len(payload)
+            self._stored(js_seq, message)
             return
 
-    def _encode(self) -> tuple[list[bytes], list[tuple[Replica, int, int]], int]:
-        """The next message's entries: creations first, then a slice of each stream being
-        sent; ``(entries, (replica, count, first seq) per stream, creations taken)``."""
+    def _encode(self) -> tuple[list[bytes], _Message]:
+        """The next message's entries and what they carry: creations first, then the
+        rewritten history of streams being moved forward, then a slice of each stream being
+        sent (bounded by `MAX_BATCH_BYTES`)."""
         parts: list[bytes] = []
         size = 0
-        creates = 0
+        message = _Message()
         for entry, _ in self._creates:
             if parts and size + len(entry) > MAX_BATCH_BYTES:
                 break
             parts.append(entry)
             size += len(entry)
-            creates += 1
-        plan: list[tuple[Replica, int, int]] = []
+            message.creates += 1
+        self._start_rewrites()
+        unfinished: set[str] = set()  # their new appends wait for the whole rewrite
+        for sid, rewrite in self._rewrites.items():
+            if not parts or size < MAX_BATCH_BYTES:
+                entry, count = _entry_within(sid, rewrite.events, rewrite.events[0].seq)
+                if not parts or size + len(entry) <= MAX_BATCH_BYTES:
+                    parts.append(entry)
+                    size += len(entry)
+                    message.rewrites.append((rewrite, count))
+                    if count == len(rewrite.events):
+                        continue
+            unfinished.add(sid)
         for sid, (replica, events) in list(self._sending.items()):
             if parts and size >= MAX_BATCH_BYTES:
                 break
+            if sid in unfinished:
+                continue
             if replica.log.terminal is not None:  # ended by another node's write
                 del self._sending[sid]
                 replica.appends.failed(
@@ -346,25 +383,23 @@ class HomeLogHub(JetStreamHub):
                 self._settled(replica)
                 continue
             first = replica.log.next_seq
-            count = min(len(events), MAX_BATCH_EVENTS)
-            entry = encode_entry(sid, first, events[:count])
-            while len(entry) > MAX_BATCH_BYTES and count > 1:
-                count //= 2
-                entry = encode_entry(sid, first, events[:count])
+            entry, count = _entry_within(sid, events, first)
             if parts and size + len(entry) > MAX_BATCH_BYTES:
                 break
             parts.append(entry)
             size += len(entry)
-            plan.append((replica, count, first))
-        return parts, plan, creates
+            message.plan.append((replica, count, first))
+        return parts, message
 
-    def _stored(self, js_seq: int, plan: list[tuple[Replica, int, int]], creates: int) -> None:
+    def _stored(self, js_seq: int, message: _Message) -> None:
         now_ns = time.monotonic_ns()
-        taken, self._creates = self._creates[:creates], self._creates[creates:]
+        taken, self._creates = self._creates[: message.creates], self._creates[message.creates :]
         for _, future in taken:
             if not future.done():
                 future.set_result(None)
-        for replica, count, first in plan:
+        for rewrite, count in message.rewrites:
+            self._rewritten(rewrite, count, js_seq)
+        for replica, count, first in message.plan:
             sid = replica.stream_id
             _, events = self._sending[sid]
             batch, rest = events[:count], events[count:]
@@ -378,13 +413,12 @@ class HomeLogHub(JetStreamHub):
                 replica.appends.stored()
                 self._settled(replica)
 
-    def _fail_message(
-        self, plan: list[tuple[Replica, int, int]], creates: int, exc: HubError
-    ) -> None:
+    def _fail_message(self, message: _Message, exc: HubError) -> None:
         """A message was not stored: its creations fail, and its streams' appends (what
         follows them cannot be stored past the gap)."""
-        self._fail_creates(creates, exc)
-        for replica, _, _ in plan:
+        self._fail_creates(message.creates, exc)
+        self._abandon_rewrites()
+        for replica, _, _ in message.plan:
             self._sending.pop(replica.stream_id, None)
             replica.appends.failed(exc)
             self._settled(replica)
@@ -395,9 +429,7 @@ class HomeLogHub(JetStreamHub):
             if not future.done():
                 future.set_exception(exc)
 
-    async def _read_home(
-        self, attempts: dict[str, tuple[list[tuple[Replica, int, int]], int]] | None = None
-    ) -> bool:
+    async def _read_home(self, attempts: dict[str, _Message] | None = None) -> bool:
         """Apply what other nodes wrote to the home log since this process's newest message
         (the caller holds `_home_lock`). A message that is one of this process's
         ``attempts`` (a publish whose answer was lost, tried again and refused) is taken as
@@ -410,16 +442,105 @@ class HomeLogHub(JetStreamHub):
             attempt = None if attempts is None or found else attempts.get(batch.msg_id or "")
             if attempt is not None:
                 found = True
-                self._stored(batch.js_seq, *attempt)
+                self._stored(batch.js_seq, attempt)
             else:
                 self._apply_message(self.home, batch)
 
         if last > self._written:
+            # Another's entry between a rewrite's parts and the snapshot naming them would
+            # break the history a load reads from there: rewrites start again later.
+            self._abandon_rewrites()
             await self._store.read_until_on(
                 self.js_config.log_stream, self.home, self._written, last, deliver
             )
             self._written = last
         return found
+
+    # -- moving a stream's starting point forward ----------------------------------------------
+
+    def _want_rewrites(self) -> None:
+        """Pick the live streams that hold too much of the home log back for rewriting,
+        within `REWRITE_ROUND_BYTES`. A long-lived stream would otherwise keep every other
+        stream's messages since its creation: its retained events are written again at the
+        log's head (``rewrite_after_mb``) and the log behind them can be trimmed."""
+        after = int(self.js_config.rewrite_after_mb * 1e6)
+        if not after:
+            return
+        budget = REWRITE_ROUND_BYTES
+        for sid, stream in self._streams.items():
+            assert isinstance(stream, Replica)
+            if (
+                stream.home != self.home
+                or stream.log.terminal is not None
+                or sid in self._rewrites
+                or sid in self._rewrite_wanted
+                or sid in self._snapshotting
+            ):
+                continue
+            retained = stream.log.retained_bytes
+            held_back = self._log_bytes - stream.anchor_bytes
+            if held_back > max(after, REWRITE_FACTOR * retained):
+                self._rewrite_wanted[sid] = stream
+                budget -= retained
+                if budget <= 0:
+                    break
+        if self._rewrite_wanted:
+            self._wake_writer()
+
+    def _start_rewrites(self) -> None:
+        """Take the wanted streams' history as it is now (nothing is being published: the
+        writer calls this between publishes)."""
+        for sid, replica in self._rewrite_wanted.items():
+            if (
+                replica.log.terminal is not None
+                or self._streams.get(sid) is not replica
+                or sid in self._snapshotting
+            ):
+                continue
+            folded = replica.log.folded.to_event()
+            events = replica.log.retained_events()
+            if events:
+                self._rewrites[sid] = _Rewrite(replica, folded, events)
+            else:  # all folded: the snapshot alone, read on from the next message
+                self._snapshotting.add(sid)
+                self._spawn(self._put_snapshot(replica, folded, self._written + 1))
+        self._rewrite_wanted.clear()
+
+    def _rewritten(self, rewrite: _Rewrite, count: int, js_seq: int) -> None:
+        """``count`` more of a rewrite's events are stored, in message ``js_seq``; once all
+        are, the snapshot record says to read from its first message on."""
+        replica = rewrite.replica
+        sid = replica.stream_id
+        if self._rewrites.get(sid) is not rewrite:
+            return  # abandoned (an earlier try's answer, found late)
+        rewrite.boundaries.append((js_seq, rewrite.events[0].seq))
+        del rewrite.events[:count]
+        if rewrite.events:
+            return
+        del self._rewrites[sid]
+        replica.boundaries = deque(rewrite.boundaries)  # the messages now holding its events
+        self._snapshotting.add(sid)
+        self._spawn(self._put_snapshot(replica, rewrite.folded, rewrite.boundaries[0][0]))
+
+    def _abandon_rewrites(self) -> None:
+        self._rewrites.clear()
+        self._rewrite_wanted.clear()
+
+    async def _put_snapshot(self, replica: Replica, folded: Event, keep_from: int) -> None:
+        """Store a stream's snapshot record: its folded state and the home log message a
+        load reads on from (the caller put the stream in `_snapshotting`)."""
+        sid = replica.stream_id
+        try:
+            if self._streams.get(sid) is not replica:
+                return  # dropped meanwhile: no record to bring back
+            await self._store.put_snapshot(replica.key, encode_snapshot(folded, keep_from))
+            replica.snapshot_through = folded.seq
+            replica.snapshot_from = keep_from  # the log before it may be trimmed
+            replica.anchor_bytes = self._log_bytes
+        except HubError as exc:
+            log.warning("stream %s: could not store its snapshot: %s", sid, exc)
+        finally:
+            self._snapshotting.discard(sid)
 
     # -- appends to other processes' streams ------------------------------------------------
 
@@ -1011,12 +1132,15 @@ class HomeLogHub(JetStreamHub):
         super()._drop(stream_id)
         self._reread.discard(stream_id)
         self._gone.discard(stream_id)
+        self._rewrites.pop(stream_id, None)
+        self._rewrite_wanted.pop(stream_id, None)
 
     def _sweep(self, now: float) -> None:
         super()._sweep(now)
         every = self.js_config.trim_every_s
         if every and now >= self._next_trim and not self._trimming:
             self._next_trim = now + every
+            self._want_rewrites()
             floor = self._needed_from()
             previous, self._trim_floor = self._trim_floor, floor
             if previous is not None and min(previous, floor) > self._trimmed:
@@ -1067,15 +1191,51 @@ class HomeLogHub(JetStreamHub):
             self._trimming = False
 
     async def _store_snapshot(self, replica: Replica) -> None:
-        # Stored for nodes that load the stream later; the log itself is bounded by max_age.
+        # Stored for nodes that load the stream later; the log before it is trimmed later.
+        sid = replica.stream_id
+        if sid in self._snapshotting or sid in self._rewrites:
+            return
         keep_from = replica.oldest_kept()
         if keep_from is None:
             return
-        through = replica.log.folded.through_seq
-        snapshot = replica.log.folded.to_event()
-        await self._store.put_snapshot(replica.key, encode_snapshot(snapshot, keep_from))
-        replica.snapshot_through = through
-        replica.snapshot_from = keep_from  # the log before it may be trimmed
+        self._snapshotting.add(sid)
+        await self._put_snapshot(replica, replica.log.folded.to_event(), keep_from)
+
+
+@dataclass(slots=True)
+class _Rewrite:
+    """A stream's retained events being written again at its home log's head."""
+
+    replica: Replica
+    folded: Event
+    """Its folded state when the events were taken (the snapshot stored at the end)."""
+    events: list[Event]
+    """The events not yet written."""
+    boundaries: list[tuple[int, int]] = field(default_factory=list)
+    """``(message, first seq)`` of each part written."""
+
+
+@dataclass(slots=True)
+class _Message:
+    """What one home log message carries, for when it is stored (or is not)."""
+
+    plan: list[tuple[Replica, int, int]] = field(default_factory=list)
+    """``(replica, count, first seq)`` of each stream's new events."""
+    creates: int = 0
+    """Creation entries, from the head of the queue."""
+    rewrites: list[tuple[_Rewrite, int]] = field(default_factory=list)
+    """Rewrites and how many of their events."""
+
+
+def _entry_within(stream_id: str, events: list[Event], first: int) -> tuple[bytes, int]:
+    """The entry of as many of ``events`` (at most `MAX_BATCH_EVENTS`) as fit in a message,
+    and how many that is (at least one)."""
+    count = min(len(events), MAX_BATCH_EVENTS)
+    entry = encode_entry(stream_id, first, events[:count])
+    while len(entry) > MAX_BATCH_BYTES and count > 1:
+        count //= 2
+        entry = encode_entry(stream_id, first, events[:count])
+    return entry, count
 
 
 def _forward_answer(answer: bytes) -> tuple[str, Any, int]:

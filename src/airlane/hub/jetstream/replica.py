@@ -38,6 +38,7 @@ class Replica(_Stream):
     """A stream as this node holds it. See the module docstring."""
 
     __slots__ = (
+        "anchor_bytes",
         "appends",
         "boundaries",
         "deferred",
@@ -67,6 +68,9 @@ class Replica(_Stream):
         """The last seq the stored snapshot covers."""
         self.snapshot_from = 0
         """The JetStream sequence a load reads from after the stored snapshot (0: none)."""
+        self.anchor_bytes = 0
+        """Bytes its home process had written to its home log when a load's starting point
+        was last moved (creation, snapshot, rewrite): how much log the stream holds back."""
         self.live: Subscription | None = None
         """The live subscription following the stream, while it has readers here."""
         self.inflight: str | None = None
