@@ -356,6 +356,9 @@ async def test_a_long_lived_stream_is_written_again_so_the_log_behind_it_can_go(
             what="a rewrite, then a trim past it",
         )
         assert min(await _log_seqs(a)) > created + 1  # its creation has gone
+        report = a.nodes()[0]["home_log"]
+        assert isinstance(report, dict) and report["streams_rewritten"] >= 1
+        assert report["trimmed_below"] == a._trimmed and report["subject"] == a.home
         # The node that mirrored it holds each event once; a node that loads it now gets
         # the folded part as a snapshot and the rest as it was.
         assert b._streams["long-lived"].log.next_seq == 7

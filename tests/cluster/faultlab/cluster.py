@@ -40,11 +40,11 @@ heartbeat_s = {HEARTBEAT_S}
 node_timeout_s = {NODE_TIMEOUT_S}
 unavailable_after_s = 4.0
 trim_every_s = 0.5
-rewrite_after_mb = 0.05
+rewrite_after_mb = 0.005
 """
 """Heartbeats fast enough that a short schedule sees deaths declared; appends give up on an
 unreachable broker after 4 s (a client sees 503 rather than a hang); home logs trimmed at
-every sweep and live streams rewritten once they hold 50 KB of log back (whatever the faults,
+every sweep and live streams rewritten once they hold 5 KB of log back (whatever the faults,
 nothing a node still needs may go)."""
 
 

@@ -164,6 +164,7 @@ class HomeLogHub(JetStreamHub):
         wait, so the rewritten history and what follows are contiguous)."""
         self._snapshotting: set[str] = set()
         """Streams whose snapshot record is being stored (one store at a time each)."""
+        self._rewritten_count = 0
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -518,6 +519,8 @@ class HomeLogHub(JetStreamHub):
         if rewrite.events:
             return
         del self._rewrites[sid]
+        self._rewritten_count += 1
+        log.debug("stream %s: rewritten from message %d", sid, rewrite.boundaries[0][0])
         replica.boundaries = deque(rewrite.boundaries)  # the messages now holding its events
         self._snapshotting.add(sid)
         self._spawn(self._put_snapshot(replica, rewrite.folded, rewrite.boundaries[0][0]))
@@ -1069,6 +1072,17 @@ class HomeLogHub(JetStreamHub):
         return replica
 
     # -- members ----------------------------------------------------------------------------
+
+    def nodes(self) -> list[dict[str, object]]:
+        rows = super().nodes()
+        rows[0]["home_log"] = {
+            "subject": self.home,
+            "newest": self._written,
+            "trimmed_below": self._trimmed,
+            "bytes_written": self._log_bytes,
+            "streams_rewritten": self._rewritten_count,
+        }
+        return rows
 
     def _followed_logs(self) -> dict[str, int]:
         return {
