@@ -413,3 +413,49 @@ async def test_appends_during_a_rewrite_in_several_messages_come_after_it(
                 assert [e.data["payload"]["n"] for e in events[:-1]] == list(range(n))
         finally:
             await late.aclose()
+
+
+async def test_an_idle_stream_is_ended_by_its_home_or_once_that_is_gone_by_another(
+    nats_session, monkeypatch
+):
+    expiring: list[tuple[str, str]] = []
+    expire = HomeLogHub._expire_idle
+
+    async def recorded(self: HomeLogHub, replica: Any, idle_before: int) -> None:
+        expiring.append((self.node, replica.stream_id))
+        await expire(self, replica, idle_before)
+
+    monkeypatch.setattr(HomeLogHub, "_expire_idle", recorded)
+    local = MemoryHubConfig(tick_s=0.05, ended_ttl_s=60, idle_ttl_s=1.0)
+    config = hub_config(nats_session, layout="node", local=local)
+    async with two_nodes(config) as (a, b):
+        await eventually(lambda: a.home in b._followers)  # type: ignore[attr-defined]
+        await a.create("idle/at-home")
+        await eventually(lambda: "idle/at-home" in b._streams)
+        mirror = b._streams["idle/at-home"]
+        await eventually(lambda: mirror.log.terminal is not None, timeout=5)
+        assert (await b.info("idle/at-home")).finish_reason == "expired"
+        assert ("a", "idle/at-home") in expiring
+        assert ("b", "idle/at-home") not in expiring  # b did not forward the same end
+        await a.create("idle/left-behind")
+        await eventually(lambda: "idle/left-behind" in b._streams)
+        await a.aclose()  # says goodbye: its log has no writer any more
+        await eventually(lambda: ("b", "idle/left-behind") in expiring, timeout=5)
+        assert (await b.info("idle/left-behind")).finish_reason == "expired"
+
+
+async def test_a_full_node_lets_a_mirror_nobody_reads_go_to_make_room(nats_session):
+    local = MemoryHubConfig(tick_s=0.05, ended_ttl_s=60, max_streams=4)
+    async with two_nodes(hub_config(nats_session, layout="node", local=local)) as (a, b):
+        assert isinstance(b, HomeLogHub)
+        await eventually(lambda: a.home in b._followers)
+        for n in range(4):
+            await a.create(f"m{n}")
+        await eventually(lambda: len(b._streams) == 4)  # mirrors, up to the limit
+        async with await b.subscribe("m3"):
+            await b.create("own")  # room made by dropping a mirror nobody reads here
+            assert "own" in b._streams and "m3" in b._streams
+            assert len(b._streams) == 4
+            gone = next(f"m{n}" for n in range(3) if f"m{n}" not in b._streams)
+            await a.append(gone, Event.message({"n": 1}))
+            assert (await b.info(gone)).last_seq == 1  # loaded again when asked for

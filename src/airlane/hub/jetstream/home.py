@@ -56,7 +56,7 @@ from typing import Any
 import msgspec
 
 from airlane.core import Event, Folded, StreamLog
-from airlane.hub.base import HubError, HubFull, HubUnavailable, StreamEnded, StreamNotFound
+from airlane.hub.base import HubError, HubUnavailable, StreamEnded, StreamNotFound
 from airlane.hub.jetstream.config import JetStreamHubConfig
 from airlane.hub.jetstream.follower import LogFollower
 from airlane.hub.jetstream.hub import (
@@ -576,12 +576,16 @@ class HomeLogHub(JetStreamHub):
     async def _on_position(self, _: bytes) -> bytes:
         return b"%d" % self._written
 
+    def _maybe_alive(self, home: str) -> bool:
+        """Whether the process writing the home log ``home`` may be alive (not known dead)."""
+        member = _member_of(home)
+        return member is None or self._nodes.alive(member) is not False
+
     async def _newest(self, home: str, after: int) -> int:
         """The newest message of another process's home log (at least ``after``): asked of
         that process, which writes it (a small answer); read from JetStream where it does
         not answer (a direct get that may carry a whole message back)."""
-        member = _member_of(home)
-        if member is None or self._nodes.alive(member) is not False:
+        if self._maybe_alive(home):
             try:
                 answer = await self._store.ask(
                     self._position_subject(home), b"", self.js_config.request_timeout_s
@@ -602,8 +606,7 @@ class HomeLogHub(JetStreamHub):
         where it cannot answer. Returns once this node's replica shows them."""
         home = replica.home
         assert home is not None
-        member = _member_of(home)
-        if member is None or self._nodes.alive(member) is not False:
+        if self._maybe_alive(home):
             request = encode_entry(replica.stream_id, 0, events)  # seqs are the home's
             # No answer in time raises: the home may have stored it, and a direct write
             # then would store it twice. Only "nobody serves that subject" (it is gone)
@@ -1028,8 +1031,7 @@ class HomeLogHub(JetStreamHub):
                 f"stream {stream_id!r} was stored by a hub with layout 'stream'; "
                 "this one reads layout 'node'"
             )
-        if len(self._streams) >= self.config.max_streams:
-            raise HubFull(f"the hub holds {self.config.max_streams} streams, its limit")
+        self._make_room()
         follower = None
         if home != self.home:
             # Its creation may be on its way here (made a moment ago): take it from the log
@@ -1135,6 +1137,17 @@ class HomeLogHub(JetStreamHub):
         except HubError as exc:
             self._reread.discard(replica.stream_id)  # tried again next round
             log.warning("stream %s: cannot read its record: %s", replica.stream_id, exc)
+
+    def _may_let_go(self, replica: Replica) -> bool:
+        return replica.home != self.home  # a mirror; this process writes its own streams
+
+    def _looks_idle(self, replica: Replica, idle_before: int) -> bool:
+        # Its home ends an idle stream (it hears every node's readers); the others would
+        # each forward the same end. A stream whose home is dead may be ended by any node.
+        home = replica.home
+        if home is not None and home != self.home and self._maybe_alive(home):
+            return False
+        return super()._looks_idle(replica, idle_before)
 
     def _on_deleted_notice(self, data: bytes) -> None:
         self._deleted[data.decode(errors="replace")] = None

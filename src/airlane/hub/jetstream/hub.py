@@ -178,8 +178,7 @@ class JetStreamHub(MemoryHub):
             raise InvalidStreamId(
                 f"invalid stream id {stream_id[:80]!r}: use 1-200 of A-Z a-z 0-9 . _ : / -"
             )
-        if len(self._streams) >= self.config.max_streams:
-            raise HubFull(f"the hub holds {self.config.max_streams} streams, its limit")
+        self._make_room()
         retention = retention or self.config.retention
         incarnation = self._store.incarnation
         epoch = f"{incarnation}{_short_id()}"
@@ -431,8 +430,7 @@ class JetStreamHub(MemoryHub):
     async def _load(self, stream_id: str) -> Replica:
         key = stream_key(stream_id)
         meta = await self._stored_meta(stream_id)
-        if len(self._streams) >= self.config.max_streams:
-            raise HubFull(f"the hub holds {self.config.max_streams} streams, its limit")
+        self._make_room()
         stream_log = StreamLog(
             stream_id, meta.epoch, now_ns=_created_ns(meta), retention=meta.retention_policy()
         )
@@ -593,6 +591,33 @@ class JetStreamHub(MemoryHub):
         if stream.readers == 0:
             self._announce_readers(stream)
             self._unfollow(stream)
+
+    def _make_room(self) -> None:
+        """Return if there is room for one more stream here, making it by letting go of a
+        replica this node does not need (no reader, producer or append of its here; loaded
+        again when one comes); else raise `HubFull`."""
+        if len(self._streams) < self.config.max_streams:
+            return
+        for stream_id, stream in self._streams.items():
+            assert isinstance(stream, Replica)
+            if (
+                not stream.readers
+                and stream.orphan is None
+                and not stream.cancel_callbacks
+                and stream_id not in self._producing
+                and not stream.appends.flushing
+                and not stream.lock.locked()
+                and self._may_let_go(stream)
+            ):
+                self._drop(stream_id)
+                return
+        raise HubFull(f"the hub holds {self.config.max_streams} streams, its limit")
+
+    def _may_let_go(self, replica: Replica) -> bool:
+        """Whether `_make_room` may drop ``replica``: one another node is responsible for.
+        Here none: a replica does not say where its stream was created, and ``max_streams``
+        bounds what this node creates."""
+        return False
 
     def _drop(self, stream_id: str) -> None:
         """Forget a replica here (its readers are released)."""
