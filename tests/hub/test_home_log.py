@@ -15,7 +15,6 @@ from airlane.core import Event, Kind, Retention
 from airlane.hub import HubUnavailable, MemoryHubConfig
 from airlane.hub.jetstream import HomeLogHub, JetStreamHub, JetStreamHubConfig
 from airlane.hub.jetstream import follower as follower_module
-from airlane.hub.jetstream import home as home_module
 from airlane.hub.jetstream.store import Conflict, StoredBatch
 from tests.hub.contract import drain
 from tests.hub.test_jetstream import hub_config, two_nodes
@@ -384,10 +383,10 @@ async def test_a_long_lived_stream_is_written_again_so_the_log_behind_it_can_go(
 async def test_appends_during_a_rewrite_in_several_messages_come_after_it(
     nats_session, monkeypatch
 ):
-    monkeypatch.setattr(home_module, "MAX_BATCH_BYTES", 700)  # two or three events a message
     async with two_nodes(_trimming(nats_session)) as (a, b):
         assert isinstance(a, HomeLogHub) and isinstance(b, HomeLogHub)
         await eventually(lambda: a.home in b._followers)
+        a._message_bytes = 700  # a rewrite takes several messages
         await a.create("rewritten")
         for n in range(12):
             await a.append("rewritten", Event.message({"n": n, "pad": "y" * 200}))

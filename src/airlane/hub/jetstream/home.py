@@ -97,6 +97,10 @@ MAX_DELETED = 4096
 """Deleted stream ids a node remembers so as not to mirror them again."""
 REACH_S = 1.0
 """How long to wait for a followed log's live message before reading it back."""
+MAX_MESSAGE_BYTES = 960 * 1024
+"""A home log message at most (less where the server's ``max_payload`` is smaller). One
+publish is in flight per home log, so under load what a message carries bounds the log's
+throughput: a backlog goes out in as few round trips as the server allows."""
 LIGHT_BYTES = 32 * 1024
 """A home log message smaller than this makes the writer linger before the next one."""
 RESYNC_PAUSE_S = 1.0
@@ -131,6 +135,8 @@ class HomeLogHub(JetStreamHub):
         self._writing = False
         self._last_size = 0
         """Bytes of the last message published (the writer lingers after small ones)."""
+        self._message_bytes = MAX_BATCH_BYTES
+        """The most a message carries (set from the server's limit at start)."""
         self._followers: dict[str, LogFollower] = {}
         self._pending: dict[str, Replica] = {}
         """Streams whose history is being read (live entries reach them meanwhile)."""
@@ -172,6 +178,8 @@ class HomeLogHub(JetStreamHub):
         if self._started:
             return
         await super().start()
+        # Room for the headers and the array around the entries.
+        self._message_bytes = min(MAX_MESSAGE_BYTES, max(4096, self._store.max_payload - 8192))
         await self._store.serve(self._forward_subject(self.home), self._on_forward)
         await self._store.serve(self._position_subject(self.home), self._on_position)
         await self._store.listen(self._wrote_notice(self.home), self._on_wrote)
@@ -247,7 +255,7 @@ class HomeLogHub(JetStreamHub):
 
     async def _write(self) -> None:
         """Publish to the home log until nothing is queued: one message at a time, each
-        carrying everything queued when it was made (bounded by `MAX_BATCH_BYTES`).
+        carrying everything queued when it was made (bounded by `MAX_MESSAGE_BYTES`).
 
         While traffic is light (the last message was small) the writer first waits
         ``linger_ms`` for more: a paced stream's next chunks, other streams' chunks. A
@@ -349,12 +357,13 @@ class HomeLogHub(JetStreamHub):
     def _encode(self) -> tuple[list[bytes], _Message]:
         """The next message's entries and what they carry: creations first, then the
         rewritten history of streams being moved forward, then a slice of each stream being
-        sent (bounded by `MAX_BATCH_BYTES`)."""
+        sent (bounded by `MAX_MESSAGE_BYTES`)."""
+        limit = self._message_bytes
         parts: list[bytes] = []
         size = 0
         message = _Message()
         for entry, _ in self._creates:
-            if parts and size + len(entry) > MAX_BATCH_BYTES:
+            if parts and size + len(entry) > limit:
                 break
             parts.append(entry)
             size += len(entry)
@@ -362,9 +371,9 @@ class HomeLogHub(JetStreamHub):
         self._start_rewrites()
         unfinished: set[str] = set()  # their new appends wait for the whole rewrite
         for sid, rewrite in self._rewrites.items():
-            if not parts or size < MAX_BATCH_BYTES:
-                entry, count = _entry_within(sid, rewrite.events, rewrite.events[0].seq)
-                if not parts or size + len(entry) <= MAX_BATCH_BYTES:
+            if not parts or size < limit:
+                entry, count = _entry_within(sid, rewrite.events, rewrite.events[0].seq, limit)
+                if not parts or size + len(entry) <= limit:
                     parts.append(entry)
                     size += len(entry)
                     message.rewrites.append((rewrite, count))
@@ -372,7 +381,7 @@ class HomeLogHub(JetStreamHub):
                         continue
             unfinished.add(sid)
         for sid, (replica, events) in list(self._sending.items()):
-            if parts and size >= MAX_BATCH_BYTES:
+            if parts and size >= limit:
                 break
             if sid in unfinished:
                 continue
@@ -384,8 +393,8 @@ class HomeLogHub(JetStreamHub):
                 self._settled(replica)
                 continue
             first = replica.log.next_seq
-            entry, count = _entry_within(sid, events, first)
-            if parts and size + len(entry) > MAX_BATCH_BYTES:
+            entry, count = _entry_within(sid, events, first, limit)
+            if parts and size + len(entry) > limit:
                 break
             parts.append(entry)
             size += len(entry)
@@ -1254,12 +1263,18 @@ class _Message:
     """Rewrites and how many of their events."""
 
 
-def _entry_within(stream_id: str, events: list[Event], first: int) -> tuple[bytes, int]:
-    """The entry of as many of ``events`` (at most `MAX_BATCH_EVENTS`) as fit in a message,
-    and how many that is (at least one)."""
-    count = min(len(events), MAX_BATCH_EVENTS)
+def _entry_within(stream_id: str, events: list[Event], first: int, limit: int) -> tuple[bytes, int]:
+    """The entry of as many of ``events`` (at most `MAX_BATCH_EVENTS`) as fit in ``limit``
+    bytes, and how many that is (at least one)."""
+    count = 0
+    size = 0
+    for event in events[:MAX_BATCH_EVENTS]:  # counted first: encoding twice costs more
+        size += event.size
+        if count and size > limit:
+            break
+        count += 1
     entry = encode_entry(stream_id, first, events[:count])
-    while len(entry) > MAX_BATCH_BYTES and count > 1:
+    while len(entry) > limit and count > 1:
         count //= 2
         entry = encode_entry(stream_id, first, events[:count])
     return entry, count

@@ -623,6 +623,11 @@ class JetStreamStore:
 
     # -- plumbing ---------------------------------------------------------------------------
 
+    @property
+    def max_payload(self) -> int:
+        """The largest message the connected server takes (its ``max_payload``)."""
+        return self._client().max_payload
+
     async def _on_error(self, exc: Exception) -> None:
         # The client reconnects by itself; requests made meanwhile fail and are retried.
         log.debug("NATS: %r", exc)
