@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from airlane.core import Event, Kind, Retention
+from airlane.core import Event, Kind, Position, Retention
 from airlane.hub import HubUnavailable, MemoryHubConfig
 from airlane.hub.jetstream import HomeLogHub, JetStreamHub, JetStreamHubConfig
 from airlane.hub.jetstream import follower as follower_module
@@ -458,3 +458,29 @@ async def test_a_full_node_lets_a_mirror_nobody_reads_go_to_make_room(nats_sessi
             gone = next(f"m{n}" for n in range(3) if f"m{n}" not in b._streams)
             await a.append(gone, Event.message({"n": 1}))
             assert (await b.info(gone)).last_seq == 1  # loaded again when asked for
+
+
+async def test_a_reader_resuming_past_what_this_node_holds_waits_for_it(nats_session, monkeypatch):
+    deaf: list[bool] = []
+    deliver = HomeLogHub._on_log_message
+
+    def maybe(self: HomeLogHub, follower: Any, batch: StoredBatch) -> None:
+        if not (deaf and self.node == "b"):
+            deliver(self, follower, batch)
+
+    monkeypatch.setattr(HomeLogHub, "_on_log_message", maybe)
+    async with two_nodes(hub_config(nats_session, layout="node")) as (a, b):
+        await eventually(lambda: a.home in b._followers)  # type: ignore[attr-defined]
+        await a.create("ahead")
+        await eventually(lambda: "ahead" in b._streams)
+        deaf.append(True)  # b hears nothing of a's log for now
+        for n in range(2):
+            await a.append("ahead", Event.message({"n": n}))
+        mirror = b._streams["ahead"]
+        assert mirror.log.last_seq == 0
+        deaf.clear()
+        # A reader that saw seq 2 on a reconnects to b: b reads up to it rather than refuse.
+        async with await b.subscribe("ahead", resume=Position(mirror.log.epoch, 2)) as sub:
+            await a.append("ahead", Event.done())
+            events = await drain(sub, timeout=5)
+        assert [e.seq for e in events] == [3]

@@ -326,6 +326,12 @@ class JetStreamHub(MemoryHub):
         replica = await self._replica(stream_id)
         if follow:
             await self._follow(replica)
+            if (
+                resume is not None
+                and resume.epoch == replica.log.epoch
+                and resume.seq > replica.log.last_seq
+            ):
+                await self._refresh(replica)  # the reader saw more on another node
         else:
             await self._refresh(replica)
         try:

@@ -209,17 +209,16 @@ async def _events(
     resume = resume_position(request)
     # Parsed before the response starts: after that an error could no longer be reported.
     max_events = request.query_int("max_events", 0, 0, 1 << 30) or None
-    info = await app.gateway.info(principal, stream_id)
-    if info.ended and resume is not None and resume == Position(info.epoch, info.last_seq):
-        # Nothing left to send: 204 tells an EventSource to stop reconnecting (WHATWG HTML
-        # 9.2.3: a response other than 200 text/event-stream fails the connection).
-        await send_body(send, 204, b"", b"text/plain")
-        return
     subscription = await app.gateway.subscribe(
         principal, stream_id, resume=resume, subscriber=request.query.get("subscriber")
     )
     async with subscription:
-        epoch = info.epoch
+        if resume is not None and subscription.exhausted:
+            # Resumed after the end: 204 tells an EventSource to stop reconnecting (WHATWG
+            # HTML 9.2.3: a response other than 200 text/event-stream fails the connection).
+            await send_body(send, 204, b"", b"text/plain")
+            return
+        epoch = subscription.position.epoch
         pump = app.sse_pump(request, receive, send)
         headers = [(b"x-airlane-stream-id", stream_id.encode())]
         app.metrics.connections["sse"] += 1
