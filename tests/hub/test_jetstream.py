@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 
+import nats.errors
 import pytest
 
 from airlane.core import Event, Kind, OrphanMode, OrphanPolicy, Position, Retention
@@ -562,3 +563,32 @@ async def test_idle_named_streams_expire_on_any_node_that_holds_them(idle_nodes)
             if all(info.finish_reason == "expired" for info in infos):
                 break
             await asyncio.sleep(0.2)
+
+
+async def test_a_read_waits_out_a_broker_that_does_not_answer_at_once(nodes, monkeypatch):
+    a, _ = nodes
+    await a.create("slow-read")
+    await a.append("slow-read", Event.message({"n": 1}))
+    late = jetstream_hub(replace(a.js_config, node_id="late"))
+    await late.start()
+    try:
+        buckets = late._store._kv
+        timeouts: list[str] = []
+
+        class Busy:
+            """A bucket whose first two reads get no answer in time (a saturated broker)."""
+
+            def __init__(self, bucket: Any) -> None:
+                self.bucket = bucket
+
+            async def get(self, key: str) -> Any:
+                if len(timeouts) < 2:
+                    timeouts.append(key)
+                    raise nats.errors.TimeoutError
+                return await self.bucket.get(key)
+
+        monkeypatch.setattr(late._store, "_kv", lambda name: Busy(buckets(name)))
+        assert (await late.info("slow-read")).last_seq == 1  # loaded, not refused
+        assert len(timeouts) == 2
+    finally:
+        await late.aclose()

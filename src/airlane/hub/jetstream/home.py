@@ -1147,8 +1147,23 @@ class HomeLogHub(JetStreamHub):
             self._reread.discard(replica.stream_id)  # tried again next round
             log.warning("stream %s: cannot read its record: %s", replica.stream_id, exc)
 
-    def _may_let_go(self, replica: Replica) -> bool:
-        return replica.home != self.home  # a mirror; this process writes its own streams
+    def _make_room(self) -> None:
+        # A mirror nobody reads, produces or appends to here goes (it is loaded again when
+        # a reader asks); this process's own streams stay: it writes them.
+        if len(self._streams) >= self.config.max_streams:
+            for stream_id, stream in self._streams.items():
+                assert isinstance(stream, Replica)
+                if (
+                    stream.home != self.home
+                    and not stream.readers
+                    and not stream.cancel_callbacks
+                    and stream_id not in self._producing
+                    and not stream.appends.flushing
+                    and not stream.lock.locked()
+                ):
+                    self._drop(stream_id)
+                    break
+        super()._make_room()
 
     def _looks_idle(self, replica: Replica, idle_before: int) -> bool:
         # Its home ends an idle stream (it hears every node's readers); the others would

@@ -599,31 +599,10 @@ class JetStreamHub(MemoryHub):
             self._unfollow(stream)
 
     def _make_room(self) -> None:
-        """Return if there is room for one more stream here, making it by letting go of a
-        replica this node does not need (no reader, producer or append of its here; loaded
-        again when one comes); else raise `HubFull`."""
-        if len(self._streams) < self.config.max_streams:
-            return
-        for stream_id, stream in self._streams.items():
-            assert isinstance(stream, Replica)
-            if (
-                not stream.readers
-                and stream.orphan is None
-                and not stream.cancel_callbacks
-                and stream_id not in self._producing
-                and not stream.appends.flushing
-                and not stream.lock.locked()
-                and self._may_let_go(stream)
-            ):
-                self._drop(stream_id)
-                return
-        raise HubFull(f"the hub holds {self.config.max_streams} streams, its limit")
-
-    def _may_let_go(self, replica: Replica) -> bool:
-        """Whether `_make_room` may drop ``replica``: one another node is responsible for.
-        Here none: a replica does not say where its stream was created, and ``max_streams``
-        bounds what this node creates."""
-        return False
+        """Raise `HubFull` if this node holds ``max_streams`` streams (the ``node`` layout
+        first lets a mirror nobody needs here go)."""
+        if len(self._streams) >= self.config.max_streams:
+            raise HubFull(f"the hub holds {self.config.max_streams} streams, its limit")
 
     def _drop(self, stream_id: str) -> None:
         """Forget a replica here (its readers are released)."""

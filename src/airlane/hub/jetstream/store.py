@@ -244,10 +244,9 @@ class JetStreamStore:
         """Store a stream's folded history."""
         await _answer(self._kv(self._snapshots).put(key, value))
 
-    @staticmethod
-    async def _get(bucket: KeyValue, key: str) -> bytes | None:
+    async def _get(self, bucket: KeyValue, key: str) -> bytes | None:
         try:
-            entry = await _answer(bucket.get(key))
+            entry = await self._patiently(lambda: bucket.get(key))
         except nats.js.errors.KeyNotFoundError:
             return None
         value: bytes | None = entry.value
@@ -412,8 +411,10 @@ class JetStreamStore:
         message, where asking for the newest one would send a whole (large) message back.
         """
         try:
-            await _answer(
-                self._jetstream().get_msg(stream, after + 1, subject, next=True, direct=True)
+            await self._patiently(
+                lambda: self._jetstream().get_msg(
+                    stream, after + 1, subject, next=True, direct=True
+                )
             )
         except nats.js.errors.NotFoundError:
             return after
@@ -431,7 +432,9 @@ class JetStreamStore:
         caller reads on from what it learns (a live subscription, the next conflict).
         """
         try:
-            msg = await _answer(self._jetstream().get_msg(stream, subject=subject, direct=True))
+            msg = await self._patiently(
+                lambda: self._jetstream().get_msg(stream, subject=subject, direct=True)
+            )
         except nats.js.errors.NotFoundError:
             return 0
         return int(msg.seq or 0)
@@ -622,6 +625,21 @@ class JetStreamStore:
             await nc.publish(f"{self.config.prefix}.ctl.{what}", payload)
 
     # -- plumbing ---------------------------------------------------------------------------
+
+    async def _patiently(self, request: Callable[[], Awaitable[Any]]) -> Any:
+        """An idempotent request (a read), tried again while JetStream does not answer, for
+        up to ``unavailable_after_s``: a reader waits out a busy or restarting broker as an
+        append does, rather than failing after one ``request_timeout_s``."""
+        deadline = time.monotonic() + self.config.unavailable_after_s
+        delay = 0.05
+        while True:
+            try:
+                return await request()
+            except UNREACHABLE as exc:
+                if time.monotonic() + delay > deadline:
+                    raise HubUnavailable(f"JetStream does not answer: {exc!r}") from exc
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
 
     @property
     def max_payload(self) -> int:
