@@ -331,6 +331,7 @@ async def main_async(args: argparse.Namespace, config: Path) -> dict[str, Any]:
             "interval_ms": args.interval_ms,
             "storage": args.storage,
             "layout": args.layout,
+            "compression": args.compression,
             "workers": args.workers,
         }
     }
@@ -384,6 +385,13 @@ def main() -> None:
         default="node",
         help="the JetStream hub's layout (a subject per stream, or a home log per process)",
     )
+    parser.add_argument(
+        "--compression",
+        choices=("zstd", "none"),
+        default="zstd",
+        help="how the node layout stores home log messages (the load test's chunks differ "
+        "only in their counters: zstd shrinks them far more than real LLM chunks)",
+    )
     parser.add_argument("--json", help="write the report here ('-' for stdout)")
     args = parser.parse_args()
     raise_fd_limit()
@@ -391,7 +399,7 @@ def main() -> None:
         config = Path(tmp) / "airlane.toml"
         config.write_text(
             f'[jetstream]\nheartbeat_s = 0.5\nnode_timeout_s = 2.0\nstorage = "{args.storage}"\n'
-            f'layout = "{args.layout}"\n'
+            f'layout = "{args.layout}"\ncompression = "{args.compression}"\n'
         )
         report = run_on_fast_loop(main_async(args, config))
     text = orjson.dumps(report, option=orjson.OPT_INDENT_2).decode()

@@ -240,12 +240,14 @@ async def test_a_follower_that_held_too_much_reads_on_past_what_it_dropped(nodes
 
 def _trimming(server: NatsServer) -> JetStreamHubConfig:
     """Ended streams dropped after a second; a trim round at every sweep (once a second),
-    streams rewritten once they hold back 2 KB (and four times their own size)."""
+    streams rewritten once they hold back 2 KB (and four times their own size) of log stored
+    uncompressed."""
     return hub_config(
         server,
         layout="node",
         trim_every_s=0.1,
         rewrite_after_mb=0.002,
+        compression="none",  # the byte counts below are what is written
         local=MemoryHubConfig(tick_s=0.05, ended_ttl_s=1.0),
     )
 
@@ -484,3 +486,39 @@ async def test_a_reader_resuming_past_what_this_node_holds_waits_for_it(nats_ses
             await a.append("ahead", Event.done())
             events = await drain(sub, timeout=5)
         assert [e.seq for e in events] == [3]
+
+
+async def test_home_log_messages_are_compressed_and_either_kind_is_read(nats_session):
+    config = hub_config(nats_session, layout="node")
+    a = HomeLogHub(replace(config, node_id="a"))  # compression "zstd", the default
+    b = HomeLogHub(replace(config, node_id="b", compression="none"))
+    await a.start()
+    await b.start()
+    try:
+        await eventually(lambda: a.home in b._followers and b.home in a._followers)
+        for hub in (a, b):
+            name = f"from-{hub.node}"
+            await hub.create(name)
+            await hub.append_many(
+                name, [Event.message({"n": n, "pad": "z" * 100}) for n in range(20)]
+            )
+            await hub.append(name, Event.done())
+        stored = []
+        for hub in (a, b):
+            last = await a._store.last_seq_on(a.js_config.log_stream, hub.home)
+            await a._store.read_until_on(
+                a.js_config.log_stream,
+                hub.home,
+                0,
+                last,
+                lambda m, node=hub.node: stored.append((node, m.payload)),
+            )
+        assert any(node == "a" and p.startswith(b"\x28\xb5\x2f\xfd") for node, p in stored)
+        assert all(p[0] & 0xF0 == 0x90 or p[0] in (0xDC, 0xDD) for node, p in stored if node == "b")
+        for reader in (a, b):
+            for name in ("from-a", "from-b"):
+                payloads = await _payloads(reader, name)
+                assert [p["n"] for p in payloads] == list(range(20))
+    finally:
+        await a.aclose()
+        await b.aclose()

@@ -7,14 +7,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from airlane.core import Channel, Event, Kind, OrphanMode, OrphanPolicy, Retention
+from airlane.hub.jetstream import records
 from airlane.hub.jetstream.records import (
     MAX_BATCH_BYTES,
     CorruptRecord,
     StreamMeta,
+    compressed,
     decode_batch,
+    decode_entries,
     decode_snapshot,
     encode_batches,
+    encode_entry,
     encode_snapshot,
+    join_entries,
     stream_id_of,
     stream_key,
 )
@@ -88,3 +93,22 @@ def test_snapshots_and_meta_round_trip_and_garbage_is_an_error():
         StreamMeta.from_bytes(b"{}")
     with pytest.raises(CorruptRecord):
         stream_id_of("@@@")
+
+
+def test_home_log_messages_round_trip_compressed_and_bad_frames_are_errors(monkeypatch):
+    entries = [
+        encode_entry(f"s{n}", 1, [Event.message({"n": n, "pad": "p" * 200})]) for n in range(20)
+    ]
+    plain = join_entries(entries)
+    small = join_entries(entries[:1])
+    assert compressed(small) == small  # below COMPRESS_FROM: stored as it is
+    packed = compressed(plain)
+    assert len(packed) < len(plain) // 4
+    assert decode_entries(packed) == decode_entries(plain)
+    assert [sid for sid, _, _ in decode_entries(packed)] == [f"s{n}" for n in range(20)]
+    with pytest.raises(CorruptRecord):
+        decode_entries(packed[:-8])  # cut short
+    # A frame that claims to expand past the bound is refused before anything is allocated.
+    monkeypatch.setattr(records, "MAX_PLAIN_BYTES", len(plain) - 1)
+    with pytest.raises(CorruptRecord):
+        decode_entries(packed)

@@ -48,6 +48,10 @@ class JetStreamHubConfig:
     """In the ``node`` layout, how long the home log's writer waits for more appends before a
     publish while traffic is light (fewer, fuller broker messages for that much latency;
     0: publish at once)."""
+    compression: str = "zstd"
+    """In the ``node`` layout, how home log messages are stored: ``zstd`` (level 1; LLM
+    chunks are mostly repeated keys, 5-9x smaller, and every byte costs the broker, the disk
+    and each node that reads it) or ``none``. Nodes read either, whatever they write."""
     trim_every_s: float = 10.0
     """In the ``node`` layout, how often a process purges its home log below the oldest
     message still needed: by a stream it holds (from its creation entry, or from its stored
@@ -71,6 +75,8 @@ class JetStreamHubConfig:
             raise ValueError("hub replicas must be 1 to 5")
         if not 0 <= self.linger_ms <= 100:
             raise ValueError("hub linger_ms must be 0 to 100")
+        if self.compression not in ("zstd", "none"):
+            raise ValueError(f"hub compression {self.compression!r}: use 'zstd' or 'none'")
         if self.trim_every_s < 0:
             raise ValueError("hub trim_every_s must be 0 (never) or more")
         if self.rewrite_after_mb < 0:

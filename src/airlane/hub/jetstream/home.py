@@ -71,6 +71,7 @@ from airlane.hub.jetstream.records import (
     MAX_BATCH_BYTES,
     CorruptRecord,
     StreamMeta,
+    compressed,
     decode_entries,
     decode_snapshot,
     encode_created,
@@ -310,7 +311,9 @@ class HomeLogHub(JetStreamHub):
             msg_id = f"{self.node}:{self.run}:{next(self._publishes)}"
             attempts[msg_id] = message
             payload = join_entries(parts)
-            self._last_size = len(payload)
+            self._last_size = len(payload)  # how busy the log is, whatever it is stored as
+            if self.js_config.compression == "zstd":
+                payload = compressed(payload)
             try:
                 js_seq = await self._store.publish_on(
                     self.js_config.log_stream,
