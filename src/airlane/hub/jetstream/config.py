@@ -50,7 +50,7 @@ class JetStreamHubConfig:
     0: publish at once)."""
     compression: str = "zstd"
     """In the ``node`` layout, how home log messages are stored: ``zstd`` (level 1; LLM
-    chunks are mostly repeated keys, 5-9x smaller, and every byte costs the broker, the disk
+    chunks are mostly repeated keys, about 7x smaller, and every byte costs the broker, the disk
     and each node that reads it) or ``none``. Nodes read either, whatever they write."""
     trim_every_s: float = 10.0
     """In the ``node`` layout, how often a process purges its home log below the oldest

@@ -68,8 +68,9 @@ MAX_BATCH_BYTES = 256 * 1024
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder()
-# Level 1: on OpenAI chunks with log-probabilities, 9x smaller at about 1 GB/s on this
-# project's machines; higher levels cost several times the CPU for a little more.
+# Level 1: OpenAI chunks with log-probabilities come out about 7x smaller, at 0.8 GB/s on
+# this project's machines (benchmarks/home_log_compression.py); higher levels cost several
+# times the CPU for a little more.
 _zstd = zstandard.ZstdCompressor(level=1)
 _unzstd = zstandard.ZstdDecompressor()
 # Enum members by wire value and back: a dict lookup is a third of what ``Lane(n)`` or
