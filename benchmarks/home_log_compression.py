@@ -82,12 +82,15 @@ def message(streams: int, per_stream: int, tokens: int, seed: int) -> tuple[byte
 
 
 def measure(
-    payload: bytes, compress: Callable[[bytes], bytes], decompress: Callable[[bytes], bytes]
+    payload: bytes,
+    compress: Callable[[bytes], bytes],
+    decompress: Callable[[bytes], bytes],
+    volume_mb: float,
 ) -> dict[str, float]:
-    """Ratio and MB/s each way, over enough repetitions to take about a second."""
+    """Ratio and MB/s each way, over ``volume_mb`` of input."""
     packed = compress(payload)
     assert decompress(packed) == payload
-    repeat = max(1, int(200e6 / len(payload)))
+    repeat = max(1, int(volume_mb * 1e6 / len(payload)))
     started = time.perf_counter()
     for _ in range(repeat):
         compress(payload)
@@ -109,6 +112,7 @@ def main() -> None:
     parser.add_argument("--per-stream", type=int, default=2, help="chunks of each stream")
     parser.add_argument("--tokens", type=int, default=4, help="tokens per chunk")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--volume-mb", type=float, default=200.0, help="input timed each way")
     parser.add_argument("--json", help="'-' prints the report as JSON")
     args = parser.parse_args()
     payload, mean = message(args.streams, args.per_stream, args.tokens, args.seed)
@@ -117,11 +121,14 @@ def main() -> None:
     report = {
         "message_bytes": len(payload),
         "chunk_bytes_mean": round(mean, 1),
-        "zstd-1": measure(payload, zstd_1.compress, unzstd.decompress),
+        "zstd-1": measure(payload, zstd_1.compress, unzstd.decompress, args.volume_mb),
         "lz4": measure(
-            payload, lambda b: lz4.block.compress(b, store_size=True), lz4.block.decompress
+            payload,
+            lambda b: lz4.block.compress(b, store_size=True),
+            lz4.block.decompress,
+            args.volume_mb,
         ),
-        "zlib-1": measure(payload, lambda b: zlib.compress(b, 1), zlib.decompress),
+        "zlib-1": measure(payload, lambda b: zlib.compress(b, 1), zlib.decompress, args.volume_mb),
     }
     if args.json == "-":
         print(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())

@@ -1,4 +1,4 @@
-"""Smoke run of ``benchmarks/cluster_fanout.py`` (CI runs benchmarks small, never timed)."""
+"""Smoke runs of the cluster benchmarks (CI runs benchmarks small, never timed)."""
 
 from __future__ import annotations
 
@@ -31,3 +31,21 @@ def test_cluster_fanout_runs_and_loses_nothing():
         assert report[run]["incomplete_readers"] == 0
     assert set(report["jetstream"]["lag_ms"]) == {"a", "b"}
     assert report["resume"]["every_chunk_once_in_order"] is True
+
+
+def test_home_log_compression_reports_each_method():
+    script = SCRIPT.parent / "home_log_compression.py"
+    result = subprocess.run(
+        [sys.executable, str(script), "--streams", "20", "--per-stream", "1",
+         "--volume-mb", "1", "--json", "-"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = orjson.loads(result.stdout)
+    assert report["message_bytes"] > 20 * 400
+    for method in ("zstd-1", "lz4", "zlib-1"):
+        assert report[method]["ratio"] > 1
+        assert report[method]["compress_mb_s"] > 0 and report[method]["decompress_mb_s"] > 0
