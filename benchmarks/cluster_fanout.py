@@ -144,11 +144,21 @@ async def read_stream(url: str, stream_id: str, reader: Reader, resume: str = ""
 
 
 async def create(
-    client: httpx.AsyncClient, url: str, chunks: int, mode: str, interval_ms: float
+    client: httpx.AsyncClient,
+    url: str,
+    chunks: int,
+    mode: str,
+    interval_ms: float,
+    varied: bool = False,
 ) -> str:
     """A load-test generation on ``url``; its id."""
     body = {
-        "loadtest": {"chunks": chunks, "mode": mode, "interval_ms": interval_ms},
+        "loadtest": {
+            "chunks": chunks,
+            "mode": mode,
+            "interval_ms": interval_ms,
+            "varied": varied,
+        },
         "orphan": "keep",
     }
     response = await client.post(f"{url}/v1/streams", json=body)
@@ -170,7 +180,9 @@ async def fanout(
 
     async def one(client: httpx.AsyncClient, index: int) -> None:
         async with create_limit:
-            stream_id = await create(client, producer, args.chunks, args.mode, args.interval_ms)
+            stream_id = await create(
+                client, producer, args.chunks, args.mode, args.interval_ms, args.varied
+            )
         mine = [Reader(names[(index + k) % len(names)]) for k in range(args.readers)]
         readers.extend(mine)
 
@@ -332,6 +344,7 @@ async def main_async(args: argparse.Namespace, config: Path) -> dict[str, Any]:
             "storage": args.storage,
             "layout": args.layout,
             "compression": args.compression,
+            "varied": args.varied,
             "workers": args.workers,
         }
     }
@@ -391,6 +404,12 @@ def main() -> None:
         default="zstd",
         help="how the node layout stores home log messages (the load test's chunks differ "
         "only in their counters: zstd shrinks them far more than real LLM chunks)",
+    )
+    parser.add_argument(
+        "--varied",
+        action="store_true",
+        help="chunks that differ as a model's do (~0.8 KB, tokens drawn per chunk) instead of "
+        "the seed's one 1.2 KB body per stream: what compression makes of real traffic",
     )
     parser.add_argument("--json", help="write the report here ('-' for stdout)")
     args = parser.parse_args()

@@ -17,6 +17,7 @@ from airlane.backends import synthetic
 from airlane.backends.base import Backend, BackendError, GenerationRequest, LoadTestSpec
 from airlane.backends.synthetic import (
     DEFAULT_YIELD_EVERY,
+    LOADTEST_CHUNK_BYTES,
     LOADTEST_TOKENS_PER_CHUNK,
     SyntheticBackend,
     SyntheticConfig,
@@ -321,9 +322,10 @@ async def test_aclose_stops_the_stream() -> None:
 # -- load-test chunks ----------------------------------------------------------------------
 
 
-def check_chunk(raw: bytes | None, seq: int) -> dict[str, Any]:
+def check_chunk(raw: bytes | None, seq: int, *, padded: bool = True) -> dict[str, Any]:
     assert raw is not None
-    assert 1150 <= len(raw) <= 1250
+    if padded:
+        assert 1150 <= len(raw) <= 1250
     chunk: dict[str, Any] = orjson.loads(raw)
     assert list(chunk)[:2] == ["seq", "ts"]
     assert chunk["seq"] == seq
@@ -407,3 +409,26 @@ async def test_invalid_load_test_spec() -> None:
 async def test_empty_load_test() -> None:
     events = await collect(request(loadtest=LoadTestSpec(chunks=0)))
     assert [e.kind for e in events] == [Kind.USAGE, Kind.DONE]
+
+
+@pytest.mark.parametrize("mode", ["burst", "paced"])
+async def test_varied_load_test_chunks_differ_like_a_models(mode: str) -> None:
+    spec = LoadTestSpec(chunks=40, mode=mode, interval_ms=0.1, varied=True)
+    streams = [await collect(request(loadtest=spec)) for _ in range(2)]
+    bodies = []
+    for events in streams:
+        chunks = [
+            check_chunk(event.raw, seq, padded=False)
+            for seq, event in enumerate(events[:-2], start=1)
+        ]
+        assert len(chunks) == 40
+        assert all(len(event.raw) < LOADTEST_CHUNK_BYTES for event in events[:-2])  # no padding
+        bodies.append([c["choices"][0]["delta"]["content"] for c in chunks])
+    assert len(set(bodies[0])) == 40  # every chunk of a stream its own tokens
+    assert bodies[0] != bodies[1]  # and each stream its own walk through them
+
+
+def test_a_load_test_spec_takes_varied_as_a_boolean_only() -> None:
+    assert LoadTestSpec.checked(10, "burst", 20, True).varied is True
+    with pytest.raises(ValueError, match="varied"):
+        LoadTestSpec.checked(10, "burst", 20, "yes")

@@ -58,9 +58,13 @@ class LoadTestSpec:
     """``burst``: as fast as possible; ``paced``: one chunk every ``interval_ms``."""
     interval_ms: float = 20.0
     """Pacing interval in paced mode."""
+    varied: bool = False
+    """Chunks that differ from one another as a model's do (tokens and log-probabilities
+    drawn per chunk, no padding: ~0.8 KB) instead of one body per stream with its counters
+    spliced in: what compression makes of real traffic."""
 
     @classmethod
-    def checked(cls, chunks: Any, mode: Any, interval_ms: Any) -> LoadTestSpec:
+    def checked(cls, chunks: Any, mode: Any, interval_ms: Any, varied: Any = False) -> LoadTestSpec:
         """A spec from a client's values, within the limits every wire applies.
 
         Raises:
@@ -74,7 +78,9 @@ class LoadTestSpec:
             raise ValueError("'interval_ms' must be a number")
         if not 0.1 <= interval_ms <= 60_000:
             raise ValueError("'interval_ms' must be between 0.1 and 60000")
-        return cls(chunks=chunks, mode=mode, interval_ms=float(interval_ms))
+        if not isinstance(varied, bool):
+            raise ValueError("'varied' must be true or false")
+        return cls(chunks=chunks, mode=mode, interval_ms=float(interval_ms), varied=varied)
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,11 +52,13 @@ __all__ = [
     "DEFAULT_YIELD_EVERY",
     "LOADTEST_CHUNK_BYTES",
     "LOADTEST_TOKENS_PER_CHUNK",
+    "VARIED_POOL",
     "ItlDistribution",
     "LoadTestChunk",
     "SyntheticBackend",
     "SyntheticConfig",
     "SyntheticScript",
+    "VariedLoadTestChunks",
     "estimate_prompt_tokens",
 ]
 
@@ -406,10 +408,81 @@ class LoadTestChunk:
         return [b'{"seq":%d%b' % (seq, rest) for seq in range(first, stop)]
 
 
+VARIED_POOL = 4096
+"""Distinct chunk bodies `VariedLoadTestChunks` draws from (a power of two: an odd stride
+through it visits every one)."""
+
+
+@functools.lru_cache(maxsize=8)
+def _varied_bodies(model: str) -> tuple[bytes, ...]:
+    """The bodies of varied load-test chunks, made once per model (~20 us each): each an
+    OpenAI ``chat.completion.chunk`` of `LOADTEST_TOKENS_PER_CHUNK` tokens of its own with
+    their log-probabilities, without the leading ``{``."""
+    rng = random.Random(b"airlane varied load-test chunks")
+    bodies = []
+    for _ in range(VARIED_POOL):
+        tokens = [" " + word for word in _plain_words(rng, LOADTEST_TOKENS_PER_CHUNK)]
+        body = {
+            "id": f"chatcmpl-{rng.getrandbits(96):024x}",
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": model,
+            "system_fingerprint": "fp_airlane",
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {"content": "".join(tokens)},
+                    "logprobs": {
+                        "content": [
+                            {"token": token, "logprob": round(-rng.random() * 2, 4)}
+                            for token in tokens
+                        ]
+                    },
+                    "finish_reason": None,
+                }
+            ],
+        }
+        bodies.append(orjson.dumps(body)[1:])
+    return tuple(bodies)
+
+
+class VariedLoadTestChunks:
+    """Load-test chunks that differ from one another as a model's do (`LoadTestSpec.varied`):
+    the same ``{"seq":N,"ts":T,`` head as `LoadTestChunk`, then one of `VARIED_POOL` bodies,
+    each stream walking the pool from its own place with its own stride."""
+
+    __slots__ = ("_bodies", "_offset", "_stride")
+
+    def __init__(self, model: str, rng: random.Random) -> None:
+        self._bodies = _varied_bodies(model)
+        self._offset = rng.randrange(VARIED_POOL)
+        self._stride = rng.randrange(1, VARIED_POOL, 2)
+
+    def _body(self, seq: int) -> bytes:
+        return self._bodies[(self._offset + seq * self._stride) % VARIED_POOL]
+
+    def encode(self, seq: int, ts_ns: int) -> bytes:
+        """The chunk numbered ``seq``, scheduled at ``ts_ns``, as JSON bytes."""
+        return b'{"seq":%d,"ts":%d,%b' % (seq, ts_ns, self._body(seq))
+
+    def encode_range(self, first: int, stop: int, ts_ns: int) -> list[bytes]:
+        """Chunks ``first`` to ``stop - 1``, all scheduled at ``ts_ns``."""
+        return [self.encode(seq, ts_ns) for seq in range(first, stop)]
+
+
 def _checked(spec: LoadTestSpec) -> LoadTestSpec:
     if spec.chunks < 0 or not (math.isfinite(spec.interval_ms) and spec.interval_ms >= 0):
         raise BackendError(f"invalid load-test spec: {spec}", code=ErrorCode.INVALID_REQUEST)
     return spec
+
+
+def _chunks_for(
+    request: GenerationRequest, spec: LoadTestSpec, ts_digits: int
+) -> LoadTestChunk | VariedLoadTestChunks:
+    """The chunks of one load-test stream: varied, or the seed's one body per request."""
+    if spec.varied:
+        return VariedLoadTestChunks(request.model, random.Random())
+    return _loadtest_chunk(request.model, _seed_material(request), ts_digits)
 
 
 @functools.lru_cache(maxsize=64)
@@ -492,14 +565,14 @@ class SyntheticBackend:
             schedule = PacedSchedule(**self._schedule(request, spec))
             return self._paced(schedule, self._loadtest_tail(request, spec))
         ts_digits = len(str(time.monotonic_ns()))
-        chunk = _loadtest_chunk(request.model, _seed_material(request), ts_digits)
+        chunk = _chunks_for(request, spec, ts_digits)
         return self._burst(chunk, spec, self._loadtest_tail(request, spec))
 
     def _schedule(self, request: GenerationRequest, spec: LoadTestSpec) -> ScheduleArgs:
         # Chunk i is due at start + i * interval on CLOCK_MONOTONIC, and that is its ts; the
         # first chunk is due at once.
         start_ns = time.monotonic_ns()
-        chunk = _loadtest_chunk(request.model, _seed_material(request), len(str(start_ns)))
+        chunk = _chunks_for(request, spec, len(str(start_ns)))
         return {
             "start_ns": start_ns,
             "interval_ns": spec.interval_ms * 1_000_000,
@@ -518,7 +591,7 @@ class SyntheticBackend:
         return [usage, Event.done("stop")]
 
     async def _burst(
-        self, chunk: LoadTestChunk, spec: LoadTestSpec, tail: list[Event]
+        self, chunk: LoadTestChunk | VariedLoadTestChunks, spec: LoadTestSpec, tail: list[Event]
     ) -> AsyncGenerator[list[Event], None]:
         # Slow start: batches of 1, 2, 4, ... up to yield_every chunks. The first chunk goes
         # out alone, at once; later ones in batches large enough to amortise the loop

@@ -315,12 +315,12 @@ class Gateway:
 
     @staticmethod
     def loadtest_spec(
-        chunks: Any = 200, mode: Any = "burst", interval_ms: Any = 20.0
+        chunks: Any = 200, mode: Any = "burst", interval_ms: Any = 20.0, varied: Any = False
     ) -> LoadTestSpec:
         """The benchmark workload a client asks for, within the limits every wire applies
         (`BadRequest` says which value is out of range)."""
         try:
-            return LoadTestSpec.checked(chunks, mode, interval_ms)
+            return LoadTestSpec.checked(chunks, mode, interval_ms, varied)
         except ValueError as exc:
             raise BadRequest(str(exc), param="loadtest") from None
 

@@ -185,12 +185,16 @@ async def _create_loadtest(
     gateway: Gateway, principal: Principal, body: dict[str, Any]
 ) -> StreamInfo:
     """A load-test generation that clients subscribe to (``airlane bench``'s cluster run):
-    ``{"loadtest": {"chunks": 200, "mode": "paced", "interval_ms": 20}, "orphan": "grace"}``."""
+    ``{"loadtest": {"chunks": 200, "mode": "paced", "interval_ms": 20, "varied": false},
+    "orphan": "grace"}``."""
     spec = body["loadtest"]
     if not isinstance(spec, dict):
         raise BadRequest("'loadtest' must be an object", param="loadtest")
     loadtest = gateway.loadtest_spec(
-        spec.get("chunks", 200), spec.get("mode", "burst"), spec.get("interval_ms", 20.0)
+        spec.get("chunks", 200),
+        spec.get("mode", "burst"),
+        spec.get("interval_ms", 20.0),
+        spec.get("varied", False),
     )
     orphan = body.get("orphan")
     if orphan is not None and not isinstance(orphan, str):
