@@ -354,6 +354,31 @@ def _split(text: str, parts: int) -> list[str]:
 # -- load-test chunks ----------------------------------------------------------------------
 
 
+def _chunk_body(rng: random.Random, model: str) -> dict[str, Any]:
+    """An OpenAI ``chat.completion.chunk`` of `LOADTEST_TOKENS_PER_CHUNK` tokens drawn from
+    ``rng``, with their log-probabilities."""
+    tokens = [" " + word for word in _plain_words(rng, LOADTEST_TOKENS_PER_CHUNK)]
+    return {
+        "id": f"chatcmpl-{rng.getrandbits(96):024x}",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": model,
+        "system_fingerprint": "fp_airlane",
+        "choices": [
+            {
+                "index": 0,
+                "delta": {"content": "".join(tokens)},
+                "logprobs": {
+                    "content": [
+                        {"token": token, "logprob": round(-rng.random() * 2, 4)} for token in tokens
+                    ]
+                },
+                "finish_reason": None,
+            }
+        ],
+    }
+
+
 class LoadTestChunk:
     """The seed's benchmark chunk for one stream, encoded once; `encode` splices in the rest.
 
@@ -368,28 +393,7 @@ class LoadTestChunk:
     __slots__ = ("_tail",)
 
     def __init__(self, model: str, material: bytes, *, ts_digits: int = 16) -> None:
-        rng = _rng(material, b"loadtest")
-        tokens = [" " + word for word in _plain_words(rng, LOADTEST_TOKENS_PER_CHUNK)]
-        body: dict[str, Any] = {
-            "id": f"chatcmpl-{rng.getrandbits(96):024x}",
-            "object": "chat.completion.chunk",
-            "created": 0,
-            "model": model,
-            "system_fingerprint": "fp_airlane",
-            "choices": [
-                {
-                    "index": 0,
-                    "delta": {"content": "".join(tokens)},
-                    "logprobs": {
-                        "content": [
-                            {"token": token, "logprob": round(-rng.random() * 2, 4)}
-                            for token in tokens
-                        ]
-                    },
-                    "finish_reason": None,
-                }
-            ],
-        }
+        body = _chunk_body(_rng(material, b"loadtest"), model)
         self._tail = orjson.dumps(body)[1:]  # without "{": encode() writes it with seq and ts
         # Pad with a trailing field to the target size, counting a three-digit seq.
         overhead = len(self.encode(100, 10 ** (ts_digits - 1))) + len(b',"padding":""')
@@ -421,28 +425,7 @@ def _varied_bodies(model: str) -> tuple[bytes, ...]:
     rng = random.Random(b"airlane varied load-test chunks")
     bodies = []
     for _ in range(VARIED_POOL):
-        tokens = [" " + word for word in _plain_words(rng, LOADTEST_TOKENS_PER_CHUNK)]
-        body = {
-            "id": f"chatcmpl-{rng.getrandbits(96):024x}",
-            "object": "chat.completion.chunk",
-            "created": 0,
-            "model": model,
-            "system_fingerprint": "fp_airlane",
-            "choices": [
-                {
-                    "index": 0,
-                    "delta": {"content": "".join(tokens)},
-                    "logprobs": {
-                        "content": [
-                            {"token": token, "logprob": round(-rng.random() * 2, 4)}
-                            for token in tokens
-                        ]
-                    },
-                    "finish_reason": None,
-                }
-            ],
-        }
-        bodies.append(orjson.dumps(body)[1:])
+        bodies.append(orjson.dumps(_chunk_body(rng, model))[1:])
     return tuple(bodies)
 
 
