@@ -17,6 +17,7 @@ import pytest
 from airlane.core import Event, Kind, OrphanMode, OrphanPolicy, Position, Retention
 from airlane.hub import HubError, HubUnavailable, MemoryHubConfig, StreamEnded, StreamNotFound
 from airlane.hub.jetstream import JetStreamHub, JetStreamHubConfig, jetstream_hub
+from airlane.hub.jetstream.presence import Heartbeat
 from airlane.hub.jetstream.records import stream_key
 from airlane.hub.jetstream.store import Conflict
 from tests.hub.contract import HubContract, drain, text_of
@@ -367,6 +368,31 @@ async def test_readers_on_another_node_keep_a_stream_from_being_orphaned(nodes):
     await sub.aclose()
     await asyncio.sleep(1.5)
     assert (await a.info("gen-4")).finish_reason == "cancelled"
+
+
+async def test_readers_that_come_and_go_together_are_announced_together(nodes, monkeypatch):
+    a, b = nodes
+    ids = [f"crowd-{i}" for i in range(40)]
+    for sid in ids:
+        await a.create(sid)
+    announced: list[dict[str, int]] = []
+    tell = b._store.tell
+
+    async def watched(what: str, payload: bytes) -> None:
+        beat = Heartbeat.from_bytes(payload)
+        if what == "hb" and beat is not None and beat.partial:
+            announced.append(beat.readers)
+        await tell(what, payload)
+
+    monkeypatch.setattr(b._store, "tell", watched)
+    subs = await asyncio.gather(*(b.subscribe(sid) for sid in ids))
+    await eventually(lambda: sum(len(r) for r in announced) == len(ids), what="every first reader")
+    assert len(announced) <= 4  # a few announcements for 40 streams, not one each
+    await eventually(lambda: all(a._nodes.remote_readers(sid) == 1 for sid in ids), what="a knows")
+    await asyncio.gather(*(sub.aclose() for sub in subs))
+    await eventually(lambda: sum(len(r) for r in announced) == 2 * len(ids), what="every last")
+    assert len(announced) <= 8
+    await eventually(lambda: all(a._nodes.remote_readers(sid) == 0 for sid in ids), what="a knows")
 
 
 async def test_folded_history_reaches_a_node_that_comes_later(nodes, nats_session, layout):

@@ -81,6 +81,10 @@ def test_reader_counts_change_with_full_and_partial_beats_and_death():
     assert table.remote_readers("s") == 1
     assert table.observe(Heartbeat("b", {"s": 0}, partial=True, run="rb"), 1.5) == [("s", 1, 0)]
     assert table.remote_readers("t") == 1  # a partial beat leaves the others alone
+    assert table.observe(Heartbeat("b", {"t": 2, "v": 3}, partial=True, run="rb"), 1.6) == [
+        ("v", 0, 3)
+    ]
+    assert table.observe(Heartbeat("b", {"v": 0}, partial=True, run="rb"), 1.7) == [("v", 3, 0)]
     assert table.observe(Heartbeat("b", {}, run="rb"), 2.0) == [("t", 2, 0)]  # a full one replaces
     table.observe(Heartbeat("b", {"u": 1}, ["gen"], run="rb"), 2.5)
     hear(table, 2.5, 6.0)

@@ -73,7 +73,13 @@ from airlane.hub.base import (
 )
 from airlane.hub.jetstream.appends import MAX_QUEUED_EVENTS
 from airlane.hub.jetstream.config import JetStreamHubConfig
-from airlane.hub.jetstream.presence import MAX_REPORTED, Heartbeat, Member, NodeTable
+from airlane.hub.jetstream.presence import (
+    MAX_ENTRIES,
+    MAX_REPORTED,
+    Heartbeat,
+    Member,
+    NodeTable,
+)
 from airlane.hub.jetstream.records import (
     CorruptRecord,
     StreamMeta,
@@ -96,6 +102,8 @@ SLOW_FOLLOW_S = 0.5
 """Reading a stream's history for a new follower slower than this is logged."""
 MAX_BATCH_EVENTS = 512
 """Events encoded for one publish at most (a group commit's queue may hold thousands)."""
+ANNOUNCE_AFTER_S = 0.02
+"""How long a change in a stream's local reader count waits to be announced with others."""
 SNAPSHOT_EVERY = 256
 """Newly folded events that make the producer's node store a snapshot and purge JetStream."""
 
@@ -121,6 +129,9 @@ class JetStreamHub(MemoryHub):
         self._tasks: set[asyncio.Task[Any]] = set()
         self._presence: asyncio.Task[None] | None = None
         self._publishes = itertools.count()
+        self._announcing: dict[str, Replica] = {}
+        """Streams whose local reader count changed since the last announcement."""
+        self._announcement: asyncio.TimerHandle | None = None
         self._started = False
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -150,6 +161,10 @@ class JetStreamHub(MemoryHub):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._presence
             self._presence = None
+        if self._announcement is not None:
+            self._announcement.cancel()  # the goodbye below says it all
+            self._announcement = None
+        self._announcing.clear()
         await super().aclose()
         if self._started:
             goodbye = Heartbeat(self.node, leaving=True, run=self.run)
@@ -635,13 +650,29 @@ class JetStreamHub(MemoryHub):
             log.warning("stream %s: could not record its producer: %s", meta.stream_id, exc)
 
     def _announce_readers(self, replica: Replica) -> None:
-        """Tell the other nodes at once that this node started or stopped reading."""
-        if replica.stream_id in self._producing:
-            return
-        beat = Heartbeat(
-            self.node, {replica.stream_id: replica.readers}, partial=True, run=self.run
-        )
-        self._spawn(self._store.tell("hb", beat.to_bytes()))
+        """Tell the other nodes soon (`ANNOUNCE_AFTER_S`) that this node started or stopped
+        reading: one announcement carries every stream whose readers came or went meanwhile,
+        so a burst of connections costs the broker and every node a few messages, not one
+        each (the orphan policy's grace is seconds, not milliseconds)."""
+        self._announcing[replica.stream_id] = replica
+        if self._announcement is None:
+            self._announcement = asyncio.get_running_loop().call_later(
+                ANNOUNCE_AFTER_S, self._announce
+            )
+
+    def _announce(self) -> None:
+        self._announcement = None
+        readers: dict[str, int] = {}
+        announcing = self._announcing
+        while announcing and len(readers) < MAX_ENTRIES:
+            stream_id, replica = announcing.popitem()
+            if stream_id not in self._producing:  # the producer's node tells by heartbeat
+                readers[stream_id] = replica.readers  # the count now, however it got there
+        if announcing:  # the rest go in the next
+            self._announcement = asyncio.get_running_loop().call_later(0, self._announce)
+        if readers:
+            beat = Heartbeat(self.node, readers, partial=True, run=self.run)
+            self._spawn(self._store.tell("hb", beat.to_bytes()))
 
     async def _heartbeats(self) -> None:
         while True:

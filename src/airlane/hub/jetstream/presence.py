@@ -1,9 +1,10 @@
 """Which gateway processes are alive, which streams each produces, and where streams have readers.
 
 Pure bookkeeping (time is passed in). Every node publishes a heartbeat on
-``<prefix>.ctl.hb`` each `JetStreamHubConfig.heartbeat_s` (and at once when a stream gains its
-first or loses its last local reader): its id, the run of the process (random per start), the
-streams whose producer it runs, and its reader count per stream. From them each node knows
+``<prefix>.ctl.hb`` each `JetStreamHubConfig.heartbeat_s`: its id, the run of the process
+(random per start), the streams whose producer it runs, and its reader count per stream; and
+within 20 ms of a stream gaining its first or losing its last local reader, a partial one
+naming every stream that did so meanwhile. From them each node knows
 
 - when another process died (silent for ``node_timeout_s``): the streams it produced can never
   end normally, so a node reading one ends it with a ``producer_lost`` error;
@@ -147,8 +148,19 @@ class NodeTable:
             self.producers[stream_id] = member
         known = self.readers.setdefault(member, {})
         changes = []
-        new = dict(known) if beat.partial else {}
-        new.update(beat.readers)
+        if beat.partial:
+            # An announcement names only what changed: touch only that (a copy of every
+            # count per announcement made a burst of N new readers cost N squared).
+            for stream_id, after in beat.readers.items():
+                before = known.get(stream_id, 0)
+                if before != after:
+                    changes.append((stream_id, before, after))
+                if after > 0:
+                    known[stream_id] = after
+                else:
+                    known.pop(stream_id, None)
+            return changes
+        new = beat.readers
         for stream_id in set(known) | set(new):
             before, after = known.get(stream_id, 0), new.get(stream_id, 0)
             if before != after:
