@@ -140,8 +140,6 @@ class Acceptor:
             self._loop.remove_reader(self.sock.fileno())
 
     def _on_readable(self) -> None:
-        loop = self._loop
-        assert loop is not None
         accept = self.sock.accept
         for _ in range(self.max_per_turn):
             try:
@@ -157,24 +155,48 @@ class Acceptor:
                 return
             self.accepted += 1
             self._short = False
-            self._not_begun.add(conn)
-            task = loop.create_task(self._hand_over(loop, conn, address))
-            self._handing_over.add(task)
-            task.add_done_callback(self._handed_over)
+            self._begin(conn, address, self.protocol_factory, self.tls)
+
+    def adopt(self, conn: socket.socket, protocol_factory: Callable[[], asyncio.Protocol]) -> None:
+        """Serve ``conn``, a plain connection another process accepted and handed over
+        (`airlane.runtime.handoff`), with a protocol from ``protocol_factory``, as if this
+        acceptor had accepted it."""
+        if self._loop is None or self._closed:
+            conn.close()
+            return
+        self._begin(conn, None, protocol_factory, None)
+
+    def _begin(
+        self,
+        conn: socket.socket,
+        address: object,
+        protocol_factory: Callable[[], asyncio.Protocol],
+        tls: Callable[[], ssl.SSLContext] | None,
+    ) -> None:
+        assert self._loop is not None
+        self._not_begun.add(conn)
+        task = self._loop.create_task(self._hand_over(conn, address, protocol_factory, tls))
+        self._handing_over.add(task)
+        task.add_done_callback(self._handed_over)
 
     async def _hand_over(
-        self, loop: asyncio.AbstractEventLoop, conn: socket.socket, address: object
+        self,
+        conn: socket.socket,
+        address: object,
+        protocol_factory: Callable[[], asyncio.Protocol],
+        tls: Callable[[], ssl.SSLContext] | None,
     ) -> None:
         self._not_begun.discard(conn)
+        loop = asyncio.get_running_loop()
         try:
             # The transport and the protocol are made at once; this waits for connection_made.
-            if self.tls is None:
-                await loop.connect_accepted_socket(self.protocol_factory, conn)
+            if tls is None:
+                await loop.connect_accepted_socket(protocol_factory, conn)
             else:
                 await loop.connect_accepted_socket(
-                    self.protocol_factory,
+                    protocol_factory,
                     conn,
-                    ssl=self.tls(),
+                    ssl=tls(),
                     ssl_handshake_timeout=self.handshake_timeout_s,
                 )
         except (ssl.SSLError, ConnectionError, TimeoutError) as exc:

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FLUSHED_EXTENSION",
+    "HAND_OVER_EXTENSION",
     "LANE_EXTENSION",
     "PEER_EXTENSION",
     "SOCKET_EXTENSION",
@@ -51,6 +52,12 @@ forwarded by a trusted proxy), or None."""
 SOCKET_EXTENSION = "airlane.socket"
 """Scope extension: the connection's socket (what asyncio's transport hands out), for marking
 it with a lane (`airlane.runtime.socket_lanes`); absent where the server has none to give."""
+
+HAND_OVER_EXTENSION = "airlane.hand_over"
+"""Scope extension: ``pass_to(sibling) -> bool``, which hands the connection, with the request
+just read, to a sibling process (`airlane.runtime.handoff`) that then answers it; False where
+it stays (a response begun, a body, the sibling gone...). Offered only by a server whose
+process has siblings, on plain connections it accepted itself."""
 
 LANE_EXTENSION = "airlane.lane"
 """Scope extension: what marks the connection with a lane when the server marks it other than

@@ -37,12 +37,13 @@ writes nothing and says so.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import httptools
 
-from airlane.transports.http.asgi import PEER_EXTENSION, SOCKET_EXTENSION
+from airlane.transports.http.asgi import HAND_OVER_EXTENSION, PEER_EXTENSION, SOCKET_EXTENSION
 from airlane.transports.http.server.cycle import BodyWriter, RequestCycle
 from airlane.transports.http.server.flow import WriteFlow
 from airlane.transports.http.server.state import ServerState, cancel_later, log
@@ -82,8 +83,12 @@ class _Refused(Exception):
 class HttpProtocol(asyncio.Protocol):
     """One HTTP/1.1 connection (see the module docstring)."""
 
-    def __init__(self, state: ServerState) -> None:
+    def __init__(self, state: ServerState, preface: bytes = b"") -> None:
         self.state = state
+        self._preface = preface
+        """A request head a sibling process read on this connection and handed over with
+        it (`airlane.runtime.handoff`): read first, as if the client had just sent it."""
+        self._handed_in = bool(preface)  # never handed on again
         self.loop = state.loop
         self.settings = settings = state.settings
         self._max_target = settings.max_target_bytes
@@ -147,6 +152,9 @@ class HttpProtocol(asyncio.Protocol):
             self.transport.close()
             return
         self._arm_idle()
+        if self._preface:
+            preface, self._preface = self._preface, b""
+            self.data_received(preface)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
@@ -280,6 +288,8 @@ class HttpProtocol(asyncio.Protocol):
             wants_continue=self._expect_continue,
         )
         scope["extensions"][WRITE_BODY] = BodyWriter(cycle).write
+        if self.state.handoff is not None and not self._handed_in and self.state.tls is None:
+            scope["extensions"][HAND_OVER_EXTENSION] = functools.partial(self._pass_to, cycle)
         self._parsing = cycle
         self._queue(cycle)
         # Until the body is complete (for a request without one: until the parser says so, in
@@ -377,6 +387,38 @@ class HttpProtocol(asyncio.Protocol):
     def abort(self) -> None:
         """Close now."""
         self.transport.close()
+
+    def _pass_to(self, cycle: RequestCycle, sibling: str) -> bool:
+        """Hand this connection, with ``cycle``'s request, to the sibling process
+        ``sibling``, which answers it (`HAND_OVER_EXTENSION`); False where it stays here: a
+        response begun, a request body or another request read, the server stopping, the
+        sibling gone or busy."""
+        handoff = self.state.handoff
+        scope = cycle.scope
+        if (
+            handoff is None
+            or cycle is not self.cycle
+            or cycle.response_started
+            or cycle.more_body
+            or cycle.buffered
+            or self._pipeline
+            or self._in_head  # the next request began: its bytes would be lost
+            or self._done
+            or self._lost
+            or self.state.stopping
+            or self.socket is None
+            or not _bodiless(scope["headers"])
+        ):
+            return False
+        head = _request_head(scope["method"], self._target, scope["http_version"], scope["headers"])
+        if not handoff.send(sibling, self.socket.fileno(), head):
+            return False
+        # The sibling holds the connection now: this process lets go of it without a word
+        # (closing a descriptor the sibling shares neither ends nor resets the connection).
+        self._done = True
+        cycle.lost()
+        self.transport.abort()
+        return True
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -544,6 +586,24 @@ class _Upgrade:
         self.version = version
         self.rest = b""
         """The bytes that came after the request (the start of the WebSocket stream)."""
+
+
+def _bodiless(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether a request with these header fields has no body."""
+    for name, value in headers:
+        if name == b"transfer-encoding" or (name == b"content-length" and value != b"0"):
+            return False
+    return True
+
+
+def _request_head(
+    method: str, target: bytes, version: str, headers: list[tuple[bytes, bytes]]
+) -> bytes:
+    """A request's head as its client sent it (field names lowercased)."""
+    lines = [b"%s %s HTTP/%s\r\n" % (method.encode("ascii"), target, version.encode("ascii"))]
+    lines += [b"%s: %s\r\n" % field for field in headers]
+    lines.append(b"\r\n")
+    return b"".join(lines)
 
 
 def _is_websocket(headers: list[tuple[bytes, bytes]]) -> bool:

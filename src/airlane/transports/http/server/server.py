@@ -9,6 +9,10 @@ in order: no new connections; idle keep-alive connections closed; requests in fl
 WebSockets are closed with 1012; then whatever still runs is cancelled, what is still open is
 closed, and the lifespan shutdown runs the application's hooks.
 
+Given a `airlane.runtime.handoff.Handoff` (the workers of ``airlane serve --workers``), the
+server also adopts the connections its siblings hand over, each with the request head they
+read on it, and offers its own requests' applications the ``airlane.hand_over`` extension.
+
 The socket is bound and configured by the caller (`airlane.server.run.bind_socket`: TCP
 keepalive and ``TCP_NODELAY`` are set on it, and accepted sockets inherit them). Plain TCP
 only: nothing here wraps connections in TLS.
@@ -21,6 +25,7 @@ import socket
 from typing import TYPE_CHECKING
 
 from airlane.runtime.acceptor import Acceptor
+from airlane.runtime.handoff import Handoff
 from airlane.transports.http.asgi import ASGIApp
 from airlane.transports.http.http_protocol import HttpProtocol
 from airlane.transports.http.server.lifespan import Lifespan
@@ -40,13 +45,21 @@ class HttpServer:
     """Serves ``app`` on a bound, listening socket (see the module docstring)."""
 
     def __init__(
-        self, app: ASGIApp, settings: ServerSettings | None = None, *, tls: ServerTls | None = None
+        self,
+        app: ASGIApp,
+        settings: ServerSettings | None = None,
+        *,
+        tls: ServerTls | None = None,
+        handoff: Handoff | None = None,
     ) -> None:
         self.app = app
         self.settings = settings or ServerSettings()
         self.tls = tls
         """TLS for every connection (HTTPS, WSS), with client certificates when it asks for
         them; None: plain HTTP."""
+        self.handoff = handoff
+        """Where this process passes connections to its siblings and takes theirs
+        (``airlane serve --workers``; not with TLS); None: it has none."""
         self.lifespan = Lifespan(app)
         self.acceptor: Acceptor | None = None
         """Takes the connections, once started (its counts go to ``/metrics``)."""
@@ -74,6 +87,14 @@ class HttpServer:
             on_refused=None if tls is None else tls.refused,
         )
         self.acceptor.start()
+        if self.handoff is not None and tls is None:
+            state.handoff = self.handoff
+            acceptor = self.acceptor
+
+            def adopt(conn: socket.socket, head: bytes) -> None:
+                acceptor.adopt(conn, lambda: HttpProtocol(state, preface=head))
+
+            self.handoff.start(adopt)
 
     def force(self) -> None:
         """Cut a shutdown's grace short: cancel what is in flight now."""
@@ -85,6 +106,9 @@ class HttpServer:
             return
         self._stopped = True
         state = self._state
+        if state is not None and state.handoff is not None:
+            state.handoff.close()  # siblings serve what they would have handed over
+            state.handoff = None
         if self.acceptor is not None:
             self.acceptor.close()
             await self.acceptor.wait_closed()

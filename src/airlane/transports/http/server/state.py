@@ -7,6 +7,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
+from airlane.runtime.handoff import Handoff
 from airlane.transports.http.asgi import ASGIApp
 from airlane.transports.http.server.settings import ServerSettings
 from airlane.transports.http.server.status import DateHeader
@@ -40,6 +41,7 @@ class ServerState:
         "app_state",
         "connections",
         "date",
+        "handoff",
         "loop",
         "settings",
         "stopping",
@@ -73,6 +75,9 @@ class ServerState:
         self.date = DateHeader()
         self.stopping = False
         """Shutdown has begun: connections take no new requests."""
+        self.handoff: Handoff | None = None
+        """Where connections go to sibling processes and come from them (None: this
+        process has none)."""
 
     def start_task(self, coro: Any, owner: set[asyncio.Task[None]]) -> asyncio.Task[None]:
         """Run an application coroutine in a task owned by ``owner`` (its connection's set)

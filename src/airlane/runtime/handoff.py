@@ -1,0 +1,257 @@
+"""`Handoff`: sibling processes on one machine pass accepted connections to each other.
+
+The workers of ``airlane serve --workers`` share one port: the kernel gives each new
+connection to any of them. A stream, though, is produced by one process, and a reader that
+lands on another costs the machine the events twice over (the broker carries them to that
+process, which decodes, holds and encodes them again). A worker that sees a request it would
+rather leave to the stream's own process hands the connection over instead: the socket
+itself (``SCM_RIGHTS``) and the request's head, which the sibling reads as if the client had
+just sent it. The client sees one connection and one response, from the sibling.
+
+Each process listens on a Unix ``SOCK_SEQPACKET`` socket, ``<directory>/<name>.sock``, named
+after itself, and keeps one link to each sibling it has handed to (at most `MAX_LINKS`); a
+message is one connection (the head, at most `MAX_HEAD_BYTES`, with one descriptor).
+Sending never waits: a sibling that is gone (no socket, nobody listening, the link broken)
+or whose queue is full refuses, and the caller serves the request itself. Receiving takes at
+most `MAX_PER_TURN` messages per link and readiness; anything malformed (no descriptor,
+several, a cut message, not a stream socket) is closed and dropped. The directory is the
+supervisor's (mode 0700), so only the same user's processes can hand connections in.
+
+(Datagram sockets would need no links, but Linux queues at most ``net.unix.max_dgram_qlen``
+datagrams for a receiver, 10 by default: a burst of readers overflowed it at once.)
+"""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+__all__ = [
+    "MAX_HEAD_BYTES",
+    "MAX_LINKS",
+    "MAX_PER_TURN",
+    "Handoff",
+    "HandoffMetrics",
+    "handoff_path",
+]
+
+log = logging.getLogger("airlane.runtime.handoff")
+
+MAX_HEAD_BYTES = 64 * 1024
+"""The largest request head a connection is handed over with (a bigger one is served where
+it arrived)."""
+MAX_PER_TURN = 64
+"""Connections taken in per link and readiness at most (each is a transport to set up)."""
+MAX_LINKS = 256
+"""Links kept to siblings, and taken from them, at most (``--workers`` allows 256)."""
+_SUN_PATH_MAX = 107
+"""Bytes a Unix socket's path may have on Linux (``sun_path`` less its terminator)."""
+
+
+def handoff_path(directory: Path, name: str) -> Path:
+    """Where the process ``name`` takes connections in."""
+    return directory / f"{name}.sock"
+
+
+class Handoff:
+    """One process's end (see the module docstring): `start` takes connections in, `send`
+    hands one over, `close` stops both and removes the socket file."""
+
+    def __init__(self, directory: Path, name: str) -> None:
+        self.directory = directory
+        self.name = name
+        """This process's name among its siblings (its socket's)."""
+        self.path = handoff_path(directory, name)
+        self.sent = 0
+        """Connections handed to a sibling."""
+        self.received = 0
+        """Connections taken over from a sibling."""
+        self.refused = 0
+        """Hand-overs that did not happen (the sibling gone or busy): served here."""
+        self._listener: socket.socket | None = None
+        self._links: dict[str, socket.socket] = {}
+        """Open links to siblings, by name."""
+        self._incoming: set[socket.socket] = set()
+        """Links siblings opened to this process."""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._on_connection: Callable[[socket.socket, bytes], None] | None = None
+
+    @property
+    def usable(self) -> bool:
+        """Whether the socket path fits (a long temporary directory may not)."""
+        return len(os.fsencode(self.path)) <= _SUN_PATH_MAX
+
+    def start(self, on_connection: Callable[[socket.socket, bytes], None]) -> None:
+        """Listen and take connections in on the running loop: ``on_connection(sock,
+        head)`` for each (it owns ``sock`` from then on)."""
+        if self._listener is not None:
+            raise RuntimeError("a handoff starts once")
+        self._loop = asyncio.get_running_loop()
+        self._on_connection = on_connection
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()  # an earlier process of this name's (names carry a run)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            listener.setblocking(False)
+            listener.bind(os.fspath(self.path))
+            listener.listen(MAX_LINKS)
+        except OSError:
+            listener.close()
+            raise
+        self._listener = listener
+        self._loop.add_reader(listener.fileno(), self._on_link)
+
+    def send(self, sibling: str, fd: int, head: bytes) -> bool:
+        """Hand the connection ``fd`` (still this process's to close) to ``sibling`` with the
+        request ``head``; False, without a trace on the connection, where it cannot be."""
+        if self._listener is None or sibling == self.name:
+            return False
+        if len(head) > MAX_HEAD_BYTES:
+            self.refused += 1
+            return False
+        link = self._links.get(sibling)
+        try:
+            if link is None:
+                link = self._link(sibling)
+            # (`socket.send_fds` would do, but drops its address argument in 3.11.)
+            link.sendmsg([head], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
+        except OSError as exc:  # gone (no file, nobody listening, link broken) or busy
+            self.refused += 1
+            if link is not None and not isinstance(exc, BlockingIOError):
+                self._links.pop(sibling, None)
+                link.close()
+            log.debug("could not hand a connection to %s: %s", sibling, exc)
+            return False
+        self.sent += 1
+        return True
+
+    def close(self) -> None:
+        """Stop taking connections in and remove the socket; connections handed over and
+        not yet taken are closed (their clients see the connection end)."""
+        listener, self._listener = self._listener, None
+        if listener is None:
+            return
+        loop = self._loop
+        assert loop is not None
+        loop.remove_reader(listener.fileno())
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+        listener.close()
+        for link in self._links.values():
+            link.close()
+        self._links.clear()
+        for link in self._incoming:
+            loop.remove_reader(link.fileno())
+            while (taken := _receive(link)) not in (None, False):
+                if isinstance(taken, tuple):
+                    taken[0].close()
+            link.close()
+        self._incoming.clear()
+
+    def _link(self, sibling: str) -> socket.socket:
+        if len(self._links) >= MAX_LINKS:
+            raise BlockingIOError(f"{MAX_LINKS} links are open")
+        link = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            link.setblocking(False)
+            link.connect(os.fspath(handoff_path(self.directory, sibling)))
+        except OSError:
+            link.close()
+            raise
+        self._links[sibling] = link
+        return link
+
+    def _on_link(self) -> None:
+        """A sibling opens a link."""
+        listener, loop = self._listener, self._loop
+        assert listener is not None and loop is not None
+        while True:
+            try:
+                link, _ = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                log.warning("handoff socket %s: %s", self.path, exc)
+                return
+            if len(self._incoming) >= MAX_LINKS:
+                link.close()
+                continue
+            link.setblocking(False)
+            self._incoming.add(link)
+            loop.add_reader(link.fileno(), self._on_readable, link)
+
+    def _on_readable(self, link: socket.socket) -> None:
+        callback = self._on_connection
+        assert callback is not None
+        for _ in range(MAX_PER_TURN):
+            taken = _receive(link)
+            if taken is None:
+                return
+            if taken is False:  # the sibling closed its end (or stopped)
+                assert self._loop is not None
+                self._loop.remove_reader(link.fileno())
+                self._incoming.discard(link)
+                link.close()
+                return
+            if isinstance(taken, tuple):
+                self.received += 1
+                callback(*taken)
+
+
+def _receive(link: socket.socket) -> tuple[socket.socket, bytes] | bool | None:
+    """The next connection handed over on ``link``, with its head; True for a message
+    dropped (malformed: what it carried is closed), False once the link has ended, None
+    while nothing waits."""
+    try:
+        head, fds, flags, _ = socket.recv_fds(link, MAX_HEAD_BYTES, 2)
+    except (BlockingIOError, InterruptedError):
+        return None
+    except OSError as exc:
+        log.debug("handoff link: %s", exc)
+        return False
+    if not head and not fds:
+        return False  # the sibling closed its end
+    if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or len(fds) != 1 or not head:
+        for fd in fds:
+            os.close(fd)
+        return True
+    try:
+        conn = socket.socket(fileno=fds[0])
+    except OSError:  # not a socket at all
+        os.close(fds[0])
+        return True
+    if conn.type != socket.SOCK_STREAM:
+        conn.close()
+        return True
+    conn.setblocking(False)
+    return conn, head
+
+
+class HandoffMetrics(Collector):
+    """``airlane_handoff_connections_total``, by ``direction``: ``sent`` (handed to a
+    sibling), ``received`` (taken over from one), ``refused`` (the sibling gone or busy:
+    served where it arrived)."""
+
+    def __init__(self, handoff: Handoff) -> None:
+        self.handoff = handoff
+
+    def collect(self) -> Iterator[Metric]:
+        """The one family."""
+        family = CounterMetricFamily(
+            "airlane_handoff_connections",
+            "Connections passed between the processes of one airlane serve --workers",
+            labels=["direction"],
+        )
+        family.add_metric(["sent"], self.handoff.sent)
+        family.add_metric(["received"], self.handoff.received)
+        family.add_metric(["refused"], self.handoff.refused)
+        yield family

@@ -1,0 +1,174 @@
+"""Connections handed between sibling processes' `Handoff` ends (here two ends in one loop, each
+with its own socket, as two workers have): the connection keeps working from its new owner,
+a sibling that is gone or unknown refuses without touching the connection, anything that is not
+a connection is dropped, and closing removes the socket. Then through `HttpServer`: a request
+one server hands over is answered by the other on the same connection, and one with a body
+stays where it is."""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import contextlib
+import os
+import socket
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airlane.runtime.handoff import MAX_HEAD_BYTES, Handoff, handoff_path
+from airlane.transports.http.asgi import HAND_OVER_EXTENSION
+from airlane.transports.http.server import HttpServer
+from tests.waiting import eventually
+
+HEAD = b"GET /x HTTP/1.1\r\nhost: here\r\n\r\n"
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A directory whose socket paths fit ``sun_path`` (pytest's may not)."""
+    with tempfile.TemporaryDirectory(prefix="ho-") as directory:
+        yield Path(directory)
+
+
+@contextlib.contextmanager
+def tcp_pair() -> Iterator[tuple[socket.socket, socket.socket]]:
+    """A loopback connection: (the client's end, the server's accepted end)."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        client = socket.create_connection(server.getsockname(), timeout=5)
+        accepted, _ = server.accept()
+    with client, accepted:
+        yield client, accepted
+
+
+@contextlib.asynccontextmanager
+async def siblings(tmp_path: Path) -> AsyncIterator[tuple[Handoff, Handoff, list[Any]]]:
+    """Two ends, ``a.1`` and ``b.2``; what each takes in lands in the list as (name, conn,
+    head)."""
+    taken: list[Any] = []
+    a, b = Handoff(tmp_path, "a.1"), Handoff(tmp_path, "b.2")
+    a.start(lambda conn, head: taken.append(("a", conn, head)))
+    b.start(lambda conn, head: taken.append(("b", conn, head)))
+    try:
+        yield a, b, taken
+    finally:
+        a.close()
+        b.close()
+        for _, conn, _ in taken:
+            conn.close()
+
+
+async def test_a_handed_connection_works_from_its_new_owner(short_tmp: Path) -> None:
+    async with siblings(short_tmp) as (a, b, taken):
+        with tcp_pair() as (client, accepted):
+            assert a.send("b.2", accepted.fileno(), HEAD)
+            accepted.close()  # what the sender does next: the connection lives on in b
+            await eventually(lambda: taken, what="b takes it")
+            [(name, conn, head)] = taken
+            assert (name, head) == ("b", HEAD)
+            assert conn.getpeername() == client.getsockname()
+            conn.setblocking(True)
+            conn.sendall(b"from b")
+            assert client.recv(100) == b"from b"
+            client.sendall(b"to b")
+            assert conn.recv(100) == b"to b"
+        assert (a.sent, b.received, a.refused) == (1, 1, 0)
+
+
+async def test_a_sibling_gone_or_unknown_refuses_and_leaves_the_connection_alone(
+    short_tmp: Path,
+) -> None:
+    async with siblings(short_tmp) as (a, b, taken):
+        with tcp_pair() as (client, accepted):
+            assert not a.send("nobody.9", accepted.fileno(), HEAD)
+            assert not a.send("a.1", accepted.fileno(), HEAD)  # not to itself
+            assert not a.send("b.2", accepted.fileno(), b"x" * (MAX_HEAD_BYTES + 1))
+            assert a.send("b.2", accepted.fileno(), HEAD)  # the link to b is open now
+            await eventually(lambda: taken, what="b takes it")
+            b.close()
+            assert not handoff_path(short_tmp, "b.2").exists()
+            assert not a.send("b.2", accepted.fileno(), HEAD)  # the link broke with b
+            accepted.sendall(b"still here")
+            assert client.recv(100) == b"still here"
+        assert a.refused == 3  # (the one to itself is not an attempt)
+
+
+async def test_what_is_not_one_connection_is_dropped(short_tmp: Path) -> None:
+    async with siblings(short_tmp) as (_, b, taken):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as link:
+            link.connect(os.fspath(b.path))
+            read_end, write_end = os.pipe()
+            try:
+                link.send(b"no descriptor")
+                rights = array.array("i", [read_end])
+                link.sendmsg([HEAD], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
+                with tcp_pair() as (_, accepted):
+                    rights = array.array("i", [accepted.fileno()])
+                    link.sendmsg([HEAD], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
+                    await eventually(lambda: taken, what="the real one")
+            finally:
+                os.close(read_end)
+                os.close(write_end)
+        assert [name for name, _, _ in taken] == ["b"] and b.received == 1
+
+
+async def _serve(tmp_path: Path, name: str, app: Any) -> tuple[HttpServer, Handoff, int]:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    handoff = Handoff(tmp_path, name)
+    server = HttpServer(app, handoff=handoff)
+    await server.start(sock)
+    return server, handoff, sock.getsockname()[1]
+
+
+def _app(name: str, offered: list[tuple[str, bool]]) -> Any:
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        pass_to = scope["extensions"].get(HAND_OVER_EXTENSION)
+        offered.append((name, pass_to is not None))
+        if pass_to is not None and name == "a" and pass_to("b.2"):
+            return
+        body = f"{name} answers {scope['method']} {scope['path']}?{scope['query_string'].decode()}"
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": body.encode()})
+
+    return app
+
+
+async def test_a_request_handed_over_is_answered_by_the_sibling_on_the_same_connection(
+    short_tmp: Path,
+) -> None:
+    offered: list[tuple[str, bool]] = []
+    server_a, _, port = await _serve(short_tmp, "a.1", _app("a", offered))
+    server_b, handoff_b, _ = await _serve(short_tmp, "b.2", _app("b", offered))
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /v1/x?q=1 HTTP/1.1\r\nhost: h\r\nx-y: z\r\n\r\n")
+        response = await reader.readuntil(b"0\r\n\r\n")  # (chunked)
+        assert response.startswith(b"HTTP/1.1 200") and b"b answers GET /v1/x?q=1" in response
+        # The connection is b's now: the next request goes to b, which never hands on.
+        writer.write(b"GET /again HTTP/1.1\r\nhost: h\r\n\r\n")
+        assert b"b answers GET /again?" in await reader.readuntil(b"0\r\n\r\n")
+        assert offered == [("a", True), ("b", False), ("b", False)]
+        assert handoff_b.received == 1
+        writer.close()
+        # A request with a body stays where it arrived.
+        offered.clear()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /p HTTP/1.1\r\nhost: h\r\ncontent-length: 2\r\n\r\nhi")
+        assert b"a answers POST /p" in await reader.readuntil(b"0\r\n\r\n")
+        assert offered == [("a", True)]
+        writer.close()
+    finally:
+        await server_a.shutdown()
+        await server_b.shutdown()
