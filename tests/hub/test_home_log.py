@@ -522,3 +522,31 @@ async def test_home_log_messages_are_compressed_and_either_kind_is_read(nats_ses
     finally:
         await a.aclose()
         await b.aclose()
+
+
+async def test_a_node_that_mirrors_only_what_it_reads_loads_a_stream_when_asked(nats_session):
+    config = hub_config(nats_session, layout="node")
+    async with two_nodes(replace(config, mirror="read")) as (a, b):
+        assert isinstance(a, HomeLogHub) and isinstance(b, HomeLogHub)
+        assert a.process is not None and a.process != b.process
+        await eventually(lambda: b._nodes.last_seen, what="b hears a")
+        await a.create("asked")
+        a.on_cancel("asked", lambda: None)
+        await a.append_many("asked", [Event.message({"n": n}) for n in range(3)])
+        await asyncio.sleep(0.3)
+        assert "asked" not in b.stream_ids() and a.home not in b._followers  # held by a only
+        assert await b.owner("asked") == a.process  # (from the stream's record)
+        assert await a.owner("asked") is None  # its own
+        assert await b.owner("nothing-of-that-name") is None
+        sub = await b.subscribe("asked")  # loaded now, and followed from here on
+        await a.append_many("asked", [Event.message({"n": 3}), Event.done()])
+        events = await drain(sub)
+        assert [e.data["payload"] for e in events if e.kind is Kind.MESSAGE and e.data] == [
+            {"n": n} for n in range(4)
+        ]
+        await sub.aclose()
+        await a.create("later")  # a's log is followed now, but only what is read is held
+        await a.append("later", Event.message({"n": 0}))
+        await asyncio.sleep(0.3)
+        assert "later" not in b.stream_ids()
+        assert await b.owner("asked") is None  # ended: all of it is here already

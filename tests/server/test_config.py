@@ -102,6 +102,7 @@ def test_the_cluster_page_example_loads_and_builds_a_jetstream_hub(tmp_path):
         ("[jetstream]\ntrim_every_s = -1\n", "trim_every_s"),
         ("[jetstream]\nrewrite_after_mb = -1\n", "rewrite_after_mb"),
         ('[jetstream]\ncompression = "lz4"\n', "compression"),
+        ('[jetstream]\nmirror = "some"\n', "mirror"),
     ],
 )
 def test_jetstream_mistakes_are_reported(tmp_path, text, message):

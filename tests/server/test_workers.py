@@ -110,12 +110,31 @@ def test_a_bad_worker_count_is_one_line_and_exit_2() -> None:
     ]
 
 
+def handoffs(url: str) -> dict[str, float]:
+    """``airlane_handoff_connections_total`` by direction, summed over the workers."""
+    totals: dict[str, float] = {}
+    for line in httpx.get(f"{url}/metrics", timeout=5).text.splitlines():
+        if line.startswith("airlane_handoff_connections_total{"):
+            direction = line.split('direction="')[1].split('"')[0]
+            totals[direction] = totals.get(direction, 0.0) + float(line.rsplit(" ", 1)[1])
+    return totals
+
+
 def test_streams_started_on_one_worker_are_read_resumed_and_cancelled_through_another(
     tmp_path: Path,
 ) -> None:
     with workers(tmp_path) as server:
         a, b = pinned_clients(server.url, 2).values()
-        # Produced by a, read through b from the start, then resumed through b.
+        # A long one produced by b, cancelled through a: it ends cancelled everywhere.
+        long = b.post("/v1/streams", json={"loadtest": {"chunks": 5000, "mode": "paced",
+                                                        "interval_ms": 10}})  # fmt: skip
+        long_id = long.json()["id"]
+        time.sleep(0.3)
+        assert a.post(f"/v1/streams/{long_id}/cancel").status_code in (200, 202, 204)
+        ended = events_of(b, long_id)[-1]
+        assert ended["kind"] == "done" and ended["finish_reason"] == "cancelled"
+        # Produced by a, read through b from the start (b hands the connection to a, which
+        # answers on it: the client sees one response), then resumed.
         made = a.post("/v1/streams", json={"loadtest": {"chunks": 50, "mode": "paced",
                                                         "interval_ms": 5}})  # fmt: skip
         assert made.status_code in (200, 201), made.text
@@ -126,16 +145,49 @@ def test_streams_started_on_one_worker_are_read_resumed_and_cancelled_through_an
         assert len(chunks) == 50
         resumed = events_of(b, stream, last_id=chunks[24]["id"])
         assert [e["seq"] for e in resumed] == [e["seq"] for e in events if e["seq"] > 25]
-        # A long one produced by b, cancelled through a: it ends cancelled everywhere.
-        long = b.post("/v1/streams", json={"loadtest": {"chunks": 5000, "mode": "paced",
-                                                        "interval_ms": 10}})  # fmt: skip
-        long_id = long.json()["id"]
-        time.sleep(0.3)
-        assert a.post(f"/v1/streams/{long_id}/cancel").status_code in (200, 202, 204)
-        ended = events_of(b, long_id)[-1]
-        assert ended["kind"] == "done" and ended["finish_reason"] == "cancelled"
+        deadline = time.monotonic() + 10  # (workers share their metrics every moment)
+        while (counts := handoffs(server.url)).get("received", 0) < 1:
+            assert time.monotonic() < deadline, counts
+            time.sleep(0.2)
+        assert counts.get("refused", 0) == 0
         for client in (a, b):
             client.close()
+
+
+def test_many_readers_on_any_worker_read_every_event_once_in_order(tmp_path: Path) -> None:
+    with workers(tmp_path) as server:
+        made = httpx.post(f"{server.url}/v1/streams", json={"loadtest": {
+            "chunks": 40, "mode": "paced", "interval_ms": 20}}, timeout=10)  # fmt: skip
+        stream = made.json()["id"]
+
+        async def read(resume: str = "") -> list[int]:
+            headers = {"Last-Event-ID": resume} if resume else {}
+            seqs = []
+            async with (
+                httpx.AsyncClient(base_url=server.url, timeout=30) as client,
+                client.stream("GET", f"/v1/streams/{stream}/events", headers=headers) as response,
+            ):
+                assert response.status_code == 200
+                async for line in response.aiter_lines():
+                    if line.startswith("data: "):
+                        seqs.append(json.loads(line[6:])["seq"])
+            return seqs
+
+        async def readers() -> list[list[int]]:
+            # Each on its own connection: the kernel spreads them over both workers.
+            return await asyncio.gather(*(read() for _ in range(24)))
+
+        results = asyncio.run(readers())
+        every = list(range(1, len(results[0]) + 1))  # 40 chunks and the stream's end, at least
+        assert len(every) > 40 and all(seqs == every for seqs in results), results
+        deadline = time.monotonic() + 10  # (a worker shows the others' samples as they last
+        while True:  # left them: poll until both sides agree)
+            counts = handoffs(server.url)
+            if counts.get("received", 0) >= 1 and counts["received"] == counts.get("sent"):
+                break  # 24 readers: at least one reached the other worker and was handed over
+            assert time.monotonic() < deadline, counts
+            time.sleep(0.2)
+        assert counts.get("refused", 0) == 0
 
 
 def test_one_metrics_view_a_restarted_worker_and_one_sigint_for_everything(

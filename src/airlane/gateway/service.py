@@ -478,6 +478,12 @@ class Gateway:
         with finding(self.security, principal, Action.SUBSCRIBE, key, stream_id):
             return client_info(await self.hub.info(key), stream_id)
 
+    async def owner(self, principal: Principal, stream_id: str) -> str | None:
+        """The sibling process that produces ``principal``'s stream ``stream_id`` (`Hub.owner`),
+        where a reader is better served. Says nothing of whether ``principal`` may read it
+        (the owner checks, as here)."""
+        return await self.hub.owner(hub_key(principal, stream_id))
+
     def cluster(self) -> dict[str, object]:
         """The gateway nodes sharing this hub, as this node knows them (one node, itself,
         without a shared hub)."""

@@ -260,6 +260,19 @@ class Hub(abc.ABC):
         `airlane.hub.jetstream.presence.NodeTable.report`); a hub of one process: none."""
         return []
 
+    @property
+    def process(self) -> str | None:
+        """This process's name among the processes sharing the hub, as `owner` names
+        them (None: a hub of one process)."""
+        return None
+
+    async def owner(self, stream_id: str) -> str | None:
+        """The process that produces ``stream_id`` and holds it first hand, where that is
+        another live process of this hub; else None (this one, none, or unknown).
+        Processes that can pass connections to each other (``airlane serve --workers``)
+        send a stream's readers there: each event is then served where it was made."""
+        return None
+
     @abc.abstractmethod
     def stream_ids(self) -> list[str]:
         """The streams this hub holds here, oldest first (a node of a cluster: those it holds

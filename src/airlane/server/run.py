@@ -36,6 +36,7 @@ from airlane.core.errors import ErrorCode
 from airlane.gateway import Gateway, ServerTls
 from airlane.runtime.acceptor import AcceptorMetrics
 from airlane.runtime.admission import Admission
+from airlane.runtime.handoff import Handoff, HandoffMetrics
 from airlane.runtime.worker_metrics import WorkerMetrics
 from airlane.security.jwt import Jwks
 from airlane.security.rbac import RbacPolicy
@@ -224,7 +225,9 @@ async def _serve(
         sock = listeners.bind("HTTP", config.host, config.port, config)
         host, port = sock.getsockname()[:2]
         await listeners.start(app, config, port, accept_metrics)
-        server = HttpServer(app, listeners.http_settings(config), tls=tls)
+        server = HttpServer(
+            app, listeners.http_settings(config), tls=tls, handoff=_handoff(config, app, tls)
+        )
         try:
             await server.start(sock)
         except LifespanFailed as exc:
@@ -327,6 +330,24 @@ async def _watchers(
         every_s = config.policy.reload_s
         watchers.append(asyncio.create_task(_reload_policy(rbac, every_s), name="policy reload"))
     return watchers
+
+
+def _handoff(config: ServerConfig, app: AirlaneApp, tls: ServerTls | None) -> Handoff | None:
+    """In a worker of ``airlane serve --workers`` whose hub names its processes: where it
+    passes a stream's readers to the worker producing it and takes the readers of its own
+    (`airlane.runtime.handoff`). Not with TLS: a TLS session cannot change processes."""
+    name = app.gateway.hub.process
+    if config.worker is None or config.workers_dir is None or name is None or tls is not None:
+        return None
+    handoff = Handoff(Path(config.workers_dir), name)
+    if not handoff.usable:
+        log.warning(
+            "readers stay on the worker they reach: %s is too long a path for a Unix socket",
+            handoff.path,
+        )
+        return None
+    app.metrics.registry.register(HandoffMetrics(handoff))
+    return handoff
 
 
 def _share_metrics(config: ServerConfig, app: AirlaneApp) -> list[asyncio.Task[None]]:

@@ -273,7 +273,9 @@ class _Supervisor:
     def worker_settings(self, index: int) -> ServerConfig:
         name = f"w{index}"
         base = self.settings.jetstream.node_id or socket.gethostname().split(".")[0] or "airlane"
-        jetstream = replace(self.settings.jetstream, node_id=f"{base}-{name}")
+        # Readers are handed to the worker producing their stream (airlane.runtime.handoff):
+        # a worker holds only the others' streams it is asked for.
+        jetstream = replace(self.settings.jetstream, node_id=f"{base}-{name}", mirror="read")
         # One Waku node (one peer id, one filter and relay state) in the first worker: the
         # streams it bridges are shared through the hub, so it sees every worker's.
         waku = self.settings.waku if index == 0 else replace(self.settings.waku, enabled=False)

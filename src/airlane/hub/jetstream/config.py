@@ -61,6 +61,13 @@ class JetStreamHubConfig:
     """In the ``node`` layout, how much of its home log (MB written since) a live stream may
     hold back before its retained events are written again at the log's head (and at least
     four times those events' size), so that the log behind it can be trimmed. 0: never."""
+    mirror: str = "all"
+    """In the ``node`` layout, which of other processes' streams a process holds: ``all``,
+    every one from its creation on (a reader anywhere starts at once, and resumes from
+    memory when the stream's node dies); or ``read``, only those read here, loaded from the
+    broker when their first reader comes. ``airlane serve --workers`` runs ``read``: its
+    workers hand a stream's readers to the worker producing it, so holding the others'
+    streams would be work for nobody."""
     local: MemoryHubConfig = field(default_factory=MemoryHubConfig)
     """Limits and timers of the node's replicas (the in-memory part)."""
 
@@ -77,6 +84,8 @@ class JetStreamHubConfig:
             raise ValueError("hub linger_ms must be 0 to 100")
         if self.compression not in ("zstd", "none"):
             raise ValueError(f"hub compression {self.compression!r}: use 'zstd' or 'none'")
+        if self.mirror not in ("all", "read"):
+            raise ValueError(f"hub mirror {self.mirror!r}: use 'all' or 'read'")
         if self.trim_every_s < 0:
             raise ValueError("hub trim_every_s must be 0 (never) or more")
         if self.rewrite_after_mb < 0:

@@ -23,7 +23,10 @@ mirrors the streams created in them from their creation entry, which carries the
 reader on any node finds the stream there, complete, without a read. A stream created before
 this node followed its home log is read from the log once (from its snapshot's message, or
 from its creation time). A gap in a followed log (a reconnect, a slow consumer) shows in the
-republished previous-sequence header and is read back.
+republished previous-sequence header and is read back. With ``mirror = "read"`` (the workers
+of ``airlane serve --workers``, which hand a stream's readers to its home process) a node
+follows a log only once it loads one of its streams, and holds only what it loaded; `owner`
+then reads a stream's record to say where it lives.
 
 Trimming. A stream's messages cannot be purged alone (they share a subject with others), so
 each process purges its home log below the oldest message still needed, every
@@ -557,6 +560,29 @@ class HomeLogHub(JetStreamHub):
         finally:
             self._snapshotting.discard(sid)
 
+    # -- processes ---------------------------------------------------------------------------
+
+    @property
+    def process(self) -> str | None:
+        return self._process_of(self.home)
+
+    async def owner(self, stream_id: str) -> str | None:
+        stream = self._streams.get(stream_id)
+        if isinstance(stream, Replica):
+            home = stream.home
+            if stream.log.terminal is not None:
+                return None  # nothing more will be made: it is all here already
+        elif self.js_config.mirror == "read":
+            try:  # not held here, as most others' streams: its record says where it lives
+                home = (await self._stored_meta(stream_id)).home
+            except HubError:  # (no such stream, or no broker: either is answered here)
+                return None
+        else:
+            return None
+        if home is None or home == self.home or not self._maybe_alive(home):
+            return None
+        return self._process_of(home)
+
     # -- appends to other processes' streams ------------------------------------------------
 
     def _process_of(self, home: str) -> str:
@@ -757,7 +783,8 @@ class HomeLogHub(JetStreamHub):
     def _mirror(self, stream_id: str, body: Any, home: str, js_seq: int) -> None:
         """Hold a stream created in a followed log from its first entry on."""
         if (
-            home == self.home
+            self.js_config.mirror != "all"
+            or home == self.home
             or stream_id in self._deleted
             or len(self._streams) >= self.config.max_streams * MIRROR_SHARE
         ):
@@ -1120,7 +1147,7 @@ class HomeLogHub(JetStreamHub):
             else:
                 self._read_by[beat.member] = position
         subject = self._store.log_subject(beat.node, beat.run)
-        if subject not in self._followers:
+        if subject not in self._followers and self.js_config.mirror == "all":
             self._follow_log(subject)  # mirror what it creates from now on
 
     def _end_orphaned_producers(self) -> None:

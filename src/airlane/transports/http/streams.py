@@ -32,6 +32,7 @@ from airlane.core import Event, Position, StreamInfo, valid_stream_id
 from airlane.core.errors import BadRequest, ErrorCode, NotFound
 from airlane.gateway import Gateway, Principal
 from airlane.transports.http.asgi import (
+    HAND_OVER_EXTENSION,
     HttpError,
     Receive,
     Request,
@@ -213,6 +214,13 @@ async def _events(
     resume = resume_position(request)
     # Parsed before the response starts: after that an error could no longer be reported.
     max_events = request.query_int("max_events", 0, 0, 1 << 30) or None
+    pass_to = request.extension(HAND_OVER_EXTENSION)
+    if pass_to is not None:
+        # A sibling process produces the stream: its reader is served there, where each
+        # event is encoded once for all its readers and nothing crosses the broker twice.
+        owner = await app.gateway.owner(principal, stream_id)
+        if owner is not None and pass_to(owner):
+            return
     subscription = await app.gateway.subscribe(
         principal, stream_id, resume=resume, subscriber=request.query.get("subscriber")
     )
