@@ -190,6 +190,40 @@ def test_many_readers_on_any_worker_read_every_event_once_in_order(tmp_path: Pat
         assert counts.get("refused", 0) == 0
 
 
+def test_when_a_streams_worker_is_killed_its_readers_resume_elsewhere_and_see_it_end(
+    tmp_path: Path,
+) -> None:
+    with workers(tmp_path) as server:
+        (pid_a, a), (_, b) = pinned_clients(server.url, 2).items()
+        made = a.post("/v1/streams", json={"loadtest": {"chunks": 100000, "mode": "paced",
+                                                        "interval_ms": 10}})  # fmt: skip
+        stream = made.json()["id"]
+        seen: list[dict[str, Any]] = []
+        last_id = ""
+        # Read through b: handed to a, whose death cuts the response.
+        with (
+            contextlib.suppress(httpx.HTTPError),
+            b.stream("GET", f"/v1/streams/{stream}/events") as response,
+        ):
+            for line in response.iter_lines():
+                if line.startswith("id: "):
+                    last_id = line[4:]
+                elif line.startswith("data: "):
+                    seen.append(json.loads(line[6:]))
+                    if len(seen) == 20:
+                        os.kill(pid_a, signal.SIGKILL)
+        assert len(seen) >= 20 and last_id
+        # Resumed on whichever worker takes the new connection (the survivor, or a's
+        # successor): the stream is loaded from the broker, everything after the resume
+        # point arrives once, in order, and the stream ends with producer_lost.
+        with httpx.Client(base_url=server.url, timeout=30) as fresh:
+            rest = events_of(fresh, stream, last_id=last_id)
+        seqs = [e["seq"] for e in seen] + [e["seq"] for e in rest]
+        assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), seqs
+        assert rest[-1]["kind"] == "error" and rest[-1]["code"] == "producer_lost", rest[-1]
+        b.close()
+
+
 def test_one_metrics_view_a_restarted_worker_and_one_sigint_for_everything(
     tmp_path: Path,
 ) -> None:
