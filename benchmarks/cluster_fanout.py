@@ -348,21 +348,26 @@ async def main_async(args: argparse.Namespace, config: Path) -> dict[str, Any]:
             "workers": args.workers,
         }
     }
-    with gateway(None, "m", config) as m:
-        assert m.url is not None
-        report["memory"] = await fanout(m.url, {"m": m.url}, args, {"m": m.pid})
+    runs = set(args.runs.split(","))
+    if "memory" in runs:
+        with gateway(None, "m", config) as m:
+            assert m.url is not None
+            report["memory"] = await fanout(m.url, {"m": m.url}, args, {"m": m.pid})
     with nats_server() as (hub, broker_pid):
-        with gateway(hub, "a", config) as a, gateway(hub, "b", config) as b:
-            assert a.url is not None and b.url is not None
-            processes = {"a": a.pid, "b": b.pid, "nats-server": broker_pid}
-            try:
-                report["jetstream"] = await fanout(a.url, {"a": a.url, "b": b.url}, args, processes)
-            except Exception:
-                # What the gateways said is where the reason is.
-                for name, node in (("a", a), ("b", b)):
-                    print(f"--- gateway {name}:\n{node.output_tail()}", file=sys.stderr)
-                raise
-        if args.workers > 1:
+        if "jetstream" in runs:
+            with gateway(hub, "a", config) as a, gateway(hub, "b", config) as b:
+                assert a.url is not None and b.url is not None
+                processes = {"a": a.pid, "b": b.pid, "nats-server": broker_pid}
+                try:
+                    report["jetstream"] = await fanout(
+                        a.url, {"a": a.url, "b": b.url}, args, processes
+                    )
+                except Exception:
+                    # What the gateways said is where the reason is.
+                    for name, node in (("a", a), ("b", b)):
+                        print(f"--- gateway {name}:\n{node.output_tail()}", file=sys.stderr)
+                    raise
+        if args.workers > 1 and "workers" in runs:
             # One machine, every core: `airlane serve --workers N` (its own broker); the
             # load client connects to the one port, the kernel spreads connections.
             with gateway(None, "w", config, args.workers) as w:
@@ -411,8 +416,16 @@ def main() -> None:
         help="chunks that differ as a model's do (~0.8 KB, tokens drawn per chunk) instead of "
         "the seed's one 1.2 KB body per stream: what compression makes of real traffic",
     )
+    parser.add_argument(
+        "--runs",
+        default="memory,jetstream,workers",
+        help="which runs, comma-separated (the resume run goes by --resume-streams)",
+    )
     parser.add_argument("--json", help="write the report here ('-' for stdout)")
     args = parser.parse_args()
+    unknown = set(args.runs.split(",")) - {"memory", "jetstream", "workers"}
+    if unknown:
+        parser.error(f"--runs: no run named {', '.join(sorted(unknown))}")
     raise_fd_limit()
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "airlane.toml"
