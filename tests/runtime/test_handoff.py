@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from airlane.runtime.handoff import MAX_HEAD_BYTES, Handoff, handoff_path
-from airlane.transports.http.asgi import HAND_OVER_EXTENSION
+from airlane.transports.http.asgi import HAND_OVER_EXTENSION, HANDED_OVER
 from airlane.transports.http.server import HttpServer
 from tests.waiting import eventually
 
@@ -137,6 +137,7 @@ def _app(name: str, offered: list[tuple[str, bool]]) -> Any:
         pass_to = scope["extensions"].get(HAND_OVER_EXTENSION)
         offered.append((name, pass_to is not None))
         if pass_to is not None and name == "a" and pass_to("b.2"):
+            offered.append(("a handed it over", scope[HANDED_OVER]))
             return
         body = f"{name} answers {scope['method']} {scope['path']}?{scope['query_string'].decode()}"
         await send({"type": "http.response.start", "status": 200, "headers": []})
@@ -159,7 +160,7 @@ async def test_a_request_handed_over_is_answered_by_the_sibling_on_the_same_conn
         # The connection is b's now: the next request goes to b, which never hands on.
         writer.write(b"GET /again HTTP/1.1\r\nhost: h\r\n\r\n")
         assert b"b answers GET /again?" in await reader.readuntil(b"0\r\n\r\n")
-        assert offered == [("a", True), ("b", False), ("b", False)]
+        assert offered == [("a", True), ("a handed it over", True), ("b", False), ("b", False)]
         assert handoff_b.received == 1
         writer.close()
         # A request with a body stays where it arrived.

@@ -37,6 +37,7 @@ from airlane.runtime.lane_flows import LaneFlows, ShapingCounters
 from airlane.runtime.socket_lanes import LanesConfig
 from airlane.transports.http.artifacts import handle_artifacts
 from airlane.transports.http.asgi import (
+    HANDED_OVER,
     PEER_EXTENSION,
     Receive,
     Request,
@@ -271,7 +272,8 @@ class AirlaneApp:
             # Reached only by a bug: log it with the traceback here, never send it out.
             log.exception("unhandled error on %s %s", request.method, request.path)
             status = await self._report(send, AirlaneError("internal server error"), request)
-        self.metrics.count_request(route, str(status))
+        if not scope.get(HANDED_OVER):  # (else the sibling that answered it counts it)
+            self.metrics.count_request(route, str(status))
 
     async def _report(self, send: Send, exc: AirlaneError, request: Request) -> int:
         """The error response for ``exc``; its status (the one it would have had, when the

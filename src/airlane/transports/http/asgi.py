@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FLUSHED_EXTENSION",
+    "HANDED_OVER",
     "HAND_OVER_EXTENSION",
     "LANE_EXTENSION",
     "PEER_EXTENSION",
@@ -57,7 +58,11 @@ HAND_OVER_EXTENSION = "airlane.hand_over"
 """Scope extension: ``pass_to(sibling) -> bool``, which hands the connection, with the request
 just read, to a sibling process (`airlane.runtime.handoff`) that then answers it; False where
 it stays (a response begun, a body, the sibling gone...). Offered only by a server whose
-process has siblings, on plain connections it accepted itself."""
+process has siblings, on plain connections it accepted itself. Once it returned True the
+scope's `HANDED_OVER` key is True: the request is the sibling's to answer, and to count."""
+
+HANDED_OVER = "airlane.handed_over"
+"""Scope key set (True) by the server once the request went to a sibling with its connection."""
 
 LANE_EXTENSION = "airlane.lane"
 """Scope extension: what marks the connection with a lane when the server marks it other than

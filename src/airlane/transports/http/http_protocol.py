@@ -43,7 +43,12 @@ from typing import TYPE_CHECKING, Any
 
 import httptools
 
-from airlane.transports.http.asgi import HAND_OVER_EXTENSION, PEER_EXTENSION, SOCKET_EXTENSION
+from airlane.transports.http.asgi import (
+    HAND_OVER_EXTENSION,
+    HANDED_OVER,
+    PEER_EXTENSION,
+    SOCKET_EXTENSION,
+)
 from airlane.transports.http.server.cycle import BodyWriter, RequestCycle
 from airlane.transports.http.server.flow import WriteFlow
 from airlane.transports.http.server.state import ServerState, cancel_later, log
@@ -416,6 +421,7 @@ class HttpProtocol(asyncio.Protocol):
         # The sibling holds the connection now: this process lets go of it without a word
         # (closing a descriptor the sibling shares neither ends nor resets the connection).
         self._done = True
+        scope[HANDED_OVER] = True
         cycle.lost()
         self.transport.abort()
         return True
