@@ -550,3 +550,12 @@ async def test_a_node_that_mirrors_only_what_it_reads_loads_a_stream_when_asked(
         await asyncio.sleep(0.3)
         assert "later" not in b.stream_ids()
         assert await b.owner("asked") is None  # ended: all of it is here already
+        # A listing still shows every process's streams, newest first, each once.
+        await b.create("b-own")
+        assert [i.stream_id for i in await b.stream_infos("", 10)] == ["b-own", "later", "asked"]
+        assert [i.stream_id for i in await a.stream_infos("", 10)] == ["b-own", "later", "asked"]
+        listed = await b.stream_infos("", 10, accept=lambda sid: sid != "later")
+        assert [i.stream_id for i in listed] == ["b-own", "asked"]
+        assert [i.last_seq for i in listed] == [0, 5]
+        assert [i.stream_id for i in await b.stream_infos("l", 10)] == ["later"]
+        assert [i.stream_id for i in await b.stream_infos("", 1)] == ["b-own"]

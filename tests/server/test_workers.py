@@ -154,6 +154,29 @@ def test_streams_started_on_one_worker_are_read_resumed_and_cancelled_through_an
             client.close()
 
 
+def test_every_worker_lists_every_workers_streams_newest_first(tmp_path: Path) -> None:
+    with workers(tmp_path) as server:
+        a, b = pinned_clients(server.url, 2).values()
+        deadline = time.monotonic() + 10  # (a worker asks those it has heard from)
+        while not all(len(c.get("/v1/cluster").json()["nodes"]) == 2 for c in (a, b)):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        made = []
+        for client in (a, b, a):
+            response = client.post("/v1/streams", json={"loadtest": {"chunks": 5}})
+            assert response.status_code in (200, 201), response.text
+            made.append(response.json()["id"])
+        for client in (a, b):  # (each holds only its own: the others are asked)
+            listed = client.get("/v1/streams").json()["streams"]
+            assert [s["id"] for s in listed] == made[::-1]
+            assert (
+                client.get("/v1/streams", params={"limit": 1}).json()["streams"][0]["id"]
+                == made[-1]
+            )
+        for client in (a, b):
+            client.close()
+
+
 def test_many_readers_on_any_worker_read_every_event_once_in_order(tmp_path: Path) -> None:
     with workers(tmp_path) as server:
         made = httpx.post(f"{server.url}/v1/streams", json={"loadtest": {

@@ -51,6 +51,7 @@ from airlane.core import (
 )
 from airlane.core.errors import AirlaneError, BadRequest, ErrorCode
 from airlane.core.events import TERMINAL_KINDS
+from airlane.core.scope import split_scope
 from airlane.gateway.artifacts import Artifacts
 from airlane.gateway.authguard import AuthGuard
 from airlane.gateway.chat_request import ChatRequest, parse_chat_request
@@ -61,7 +62,14 @@ from airlane.gateway.quotas import Quotas
 from airlane.gateway.rooms import SharedRooms
 from airlane.gateway.rules import RulesConfig, RuleService
 from airlane.gateway.schemas import Schemas
-from airlane.gateway.tenancy import client_info, client_names, finding, hub_key, own_names
+from airlane.gateway.tenancy import (
+    client_info,
+    client_names,
+    finding,
+    hub_key,
+    scope_of,
+    scoped_name,
+)
 from airlane.gateway.tickets import Tickets
 from airlane.hub import (
     Hub,
@@ -499,19 +507,20 @@ class Gateway:
         newest first, at most ``limit``, with ids starting with ``prefix``. The check is the
         policy's own, not audited: a list asks for nothing, so what it leaves out is no
         refusal (reading one of them is checked, and audited, as always)."""
-        listed: list[StreamInfo] = []
-        for name in reversed(own_names(principal, self.hub.stream_ids())):
-            if len(listed) >= limit:
-                break
-            if not name.startswith(prefix):
-                continue
+        tenant = scope_of(principal)
+
+        def readable(key: str) -> bool:
+            owner, name = split_scope(key)
+            if owner != tenant:
+                return False
             try:
                 self.security.policy.authorize(principal, Action.SUBSCRIBE, name)
-                info = await self.hub.info(hub_key(principal, name))
-            except (SecurityError, HubError):  # not this caller's to read, or gone meanwhile
-                continue
-            listed.append(client_info(info, name))
-        return listed
+            except SecurityError:  # not this caller's to read
+                return False
+            return True
+
+        infos = await self.hub.stream_infos(scoped_name(principal, prefix), limit, readable)
+        return [client_info(info, split_scope(info.stream_id)[1]) for info in infos]
 
     async def snapshot(self, principal: Principal, stream_id: str) -> Event:
         """Everything a stream carried so far, as one snapshot event."""

@@ -273,6 +273,24 @@ class Hub(abc.ABC):
         send a stream's readers there: each event is then served where it was made."""
         return None
 
+    async def stream_infos(
+        self, prefix: str, limit: int, accept: Callable[[str], bool] = lambda _: True
+    ) -> list[StreamInfo]:
+        """The streams whose ids start with ``prefix`` and that ``accept`` takes, newest
+        first, at most ``limit``: those held here (a node of a cluster: those it holds or
+        follows). A hub whose processes hold only what they are asked for
+        (``mirror = "read"``) asks the others for theirs too."""
+        infos: list[StreamInfo] = []
+        for stream_id in reversed(self.stream_ids()):
+            if len(infos) >= limit:
+                break
+            if stream_id.startswith(prefix) and accept(stream_id):
+                try:
+                    infos.append(await self.info(stream_id))
+                except HubError:  # gone meanwhile
+                    continue
+        return infos
+
     @abc.abstractmethod
     def stream_ids(self) -> list[str]:
         """The streams this hub holds here, oldest first (a node of a cluster: those it holds

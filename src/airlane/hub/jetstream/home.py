@@ -53,12 +53,13 @@ import functools
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import msgspec
 
-from airlane.core import Event, Folded, StreamLog
+from airlane.core import Event, Folded, StreamInfo, StreamLog
 from airlane.hub.base import HubError, HubUnavailable, StreamEnded, StreamNotFound
 from airlane.hub.jetstream.config import JetStreamHubConfig
 from airlane.hub.jetstream.follower import LogFollower
@@ -115,8 +116,12 @@ rewrite costs stays a fraction of the traffic that makes it worth it)."""
 REWRITE_ROUND_BYTES = 32 * 1024 * 1024
 """Retained bytes rewritten per trim round at most (the rest wait for the next rounds)."""
 
+MAX_LISTED = 1000
+"""Streams one process lists for another at most (``mirror = "read"``'s listings)."""
+
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder()
+_listing_decoder = msgspec.msgpack.Decoder(list[tuple[int, StreamInfo]])
 
 
 class HomeLogHub(JetStreamHub):
@@ -186,6 +191,7 @@ class HomeLogHub(JetStreamHub):
         self._message_bytes = min(MAX_MESSAGE_BYTES, max(4096, self._store.max_payload - 8192))
         await self._store.serve(self._forward_subject(self.home), self._on_forward)
         await self._store.serve(self._position_subject(self.home), self._on_position)
+        await self._store.serve(self._list_subject(self.home), self._on_list)
         await self._store.listen(self._wrote_notice(self.home), self._on_wrote)
 
     async def aclose(self) -> None:
@@ -582,6 +588,66 @@ class HomeLogHub(JetStreamHub):
         if home is None or home == self.home or not self._maybe_alive(home):
             return None
         return self._process_of(home)
+
+    async def stream_infos(
+        self, prefix: str, limit: int, accept: Callable[[str], bool] = lambda _: True
+    ) -> list[StreamInfo]:
+        held = await super().stream_infos(prefix, limit, accept)
+        if self.js_config.mirror != "read":
+            return held  # every other process's streams are held here already
+        # The others hold their own streams: ask each live one (twice the limit, as some
+        # may not be accepted here), then merge newest first.
+        dated: dict[str, tuple[int, StreamInfo]] = {}
+        for info in held:
+            replica = self._streams.get(info.stream_id)
+            created = replica.meta.created_unix_ns if isinstance(replica, Replica) else None
+            dated[info.stream_id] = (created or 0, info)
+        request = _encoder.encode([prefix, min(2 * limit, MAX_LISTED)])
+        homes = [
+            self._store.log_subject(member.node, member.run)
+            for member in list(self._nodes.last_seen)
+            if member != self.member and self._nodes.alive(member) is not False
+        ]
+        answers = await asyncio.gather(
+            *(self._store.ask(self._list_subject(home), request, self.js_config.request_timeout_s)
+              for home in homes),
+            return_exceptions=True,
+        )  # fmt: skip
+        for home, answer in zip(homes, answers, strict=True):
+            if isinstance(answer, BaseException) or answer is None:
+                log.debug("%s did not list its streams: %r", home, answer)
+                continue
+            try:
+                rows = _listing_decoder.decode(answer)
+            except msgspec.DecodeError as exc:
+                log.warning("%s listed its streams unreadably: %s", home, exc)
+                continue
+            for created, info in rows:
+                if info.stream_id not in dated and accept(info.stream_id):
+                    dated[info.stream_id] = (created, info)
+        newest = sorted(dated.values(), key=lambda row: row[0], reverse=True)
+        return [info for _, info in newest[:limit]]
+
+    async def _on_list(self, data: bytes) -> bytes:
+        """This process's own streams whose ids start with a prefix, newest first, with
+        their creation times (for another process's `stream_infos`)."""
+        try:
+            prefix, limit = _decoder.decode(data)
+            prefix, limit = str(prefix), min(int(limit), MAX_LISTED)
+        except (msgspec.DecodeError, TypeError, ValueError):
+            return _encoder.encode([])
+        rows: list[tuple[int, StreamInfo]] = []
+        for stream in reversed(list(self._streams.values())):
+            if len(rows) >= limit:
+                break
+            assert isinstance(stream, Replica)
+            if stream.home == self.home and stream.stream_id.startswith(prefix):
+                rows.append((stream.meta.created_unix_ns or 0, self._info(stream)))
+        return _encoder.encode(rows)
+
+    def _list_subject(self, home: str) -> str:
+        """Where ``home``'s process lists its streams."""
+        return f"{self.js_config.prefix}.ls.{self._process_of(home)}"
 
     # -- appends to other processes' streams ------------------------------------------------
 
