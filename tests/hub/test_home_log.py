@@ -545,11 +545,18 @@ async def test_a_node_that_mirrors_only_what_it_reads_loads_a_stream_when_asked(
             {"n": n} for n in range(4)
         ]
         await sub.aclose()
-        await a.create("later")  # a's log is followed now, but only what is read is held
+        # Once nothing held here lives on in a's log, b stops following it.
+        await eventually(lambda: a.home not in b._followers, what="b lets a's log go")
+        await a.create("later")
         await a.append("later", Event.message({"n": 0}))
         await asyncio.sleep(0.3)
         assert "later" not in b.stream_ids()
         assert await b.owner("asked") is None  # ended: all of it is here already
+        again = await b.subscribe("later")  # followed again for as long as it is needed
+        await a.append_many("later", [Event.message({"n": 1}), Event.done()])
+        assert len([e for e in await drain(again) if e.kind is Kind.MESSAGE]) == 2
+        await again.aclose()
+        await eventually(lambda: a.home not in b._followers, what="let go again")
         # A listing still shows every process's streams, newest first, each once.
         await b.create("b-own")
         assert [i.stream_id for i in await b.stream_infos("", 10)] == ["b-own", "later", "asked"]
@@ -558,4 +565,5 @@ async def test_a_node_that_mirrors_only_what_it_reads_loads_a_stream_when_asked(
         assert [i.stream_id for i in listed] == ["b-own", "asked"]
         assert [i.last_seq for i in listed] == [0, 5]
         assert [i.stream_id for i in await b.stream_infos("l", 10)] == ["later"]
+        assert [i.last_seq for i in await b.stream_infos("l", 10)] == [3]
         assert [i.stream_id for i in await b.stream_infos("", 1)] == ["b-own"]

@@ -173,6 +173,13 @@ def test_every_worker_lists_every_workers_streams_newest_first(tmp_path: Path) -
                 client.get("/v1/streams", params={"limit": 1}).json()["streams"][0]["id"]
                 == made[-1]
             )
+        # A stream's info asked of another worker: handed to the one holding it.
+        info = b.get(f"/v1/streams/{made[0]}")
+        assert info.status_code == 200 and info.json()["id"] == made[0]
+        deadline = time.monotonic() + 10
+        while handoffs(server.url).get("received", 0) < 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
         for client in (a, b):
             client.close()
 

@@ -33,6 +33,7 @@ class LogFollower:
 
     __slots__ = (
         "held",
+        "loads",
         "member",
         "overflowed",
         "position",
@@ -56,6 +57,8 @@ class LogFollower:
         self.overflowed = False
         """Messages were dropped from `held`: the read-back must go on past them."""
         self.waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self.loads = 0
+        """Streams of the log being loaded here (the follower is needed meanwhile)."""
 
     def hold(self, batch: StoredBatch) -> None:
         """Keep a live message for after the read-back (bounded)."""

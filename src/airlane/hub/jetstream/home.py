@@ -1128,7 +1128,6 @@ class HomeLogHub(JetStreamHub):
         self._spawn(self._locked_read_home())
 
     async def _load(self, stream_id: str) -> Replica:
-        key = stream_key(stream_id)
         meta = await self._stored_meta(stream_id)
         home = meta.home
         if home is None:
@@ -1137,11 +1136,24 @@ class HomeLogHub(JetStreamHub):
                 "this one reads layout 'node'"
             )
         self._make_room()
-        follower = None
-        if home != self.home:
+        if home == self.home:
+            return await self._load_from(meta, None)
+        follower = await self._follower(home)
+        follower.loads += 1  # (not let go as idle while this reads)
+        try:
+            return await self._load_from(meta, follower)
+        finally:
+            follower.loads -= 1
+
+    async def _load_from(self, meta: StreamMeta, follower: LogFollower | None) -> Replica:
+        """Load a stream of this process's log (``follower`` None) or of the one followed."""
+        stream_id = meta.stream_id
+        key = stream_key(stream_id)
+        home = meta.home
+        assert home is not None
+        if follower is not None:
             # Its creation may be on its way here (made a moment ago): take it from the log
             # as followed, rather than reading the log for it.
-            follower = await self._follower(home)
             assert follower.position is not None
             await self._reach(follower, await self._newest(home, follower.position))
             mirrored = self._streams.get(stream_id)
@@ -1293,15 +1305,19 @@ class HomeLogHub(JetStreamHub):
             if previous is not None and min(previous, floor) > self._trimmed:
                 self._trimming = True
                 self._spawn(self._trim(min(previous, floor)))
-        # A dead member's log needs no following once every stream it held has ended here.
+        # A dead member's log needs no following once every stream it held has ended here;
+        # with mirror = "read", neither does a live one's (it is followed again when one of
+        # its streams is loaded).
+        idle = self.js_config.mirror == "read"
         dead = {
             subject
             for subject, follower in self._followers.items()
-            if follower.member is not None and self._nodes.alive(follower.member) is False
+            if (follower.member is not None and self._nodes.alive(follower.member) is False)
+            or (idle and not follower.waiters and not follower.syncing and not follower.loads)
         }
         if not dead:
             return
-        for stream in self._streams.values():
+        for stream in (*self._streams.values(), *self._pending.values()):
             assert isinstance(stream, Replica)
             if stream.home in dead and stream.log.terminal is None:
                 dead.discard(stream.home)

@@ -100,6 +100,8 @@ async def handle_streams(
             f"invalid stream id {stream_id[:80]!r}: use 1-200 of A-Z a-z 0-9 . _ : / -",
             code=ErrorCode.INVALID_STREAM_ID,
         )
+    if await _handed_over(app, principal, request, stream_id):
+        return
     method = request.method
     if action == "events" and method == "GET":
         await _events(app, principal, request, stream_id, receive, send)
@@ -203,6 +205,20 @@ async def _create_loadtest(
     return await gateway.start_loadtest(principal, loadtest, orphan=orphan)
 
 
+async def _handed_over(
+    app: AppContext, principal: Principal, request: Request, stream_id: str
+) -> bool:
+    """Whether the request went, with its connection, to the sibling process producing the
+    stream (``--workers``): a reader is served where each event is encoded once for all its
+    readers, and an info, snapshot, cancel or delete where the stream is held, rather than
+    loaded here. (The server keeps a request with a body.)"""
+    pass_to = request.extension(HAND_OVER_EXTENSION)
+    if pass_to is None:
+        return False
+    owner = await app.gateway.owner(principal, stream_id)
+    return owner is not None and bool(pass_to(owner))
+
+
 async def _events(
     app: AppContext,
     principal: Principal,
@@ -214,13 +230,6 @@ async def _events(
     resume = resume_position(request)
     # Parsed before the response starts: after that an error could no longer be reported.
     max_events = request.query_int("max_events", 0, 0, 1 << 30) or None
-    pass_to = request.extension(HAND_OVER_EXTENSION)
-    if pass_to is not None:
-        # A sibling process produces the stream: its reader is served there, where each
-        # event is encoded once for all its readers and nothing crosses the broker twice.
-        owner = await app.gateway.owner(principal, stream_id)
-        if owner is not None and pass_to(owner):
-            return
     subscription = await app.gateway.subscribe(
         principal, stream_id, resume=resume, subscriber=request.query.get("subscriber")
     )
