@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -22,6 +23,7 @@ import httpx
 import psutil
 import pytest
 
+from airlane.security.certs import issue_certificate, make_ca
 from airlane.server import ServerConfig
 from airlane.server import workers as workers_module
 from airlane.server.workers import WorkersError, _Supervisor, worker_count
@@ -182,6 +184,26 @@ def test_every_worker_lists_every_workers_streams_newest_first(tmp_path: Path) -
             time.sleep(0.2)
         for client in (a, b):
             client.close()
+
+
+def test_with_tls_nothing_is_handed_over_and_readers_are_served_where_they_arrive(
+    tmp_path: Path,
+) -> None:
+    ca = tmp_path / "ca"
+    make_ca(ca, "example.org")
+    issued = issue_certificate(ca, "spiffe://example.org/gateway", tmp_path / "server")
+    tls = ("--tls-cert", str(issued.cert), "--tls-key", str(issued.key))
+    with workers(tmp_path, 2, *tls) as server:
+        assert server.url.startswith("https://")
+        verify = ssl.create_default_context(cafile=str(ca / "ca.pem"))
+        made = httpx.post(f"{server.url}/v1/streams", json={"loadtest": {"chunks": 20}},
+                          verify=verify, timeout=10)  # fmt: skip
+        stream = made.json()["id"]
+        for _ in range(6):  # on their own connections: both workers serve some
+            with httpx.Client(base_url=server.url, verify=verify, timeout=30) as client:
+                assert len([e for e in events_of(client, stream) if e["kind"] == "message"]) == 20
+        metrics = httpx.get(f"{server.url}/metrics", verify=verify, timeout=5).text
+        assert "airlane_handoff_connections_total" not in metrics
 
 
 def test_many_readers_on_any_worker_read_every_event_once_in_order(tmp_path: Path) -> None:
