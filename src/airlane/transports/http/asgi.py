@@ -57,9 +57,10 @@ it with a lane (`airlane.runtime.socket_lanes`); absent where the server has non
 HAND_OVER_EXTENSION = "airlane.hand_over"
 """Scope extension: ``pass_to(sibling) -> bool``, which hands the connection, with the request
 just read, to a sibling process (`airlane.runtime.handoff`) that then answers it; False where
-it stays (a response begun, a body, the sibling gone...). Offered only by a server whose
-process has siblings, on plain connections it accepted itself. Once it returned True the
-scope's `HANDED_OVER` key is True: the request is the sibling's to answer, and to count."""
+it stays (a response begun, the sibling gone...). Offered only by a server whose process has
+siblings, on plain connections it accepted itself, for requests without a body. Once it
+returned True the scope's `HANDED_OVER` key is True: the request is the sibling's to answer,
+and to count."""
 
 HANDED_OVER = "airlane.handed_over"
 """Scope key set (True) by the server once the request went to a sibling with its connection."""

@@ -293,7 +293,12 @@ class HttpProtocol(asyncio.Protocol):
             wants_continue=self._expect_continue,
         )
         scope["extensions"][WRITE_BODY] = BodyWriter(cycle).write
-        if self.state.handoff is not None and not self._handed_in and self.state.tls is None:
+        if (
+            self.state.handoff is not None
+            and not self._handed_in
+            and self.state.tls is None
+            and _bodiless(self._headers)  # (a body is read here: its request stays here)
+        ):
             scope["extensions"][HAND_OVER_EXTENSION] = functools.partial(self._pass_to, cycle)
         self._parsing = cycle
         self._queue(cycle)
@@ -412,7 +417,6 @@ class HttpProtocol(asyncio.Protocol):
             or self._lost
             or self.state.stopping
             or self.socket is None
-            or not _bodiless(scope["headers"])
         ):
             return False
         head = _request_head(scope["method"], self._target, scope["http_version"], scope["headers"])
