@@ -2,8 +2,9 @@
 with its own socket, as two workers have): the connection keeps working from its new owner,
 a sibling that is gone or unknown refuses without touching the connection, anything that is not
 a connection is dropped, and closing removes the socket. Then through `HttpServer`: a request
-one server hands over is answered by the other on the same connection, and one with a body
-stays where it is."""
+one server hands over is answered by the other on the same connection (the next one may go on
+again), a small body goes along once it has all arrived (other bodies stay), and placing a
+request goes to a sibling whose board slot says it produces clearly fewer streams."""
 
 from __future__ import annotations
 
@@ -19,8 +20,10 @@ from typing import Any
 
 import pytest
 
-from airlane.runtime.handoff import MAX_HEAD_BYTES, Handoff, handoff_path
-from airlane.transports.http.asgi import HAND_OVER_EXTENSION, HANDED_OVER
+from airlane.runtime.handoff import MAX_REQUEST_BYTES, Handoff, handoff_path
+from airlane.runtime.loadboard import LoadBoard
+from airlane.transports.http.asgi import HAND_OVER_EXTENSION, HANDED_OVER, PLACE_EXTENSION
+from airlane.transports.http.http_protocol import HANDED_BODY_BYTES
 from airlane.transports.http.server import HttpServer
 from tests.waiting import eventually
 
@@ -87,7 +90,7 @@ async def test_a_sibling_gone_or_unknown_refuses_and_leaves_the_connection_alone
         with tcp_pair() as (client, accepted):
             assert not a.send("nobody.9", accepted.fileno(), HEAD)
             assert not a.send("a.1", accepted.fileno(), HEAD)  # not to itself
-            assert not a.send("b.2", accepted.fileno(), b"x" * (MAX_HEAD_BYTES + 1))
+            assert not a.send("b.2", accepted.fileno(), b"x" * (MAX_REQUEST_BYTES + 1))
             assert a.send("b.2", accepted.fileno(), HEAD)  # the link to b is open now
             await eventually(lambda: taken, what="b takes it")
             b.close()
@@ -117,59 +120,138 @@ async def test_what_is_not_one_connection_is_dropped(short_tmp: Path) -> None:
         assert [name for name, _, _ in taken] == ["b"] and b.received == 1
 
 
-async def _serve(tmp_path: Path, name: str, app: Any) -> tuple[HttpServer, Handoff, int]:
+async def _serve(
+    tmp_path: Path, name: str, app: Any, board: LoadBoard | None = None
+) -> tuple[HttpServer, Handoff, int]:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen()
     handoff = Handoff(tmp_path, name)
+    handoff.board = board
     server = HttpServer(app, handoff=handoff)
     await server.start(sock)
     return server, handoff, sock.getsockname()[1]
 
 
 def _app(name: str, offered: list[tuple[str, bool]]) -> Any:
+    """Answers with its name, the request and its body; ``a`` hands every request offered
+    to ``b.2`` (``/place``: through the place extension)."""
+
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
             while (await receive())["type"] != "lifespan.shutdown":
                 await send({"type": "lifespan.startup.complete"})
             await send({"type": "lifespan.shutdown.complete"})
             return
-        pass_to = scope["extensions"].get(HAND_OVER_EXTENSION)
+        extensions = scope["extensions"]
+        pass_to = extensions.get(HAND_OVER_EXTENSION)
         offered.append((name, pass_to is not None))
-        if pass_to is not None and name == "a" and pass_to("b.2"):
-            offered.append(("a handed it over", scope[HANDED_OVER]))
-            return
-        body = f"{name} answers {scope['method']} {scope['path']}?{scope['query_string'].decode()}"
+        if name == "a" and pass_to is not None:
+            place = extensions.get(PLACE_EXTENSION)
+            handed = await place() if scope["path"] == "/place" else await pass_to("b.2")
+            if handed:
+                offered.append(("a handed it over", scope[HANDED_OVER]))
+                return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        text = f"{name} answers {scope['method']} {scope['path']}?{scope['query_string'].decode()}"
         await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": body.encode()})
+        await send({"type": "http.response.body", "body": text.encode() + b" " + body})
 
     return app
+
+
+@contextlib.asynccontextmanager
+async def two_servers(
+    tmp_path: Path, board: LoadBoard | None = None
+) -> AsyncIterator[tuple[int, Handoff, list[tuple[str, bool]]]]:
+    """Servers ``a.1`` (its port given) and ``b.2`` running `_app`, and what was offered."""
+    offered: list[tuple[str, bool]] = []
+    server_a, _, port = await _serve(tmp_path, "a.1", _app("a", offered), board)
+    server_b, handoff_b, _ = await _serve(tmp_path, "b.2", _app("b", offered))
+    try:
+        yield port, handoff_b, offered
+    finally:
+        await server_a.shutdown()
+        await server_b.shutdown()
 
 
 async def test_a_request_handed_over_is_answered_by_the_sibling_on_the_same_connection(
     short_tmp: Path,
 ) -> None:
-    offered: list[tuple[str, bool]] = []
-    server_a, _, port = await _serve(short_tmp, "a.1", _app("a", offered))
-    server_b, handoff_b, _ = await _serve(short_tmp, "b.2", _app("b", offered))
-    try:
+    async with two_servers(short_tmp) as (port, handoff_b, offered):
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(b"GET /v1/x?q=1 HTTP/1.1\r\nhost: h\r\nx-y: z\r\n\r\n")
         response = await reader.readuntil(b"0\r\n\r\n")  # (chunked)
         assert response.startswith(b"HTTP/1.1 200") and b"b answers GET /v1/x?q=1" in response
-        # The connection is b's now: the next request goes to b, which never hands on.
+        # The connection is b's now: b answers the request it took in, and is offered the
+        # next one (b's application keeps it).
         writer.write(b"GET /again HTTP/1.1\r\nhost: h\r\n\r\n")
         assert b"b answers GET /again?" in await reader.readuntil(b"0\r\n\r\n")
-        assert offered == [("a", True), ("a handed it over", True), ("b", False), ("b", False)]
+        assert offered == [("a", True), ("a handed it over", True), ("b", False), ("b", True)]
         assert handoff_b.received == 1
         writer.close()
-        # A request with a body stays where it arrived.
-        offered.clear()
+
+
+async def test_a_small_body_goes_along_once_all_of_it_is_there(short_tmp: Path) -> None:
+    async with two_servers(short_tmp) as (port, handoff_b, offered):
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(b"POST /p HTTP/1.1\r\nhost: h\r\ncontent-length: 2\r\n\r\nhi")
-        assert b"a answers POST /p" in await reader.readuntil(b"0\r\n\r\n")
-        assert offered == [("a", False)]  # not even offered: nothing to ask an owner for
+        # The body comes a moment after the head: the hand-over waits for it.
+        writer.write(b"POST /p HTTP/1.1\r\nhost: h\r\ncontent-length: 11\r\n\r\nhello")
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(b" world")
+        assert b"b answers POST /p? hello world" in await reader.readuntil(b"0\r\n\r\n")
+        assert offered[:2] == [("a", True), ("a handed it over", True)]
         writer.close()
+        # Not offered: a chunked body, one larger than a hand-over carries, one whose client
+        # waits to be asked for it (100-continue).
+        offered.clear()
+        big = HANDED_BODY_BYTES + 1
+        chunked = b"transfer-encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n"
+        for head in (
+            b"POST /c HTTP/1.1\r\nhost: h\r\n" + chunked,
+            b"POST /l HTTP/1.1\r\nhost: h\r\ncontent-length: %d\r\n\r\n%b" % (big, b"x" * big),
+            b"POST /e HTTP/1.1\r\nhost: h\r\ncontent-length: 2\r\nexpect: 100-continue\r\n\r\nhi",
+        ):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(head)
+            assert b"a answers POST" in await reader.readuntil(b"0\r\n\r\n")
+            writer.close()
+        assert offered == [("a", False)] * 3
+        assert handoff_b.received == 1
+
+
+async def test_a_client_gone_before_its_body_came_leaves_nothing_handed(short_tmp: Path) -> None:
+    async with two_servers(short_tmp) as (port, handoff_b, offered):
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /p HTTP/1.1\r\nhost: h\r\ncontent-length: 10\r\n\r\nhal")
+        await writer.drain()
+        await eventually(lambda: offered, what="a's application asked")
+        writer.close()
+        await asyncio.sleep(0.1)
+        assert handoff_b.received == 0 and offered == [("a", True)]
+
+
+async def test_placing_goes_to_a_sibling_producing_clearly_fewer(short_tmp: Path) -> None:
+    load = {"a": 0}
+    board = LoadBoard(short_tmp, 0, "a.1", lambda: load["a"])
+    sibling = LoadBoard(short_tmp, 1, "b.2", lambda: 3)
+    sibling.start()
+    try:
+        async with two_servers(short_tmp, board) as (port, handoff_b, _):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            request = b"POST /place HTTP/1.1\r\nhost: h\r\ncontent-length: 2\r\n\r\n{}"
+            writer.write(request)  # a produces fewer than b: it stays
+            assert b"a answers POST /place? {}" in await reader.readuntil(b"0\r\n\r\n")
+            load["a"] = 6
+            writer.write(request)  # a produces 6, b 3: it goes to b
+            assert b"b answers POST /place? {}" in await reader.readuntil(b"0\r\n\r\n")
+            assert handoff_b.received == 1
+            writer.close()
     finally:
-        await server_a.shutdown()
-        await server_b.shutdown()
+        sibling.close()

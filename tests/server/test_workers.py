@@ -242,6 +242,60 @@ def test_many_readers_on_any_worker_read_every_event_once_in_order(tmp_path: Pat
         assert counts.get("refused", 0) == 0
 
 
+def running_by_worker(url: str) -> dict[str, float]:
+    """``airlane_generations_running`` of each worker (as the one answering last saw it)."""
+    running: dict[str, float] = {}
+    for line in httpx.get(f"{url}/metrics", timeout=5).text.splitlines():
+        if line.startswith("airlane_generations_running{"):
+            worker = line.split('worker="')[1].split('"')[0]
+            running[worker] = float(line.rsplit(" ", 1)[1])
+    return running
+
+
+def test_streams_created_on_one_connection_are_produced_on_every_worker(tmp_path: Path) -> None:
+    with (
+        workers(tmp_path) as server,
+        httpx.Client(
+            base_url=server.url, limits=httpx.Limits(max_connections=1), timeout=10
+        ) as client,
+    ):
+        made = []
+        for _ in range(12):  # one kept-alive connection: the kernel placed it once
+            response = client.post("/v1/streams", json={"loadtest": {
+                "chunks": 4000, "mode": "paced", "interval_ms": 10}})  # fmt: skip
+            assert response.status_code == 201, response.text
+            made.append(response.json()["id"])
+        deadline = time.monotonic() + 10
+        while sorted((running := running_by_worker(server.url)).values()) != [6.0, 6.0]:
+            assert time.monotonic() < deadline, running  # 6 each (within one: the margin)
+            time.sleep(0.2)
+        # A named stream made through one worker, appended to through the other: each
+        # append is handed over with its body to the stream's worker and stored once.
+        while (counts := handoffs(server.url)).get("received", 0) != counts.get("sent"):
+            assert time.monotonic() < deadline + 10, counts  # (both sides' counts shown)
+            time.sleep(0.2)
+        placed = counts["received"]
+        assert placed >= 2  # the creates (the connection moves, and the next ones start there)
+        a, b = pinned_clients(server.url, 2).values()
+        name = a.post("/v1/streams", json={"name": "notes"}).json()["id"]
+        for text in ("one", "two", "three"):
+            appended = b.post(f"/v1/streams/{name}/events", json={"kind": "delta",
+                                                                   "text": text})  # fmt: skip
+            assert appended.status_code in (200, 201, 202), appended.text
+        assert b.post(f"/v1/streams/{name}/cancel").status_code in (200, 202, 204)
+        events = events_of(b, name)
+        assert "".join(e["text"] for e in events if e["kind"] == "delta") == "onetwothree"
+        assert events[-1]["kind"] == "done"
+        while (counts := handoffs(server.url)).get("received", 0) < placed + 1:
+            assert time.monotonic() < deadline + 20, counts
+            time.sleep(0.2)
+        for other in (a, b):
+            other.close()
+        for stream in made:
+            assert client.post(f"/v1/streams/{stream}/cancel").status_code in (200, 202, 204)
+        assert handoffs(server.url).get("refused", 0) == 0
+
+
 def test_when_a_streams_worker_is_killed_its_readers_resume_elsewhere_and_see_it_end(
     tmp_path: Path,
 ) -> None:

@@ -222,6 +222,8 @@ class Gateway:
         """Streaming SQL rules over topics, logs and streams (`airlane.gateway.rules`)."""
         self.started = time.monotonic()
         self._producers: set[asyncio.Task[None]] = set()
+        self._starting = 0
+        """Generations whose stream is being created (not yet producing)."""
         self._feeding = backend if isinstance(backend, FeedingBackend) else None
         self._admit = backend.admit if isinstance(backend, AdmittingBackend) else None
 
@@ -252,6 +254,12 @@ class Gateway:
     def running_generations(self) -> int:
         """Producers running now."""
         return len(self._producers)
+
+    def load(self) -> int:
+        """How many streams this process produces, counting those it is starting: what the
+        workers of ``airlane serve --workers`` compare to place new ones
+        (`airlane.runtime.loadboard`)."""
+        return len(self._producers) + self._starting
 
     def stats(self) -> HubStats:
         """The hub's counters (streams, subscribers, events), for metrics."""
@@ -380,6 +388,7 @@ class Gateway:
         if self._admit is not None:
             self._admit(request)  # a backend that is full says so before the stream exists
         release = self.quotas.start_stream(principal)
+        self._starting += 1
         try:
             with client_names(key, stream_id):
                 info = await self.hub.create(
@@ -388,6 +397,8 @@ class Gateway:
         except BaseException:
             release()
             raise
+        finally:
+            self._starting -= 1
         # The producer's first steps run here, in the request's own loop turn: its first batch
         # and its pacing clock start with its setup, not after every other request that
         # arrived in the same turn (which would also put all their paced deadlines in step).

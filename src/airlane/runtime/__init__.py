@@ -2,6 +2,7 @@
 
 - `acceptor`: takes a listening socket's waiting connections in batches;
 - `handoff`: sibling processes (``--workers``) pass accepted connections to each other;
+- `loadboard`: they tell each other how many streams they produce, to place new ones;
 - `admission`: new streams' set-up waits while the loop's timed work is due (`Overloaded`);
 - `timers`: `DeadlineTimer`, one loop timer re-armed from a sans-I/O machine's ``get_timer()``;
 - `eager`: `start_eagerly`, a coroutine's first steps run in the caller's loop turn;

@@ -5,12 +5,13 @@ connection to any of them. A stream, though, is produced by one process, and a r
 lands on another costs the machine the events twice over (the broker carries them to that
 process, which decodes, holds and encodes them again). A worker that sees a request it would
 rather leave to the stream's own process hands the connection over instead: the socket
-itself (``SCM_RIGHTS``) and the request's head, which the sibling reads as if the client had
-just sent it. The client sees one connection and one response, from the sibling.
+itself (``SCM_RIGHTS``) and the request read on it (its head, and its body where it has a
+small one), which the sibling reads as if the client had just sent it. The client sees one
+connection and one response, from the sibling.
 
 Each process listens on a Unix ``SOCK_SEQPACKET`` socket, ``<directory>/<name>.sock``, named
 after itself, and keeps one link to each sibling it has handed to (at most `MAX_LINKS`); a
-message is one connection (the head, at most `MAX_HEAD_BYTES`, with one descriptor).
+message is one connection (the request, at most `MAX_REQUEST_BYTES`, with one descriptor).
 Sending never waits: a sibling that is gone (no socket, nobody listening, the link broken)
 or whose queue is full refuses, and the caller serves the request itself. Receiving takes at
 most `MAX_PER_TURN` messages per link and readiness; anything malformed (no descriptor,
@@ -35,10 +36,12 @@ from pathlib import Path
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from airlane.runtime.loadboard import LoadBoard
+
 __all__ = [
-    "MAX_HEAD_BYTES",
     "MAX_LINKS",
     "MAX_PER_TURN",
+    "MAX_REQUEST_BYTES",
     "Handoff",
     "HandoffMetrics",
     "handoff_path",
@@ -46,9 +49,9 @@ __all__ = [
 
 log = logging.getLogger("airlane.runtime.handoff")
 
-MAX_HEAD_BYTES = 64 * 1024
-"""The largest request head a connection is handed over with (a bigger one is served where
-it arrived)."""
+MAX_REQUEST_BYTES = 96 * 1024
+"""The largest request (head and body) a connection is handed over with (a bigger one is
+served where it arrived)."""
 MAX_PER_TURN = 64
 """Connections taken in per link and readiness at most (each is a transport to set up)."""
 MAX_LINKS = 256
@@ -77,6 +80,10 @@ class Handoff:
         """Connections taken over from a sibling."""
         self.refused = 0
         """Hand-overs that did not happen (the sibling gone or busy): served here."""
+        self.board: LoadBoard | None = None
+        """Where this process and its siblings compare their loads, so that a server
+        places new streams on the least loaded (None: they start where they arrive). Its
+        owner starts and closes it."""
         self._listener: socket.socket | None = None
         self._links: dict[str, socket.socket] = {}
         """Open links to siblings, by name."""
@@ -92,7 +99,7 @@ class Handoff:
 
     def start(self, on_connection: Callable[[socket.socket, bytes], None]) -> None:
         """Listen and take connections in on the running loop: ``on_connection(sock,
-        head)`` for each (it owns ``sock`` from then on)."""
+        request)`` for each (it owns ``sock`` from then on)."""
         if self._listener is not None:
             raise RuntimeError("a handoff starts once")
         self._loop = asyncio.get_running_loop()
@@ -110,12 +117,12 @@ class Handoff:
         self._listener = listener
         self._loop.add_reader(listener.fileno(), self._on_link)
 
-    def send(self, sibling: str, fd: int, head: bytes) -> bool:
+    def send(self, sibling: str, fd: int, request: bytes) -> bool:
         """Hand the connection ``fd`` (still this process's to close) to ``sibling`` with the
-        request ``head``; False, without a trace on the connection, where it cannot be."""
+        ``request`` read on it; False, without a trace on the connection, where it cannot be."""
         if self._listener is None or sibling == self.name:
             return False
-        if len(head) > MAX_HEAD_BYTES:
+        if len(request) > MAX_REQUEST_BYTES:
             self.refused += 1
             return False
         link = self._links.get(sibling)
@@ -123,7 +130,8 @@ class Handoff:
             if link is None:
                 link = self._link(sibling)
             # (`socket.send_fds` would do, but drops its address argument in 3.11.)
-            link.sendmsg([head], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
+            rights = array.array("i", [fd])
+            link.sendmsg([request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
         except OSError as exc:  # gone (no file, nobody listening, link broken) or busy
             self.refused += 1
             if link is not None and not isinstance(exc, BlockingIOError):
@@ -208,19 +216,19 @@ class Handoff:
 
 
 def _receive(link: socket.socket) -> tuple[socket.socket, bytes] | bool | None:
-    """The next connection handed over on ``link``, with its head; True for a message
+    """The next connection handed over on ``link``, with its request; True for a message
     dropped (malformed: what it carried is closed), False once the link has ended, None
     while nothing waits."""
     try:
-        head, fds, flags, _ = socket.recv_fds(link, MAX_HEAD_BYTES, 2)
+        request, fds, flags, _ = socket.recv_fds(link, MAX_REQUEST_BYTES, 2)
     except (BlockingIOError, InterruptedError):
         return None
     except OSError as exc:
         log.debug("handoff link: %s", exc)
         return False
-    if not head and not fds:
+    if not request and not fds:
         return False  # the sibling closed its end
-    if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or len(fds) != 1 or not head:
+    if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or len(fds) != 1 or not request:
         for fd in fds:
             os.close(fd)
         return True
@@ -233,7 +241,7 @@ def _receive(link: socket.socket) -> tuple[socket.socket, bytes] | bool | None:
         conn.close()
         return True
     conn.setblocking(False)
-    return conn, head
+    return conn, request
 
 
 class HandoffMetrics(Collector):

@@ -219,6 +219,15 @@ class ServerConfig:
     """Where the workers of one ``airlane serve --workers`` leave their metrics for each
     other (a directory of the supervisor's); None outside workers."""
 
+    @property
+    def worker_index(self) -> int | None:
+        """This worker's place among the workers (its name is ``w<index>``); None outside
+        workers."""
+        name = self.worker
+        if name is None or not name.startswith("w") or not name[1:].isdigit():
+            return None
+        return int(name[1:])
+
 
 class ConfigError(ValueError):
     """A configuration file that cannot be read, is not TOML, or holds a setting that does not

@@ -37,6 +37,7 @@ from airlane.gateway import Gateway, ServerTls
 from airlane.runtime.acceptor import AcceptorMetrics
 from airlane.runtime.admission import Admission
 from airlane.runtime.handoff import Handoff, HandoffMetrics
+from airlane.runtime.loadboard import LoadBoard
 from airlane.runtime.worker_metrics import WorkerMetrics
 from airlane.security.jwt import Jwks
 from airlane.security.rbac import RbacPolicy
@@ -347,7 +348,22 @@ def _handoff(config: ServerConfig, app: AirlaneApp, tls: ServerTls | None) -> Ha
         )
         return None
     app.metrics.registry.register(HandoffMetrics(handoff))
+    handoff.board = _board(config, app, handoff)
     return handoff
+
+
+def _board(config: ServerConfig, app: AirlaneApp, handoff: Handoff) -> LoadBoard | None:
+    """Where a worker that hands connections to its siblings compares the streams it
+    produces with theirs, so that a new stream starts on the least loaded
+    (`airlane.runtime.loadboard`)."""
+    index = config.worker_index
+    if config.workers_dir is None or index is None:
+        return None
+    try:
+        return LoadBoard(Path(config.workers_dir), index, handoff.name, app.gateway.load)
+    except ValueError as exc:  # a worker index or process name the board has no room for
+        log.warning("new streams start on the worker they reach: %s", exc)
+        return None
 
 
 def _share_metrics(config: ServerConfig, app: AirlaneApp) -> list[asyncio.Task[None]]:

@@ -33,6 +33,7 @@ __all__ = [
     "HAND_OVER_EXTENSION",
     "LANE_EXTENSION",
     "PEER_EXTENSION",
+    "PLACE_EXTENSION",
     "SOCKET_EXTENSION",
     "ASGIApp",
     "HttpError",
@@ -55,12 +56,21 @@ SOCKET_EXTENSION = "airlane.socket"
 it with a lane (`airlane.runtime.socket_lanes`); absent where the server has none to give."""
 
 HAND_OVER_EXTENSION = "airlane.hand_over"
-"""Scope extension: ``pass_to(sibling) -> bool``, which hands the connection, with the request
-just read, to a sibling process (`airlane.runtime.handoff`) that then answers it; False where
-it stays (a response begun, the sibling gone...). Offered only by a server whose process has
-siblings, on plain connections it accepted itself, for requests without a body. Once it
-returned True the scope's `HANDED_OVER` key is True: the request is the sibling's to answer,
-and to count."""
+"""Scope extension: ``await pass_to(sibling) -> bool``, which hands the connection, with the
+request just read, to a sibling process (`airlane.runtime.handoff`) that then answers it; False
+where it stays (a response begun, the body read or cut short, the sibling gone...). A request
+with a body goes with it, once all of it has arrived (the call waits for that), so it must be
+called before the body is read. Offered only by a server whose process has siblings, on plain
+connections, for requests without a body or with a small one of known length (not the request
+a sibling handed in: it is answered here). Once it returned True the scope's `HANDED_OVER` key
+is True: the request is the sibling's to answer, and to count."""
+
+PLACE_EXTENSION = "airlane.place"
+"""Scope extension, offered beside `HAND_OVER_EXTENSION` where the server's process shares a
+`airlane.runtime.loadboard.LoadBoard` with its siblings: ``await place() -> bool`` hands the
+request, as ``pass_to`` does, to the sibling producing clearly fewer streams, if one does. For
+a request that starts a stream, so that streams spread over the workers whichever connection
+they arrive on."""
 
 HANDED_OVER = "airlane.handed_over"
 """Scope key set (True) by the server once the request went to a sibling with its connection."""

@@ -47,6 +47,7 @@ from airlane.transports.http.asgi import (
     HAND_OVER_EXTENSION,
     HANDED_OVER,
     PEER_EXTENSION,
+    PLACE_EXTENSION,
     SOCKET_EXTENSION,
 )
 from airlane.transports.http.server.cycle import BodyWriter, RequestCycle
@@ -59,19 +60,31 @@ from airlane.transports.http.ws_protocol import upgrade_to_websocket
 if TYPE_CHECKING:
     from airlane.gateway import PeerIdentity
 
-__all__ = ["LINGER_BYTES", "LINGER_S", "PEER", "WRITE_BODY", "BodyWriter", "HttpProtocol"]
+__all__ = [
+    "HANDED_BODY_BYTES",
+    "LINGER_BYTES",
+    "LINGER_S",
+    "PEER",
+    "WRITE_BODY",
+    "BodyWriter",
+    "HttpProtocol",
+]
 
 LINGER_S = 2.0
 """How long a connection ended by the server goes on reading what the client still sends."""
 LINGER_BYTES = 64 << 20
 """How much it reads (and discards) meanwhile, at most."""
 
+HANDED_BODY_BYTES = 16 * 1024
+"""The largest request body a request is handed to a sibling process with (with a larger one
+it stays where it arrived): a stream's create or an append, not an upload."""
+
 WRITE_BODY = "airlane.http.write_body"
+"""Scope extension: a call-back that writes one more chunk of a chunked response body at
+once, if the response can take it without waiting; see `BodyWriter.write`."""
 PEER = PEER_EXTENSION
 """Scope extension: the `airlane.gateway.PeerIdentity` of the connection's TLS client
 certificate, or None."""
-"""Scope extension: a call-back that writes one more chunk of a chunked response body at
-once, if the response can take it without waiting; see `BodyWriter.write`."""
 
 _ASGI = {"version": "3.0", "spec_version": "2.4"}
 
@@ -91,9 +104,9 @@ class HttpProtocol(asyncio.Protocol):
     def __init__(self, state: ServerState, preface: bytes = b"") -> None:
         self.state = state
         self._preface = preface
-        """A request head a sibling process read on this connection and handed over with
-        it (`airlane.runtime.handoff`): read first, as if the client had just sent it."""
-        self._handed_in = bool(preface)  # never handed on again
+        """A request a sibling process read on this connection and handed over with it
+        (`airlane.runtime.handoff`): read first, as if the client had just sent it."""
+        self._handed_in = bool(preface)  # that request is not handed on again
         self.loop = state.loop
         self.settings = settings = state.settings
         self._max_target = settings.max_target_bytes
@@ -297,9 +310,14 @@ class HttpProtocol(asyncio.Protocol):
             self.state.handoff is not None
             and not self._handed_in
             and self.state.tls is None
-            and _bodiless(self._headers)  # (a body is read here: its request stays here)
+            and not self._expect_continue  # (its client waits to be asked for the body)
+            and _small_body(self._headers)
         ):
-            scope["extensions"][HAND_OVER_EXTENSION] = functools.partial(self._pass_to, cycle)
+            extensions = scope["extensions"]
+            extensions[HAND_OVER_EXTENSION] = functools.partial(self._pass_to, cycle)
+            if self.state.board is not None:
+                extensions[PLACE_EXTENSION] = functools.partial(self._place, cycle)
+        self._handed_in = False  # a sibling's request is answered here; the next may go on
         self._parsing = cycle
         self._queue(cycle)
         # Until the body is complete (for a request without one: until the parser says so, in
@@ -398,19 +416,19 @@ class HttpProtocol(asyncio.Protocol):
         """Close now."""
         self.transport.close()
 
-    def _pass_to(self, cycle: RequestCycle, sibling: str) -> bool:
-        """Hand this connection, with ``cycle``'s request, to the sibling process
-        ``sibling``, which answers it (`HAND_OVER_EXTENSION`); False where it stays here: a
-        response begun, a request body or another request read, the server stopping, the
-        sibling gone or busy."""
+    async def _pass_to(self, cycle: RequestCycle, sibling: str) -> bool:
+        """Hand this connection, with ``cycle``'s request (its body once all of it is here),
+        to the sibling process ``sibling``, which answers it (`HAND_OVER_EXTENSION`); False
+        where it stays here: a response begun, the body taken or cut short, another request
+        read, the server stopping, the sibling gone or busy."""
+        body = await cycle.whole_body()
         handoff = self.state.handoff
         scope = cycle.scope
         if (
-            handoff is None
+            body is None
+            or handoff is None
             or cycle is not self.cycle
             or cycle.response_started
-            or cycle.more_body
-            or cycle.buffered
             or self._pipeline
             or self._in_head  # the next request began: its bytes would be lost
             or self._done
@@ -420,7 +438,7 @@ class HttpProtocol(asyncio.Protocol):
         ):
             return False
         head = _request_head(scope["method"], self._target, scope["http_version"], scope["headers"])
-        if not handoff.send(sibling, self.socket.fileno(), head):
+        if not handoff.send(sibling, self.socket.fileno(), head + body):
             return False
         # The sibling holds the connection now: this process lets go of it without a word
         # (closing a descriptor the sibling shares neither ends nor resets the connection).
@@ -428,6 +446,17 @@ class HttpProtocol(asyncio.Protocol):
         scope[HANDED_OVER] = True
         cycle.lost()
         self.transport.abort()
+        return True
+
+    async def _place(self, cycle: RequestCycle) -> bool:
+        """Hand the request to the sibling producing clearly fewer streams, if one does
+        (`PLACE_EXTENSION`); False where it stays here."""
+        board = self.state.board
+        sibling = None if board is None else board.lighter()
+        if sibling is None or not await self._pass_to(cycle, sibling):
+            return False
+        assert board is not None
+        board.gave(sibling)
         return True
 
     # -- internals ---------------------------------------------------------------------------
@@ -598,11 +627,14 @@ class _Upgrade:
         """The bytes that came after the request (the start of the WebSocket stream)."""
 
 
-def _bodiless(headers: list[tuple[bytes, bytes]]) -> bool:
-    """Whether a request with these header fields has no body."""
+def _small_body(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether a request with these header fields has no body or one of a known length up
+    to `HANDED_BODY_BYTES` (what a hand-over carries along)."""
     for name, value in headers:
-        if name == b"transfer-encoding" or (name == b"content-length" and value != b"0"):
+        if name == b"transfer-encoding":
             return False
+        if name == b"content-length":
+            return value.isdigit() and int(value) <= HANDED_BODY_BYTES
     return True
 
 

@@ -33,6 +33,7 @@ from airlane.core.errors import BadRequest, ErrorCode, NotFound
 from airlane.gateway import Gateway, Principal
 from airlane.transports.http.asgi import (
     HAND_OVER_EXTENSION,
+    PLACE_EXTENSION,
     HttpError,
     Receive,
     Request,
@@ -90,6 +91,9 @@ async def handle_streams(
                 code=ErrorCode.METHOD_NOT_ALLOWED,
                 headers=_ALLOW_LIST,
             )
+        place = request.extension(PLACE_EXTENSION)
+        if place is not None and await place():
+            return  # (`airlane serve --workers`: to start on a worker producing fewer)
         await _create(app, principal, receive, send)
         return
     stream_id, action = stream_target(request)
@@ -210,13 +214,14 @@ async def _handed_over(
 ) -> bool:
     """Whether the request went, with its connection, to the sibling process producing the
     stream (``--workers``): a reader is served where each event is encoded once for all its
-    readers, and an info, snapshot, cancel or delete where the stream is held, rather than
-    loaded here. (The server keeps a request with a body.)"""
+    readers, an append stored without a broker round trip between the two, and an info,
+    snapshot, cancel or delete where the stream is held, rather than loaded here. (The
+    server offers it only for a request with no body or a small one.)"""
     pass_to = request.extension(HAND_OVER_EXTENSION)
     if pass_to is None:
         return False
     owner = await app.gateway.owner(principal, stream_id)
-    return owner is not None and bool(pass_to(owner))
+    return owner is not None and bool(await pass_to(owner))
 
 
 async def _events(

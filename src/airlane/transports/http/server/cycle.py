@@ -70,6 +70,7 @@ class RequestCycle:
         "disconnected",
         "keep_alive",
         "more_body",
+        "received",
         "request_ended",
         "response_complete",
         "response_started",
@@ -101,6 +102,8 @@ class RequestCycle:
         """The parser has not seen the end of the request yet."""
         self.request_ended = False
         """The application has received the last of the request."""
+        self.received = False
+        """The application has received some of the body (or its end)."""
         self.disconnected = False
         """The client has gone."""
         self.response_started = False
@@ -163,6 +166,21 @@ class RequestCycle:
                 )
                 self._abandon(500, "Internal Server Error")
 
+    async def whole_body(self) -> bytes | None:
+        """The request's body once all of it has arrived, left for the application to
+        receive; None where the client went away first or the application took some of it.
+        (For a body the caller knows to be small: it is held here meanwhile.)"""
+        while self.more_body and not self.disconnected and not self.received:
+            self.connection.body_wanted()
+            waiter = self._waiter = self.connection.loop.create_future()
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+        if self.disconnected or self.received:
+            return None
+        return b"".join(self._chunks)
+
     # -- ASGI --------------------------------------------------------------------------------
 
     async def receive(self) -> dict[str, Any]:
@@ -179,6 +197,7 @@ class RequestCycle:
                 self.buffered = 0
                 body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
                 self.request_ended = not self.more_body
+                self.received = True
                 self.connection.body_taken()
                 return {"type": "http.request", "body": body, "more_body": self.more_body}
             if not self.request_ended:

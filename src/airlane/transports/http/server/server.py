@@ -10,8 +10,9 @@ WebSockets are closed with 1012; then whatever still runs is cancelled, what is 
 closed, and the lifespan shutdown runs the application's hooks.
 
 Given a `airlane.runtime.handoff.Handoff` (the workers of ``airlane serve --workers``), the
-server also adopts the connections its siblings hand over, each with the request head they
-read on it, and offers its own requests' applications the ``airlane.hand_over`` extension.
+server also adopts the connections its siblings hand over, each with the request they read on
+it, and offers its own requests' applications the ``airlane.hand_over`` extension; where the
+handoff has a `airlane.runtime.loadboard.LoadBoard`, the ``airlane.place`` extension too.
 
 The socket is bound and configured by the caller (`airlane.server.run.bind_socket`: TCP
 keepalive and ``TCP_NODELAY`` are set on it, and accepted sockets inherit them). Plain TCP
@@ -91,10 +92,18 @@ class HttpServer:
             state.handoff = self.handoff
             acceptor = self.acceptor
 
-            def adopt(conn: socket.socket, head: bytes) -> None:
-                acceptor.adopt(conn, lambda: HttpProtocol(state, preface=head))
+            def adopt(conn: socket.socket, request: bytes) -> None:
+                acceptor.adopt(conn, lambda: HttpProtocol(state, preface=request))
 
             self.handoff.start(adopt)
+            board = self.handoff.board
+            if board is not None:
+                try:
+                    board.start()
+                except OSError as exc:  # streams then start where their requests arrive
+                    log.warning("cannot share load with sibling processes: %s", exc)
+                else:
+                    state.board = board
 
     def force(self) -> None:
         """Cut a shutdown's grace short: cancel what is in flight now."""
@@ -106,6 +115,9 @@ class HttpServer:
             return
         self._stopped = True
         state = self._state
+        if state is not None and state.board is not None:
+            state.board.close()  # siblings start no more streams here
+            state.board = None
         if state is not None and state.handoff is not None:
             state.handoff.close()  # siblings serve what they would have handed over
             state.handoff = None

@@ -8,6 +8,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
 from airlane.runtime.handoff import Handoff
+from airlane.runtime.loadboard import LoadBoard
 from airlane.transports.http.asgi import ASGIApp
 from airlane.transports.http.server.settings import ServerSettings
 from airlane.transports.http.server.status import DateHeader
@@ -39,6 +40,7 @@ class ServerState:
         "alt_svc_line",
         "app",
         "app_state",
+        "board",
         "connections",
         "date",
         "handoff",
@@ -78,6 +80,9 @@ class ServerState:
         self.handoff: Handoff | None = None
         """Where connections go to sibling processes and come from them (None: this
         process has none)."""
+        self.board: LoadBoard | None = None
+        """Where this process and its siblings compare their loads, to place new streams
+        (with `handoff`; None: nowhere)."""
 
     def start_task(self, coro: Any, owner: set[asyncio.Task[None]]) -> asyncio.Task[None]:
         """Run an application coroutine in a task owned by ``owner`` (its connection's set)
