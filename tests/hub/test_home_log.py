@@ -5,6 +5,7 @@ log. The shared behaviour runs in both layouts in ``test_jetstream``."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
@@ -15,6 +16,7 @@ from airlane.core import Event, Kind, Position, Retention
 from airlane.hub import HubUnavailable, MemoryHubConfig
 from airlane.hub.jetstream import HomeLogHub, JetStreamHub, JetStreamHubConfig
 from airlane.hub.jetstream import follower as follower_module
+from airlane.hub.jetstream.records import decode_entries
 from airlane.hub.jetstream.store import Conflict, StoredBatch
 from tests.hub.contract import drain
 from tests.hub.test_jetstream import hub_config, two_nodes
@@ -161,19 +163,20 @@ async def test_a_home_cut_off_reads_its_log_when_it_reconnects(nats_session, mon
         await eventually(lambda: a._streams["while-away"].log.next_seq == 2)
 
 
-async def test_light_traffic_lingers_so_several_streams_share_one_message(
+async def test_appends_after_a_quiet_moment_go_at_once_and_a_busy_log_shares_messages(
     nats_session, monkeypatch
 ):
-    config = hub_config(nats_session, layout="node", linger_ms=50.0)
+    config = hub_config(nats_session, layout="node", linger_ms=100.0)
     async with two_nodes(config) as (a, b):
         for name in ("l1", "l2", "l3"):
             await a.create(name)
+        await asyncio.sleep(0.15)  # (the creations are published: quiet since)
         publish = a._store.publish_on
-        made: list[int] = []
+        made: list[tuple[float, list[str]]] = []
 
-        async def counted(*args: Any, **kwargs: Any) -> int:
-            made.append(1)
-            return await publish(*args, **kwargs)
+        async def counted(stream: str, subject: str, payload: bytes, **kwargs: Any) -> int:
+            made.append((time.monotonic(), [sid for sid, _, _ in decode_entries(payload)]))
+            return await publish(stream, subject, payload, **kwargs)
 
         monkeypatch.setattr(a._store, "publish_on", counted)
 
@@ -181,9 +184,12 @@ async def test_light_traffic_lingers_so_several_streams_share_one_message(
             await asyncio.sleep(delay)
             await a.append(name, Event.delta(name))
 
-        # 10 ms apart: without lingering each would be a message of its own.
+        # The first goes out at once, alone (had it waited 10 ms, the second would be in its
+        # message); the next two, 10 and 20 ms later, share the message that follows it,
+        # 100 ms after it.
         await asyncio.gather(later(0, "l1"), later(0.01, "l2"), later(0.02, "l3"))
-        assert made == [1]  # one message for the three streams
+        assert [streams for _, streams in made] == [["l1"], ["l2", "l3"]]
+        assert made[1][0] - made[0][0] >= 0.095
         assert [(await b.info(name)).last_seq for name in ("l1", "l2", "l3")] == [1, 1, 1]
 
 

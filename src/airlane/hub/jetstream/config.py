@@ -44,10 +44,11 @@ class JetStreamHubConfig:
     """How events lie in JetStream: ``stream``, a subject per Airlane stream and a message
     per appended batch; or ``node``, a home log per gateway process into which it writes
     every stream it created, many streams' batches per message (`airlane.hub.jetstream.home`)."""
-    linger_ms: float = 2.0
-    """In the ``node`` layout, how long the home log's writer waits for more appends before a
-    publish while traffic is light (fewer, fuller broker messages for that much latency;
-    0: publish at once)."""
+    linger_ms: float = 5.0
+    """In the ``node`` layout, the least time between two publishes of the home log while
+    appends keep coming (fewer, fuller broker messages, for at most that much latency under
+    load; an append after a quiet moment goes out at once; 0: publish as soon as the last
+    publish is acknowledged)."""
     compression: str = "zstd"
     """In the ``node`` layout, how home log messages are stored: ``zstd`` (level 1; LLM
     chunks are mostly repeated keys, about 7x smaller, and every byte costs the broker, the disk

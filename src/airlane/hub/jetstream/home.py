@@ -106,8 +106,6 @@ MAX_MESSAGE_BYTES = 960 * 1024
 """A home log message at most (less where the server's ``max_payload`` is smaller). One
 publish is in flight per home log, so under load what a message carries bounds the log's
 throughput: a backlog goes out in as few round trips as the server allows."""
-LIGHT_BYTES = 32 * 1024
-"""A home log message smaller than this makes the writer linger before the next one."""
 RESYNC_PAUSE_S = 1.0
 """Pause before a failed read-back of a followed log is tried again."""
 REWRITE_FACTOR = 4
@@ -142,7 +140,8 @@ class HomeLogHub(JetStreamHub):
         self._creates: list[tuple[bytes, asyncio.Future[None]]] = []
         """Creation entries waiting for the next publish."""
         self._writing = False
-        self._last_size = 0
+        self._last_publish = -1e9
+        """When the writer's last publish began (loop time)."""
         """Bytes of the last message published (the writer lingers after small ones)."""
         self._message_bytes = MAX_BATCH_BYTES
         """The most a message carries (set from the server's limit at start)."""
@@ -267,12 +266,14 @@ class HomeLogHub(JetStreamHub):
         """Publish to the home log until nothing is queued: one message at a time, each
         carrying everything queued when it was made (bounded by `MAX_MESSAGE_BYTES`).
 
-        While traffic is light (the last message was small) the writer first waits
-        ``linger_ms`` for more: a paced stream's next chunks, other streams' chunks. A
-        broker message costs about the same whatever it carries, so fewer, fuller ones
-        cost less CPU everywhere (the broker, this process, every follower), for a
-        little latency; under load messages fill while the previous publish is out."""
+        While appends keep coming, publishes begin at most every ``linger_ms``: what arrives
+        meanwhile (a paced stream's next chunks, other streams' chunks) waits for the next
+        message. A broker message costs about the same whatever it carries, so fewer,
+        fuller ones cost less CPU everywhere (the broker, this process, every follower), for
+        at most that much latency under load; an append after a quiet moment goes out at
+        once (a stream's first token waits for nothing)."""
         linger_s = self.js_config.linger_ms / 1000
+        loop = asyncio.get_running_loop()
         try:
             while (
                 self._dirty
@@ -281,10 +282,12 @@ class HomeLogHub(JetStreamHub):
                 or self._rewrites
                 or self._rewrite_wanted
             ):
-                if linger_s and self._last_size < LIGHT_BYTES:
-                    await asyncio.sleep(linger_s)
+                wait = self._last_publish + linger_s - loop.time()
+                if wait > 0:
+                    await asyncio.sleep(wait)
                 self._take_dirty()
                 async with self._home_lock:
+                    self._last_publish = loop.time()
                     await self._publish_home()
         finally:
             self._writing = False
@@ -320,7 +323,6 @@ class HomeLogHub(JetStreamHub):
             msg_id = f"{self.node}:{self.run}:{next(self._publishes)}"
             attempts[msg_id] = message
             payload = join_entries(parts)
-            self._last_size = len(payload)  # how busy the log is, whatever it is stored as
             if self.js_config.compression == "zstd":
                 payload = compressed(payload)
             try:
