@@ -423,17 +423,18 @@ class HomeLogHub(JetStreamHub):
                 future.set_result(None)
         for rewrite, count in message.rewrites:
             self._rewritten(rewrite, count, js_seq)
+        sending = self._sending
         for replica, count, first in message.plan:
             sid = replica.stream_id
-            _, events = self._sending[sid]
-            batch, rest = events[:count], events[count:]
+            _, events = sending[sid]
             replica.last_js_seq = js_seq
-            replica.store(batch, now_ns, js_seq, first)
             self._appended += count
-            if rest:
-                self._sending[sid] = (replica, rest)
-            else:
-                del self._sending[sid]
+            if count < len(events):
+                replica.store(events[:count], now_ns, js_seq, first)
+                sending[sid] = (replica, events[count:])
+            else:  # all of them (no copy)
+                replica.store(events, now_ns, js_seq, first)
+                del sending[sid]
                 replica.appends.stored()
                 self._settled(replica)
 
@@ -1395,6 +1396,10 @@ class _Message:
 def _entry_within(stream_id: str, events: list[Event], first: int, limit: int) -> tuple[bytes, int]:
     """The entry of as many of ``events`` (at most `MAX_BATCH_EVENTS`) as fit in ``limit``
     bytes, and how many that is (at least one)."""
+    if len(events) <= MAX_BATCH_EVENTS:
+        entry = encode_entry(stream_id, first, events)
+        if len(entry) <= limit:
+            return entry, len(events)  # what nearly always happens: encoded once, uncounted
     count = 0
     size = 0
     for event in events[:MAX_BATCH_EVENTS]:  # counted first: encoding twice costs more
