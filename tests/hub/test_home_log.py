@@ -530,6 +530,29 @@ async def test_home_log_messages_are_compressed_and_either_kind_is_read(nats_ses
         await b.aclose()
 
 
+async def test_a_process_that_starts_late_hears_the_others_at_once_and_lists_their_streams(
+    nats_session,
+):
+    # Heartbeats 10 s apart: what the newcomer knows within a second it was told in answer to
+    # its own first heartbeat.
+    config = replace(hub_config(nats_session, layout="node"), mirror="read", heartbeat_s=10.0,
+                     node_timeout_s=30.0)  # fmt: skip
+    a = HomeLogHub(replace(config, node_id="a"))
+    await a.start()
+    late = HomeLogHub(replace(config, node_id="late"))
+    try:
+        await a.create("made-before")
+        await late.start()
+        began = time.monotonic()
+        while not (listed := await late.stream_infos("", 10)):
+            assert time.monotonic() - began < 2.0, "the newcomer never heard of a"
+            await asyncio.sleep(0.05)
+        assert [info.stream_id for info in listed] == ["made-before"]
+    finally:
+        await late.aclose()
+        await a.aclose()
+
+
 async def test_a_node_that_mirrors_only_what_it_reads_loads_a_stream_when_asked(nats_session):
     config = hub_config(nats_session, layout="node")
     async with two_nodes(replace(config, mirror="read")) as (a, b):

@@ -132,6 +132,8 @@ class JetStreamHub(MemoryHub):
         self._announcing: dict[str, Replica] = {}
         """Streams whose local reader count changed since the last announcement."""
         self._announcement: asyncio.TimerHandle | None = None
+        self._greeting = False
+        """A heartbeat for newcomers is on its way."""
         self._started = False
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -682,14 +684,7 @@ class JetStreamHub(MemoryHub):
                 for sid in self._producing
                 if (stream := self._streams.get(sid)) is not None and stream.log.terminal is None
             }
-            beat = Heartbeat(
-                self.node,
-                {sid: s.readers for sid, s in self._streams.items() if s.readers},
-                sorted(self._producing),
-                run=self.run,
-                logs=self._followed_logs(),
-            )
-            await self._store.tell("hb", beat.to_bytes())
+            await self._store.tell("hb", self._full_beat().to_bytes())
             now = time.monotonic()
             dead, changes = self._nodes.expire()
             for node in dead:
@@ -697,6 +692,26 @@ class JetStreamHub(MemoryHub):
             self._apply_reader_changes(changes, now)
             self._end_orphaned_producers()
             await asyncio.sleep(self.js_config.heartbeat_s)
+
+    def _full_beat(self) -> Heartbeat:
+        """This process's whole state as the others see it: its readers, the streams it
+        produces, the logs it follows."""
+        return Heartbeat(
+            self.node,
+            {sid: s.readers for sid, s in self._streams.items() if s.readers},
+            sorted(self._producing),
+            run=self.run,
+            logs=self._followed_logs(),
+        )
+
+    async def _greet(self) -> None:
+        """A heartbeat now, for a process just heard from for the first time: it knows of
+        this one at once (a listing it serves asks every process it knows), not up to
+        ``heartbeat_s`` later. Newcomers heard meanwhile share it."""
+        try:
+            await self._store.tell("hb", self._full_beat().to_bytes())
+        finally:
+            self._greeting = False
 
     def _followed_logs(self) -> dict[str, int]:
         """What a heartbeat says of the home logs this process follows (the ``node``
@@ -707,7 +722,11 @@ class JetStreamHub(MemoryHub):
         beat = Heartbeat.from_bytes(data)
         if beat is not None:
             now = time.monotonic()
+            newcomer = not beat.leaving and beat.member not in self._nodes.last_seen
             self._apply_reader_changes(self._nodes.observe(beat, now), now)
+            if newcomer and beat.member != self.member and not self._greeting:
+                self._greeting = True
+                self._spawn(self._greet())
 
     def _apply_reader_changes(self, changes: list[tuple[str, int, int]], now: float) -> None:
         """Readers on other nodes count for the orphan policy of streams produced here."""
