@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from collections.abc import Iterator
+import time
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -19,82 +20,77 @@ def loads() -> Iterator[dict[str, int]]:
     yield {"w0": 0, "w1": 0, "w2": 0}
 
 
-def _board(tmp_path: Path, index: int, loads: dict[str, int]) -> LoadBoard:
-    name = f"w{index}"
-    return LoadBoard(tmp_path, index, f"node-{name}.run", lambda: loads[name])
+@pytest.fixture
+async def boards(tmp_path: Path, loads: dict[str, int]) -> AsyncIterator[list[LoadBoard]]:
+    """Workers w0, w1 and w2's boards, started, each reporting its entry of ``loads``."""
+
+    def board(index: int) -> LoadBoard:
+        name = f"w{index}"
+        return LoadBoard(tmp_path, index, f"node-{name}.run", lambda: loads[name])
+
+    started = [board(i) for i in range(3)]
+    for one in started:
+        one.start()
+    yield started
+    for one in started:
+        one.close()
 
 
 async def test_a_new_stream_goes_to_the_least_loaded_past_the_margin(
-    tmp_path: Path, loads: dict[str, int]
+    tmp_path: Path, loads: dict[str, int], boards: list[LoadBoard]
 ) -> None:
-    boards = [_board(tmp_path, i, loads) for i in range(3)]
-    for board in boards:
-        board.start()
-    try:
-        assert board_path(tmp_path).stat().st_size == SLOTS * 64
-        assert boards[0].lighter() is None  # all even
-        loads.update(w0=1, w1=0, w2=0)
-        for board in boards[1:]:
-            board.lighter()  # (each writes its slot as it looks)
-        assert boards[0].lighter() is None  # one more is within the margin
-        loads.update(w0=5, w1=3, w2=2)
-        for board in boards[1:]:
-            board.lighter()
-        assert boards[0].lighter() == "node-w2.run"
-        loads.update(w0=40, w1=37, w2=38)  # within 1 + 40 // 16
-        for board in boards[1:]:
-            board.lighter()
-        assert boards[0].lighter() is None
-        assert margin(40) == 3
-    finally:
-        for board in boards:
-            board.close()
+    assert board_path(tmp_path).stat().st_size == SLOTS * 64
+    assert boards[0].lighter() is None  # all even
+    loads.update(w0=1, w1=0, w2=0)
+    for board in boards[1:]:
+        board.lighter()  # (each writes its slot as it looks)
+    assert boards[0].lighter() is None  # one more is within the margin
+    loads.update(w0=5, w1=3, w2=2)
+    for board in boards[1:]:
+        board.lighter()
+    assert boards[0].lighter() == "node-w2.run"
+    loads.update(w0=40, w1=37, w2=38)  # within 1 + 40 // 16
+    for board in boards[1:]:
+        board.lighter()
+    assert boards[0].lighter() is None
+    assert margin(40) == 3
 
 
 async def test_what_was_handed_counts_there_until_its_own_count_does(
-    tmp_path: Path, loads: dict[str, int]
+    loads: dict[str, int], boards: list[LoadBoard]
 ) -> None:
-    a, b = _board(tmp_path, 0, loads), _board(tmp_path, 1, loads)
-    a.start()
-    b.start()
-    try:
-        loads.update(w0=10, w1=0)
-        b.lighter()
-        handed = 0
-        while (name := a.lighter()) is not None:  # b's slot does not change meanwhile
-            assert name == "node-w1.run"
-            a.gave(name)
-            handed += 1
-        assert handed == 9  # b at 9 then, a still at 10: within the margin
-        loads["w1"] += handed
-        await asyncio.sleep(PUBLISH_S * 3)  # b writes its own count: no double counting
-        loads["w0"] = 20
-        assert a.lighter() == "node-w1.run"
-    finally:
-        a.close()
-        b.close()
+    a, b, c = boards
+    c.close()  # two workers
+    loads.update(w0=10, w1=0)
+    b.lighter()
+    handed = 0
+    while (name := a.lighter()) is not None:  # b's slot does not change meanwhile
+        assert name == "node-w1.run"
+        a.gave(name)
+        handed += 1
+    assert handed == 9  # b at 9 then, a still at 10: within the margin
+    loads["w1"] += handed
+    await asyncio.sleep(PUBLISH_S * 3)  # b writes its own count: no double counting
+    loads["w0"] = 20
+    assert a.lighter() == "node-w1.run"
 
 
 async def test_a_closed_or_silent_worker_is_never_chosen(
-    tmp_path: Path, loads: dict[str, int]
+    tmp_path: Path, loads: dict[str, int], boards: list[LoadBoard]
 ) -> None:
-    a, b = _board(tmp_path, 0, loads), _board(tmp_path, 1, loads)
-    a.start()
-    b.start()
-    try:
-        loads["w0"] = 10
-        assert a.lighter() == "node-w1.run"
-        b.close()  # a stopping worker empties its slot
-        assert a.lighter() is None
-        # A killed one leaves its slot as it was: once it has not written for STALE_S, it
-        # is passed over.
-        with board_path(tmp_path).open("r+b") as raw:
-            raw.seek(64)
-            raw.write(struct.pack("<QI4x48s", 1, 0, b"dead.run"))
-        assert a.lighter() is None
-        assert STALE_S < 1e9  # (the stamp 1 ns after boot is long past)
-    finally:
-        a.close()
+    a, b, c = boards
+    c.close()
+    loads["w0"] = 10
+    assert a.lighter() == "node-w1.run"
+    b.close()  # a stopping worker empties its slot
+    assert a.lighter() is None
+    # A killed one leaves its slot as it was: once it has not written for STALE_S, it
+    # is passed over (here: written STALE_S and a second ago, with nothing to do).
+    stale = time.monotonic_ns() - int((STALE_S + 1) * 1e9)
+    with board_path(tmp_path).open("r+b") as raw:
+        raw.seek(64)
+        raw.write(struct.pack("<QI4x48s", stale, 0, b"dead.run"))
+    assert a.lighter() is None
 
 
 def test_slots_and_names_the_board_has_no_room_for_are_refused(tmp_path: Path) -> None:

@@ -172,11 +172,7 @@ class RequestCycle:
         (For a body the caller knows to be small: it is held here meanwhile.)"""
         while self.more_body and not self.disconnected and not self.received:
             self.connection.body_wanted()
-            waiter = self._waiter = self.connection.loop.create_future()
-            try:
-                await waiter
-            finally:
-                self._waiter = None
+            await self._news()
         if self.disconnected or self.received:
             return None
         return b"".join(self._chunks)
@@ -202,11 +198,7 @@ class RequestCycle:
                 return {"type": "http.request", "body": body, "more_body": self.more_body}
             if not self.request_ended:
                 self.connection.body_wanted()
-            waiter = self._waiter = self.connection.loop.create_future()
-            try:
-                await waiter
-            finally:
-                self._waiter = None
+            await self._news()
 
     async def send(self, message: Any) -> None:
         """Write ``http.response.start`` or an ``http.response.body`` part."""
@@ -324,6 +316,15 @@ class RequestCycle:
         client = scope.get("client")
         peer = f" from {client[0]}:{client[1]}" if client else ""
         return f"{scope['method']} {scope['path']}{peer}"
+
+    async def _news(self) -> None:
+        """Wait until the connection has news for this request: body, its end, the client
+        gone (`_wake`)."""
+        waiter = self._waiter = self.connection.loop.create_future()
+        try:
+            await waiter
+        finally:
+            self._waiter = None
 
     def _wake(self) -> None:
         waiter = self._waiter
