@@ -218,7 +218,7 @@ async def test_a_small_body_goes_along_once_all_of_it_is_there(short_tmp: Path) 
             b"POST /l HTTP/1.1\r\nhost: h\r\ncontent-length: %d\r\n\r\n%b" % (big, b"x" * big),
             b"POST /e HTTP/1.1\r\nhost: h\r\ncontent-length: 2\r\nexpect: 100-continue\r\n\r\nhi",
         ):
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 20)
             writer.write(head)
             assert b"a answers POST" in await reader.readuntil(b"0\r\n\r\n")
             writer.close()

@@ -46,10 +46,12 @@ node_timeout_s = 2.0
 
 
 @contextlib.contextmanager
-def workers(tmp_path: Path, count: int = 2, *args: str) -> Iterator[ServerProcess]:
+def workers(
+    tmp_path: Path, count: int = 2, *args: str, settings: str = FAST
+) -> Iterator[ServerProcess]:
     nats_binary()  # skips (fails in CI) where it is missing: the supervisor starts one
     config = tmp_path / "airlane.toml"
-    config.write_text(FAST)
+    config.write_text(settings)
     command = [
         sys.executable, "-m", "airlane", "serve", "--port", "0", "--workers", str(count),
         "--config", str(config), "--log-level", "warning", *args,
@@ -294,6 +296,36 @@ def test_streams_created_on_one_connection_are_produced_on_every_worker(tmp_path
         for stream in made:
             assert client.post(f"/v1/streams/{stream}/cancel").status_code in (200, 202, 204)
         assert handoffs(server.url).get("refused", 0) == 0
+
+
+def test_chat_completions_arriving_on_one_worker_run_on_both(tmp_path: Path) -> None:
+    slow = FAST.replace("itl_ms = 5.0", "itl_ms = 200.0")  # each runs for seconds
+    with workers(tmp_path, settings=slow) as server:
+        # Three kept-alive connections the kernel gave to the same worker (bounded tries).
+        by_worker: dict[int, list[httpx.Client]] = {}
+        while not any(len(clients) == 3 for clients in by_worker.values()):
+            assert sum(len(c) for c in by_worker.values()) < 200, "no three on one worker"
+            client = httpx.Client(
+                base_url=server.url, limits=httpx.Limits(max_connections=1), timeout=10
+            )
+            by_worker.setdefault(client.get("/healthz").json()["pid"], []).append(client)
+        three = next(clients for clients in by_worker.values() if len(clients) == 3)
+        body = {"model": "synthetic", "stream": True, "max_tokens": 4000,
+                "messages": [{"role": "user", "content": "go on"}]}  # fmt: skip
+        with contextlib.ExitStack() as streams:
+            for client in three:  # one at a time, each running when the next arrives
+                response = streams.enter_context(
+                    client.stream("POST", "/v1/chat/completions", json=body)
+                )
+                assert response.status_code == 200
+                next(response.iter_lines())  # its first chunk: it runs
+            deadline = time.monotonic() + 10
+            while sorted((running := running_by_worker(server.url)).values()) != [1.0, 2.0]:
+                assert time.monotonic() < deadline, running  # the third went to the other
+                time.sleep(0.2)
+        for clients in by_worker.values():
+            for client in clients:
+                client.close()
 
 
 def test_when_a_streams_worker_is_killed_its_readers_resume_elsewhere_and_see_it_end(

@@ -75,9 +75,10 @@ LINGER_S = 2.0
 LINGER_BYTES = 64 << 20
 """How much it reads (and discards) meanwhile, at most."""
 
-HANDED_BODY_BYTES = 16 * 1024
+HANDED_BODY_BYTES = 64 * 1024
 """The largest request body a request is handed to a sibling process with (with a larger one
-it stays where it arrived): a stream's create or an append, not an upload."""
+it stays where it arrived): a stream's create, a chat completion's request or an append, not
+an upload."""
 
 WRITE_BODY = "airlane.http.write_body"
 """Scope extension: a call-back that writes one more chunk of a chunked response body at
