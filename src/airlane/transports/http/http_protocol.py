@@ -631,12 +631,13 @@ class _Upgrade:
 def _small_body(headers: list[tuple[bytes, bytes]]) -> bool:
     """Whether a request with these header fields has no body or one of a known length up
     to `HANDED_BODY_BYTES` (what a hand-over carries along)."""
+    small = True
     for name, value in headers:
         if name == b"transfer-encoding":
             return False
-        if name == b"content-length":
-            return value.isdigit() and int(value) <= HANDED_BODY_BYTES
-    return True
+        if name == b"content-length" and not (value.isdigit() and int(value) <= HANDED_BODY_BYTES):
+            small = False
+    return small
 
 
 def _request_head(
