@@ -82,8 +82,10 @@ async def test_a_closed_or_silent_worker_is_never_chosen(
     c.close()
     loads["w0"] = 10
     assert a.lighter() == "node-w1.run"
+    a.gave("node-w1.run")
     b.close()  # a stopping worker empties its slot
     assert a.lighter() is None
+    assert not a._given and not a._seen  # nothing kept of a sibling that is gone
     # A killed one leaves its slot as it was: once it has not written for STALE_S, it
     # is passed over (here: written STALE_S and a second ago, with nothing to do).
     stale = time.monotonic_ns() - int((STALE_S + 1) * 1e9)

@@ -77,7 +77,7 @@ class LoadBoard:
         """Streams handed to a sibling since its slot last changed: name -> (the written-at
         seen then, count). The sibling's own count takes them in at its next write."""
         self._seen: dict[str, int] = {}
-        """Each sibling's written-at as `lighter` last read it."""
+        """Each live sibling's written-at as `lighter` last read it."""
 
     def start(self) -> None:
         """Map the board (creating it if this worker is the first) and write this slot
@@ -103,6 +103,7 @@ class LoadBoard:
         now = time.monotonic_ns()
         best: str | None = None
         best_load = own - margin(own)  # a sibling must be below this to be worth it
+        seen: dict[str, int] = {}
         for index in range(SLOTS):
             if index == self.slot:
                 continue
@@ -112,7 +113,7 @@ class LoadBoard:
             if now - stamp > STALE_S * 1e9:
                 continue
             name = raw.rstrip(b"\0").decode(errors="replace")
-            self._seen[name] = stamp
+            seen[name] = stamp
             given = self._given.get(name)
             if given is not None:
                 if given[0] == stamp:
@@ -121,6 +122,10 @@ class LoadBoard:
                     del self._given[name]  # its own count has them now
             if load < best_load:
                 best, best_load = name, load
+        # Only the live siblings are remembered (a restarted worker has a new name).
+        self._seen = seen
+        for name in [name for name in self._given if name not in seen]:
+            del self._given[name]
         return best
 
     def gave(self, name: str) -> None:
