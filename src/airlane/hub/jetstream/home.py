@@ -142,7 +142,6 @@ class HomeLogHub(JetStreamHub):
         self._writing = False
         self._last_publish = -1e9
         """When the writer's last publish began (loop time)."""
-        """Bytes of the last message published (the writer lingers after small ones)."""
         self._message_bytes = MAX_BATCH_BYTES
         """The most a message carries (set from the server's limit at start)."""
         self._followers: dict[str, LogFollower] = {}

@@ -143,6 +143,13 @@ class Request:
         extensions = self.scope.get("extensions")
         return extensions.get(name) if isinstance(extensions, dict) else None
 
+    async def placed_elsewhere(self) -> bool:
+        """Whether the server handed this request, one that starts a stream, with its
+        connection to a sibling process producing fewer (`PLACE_EXTENSION`: ``airlane serve
+        --workers``); the sibling answers it. Call before reading the body."""
+        place = self.extension(PLACE_EXTENSION)
+        return place is not None and bool(await place())
+
     def header(self, name: bytes) -> str | None:
         """A header's value as text, or None."""
         value = self.headers.get(name)

@@ -16,15 +16,7 @@ import orjson
 from airlane.core import Event, Kind
 from airlane.core.errors import ErrorCode
 from airlane.gateway import Principal
-from airlane.transports.http.asgi import (
-    PLACE_EXTENSION,
-    HttpError,
-    Receive,
-    Request,
-    Send,
-    read_json,
-    send_json,
-)
+from airlane.transports.http.asgi import HttpError, Receive, Request, Send, read_json, send_json
 from airlane.transports.http.context import AppContext
 from airlane.wire.openai import DONE_SENTINEL, ChatStreamState, ChunkFactory
 from airlane.wire.sse import encode_event, encode_numbered_event, event_id_prefix
@@ -101,9 +93,8 @@ async def handle_chat_completions(
     send: Send,
 ) -> None:
     """Serve one chat completion, streaming or not."""
-    place = request.extension(PLACE_EXTENSION)
-    if place is not None and await place():
-        return  # (`airlane serve --workers`: to run on a worker producing fewer)
+    if await request.placed_elsewhere():
+        return
     gateway, config = app.gateway, app.config
     chat = await gateway.start_chat(principal, await read_json(receive, config.max_body_bytes))
     info, include_usage = chat.info, chat.request.include_usage

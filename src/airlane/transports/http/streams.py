@@ -33,7 +33,6 @@ from airlane.core.errors import BadRequest, ErrorCode, NotFound
 from airlane.gateway import Gateway, Principal
 from airlane.transports.http.asgi import (
     HAND_OVER_EXTENSION,
-    PLACE_EXTENSION,
     HttpError,
     Receive,
     Request,
@@ -91,9 +90,8 @@ async def handle_streams(
                 code=ErrorCode.METHOD_NOT_ALLOWED,
                 headers=_ALLOW_LIST,
             )
-        place = request.extension(PLACE_EXTENSION)
-        if place is not None and await place():
-            return  # (`airlane serve --workers`: to start on a worker producing fewer)
+        if await request.placed_elsewhere():
+            return
         await _create(app, principal, receive, send)
         return
     stream_id, action = stream_target(request)
