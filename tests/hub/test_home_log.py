@@ -26,8 +26,7 @@ from tests.waiting import eventually
 
 def follows(reader: JetStreamHub, home: JetStreamHub) -> bool:
     """Whether ``reader`` follows ``home``'s log from a known position: what ``home``
-    publishes from now on reaches it (a follower still starting takes the log's end, whenever
-    that is read, as where it begins)."""
+    publishes from now on reaches it."""
     assert isinstance(reader, HomeLogHub) and isinstance(home, HomeLogHub)
     follower = reader._followers.get(home.home)
     return follower is not None and follower.position is not None and not follower.syncing
@@ -458,6 +457,36 @@ async def test_an_idle_stream_is_ended_by_its_home_or_once_that_is_gone_by_anoth
         await a.aclose()  # says goodbye: its log has no writer any more
         await eventually(lambda: ("b", "idle/left-behind") in expiring, timeout=5)
         assert (await b.info("idle/left-behind")).finish_reason == "expired"
+
+
+async def test_a_follower_starting_mirrors_what_is_published_before_it_knows_the_end(nodes):
+    # A new follower subscribes, then asks where the log ends: a creation published between
+    # the two reaches it and lies at or below that end. It is mirrored, not passed over (the
+    # stream would otherwise load from the broker when first read here).
+    a, b = nodes
+    old = b._followers.pop(a.home)
+    assert old.subscription is not None
+    await old.subscription.unsubscribe()
+    ask_end = b._store.last_seq_on
+    asked: list[str] = []
+
+    async def created_meanwhile(stream: str, subject: str) -> int:
+        if subject == a.home and not asked:
+            asked.append(subject)
+            await a.create("made-meanwhile")
+            await eventually(lambda: bool(b._followers[a.home].held))
+        return await ask_end(stream, subject)
+
+    b._store.last_seq_on = created_meanwhile  # type: ignore[method-assign]
+    try:
+        b._follow_log(a.home)
+        await eventually(lambda: follows(b, a))
+    finally:
+        del b._store.last_seq_on
+    assert asked
+    assert "made-meanwhile" in b._streams
+    await a.append("made-meanwhile", Event.message({"n": 1}))
+    await eventually(lambda: b._streams["made-meanwhile"].log.last_seq == 1)
 
 
 async def test_a_full_node_lets_a_mirror_nobody_reads_go_to_make_room(nats_session):

@@ -73,6 +73,18 @@ class LogFollower:
         held.sort(key=lambda batch: batch.js_seq)
         return held
 
+    def start(self, last: int) -> int:
+        """Where a new follower begins, ``last`` being the log's end as read after
+        subscribing: there, or, where messages reached the subscription before that answer
+        (so they are at or below ``last``), just before the first of them, so that what they
+        carry (a stream's creation, to be mirrored) is applied rather than passed over."""
+        if not self.held:
+            return last
+        first = min(self.held, key=lambda batch: batch.js_seq)
+        if first.prev is None or first.js_seq > last or first.prev >= first.js_seq:
+            return last
+        return first.prev
+
     def advanced(self, position: int) -> None:
         """Everything up to ``position`` is applied: wake those waiting for it."""
         self.position = position

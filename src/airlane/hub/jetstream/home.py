@@ -886,7 +886,8 @@ class HomeLogHub(JetStreamHub):
         follower.advanced(batch.js_seq)
 
     def _follow_log(self, subject: str) -> LogFollower:
-        """Start following ``subject`` (from its newest message on)."""
+        """Start following ``subject``: from its newest message on, and whatever reached the
+        subscription before the newest was known."""
         follower = LogFollower(subject, _member_of(subject))
         self._followers[subject] = follower
         for stream in self._streams.values():
@@ -955,7 +956,7 @@ class HomeLogHub(JetStreamHub):
                     follower.overflowed = False
                     last = await self._store.last_seq_on(stream, subject)
                     if follower.position is None:
-                        follower.advanced(last)  # a new follower starts at the end
+                        follower.advanced(follower.start(last))
                     elif last > follower.position:
                         await self._read_on(follower, last)
                 except HubError as exc:
