@@ -12,6 +12,7 @@ import array
 import asyncio
 import contextlib
 import os
+import resource
 import socket
 import tempfile
 from collections.abc import AsyncIterator, Iterator
@@ -47,6 +48,25 @@ def tcp_pair() -> Iterator[tuple[socket.socket, socket.socket]]:
         accepted, _ = server.accept()
     with client, accepted:
         yield client, accepted
+
+
+@contextlib.contextmanager
+def no_descriptor_left() -> Iterator[None]:
+    """This process without a free descriptor: the limit lowered to the highest in use and
+    the gaps below it filled (all undone after)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    filler: list[int] = []
+    try:
+        highest = max(int(fd) for fd in os.listdir("/proc/self/fd"))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (highest + 1, hard))
+        with contextlib.suppress(OSError):
+            while True:
+                filler.append(os.dup(0))
+        yield
+    finally:
+        for fd in filler:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 @contextlib.asynccontextmanager
@@ -99,6 +119,38 @@ async def test_a_sibling_gone_or_unknown_refuses_and_leaves_the_connection_alone
             accepted.sendall(b"still here")
             assert client.recv(100) == b"still here"
         assert a.refused == 3  # (the one to itself is not an attempt)
+
+
+async def test_a_connection_handed_in_with_no_descriptor_left_is_counted_lost(
+    short_tmp: Path,
+) -> None:
+    # Both ends are in this process: once it is sent, the process is left without a free
+    # descriptor, so the kernel cannot give b the connection and closes it.
+    async with siblings(short_tmp) as (a, b, taken):
+        with tcp_pair() as (_, accepted):
+            assert a.send("b.2", accepted.fileno(), HEAD)  # (the link is open from here)
+            await eventually(lambda: taken, what="b takes the first")
+        with tcp_pair() as (client, accepted):
+            assert a.send("b.2", accepted.fileno(), HEAD)
+            accepted.close()
+            with no_descriptor_left():
+                await eventually(lambda: b.lost == 1, what="b finds no room for it")
+            assert len(taken) == 1 and b.received == 1
+            assert client.recv(100) == b""  # closed, not left hanging
+
+
+async def test_a_link_that_comes_while_out_of_descriptors_is_taken_once_there_is_room(
+    short_tmp: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with siblings(short_tmp) as (a, b, taken):
+        with tcp_pair() as (_, accepted):
+            assert a.send("b.2", accepted.fileno(), HEAD)  # a opens its link to b here
+            with no_descriptor_left():
+                await asyncio.sleep(0.35)  # b cannot accept the link
+            tries = [r for r in caplog.records if "Too many open files" in r.getMessage()]
+            assert 1 <= len(tries) <= 5  # one every RETRY_S, not a loop
+            await eventually(lambda: taken, what="b takes it once it can")
+            assert b.received == 1 and b.lost == 0
 
 
 async def test_what_is_not_one_connection_is_dropped(short_tmp: Path) -> None:
@@ -241,7 +293,7 @@ async def test_placing_goes_to_a_sibling_producing_clearly_fewer(short_tmp: Path
     load = {"a": 0}
     board = LoadBoard(short_tmp, 0, "a.1", lambda: load["a"])
     sibling = LoadBoard(short_tmp, 1, "b.2", lambda: 3)
-    sibling.start()
+    sibling.start(lambda: 0)
     try:
         async with two_servers(short_tmp, board) as (port, handoff_b, _):
             reader, writer = await asyncio.open_connection("127.0.0.1", port)

@@ -1,6 +1,8 @@
 """`LoadBoard`: workers sharing a directory see each other's loads, a new stream goes to the
 least loaded sibling only past the margin, streams handed over count there until that
-sibling's own count does, and a stopped or silent worker is never chosen."""
+sibling's own count does, and a stopped or silent worker is never chosen; a sibling takes
+connections while it holds at most the balance more than this worker and has room under its
+descriptor limit."""
 
 from __future__ import annotations
 
@@ -12,7 +14,19 @@ from pathlib import Path
 
 import pytest
 
-from airlane.runtime.loadboard import PUBLISH_S, SLOTS, STALE_S, LoadBoard, board_path, margin
+from airlane.runtime.loadboard import (
+    PUBLISH_S,
+    SLOTS,
+    STALE_S,
+    LoadBoard,
+    balance,
+    board_path,
+    margin,
+    reserve,
+)
+
+LIMIT = 1024
+"""The descriptor limit the boards report."""
 
 
 @pytest.fixture
@@ -21,16 +35,24 @@ def loads() -> Iterator[dict[str, int]]:
 
 
 @pytest.fixture
-async def boards(tmp_path: Path, loads: dict[str, int]) -> AsyncIterator[list[LoadBoard]]:
-    """Workers w0, w1 and w2's boards, started, each reporting its entry of ``loads``."""
+def connections() -> Iterator[dict[str, int]]:
+    yield {"w0": 0, "w1": 0, "w2": 0}
+
+
+@pytest.fixture
+async def boards(
+    tmp_path: Path, loads: dict[str, int], connections: dict[str, int]
+) -> AsyncIterator[list[LoadBoard]]:
+    """Workers w0, w1 and w2's boards, started, each reporting its entries of ``loads`` and
+    ``connections`` and a limit of `LIMIT` descriptors."""
 
     def board(index: int) -> LoadBoard:
         name = f"w{index}"
         return LoadBoard(tmp_path, index, f"node-{name}.run", lambda: loads[name])
 
     started = [board(i) for i in range(3)]
-    for one in started:
-        one.start()
+    for index, one in enumerate(started):
+        one.start(lambda name=f"w{index}": connections[name], LIMIT)  # type: ignore[misc]
     yield started
     for one in started:
         one.close()
@@ -75,6 +97,41 @@ async def test_what_was_handed_counts_there_until_its_own_count_does(
     assert a.lighter() == "node-w1.run"
 
 
+async def test_a_sibling_takes_connections_while_it_holds_at_most_the_balance_more(
+    connections: dict[str, int], boards: list[LoadBoard]
+) -> None:
+    a, _, c = boards
+    connections.update(w0=100, w1=100 + balance(100), w2=0)
+    await asyncio.sleep(PUBLISH_S * 3)  # (each writes its slot)
+    assert a.takes("node-w1.run")  # at the balance
+    a.handed("node-w1.run")  # one more, counted there until its own count has it
+    assert not a.takes("node-w1.run")
+    assert a.takes("node-w2.run")
+    assert not c.takes("node-w0.run")  # 100 against none: past the 64 any worker may hold
+    assert balance(0) == 64 and balance(100) == 89
+    assert a.takes("nobody.run")  # not on the board: not judged here
+    connections["w1"] = 100
+    await asyncio.sleep(PUBLISH_S * 3)
+    assert a.takes("node-w1.run")
+
+
+async def test_a_sibling_short_of_descriptors_takes_no_connection_and_no_stream(
+    loads: dict[str, int], connections: dict[str, int], boards: list[LoadBoard]
+) -> None:
+    a, _, c = boards
+    c.close()
+    full = LIMIT - reserve(LIMIT)
+    connections.update(w0=full, w1=full)  # balanced, but at the reserve
+    loads.update(w0=10, w1=0)
+    await asyncio.sleep(PUBLISH_S * 3)
+    assert not a.takes("node-w1.run")
+    assert a.lighter() is None  # its streams' connections would have no room either
+    connections["w1"] = full - 1
+    await asyncio.sleep(PUBLISH_S * 3)
+    assert a.takes("node-w1.run")
+    assert a.lighter() == "node-w1.run"
+
+
 async def test_a_closed_or_silent_worker_is_never_chosen(
     tmp_path: Path, loads: dict[str, int], boards: list[LoadBoard]
 ) -> None:
@@ -91,7 +148,7 @@ async def test_a_closed_or_silent_worker_is_never_chosen(
     stale = time.monotonic_ns() - int((STALE_S + 1) * 1e9)
     with board_path(tmp_path).open("r+b") as raw:
         raw.seek(64)
-        raw.write(struct.pack("<QI4x48s", stale, 0, b"dead.run"))
+        raw.write(struct.pack("<QIII44s", stale, 0, 0, LIMIT, b"dead.run"))
     assert a.lighter() is None
 
 
@@ -99,4 +156,4 @@ def test_slots_and_names_the_board_has_no_room_for_are_refused(tmp_path: Path) -
     with pytest.raises(ValueError, match="slots 0 to"):
         LoadBoard(tmp_path, SLOTS, "w.run", lambda: 0)
     with pytest.raises(ValueError, match="does not fit"):
-        LoadBoard(tmp_path, 0, "x" * 49, lambda: 0)
+        LoadBoard(tmp_path, 0, "x" * 45, lambda: 0)

@@ -244,6 +244,45 @@ def test_many_readers_on_any_worker_read_every_event_once_in_order(tmp_path: Pat
         assert counts.get("refused", 0) == 0
 
 
+def test_readers_of_one_stream_stay_spread_once_its_worker_holds_the_balance_more(
+    tmp_path: Path,
+) -> None:
+    # Readers go to their stream's worker only while it holds at most 64 and a quarter more
+    # connections than the one they reached: 200 readers of one stream end up on both.
+    with workers(tmp_path) as server:
+        made = httpx.post(f"{server.url}/v1/streams", json={"name": "crowd"}, timeout=10)
+        assert made.status_code < 300, made.text
+
+        async def sse_by_worker(client: httpx.AsyncClient) -> dict[str, float]:
+            found: dict[str, float] = {}
+            for line in (await client.get("/metrics")).text.splitlines():
+                if line.startswith('airlane_stream_connections{transport="sse"'):
+                    worker = line.split('worker="')[1].split('"')[0]
+                    found[worker] = float(line.rsplit(" ", 1)[1])
+            return found
+
+        async def hold(count: int) -> dict[str, float]:
+            limits = httpx.Limits(max_connections=count + 1, max_keepalive_connections=0)
+            async with (
+                httpx.AsyncClient(base_url=server.url, timeout=30, limits=limits) as client,
+                contextlib.AsyncExitStack() as held,
+            ):
+                for _ in range(count):
+                    response = await held.enter_async_context(
+                        client.stream("GET", "/v1/streams/crowd/events")
+                    )
+                    assert response.status_code == 200
+                deadline = time.monotonic() + 10  # (the workers' shared samples catch up)
+                while sum((by_worker := await sse_by_worker(client)).values()) != count:
+                    assert time.monotonic() < deadline, by_worker
+                    await asyncio.sleep(0.2)
+                return by_worker
+
+        by_worker = asyncio.run(hold(200))
+        assert len(by_worker) == 2 and min(by_worker.values()) >= 50, by_worker
+        assert handoffs(server.url).get("refused", 0) > 0
+
+
 def running_by_worker(url: str) -> dict[str, float]:
     """``airlane_generations_running`` of each worker (as the one answering last saw it)."""
     running: dict[str, float] = {}

@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import resource
 import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -36,6 +37,7 @@ from pathlib import Path
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from airlane.runtime.acceptor import RETRY_S
 from airlane.runtime.loadboard import LoadBoard
 
 __all__ = [
@@ -79,7 +81,11 @@ class Handoff:
         self.received = 0
         """Connections taken over from a sibling."""
         self.refused = 0
-        """Hand-overs that did not happen (the sibling gone or busy): served here."""
+        """Hand-overs that did not happen (the sibling gone, busy or holding too many
+        connections, or the request too large): served here."""
+        self.lost = 0
+        """Connections handed in that this process had no descriptor for (the kernel
+        closed them): a board keeps siblings from sending where there is no room."""
         self.board: LoadBoard | None = None
         """Where this process and its siblings compare their loads, so that a server
         places new streams on the least loaded (None: they start where they arrive). Its
@@ -91,6 +97,8 @@ class Handoff:
         """Links siblings opened to this process."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._on_connection: Callable[[socket.socket, bytes], None] | None = None
+        self._retry: asyncio.TimerHandle | None = None
+        """Watching for links again after a failed accept."""
 
     @property
     def usable(self) -> bool:
@@ -116,6 +124,11 @@ class Handoff:
             raise
         self._listener = listener
         self._loop.add_reader(listener.fileno(), self._on_link)
+
+    def _watch_links(self) -> None:
+        self._retry = None
+        if self._listener is not None and self._loop is not None:
+            self._loop.add_reader(self._listener.fileno(), self._on_link)
 
     def send(self, sibling: str, fd: int, request: bytes) -> bool:
         """Hand the connection ``fd`` (still this process's to close) to ``sibling`` with the
@@ -150,6 +163,9 @@ class Handoff:
             return
         loop = self._loop
         assert loop is not None
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
         loop.remove_reader(listener.fileno())
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
@@ -188,7 +204,12 @@ class Handoff:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
-                log.warning("handoff socket %s: %s", self.path, exc)
+                # Out of descriptors, mostly: the link waits in the listen queue, taken
+                # when this process has room again (watched again after a pause, not in a
+                # loop that the queued link would keep readable).
+                log.warning("handoff socket %s: %s; retried in %.1f s", self.path, exc, RETRY_S)
+                loop.remove_reader(listener.fileno())
+                self._retry = loop.call_later(RETRY_S, self._watch_links)
                 return
             if len(self._incoming) >= MAX_LINKS:
                 link.close()
@@ -213,12 +234,24 @@ class Handoff:
             if isinstance(taken, tuple):
                 self.received += 1
                 callback(*taken)
+            elif taken is _LOST:
+                self.lost += 1
+                log.warning(
+                    "a connection handed over was lost: no descriptor left for it "
+                    "(RLIMIT_NOFILE %d)",
+                    resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+                )
 
 
-def _receive(link: socket.socket) -> tuple[socket.socket, bytes] | bool | None:
+_LOST = "lost"
+"""What `_receive` returns for a connection whose descriptor could not be taken in."""
+
+
+def _receive(link: socket.socket) -> tuple[socket.socket, bytes] | bool | str | None:
     """The next connection handed over on ``link``, with its request; True for a message
-    dropped (malformed: what it carried is closed), False once the link has ended, None
-    while nothing waits."""
+    dropped (malformed: what it carried is closed), `_LOST` for a connection this process
+    had no descriptor for (the kernel closed it), False once the link has ended, None while
+    nothing waits."""
     try:
         request, fds, flags, _ = socket.recv_fds(link, MAX_REQUEST_BYTES, 2)
     except (BlockingIOError, InterruptedError):
@@ -228,6 +261,8 @@ def _receive(link: socket.socket) -> tuple[socket.socket, bytes] | bool | None:
         return False
     if not request and not fds:
         return False  # the sibling closed its end
+    if flags & socket.MSG_CTRUNC and not fds and request:
+        return _LOST  # the descriptor table is full: Linux drops what does not fit
     if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or len(fds) != 1 or not request:
         for fd in fds:
             os.close(fd)
@@ -246,8 +281,9 @@ def _receive(link: socket.socket) -> tuple[socket.socket, bytes] | bool | None:
 
 class HandoffMetrics(Collector):
     """``airlane_handoff_connections_total``, by ``direction``: ``sent`` (handed to a
-    sibling), ``received`` (taken over from one), ``refused`` (the sibling gone or busy:
-    served where it arrived)."""
+    sibling), ``received`` (taken over from one), ``refused`` (the sibling gone, busy or
+    holding too many connections, or the request too large: served where it arrived),
+    ``lost`` (handed in with no descriptor left for it: closed)."""
 
     def __init__(self, handoff: Handoff) -> None:
         self.handoff = handoff
@@ -262,4 +298,5 @@ class HandoffMetrics(Collector):
         family.add_metric(["sent"], self.handoff.sent)
         family.add_metric(["received"], self.handoff.received)
         family.add_metric(["refused"], self.handoff.refused)
+        family.add_metric(["lost"], self.handoff.lost)
         yield family

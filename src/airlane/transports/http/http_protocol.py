@@ -421,7 +421,8 @@ class HttpProtocol(asyncio.Protocol):
         """Hand this connection, with ``cycle``'s request (its body once all of it is here),
         to the sibling process ``sibling``, which answers it (`HAND_OVER_EXTENSION`); False
         where it stays here: a response begun, the body taken or cut short, another request
-        read, the server stopping, the sibling gone or busy."""
+        read, the server stopping, the sibling gone, busy or holding too many connections
+        (`LoadBoard.takes`)."""
         body = await cycle.whole_body()
         handoff = self.state.handoff
         scope = cycle.scope
@@ -438,9 +439,15 @@ class HttpProtocol(asyncio.Protocol):
             or self.socket is None
         ):
             return False
+        board = self.state.board
+        if board is not None and not board.takes(sibling):
+            handoff.refused += 1  # it holds too many connections: served here
+            return False
         head = _request_head(scope["method"], self._target, scope["http_version"], scope["headers"])
         if not handoff.send(sibling, self.socket.fileno(), head + body):
             return False
+        if board is not None:
+            board.handed(sibling)
         # The sibling holds the connection now: this process lets go of it without a word
         # (closing a descriptor the sibling shares neither ends nor resets the connection).
         self._done = True

@@ -99,7 +99,7 @@ class HttpServer:
             board = self.handoff.board
             if board is not None:
                 try:
-                    board.start()
+                    board.start(lambda: len(state.connections))
                 except OSError as exc:  # streams then start where their requests arrive
                     log.warning("cannot share load with sibling processes: %s", exc)
                 else:
