@@ -99,6 +99,8 @@ class Handoff:
         self._on_connection: Callable[[socket.socket, bytes], None] | None = None
         self._retry: asyncio.TimerHandle | None = None
         """Watching for links again after a failed accept."""
+        self._buffer = bytearray(MAX_REQUEST_BYTES)
+        """Where each message is read (one at a time, on the loop)."""
 
     @property
     def usable(self) -> bool:
@@ -175,7 +177,7 @@ class Handoff:
         self._links.clear()
         for link in self._incoming:
             loop.remove_reader(link.fileno())
-            while (taken := _receive(link)) not in (None, False):
+            while (taken := _receive(link, self._buffer)) not in (None, False):
                 if isinstance(taken, tuple):
                     taken[0].close()
             link.close()
@@ -222,7 +224,7 @@ class Handoff:
         callback = self._on_connection
         assert callback is not None
         for _ in range(MAX_PER_TURN):
-            taken = _receive(link)
+            taken = _receive(link, self._buffer)
             if taken is None:
                 return
             if taken is False:  # the sibling closed its end (or stopped)
@@ -247,18 +249,27 @@ _LOST = "lost"
 """What `_receive` returns for a connection whose descriptor could not be taken in."""
 
 
-def _receive(link: socket.socket) -> tuple[socket.socket, bytes] | bool | str | None:
-    """The next connection handed over on ``link``, with its request; True for a message
-    dropped (malformed: what it carried is closed), `_LOST` for a connection this process
-    had no descriptor for (the kernel closed it), False once the link has ended, None while
-    nothing waits."""
+_RIGHTS_SPACE = socket.CMSG_SPACE(2 * array.array("i").itemsize)
+"""Room for two descriptors: one more than a message may carry, to see that it had more."""
+
+
+def _receive(
+    link: socket.socket, buffer: bytearray
+) -> tuple[socket.socket, bytes] | bool | str | None:
+    """The next connection handed over on ``link``, with its request (read into
+    ``buffer``, `MAX_REQUEST_BYTES` long, then copied out: a fresh buffer of that size per
+    connection would churn the allocator); True for a message dropped (malformed: what it
+    carried is closed), `_LOST` for a connection this process had no descriptor for (the
+    kernel closed it), False once the link has ended, None while nothing waits."""
     try:
-        request, fds, flags, _ = socket.recv_fds(link, MAX_REQUEST_BYTES, 2)
+        size, ancillary, flags, _ = link.recvmsg_into([buffer], _RIGHTS_SPACE)
     except (BlockingIOError, InterruptedError):
         return None
     except OSError as exc:
         log.debug("handoff link: %s", exc)
         return False
+    request = bytes(buffer[:size])
+    fds = _descriptors(ancillary)
     if not request and not fds:
         return False  # the sibling closed its end
     if flags & socket.MSG_CTRUNC and not fds and request:
@@ -277,6 +288,15 @@ def _receive(link: socket.socket) -> tuple[socket.socket, bytes] | bool | str | 
         return True
     conn.setblocking(False)
     return conn, request
+
+
+def _descriptors(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
+    """The descriptors an ``SCM_RIGHTS`` message brought (whole ones: a cut one is none)."""
+    fds = array.array("i")
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+    return list(fds)
 
 
 class HandoffMetrics(Collector):
