@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -32,7 +33,7 @@ from airlane.security import (
 from airlane.transports.grpc import GrpcServer
 from airlane.transports.grpc.context import call_context
 from airlane.v1 import events_pb2, service_pb2, service_pb2_grpc
-from tests.waiting import eventually, settle
+from tests.waiting import settle
 
 from .conftest import (
     SHORT_REQUEST,
@@ -179,7 +180,13 @@ async def test_a_client_cancelling_a_busy_session_leaves_no_error_behind(local: 
         gc.collect()
         return local.gateway.hub.stats().subscribers == 0
 
-    await eventually(released, what="the session's cursor released")
+    # Polled with real pauses, not `eventually`'s loop turns: grpcio's own threads finish the
+    # cancelled call, and a loop spinning on full collections (slow in a process that has
+    # run the whole suite) left them too little time (failed once in the suite at 5 s).
+    deadline = time.monotonic() + 15.0
+    while not released():
+        assert time.monotonic() < deadline, "the session's cursor was not released in 15 s"
+        await asyncio.sleep(0.05)
     for _ in range(3):  # what the collector finds is closed in tasks: let them run and go
         gc.collect()
         await settle()
