@@ -154,7 +154,7 @@ class LoadBoard:
         best_load = own - margin(own)  # a sibling must be below this to be worth it
         for name, slot in self._scan().items():
             load = slot.load + _pending(self._given, name, slot.stamp)
-            if load < best_load and self._has_room(name, slot):
+            if load < best_load and _has_room(slot, self._connections_at(name, slot)):
                 best, best_load = name, load
         return best
 
@@ -175,10 +175,9 @@ class LoadBoard:
             slot = self._scan().get(name)
             if slot is None:
                 return True
-        connections = slot.connections + _pending(self._handed, name, slot.stamp)
-        return self._has_room(name, slot) and connections <= (
-            (own := self._connections()) + balance(own)
-        )
+        connections = self._connections_at(name, slot)
+        own = self._connections()
+        return _has_room(slot, connections) and connections <= own + balance(own)
 
     def handed(self, name: str) -> None:
         """A connection went to ``name``: count it there until its own count does."""
@@ -227,9 +226,9 @@ class LoadBoard:
         slot.stamp, slot.load, slot.connections, slot.limit = stamp, load, connections, limit
         return True
 
-    def _has_room(self, name: str, slot: _Slot) -> bool:
-        connections = slot.connections + _pending(self._handed, name, slot.stamp)
-        return slot.limit == 0 or connections + reserve(slot.limit) < slot.limit
+    def _connections_at(self, name: str, slot: _Slot) -> int:
+        """The sibling's connections: its own count and those handed to it since."""
+        return slot.connections + _pending(self._handed, name, slot.stamp)
 
     def _publish(self) -> int:
         load = max(0, self._load())
@@ -250,6 +249,12 @@ class LoadBoard:
     def _tick(self, loop: asyncio.AbstractEventLoop) -> None:
         self._publish()
         self._timer = loop.call_later(PUBLISH_S, self._tick, loop)
+
+
+def _has_room(slot: _Slot, connections: int) -> bool:
+    """Whether a sibling holding ``connections`` has a descriptor to spare under its limit
+    (a limit of 0, unlimited, is not judged)."""
+    return slot.limit == 0 or connections + reserve(slot.limit) < slot.limit
 
 
 def _pending(counts: dict[str, tuple[int, int]], name: str, stamp: int) -> int:
