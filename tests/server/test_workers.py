@@ -279,7 +279,9 @@ def test_readers_of_one_stream_stay_spread_once_its_worker_holds_the_balance_mor
                 return by_worker
 
         by_worker = asyncio.run(hold(200))
-        assert len(by_worker) == 2 and min(by_worker.values()) >= 50, by_worker
+        # The counts are read as of each worker's last write (every 50 ms), so the bound is
+        # approximate under load (152 / 48 once in the suite); without it: 200 / 0.
+        assert len(by_worker) == 2 and min(by_worker.values()) >= 25, by_worker
         assert handoffs(server.url).get("refused", 0) > 0
 
 
