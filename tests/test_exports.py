@@ -35,6 +35,7 @@ PACKAGES = [
     "airlane.runtime.callcontext",
     "airlane.runtime.drains",
     "airlane.runtime.eager",
+    "airlane.runtime.heartbeats",
     "airlane.runtime.lazy",
     "airlane.runtime.timers",
     "airlane.transports.http",

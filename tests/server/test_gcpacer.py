@@ -207,11 +207,23 @@ def test_prometheus_families():
     assert names == {
         "airlane_gc_full_collections",
         "airlane_gc_full_collection_seconds",
+        "airlane_gc_full_collection_cpu_seconds",
+        "airlane_gc_early_heartbeats",
         "airlane_gc_collected_objects",
         "airlane_gc_full_collection_wait_seconds",
         "airlane_gc_trim_seconds",
         "airlane_gc_tracked_objects",
     }
+
+
+def test_a_pass_is_timed_on_the_clock_and_the_cpu_and_expected_from_the_last(restore_gc):
+    pacer = GcPacer()
+    assert pacer.expected_pause_s(1_000_000) == pytest.approx(1.0)  # before any pass: 1 us
+    pacer.collect_now()
+    assert 0 < pacer.full_cpu_s <= pacer.full_pause_s * 1.1 + 0.005
+    walked = gc.get_freeze_count()
+    # Now as long per object as that pass took.
+    assert pacer.expected_pause_s(walked) == pytest.approx(pacer.full_pause_s, rel=0.5)
 
 
 # Fills the C heap with 1 KB blocks, pins its top with one more, frees the blocks and runs

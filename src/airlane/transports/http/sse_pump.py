@@ -31,6 +31,7 @@ from typing import Any
 from airlane.core import TERMINAL_KINDS, Event
 from airlane.gateway import Subscription
 from airlane.runtime.drains import DrainQueue, drain_queue
+from airlane.runtime.heartbeats import heartbeats
 from airlane.transports.http.asgi import Receive, Send
 from airlane.transports.http.metrics import HttpMetrics
 from airlane.transports.http.send_now import send_now, send_went_through
@@ -63,11 +64,13 @@ class SSEPump:
     ``render`` turns a batch of events into SSE bytes (from the events' encode caches).
     Heartbeat comments keep idle connections alive through proxies: one goes out once the
     stream has been idle for ``ping_s``, kept by one timer per ping period (re-armed only when
-    it fires), not a timeout per wait. ASGI servers drop writes after a disconnect without
-    telling the sender, so the pump reads ``receive`` (in its own task in direct mode, in a
-    watcher task in tasked mode) and stops when ``http.disconnect`` arrives. ``write_body`` is
-    the server's ``airlane.http.write_body`` extension, if it has one: direct mode writes body
-    parts through it whenever it takes them.
+    it fires), not a timeout per wait; ahead of a pause the process sees coming (a full
+    garbage-collector pass), a direct pump whose ping would fall due meanwhile sends it first
+    (`beat_before`, `airlane.runtime.heartbeats`). ASGI servers drop writes after a
+    disconnect without telling the sender, so the pump reads ``receive`` (in its own task in
+    direct mode, in a watcher task in tasked mode) and stops when ``http.disconnect``
+    arrives. ``write_body`` is the server's ``airlane.http.write_body`` extension, if it has
+    one: direct mode writes body parts through it whenever it takes them.
     """
 
     def __init__(
@@ -187,6 +190,8 @@ class SSEPump:
         self._idle_since = loop.time()
         self._pumping = task
         done.add_done_callback(self._on_done)
+        beats = heartbeats(loop)
+        beats.add(self)
         self._drain()  # what is already there
         try:
             self._in_receive = True
@@ -202,6 +207,7 @@ class SSEPump:
                 return done.result()  # True, False, or the run's exception
             raise
         finally:
+            beats.discard(self)
             self._idle_since = None
             self._done = self._pumping = self._drains = None
             self._woken = False
@@ -376,21 +382,31 @@ class SSEPump:
         due = (now if since is None else since) + self.ping_s
         self._timer = loop.call_at(due, self._on_ping_timer, loop, pumping)
 
-    def _ping_direct(self, now: float) -> None:
+    def beat_before(self, deadline: float) -> bool:
+        """Ping now if the stream is idle and its ping would fall due before ``deadline``
+        (loop time; `airlane.runtime.heartbeats`): direct mode only, where the pump is
+        registered."""
+        since, done = self._idle_since, self._done
+        if done is None or since is None or since + self.ping_s > deadline:
+            return False
+        return self._ping_direct(done.get_loop().time())
+
+    def _ping_direct(self, now: float) -> bool:
         done = self._done
         if done is None or done.done() or self._inflight is not None:
-            return
+            return False
         try:
             inflight = send_now(self.send, self._message(_PING))
         except Exception as exc:
             done.set_exception(exc)
-            return
+            return False
         if inflight is not None:
             self._idle_since = None
             self._inflight = inflight
             inflight.add_done_callback(self._on_inflight_done)
         else:
             self._idle_since = now
+        return True
 
     async def _watch(self, pumping: asyncio.Task[Any]) -> None:
         while (await self.receive())["type"] != "http.disconnect":

@@ -25,6 +25,7 @@ native JSON (`airlane.wire.event_json`), so a plain browser ``EventSource`` resu
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 from urllib.parse import unquote
 
@@ -250,7 +251,7 @@ async def _events(
             await pump.start(headers, encode_retry(app.config.sse_retry_ms))
             await pump.pump(
                 subscription,
-                lambda batch: render_native_sse(epoch, batch),
+                partial(render_native_sse, epoch),
                 max_events=max_events,
             )
             await pump.finish()

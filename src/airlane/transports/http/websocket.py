@@ -138,16 +138,6 @@ class WebSocketSession:
         self._lock = asyncio.Lock()  # two writers never interleave on one socket
         self._pumps: dict[str, tuple[Subscription, asyncio.Task[None]]] = {}
         self._credits: dict[str, Credits] = {}  # subscriptions on credits (`credit` op)
-        self._ops: dict[str, Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]] = {
-            "subscribe": self._op_subscribe,
-            "unsubscribe": self._op_unsubscribe,
-            "generate": self._op_generate,
-            "publish": self._op_publish,
-            "cancel": self._op_cancel,
-            "ping": self._op_ping,
-            "lane": self._op_lane,
-            "credit": self._op_credit,
-        }
 
     # -- the receive loop -------------------------------------------------------------------
 
@@ -199,13 +189,13 @@ class WebSocketSession:
             obj = self._decode(data)
             ref = obj.get("ref")
             op = obj.get("op")
-            handler = self._ops.get(op) if isinstance(op, str) else None
+            handler = _OPS.get(op) if isinstance(op, str) else None
             if handler is None:
                 raise BadRequest(
-                    f"unknown op {str(obj.get('op'))[:40]!r}; use one of {', '.join(self._ops)}",
+                    f"unknown op {str(obj.get('op'))[:40]!r}; use one of {', '.join(_OPS)}",
                     code=ErrorCode.UNKNOWN_OP,
                 )
-            reply = await handler(obj)
+            reply = await handler(self, obj)
         except AirlaneError as exc:
             reply = {"op": "error", "code": exc.code.value, "message": str(exc)}
         if ref is not None:
@@ -372,20 +362,9 @@ class WebSocketSession:
         self, stream_id: str, epoch: str, subscription: Subscription, mode: str = "stream"
     ) -> None:
         channel = self._webtransport
-        prev = subscription.position.seq
-
-        def frames(batch: list[Event]) -> list[bytes]:
-            nonlocal prev
-            out = [self._event_frame(stream_id, epoch, event) for event in batch]
-            if mode == "redundant" and channel is not None and not self.binary:
-                # A copy of each event as a datagram, ahead of the stream's: it arrives without
-                # waiting for a resend when the stream's packet is lost. "prev" (the seq sent
-                # before it) lets the client put copies in order.
-                for event, frame in zip(batch, out, strict=True):
-                    channel.copy(b'%s,"prev":%d}' % (frame[:-1], prev))
-                    prev = event.seq
-            return out
-
+        frames = _Frames(self, stream_id, epoch, subscription.position.seq)
+        if mode == "redundant" and channel is not None and not self.binary:
+            frames.copies = channel
         if channel is not None:
             # WebTransport: a stream of its own (or datagrams), so no lock and no head-of-line
             # blocking behind the other subscriptions.
@@ -465,6 +444,51 @@ class WebSocketSession:
         frame = _msgpack_encoder.encode(obj) if self.binary else orjson.dumps(obj)
         async with self._lock:
             await self._send_frame(frame, datagram=datagram)
+
+
+_Op = Callable[[WebSocketSession, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+# One table for every session (a table of bound methods per session would be nine more
+# objects for the garbage collector to walk per connection).
+_OPS: dict[str, _Op] = {
+    "subscribe": WebSocketSession._op_subscribe,
+    "unsubscribe": WebSocketSession._op_unsubscribe,
+    "generate": WebSocketSession._op_generate,
+    "publish": WebSocketSession._op_publish,
+    "cancel": WebSocketSession._op_cancel,
+    "ping": WebSocketSession._op_ping,
+    "lane": WebSocketSession._op_lane,
+    "credit": WebSocketSession._op_credit,
+}
+
+
+class _Frames:
+    """A subscription's batches as frames, for its `WebSocketPump`: one object (a closure
+    over the same state would be a function, its cells and their tuple, all walked by the
+    garbage collector for every idle subscription)."""
+
+    __slots__ = ("_epoch", "_prev", "_session", "_stream_id", "copies")
+
+    def __init__(self, session: WebSocketSession, stream_id: str, epoch: str, prev: int) -> None:
+        self._session, self._stream_id, self._epoch = session, stream_id, epoch
+        self._prev = prev
+        self.copies: Any = None
+        """A WebTransport channel that gets a copy of each event as a datagram, or None."""
+
+    def __call__(self, batch: list[Event]) -> list[bytes]:
+        frame_of, stream_id, epoch = self._session._event_frame, self._stream_id, self._epoch
+        out = [frame_of(stream_id, epoch, event) for event in batch]
+        channel = self.copies
+        if channel is not None:
+            # A copy of each event as a datagram, ahead of the stream's: it arrives without
+            # waiting for a resend when the stream's packet is lost. "prev" (the seq sent
+            # before it) lets the client put copies in order.
+            prev = self._prev
+            for event, frame in zip(batch, out, strict=True):
+                channel.copy(b'%s,"prev":%d}' % (frame[:-1], prev))
+                prev = event.seq
+            self._prev = prev
+        return out
 
 
 async def serve_websocket(app: AppContext, request: Request, receive: Receive, send: Send) -> None:

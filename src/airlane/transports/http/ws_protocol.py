@@ -18,8 +18,9 @@ which enforces `ServerSettings.ws_max_message_bytes` (1009), answers pings and e
 peer's Close; what it has to write goes out after each read (``data_to_send``). Messages wait
 for the application in a queue; past `ServerSettings.ws_max_queued` the connection stops
 reading until the application takes them. ``send`` waits while the transport's buffer is over
-its high-water mark. The server pings every `ServerSettings.ws_ping_s` and closes (1011) a
-connection whose Pong does not come within the same time.
+its high-water mark. The server pings every `ServerSettings.ws_ping_s` (sooner ahead of a pause
+the process sees coming, a full garbage-collector pass: `airlane.runtime.heartbeats`) and
+closes (1011) a connection whose Pong does not come within the same time.
 
 **Closing.** Either side's Close ends with ``websocket.disconnect`` (its code and reason) for
 the application, and the TCP connection closes once the handshake is done (or
@@ -79,6 +80,7 @@ from websockets.http11 import Response
 from websockets.protocol import State
 from websockets.server import ServerProtocol
 
+from airlane.runtime.heartbeats import heartbeats
 from airlane.transports.http.server.errors import ClientDisconnected
 from airlane.transports.http.server.flow import WriteFlow
 from airlane.transports.http.server.handshake import (
@@ -654,9 +656,21 @@ class WebSocketProtocol(asyncio.Protocol):
         period = self.settings.ws_ping_s
         if period:
             self._ping_timer = self.loop.call_later(period, self._ping)
+            heartbeats(self.loop).add(self)
+
+    def beat_before(self, deadline: float) -> bool:
+        """Ping now if the next ping would fall due before ``deadline`` (loop time;
+        `airlane.runtime.heartbeats`); not while a ping awaits its Pong."""
+        timer = self._ping_timer
+        if timer is None or timer.when() > deadline:
+            return False
+        timer.cancel()
+        self._ping()
+        return True
 
     def _ping(self) -> None:
         self._ping_timer = None
+        heartbeats(self.loop).discard(self)  # back with the Pong (`_start_pings`)
         if not self.open:
             return
         payload = self._ping_payload = struct.pack("!I", random.getrandbits(32))
@@ -687,6 +701,7 @@ class WebSocketProtocol(asyncio.Protocol):
         self._flush()
 
     def _stop_pings(self) -> None:
+        heartbeats(self.loop).discard(self)
         if self._ping_timer is not None:
             self._ping_timer.cancel()
             self._ping_timer = None
