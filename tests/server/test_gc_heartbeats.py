@@ -156,3 +156,32 @@ async def test_an_early_heartbeat_counts_the_next_period_from_itself(served, res
     finally:
         sse.close()
         ws.close()
+
+
+def _pong_for(ping: bytes) -> bytes:
+    """A client's (masked) Pong answering the server's Ping frame ``ping``."""
+    payload = ping[2 : 2 + (ping[1] & 0x7F)]
+    mask = b"\x01\x02\x03\x04"
+    masked = bytes(byte ^ mask[i % 4] for i, byte in enumerate(payload))
+    return bytes([0x8A, 0x80 | len(payload)]) + mask + masked
+
+
+async def test_a_late_pong_does_not_push_the_next_ping_back(served):
+    """The next Ping is a period after the last one, however late its Pong came (a Pong held
+    up by a pause of the server, after an early Ping, would otherwise make a gap of a period
+    plus the pause)."""
+    loop = asyncio.get_running_loop()
+    ws = await _open(served, WS_HANDSHAKE, b"\r\n\r\n")
+    try:
+        while _waiting(ws):
+            ws.recv(65536)
+        ping = await asyncio.wait_for(loop.sock_recv(ws, 64), 3 * PING_S)
+        pinged = loop.time()
+        assert ping[0] == PING_OPCODE
+        await asyncio.sleep(0.6 * PING_S)
+        await loop.sock_sendall(ws, _pong_for(ping))
+        second = await asyncio.wait_for(loop.sock_recv(ws, 64), 3 * PING_S)
+        assert second[0] == PING_OPCODE
+        assert loop.time() - pinged < 1.3 * PING_S  # not 1.6 periods
+    finally:
+        ws.close()

@@ -273,6 +273,7 @@ class WebSocketProtocol(asyncio.Protocol):
         self._ping_timer: asyncio.TimerHandle | None = None
         self._pong_timer: asyncio.TimerHandle | None = None
         self._ping_payload: bytes | None = None
+        self._ping_sent = 0.0  # loop time of the last Ping
         self._close_timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -652,10 +653,16 @@ class WebSocketProtocol(asyncio.Protocol):
 
     # -- keepalive ---------------------------------------------------------------------------
 
-    def _start_pings(self) -> None:
+    def _start_pings(self, since: float | None = None) -> None:
+        """Arm the next Ping: a period after ``since`` (the last Ping's loop time), or after
+        now. From the last Ping, not from its Pong: a Pong held up (by the client, or by a
+        pause of this process) must not push every later Ping back."""
         period = self.settings.ws_ping_s
         if period:
-            self._ping_timer = self.loop.call_later(period, self._ping)
+            if since is None:
+                self._ping_timer = self.loop.call_later(period, self._ping)
+            else:
+                self._ping_timer = self.loop.call_at(since + period, self._ping)
             heartbeats(self.loop).add(self)
 
     def beat_before(self, deadline: float) -> bool:
@@ -674,6 +681,7 @@ class WebSocketProtocol(asyncio.Protocol):
         if not self.open:
             return
         payload = self._ping_payload = struct.pack("!I", random.getrandbits(32))
+        self._ping_sent = self.loop.time()
         self.conn.send_ping(payload)
         self._flush()
         period = self.settings.ws_ping_s
@@ -687,7 +695,7 @@ class WebSocketProtocol(asyncio.Protocol):
         if self._pong_timer is not None:
             self._pong_timer.cancel()
             self._pong_timer = None
-        self._start_pings()
+        self._start_pings(self._ping_sent)
 
     def _pong_missing(self) -> None:
         self._pong_timer = None
