@@ -339,6 +339,30 @@ async def test_a_dead_producer_node_ends_its_streams_with_an_error(nats_session)
     await a.aclose()
 
 
+async def test_a_node_that_announced_a_pause_is_not_taken_for_dead_during_it(nodes):
+    """A process about to stop for a full garbage-collector pass says so (`Hub.pausing`):
+    the other nodes count its silence from the end of the pause. Here a's heartbeats stop
+    for good after it announced 3 s; b must wait those out before ending a's stream (about
+    0.6 s, the timeout, without the announcement)."""
+    a, b = nodes
+    loop = asyncio.get_running_loop()
+    await a.create("gen-p", orphan=OrphanPolicy(OrphanMode.KEEP))
+    a.on_cancel("gen-p", lambda: None)
+    await a.append("gen-p", Event.delta("half"))
+    sub = await b.subscribe("gen-p")
+    await eventually(lambda: a.member in b._nodes.last_seen, what="b hears a")
+    a.pausing(3.0)
+    await asyncio.sleep(0.05)  # the announcement leaves
+    assert a._presence is not None
+    a._presence.cancel()
+    silent_from = loop.time()
+    events = await drain(sub, timeout=15)
+    assert loop.time() - silent_from >= 3.0
+    assert events[-1].kind is Kind.ERROR and events[-1].data is not None
+    assert events[-1].data["code"] == "producer_lost"
+    await sub.aclose()
+
+
 async def test_a_producer_known_only_from_the_streams_record_still_ends_with_producer_lost(
     nodes,
 ):

@@ -6,7 +6,7 @@ each test says when they came back (`hear`).
 
 from __future__ import annotations
 
-from airlane.hub.jetstream.presence import Heartbeat, Member, NodeTable
+from airlane.hub.jetstream.presence import MAX_PAUSE_S, Heartbeat, Member, NodeTable
 
 ME = Member("me", "1")
 B, X = Member("b", "rb"), Member("x", "rx")
@@ -25,12 +25,19 @@ def test_heartbeats_round_trip_and_garbage_is_ignored():
     assert Heartbeat.from_bytes(beat.to_bytes()) == beat
     following = Heartbeat("a", run="r1", logs={"YQ.r2": 17})
     assert Heartbeat.from_bytes(following.to_bytes()) == following
+    pausing = Heartbeat("a", partial=True, run="r1", pause_s=2.5)
+    assert Heartbeat.from_bytes(pausing.to_bytes()) == pausing
+    assert b"pause_s" not in beat.to_bytes()  # only when there is one
+    # An announced pause is bounded, and a negative one is none.
+    assert Heartbeat.from_bytes(b'{"node": "a", "pause_s": 1e9}').pause_s == MAX_PAUSE_S
+    assert Heartbeat.from_bytes(b'{"node": "a", "pause_s": -5}').pause_s == 0.0
     for junk in (
         b"",
         b"[]",
         b'{"readers": 1}',
         b'{"node": "a", "readers": {"s": "x"}}',
         b'{"node": "a", "logs": {"YQ.r2": "x"}}',
+        b'{"node": "a", "pause_s": "long"}',
     ):
         assert Heartbeat.from_bytes(junk) is None
 
@@ -70,6 +77,38 @@ def test_a_process_that_heard_nobody_declares_nobody_dead():
     assert table.alive(B) is False and table.alive(X) is True
     dead, changes = table.expire()
     assert dead == [B] and changes == [("s", 1, 0)]
+
+
+def test_a_member_that_announced_a_pause_is_not_dead_until_the_timeout_after_it():
+    table = NodeTable(ME, started=0.0, timeout_s=3.0)
+    hear(table, 0.0, 5.0)
+    table.observe(Heartbeat("b", run="rb"), 5.0)
+    table.observe(Heartbeat("x", run="rx"), 5.0)
+    table.observe(Heartbeat("b", partial=True, run="rb", pause_s=4.0), 5.1)
+    # b's regular heartbeat, sent before its pause began, does not take the allowance back.
+    table.observe(Heartbeat("b", run="rb"), 5.12)
+    hear(table, 5.5, 10.0)
+    # Both silent since ~5 s: x past the timeout, b's silence counts from 9.12 only.
+    assert table.alive(X) is False
+    assert table.alive(B) is True
+    hear(table, 10.5, 12.0)
+    assert table.alive(B) is True
+    hear(table, 12.5, 12.5)
+    assert table.alive(B) is False  # 3.38 s of silence after its pause
+    dead, _ = table.expire()
+    assert set(dead) == {B, X}
+    assert B not in table.paused_until
+
+
+def test_an_announced_pause_is_at_most_max_pause_s():
+    table = NodeTable(ME, started=0.0, timeout_s=3.0)
+    hear(table, 0.0, 5.0)
+    table.observe(Heartbeat("b", partial=True, run="rb", pause_s=1e6), 5.0)
+    end = 5.0 + MAX_PAUSE_S + 3.0
+    hear(table, 5.5, end - 0.5)
+    assert table.alive(B) is True
+    hear(table, end, end + 0.5)
+    assert table.alive(B) is False
 
 
 def test_reader_counts_change_with_full_and_partial_beats_and_death():

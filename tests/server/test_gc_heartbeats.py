@@ -87,9 +87,7 @@ def _waiting(sock: socket.socket) -> bytes:
 
 
 async def _clients(served: Served) -> tuple[socket.socket, socket.socket]:
-    sse = await _open(
-        served, "GET /v1/streams/idle/events HTTP/1.1\r\nHost: t\r\n\r\n", b"retry:"
-    )
+    sse = await _open(served, "GET /v1/streams/idle/events HTTP/1.1\r\nHost: t\r\n\r\n", b"retry:")
     ws = await _open(served, WS_HANDSHAKE, b"\r\n\r\n")
     # Whatever followed the heads (the rest of the retry field) is read off: from here on,
     # anything waiting is news.

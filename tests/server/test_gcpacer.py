@@ -14,7 +14,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from airlane.server.gcpacer import GC_GEN0_THRESHOLD, GcConfig, GcPacer, peak_rss_kb, tune_gc
+from airlane.server.gcpacer import (
+    GC_GEN0_THRESHOLD,
+    MAX_EARLY_BEAT_S,
+    GcConfig,
+    GcPacer,
+    peak_rss_kb,
+    tune_gc,
+)
 
 
 class _Cycle:
@@ -128,6 +135,37 @@ async def test_a_full_pass_once_the_process_has_grown(restore_gc):
         assert pacer.full_passes == 1  # and the next one only after another MiB
         await asyncio.sleep(0.03)
         assert pacer.full_passes == 1
+    finally:
+        pacer.stop()
+
+
+async def test_a_scheduled_pass_is_announced_one_tick_before_it_runs(restore_gc):
+    """`announce` (in ``airlane serve``, `Hub.pausing`: the other processes of a cluster
+    allow for the silence) hears how long the pass is expected to take, and the loop gets a
+    tick to send that before the process stops."""
+    memory_kb = [100_000]
+    heard: list[tuple[float, int]] = []
+    config = GcConfig(
+        tick_s=0.01, min_full_interval_s=0, max_full_interval_s=3600, full_after_growth_mib=1
+    )
+    pacer = GcPacer(
+        config,
+        memory_kb=lambda: memory_kb[0],
+        announce=lambda seconds: heard.append((seconds, pacer.full_passes)),
+    )
+    pacer.start()
+    try:
+        await asyncio.sleep(0.03)
+        assert heard == []
+        memory_kb[0] += 2048
+        await _wait_for_passes(pacer, 1)
+        assert pacer.full_passes == 1
+        assert len(heard) == 1
+        seconds, passes_then = heard[0]
+        assert passes_then == 0  # said before the pass
+        # Twice the expected pause (2 us per object before any pass: a test process tracks
+        # well over 10,000) and a tick, within the bound.
+        assert 2 * 10_000 * 2e-6 + 0.01 < seconds <= MAX_EARLY_BEAT_S
     finally:
         pacer.stop()
 

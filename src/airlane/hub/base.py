@@ -312,3 +312,9 @@ class Hub(abc.ABC):
     @abc.abstractmethod
     def stats(self) -> HubStats:
         """Current counters."""
+
+    def pausing(self, seconds: float) -> None:
+        """This process is about to stop for about ``seconds`` (a full garbage-collector
+        pass). A hub shared with other processes tells them, so that they do not take the
+        silence for its death; a hub of one process has nobody to tell (this default)."""
+        del seconds

@@ -39,6 +39,12 @@ this, each pause of a process holding many idle connections was a late heartbeat
 one of them that fell due meanwhile (1.5-3 s per pass, measured at 17,000 connections per
 worker on a loaded two-core machine).
 
+A scheduled pass is also announced one tick before it runs (``announce``; ``airlane serve``
+gives `airlane.hub.Hub.pausing`), with the same window: the other processes of a cluster
+count this one's silence from the end of it, where a pass longer than their ``node_timeout_s``
+(3 s by default; 2.7-4 s measured above) had them take a live process for dead and end the
+streams it produced with ``producer_lost``.
+
 After a full pass the pacer hands the C allocator's free memory back to the operating
 system (glibc's ``malloc_trim``, ``trim_after_full``): the history of streams that ended is
 freed by then, and without it the allocator keeps the pages for reuse, so the process's
@@ -162,8 +168,14 @@ class GcPacer(Collector):
         *,
         memory_kb: Callable[[], int] | None = None,
         cpu_s: Callable[[], float] | None = None,
+        announce: Callable[[float], object] | None = None,
     ) -> None:
         self.config = config or GcConfig()
+        # Told how long a scheduled pass is expected to stop the process, one tick before it
+        # runs (`airlane.hub.Hub.pausing`: the other processes of a cluster then allow for
+        # the silence).
+        self._announce = announce
+        self._announced = False
         # What "the process has grown" and "the process was busy" are measured on (tests
         # give their own).
         self._memory_kb = memory_kb or peak_rss_kb
@@ -262,6 +274,7 @@ class GcPacer(Collector):
         self.collected += found
         self._last_full = time.monotonic()
         self._due_since = None
+        self._announced = False
         self._remember_live()
         log.debug(
             "full collection: %d unreachable, %d alive, %.1f ms",
@@ -284,8 +297,12 @@ class GcPacer(Collector):
                 loop = asyncio.get_running_loop()
             except RuntimeError:
                 return  # no loop in this thread: no connections to beat for
-        window = min(EARLY_BEAT_MARGIN * self.expected_pause_s(objects), MAX_EARLY_BEAT_S)
-        self.early_beats += heartbeats(loop).ahead(window + self.config.tick_s)
+        self.early_beats += heartbeats(loop).ahead(self._early_window(objects))
+
+    def _early_window(self, objects: int) -> float:
+        """How far ahead of a pass over ``objects`` tracked objects to beat and announce."""
+        expected = EARLY_BEAT_MARGIN * self.expected_pause_s(objects) + self.config.tick_s
+        return min(expected, MAX_EARLY_BEAT_S)
 
     def _remember_live(self) -> None:
         # The permanent generation's length is a walk of its list (~3 ms per 300,000 objects),
@@ -309,7 +326,14 @@ class GcPacer(Collector):
                     self._due_since = now
             if self._due_since is not None:
                 waited = now - self._due_since
-                if busy <= config.quiet_cpu_share or waited >= config.max_quiet_wait_s:
+                if self._announced or (
+                    busy <= config.quiet_cpu_share or waited >= config.max_quiet_wait_s
+                ):
+                    if self._announce is not None and not self._announced:
+                        # Said now, paused at the next tick: the loop sends it meanwhile.
+                        self._announced = True
+                        self._announce(self._early_window(gc.get_freeze_count()))
+                        return
                     self.quiet_wait_s += waited
                     self.collect_now()
                     # The pass's own CPU is not the next tick's load.

@@ -210,7 +210,7 @@ async def _serve(
         app = build_app(config)
     except (ValueError, OSError) as exc:
         raise StartupError(str(exc)) from exc
-    pacer = GcPacer(config.gc)
+    pacer = GcPacer(config.gc, announce=app.gateway.hub.pausing)
     app.metrics.registry.register(pacer)
     app.metrics.registry.register(app.gateway.audit)
     app.metrics.registry.register(app.gateway.auth_guard)

@@ -676,6 +676,15 @@ class JetStreamHub(MemoryHub):
             beat = Heartbeat(self.node, readers, partial=True, run=self.run)
             self._spawn(self._store.tell("hb", beat.to_bytes()))
 
+    def pausing(self, seconds: float) -> None:
+        """Tell the other processes now that this one is about to stop for about
+        ``seconds``: they count its silence from the end of that (`presence.MAX_PAUSE_S` at
+        most). The message leaves with the loop's next turn, so the caller pauses after it."""
+        if not self._started or seconds <= 0:
+            return
+        beat = Heartbeat(self.node, partial=True, run=self.run, pause_s=seconds)
+        self._spawn(self._store.tell("hb", beat.to_bytes()))
+
     async def _heartbeats(self) -> None:
         while True:
             # Streams that ended (or left) need no watching for their producer any more.

@@ -18,6 +18,11 @@ that was paused (SIGSTOP, a long stall) or cut off from the broker, or that live
 broker restart, heard nobody, itself included, and so declares nobody dead from a silence it
 could not have heard through: every member gets ``node_timeout_s`` of this process's hearing.
 
+A process about to stop on purpose for a while (a full garbage-collector pass, which stops
+every thread: seconds in a process holding tens of thousands of connections) says so first:
+a heartbeat with ``pause_s``, and its silence counts only from the end of that (at most
+`MAX_PAUSE_S`, so that a process cannot hide its death for long).
+
 Liveness belongs to a **member**, a node id and a run together, not to the node id alone: a node
 restarted under its ``--node-id`` is a new member, and the old one's heartbeats stop, so the
 streams the old process produced end with ``producer_lost`` however fast the node came back.
@@ -36,6 +41,8 @@ MAX_REPORTED = 20
 """Streams a report names per member (it counts them all)."""
 MAX_DEPARTED = 32
 """Members gone that a node still reports (for people looking at the cluster)."""
+MAX_PAUSE_S = 30.0
+"""The longest pause a heartbeat may announce (longer ones count as this)."""
 MAX_ENTRIES = 50_000
 """Most streams one heartbeat lists (readers and producing each); the rest wait for the next."""
 
@@ -68,6 +75,9 @@ class Heartbeat:
     logs: dict[str, int] = field(default_factory=dict)
     """How far it has applied each home log it follows, by the log's process
     (``<node token>.<run>``; the ``node`` layout): a home keeps what they have not read."""
+    pause_s: float = 0.0
+    """The process is about to stop for about this long (a full garbage-collector pass):
+    its silence counts from the end of that, up to `MAX_PAUSE_S`."""
 
     @property
     def member(self) -> Member:
@@ -76,17 +86,18 @@ class Heartbeat:
 
     def to_bytes(self) -> bytes:
         """The wire form (JSON)."""
-        return orjson.dumps(
-            {
-                "node": self.node,
-                "run": self.run,
-                "readers": dict(list(self.readers.items())[:MAX_ENTRIES]),
-                "producing": self.producing[:MAX_ENTRIES],
-                "partial": self.partial,
-                "leaving": self.leaving,
-                "logs": self.logs,
-            }
-        )
+        body: dict[str, object] = {
+            "node": self.node,
+            "run": self.run,
+            "readers": dict(list(self.readers.items())[:MAX_ENTRIES]),
+            "producing": self.producing[:MAX_ENTRIES],
+            "partial": self.partial,
+            "leaving": self.leaving,
+            "logs": self.logs,
+        }
+        if self.pause_s > 0:
+            body["pause_s"] = self.pause_s
+        return orjson.dumps(body)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Heartbeat | None:
@@ -96,6 +107,7 @@ class Heartbeat:
             readers = {str(k): int(v) for k, v in dict(raw.get("readers") or {}).items()}
             producing = [str(s) for s in raw.get("producing") or []]
             logs = {str(k): int(v) for k, v in dict(raw.get("logs") or {}).items()}
+            pause_s = min(max(float(raw.get("pause_s") or 0.0), 0.0), MAX_PAUSE_S)
             return cls(
                 str(raw["node"]),
                 readers,
@@ -104,6 +116,7 @@ class Heartbeat:
                 bool(raw.get("leaving")),
                 str(raw.get("run") or ""),
                 logs,
+                pause_s,
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
             return None
@@ -122,6 +135,9 @@ class NodeTable:
         """How long this process has been hearing, in all."""
         self.silent_s: dict[Member, float] = {}
         """Per member: how long this process has heard it say nothing."""
+        self.paused_until: dict[Member, float] = {}
+        """Per member that announced a pause: when it ends (silence before it does not
+        count)."""
         self.last_seen: dict[Member, float] = {}
         self.readers: dict[Member, dict[str, int]] = {}
         """Per other member: its reader count per stream."""
@@ -144,6 +160,8 @@ class NodeTable:
         self.departed.pop(member, None)
         self.last_seen[member] = now
         self.silent_s[member] = 0.0
+        if beat.pause_s > 0:
+            self.paused_until[member] = now + min(beat.pause_s, MAX_PAUSE_S)
         for stream_id in beat.producing:
             self.producers[stream_id] = member
         known = self.readers.setdefault(member, {})
@@ -244,13 +262,17 @@ class NodeTable:
         if previous is None or now - previous > self.timeout_s / 2:
             return  # deaf in between (paused, cut off, no broker): nothing counts
         self.hearing_s += now - previous
+        paused_until = self.paused_until
         for member, seen in self.last_seen.items():
-            self.silent_s[member] = self.silent_s.get(member, 0.0) + now - max(previous, seen)
+            since = max(previous, seen, paused_until.get(member, 0.0))
+            if now > since:
+                self.silent_s[member] = self.silent_s.get(member, 0.0) + now - since
 
     def forget(self, member: Member) -> list[tuple[str, int, int]]:
         """Drop ``member``; its streams lose its readers."""
         self.last_seen.pop(member, None)
         self.silent_s.pop(member, None)
+        self.paused_until.pop(member, None)
         # Its producers stay recorded: streams it produced are still owed a producer_lost.
         return [(s, n, 0) for s, n in self.readers.pop(member, {}).items() if n > 0]
 
