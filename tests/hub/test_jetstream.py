@@ -351,8 +351,9 @@ async def test_a_node_that_announced_a_pause_is_not_taken_for_dead_during_it(nod
     await a.append("gen-p", Event.delta("half"))
     sub = await b.subscribe("gen-p")
     await eventually(lambda: a.member in b._nodes.last_seen, what="b hears a")
-    a.pausing(3.0)
-    await asyncio.sleep(0.05)  # the announcement leaves
+    announced = a.pausing(3.0)
+    assert announced is not None
+    await announced  # the broker has it
     assert a._presence is not None
     a._presence.cancel()
     silent_from = loop.time()

@@ -16,6 +16,7 @@ import pytest
 
 from airlane.server.gcpacer import (
     GC_GEN0_THRESHOLD,
+    MAX_ANNOUNCE_WAIT_S,
     MAX_EARLY_BEAT_S,
     GcConfig,
     GcPacer,
@@ -139,33 +140,41 @@ async def test_a_full_pass_once_the_process_has_grown(restore_gc):
         pacer.stop()
 
 
-async def test_a_scheduled_pass_is_announced_one_tick_before_it_runs(restore_gc):
+@pytest.mark.parametrize("word_out", [True, False])
+async def test_a_scheduled_pass_is_announced_and_waits_for_the_word_to_be_out(restore_gc, word_out):
     """`announce` (in ``airlane serve``, `Hub.pausing`: the other processes of a cluster
-    allow for the silence) hears how long the pass is expected to take, and the loop gets a
-    tick to send that before the process stops."""
+    allow for the silence) hears how long the pass is expected to take; the pass waits for
+    what it returns (the broker has the word), or `MAX_ANNOUNCE_WAIT_S` at most."""
     memory_kb = [100_000]
-    heard: list[tuple[float, int]] = []
+    loop = asyncio.get_running_loop()
+    sent: asyncio.Future[None] = loop.create_future()
+    heard: list[float] = []
+
+    def announce(seconds: float) -> asyncio.Future[None]:
+        heard.append(seconds)
+        return sent
+
     config = GcConfig(
         tick_s=0.01, min_full_interval_s=0, max_full_interval_s=3600, full_after_growth_mib=1
     )
-    pacer = GcPacer(
-        config,
-        memory_kb=lambda: memory_kb[0],
-        announce=lambda seconds: heard.append((seconds, pacer.full_passes)),
-    )
+    pacer = GcPacer(config, memory_kb=lambda: memory_kb[0], announce=announce)
     pacer.start()
     try:
         await asyncio.sleep(0.03)
         assert heard == []
         memory_kb[0] += 2048
-        await _wait_for_passes(pacer, 1)
-        assert pacer.full_passes == 1
-        assert len(heard) == 1
-        seconds, passes_then = heard[0]
-        assert passes_then == 0  # said before the pass
+        await asyncio.sleep(0.3)
+        assert len(heard) == 1 and pacer.full_passes == 0  # said, and waiting
         # Twice the expected pause (2 us per object before any pass: a test process tracks
         # well over 10,000) and a tick, within the bound.
-        assert 2 * 10_000 * 2e-6 + 0.01 < seconds <= MAX_EARLY_BEAT_S
+        assert 2 * 10_000 * 2e-6 + 0.01 < heard[0] <= MAX_EARLY_BEAT_S
+        if word_out:
+            sent.set_result(None)
+            await _wait_for_passes(pacer, 1, limit_s=0.5)
+        else:
+            await _wait_for_passes(pacer, 1, limit_s=MAX_ANNOUNCE_WAIT_S + 1)
+            assert sent.cancelled()
+        assert pacer.full_passes == 1 and len(heard) == 1
     finally:
         pacer.stop()
 

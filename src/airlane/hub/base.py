@@ -18,7 +18,7 @@ Exceptions (`airlane.core.errors`: each carries its code, no wire knowledge)::
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -313,8 +313,10 @@ class Hub(abc.ABC):
     def stats(self) -> HubStats:
         """Current counters."""
 
-    def pausing(self, seconds: float) -> None:
+    def pausing(self, seconds: float) -> Awaitable[object] | None:
         """This process is about to stop for about ``seconds`` (a full garbage-collector
         pass). A hub shared with other processes tells them, so that they do not take the
-        silence for its death; a hub of one process has nobody to tell (this default)."""
+        silence for its death, and returns what to await before pausing (until the word is
+        out); a hub of one process has nobody to tell (this default: None)."""
         del seconds
+        return None

@@ -39,8 +39,9 @@ this, each pause of a process holding many idle connections was a late heartbeat
 one of them that fell due meanwhile (1.5-3 s per pass, measured at 17,000 connections per
 worker on a loaded two-core machine).
 
-A scheduled pass is also announced one tick before it runs (``announce``; ``airlane serve``
-gives `airlane.hub.Hub.pausing`), with the same window: the other processes of a cluster
+A scheduled pass is also announced before it runs (``announce``; ``airlane serve`` gives
+`airlane.hub.Hub.pausing`, and the pass waits until the broker has the word, at most
+`MAX_ANNOUNCE_WAIT_S`), with the same window: the other processes of a cluster
 count this one's silence from the end of it, where a pass longer than their ``node_timeout_s``
 (3 s by default; 2.7-4 s measured above) had them take a live process for dead and end the
 streams it produced with ``producer_lost``.
@@ -69,7 +70,7 @@ import logging
 import resource
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -91,6 +92,9 @@ us of time with six such workers sharing two cores."""
 
 EARLY_BEAT_MARGIN = 2.0
 """Heartbeats due within this many times a pass's expected length are sent before it."""
+
+MAX_ANNOUNCE_WAIT_S = 1.0
+"""How long a scheduled pass waits for its announcement to be out (`GcPacer` ``announce``)."""
 
 MAX_EARLY_BEAT_S = 30.0
 """The longest a pass is expected to take, for the heartbeats sent ahead of it."""
@@ -168,14 +172,16 @@ class GcPacer(Collector):
         *,
         memory_kb: Callable[[], int] | None = None,
         cpu_s: Callable[[], float] | None = None,
-        announce: Callable[[float], object] | None = None,
+        announce: Callable[[float], Awaitable[object] | None] | None = None,
     ) -> None:
         self.config = config or GcConfig()
-        # Told how long a scheduled pass is expected to stop the process, one tick before it
-        # runs (`airlane.hub.Hub.pausing`: the other processes of a cluster then allow for
-        # the silence).
+        # Told how long a scheduled pass is expected to stop the process before it runs
+        # (`airlane.hub.Hub.pausing`: the other processes of a cluster then allow for the
+        # silence); the pass waits for what it returns, up to `MAX_ANNOUNCE_WAIT_S`.
         self._announce = announce
         self._announced = False
+        self._announced_at = 0.0
+        self._announcement: asyncio.Future[object] | None = None
         # What "the process has grown" and "the process was busy" are measured on (tests
         # give their own).
         self._memory_kb = memory_kb or peak_rss_kb
@@ -241,6 +247,9 @@ class GcPacer(Collector):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._announcement is not None:
+            self._announcement.cancel()
+            self._announcement = None
         if self._saved_threshold is not None:
             gc.unfreeze()
             gc.set_threshold(*self._saved_threshold)
@@ -330,10 +339,18 @@ class GcPacer(Collector):
                     busy <= config.quiet_cpu_share or waited >= config.max_quiet_wait_s
                 ):
                     if self._announce is not None and not self._announced:
-                        # Said now, paused at the next tick: the loop sends it meanwhile.
-                        self._announced = True
-                        self._announce(self._early_window(gc.get_freeze_count()))
+                        # Said now, paused at a later tick: the loop sends it meanwhile.
+                        self._announced, self._announced_at = True, now
+                        sent = self._announce(self._early_window(gc.get_freeze_count()))
+                        if sent is not None:
+                            self._announcement = asyncio.ensure_future(sent)
                         return
+                    pending = self._announcement
+                    if pending is not None and not pending.done():
+                        if now - self._announced_at < MAX_ANNOUNCE_WAIT_S:
+                            return  # the word is not out yet
+                        pending.cancel()
+                    self._announcement = None
                     self.quiet_wait_s += waited
                     self.collect_now()
                     # The pass's own CPU is not the next tick's load.

@@ -676,14 +676,15 @@ class JetStreamHub(MemoryHub):
             beat = Heartbeat(self.node, readers, partial=True, run=self.run)
             self._spawn(self._store.tell("hb", beat.to_bytes()))
 
-    def pausing(self, seconds: float) -> None:
-        """Tell the other processes now that this one is about to stop for about
-        ``seconds``: they count its silence from the end of that (`presence.MAX_PAUSE_S` at
-        most). The message leaves with the loop's next turn, so the caller pauses after it."""
+    def pausing(self, seconds: float) -> asyncio.Task[Any] | None:
+        """Tell the other processes that this one is about to stop for about ``seconds``:
+        they count its silence from the end of that (`presence.MAX_PAUSE_S` at most). The
+        task returned ends once the broker has the word (or after `store.TELL_FLUSH_S`):
+        the pause should begin only then."""
         if not self._started or seconds <= 0:
-            return
+            return None
         beat = Heartbeat(self.node, partial=True, run=self.run, pause_s=seconds)
-        self._spawn(self._store.tell("hb", beat.to_bytes()))
+        return self._spawn(self._store.tell("hb", beat.to_bytes(), flushed=True))
 
     async def _heartbeats(self) -> None:
         while True:
@@ -875,11 +876,12 @@ class JetStreamHub(MemoryHub):
 
     # -- plumbing ---------------------------------------------------------------------------
 
-    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         """Run ``coro`` as a task the hub owns (cancelled and awaited by `aclose`)."""
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
+        return task
 
     def _task_done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)

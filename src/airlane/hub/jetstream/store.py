@@ -38,6 +38,9 @@ log = logging.getLogger("airlane.hub.jetstream")
 
 _WRONG_LAST_SEQUENCE = 10071
 """JetStream's error code for a failed ``Nats-Expected-Last-Subject-Sequence``."""
+TELL_FLUSH_S = 1
+"""How long a flushed `JetStreamStore.tell` waits for the broker's word that it has it."""
+
 UNREACHABLE = (
     nats.errors.TimeoutError,
     nats.errors.NoRespondersError,
@@ -616,13 +619,16 @@ class JetStreamStore:
 
         await self._client().subscribe(f"{self.config.prefix}.ctl.{what}", cb=on_message)
 
-    async def tell(self, what: str, payload: bytes) -> None:
-        """Send a control message to every node (at most once: nothing waits for it)."""
+    async def tell(self, what: str, payload: bytes, *, flushed: bool = False) -> None:
+        """Send a control message to every node (at most once: nothing waits for it); with
+        ``flushed``, return once the broker has it, or after `TELL_FLUSH_S`."""
         nc = self._nc
         if nc is None or nc.is_closed:
             return
         with contextlib.suppress(*UNREACHABLE):
             await nc.publish(f"{self.config.prefix}.ctl.{what}", payload)
+            if flushed:
+                await nc.flush(timeout=TELL_FLUSH_S)
 
     # -- plumbing ---------------------------------------------------------------------------
 
