@@ -38,7 +38,7 @@ log = logging.getLogger("airlane.hub.jetstream")
 
 _WRONG_LAST_SEQUENCE = 10071
 """JetStream's error code for a failed ``Nats-Expected-Last-Subject-Sequence``."""
-TELL_FLUSH_S = 1
+TELL_FLUSH_S = 3
 """How long a flushed `JetStreamStore.tell` waits for the broker's word that it has it."""
 
 UNREACHABLE = (
