@@ -73,6 +73,33 @@ class SSEPump:
     one: direct mode writes body parts through it whenever it takes them.
     """
 
+    __slots__ = (
+        "__weakref__",
+        "_budget",
+        "_compressor",
+        "_done",
+        "_drains",
+        "_idle_since",
+        "_in_receive",
+        "_inflight",
+        "_limit",
+        "_ping_due",
+        "_pumping",
+        "_render",
+        "_scheduled",
+        "_subscription",
+        "_timer",
+        "_woken",
+        "_write_body",
+        "batch_limit",
+        "compression",
+        "disconnected",
+        "metrics",
+        "ping_s",
+        "receive",
+        "send",
+    )
+
     def __init__(
         self,
         send: Send,

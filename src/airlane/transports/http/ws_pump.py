@@ -102,6 +102,24 @@ class WebSocketPump:
     and a reply waiting to be written is not overtaken.
     """
 
+    __slots__ = (
+        "__weakref__",
+        "_binary",
+        "_credits",
+        "_done",
+        "_drains",
+        "_frames",
+        "_inflight",
+        "_limit",
+        "_lock",
+        "_metrics",
+        "_scheduled",
+        "_send",
+        "_send_many",
+        "_subscription",
+        "_write_now",
+    )
+
     def __init__(
         self,
         subscription: Subscription,
