@@ -145,6 +145,41 @@ async def test_pipelined_requests_are_answered_in_order_on_one_connection() -> N
         raw.close()
 
 
+async def test_the_parser_rests_while_a_response_streams_and_comes_back_for_more() -> None:
+    """While a chunked response streams and its request has been read, the connection lets
+    its parser go (seven objects fewer per idle stream for the garbage collector); a request
+    pipelined meanwhile, and one after the stream ended, are read by a new parser."""
+    release = asyncio.Event()
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        if scope["path"] == "/stream":
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"first,", "more_body": True})
+            await asyncio.wait_for(release.wait(), WAIT_S)
+            await send({"type": "http.response.body", "body": b"last", "more_body": False})
+            return
+        await text_response(send, scope["path"].encode())
+
+    async with serving(app) as served:
+        raw = await Raw.open(served)
+        raw.send(get("/stream"))
+        state = served.server._state
+        assert state is not None
+        await until(lambda: len(state.connections) == 1)
+        (connection,) = state.connections
+        await until(lambda: connection.parser is None)  # resting
+        raw.send(get("/a"))
+        await until(lambda: connection.parser is not None)  # back for the pipelined request
+        release.set()
+        assert (await raw.response())[2] == b"first,last"
+        assert (await raw.response())[2] == b"/a"
+        raw.send(get("/b"))
+        assert (await raw.response())[2] == b"/b"
+        raw.close()
+
+
 async def test_a_connection_close_request_closes_after_its_response() -> None:
     async with serving(echo) as served:
         raw = await Raw.open(served)

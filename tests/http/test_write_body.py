@@ -51,6 +51,9 @@ class _Connection:
     def body_taken(self) -> None:
         pass
 
+    def streaming(self) -> None:
+        pass
+
     def response_complete(self, cycle: RequestCycle) -> None:
         self.completed.append(cycle)
 

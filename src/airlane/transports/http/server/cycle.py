@@ -261,6 +261,8 @@ class RequestCycle:
         self.wants_continue = False
         self.transport.write(b"".join(parts))
         self.direct = mode == _CHUNKED and not self.connection.flow.paused
+        if mode in (_CHUNKED, _UNTIL_CLOSE):
+            self.connection.streaming()
 
     def _body(self, body: bytes, more: bool) -> None:
         mode = self._mode
