@@ -307,3 +307,34 @@ async def test_placing_goes_to_a_sibling_producing_clearly_fewer(short_tmp: Path
             writer.close()
     finally:
         sibling.close()
+
+
+async def test_a_streaming_response_lets_the_hand_over_extensions_go(short_tmp: Path) -> None:
+    """Once a response streams, the connection cannot be handed over any more: the scope
+    stops holding the two call-backs (bound to the connection and the request) for as long
+    as the stream lasts."""
+    seen: list[tuple[bool, bool]] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        extensions = scope["extensions"]
+        offered = (HAND_OVER_EXTENSION in extensions, PLACE_EXTENSION in extensions)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"part", "more_body": True})
+        seen.extend([offered, (HAND_OVER_EXTENSION in extensions, PLACE_EXTENSION in extensions)])
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    board = LoadBoard(short_tmp, 0, "c.3", lambda: 0)
+    server, _, port = await _serve(short_tmp, "c.3", app, board)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /s HTTP/1.1\r\nhost: h\r\n\r\n")
+        assert (await reader.readuntil(b"0\r\n\r\n")).startswith(b"HTTP/1.1 200")
+        assert seen == [(True, True), (False, False)]
+        writer.close()
+    finally:
+        await server.shutdown()

@@ -422,7 +422,14 @@ class HttpProtocol(asyncio.Protocol):
 
     def streaming(self) -> None:
         """The response being sent has a body that goes on (chunked, or until the close):
-        the parser may rest meanwhile (`_rest`)."""
+        the parser may rest meanwhile (`_rest`), and the hand-over's extensions, of no use
+        once a response has begun, leave the scope (two call-backs bound to this
+        connection and the request, kept for as long as the stream lasts otherwise)."""
+        cycle = self.cycle
+        if cycle is not None:
+            extensions = cycle.scope["extensions"]
+            extensions.pop(HAND_OVER_EXTENSION, None)
+            extensions.pop(PLACE_EXTENSION, None)
         if not self._feeding:
             self._rest()
 
