@@ -185,15 +185,20 @@ async def _serve(
     return server, handoff, sock.getsockname()[1]
 
 
+async def _lifespan(receive: Any, send: Any) -> None:
+    """A test application's lifespan: nothing to start or stop."""
+    while (await receive())["type"] != "lifespan.shutdown":
+        await send({"type": "lifespan.startup.complete"})
+    await send({"type": "lifespan.shutdown.complete"})
+
+
 def _app(name: str, offered: list[tuple[str, bool]]) -> Any:
     """Answers with its name, the request and its body; ``a`` hands every request offered
     to ``b.2`` (``/place``: through the place extension)."""
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
+            await _lifespan(receive, send)
             return
         extensions = scope["extensions"]
         pass_to = extensions.get(HAND_OVER_EXTENSION)
@@ -317,9 +322,7 @@ async def test_a_streaming_response_lets_the_hand_over_extensions_go(short_tmp: 
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
+            await _lifespan(receive, send)
             return
         extensions = scope["extensions"]
         offered = (HAND_OVER_EXTENSION in extensions, PLACE_EXTENSION in extensions)

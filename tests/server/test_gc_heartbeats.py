@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import httpx
 import pytest
@@ -53,14 +53,6 @@ async def served() -> AsyncIterator[Served]:
             created = await http.post("/v1/streams", json={"name": "idle"})
             assert created.status_code in (200, 201), created.text
         yield running
-
-
-@pytest.fixture
-def restore_gc() -> Iterator[None]:
-    threshold = gc.get_threshold()
-    yield
-    gc.unfreeze()
-    gc.set_threshold(*threshold)
 
 
 async def _open(served: Served, request: str, until: bytes) -> socket.socket:

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 import weakref
-from collections.abc import Iterator
 
 import pytest
 
@@ -34,15 +33,6 @@ class _Cycle:
 
 def _garbage_cycle() -> weakref.ref[_Cycle]:
     return weakref.ref(_Cycle())
-
-
-@pytest.fixture
-def restore_gc() -> Iterator[None]:
-    """These tests change the process's collector: put it back as it was."""
-    threshold = gc.get_threshold()
-    yield
-    gc.unfreeze()
-    gc.set_threshold(*threshold)
 
 
 @pytest.mark.parametrize(
