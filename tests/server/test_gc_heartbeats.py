@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import socket
+import threading
+import time
 from collections.abc import AsyncIterator
 
 import httpx
@@ -173,5 +175,48 @@ async def test_a_late_pong_does_not_push_the_next_ping_back(served):
         second = await asyncio.wait_for(loop.sock_recv(ws, 64), 3 * PING_S)
         assert second[0] == PING_OPCODE
         assert loop.time() - pinged < 1.3 * PING_S  # not 1.6 periods
+    finally:
+        ws.close()
+
+
+async def test_a_pong_that_came_during_a_pause_past_its_deadline_keeps_the_connection(served):
+    """The process stops (here a blocking sleep in a timer call-back, where the pacer's
+    passes run) past a Ping's deadline while the client's Pong arrives: the loop reads the
+    Pong before it runs the timer that fell due meanwhile (its clock is read once per turn),
+    so the connection stays open."""
+    loop = asyncio.get_running_loop()
+    ws = await _open(served, WS_HANDSHAKE, b"\r\n\r\n")
+    answered = threading.Event()
+
+    def client() -> None:  # answers the Ping while the server's loop sleeps
+        ws.setblocking(True)
+        ws.settimeout(5)
+        ping = ws.recv(64)
+        assert ping[0] == PING_OPCODE
+        ws.sendall(_pong_for(ping))
+        answered.set()
+
+    try:
+        while _waiting(ws):
+            ws.recv(65536)
+        thread = threading.Thread(target=client)
+        thread.start()
+        paused = loop.create_future()
+
+        def pause() -> None:  # from a timer, as the pacer's passes run
+            beats = heartbeats().ahead(2 * PING_S)  # the Ping goes now
+            time.sleep(1.5 * PING_S)  # the whole loop stops past the Pong's deadline
+            paused.set_result(beats)
+
+        loop.call_later(0.01, pause)
+        assert await paused == 1
+        thread.join(5)
+        assert answered.is_set()
+        await asyncio.sleep(0.2)
+        assert _waiting(ws)[:1] != b"\x88"  # no Close frame (1011)
+        # Still open: the next Ping comes a period after the last.
+        ws.setblocking(False)
+        ping = await asyncio.wait_for(loop.sock_recv(ws, 64), 3 * PING_S)
+        assert ping[0] == PING_OPCODE
     finally:
         ws.close()
