@@ -97,7 +97,7 @@ MAX_ANNOUNCE_WAIT_S = 3.0
 """How long a scheduled pass waits for its announcement to be out (`GcPacer` ``announce``):
 the broker's answer took 0.4-1.1 s with six workers, their clients and the broker sharing two
 cores; a pass that began before the word was out left it to arrive after the pause, and the
-other processes took one such worker for dead (one run in four at that 1 s bound)."""
+other processes took one such worker for dead (in one run of three at a 1 s bound)."""
 
 MAX_EARLY_BEAT_S = 30.0
 """The longest a pass is expected to take, for the heartbeats sent ahead of it."""
