@@ -148,3 +148,26 @@ async def test_the_heartbeat_keeps_the_mesh_at_its_degree_and_gossips_outside_it
         assert offer.ihave == ((PUBSUB, (message.hash(PUBSUB),)),)
         forwarded = await grafted[1].next_matching("messages")
         assert forwarded.messages[0].data == message.encode()
+
+
+async def test_a_peer_that_subscribes_late_is_offered_what_it_missed() -> None:
+    """A message that starts here before a peer's subscription arrives reaches no one by flood
+    publishing; the peer is offered it (IHAVE) as soon as it subscribes, though as the only
+    peer it is grafted into the mesh, where heartbeat gossip never goes."""
+    async with local_node() as node, raw_peer(node) as peer:
+        relay = node.relay
+        assert relay is not None
+        me = peer.connection.identity.peer_id
+        await peer.send(RelayRpc())  # an empty RPC: relaying, subscribed to nothing yet
+        await _until(lambda: me in relay._peers)
+        message = WakuMessage(b"before you came", TOPIC, timestamp=5)
+        await node.bridge.publish(message, PUBSUB)
+        await relay.follow(TOPIC)
+        await _until(lambda: relay._cache.recent(PUBSUB))
+        assert relay.stats.relayed_out == 0  # no one was subscribed
+        await peer.send(RelayRpc(subscribe=(PUBSUB,)))
+        offer = await peer.next_matching("ihave", timeout=3 * HEARTBEAT_S + 5)
+        assert offer.ihave == ((PUBSUB, (message.hash(PUBSUB),)),)
+        await peer.send(RelayRpc(iwant=(message.hash(PUBSUB),)))
+        sent = await peer.next_matching("messages")
+        assert [m.data for m in sent.messages] == [message.encode()]

@@ -9,7 +9,8 @@ subscribed peer, as gossipsub's flood publishing does. At each heartbeat the ids
 messages of the last `GOSSIP_WINDOWS` heartbeats are offered (IHAVE) to up to `D_LAZY`
 subscribed peers outside the mesh, and a peer that asks (IWANT) gets them from the message
 cache (`CACHE_WINDOWS` heartbeats); ids offered to this node that it has not seen it asks for.
-So a message that missed a node through the mesh still reaches it.
+A peer that joins a topic is offered its recent ids at once (it may have missed them while
+connecting). So a message that missed a node through the mesh still reaches it.
 
 Messages are identified by their Waku hash: one seen within `SEEN_TTL_S` is dropped, so each
 is stored once on every node however the mesh loops. What comes in is appended to its content
@@ -355,9 +356,11 @@ class RelayService:
             relay_peer = self._peers.get(peer)
             if relay_peer is None:
                 continue
+            before = set(relay_peer.topics)
             relay_peer.topics.update(t for t in rpc.subscribe if t in self.topics)
             relay_peer.topics.difference_update(rpc.unsubscribe)
             self._control(peer, relay_peer, rpc)
+            self._offer_recent(relay_peer, relay_peer.topics - before)
             for message in rpc.messages:
                 await self._relayed_in(peer, message)
 
@@ -392,6 +395,22 @@ class RelayService:
             self._send(relay_peer, RelayRpc(prune=tuple(refused), iwant=tuple(wanted)).encode())
         for start in range(0, len(offered), 64):
             self._send(relay_peer, RelayRpc(messages=tuple(offered[start : start + 64])).encode())
+
+    def _offer_recent(self, relay_peer: _RelayPeer, topics: set[str]) -> None:
+        """Offer a peer that has just joined ``topics`` their recent messages (IHAVE).
+
+        A message that started here before the peer's subscription arrived went to no one
+        (flood publishing reaches subscribed peers only), and heartbeat gossip goes to peers
+        outside the mesh, which a lone peer is not once it is grafted: without this offer
+        such a message would never reach it.
+        """
+        offers = tuple(
+            (topic, tuple(recent))
+            for topic in sorted(topics)
+            if (recent := self._cache.recent(topic))
+        )
+        if offers:
+            self._send(relay_peer, RelayRpc(ihave=offers).encode())
 
     async def _relayed_in(self, peer: PeerId, relayed: RelayMessage) -> None:
         if relayed.topic not in self.topics or relayed.signed:
