@@ -1,13 +1,21 @@
 """``airlane bench --hub nats://...``: the spawned gateway appends through a real JetStream
-broker (the tests' ``nats-server``), and the report says which hub it measured."""
+broker (the tests' ``nats-server``), and the report says which hub it measured; when the broker
+goes away under a benchmark, the load clients record why each stream failed."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from array import array
 from pathlib import Path
+from urllib.parse import urlsplit
 
+from airlane.bench.sse_load import run_sse_stream
+from airlane.bench.tally import StreamTally
+from airlane.bench.ws_load import run_ws_stream
 from tests.cli.conftest import airlane
 from tests.natsserver import NatsServer
+from tests.servers import FAST_SYNTHETIC, run_server
 
 
 def test_bench_on_a_jetstream_hub(tmp_path: Path, nats_session: NatsServer) -> None:
@@ -31,3 +39,41 @@ def test_hub_goes_with_a_spawned_gateway_only() -> None:
         assert "--hub is the spawned gateway's" in result.stdout + result.stderr
     result = airlane("bench", "--hub", "memory")
     assert result.returncode == 2 and "nats://" in result.stdout + result.stderr
+
+
+async def test_a_failed_load_test_stream_says_why(nats_server: NatsServer, tmp_path: Path) -> None:
+    """The broker goes away under a running benchmark for longer than the gateway waits for
+    it: each load-test stream ends with the gateway's error, and the load clients record its
+    code (SSE: an ``event: error``; WebSocket: close 1011 with the code), not a stream that
+    merely ended early."""
+    config = "[jetstream]\nunavailable_after_s = 0.5\n"
+    log_path = tmp_path / "gateway.log"
+    with (
+        log_path.open("w") as log,
+        run_server(
+            "--hub", nats_server.url, "--airc-port", "-1", "--grpc-port", "-1",
+            config=FAST_SYNTHETIC + config, stderr=log,
+        ) as server,
+    ):  # fmt: skip
+        parts = urlsplit(server.url)
+        host, port = parts.hostname or "", parts.port or 80
+        query = "chunks=500&mode=paced&interval_ms=20"  # 10 s, far longer than the test
+        sse, ws = StreamTally(array("q")), StreamTally(array("q"))
+        deadline = asyncio.get_running_loop().time() + 30
+        running = asyncio.gather(
+            run_sse_stream(host, port, f"/v1/loadtest/sse?{query}", sse, deadline),
+            run_ws_stream(f"ws://{host}:{port}/v1/loadtest/ws?{query}", ws, deadline),
+        )
+        async with asyncio.timeout(10):
+            while sse.received < 5 or ws.received < 5:
+                await asyncio.sleep(0.02)
+        nats_server.kill()  # away longer than unavailable_after_s: an append gives up
+        async with asyncio.timeout(10):  # until both generations gave up
+            while log_path.read_text().count("the hub stopped the generation") < 2:
+                await asyncio.sleep(0.05)  # another process writes it: poll
+        nats_server.start()  # the gateway can store the error that ends each stream
+        await asyncio.wait_for(running, 30)
+    assert sse.error is not None and "the stream failed: hub_unavailable" in sse.error, sse.error
+    assert ws.error is not None and "code 1011" in ws.error and "hub_unavailable" in ws.error
+    assert sse.received < 500 and ws.received < 500
+    assert "Traceback" not in log_path.read_text()

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from airlane.backends.synthetic import LoadTestChunk
 from airlane.bench.chunk import ChunkFormatError, LoadProtocolError, read_seq_ts
-from airlane.bench.sse_events import ChunkEventReader
+from airlane.bench.sse_events import ChunkEventReader, failure_text
 from airlane.bench.sse_parser import LoadResponseParser
 from airlane.bench.tally import StreamTally
 
@@ -191,6 +191,40 @@ def test_a_cut_response_is_an_error() -> None:
 def test_malformed_responses_are_the_servers_fault(response: bytes, message: str) -> None:
     with pytest.raises(LoadProtocolError, match=message):
         feed(response)
+
+
+def test_an_error_event_is_the_streams_failure_with_its_code() -> None:
+    """``/v1/loadtest/sse`` ends a failed stream with ``event: error`` (its data the error's
+    JSON): the chunks before it are recorded, and the failure says the code and message,
+    however the bytes were split."""
+    failure = (
+        b'event: error\ndata: {"message":"JetStream does not answer","code":"hub_unavailable"}\n\n'
+    )
+    response = chunked(events(3) + failure)
+    for cut in (None, [len(response) - 40], [len(HEAD) + 30]):
+        tally = StreamTally(array("q"))
+        parser = LoadResponseParser(tally)
+        with pytest.raises(LoadProtocolError) as raised:
+            for start, end in itertools.pairwise([0, *(cut or []), len(response)]):
+                parser.feed(response[start:end], NOW)
+        assert str(raised.value) == (
+            "the stream failed: hub_unavailable: JetStream does not answer"
+        )
+        assert tally.received == 3
+
+
+@pytest.mark.parametrize(
+    ("data", "text"),
+    [
+        (b'{"code":"x","message":"why"}', "x: why"),
+        (b"not json", "b'not json'"),
+        (b'["a list"]', "b'[\"a list\"]'"),
+        (b'{"code":"x"}', 'b\'{"code":"x"}\''),
+        (b'{"code":"x","message":"%b"}' % (b"m" * 300), "x: " + "m" * 200),
+    ],
+)
+def test_failure_text_says_code_and_message_or_shows_the_bytes(data: bytes, text: str) -> None:
+    assert failure_text(data) == text
 
 
 def test_buffers_are_bounded() -> None:

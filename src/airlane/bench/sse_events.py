@@ -6,7 +6,8 @@ event stream"): lines end with LF (as every server under test writes them), a bl
 dispatches the event, a line starting with ``:`` is a comment, a field is ``name:value`` with
 one optional space before the value, and an event's data is its ``data`` lines joined by LF.
 On ``/v1/loadtest/sse`` each event with data carries one chunk; events without data (or with
-empty data) are skipped, and data that is not a chunk is the server's fault.
+empty data) are skipped, an ``error`` event is the stream's failure (raised with its code and
+message), and data that is not a chunk is the server's fault.
 
 Speed is the point of this module, so each buffer is read whole. It is cut after its last
 blank line: the complete events before the cut are read now, the unfinished event after it is
@@ -21,12 +22,13 @@ line-by-line reader of the spec, which is slower but exact.
 
 from __future__ import annotations
 
+import json
 import re
 
 from airlane.bench.chunk import MAX_DIGITS, LoadProtocolError, read_seq_ts
 from airlane.bench.tally import StreamTally
 
-__all__ = ["DEFAULT_MAX_EVENT_BYTES", "ChunkEventReader"]
+__all__ = ["DEFAULT_MAX_EVENT_BYTES", "ChunkEventReader", "failure_text"]
 
 DEFAULT_MAX_EVENT_BYTES = 1 << 20
 """A load-test event is ~1.2 KB; 1 MiB without an event end means a broken stream."""
@@ -124,19 +126,36 @@ class ChunkEventReader:
     def _read_lines(self, events: bytes, now_ns: int) -> None:
         """The spec's line-by-line reading of ``events`` (see `_read_events`)."""
         data: list[bytes] = []
+        kind = b""
         # Without the leading LF (the end of the event before) and the last LF, every line is
         # an item; the last item is the blank line that ends the last event.
         for line in events[1:-1].split(b"\n"):
             if not line:
                 if data:
-                    self._dispatch(b"\n".join(data), now_ns)
+                    self._dispatch(kind, b"\n".join(data), now_ns)
                     data = []
+                kind = b""
                 continue
             name, _, value = line.partition(b":")
-            if name == b"data":  # a comment has an empty name; other fields do not matter
-                data.append(value[1:] if value.startswith(b" ") else value)
+            value = value[1:] if value.startswith(b" ") else value
+            if name == b"data":  # a comment has an empty name; id and retry do not matter
+                data.append(value)
+            elif name == b"event":
+                kind = value
 
-    def _dispatch(self, data: bytes, now_ns: int) -> None:
+    def _dispatch(self, kind: bytes, data: bytes, now_ns: int) -> None:
+        if kind == b"error":
+            raise LoadProtocolError(f"the stream failed: {failure_text(data)}")
         if data:
             seq, ts = read_seq_ts(data)
             self._tally.chunk(seq, ts, len(data), now_ns)
+
+
+def failure_text(data: bytes) -> str:
+    """``<code>: <message>`` of a load-test stream's error event (``{"code", "message"}``
+    JSON), or its first 200 bytes as they came if it is not that."""
+    try:
+        error = json.loads(data)
+        return f"{error['code']}: {str(error['message'])[:200]}"
+    except (ValueError, TypeError, KeyError):
+        return repr(data[:200])

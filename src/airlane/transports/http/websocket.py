@@ -62,7 +62,7 @@ from airlane.transports.http.auth import authenticate
 from airlane.transports.http.context import AppContext
 from airlane.transports.http.errors import close_code, close_reason
 from airlane.transports.http.h3.webtransport import WEBTRANSPORT
-from airlane.transports.http.loadtest import loadtest_chunks, loadtest_spec
+from airlane.transports.http.loadtest import loadtest_chunks, loadtest_failure, loadtest_spec
 from airlane.transports.http.ws_protocol import SEND_MANY, WRITE_NOW
 from airlane.transports.http.ws_pump import Credits, WebSocketPump, WriteNow
 from airlane.wire.errors import DecodeError
@@ -79,6 +79,7 @@ SUBPROTOCOLS = (JSON_PROTOCOL, MSGPACK_PROTOCOL)
 """The subprotocols ``/v1/ws`` speaks."""
 
 CLOSE_NORMAL = 1000
+_CLOSE_FAILED = 1011  # the stream failed (the server's side): RFC 6455 7.4.1
 
 _msgpack_encoder = msgspec.msgpack.Encoder()
 _msgpack_decoder = msgspec.msgpack.Decoder()
@@ -559,6 +560,14 @@ async def serve_loadtest_ws(
         return
     if not await accept(receive, send, None):
         return
+    failures: list[Event] = []  # the error that ended the stream, if one did
+
+    def render(batch: list[Event]) -> list[bytes]:
+        failure = loadtest_failure(batch)
+        if failure is not None:
+            failures.append(failure)
+        return loadtest_chunks(batch)
+
     async with app.gateway.loadtest(principal, spec) as (_, subscription):
         pump = asyncio.current_task()
         assert pump is not None
@@ -568,7 +577,7 @@ async def serve_loadtest_ws(
         try:
             await WebSocketPump(
                 subscription,
-                loadtest_chunks,
+                render,
                 send=send,
                 binary=False,
                 send_many=request.extension(SEND_MANY) is not None,
@@ -576,7 +585,12 @@ async def serve_loadtest_ws(
                 metrics=app.metrics,
                 batch_limit=app.config.batch_limit,
             ).run()
-            await close(send, CLOSE_NORMAL, "done")
+            if failures:
+                data = failures[0].data or {}
+                reason = f"{data.get('code', 'error')}: {data.get('message', '')}"
+                await close(send, _CLOSE_FAILED, reason)
+            else:
+                await close(send, CLOSE_NORMAL, "done")
         except asyncio.CancelledError:
             if watcher.done() and pump.uncancel() == 0:
                 return
