@@ -13,6 +13,7 @@ import weakref
 
 import pytest
 
+from airlane.server import gcpacer
 from airlane.server.gcpacer import (
     GC_GEN0_THRESHOLD,
     MAX_ANNOUNCE_WAIT_S,
@@ -22,6 +23,7 @@ from airlane.server.gcpacer import (
     peak_rss_kb,
     tune_gc,
 )
+from airlane.server.gcturns import GcTurns, turns_path
 
 
 class _Cycle:
@@ -224,6 +226,51 @@ async def test_a_due_pass_runs_anyway_after_the_longest_wait(restore_gc):
         pacer.stop()
 
 
+async def test_a_due_pass_waits_for_a_siblings_pass_to_end(restore_gc, tmp_path):
+    """Another worker holds the turn (its pass runs): a due pass waits, its wait counted as
+    such and not as waiting for a quiet tick, and runs once the turn is given back. The
+    pacer gives the turn back after its own pass, and closes it on stop."""
+    path = turns_path(tmp_path)
+    sibling = GcTurns(path)
+    assert sibling.take()
+    config = GcConfig(tick_s=0.01, min_full_interval_s=0, max_full_interval_s=0.02)
+    pacer = GcPacer(config, cpu_s=lambda: 0.0, turns=GcTurns(path))
+    pacer.start()
+    try:
+        cycle = _garbage_cycle()
+        await asyncio.sleep(0.3)
+        assert pacer.full_passes == 0 and cycle() is not None
+        sibling.give_back()
+        await _wait_for_passes(pacer, 1)
+        assert pacer.full_passes >= 1 and cycle() is None
+        assert 0.2 <= pacer.turn_wait_s < 2.0
+        assert pacer.quiet_wait_s < 0.2  # it was quiet all along: the wait was the turn's
+        assert sibling.take()  # the pacer holds it only within the tick of a pass
+        sibling.give_back()
+    finally:
+        pacer.stop()
+    assert sibling.take()  # stop closed the pacer's handle
+    sibling.close()
+
+
+async def test_a_due_pass_runs_alongside_a_sibling_that_never_ends(
+    restore_gc, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(gcpacer, "MAX_TURN_WAIT_S", 0.2)
+    path = turns_path(tmp_path)
+    sibling = GcTurns(path)
+    assert sibling.take()
+    config = GcConfig(tick_s=0.01, min_full_interval_s=0, max_full_interval_s=0.02)
+    pacer = GcPacer(config, cpu_s=lambda: 0.0, turns=GcTurns(path))
+    pacer.start()
+    try:
+        await _wait_for_passes(pacer, 1)
+        assert pacer.full_passes >= 1 and pacer.turn_wait_s >= 0.2
+    finally:
+        pacer.stop()
+        sibling.close()
+
+
 def test_peak_memory_is_read():
     assert peak_rss_kb() > 1024  # an interpreter takes more than a MiB
 
@@ -248,6 +295,7 @@ def test_prometheus_families():
         "airlane_gc_early_heartbeats",
         "airlane_gc_collected_objects",
         "airlane_gc_full_collection_wait_seconds",
+        "airlane_gc_turn_wait_seconds",
         "airlane_gc_trim_seconds",
         "airlane_gc_tracked_objects",
     }

@@ -26,6 +26,7 @@ import pytest
 from airlane.security.certs import issue_certificate, make_ca
 from airlane.server import ServerConfig
 from airlane.server import workers as workers_module
+from airlane.server.gcturns import GcTurns
 from airlane.server.workers import WorkersError, _Supervisor, worker_count
 from airlane.transports.waku import LightClient
 from airlane.wire.libp2p import Multiaddr
@@ -439,6 +440,56 @@ def test_one_metrics_view_a_restarted_worker_and_one_sigint_for_everything(
         assert server.process.wait(40) == 130
         _, alive = psutil.wait_procs(everything, timeout=10)
         assert not alive, [p.cmdline() for p in alive]
+
+
+EAGER_GC = (
+    FAST
+    + """
+[gc]
+min_full_interval_s = 0.0
+max_full_interval_s = 0.2
+quiet_cpu_share = 64.0
+"""
+)
+
+
+def turn_waits(url: str) -> dict[str, float]:
+    """Each worker's ``airlane_gc_turn_wait_seconds_total`` from the one /metrics view."""
+    waits = {}
+    for line in httpx.get(f"{url}/metrics", timeout=5).text.splitlines():
+        if line.startswith("airlane_gc_turn_wait_seconds_total{"):
+            worker = line.split('worker="', 1)[1].split('"', 1)[0]
+            waits[worker] = float(line.rsplit(" ", 1)[1])
+    return waits
+
+
+def test_the_workers_take_turns_at_full_garbage_collector_passes(tmp_path: Path) -> None:
+    """Every worker holds the supervisor directory's turn file; while something else holds
+    the turn (here the test, as a sibling's pass would), their due passes wait for it."""
+    with workers(tmp_path, settings=EAGER_GC) as server:
+        supervisor = psutil.Process(server.pid)
+        paths = set()
+        for child in supervisor.children():
+            if "airlane.server.worker" in child.cmdline():
+                paths |= {f.path for f in child.open_files() if f.path.endswith("gc.turn")}
+        assert len(paths) == 1, paths  # both workers, one file
+        turns = GcTurns(Path(paths.pop()))
+        try:
+            deadline = time.monotonic() + 10
+            while not turns.take():  # between the workers' own passes
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            time.sleep(1.5)  # passes fall due every 0.2 s meanwhile
+        finally:
+            turns.close()
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            waits = turn_waits(server.url)
+            if len(waits) == 2 and min(waits.values()) >= 1.0:
+                break
+            time.sleep(0.2)  # (the workers' shared samples catch up)
+        else:
+            raise AssertionError(f"the workers did not wait for the turn: {waits}")
 
 
 def test_without_a_hub_or_nats_server_it_says_what_to_do(tmp_path: Path) -> None:

@@ -46,6 +46,11 @@ count this one's silence from the end of it, where a pass longer than their ``no
 (3 s by default; 2.7-4 s measured above) had them take a live process for dead and end the
 streams it produced with ``producer_lost``.
 
+The workers of ``airlane serve --workers`` take turns (``turns``,
+`airlane.server.gcturns`): a pass that is due while a sibling's runs waits for it, at most
+`MAX_TURN_WAIT_S`, so that passes do not share the cores and each pause lasts about its own
+CPU time.
+
 After a full pass the pacer hands the C allocator's free memory back to the operating
 system (glibc's ``malloc_trim``, ``trim_after_full``): the history of streams that ended is
 freed by then, and without it the allocator keeps the pages for reuse, so the process's
@@ -77,6 +82,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from airlane.runtime.heartbeats import heartbeats
+from airlane.server.gcturns import GcTurns
 
 __all__ = ["GC_GEN0_THRESHOLD", "GcConfig", "GcPacer", "peak_rss_kb", "tune_gc"]
 
@@ -98,6 +104,11 @@ MAX_ANNOUNCE_WAIT_S = 3.0
 the broker's answer took 0.4-1.1 s with six workers, their clients and the broker sharing two
 cores; a pass that began before the word was out left it to arrive after the pause, and the
 other processes took one such worker for dead (in one run of three at a 1 s bound)."""
+
+MAX_TURN_WAIT_S = 30.0
+"""How long a due pass waits for a sibling worker's pass to end (`GcTurns`) before it runs
+alongside it: longer than six passes of the longest measured (5.2 s with all of them
+overlapping, less one at a time)."""
 
 MAX_EARLY_BEAT_S = 30.0
 """The longest a pass is expected to take, for the heartbeats sent ahead of it."""
@@ -176,8 +187,13 @@ class GcPacer(Collector):
         memory_kb: Callable[[], int] | None = None,
         cpu_s: Callable[[], float] | None = None,
         announce: Callable[[float], Awaitable[object] | None] | None = None,
+        turns: GcTurns | None = None,
     ) -> None:
         self.config = config or GcConfig()
+        # Shared with the sibling workers: one full pass at a time (closed by `stop`).
+        self._turns = turns
+        self._turn_wait_since: float | None = None
+        self._pass_turn_wait = 0.0  # of the pending pass's wait, what was for a turn
         # Told how long a scheduled pass is expected to stop the process before it runs
         # (`airlane.hub.Hub.pausing`: the other processes of a cluster then allow for the
         # silence); the pass waits for what it returns, up to `MAX_ANNOUNCE_WAIT_S`.
@@ -219,6 +235,8 @@ class GcPacer(Collector):
         """Tracked objects alive after the last full pass."""
         self.quiet_wait_s = 0.0
         """Seconds due full passes spent waiting for a quiet tick, in all."""
+        self.turn_wait_s = 0.0
+        """Seconds due full passes spent waiting for a sibling worker's pass to end, in all."""
         self.trim_s = 0.0
         """Seconds spent returning free memory to the system after full passes, in all."""
         self._trim = _malloc_trim() if self.config.trim_after_full else None
@@ -253,6 +271,8 @@ class GcPacer(Collector):
         if self._announcement is not None:
             self._announcement.cancel()
             self._announcement = None
+        if self._turns is not None:
+            self._turns.close()
         if self._saved_threshold is not None:
             gc.unfreeze()
             gc.set_threshold(*self._saved_threshold)
@@ -341,6 +361,8 @@ class GcPacer(Collector):
                 if self._announced or (
                     busy <= config.quiet_cpu_share or waited >= config.max_quiet_wait_s
                 ):
+                    if not self._my_turn(now):
+                        return  # a sibling worker's pass runs: after it
                     if self._announce is not None and not self._announced:
                         # Said now, paused at a later tick: the loop sends it meanwhile.
                         self._announced, self._announced_at = True, now
@@ -354,8 +376,13 @@ class GcPacer(Collector):
                             return  # the word is not out yet
                         pending.cancel()
                     self._announcement = None
-                    self.quiet_wait_s += waited
-                    self.collect_now()
+                    self.quiet_wait_s += waited - self._pass_turn_wait
+                    self._pass_turn_wait = 0.0
+                    try:
+                        self.collect_now()
+                    finally:
+                        if self._turns is not None:
+                            self._turns.give_back()
                     # The pass's own CPU is not the next tick's load.
                     self._tick_at, self._cpu_at = time.monotonic(), self._cpu_s()
         finally:
@@ -363,6 +390,31 @@ class GcPacer(Collector):
             # object made from then on to CPython's schedule and everything before it frozen.
             assert self._loop is not None  # set by start(), which armed this timer
             self._timer = self._loop.call_later(config.tick_s, self._tick)
+
+    def _my_turn(self, now: float) -> bool:
+        """Whether a due pass may run now: no sibling's pass runs, or it has waited
+        `MAX_TURN_WAIT_S` for them (then it runs alongside)."""
+        turns = self._turns
+        if turns is None or turns.take():
+            self._end_turn_wait(now)
+            return True
+        if self._turn_wait_since is None:
+            self._turn_wait_since = now
+        if now - self._turn_wait_since < MAX_TURN_WAIT_S:
+            return False
+        log.info(
+            "a sibling's garbage-collector pass has run %.0f s: collecting alongside",
+            now - self._turn_wait_since,
+        )
+        self._end_turn_wait(now)
+        return True
+
+    def _end_turn_wait(self, now: float) -> None:
+        if self._turn_wait_since is not None:
+            waited = now - self._turn_wait_since
+            self.turn_wait_s += waited
+            self._pass_turn_wait += waited
+            self._turn_wait_since = None
 
     def collect(self) -> Iterator[Metric]:
         """Prometheus metrics: full passes, their pauses, what they found, what was alive."""
@@ -393,6 +445,11 @@ class GcPacer(Collector):
             "airlane_gc_full_collection_wait_seconds",
             "Time due full passes waited for a quiet moment (little CPU used) to run in",
             self.quiet_wait_s,
+        )
+        yield CounterMetricFamily(
+            "airlane_gc_turn_wait_seconds",
+            "Time due full passes waited for a sibling worker's pass to end",
+            self.turn_wait_s,
         )
         yield CounterMetricFamily(
             "airlane_gc_trim_seconds",

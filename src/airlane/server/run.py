@@ -47,6 +47,7 @@ from airlane.server.compose import build_app, nats_servers
 from airlane.server.config import ServerConfig
 from airlane.server.fdtable import reserve_fd_table
 from airlane.server.gcpacer import GcPacer
+from airlane.server.gcturns import GcTurns, turns_path
 from airlane.transports.airc import AircTcpServer
 from airlane.transports.grpc import GrpcServer
 from airlane.transports.http import AirlaneApp
@@ -210,7 +211,7 @@ async def _serve(
         app = build_app(config)
     except (ValueError, OSError) as exc:
         raise StartupError(str(exc)) from exc
-    pacer = GcPacer(config.gc, announce=app.gateway.hub.pausing)
+    pacer = GcPacer(config.gc, announce=app.gateway.hub.pausing, turns=_gc_turns(config))
     app.metrics.registry.register(pacer)
     app.metrics.registry.register(app.gateway.audit)
     app.metrics.registry.register(app.gateway.auth_guard)
@@ -350,6 +351,18 @@ def _handoff(config: ServerConfig, app: AirlaneApp, tls: ServerTls | None) -> Ha
     app.metrics.registry.register(HandoffMetrics(handoff))
     handoff.board = _board(config, app, handoff)
     return handoff
+
+
+def _gc_turns(config: ServerConfig) -> GcTurns | None:
+    """In a worker of ``airlane serve --workers``: the turn its full garbage-collector passes
+    take with its siblings' (`airlane.server.gcturns`)."""
+    if config.worker is None or config.workers_dir is None:
+        return None
+    try:
+        return GcTurns(turns_path(Path(config.workers_dir)))
+    except OSError as exc:
+        log.warning("garbage-collector passes may overlap the other workers': %s", exc)
+        return None
 
 
 def _board(config: ServerConfig, app: AirlaneApp, handoff: Handoff) -> LoadBoard | None:
