@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from airlane.runtime import loadboard
 from airlane.runtime.loadboard import (
     PUBLISH_S,
     SLOTS,
@@ -112,6 +113,40 @@ async def test_a_sibling_takes_connections_while_it_holds_at_most_the_balance_mo
     assert a.takes("nobody.run")  # not on the board: not judged here
     connections["w1"] = 100
     await asyncio.sleep(PUBLISH_S * 3)
+    assert a.takes("node-w1.run")
+
+
+async def test_handed_connections_count_there_until_its_own_count_has_grown_by_them(
+    connections: dict[str, int], boards: list[LoadBoard], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A handed connection travels over a socket before the sibling counts it, so the
+    sibling writing its slot again does not mean it has it: it is counted there until the
+    sibling's own count has grown by it (or `HANDED_FOR_S` after the last one went)."""
+    a, _, _ = boards
+    connections.update(w0=100, w1=100, w2=100)
+    await asyncio.sleep(PUBLISH_S * 3)
+    handed = 0
+    while a.takes("node-w1.run"):
+        a.handed("node-w1.run")
+        handed += 1
+    assert handed == balance(100) + 1  # w1 at 100 + 89 + 1 (in flight): one past
+    await asyncio.sleep(PUBLISH_S * 3)  # w1 writes, its count not grown: still in flight
+    assert not a.takes("node-w1.run")
+    connections["w1"] += handed // 2  # half of them arrived
+    await asyncio.sleep(PUBLISH_S * 3)
+    assert not a.takes("node-w1.run")
+    connections["w1"] += handed - handed // 2  # all of them: no double counting
+    await asyncio.sleep(PUBLISH_S * 3)
+    assert not a.takes("node-w1.run")  # 190 against 100: past the balance on its own
+    connections["w1"] = 150
+    await asyncio.sleep(PUBLISH_S * 3)
+    assert a.takes("node-w1.run")
+    # Connections that never show (the sibling's own closed meanwhile) are forgotten.
+    monkeypatch.setattr(loadboard, "HANDED_FOR_S", 0.2)
+    for _ in range(40):
+        a.handed("node-w1.run")
+    assert not a.takes("node-w1.run")
+    await asyncio.sleep(0.3)
     assert a.takes("node-w1.run")
 
 

@@ -47,6 +47,9 @@ PUBLISH_S = 0.05
 """How often a worker writes its load when nothing else makes it."""
 STALE_S = 1.0
 """A slot not written for this long is a worker that is not there to take anything."""
+HANDED_FOR_S = 1.0
+"""How long connections handed to a sibling are counted there, after the last one, while its
+own count has not grown by them (they are on their way, or it has not written since)."""
 
 _SLOT = struct.Struct("<QIII44s")
 """Written at, in monotonic ns (0: empty); load; connections held; descriptor limit; this
@@ -118,8 +121,8 @@ class LoadBoard:
         self._given: dict[str, tuple[int, int]] = {}
         """Streams handed to a sibling since its slot last changed: name -> (the written-at
         seen then, count). The sibling's own count takes them in at its next write."""
-        self._handed: dict[str, tuple[int, int]] = {}
-        """Connections handed to a sibling since its slot last changed, alike."""
+        self._handed: dict[str, _Handed] = {}
+        """Connections handed to a sibling that its own count may not have yet, by name."""
         self._seen: dict[str, _Slot] = {}
         """Each live sibling's slot as last read, by name."""
 
@@ -180,8 +183,16 @@ class LoadBoard:
         return _has_room(slot, connections) and connections <= own + balance(own)
 
     def handed(self, name: str) -> None:
-        """A connection went to ``name``: count it there until its own count does."""
-        _count(self._handed, name, self._seen)
+        """A connection went to ``name``: count it there until its own count has grown by
+        it (or `HANDED_FOR_S` after the last one went)."""
+        now = time.monotonic_ns()
+        sent = self._handed.get(name)
+        if sent is None:
+            slot = self._seen.get(name)
+            self._handed[name] = _Handed(0 if slot is None else slot.connections, 1, now)
+        else:
+            sent.count += 1
+            sent.last_ns = now
 
     def close(self) -> None:
         """Empty this slot (siblings stop sending streams here) and unmap the board."""
@@ -211,9 +222,10 @@ class LoadBoard:
             seen[name] = _Slot(index, stamp, load, connections, limit)
         # Only the live siblings are remembered (a restarted worker has a new name).
         self._seen = seen
-        for counts in (self._given, self._handed):
-            for name in [name for name in counts if name not in seen]:
-                del counts[name]
+        for name in [name for name in self._given if name not in seen]:
+            del self._given[name]
+        for name in [name for name in self._handed if name not in seen]:
+            del self._handed[name]
         return seen
 
     def _current(self, slot: _Slot, name: str) -> bool:
@@ -227,8 +239,19 @@ class LoadBoard:
         return True
 
     def _connections_at(self, name: str, slot: _Slot) -> int:
-        """The sibling's connections: its own count and those handed to it since."""
-        return slot.connections + _pending(self._handed, name, slot.stamp)
+        """The sibling's connections: its own count and those handed to it that the count
+        does not show yet. A handed connection reaches the sibling over a socket and is
+        counted at its next write after that, so a write alone does not say it arrived;
+        the count having grown by it does (a sibling whose connections close meanwhile
+        looks fuller than it is, for at most `HANDED_FOR_S`)."""
+        sent = self._handed.get(name)
+        if sent is None:
+            return slot.connections
+        waiting = sent.count - max(0, slot.connections - sent.baseline)
+        if waiting <= 0 or time.monotonic_ns() - sent.last_ns > HANDED_FOR_S * 1e9:
+            del self._handed[name]
+            return slot.connections
+        return slot.connections + waiting
 
     def _publish(self) -> int:
         load = max(0, self._load())
@@ -249,6 +272,18 @@ class LoadBoard:
     def _tick(self, loop: asyncio.AbstractEventLoop) -> None:
         self._publish()
         self._timer = loop.call_later(PUBLISH_S, self._tick, loop)
+
+
+class _Handed:
+    """Connections handed to one sibling: its count when the first went, how many, when the
+    last went (monotonic ns)."""
+
+    __slots__ = ("baseline", "count", "last_ns")
+
+    def __init__(self, baseline: int, count: int, last_ns: int) -> None:
+        self.baseline = baseline
+        self.count = count
+        self.last_ns = last_ns
 
 
 def _has_room(slot: _Slot, connections: int) -> bool:
