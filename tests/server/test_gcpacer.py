@@ -15,6 +15,7 @@ import pytest
 
 from airlane.server import gcpacer
 from airlane.server.gcpacer import (
+    DEFAULT_S_PER_OBJECT,
     GC_GEN0_THRESHOLD,
     MAX_ANNOUNCE_WAIT_S,
     MAX_EARLY_BEAT_S,
@@ -307,8 +308,22 @@ def test_a_pass_is_timed_on_the_clock_and_the_cpu_and_expected_from_the_last(res
     pacer.collect_now()
     assert 0 < pacer.full_cpu_s <= pacer.full_pause_s * 1.1 + 0.005
     walked = gc.get_freeze_count()
-    # Now as long per object as that pass took.
-    assert pacer.expected_pause_s(walked) == pytest.approx(pacer.full_pause_s, rel=0.5)
+    # Now as long per object as that pass took, but never less than the default.
+    expected = max(pacer.full_pause_s, walked * DEFAULT_S_PER_OBJECT)
+    assert pacer.expected_pause_s(walked) == pytest.approx(expected, rel=0.5)
+
+
+def test_a_fast_pass_does_not_lower_the_expected_pause_below_the_default(restore_gc):
+    """A pass that had a core to itself is followed by ones that share it: the expectation
+    stays at the default per object at least."""
+    pacer = GcPacer()
+    pacer._s_per_object = 1e-3  # as if the last pass had been slow
+    pacer.collect_now()  # a pass over this test process's objects: about 1 us each
+    per_object = pacer.full_pause_s / gc.get_freeze_count()
+    assert pacer.expected_pause_s(1_000_000) == pytest.approx(
+        1_000_000 * max(per_object, DEFAULT_S_PER_OBJECT), rel=0.2
+    )
+    assert pacer.expected_pause_s(1_000_000) >= 2.0
 
 
 # Fills the C heap with 1 KB blocks, pins its top with one more, frees the blocks and runs
