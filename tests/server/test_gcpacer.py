@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import weakref
+from pathlib import Path
 
 import pytest
 
@@ -227,16 +228,23 @@ async def test_a_due_pass_runs_anyway_after_the_longest_wait(restore_gc):
         pacer.stop()
 
 
-async def test_a_due_pass_waits_for_a_siblings_pass_to_end(restore_gc, tmp_path):
-    """Another worker holds the turn (its pass runs): a due pass waits, its wait counted as
-    such and not as waiting for a quiet tick, and runs once the turn is given back. The
-    pacer gives the turn back after its own pass, and closes it on stop."""
-    path = turns_path(tmp_path)
+def _pacer_behind_a_sibling(directory: Path) -> tuple[GcTurns, GcPacer]:
+    """A sibling holding the turn, and a started pacer (always quiet, a pass due every
+    tick) that shares it."""
+    path = turns_path(directory)
     sibling = GcTurns(path)
     assert sibling.take()
     config = GcConfig(tick_s=0.01, min_full_interval_s=0, max_full_interval_s=0.02)
     pacer = GcPacer(config, cpu_s=lambda: 0.0, turns=GcTurns(path))
     pacer.start()
+    return sibling, pacer
+
+
+async def test_a_due_pass_waits_for_a_siblings_pass_to_end(restore_gc, tmp_path):
+    """Another worker holds the turn (its pass runs): a due pass waits, its wait counted as
+    such and not as waiting for a quiet tick, and runs once the turn is given back. The
+    pacer gives the turn back after its own pass, and closes it on stop."""
+    sibling, pacer = _pacer_behind_a_sibling(tmp_path)
     try:
         cycle = _garbage_cycle()
         await asyncio.sleep(0.3)
@@ -258,12 +266,7 @@ async def test_a_due_pass_runs_alongside_a_sibling_that_never_ends(
     restore_gc, tmp_path, monkeypatch
 ):
     monkeypatch.setattr(gcpacer, "MAX_TURN_WAIT_S", 0.2)
-    path = turns_path(tmp_path)
-    sibling = GcTurns(path)
-    assert sibling.take()
-    config = GcConfig(tick_s=0.01, min_full_interval_s=0, max_full_interval_s=0.02)
-    pacer = GcPacer(config, cpu_s=lambda: 0.0, turns=GcTurns(path))
-    pacer.start()
+    sibling, pacer = _pacer_behind_a_sibling(tmp_path)
     try:
         await _wait_for_passes(pacer, 1)
         assert pacer.full_passes >= 1 and pacer.turn_wait_s >= 0.2
