@@ -20,8 +20,9 @@ from grpc import aio
 
 from airlane.bench.chunk import LoadProtocolError, read_seq_ts
 from airlane.bench.config import BenchConfig
+from airlane.bench.grpc_web_load import stream_failure
 from airlane.bench.tally import StreamTally
-from airlane.v1 import service_pb2, service_pb2_grpc
+from airlane.v1 import events_pb2, service_pb2, service_pb2_grpc
 
 __all__ = ["STREAMS_PER_CHANNEL", "loadtest_generate", "run_grpc_streams"]
 
@@ -72,6 +73,8 @@ async def _run_stream(
         async for item in call:
             event = item.event
             if event.WhichOneof("body") != "payload_json":
+                if event.kind == events_pb2.KIND_ERROR:
+                    raise stream_failure(event)
                 continue
             data = event.payload_json.encode()
             seq, ts = read_seq_ts(data)

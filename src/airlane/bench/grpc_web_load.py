@@ -3,8 +3,9 @@
 The request is a ``Generate`` with ``GenerateRequest.loadtest`` in one 5-byte-prefixed
 gRPC-Web frame; the response (chunked) is parsed by the SSE client's `LoadResponseParser`
 with a `GrpcWebFrameReader` for its body: message frames carry ``StreamEvent``s whose
-``payload_json`` is a chunk (recorded into the `StreamTally`), the trailers frame (flag
-0x80) must say ``grpc-status: 0``.
+``payload_json`` is a chunk (recorded into the `StreamTally`), an ``error`` event is the
+stream's failure (`stream_failure`), the trailers frame (flag 0x80) must say
+``grpc-status: 0``.
 """
 
 from __future__ import annotations
@@ -13,13 +14,17 @@ import asyncio
 import struct
 import time
 
+import orjson
+from google.protobuf import json_format
+
 from airlane.bench.chunk import LoadProtocolError, read_seq_ts
+from airlane.bench.sse_events import failure_text
 from airlane.bench.sse_load import _LoadProtocol
 from airlane.bench.sse_parser import LoadResponseParser
 from airlane.bench.tally import StreamTally
 from airlane.v1 import events_pb2, service_pb2
 
-__all__ = ["GrpcWebFrameReader", "grpc_web_request", "run_grpc_web_stream"]
+__all__ = ["GrpcWebFrameReader", "grpc_web_request", "run_grpc_web_stream", "stream_failure"]
 
 PATH = "/airlane.v1.Airlane/Generate"
 _PREFIX = struct.Struct(">BI")
@@ -72,7 +77,16 @@ class GrpcWebFrameReader:
                 chunk = event.payload_json.encode()
                 seq, ts = read_seq_ts(chunk)
                 tally.chunk(seq, ts, len(chunk), now_ns)
+            elif event.kind == events_pb2.KIND_ERROR:
+                raise stream_failure(event)
         self._buffer = data[offset:]
+
+
+def stream_failure(event: events_pb2.Event) -> LoadProtocolError:
+    """The error of a stream that ``event`` (its ``error`` event) ended: its code and
+    message, as the SSE reader says them."""
+    fields = json_format.MessageToDict(event.fields)
+    return LoadProtocolError(f"the stream failed: {failure_text(orjson.dumps(fields))}")
 
 
 async def run_grpc_web_stream(
