@@ -108,8 +108,8 @@ other processes took one such worker for dead (in one run of three at a 1 s boun
 
 MAX_TURN_WAIT_S = 30.0
 """How long a due pass waits for a sibling worker's pass to end (`GcTurns`) before it runs
-alongside it: longer than six passes of the longest measured (5.2 s with all of them
-overlapping, less one at a time)."""
+alongside it: longer than five passes of the longest measured (5.2 s with all six workers'
+overlapping; 1.2-4.0 s taking turns)."""
 
 MAX_EARLY_BEAT_S = 30.0
 """The longest a pass is expected to take, for the heartbeats sent ahead of it."""
