@@ -88,10 +88,18 @@ async ({maxTokens}) => {
   first.channel.send(JSON.stringify({ op: "generate", subscribe: true, request: request("hi") }));
   const stream = (await first.next()).stream;
   let last = (await readGeneration(first, peers[0], 10)).id;
-  const pairs = [];
-  (await first.pc.getStats()).forEach((s) => {
-    if (s.type === "candidate-pair" && s.nominated) pairs.push(s.state);
-  });
+  // Chromium shows its nominated pair "in-progress" while a consent check on it is in
+  // flight (every few seconds), "succeeded" between them: read until it has settled, 2 s at
+  // most.
+  let pairs = [];
+  for (let i = 0; i < 40; i++) {
+    pairs = [];
+    (await first.pc.getStats()).forEach((s) => {
+      if (s.type === "candidate-pair" && s.nominated) pairs.push(s.state);
+    });
+    if (pairs.length && pairs.every((state) => state === "succeeded")) break;
+    await sleep(50);
+  }
 
   // 2. An ICE restart, as on a network change: the new credentials (and candidates, when
   // Chromium has any) go to the gateway as a trickle fragment, RFC 9725's way; the gateway's
