@@ -187,6 +187,24 @@ async def test_a_closed_or_silent_worker_is_never_chosen(
     assert a.lighter() is None
 
 
+async def test_a_sibling_in_the_last_slot_is_seen_past_empty_ones(
+    tmp_path: Path, loads: dict[str, int], boards: list[LoadBoard]
+) -> None:
+    # A scan reads every slot's written-at at once, then only the slots written: one far
+    # from the others, past a run of empty ones, is read like a near one.
+    last = LoadBoard(tmp_path, SLOTS - 1, "node-last.run", lambda: 0)
+    last.start(lambda: 0, LIMIT)
+    try:
+        loads.update(w0=10, w1=9, w2=9)
+        for board in boards[1:]:
+            board.lighter()
+        assert boards[0].lighter() == "node-last.run"
+        assert set(boards[0]._seen) == {"node-w1.run", "node-w2.run", "node-last.run"}
+    finally:
+        last.close()
+    assert boards[0].lighter() is None
+
+
 def test_slots_and_names_the_board_has_no_room_for_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="slots 0 to"):
         LoadBoard(tmp_path, SLOTS, "w.run", lambda: 0)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import mmap
 import os
 import resource
@@ -56,6 +57,9 @@ _SLOT = struct.Struct("<QIII44s")
 worker's process name."""
 _SLOT_BYTES = 64
 assert _SLOT.size == _SLOT_BYTES
+_STAMPS = struct.Struct("<" + f"Q{_SLOT_BYTES - 8}x" * SLOTS)
+"""Every slot's written-at, in one read: a scan unpacks only the slots in use (a few of
+256), where unpacking each cost 50 us per stream created."""
 _NAME_BYTES = 44
 
 
@@ -212,7 +216,8 @@ class LoadBoard:
         assert board is not None
         now = time.monotonic_ns()
         seen: dict[str, _Slot] = {}
-        for index in range(SLOTS):
+        written = itertools.compress(range(SLOTS), _STAMPS.unpack_from(board))
+        for index in written:
             if index == self.slot:
                 continue
             stamp, load, connections, limit, raw = _SLOT.unpack_from(board, index * _SLOT_BYTES)
