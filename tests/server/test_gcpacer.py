@@ -275,6 +275,23 @@ async def test_a_due_pass_runs_alongside_a_sibling_that_never_ends(
         sibling.close()
 
 
+async def test_a_pacer_started_again_takes_turns_as_before(restore_gc, tmp_path):
+    """`stop` closes the pacer's turn; after `start` again its due passes still wait for a
+    sibling's and run as soon as it ends (not after `MAX_TURN_WAIT_S`, alongside)."""
+    sibling, pacer = _pacer_behind_a_sibling(tmp_path)
+    pacer.stop()
+    pacer.start()
+    try:
+        await asyncio.sleep(0.2)
+        assert pacer.full_passes == 0  # the sibling's turn: waited for
+        sibling.give_back()
+        await _wait_for_passes(pacer, 1)
+        assert pacer.full_passes >= 1 and pacer.turn_wait_s < gcpacer.MAX_TURN_WAIT_S
+    finally:
+        pacer.stop()
+        sibling.close()
+
+
 def test_peak_memory_is_read():
     assert peak_rss_kb() > 1024  # an interpreter takes more than a MiB
 

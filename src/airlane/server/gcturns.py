@@ -31,16 +31,27 @@ class GcTurns:
     """One process's handle on the shared turn; see the module docstring."""
 
     def __init__(self, path: Path) -> None:
-        self._fd: int | None = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        """Open the lock file (creating it), so that a directory that cannot hold it fails
+        here, at start, rather than at the first pass."""
+        self.path = path
+        self._fd: int | None = self._open()
         self.holding = False
         """True between a `take` that succeeded and `give_back`."""
 
+    def _open(self) -> int:
+        return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+
     def take(self) -> bool:
-        """Take the turn if no other process holds it; True if this one holds it now."""
+        """Take the turn if no other process holds it; True if this one holds it now. After
+        `close` the file is opened again (a pacer stopped and started again takes turns as
+        before); False if it cannot be."""
         if self.holding:
             return True
         if self._fd is None:
-            return False
+            try:
+                self._fd = self._open()
+            except OSError:
+                return False
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -55,7 +66,7 @@ class GcTurns:
         self.holding = False
 
     def close(self) -> None:
-        """Give the turn back and close the file."""
+        """Give the turn back and close the file (until the next `take`)."""
         self.give_back()
         if self._fd is not None:
             os.close(self._fd)
