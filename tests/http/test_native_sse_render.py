@@ -6,6 +6,7 @@ import orjson
 
 from airlane.core import Event, Kind
 from airlane.transports.http.streams import render_native_sse
+from airlane.wire.event_json import event_to_dict, event_to_json
 from airlane.wire.sse import SSEDecoder
 
 
@@ -26,3 +27,17 @@ def test_a_published_payload_with_line_breaks_stays_one_event() -> None:
     message = Event(Kind.MESSAGE, raw=b'{\n  "a": [1,\r\n 2]\n}', seq=3)
     decoded = _decode(render_native_sse("ep", [message]))
     assert decoded == [("ep:3", {"seq": 3, "kind": "message", "payload": {"a": [1, 2]}})]
+
+
+def test_a_published_payload_on_one_line_is_what_orjson_makes_of_the_event() -> None:
+    # One-line payloads (the common case) take a shorter path: the same bytes.
+    message = Event(Kind.MESSAGE, raw=b'{"a":[1,2],"b":"x"}', seq=11)
+    other = Event(Kind.MESSAGE, raw=b'{"a":[1,2],"b":"x"}', seq=11)
+    assert event_to_json(message) == orjson.dumps(event_to_dict(other))
+    frames = render_native_sse("ep", [message])
+    assert (
+        frames == b'id: ep:11\ndata: {"seq":11,"kind":"message","payload":{"a":[1,2],"b":"x"}}\n\n'
+    )
+    assert _decode(frames) == [
+        ("ep:11", {"seq": 11, "kind": "message", "payload": {"a": [1, 2], "b": "x"}})
+    ]

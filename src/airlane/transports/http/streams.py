@@ -60,9 +60,10 @@ def render_native_sse(epoch: str, batch: list[Event]) -> bytes:
     for event in batch:
         frame = event.cached("sse")
         if frame is None:
-            if event.raw is None:  # orjson's own output: one line
+            raw = event.raw
+            if raw is None or (b"\n" not in raw and b"\r" not in raw):  # one line
                 frame = encode_numbered_event(id_prefix, event.seq, event_to_json(event))
-            else:  # a published payload's bytes, spliced in as they came: any line breaks
+            else:  # a published payload's bytes, spliced in as they came, line breaks too
                 frame = encode_event(event_to_json(event), id=f"{epoch}:{event.seq}")
             event.cache("sse", frame)
         out.append(frame)
