@@ -8,6 +8,7 @@
 - `eager`: `start_eagerly`, a coroutine's first steps run in the caller's loop turn;
 - `drains`: end-of-turn drains of the streams that became ready;
 - `callcontext`: `CALL`, the model and request identity of the call being served;
+- `plain`: `plain_context`, one empty context for call-backs that read no context variable;
 - `lazy`: `lazy_exports`, package re-exports imported on first use.
 
 Nothing is imported here: each module is imported by its own path, so that importing one

@@ -32,6 +32,7 @@ from airlane.core import TERMINAL_KINDS, Event
 from airlane.gateway import Subscription
 from airlane.runtime.drains import DrainQueue, drain_queue
 from airlane.runtime.heartbeats import heartbeats
+from airlane.runtime.plain import plain_context
 from airlane.transports.http.asgi import Receive, Send
 from airlane.transports.http.metrics import HttpMetrics
 from airlane.transports.http.send_now import send_now, send_went_through
@@ -88,6 +89,7 @@ class SSEPump:
         "_render",
         "_scheduled",
         "_subscription",
+        "_ticking",
         "_timer",
         "_woken",
         "_write_body",
@@ -129,6 +131,9 @@ class SSEPump:
         self._idle_since: float | None = None
         self._ping_due = False
         self._timer: asyncio.TimerHandle | None = None
+        # The task the ping timer is for (here, not in the timer's arguments: one object
+        # fewer for every idle reader).
+        self._ticking: asyncio.Task[Any] | None = None
         # Direct mode: the outcome of `pump`, a send the server made wait, and the run's state.
         self._done: asyncio.Future[bool] | None = None
         self._pumping: asyncio.Task[Any] | None = None  # the task running the direct pump
@@ -182,7 +187,10 @@ class SSEPump:
         task = asyncio.current_task()
         assert task is not None
         loop = asyncio.get_running_loop()
-        self._timer = loop.call_at(loop.time() + self.ping_s, self._on_ping_timer, loop, task)
+        self._ticking = task
+        self._timer = loop.call_at(
+            loop.time() + self.ping_s, self._on_ping_timer, context=plain_context()
+        )
         watcher: asyncio.Task[None] | None = None
         try:
             if subscription.listen(self._on_ready):
@@ -216,7 +224,7 @@ class SSEPump:
         self._subscription, self._render = subscription, render
         self._idle_since = loop.time()
         self._pumping = task
-        done.add_done_callback(self._on_done)
+        done.add_done_callback(self._on_done, context=plain_context())
         beats = heartbeats(loop)
         beats.add(self)
         self._drain()  # what is already there
@@ -389,14 +397,18 @@ class SSEPump:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        self._ticking = None
         if watcher is not None:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
 
-    def _on_ping_timer(self, loop: asyncio.AbstractEventLoop, pumping: asyncio.Task[Any]) -> None:
+    def _on_ping_timer(self) -> None:
         """Ping a stream idle for ``ping_s`` (direct mode: here; tasked: by interrupting the
         pump's wait); then re-arm for when the stream can next be due."""
+        pumping = self._ticking
+        assert pumping is not None
+        loop = pumping.get_loop()
         now = loop.time()
         since = self._idle_since
         if since is not None and now >= since + self.ping_s - _TIMER_SLACK_S:
@@ -407,7 +419,7 @@ class SSEPump:
                 pumping.cancel()
             since = None  # the idle time starts over
         due = (now if since is None else since) + self.ping_s
-        self._timer = loop.call_at(due, self._on_ping_timer, loop, pumping)
+        self._timer = loop.call_at(due, self._on_ping_timer, context=plain_context())
 
     def beat_before(self, deadline: float) -> bool:
         """Ping now if the stream is idle and its ping would fall due before ``deadline``

@@ -81,6 +81,7 @@ from websockets.protocol import State
 from websockets.server import ServerProtocol
 
 from airlane.runtime.heartbeats import heartbeats
+from airlane.runtime.plain import plain_context
 from airlane.transports.http.server.errors import ClientDisconnected
 from airlane.transports.http.server.flow import WriteFlow
 from airlane.transports.http.server.handshake import (
@@ -697,9 +698,11 @@ class WebSocketProtocol(asyncio.Protocol):
         period = self.settings.ws_ping_s
         if period:
             if since is None:
-                self._ping_timer = self.loop.call_later(period, self._ping)
+                self._ping_timer = self.loop.call_later(period, self._ping, context=plain_context())
             else:
-                self._ping_timer = self.loop.call_at(since + period, self._ping)
+                self._ping_timer = self.loop.call_at(
+                    since + period, self._ping, context=plain_context()
+                )
             heartbeats(self.loop).add(self)
 
     def beat_before(self, deadline: float) -> bool:
@@ -723,7 +726,7 @@ class WebSocketProtocol(asyncio.Protocol):
         self._flush()
         period = self.settings.ws_ping_s
         assert period is not None
-        self._pong_timer = self.loop.call_later(period, self._pong_missing)
+        self._pong_timer = self.loop.call_later(period, self._pong_missing, context=plain_context())
 
     def _on_pong(self, data: Any) -> None:
         if self._ping_payload is None or bytes(data) != self._ping_payload:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from airlane.runtime.handoff import Handoff
 from airlane.runtime.loadboard import LoadBoard
+from airlane.runtime.plain import plain_context
 from airlane.transports.http.asgi import ASGIApp
 from airlane.transports.http.server.settings import ServerSettings
 from airlane.transports.http.server.status import DateHeader
@@ -37,6 +38,7 @@ class ServerState:
     """Shared by every connection of one server."""
 
     __slots__ = (
+        "_forget",
         "alt_svc_line",
         "app",
         "app_state",
@@ -69,9 +71,10 @@ class ServerState:
         """The server's TLS (its connections' identities come from it), or None."""
         self.connections: set[Connection] = set()
         """Connections open now (HTTP and WebSocket)."""
-        self.tasks: set[asyncio.Task[None]] = set()
-        """The applications' tasks running now, one per request or WebSocket: the server
-        waits for them on shutdown, then cancels what is left."""
+        self.tasks: dict[asyncio.Task[None], set[asyncio.Task[None]]] = {}
+        """The applications' tasks running now, one per request or WebSocket, each with its
+        connection's set (which holds it too): the server waits for them on shutdown, then
+        cancels what is left."""
         self.app_state: dict[str, Any] = {}
         """The ASGI lifespan ``state``, copied into every request's scope."""
         self.date = DateHeader()
@@ -83,16 +86,23 @@ class ServerState:
         self.board: LoadBoard | None = None
         """Where this process and its siblings compare their loads, to place new streams
         (with `handoff`; None: nowhere)."""
+        self._forget = self._task_done  # one bound method, every task's done call-back
 
     def start_task(self, coro: Any, owner: set[asyncio.Task[None]]) -> asyncio.Task[None]:
         """Run an application coroutine in a task owned by ``owner`` (its connection's set)
         and by this server."""
         task: asyncio.Task[None] = self.loop.create_task(coro)
-        self.tasks.add(task)
+        self.tasks[task] = owner
         owner.add(task)
-        task.add_done_callback(self.tasks.discard)
-        task.add_done_callback(owner.discard)
+        # The same call-back object for every task, in a context kept for none of them: a
+        # task that waits (an idle reader's) holds nothing more for its end.
+        task.add_done_callback(self._forget, context=plain_context())
         return task
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        owner = self.tasks.pop(task, None)
+        if owner is not None:
+            owner.discard(task)
 
 
 def cancel_later(
