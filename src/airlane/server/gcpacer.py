@@ -92,10 +92,9 @@ GC_GEN0_THRESHOLD = 20_000
 """Allocations between young-generation collections (CPython's default is 700)."""
 
 DEFAULT_S_PER_OBJECT = 2e-6
-"""What a full pass is expected to take per tracked object before one has been timed, and
-at least after: 1.1 us
-of CPU measured here in workers holding 17,000 connections each (1.2 million objects), 2.2-3.3
-us of time with six such workers sharing two cores."""
+"""What a full pass is expected to take per tracked object before one has been timed, and at
+least after: 1.1 us of CPU measured here in workers holding 17,000 connections each (1.2
+million objects), 2.2-3.3 us of time with six such workers sharing two cores."""
 
 EARLY_BEAT_MARGIN = 2.0
 """Heartbeats due within this many times a pass's expected length are sent before it."""
