@@ -312,6 +312,7 @@ def ready_line(settings: ServerConfig, listening: Listening, workers: int = 1) -
 
 def serve_workers(settings: ServerConfig, count: int) -> NoReturn:
     """``airlane serve --workers N`` (`airlane.server.workers`): exits with its status."""
+    from airlane.server.run import ListenerError
     from airlane.server.workers import WorkersError, run_workers
 
     def ready(shared: ServerConfig, listening: Listening) -> None:
@@ -321,6 +322,8 @@ def serve_workers(settings: ServerConfig, count: int) -> NoReturn:
         import uvloop
 
         code = uvloop.run(run_workers(settings, count, ready))
+    except ListenerError as exc:
+        start_failed(startup_message(exc))
     except WorkersError as exc:
         start_failed(str(exc))
     raise typer.Exit(code)

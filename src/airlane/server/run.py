@@ -85,10 +85,15 @@ class ListenerError(StartupError):
         where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         super().__init__(f"the {listener} listener cannot bind {where}: {reason}")
         self.listener = listener
-        """``HTTP``, ``AIRC`` or ``gRPC``."""
+        """``HTTP``, ``AIRC``, ``gRPC``, ``HTTP/3`` or ``RSocket``."""
         self.host = host
         self.port = port
         self.reason = reason
+
+    @classmethod
+    def of(cls, listener: str, host: str, port: int, exc: OSError) -> ListenerError:
+        """The error for ``exc``, raised binding ``listener``'s ``host``:``port``."""
+        return cls(listener, host, port, _reason(exc))
 
 
 def bind_socket(

@@ -6,10 +6,12 @@ gateway whose listeners are bound with ``SO_REUSEPORT``: the kernel spreads new 
 over them. Streams live in the hub they share, so a stream one worker produces is read,
 resumed and cancelled through any other, as across the nodes of a cluster (each worker is a
 node, ``<node id>-w<i>``). Where no hub is configured, the supervisor starts a real broker
-for them, ``nats-server -js`` on a free loopback port, storing under ``.airlane/nats``.
+for them, ``nats-server -js`` on a loopback port it picks itself, storing under ``.airlane/nats``.
 
 The supervisor fixes the listeners' ports first (a free one wherever the system was to pick:
-every worker must bind the same), prints one ready line once every worker takes connections,
+every worker must bind the same) and holds each of them bound itself, so that nothing else
+takes one before the workers bind it (a connection's ephemeral port, another server); it
+prints one ready line once every worker takes connections,
 and restarts a worker that dies, trying again after `RETRY_DELAY_S` where the new one does
 not start (at most `MAX_RESTARTS` tries in `RESTART_WINDOW_S`; past that it stops them all and
 exits 1). SIGINT or SIGTERM stops every worker as one gateway stops
@@ -38,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from airlane.server.config import ServerConfig
-from airlane.server.run import Listening
+from airlane.server.run import ListenerError, Listening
 
 __all__ = ["BROKER_DIR", "WorkersError", "run_workers", "worker_count"]
 
@@ -84,57 +86,104 @@ async def run_workers(
     ``on_ready`` gets the workers' settings (with the hub they share) and where they listen.
 
     Raises:
-        WorkersError: a port, the broker or a worker could not start.
+        ListenerError: a listener's port cannot be bound.
+        WorkersError: the broker or a worker could not start.
     """
-    settings = _fixed_ports(settings)
-    broker: _Broker | None = None
-    if settings.hub == "memory":
-        broker = await _Broker.start(BROKER_DIR)
-        settings = replace(settings, hub=broker.url)
-    try:
-        with tempfile.TemporaryDirectory(prefix="airlane-workers-") as shared:
-            supervisor = _Supervisor(settings, count, shared)
-            return await supervisor.run(on_ready)
-    finally:
-        if broker is not None:
-            await broker.stop()
+    with _Reservations() as reserved:
+        settings = _fixed_ports(settings, reserved)
+        broker: _Broker | None = None
+        if settings.hub == "memory":
+            broker = await _Broker.start(BROKER_DIR)
+            settings = replace(settings, hub=broker.url)
+        try:
+            with tempfile.TemporaryDirectory(prefix="airlane-workers-") as shared:
+                supervisor = _Supervisor(settings, count, shared, reserved)
+                return await supervisor.run(on_ready)
+        finally:
+            if broker is not None:
+                await broker.stop()
 
 
 # -- ports -------------------------------------------------------------------------------
 
 
-def _fixed_ports(settings: ServerConfig) -> ServerConfig:
+def _fixed_ports(settings: ServerConfig, reserved: _Reservations) -> ServerConfig:
     """``settings`` with every listener's port fixed (workers must all bind the same) and
-    ``reuse_port`` on."""
+    ``reuse_port`` on; each port an enabled listener will bind is held in ``reserved``."""
     host = settings.host
     chosen = settings.port == 0  # the system picks: so it does for the others, once, here
-    port = settings.port or _free_port(host, socket.SOCK_STREAM)
+    port = reserved.hold("HTTP", host, settings.port)
 
-    def pick(configured: int | None, offset: int, kind: socket.SocketKind) -> int:
+    def pick(listener: str, enabled: bool, configured: int | None, offset: int) -> int:
         if configured:
-            return configured
-        return _free_port(host, kind) if chosen else port + offset
+            wanted = configured
+        else:
+            wanted = 0 if chosen else port + offset
+        return reserved.hold(listener, host, wanted) if enabled else wanted
 
-    stream = socket.SOCK_STREAM
+    airc, grpc, rsocket, http3 = settings.airc, settings.grpc, settings.rsocket, settings.http3
     return replace(
         settings,
         port=port,
         reuse_port=True,
-        airc=replace(settings.airc, port=pick(settings.airc.port, 1, stream)),
-        grpc=replace(settings.grpc, port=pick(settings.grpc.port, 2, stream)),
-        rsocket=replace(settings.rsocket, port=pick(settings.rsocket.port, 3, stream)),
-        http3=replace(settings.http3, port=pick(settings.http3.port, 0, socket.SOCK_DGRAM)),
+        airc=replace(airc, port=pick("AIRC", airc.enabled, airc.port, 1)),
+        grpc=replace(grpc, port=pick("gRPC", grpc.enabled, grpc.port, 2)),
+        rsocket=replace(rsocket, port=pick("RSocket", rsocket.enabled, rsocket.port, 3)),
+        http3=replace(http3, port=pick("HTTP/3", http3.enabled, http3.port, 0)),
     )
 
 
-def _free_port(host: str, kind: socket.SocketKind) -> int:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, kind) as sock:
+class _Reservations:
+    """The listeners' ports, held bound by the supervisor (``SO_REUSEPORT``, as the workers
+    bind them) between the moment it fixes them and the moment the workers bind them.
+
+    A port found free and let go can be taken before a worker binds it: by another server,
+    or as the ephemeral source port of any outgoing connection (the workers' own, to the
+    broker). A bound socket keeps both away. A TCP socket that is bound but not listening
+    takes no connections, so those are held until the supervisor ends (a restarted worker
+    finds its port still free); a bound UDP socket would take its share of the datagrams, so
+    those are let go once every worker listens (`release_datagrams`)."""
+
+    def __init__(self) -> None:
+        self._sockets: list[socket.socket] = []
+
+    def hold(self, listener: str, host: str, port: int) -> int:
+        """Bind ``listener``'s ``host``:``port`` (0: a port the system picks; UDP for
+        ``HTTP/3``, TCP for the others) and keep it; the port.
+
+        Raises:
+            ListenerError: it cannot be bound (taken by another program, or no such address).
+        """
+        kind = socket.SOCK_DGRAM if listener == "HTTP/3" else socket.SOCK_STREAM
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, kind)
         try:
-            sock.bind((host, 0))
+            if port and kind == socket.SOCK_STREAM:
+                # A port given: held as a worker binds it (its last run's connections in
+                # TIME_WAIT are no bar). A port the system picks has none, and without
+                # SO_REUSEADDR not even a program that sets it can bind it beside this one.
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            sock.bind((host, port))
         except OSError as exc:
-            raise WorkersError(f"cannot bind {host}: {exc.strerror or exc}") from exc
+            sock.close()
+            raise ListenerError.of(listener, host, port, exc) from exc
+        self._sockets.append(sock)
         return int(sock.getsockname()[1])
+
+    def release_datagrams(self) -> None:
+        """Let the UDP ports go (the workers listen on them now)."""
+        for sock in [s for s in self._sockets if s.type == socket.SOCK_DGRAM]:
+            self._sockets.remove(sock)
+            sock.close()
+
+    def __enter__(self) -> _Reservations:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for sock in self._sockets:
+            sock.close()
+        self._sockets.clear()
 
 
 # -- the broker ------------------------------------------------------------------------------
@@ -145,7 +194,9 @@ class _Broker:
     """A ``nats-server -js`` of the supervisor's."""
 
     process: asyncio.subprocess.Process
-    url: str
+    ports_dir: Path
+    """Where the server writes the port it picked (``--ports_file_dir``)."""
+    url: str = ""
 
     @classmethod
     async def start(cls, directory: Path) -> _Broker:
@@ -157,31 +208,42 @@ class _Broker:
                 "nats-server) and the workers get one of their own"
             )
         directory.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 (once, at start)
-        port = _free_port("127.0.0.1", socket.SOCK_STREAM)
+        # The server picks its port as it binds it (-p -1) and writes it down: a port
+        # found free here and handed over could be taken in between.
+        ports_dir = Path(tempfile.mkdtemp(prefix="airlane-nats-"))
         process = await asyncio.create_subprocess_exec(
-            binary, "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(directory),
-            "-l", str(directory / "nats-server.log"),
+            binary, "-js", "-a", "127.0.0.1", "-p", "-1", "-sd", str(directory),
+            "-l", str(directory / "nats-server.log"), "--ports_file_dir", str(ports_dir),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,
             start_new_session=True,  # the supervisor stops it, after the workers
         )  # fmt: skip
-        broker = cls(process, f"nats://127.0.0.1:{port}")
+        broker = cls(process, ports_dir)
         deadline = time.monotonic() + BROKER_READY_S
         while time.monotonic() < deadline and process.returncode is None:
-            try:
-                _, writer = await asyncio.open_connection("127.0.0.1", port)
-            except OSError:
+            url = broker.written_url()
+            if url is None:
                 await asyncio.sleep(0.05)
                 continue
-            writer.close()
-            log.info("started nats-server on %s (storing in %s)", broker.url, directory)
+            broker.url = url
+            log.info("started nats-server on %s (storing in %s)", url, directory)
             return broker
         await broker.stop()
         raise WorkersError(
             f"the nats-server started for the workers did not answer within {BROKER_READY_S:g} "
             f"s (its log: {directory / 'nats-server.log'})"
         )
+
+    def written_url(self) -> str | None:
+        """The client URL the server wrote once it listened; None before (or while the
+        file is being written)."""
+        found = list(self.ports_dir.glob(f"*_{self.process.pid}.ports"))
+        try:
+            urls = json.loads(found[0].read_bytes())["nats"] if found else None
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return str(urls[0]) if urls else None
 
     async def stop(self) -> None:
         if self.process.returncode is None:
@@ -191,6 +253,7 @@ class _Broker:
             except TimeoutError:
                 self.process.kill()
                 await self.process.wait()
+        shutil.rmtree(self.ports_dir, ignore_errors=True)
 
 
 # -- the workers -----------------------------------------------------------------------------
@@ -265,6 +328,8 @@ class _Supervisor:
     settings: ServerConfig
     count: int
     shared: str
+    reserved: _Reservations = field(default_factory=_Reservations)
+    """The listeners' ports, held until the workers bind them (`_Reservations`)."""
     workers: list[_Worker] = field(default_factory=list)
     signals: list[int] = field(default_factory=list)
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
@@ -298,6 +363,7 @@ class _Supervisor:
                 done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
                 if started in done:
                     listening = started.result()
+                    self.reserved.release_datagrams()
                     on_ready(self.settings, listening[0])
                     await self._watch()
                 else:
