@@ -14,11 +14,11 @@ import contextvars
 import gc
 import subprocess
 import sys
+from dataclasses import replace
 
 import httpx
 import uvloop
 
-from airlane.cli.main import _with_ports
 from airlane.server.config import ServerConfig
 from airlane.server.run import Listening, serve
 
@@ -61,7 +61,14 @@ def test_an_idle_sse_reader_keeps_few_objects_and_no_context_copy_of_its_own() -
 
 async def _grown_by_readers() -> collections.Counter[type]:
     """The gateway's tracked objects, by type, grown by `READERS` parked SSE readers."""
-    config = _with_ports(ServerConfig(port=0, log_level="warning"), -1, -1, -1, -1)
+    config = ServerConfig(port=0, log_level="warning")
+    config = replace(  # the HTTP listener alone
+        config,
+        airc=replace(config.airc, enabled=False),
+        grpc=replace(config.grpc, enabled=False),
+        http3=replace(config.http3, enabled=False),
+        rsocket=replace(config.rsocket, enabled=False),
+    )
     ready: asyncio.Future[Listening] = asyncio.get_running_loop().create_future()
     server = asyncio.ensure_future(serve(config, on_ready=ready.set_result))
     client: asyncio.subprocess.Process | None = None

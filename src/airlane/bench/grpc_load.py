@@ -20,7 +20,7 @@ from grpc import aio
 
 from airlane.bench.chunk import LoadProtocolError, read_seq_ts
 from airlane.bench.config import BenchConfig
-from airlane.bench.grpc_web_load import stream_failure
+from airlane.bench.pb_events import stream_failure
 from airlane.bench.tally import StreamTally
 from airlane.v1 import events_pb2, service_pb2, service_pb2_grpc
 

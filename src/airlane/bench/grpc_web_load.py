@@ -4,7 +4,7 @@ The request is a ``Generate`` with ``GenerateRequest.loadtest`` in one 5-byte-pr
 gRPC-Web frame; the response (chunked) is parsed by the SSE client's `LoadResponseParser`
 with a `GrpcWebFrameReader` for its body: message frames carry ``StreamEvent``s whose
 ``payload_json`` is a chunk (recorded into the `StreamTally`), an ``error`` event is the
-stream's failure (`stream_failure`), the trailers frame (flag 0x80) must say
+stream's failure (`airlane.bench.pb_events.stream_failure`), the trailers frame (flag 0x80) must say
 ``grpc-status: 0``.
 """
 
@@ -14,17 +14,14 @@ import asyncio
 import struct
 import time
 
-import orjson
-from google.protobuf import json_format
-
 from airlane.bench.chunk import LoadProtocolError, read_seq_ts
-from airlane.bench.sse_events import failure_text
+from airlane.bench.pb_events import stream_failure
 from airlane.bench.sse_load import _LoadProtocol
 from airlane.bench.sse_parser import LoadResponseParser
 from airlane.bench.tally import StreamTally
 from airlane.v1 import events_pb2, service_pb2
 
-__all__ = ["GrpcWebFrameReader", "grpc_web_request", "run_grpc_web_stream", "stream_failure"]
+__all__ = ["GrpcWebFrameReader", "grpc_web_request", "run_grpc_web_stream"]
 
 PATH = "/airlane.v1.Airlane/Generate"
 _PREFIX = struct.Struct(">BI")
@@ -80,13 +77,6 @@ class GrpcWebFrameReader:
             elif event.kind == events_pb2.KIND_ERROR:
                 raise stream_failure(event)
         self._buffer = data[offset:]
-
-
-def stream_failure(event: events_pb2.Event) -> LoadProtocolError:
-    """The error of a stream that ``event`` (its ``error`` event) ended: its code and
-    message, as the SSE reader says them."""
-    fields = json_format.MessageToDict(event.fields)
-    return LoadProtocolError(f"the stream failed: {failure_text(orjson.dumps(fields))}")
 
 
 async def run_grpc_web_stream(
