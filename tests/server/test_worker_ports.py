@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from airlane.server import ServerConfig
+from airlane.server.broker import LocalBroker
 from airlane.server.run import bind_socket, bind_udp
-from airlane.server.workers import _Broker, _fixed_ports, _Reservations
+from airlane.server.workers import _fixed_ports, _Reservations
 from tests.natsserver import nats_binary
 
 pytestmark = pytest.mark.timeout(60)
@@ -95,7 +96,7 @@ def test_the_broker_picks_its_own_port_and_answers_on_it(tmp_path: Path) -> None
     nats_binary()  # skips (fails in CI) where it is missing
 
     async def run() -> None:
-        broker = await _Broker.start(tmp_path / "nats")
+        broker = await LocalBroker.start(tmp_path / "nats")
         try:
             host, port = broker.url.removeprefix("nats://").rsplit(":", 1)
             reader, writer = await asyncio.open_connection(host, int(port))

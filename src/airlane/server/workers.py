@@ -6,17 +6,18 @@ gateway whose listeners are bound with ``SO_REUSEPORT``: the kernel spreads new 
 over them. Streams live in the hub they share, so a stream one worker produces is read,
 resumed and cancelled through any other, as across the nodes of a cluster (each worker is a
 node, ``<node id>-w<i>``). Where no hub is configured, the supervisor starts a real broker
-for them, ``nats-server -js`` on a loopback port it picks itself, storing under ``.airlane/nats``.
+for them (`airlane.server.broker`: ``nats-server -js`` storing under ``.airlane/nats``).
 
 The supervisor fixes the listeners' ports first (a free one wherever the system was to pick:
 every worker must bind the same) and holds each of them bound itself, so that nothing else
-takes one before the workers bind it (a connection's ephemeral port, another server); it
-prints one ready line once every worker takes connections,
-and restarts a worker that dies, trying again after `RETRY_DELAY_S` where the new one does
-not start (at most `MAX_RESTARTS` tries in `RESTART_WINDOW_S`; past that it stops them all and
-exits 1). SIGINT or SIGTERM stops every worker as one gateway stops
-(gracefully; a second signal cuts the grace short), then the broker it started. Each worker's
-``/metrics`` shows every worker's samples, labelled ``worker`` (`airlane.runtime.worker_metrics`).
+takes one before the workers bind it (a connection's ephemeral port, another server). It
+prints one ready line once every worker takes connections, and restarts a worker that dies,
+trying again after `RETRY_DELAY_S` where the new one does not start (at most `MAX_RESTARTS`
+tries in `RESTART_WINDOW_S`; past that it stops them all and exits 1). SIGINT or SIGTERM
+stops every worker as one gateway stops (gracefully; a second signal cuts the grace short),
+then the broker it started; a supervisor killed outright takes them with it
+(`airlane.server.tether`). Each worker's ``/metrics`` shows every worker's samples, labelled
+``worker`` (`airlane.runtime.worker_metrics`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ import json
 import logging
 import os
 import pickle
-import shutil
 import signal
 import socket
 import sys
@@ -36,19 +36,17 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
+from airlane.server.broker import BROKER_DIR, BrokerError, LocalBroker
 from airlane.server.config import ServerConfig
 from airlane.server.run import ListenerError, Listening
+from airlane.server.tether import tethered
 
 __all__ = ["BROKER_DIR", "WorkersError", "run_workers", "worker_count"]
 
 log = logging.getLogger("airlane.workers")
 
-BROKER_DIR = Path(".airlane/nats")
-"""Where the broker the supervisor starts keeps its streams (relative to the directory
-``airlane serve`` runs in)."""
 MAX_WORKERS = 256
 MAX_RESTARTS = 5
 RESTART_WINDOW_S = 60.0
@@ -58,7 +56,6 @@ RETRY_DELAY_S = 1.0
 `MAX_RESTARTS`): what kept it from starting (a broker restarting, a port briefly taken) may
 have passed; what never passes spends the budget and stops the supervisor."""
 STOP_TIMEOUT_S = 30.0
-BROKER_READY_S = 10.0
 
 
 class WorkersError(Exception):
@@ -91,9 +88,12 @@ async def run_workers(
     """
     with _Reservations() as reserved:
         settings = _fixed_ports(settings, reserved)
-        broker: _Broker | None = None
+        broker: LocalBroker | None = None
         if settings.hub == "memory":
-            broker = await _Broker.start(BROKER_DIR)
+            try:
+                broker = await LocalBroker.start(BROKER_DIR)
+            except BrokerError as exc:
+                raise WorkersError(str(exc)) from None
             settings = replace(settings, hub=broker.url)
         try:
             with tempfile.TemporaryDirectory(prefix="airlane-workers-") as shared:
@@ -186,76 +186,6 @@ class _Reservations:
         self._sockets.clear()
 
 
-# -- the broker ------------------------------------------------------------------------------
-
-
-@dataclass
-class _Broker:
-    """A ``nats-server -js`` of the supervisor's."""
-
-    process: asyncio.subprocess.Process
-    ports_dir: Path
-    """Where the server writes the port it picked (``--ports_file_dir``)."""
-    url: str = ""
-
-    @classmethod
-    async def start(cls, directory: Path) -> _Broker:
-        binary = shutil.which("nats-server")
-        if binary is None:
-            raise WorkersError(
-                "--workers shares streams through a NATS JetStream broker: give --hub "
-                "nats://host:4222, or install nats-server (Debian: apt-get install "
-                "nats-server) and the workers get one of their own"
-            )
-        directory.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 (once, at start)
-        # The server picks its port as it binds it (-p -1) and writes it down: a port
-        # found free here and handed over could be taken in between.
-        ports_dir = Path(tempfile.mkdtemp(prefix="airlane-nats-"))
-        process = await asyncio.create_subprocess_exec(
-            binary, "-js", "-a", "127.0.0.1", "-p", "-1", "-sd", str(directory),
-            "-l", str(directory / "nats-server.log"), "--ports_file_dir", str(ports_dir),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
-            start_new_session=True,  # the supervisor stops it, after the workers
-        )  # fmt: skip
-        broker = cls(process, ports_dir)
-        deadline = time.monotonic() + BROKER_READY_S
-        while time.monotonic() < deadline and process.returncode is None:
-            url = broker.written_url()
-            if url is None:
-                await asyncio.sleep(0.05)
-                continue
-            broker.url = url
-            log.info("started nats-server on %s (storing in %s)", url, directory)
-            return broker
-        await broker.stop()
-        raise WorkersError(
-            f"the nats-server started for the workers did not answer within {BROKER_READY_S:g} "
-            f"s (its log: {directory / 'nats-server.log'})"
-        )
-
-    def written_url(self) -> str | None:
-        """The client URL the server wrote once it listened; None before (or while the
-        file is being written)."""
-        found = list(self.ports_dir.glob(f"*_{self.process.pid}.ports"))
-        try:
-            urls = json.loads(found[0].read_bytes())["nats"] if found else None
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-        return str(urls[0]) if urls else None
-
-    async def stop(self) -> None:
-        if self.process.returncode is None:
-            self.process.terminate()
-            try:
-                await asyncio.wait_for(self.process.wait(), STOP_TIMEOUT_S)
-            except TimeoutError:
-                self.process.kill()
-                await self.process.wait()
-        shutil.rmtree(self.ports_dir, ignore_errors=True)
-
-
 # -- the workers -----------------------------------------------------------------------------
 
 
@@ -278,6 +208,7 @@ class _Worker:
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             start_new_session=True,  # a terminal's Ctrl-C reaches the supervisor alone
+            preexec_fn=tethered(),  # and a SIGKILL of it ends the workers too
         )  # fmt: skip
         assert process.stdin is not None and process.stdout is not None
         process.stdin.write(pickle.dumps(self.settings))

@@ -1,0 +1,118 @@
+"""``airlane serve --workers``: what the supervisor starts lives no longer than it does, and
+one broker store has one broker. A supervisor killed with SIGKILL takes its workers and its
+``nats-server`` with it (a new one then starts on the same port and store); a second
+supervisor in the same directory is refused in one line while the first runs."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from airlane.server import broker as broker_module
+from airlane.server.broker import BrokerError, LocalBroker
+from tests.natsserver import nats_binary
+from tests.servers import run_gateway
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def serve_workers(port: int = 0) -> list[str]:
+    return [
+        sys.executable, "-m", "airlane", "serve", "--port", str(port), "--workers", "2",
+        "--log-level", "warning", "--airc-port", "-1", "--grpc-port", "-1",
+        "--http3-port", "-1", "--rsocket-port", "-1",
+    ]  # fmt: skip
+
+
+def test_a_supervisor_killed_outright_takes_its_workers_and_broker_with_it(
+    tmp_path: Path,
+) -> None:
+    nats_binary()  # skips (fails in CI) where it is missing
+    with run_gateway(serve_workers(), cwd=tmp_path, timeout=60) as server:
+        children = psutil.Process(server.pid).children(recursive=True)
+        assert any("nats-server" in " ".join(p.cmdline()) for p in children)
+        assert sum("airlane.server.worker" in p.cmdline() for p in children) == 2
+        port = int(server.url.rsplit(":", 1)[1])
+        made = httpx.post(f"{server.url}/v1/streams", json={"name": "kept"}, timeout=10)
+        assert made.status_code == 201, made.text
+        stream = made.json()["id"]
+        appended = httpx.post(
+            f"{server.url}/v1/streams/{stream}/events",
+            json={"kind": "delta", "text": "stored"},
+            timeout=10,
+        )
+        assert appended.status_code in (200, 201, 202), appended.text
+        os.kill(server.pid, signal.SIGKILL)
+        server.process.wait(10)
+        _, alive = psutil.wait_procs(children, timeout=20)
+        left = [p.cmdline() for p in alive]
+        for process in alive:  # none, unless the test fails: leave nothing behind
+            process.kill()
+        assert not left, left
+    # Nothing serves the port now, and a new supervisor takes it and the store over.
+    with pytest.raises(httpx.TransportError):
+        httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
+    with (
+        run_gateway(serve_workers(port), cwd=tmp_path, timeout=60) as again,
+        httpx.stream("GET", f"{again.url}/v1/streams/{stream}/events", timeout=10) as sse,
+    ):
+        assert sse.status_code == 200
+        for line in sse.iter_lines():  # what was acknowledged before the kill
+            if line.startswith("data:") and "stored" in line:
+                break
+        else:
+            raise AssertionError("the acknowledged event was not read back")
+
+
+def test_a_second_supervisor_in_the_same_directory_is_one_line_and_exit_2(
+    tmp_path: Path,
+) -> None:
+    nats_binary()
+    with run_gateway(serve_workers(), cwd=tmp_path, timeout=60) as first:
+        started = time.monotonic()
+        second = subprocess.run(
+            serve_workers(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            cwd=tmp_path,
+        )
+        assert second.returncode == 2, second.stderr
+        [line] = second.stderr.strip().splitlines()
+        store = (tmp_path / ".airlane" / "nats").resolve()
+        assert line == (
+            f"airlane serve: another airlane serve --workers (pid {first.pid}), or its broker, "
+            f"keeps its streams in {store}: stop it, start this one from another directory, "
+            "or give both --hub nats://host:4222"
+        )
+        assert time.monotonic() - started < 30
+        assert httpx.get(f"{first.url}/healthz", timeout=5).status_code == 200  # untouched
+
+
+def test_a_store_is_taken_once_its_last_holder_lets_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    nats_binary()
+    monkeypatch.setattr(broker_module, "LOCK_WAIT_S", 0.3)
+
+    async def run() -> None:
+        first = await LocalBroker.start(tmp_path)
+        try:
+            with pytest.raises(BrokerError, match=f"pid {os.getpid()}"):
+                await LocalBroker.start(tmp_path)
+        finally:
+            await first.stop()
+        second = await LocalBroker.start(tmp_path)  # the lock went with the first
+        await second.stop()
+
+    asyncio.run(run())
