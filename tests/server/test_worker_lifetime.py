@@ -1,11 +1,14 @@
 """``airlane serve --workers``: what the supervisor starts lives no longer than it does, and
 one broker store has one broker. A supervisor killed with SIGKILL takes its workers and its
-``nats-server`` with it (a new one then starts on the same port and store); a second
-supervisor in the same directory is refused in one line while the first runs."""
+``nats-server`` with it (a new one then starts on the same port and store); a broker killed
+with SIGKILL is started again on its port and store, and the workers go on through it; a
+second supervisor in the same directory is refused in one line while the first runs."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -71,6 +74,65 @@ def test_a_supervisor_killed_outright_takes_its_workers_and_broker_with_it(
                 break
         else:
             raise AssertionError("the acknowledged event was not read back")
+
+
+def append(url: str, stream: str, text: str, timeout: float = 30.0) -> None:
+    """Append a delta, trying again while the hub is unavailable (503), up to ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        done = httpx.post(
+            f"{url}/v1/streams/{stream}/events", json={"kind": "delta", "text": text}, timeout=20
+        )
+        if done.status_code in (200, 201, 202):
+            return
+        assert done.status_code == 503 and time.monotonic() < deadline, done.text
+        time.sleep(0.5)
+
+
+def read_text(url: str, stream: str, until: str) -> str:
+    """The stream's text (its deltas joined: a replay may merge them), read from its start
+    until it ends with ``until``."""
+    text = ""
+    with httpx.stream("GET", f"{url}/v1/streams/{stream}/events", timeout=10) as sse:
+        assert sse.status_code == 200
+        for line in sse.iter_lines():
+            if line.startswith("data:") and '"text"' in line:
+                text += json.loads(line[5:])["text"]
+                if text.endswith(until):
+                    return text
+    raise AssertionError(f"{until!r} was not read back: {text!r}")
+
+
+def test_a_broker_killed_outright_is_started_again_on_its_port_and_store(
+    tmp_path: Path,
+) -> None:
+    nats_binary()
+    with run_gateway(serve_workers(), cwd=tmp_path, timeout=60) as server:
+        supervisor = psutil.Process(server.pid)
+
+        def broker() -> psutil.Process:
+            [found] = [p for p in supervisor.children() if "nats-server" in p.name()]
+            return found
+
+        killed = broker()
+        [address] = [c.laddr for c in killed.net_connections("tcp") if c.status == "LISTEN"]
+        made = httpx.post(f"{server.url}/v1/streams", json={"name": "kept"}, timeout=10)
+        assert made.status_code == 201, made.text
+        append(server.url, "kept", "before")
+        killed.kill()
+        deadline = time.monotonic() + 30
+        while True:
+            with contextlib.suppress(ValueError, psutil.Error):
+                again = broker()
+                if again.pid != killed.pid and any(
+                    c.laddr == address and c.status == "LISTEN"
+                    for c in again.net_connections("tcp")
+                ):
+                    break
+            assert time.monotonic() < deadline, "the broker was not started again"
+            time.sleep(0.2)
+        append(server.url, "kept", "after")  # the workers reconnected by themselves
+        assert read_text(server.url, "kept", "after") == "beforeafter"
 
 
 def test_a_second_supervisor_in_the_same_directory_is_one_line_and_exit_2(

@@ -7,7 +7,8 @@ exclusive lock on the directory (``flock`` on its ``lock`` file) and hands it to
 too, so the lock lasts while either lives. A second ``airlane serve --workers`` in the same
 directory waits a moment for a previous broker still stopping, then says who holds the
 store. The server picks its own port as it binds it and writes it down (a port found free
-here and handed over could be taken in between). It dies with the supervisor
+here and handed over could be taken in between); started again after it died, it binds
+the same port, where the workers' clients reconnect. It dies with the supervisor
 (`airlane.server.tether`).
 """
 
@@ -45,18 +46,22 @@ class BrokerError(Exception):
 class LocalBroker:
     """A started ``nats-server -js`` and the lock on its store. See the module docstring."""
 
-    def __init__(self, process: asyncio.subprocess.Process, lock: int, ports_dir: Path) -> None:
-        self.process = process
+    def __init__(self, binary: str, directory: Path, lock: int) -> None:
+        self.binary = binary
+        self.directory = directory
+        """Where it stores (and logs)."""
         self.lock = lock
         """The descriptor holding the store's lock (the server holds a copy)."""
-        self.ports_dir = ports_dir
-        """Where the server writes the port it picked (``--ports_file_dir``)."""
+        self.ports_dir = Path(tempfile.mkdtemp(prefix="airlane-nats-"))
+        """Where the server writes the port it bound (``--ports_file_dir``)."""
+        self.process: asyncio.subprocess.Process | None = None
         self.url = ""
-        """``nats://127.0.0.1:<port>``, once it listens."""
+        """``nats://127.0.0.1:<port>``, once it listens (the same after `restart`)."""
 
     @classmethod
     async def start(cls, directory: Path = BROKER_DIR) -> LocalBroker:
-        """Start a server storing in ``directory``; returns once it listens.
+        """Start a server storing in ``directory``, on a port it picks; returns once it
+        listens.
 
         Raises:
             BrokerError: no ``nats-server`` is installed, another one uses the store, or
@@ -70,42 +75,63 @@ class LocalBroker:
                 "nats-server) and the workers get one of their own"
             )
         directory.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 (once, at start)
-        lock = await _lock_store(directory)
-        ports_dir = Path(tempfile.mkdtemp(prefix="airlane-nats-"))
+        broker = cls(binary, directory, await _lock_store(directory))
         try:
-            process = await asyncio.create_subprocess_exec(
-                binary, "-js", "-a", "127.0.0.1", "-p", "-1", "-sd", str(directory),
-                "-l", str(directory / "nats-server.log"), "--ports_file_dir", str(ports_dir),
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.DEVNULL,
-                pass_fds=(lock,),  # the store stays locked while the server lives
-                start_new_session=True,  # the supervisor stops it, after the workers
-                preexec_fn=tethered(),
-            )  # fmt: skip
+            await broker._run(-1)  # the port it binds, it picks: nothing can take it between
         except BaseException:
-            os.close(lock)
-            shutil.rmtree(ports_dir, ignore_errors=True)
+            await broker.stop()
             raise
-        broker = cls(process, lock, ports_dir)
+        return broker
+
+    async def restart(self) -> None:
+        """Start the server again (it died) on its port and store: the workers' clients
+        reconnect to the URL they know, and find what it had stored.
+
+        Raises:
+            BrokerError: it did not start in `READY_S` (its port was taken meanwhile?).
+        """
+        await self.wait()
+        await self._run(int(self.url.rsplit(":", 1)[1]))
+
+    async def wait(self) -> int:
+        """Wait for the server to exit; its exit status."""
+        assert self.process is not None
+        return await self.process.wait()
+
+    async def _run(self, port: int) -> None:
+        for stale in self.ports_dir.iterdir():
+            stale.unlink()
+        log_path = self.directory / "nats-server.log"
+        self.process = process = await asyncio.create_subprocess_exec(
+            self.binary, "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(self.directory),
+            "-l", str(log_path), "--ports_file_dir", str(self.ports_dir),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+            pass_fds=(self.lock,),  # the store stays locked while the server lives
+            start_new_session=True,  # the supervisor stops it, after the workers
+            preexec_fn=tethered(),
+        )  # fmt: skip
         deadline = time.monotonic() + READY_S
         while time.monotonic() < deadline and process.returncode is None:
-            url = broker.written_url()
-            if url is None:
-                await asyncio.sleep(0.05)
-                continue
-            broker.url = url
-            log.info("started nats-server on %s (storing in %s)", url, directory)
-            return broker
-        await broker.stop()
+            url = self._written_url()
+            if url is not None:
+                self.url = url
+                log.info("started nats-server on %s (storing in %s)", url, self.directory)
+                return
+            await asyncio.sleep(0.05)
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
         raise BrokerError(
             f"the nats-server started for the workers did not answer within {READY_S:g} "
-            f"s (its log: {directory / 'nats-server.log'})"
+            f"s (its log: {log_path})"
         )
 
-    def written_url(self) -> str | None:
+    def _written_url(self) -> str | None:
         """The client URL the server wrote once it listened; None before (or while the
         file is being written)."""
+        assert self.process is not None
         found = list(self.ports_dir.glob(f"*_{self.process.pid}.ports"))
         try:
             urls = json.loads(found[0].read_bytes())["nats"] if found else None
@@ -115,15 +141,18 @@ class LocalBroker:
 
     async def stop(self) -> None:
         """Stop the server (SIGTERM, SIGKILL after `STOP_TIMEOUT_S`), then let the store go."""
-        if self.process.returncode is None:
-            self.process.terminate()
+        process = self.process
+        if process is not None and process.returncode is None:
+            process.terminate()
             try:
-                await asyncio.wait_for(self.process.wait(), STOP_TIMEOUT_S)
+                await asyncio.wait_for(process.wait(), STOP_TIMEOUT_S)
             except TimeoutError:
-                self.process.kill()
-                await self.process.wait()
+                process.kill()
+                await process.wait()
         shutil.rmtree(self.ports_dir, ignore_errors=True)
-        os.close(self.lock)
+        if self.lock >= 0:
+            os.close(self.lock)
+            self.lock = -1
 
 
 async def _lock_store(directory: Path) -> int:

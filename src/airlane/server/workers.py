@@ -15,9 +15,9 @@ prints one ready line once every worker takes connections, and restarts a worker
 trying again after `RETRY_DELAY_S` where the new one does not start (at most `MAX_RESTARTS`
 tries in `RESTART_WINDOW_S`; past that it stops them all and exits 1). SIGINT or SIGTERM
 stops every worker as one gateway stops (gracefully; a second signal cuts the grace short),
-then the broker it started; a supervisor killed outright takes them with it
-(`airlane.server.tether`). Each worker's ``/metrics`` shows every worker's samples, labelled
-``worker`` (`airlane.runtime.worker_metrics`).
+then the broker it started (which it restarts too, should it die); a supervisor killed
+outright takes them with it (`airlane.server.tether`). Each worker's ``/metrics`` shows
+every worker's samples, labelled ``worker`` (`airlane.runtime.worker_metrics`).
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ async def run_workers(
             settings = replace(settings, hub=broker.url)
         try:
             with tempfile.TemporaryDirectory(prefix="airlane-workers-") as shared:
-                supervisor = _Supervisor(settings, count, shared, reserved)
+                supervisor = _Supervisor(settings, count, shared, reserved, broker)
                 return await supervisor.run(on_ready)
         finally:
             if broker is not None:
@@ -261,6 +261,8 @@ class _Supervisor:
     shared: str
     reserved: _Reservations = field(default_factory=_Reservations)
     """The listeners' ports, held until the workers bind them (`_Reservations`)."""
+    broker: LocalBroker | None = None
+    """The broker it started (watched and restarted as the workers are), if it did."""
     workers: list[_Worker] = field(default_factory=list)
     signals: list[int] = field(default_factory=list)
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
@@ -319,33 +321,40 @@ class _Supervisor:
         self.stopping.set()
 
     async def _watch(self) -> None:
-        """Restart workers that exit, until a signal (or too many restarts)."""
-        # A worker's exit status, or "did not start" (`_after`) where a start failed.
-        exits: dict[asyncio.Future[Any], _Worker] = {
+        """Restart workers, and the broker it started, that exit, until a signal (or too
+        many restarts)."""
+        # An exit status, or "did not start" (`_after`) where a start failed.
+        exits: dict[asyncio.Future[Any], _Worker | LocalBroker] = {
             asyncio.ensure_future(w.wait()): w for w in self.workers
         }
+        if self.broker is not None:
+            exits[asyncio.ensure_future(self.broker.wait())] = self.broker
         stop: asyncio.Future[Any] = asyncio.ensure_future(self.stopping.wait())
         try:
             while not self.stopping.is_set():
                 done, _ = await asyncio.wait({stop, *exits}, return_when=asyncio.FIRST_COMPLETED)
                 for finished in done - {stop}:
-                    worker = exits.pop(finished)
+                    child = exits.pop(finished)
                     if self.stopping.is_set():
                         continue
-                    log.warning("worker %s exited (status %s); starting it again",
-                                worker.name, finished.result())  # fmt: skip
+                    name = f"worker {child.name}" if isinstance(child, _Worker) else "the broker"
+                    log.warning("%s exited (status %s); starting it again",
+                                name, finished.result())  # fmt: skip
                     if not self._may_restart():
                         log.error("%d restarts within %g s: stopping", MAX_RESTARTS,
                                   RESTART_WINDOW_S)  # fmt: skip
                         self.stopping.set()
                         break
                     try:
-                        await worker.start()
-                    except WorkersError as exc:
+                        if isinstance(child, LocalBroker):
+                            await child.restart()  # same port and store: clients reconnect
+                        else:
+                            await child.start()
+                    except (WorkersError, BrokerError) as exc:
                         log.error("%s; trying again in %g s", exc, RETRY_DELAY_S)
-                        exits[asyncio.ensure_future(_after(RETRY_DELAY_S))] = worker
+                        exits[asyncio.ensure_future(_after(RETRY_DELAY_S))] = child
                         continue
-                    exits[asyncio.ensure_future(worker.wait())] = worker
+                    exits[asyncio.ensure_future(child.wait())] = child
         finally:
             stop.cancel()
             for pending in exits:
