@@ -65,6 +65,7 @@ def test_the_airc_page_example_loads(tmp_path):
         "[gc]\ntick_s = 0\n",
         "[lanes]\ncontrol_dscp = 64\n",
         "[lanes]\nnope = 1\n",
+        "worker_stall_s = -1\n",
     ],
 )
 def test_mistakes_are_errors(tmp_path, text):

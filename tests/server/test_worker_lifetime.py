@@ -2,7 +2,8 @@
 one broker store has one broker. A supervisor killed with SIGKILL takes its workers and its
 ``nats-server`` with it (a new one then starts on the same port and store); a broker killed
 with SIGKILL is started again on its port and store, and the workers go on through it; a
-second supervisor in the same directory is refused in one line while the first runs."""
+second supervisor in the same directory is refused in one line while the first runs; a
+worker stopped (SIGSTOP) past ``worker_stall_s`` is killed and started again."""
 
 from __future__ import annotations
 
@@ -28,9 +29,9 @@ from tests.servers import run_gateway
 pytestmark = pytest.mark.timeout(120)
 
 
-def serve_workers(port: int = 0) -> list[str]:
+def serve_workers(port: int = 0, *args: str) -> list[str]:
     return [
-        sys.executable, "-m", "airlane", "serve", "--port", str(port), "--workers", "2",
+        sys.executable, "-m", "airlane", "serve", "--port", str(port), "--workers", "2", *args,
         "--log-level", "warning", "--airc-port", "-1", "--grpc-port", "-1",
         "--http3-port", "-1", "--rsocket-port", "-1",
     ]  # fmt: skip
@@ -178,3 +179,32 @@ def test_a_store_is_taken_once_its_last_holder_lets_go(
         await second.stop()
 
     asyncio.run(run())
+
+
+def test_a_worker_stopped_past_worker_stall_s_is_killed_and_started_again(
+    tmp_path: Path,
+) -> None:
+    nats_binary()
+    config = tmp_path / "airlane.toml"
+    config.write_text("worker_stall_s = 3.0\n")
+    command = serve_workers(0, "--config", str(config))
+    with run_gateway(command, cwd=tmp_path, timeout=60) as server:
+        supervisor = psutil.Process(server.pid)
+
+        def workers() -> set[int]:
+            return {p.pid for p in supervisor.children() if "airlane.server.worker" in p.cmdline()}
+
+        before = workers()
+        time.sleep(2)  # running fine past the limit's first checks: nothing is killed
+        assert workers() == before
+        stopped = min(before)
+        os.kill(stopped, signal.SIGSTOP)
+        deadline = time.monotonic() + 30
+        while (now := workers()) == before or len(now) < 2:
+            assert time.monotonic() < deadline, "the stopped worker was not replaced"
+            time.sleep(0.2)
+        assert stopped not in now
+        # Every new connection is answered again (none waits on a stopped process).
+        for _ in range(20):
+            with httpx.Client(base_url=server.url, timeout=5) as client:
+                assert client.get("/healthz").status_code == 200

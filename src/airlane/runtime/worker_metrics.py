@@ -22,7 +22,7 @@ from prometheus_client import generate_latest
 from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-__all__ = ["STALE_S", "WorkerMetrics", "merge_expositions"]
+__all__ = ["STALE_S", "WorkerMetrics", "merge_expositions", "published_at"]
 
 log = logging.getLogger("airlane.workers")
 
@@ -70,10 +70,21 @@ class WorkerMetrics:
                     self.publish(render())
                 except OSError as exc:  # a full disk: the others miss this one, say so once
                     log.warning("worker %s cannot publish its metrics: %s", self.name, exc)
+                    with contextlib.suppress(OSError):  # still, it runs (`published_at`)
+                        os.utime(self._path)
                 await asyncio.sleep(PUBLISH_EVERY_S)
         finally:
             with contextlib.suppress(OSError):
                 self._path.unlink()
+
+
+def published_at(directory: Path, name: str) -> float | None:
+    """When worker ``name`` last renewed its file in ``directory`` (``time.time()``'s
+    clock), or None if it has none: the supervisor's sign that the worker's loop runs."""
+    try:
+        return (directory / f"{name}{_SUFFIX}").stat().st_mtime
+    except OSError:
+        return None
 
 
 def merge_expositions(texts: dict[str, str]) -> bytes:

@@ -218,6 +218,15 @@ class ServerConfig:
     workers_dir: str | None = None
     """Where the workers of one ``airlane serve --workers`` leave their metrics for each
     other (a directory of the supervisor's); None outside workers."""
+    worker_stall_s: float = 30.0
+    """``airlane serve --workers``: a worker whose event loop has not run for this long (its
+    metrics file, renewed every second, was not) is killed and started again, as one that
+    died (stopped or stuck, it would keep the connections the kernel gives it waiting); far
+    above the longest garbage-collector pass. 0: never."""
+
+    def __post_init__(self) -> None:
+        if self.worker_stall_s < 0:
+            raise ValueError("worker_stall_s must be 0 (never) or more")
 
     @property
     def worker_index(self) -> int | None:

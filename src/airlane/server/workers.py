@@ -36,8 +36,10 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
+from airlane.runtime.worker_metrics import published_at
 from airlane.server.broker import BROKER_DIR, BrokerError, LocalBroker
 from airlane.server.config import ServerConfig
 from airlane.server.run import ListenerError, Listening
@@ -196,6 +198,8 @@ class _Worker:
     process: asyncio.subprocess.Process | None = None
     listening: Listening | None = None
     forwarding: asyncio.Task[None] | None = None
+    ready_at: float = 0.0
+    """When it last said it listens (``time.time()``'s clock, as file times are)."""
 
     async def start(self) -> Listening:
         """Start the process; where it listens, once it does.
@@ -224,8 +228,17 @@ class _Worker:
             code = await process.wait()
             raise WorkersError(f"worker {self.name} could not start (exit status {code})")
         self.listening = Listening(**json.loads(line))
+        self.ready_at = time.time()
         self.forwarding = asyncio.create_task(_forward(process.stdout))
         return self.listening
+
+    def stalled_for(self, directory: Path) -> float:
+        """How long its event loop has not run, as far as its metrics file tells (0 before
+        it is ready)."""
+        if self.process is None or self.process.returncode is not None or not self.ready_at:
+            return 0.0
+        last = max(published_at(directory, self.name) or 0.0, self.ready_at)
+        return max(0.0, time.time() - last)
 
     def signal(self, sig: int) -> None:
         if self.process is not None and self.process.returncode is None:
@@ -330,6 +343,7 @@ class _Supervisor:
         if self.broker is not None:
             exits[asyncio.ensure_future(self.broker.wait())] = self.broker
         stop: asyncio.Future[Any] = asyncio.ensure_future(self.stopping.wait())
+        stalls = asyncio.ensure_future(self._kill_stalled())
         try:
             while not self.stopping.is_set():
                 done, _ = await asyncio.wait({stop, *exits}, return_when=asyncio.FIRST_COMPLETED)
@@ -357,8 +371,27 @@ class _Supervisor:
                     exits[asyncio.ensure_future(child.wait())] = child
         finally:
             stop.cancel()
+            stalls.cancel()
             for pending in exits:
                 pending.cancel()
+
+    async def _kill_stalled(self) -> None:
+        """SIGKILL every worker whose loop has not run for ``worker_stall_s`` (stopped, or
+        stuck): the kernel would go on giving it a share of the new connections, which would
+        wait for ever. Its exit is then a death like any other (`_watch` starts it again)."""
+        limit = self.settings.worker_stall_s
+        if not limit:
+            return
+        directory = Path(self.shared)
+        while True:
+            await asyncio.sleep(min(1.0, limit / 4))
+            for worker in self.workers:
+                stalled = worker.stalled_for(directory)
+                if stalled > limit:
+                    log.error("worker %s has not run for %.0f s: killing it", worker.name,
+                              stalled)  # fmt: skip
+                    worker.ready_at = 0.0  # once
+                    worker.signal(signal.SIGKILL)
 
     def _may_restart(self) -> bool:
         now = time.monotonic()
