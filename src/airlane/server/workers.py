@@ -198,8 +198,12 @@ class _Worker:
     process: asyncio.subprocess.Process | None = None
     listening: Listening | None = None
     forwarding: asyncio.Task[None] | None = None
-    ready_at: float = 0.0
-    """When it last said it listens (``time.time()``'s clock, as file times are)."""
+    alive_at: float = 0.0
+    """When it said it listens, or its metrics file last changed: the last sign that
+    its loop runs (`time.monotonic`: the supervisor's own time, which a suspended machine or
+    a clock set back or forth does not count as the worker's)."""
+    published: float | None = None
+    """Its metrics file's time when last looked at."""
 
     async def start(self) -> Listening:
         """Start the process; where it listens, once it does.
@@ -228,17 +232,21 @@ class _Worker:
             code = await process.wait()
             raise WorkersError(f"worker {self.name} could not start (exit status {code})")
         self.listening = Listening(**json.loads(line))
-        self.ready_at = time.time()
+        self.alive_at = time.monotonic()
         self.forwarding = asyncio.create_task(_forward(process.stdout))
         return self.listening
 
     def stalled_for(self, directory: Path) -> float:
         """How long its event loop has not run, as far as its metrics file tells (0 before
-        it is ready)."""
-        if self.process is None or self.process.returncode is not None or not self.ready_at:
+        it is ready); call it every second or so."""
+        if self.process is None or self.process.returncode is not None or not self.alive_at:
             return 0.0
-        last = max(published_at(directory, self.name) or 0.0, self.ready_at)
-        return max(0.0, time.time() - last)
+        now = time.monotonic()
+        published = published_at(directory, self.name)
+        if published != self.published:
+            self.published = published
+            self.alive_at = now
+        return now - self.alive_at
 
     def signal(self, sig: int) -> None:
         if self.process is not None and self.process.returncode is None:
@@ -390,7 +398,7 @@ class _Supervisor:
                 if stalled > limit:
                     log.error("worker %s has not run for %.0f s: killing it", worker.name,
                               stalled)  # fmt: skip
-                    worker.ready_at = 0.0  # once
+                    worker.alive_at = 0.0  # once
                     worker.signal(signal.SIGKILL)
 
     def _may_restart(self) -> bool:
