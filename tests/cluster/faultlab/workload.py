@@ -50,6 +50,9 @@ class Handout(NamedTuple):
     count: int
     """The broker's delivery count: 1 the first time."""
     node: str
+    received: float
+    """When the fetch's answer came (a broker killed and back meanwhile may have handed out
+    records whose acks it had not flushed, as it counts them: for the first time)."""
 
 
 class Ack(NamedTuple):
@@ -300,10 +303,11 @@ class Workload:
         if response.status_code != 200:
             self._unexpected("fetch", response)
             return []
+        received = time.monotonic()
         deliveries: list[Any] = response.json()["deliveries"]
         for item in deliveries:
-            handout = Handout(item["record"]["seq"], sent, item["deliveries"], node.node_id)
-            self.ledger.deliveries.append(handout)
+            seq, count = item["record"]["seq"], item["deliveries"]
+            self.ledger.deliveries.append(Handout(seq, sent, count, node.node_id, received))
         return deliveries
 
 
