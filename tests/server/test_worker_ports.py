@@ -9,12 +9,14 @@ import errno
 import socket
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from airlane.server import ServerConfig
 from airlane.server.broker import LocalBroker
+from airlane.server.config import TlsConfig
 from airlane.server.run import bind_socket, bind_udp
 from airlane.server.workers import _fixed_ports, _Reservations
 from tests.natsserver import nats_binary
@@ -108,3 +110,14 @@ def test_the_broker_picks_its_own_port_and_answers_on_it(tmp_path: Path) -> None
         assert not broker.ports_dir.exists()  # its port file went with it
 
     asyncio.run(run())
+
+
+def test_under_mutual_tls_no_udp_port_is_held_for_http3_which_is_off() -> None:
+    with socket.socket(type=socket.SOCK_DGRAM) as other:  # another program's UDP port
+        other.bind(("127.0.0.1", 0))
+        taken = other.getsockname()[1]
+        tls = TlsConfig(cert_file="c.pem", key_file="k.pem", client_ca_file="ca.pem")
+        settings = ServerConfig(host="127.0.0.1", port=0, tls=tls)
+        settings = replace(settings, http3=replace(settings.http3, port=taken))
+        with _Reservations() as reserved:
+            assert _fixed_ports(settings, reserved).http3.port == taken  # no error

@@ -124,6 +124,8 @@ def _fixed_ports(settings: ServerConfig, reserved: _Reservations) -> ServerConfi
         return reserved.hold(listener, host, wanted) if enabled else wanted
 
     airc, grpc, rsocket, http3 = settings.airc, settings.grpc, settings.rsocket, settings.http3
+    # As each worker decides (`airlane.server.run`): no HTTP/3 under mutual TLS.
+    mutual = settings.tls.enabled and settings.tls.client_ca_file is not None
     return replace(
         settings,
         port=port,
@@ -131,7 +133,7 @@ def _fixed_ports(settings: ServerConfig, reserved: _Reservations) -> ServerConfi
         airc=replace(airc, port=pick("AIRC", airc.enabled, airc.port, 1)),
         grpc=replace(grpc, port=pick("gRPC", grpc.enabled, grpc.port, 2)),
         rsocket=replace(rsocket, port=pick("RSocket", rsocket.enabled, rsocket.port, 3)),
-        http3=replace(http3, port=pick("HTTP/3", http3.enabled, http3.port, 0)),
+        http3=replace(http3, port=pick("HTTP/3", http3.enabled and not mutual, http3.port, 0)),
     )
 
 
