@@ -11,10 +11,13 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -37,8 +40,20 @@ def serve_workers(port: int = 0, *args: str) -> list[str]:
     ]  # fmt: skip
 
 
+@pytest.fixture
+def short_tmpdir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """TMPDIR for the supervisors started here: one killed outright cannot remove its own
+    temporary directories, so the test does (short: the workers' Unix sockets live there)."""
+    directory = Path(tempfile.mkdtemp(prefix="al-"))
+    monkeypatch.setenv("TMPDIR", str(directory))
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def test_a_supervisor_killed_outright_takes_its_workers_and_broker_with_it(
-    tmp_path: Path,
+    tmp_path: Path, short_tmpdir: Path
 ) -> None:
     nats_binary()  # skips (fails in CI) where it is missing
     with run_gateway(serve_workers(), cwd=tmp_path, timeout=60) as server:
