@@ -99,8 +99,6 @@ class LocalBroker:
         return await self.process.wait()
 
     async def _run(self, port: int) -> None:
-        for stale in self.ports_dir.iterdir():
-            stale.unlink()
         log_path = self.directory / "nats-server.log"
         self.process = process = await asyncio.create_subprocess_exec(
             self.binary, "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(self.directory),

@@ -430,7 +430,7 @@ class _Listeners:
         try:
             sock = bind_socket(host, port, config.tcp_keepalive_s, reuse_port=config.reuse_port)
         except OSError as exc:
-            raise ListenerError(listener, host, port, _reason(exc)) from exc
+            raise ListenerError.of(listener, host, port, exc) from exc
         self.sockets.append(sock)
         return sock
 
@@ -494,7 +494,7 @@ class _Listeners:
             if port is None and not config.port:
                 return bind_udp(host, 0)
             shown = http_port if port is None else port
-            raise ListenerError("HTTP/3", host, shown, _reason(exc)) from exc
+            raise ListenerError.of("HTTP/3", host, shown, exc) from exc
 
     async def start_http3(
         self, app: AirlaneApp, config: ServerConfig, app_state: dict[str, Any]
@@ -539,7 +539,7 @@ class _Listeners:
             await node.start()
         except OSError as exc:
             await node.aclose()
-            raise ListenerError("Waku", node.host, config.waku.port, _reason(exc)) from exc
+            raise ListenerError.of("Waku", node.host, config.waku.port, exc) from exc
         self.waku = node
         app.metrics.registry.register(WakuMetrics(node))
         app.on_shutdown.insert(0, node.aclose)
@@ -587,7 +587,7 @@ async def _start_grpc(
         try:
             bind_socket(host, port, config.tcp_keepalive_s).close()
         except OSError as exc:
-            raise ListenerError("gRPC", host, port, _reason(exc)) from exc
+            raise ListenerError.of("gRPC", host, port, exc) from exc
     server = GrpcServer(app.gateway, config.grpc, tls=tls, forwarded=app.forwarded)
     try:
         bound = await server.start(host, port)

@@ -33,7 +33,7 @@ def tethered() -> Callable[[], None] | None:
     sigterm = int(signal.SIGTERM)
 
     def tie() -> None:
-        # Runs in the child, before exec: only async-signal-safe calls.
+        # Runs in the child between fork and exec: two calls, nothing that could wait.
         prctl(_PR_SET_PDEATHSIG, sigterm, 0, 0, 0)
         if os.getppid() != parent:  # the parent died before the request: none will come
             os._exit(1)
