@@ -344,6 +344,8 @@ async def main_async(args: argparse.Namespace, config: Path) -> dict[str, Any]:
             "storage": args.storage,
             "layout": args.layout,
             "compression": args.compression,
+            "linger_ms": args.linger_ms,  # None: Airlane's defaults
+            "busy_linger_ms": args.busy_linger_ms,
             "varied": args.varied,
             "workers": args.workers,
         }
@@ -404,6 +406,16 @@ def main() -> None:
         help="the JetStream hub's layout (a subject per stream, or a home log per process)",
     )
     parser.add_argument(
+        "--linger-ms",
+        type=float,
+        help="[jetstream] linger_ms of every JetStream node and worker (default: Airlane's)",
+    )
+    parser.add_argument(
+        "--busy-linger-ms",
+        type=float,
+        help="[jetstream] busy_linger_ms, the same way (equal to --linger-ms: one fixed wait)",
+    )
+    parser.add_argument(
         "--compression",
         choices=("zstd", "none"),
         default="zstd",
@@ -432,6 +444,14 @@ def main() -> None:
         config.write_text(
             f'[jetstream]\nheartbeat_s = 0.5\nnode_timeout_s = 2.0\nstorage = "{args.storage}"\n'
             f'layout = "{args.layout}"\ncompression = "{args.compression}"\n'
+            + "".join(
+                f"{name} = {value}\n"
+                for name, value in (
+                    ("linger_ms", args.linger_ms),
+                    ("busy_linger_ms", args.busy_linger_ms),
+                )
+                if value is not None
+            )
         )
         report = run_on_fast_loop(main_async(args, config))
     text = orjson.dumps(report, option=orjson.OPT_INDENT_2).decode()

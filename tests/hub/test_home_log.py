@@ -5,6 +5,7 @@ log. The shared behaviour runs in both layouts in ``test_jetstream``."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -199,6 +200,59 @@ async def test_appends_after_a_quiet_moment_go_at_once_and_a_busy_log_shares_mes
         assert [streams for _, streams in made] == [["l1"], ["l2", "l3"]]
         assert made[1][0] - made[0][0] >= 0.095
         assert [(await b.info(name)).last_seq for name in ("l1", "l2", "l3")] == [1, 1, 1]
+
+
+async def test_a_busy_flow_shares_messages_longer_and_a_light_one_goes_at_once(
+    nats_session, monkeypatch
+):
+    config = hub_config(nats_session, layout="node", linger_ms=2.0, busy_linger_ms=60.0)
+    async with two_nodes(config) as (a, b):
+        assert isinstance(a, HomeLogHub)
+        names = [f"busy{n}" for n in range(150)]
+        for name in names:
+            await a.create(name)
+        publish = a._store.publish_on
+        starts: list[float] = []
+
+        async def timed(stream: str, subject: str, payload: bytes, **kwargs: Any) -> int:
+            starts.append(time.monotonic())
+            return await publish(stream, subject, payload, **kwargs)
+
+        monkeypatch.setattr(a._store, "publish_on", timed)
+
+        def gaps_since(moment: float) -> list[float]:
+            later = [start for start in starts if start >= moment]
+            return sorted(after - before for before, after in itertools.pairwise(later))
+
+        # 150 streams appending every 10 ms: 15,000 events a second, a busy flow. Once the
+        # writer has measured it, a publish begins every busy_linger_ms, not every linger_ms.
+        appenders = [a.appender(name) for name in names]
+        began = time.monotonic()
+        rounds = 0
+        while time.monotonic() - began < 1.0:
+            for append in appenders:
+                assert append is not None
+                append([Event.delta("x")])
+            rounds += 1
+            await asyncio.sleep(0.01)
+        gaps = gaps_since(began + 0.6)
+        assert gaps and gaps[len(gaps) // 2] >= 0.045, gaps
+        for name in names:
+            await a.settle(name)
+        assert a._publish_schedule.linger_s > 0.045
+
+        # A quiet moment, then one stream appending every 4 ms (250 a second): light, so each
+        # append goes out at once, as the last publish is more than linger_ms behind.
+        await asyncio.sleep(0.5)
+        began = time.monotonic()
+        for _ in range(60):
+            await a.append("busy0", Event.delta("y"))
+            await asyncio.sleep(0.004)
+        gaps = gaps_since(began + 0.1)
+        assert gaps and gaps[len(gaps) // 2] <= 0.015, gaps
+        assert a._publish_schedule.linger_s == pytest.approx(0.002)
+        assert (await b.info("busy0")).last_seq == rounds + 60
+        assert (await b.info("busy149")).last_seq == rounds
 
 
 async def test_a_history_older_than_jetstream_keeps_is_reported_not_waited_for(

@@ -100,6 +100,7 @@ def test_the_cluster_page_example_loads_and_builds_a_jetstream_hub(tmp_path):
         ("[jetstream]\nheartbeat_s = 5.0\n", "node_timeout_s"),
         ('[jetstream]\nlayout = "nodes"\n', "layout"),
         ("[jetstream]\nlinger_ms = -1\n", "linger_ms"),
+        ("[jetstream]\nbusy_linger_ms = 101\n", "busy_linger_ms"),
         ("[jetstream]\ntrim_every_s = -1\n", "trim_every_s"),
         ("[jetstream]\nrewrite_after_mb = -1\n", "rewrite_after_mb"),
         ('[jetstream]\ncompression = "lz4"\n', "compression"),

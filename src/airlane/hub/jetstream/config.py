@@ -46,9 +46,14 @@ class JetStreamHubConfig:
     every stream it created, many streams' batches per message (`airlane.hub.jetstream.home`)."""
     linger_ms: float = 5.0
     """In the ``node`` layout, the least time between two publishes of the home log while
-    appends keep coming (fewer, fuller broker messages, for at most that much latency under
-    load; an append after a quiet moment goes out at once; 0: publish as soon as the last
-    publish is acknowledged)."""
+    appends keep coming at a light flow (up to 1,000 events per second): fewer, fuller
+    broker messages, for at most that much latency. An append after a quiet moment goes out
+    at once; 0: publish as soon as the last publish is acknowledged."""
+    busy_linger_ms: float = 20.0
+    """The same under a busy flow (5,000 events per second and more; in proportion between
+    the two): where a message every ``linger_ms`` would cost a sizeable share of a core
+    (`airlane.hub.jetstream.schedule`). Never less than ``linger_ms``; set it to
+    ``linger_ms`` for one fixed wait."""
     compression: str = "zstd"
     """In the ``node`` layout, how home log messages are stored: ``zstd`` (level 1; LLM
     chunks are mostly repeated keys, about 7x smaller, and every byte costs the broker, the disk
@@ -83,6 +88,8 @@ class JetStreamHubConfig:
             raise ValueError("hub replicas must be 1 to 5")
         if not 0 <= self.linger_ms <= 100:
             raise ValueError("hub linger_ms must be 0 to 100")
+        if not 0 <= self.busy_linger_ms <= 100:
+            raise ValueError("hub busy_linger_ms must be 0 to 100")
         if self.compression not in ("zstd", "none"):
             raise ValueError(f"hub compression {self.compression!r}: use 'zstd' or 'none'")
         if self.mirror not in ("all", "read"):

@@ -86,6 +86,7 @@ from airlane.hub.jetstream.records import (
     stream_key,
 )
 from airlane.hub.jetstream.replica import Replica
+from airlane.hub.jetstream.schedule import PublishSchedule
 from airlane.hub.jetstream.store import Conflict, StoredBatch
 
 __all__ = ["HomeLogHub"]
@@ -142,6 +143,10 @@ class HomeLogHub(JetStreamHub):
         self._writing = False
         self._last_publish = -1e9
         """When the writer's last publish began (loop time)."""
+        self._publish_schedule = PublishSchedule(
+            self.js_config.linger_ms / 1000, self.js_config.busy_linger_ms / 1000
+        )
+        """How long the writer waits between publishes, from the flow of appends."""
         self._message_bytes = MAX_BATCH_BYTES
         """The most a message carries (set from the server's limit at start)."""
         self._followers: dict[str, LogFollower] = {}
@@ -265,13 +270,14 @@ class HomeLogHub(JetStreamHub):
         """Publish to the home log until nothing is queued: one message at a time, each
         carrying everything queued when it was made (bounded by `MAX_MESSAGE_BYTES`).
 
-        While appends keep coming, publishes begin at most every ``linger_ms``: what arrives
+        While appends keep coming, publishes begin at most every ``linger_ms`` at a light
+        flow, up to every ``busy_linger_ms`` at a busy one (`PublishSchedule`): what arrives
         meanwhile (a paced stream's next chunks, other streams' chunks) waits for the next
         message. A broker message costs about the same whatever it carries, so fewer,
         fuller ones cost less CPU everywhere (the broker, this process, every follower), for
-        at most that much latency under load; an append after a quiet moment goes out at
-        once (a stream's first token waits for nothing)."""
-        linger_s = self.js_config.linger_ms / 1000
+        at most that much latency; an append after a quiet moment goes out at once (a
+        stream's first token waits for nothing)."""
+        schedule = self._publish_schedule
         loop = asyncio.get_running_loop()
         try:
             while (
@@ -281,17 +287,20 @@ class HomeLogHub(JetStreamHub):
                 or self._rewrites
                 or self._rewrite_wanted
             ):
-                wait = self._last_publish + linger_s - loop.time()
+                wait = self._last_publish + schedule.linger_s - loop.time()
                 if wait > 0:
                     await asyncio.sleep(wait)
-                self._take_dirty()
+                schedule.took(self._take_dirty(), time.monotonic())
                 async with self._home_lock:
                     self._last_publish = loop.time()
                     await self._publish_home()
         finally:
             self._writing = False
 
-    def _take_dirty(self) -> None:
+    def _take_dirty(self) -> int:
+        """Move what the streams queued into `_sending`, for the next message; how many
+        events that is."""
+        taken = 0
         for sid, replica in list(self._dirty.items()):
             if sid in self._sending:
                 continue  # its previous appends are still going out
@@ -299,8 +308,10 @@ class HomeLogHub(JetStreamHub):
             events = replica.appends.take()
             if events:
                 self._sending[sid] = (replica, events)
+                taken += len(events)
             else:
                 self._settled(replica)
+        return taken
 
     def _settled(self, replica: Replica) -> None:
         sid = replica.stream_id
