@@ -1,6 +1,7 @@
 """``airlane serve --workers``: what the supervisor starts lives no longer than it does, and
 one broker store has one broker. A supervisor killed with SIGKILL takes its workers and its
-``nats-server`` with it (a new one then starts on the same port and store); a broker killed
+``nats-server`` with it (a new one then starts on the same port and store, and removes the
+temporary files the killed one could not); a broker killed
 with SIGKILL is started again on its port and store, and the workers go on through it; a
 second supervisor in the same directory is refused in one line while the first runs; a
 worker stopped (SIGSTOP) past ``worker_stall_s`` is killed and started again."""
@@ -52,7 +53,7 @@ def short_tmpdir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def test_a_supervisor_killed_outright_takes_its_workers_and_broker_with_it(
+def test_a_supervisor_killed_outright_takes_its_workers_and_broker_with_it_and_the_next_its_files(
     tmp_path: Path, short_tmpdir: Path
 ) -> None:
     nats_binary()  # skips (fails in CI) where it is missing
@@ -70,6 +71,8 @@ def test_a_supervisor_killed_outright_takes_its_workers_and_broker_with_it(
             timeout=10,
         )
         assert appended.status_code in (200, 201, 202), appended.text
+        (scratch,) = short_tmpdir.glob("airlane-workers-*")
+        assert (scratch / "nats").is_dir()  # the broker's ports file is in it too
         os.kill(server.pid, signal.SIGKILL)
         server.process.wait(10)
         _, alive = psutil.wait_procs(children, timeout=20)
@@ -77,13 +80,17 @@ def test_a_supervisor_killed_outright_takes_its_workers_and_broker_with_it(
         for process in alive:  # none, unless the test fails: leave nothing behind
             process.kill()
         assert not left, left
-    # Nothing serves the port now, and a new supervisor takes it and the store over.
+    # Nothing serves the port now, and a new supervisor takes it and the store over, and
+    # removes the directory the killed one left.
+    assert scratch.is_dir()
     with pytest.raises(httpx.TransportError):
         httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
     with (
         run_gateway(serve_workers(port), cwd=tmp_path, timeout=60) as again,
         httpx.stream("GET", f"{again.url}/v1/streams/{stream}/events", timeout=10) as sse,
     ):
+        assert not scratch.exists()
+        assert [path.name[:9] for path in short_tmpdir.iterdir()] == ["airlane-w"]  # its own
         assert sse.status_code == 200
         for line in sse.iter_lines():  # what was acknowledged before the kill
             if line.startswith("data:") and "stored" in line:

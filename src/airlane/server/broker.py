@@ -46,22 +46,33 @@ class BrokerError(Exception):
 class LocalBroker:
     """A started ``nats-server -js`` and the lock on its store. See the module docstring."""
 
-    def __init__(self, binary: str, directory: Path, lock: int) -> None:
+    def __init__(
+        self, binary: str, directory: Path, lock: int, ports_dir: Path | None = None
+    ) -> None:
         self.binary = binary
         self.directory = directory
         """Where it stores (and logs)."""
         self.lock = lock
         """The descriptor holding the store's lock (the server holds a copy)."""
-        self.ports_dir = Path(tempfile.mkdtemp(prefix="airlane-nats-"))
-        """Where the server writes the port it bound (``--ports_file_dir``)."""
+        if ports_dir is None:
+            ports_dir = Path(tempfile.mkdtemp(prefix="airlane-nats-"))
+        else:
+            ports_dir.mkdir(mode=0o700)
+        self.ports_dir = ports_dir
+        """Where the server writes the port it bound (``--ports_file_dir``); removed at
+        `stop`."""
         self.process: asyncio.subprocess.Process | None = None
         self.url = ""
         """``nats://127.0.0.1:<port>``, once it listens (the same after `restart`)."""
 
     @classmethod
-    async def start(cls, directory: Path = BROKER_DIR) -> LocalBroker:
+    async def start(
+        cls, directory: Path = BROKER_DIR, *, ports_dir: Path | None = None
+    ) -> LocalBroker:
         """Start a server storing in ``directory``, on a port it picks; returns once it
-        listens.
+        listens. It writes that port into ``ports_dir``, made here (inside the supervisor's
+        `airlane.server.scratch.scratch_dir`, so that it goes with it however the supervisor
+        ends; a temporary directory of its own by default).
 
         Raises:
             BrokerError: no ``nats-server`` is installed, another one uses the store, or
@@ -75,7 +86,7 @@ class LocalBroker:
                 "nats-server) and the workers get one of their own"
             )
         directory.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 (once, at start)
-        broker = cls(binary, directory, await _lock_store(directory))
+        broker = cls(binary, directory, await _lock_store(directory), ports_dir)
         try:
             await broker._run(-1)  # the port it binds, it picks: nothing can take it between
         except BaseException:

@@ -31,7 +31,6 @@ import pickle
 import signal
 import socket
 import sys
-import tempfile
 import time
 from collections import deque
 from collections.abc import Callable
@@ -43,6 +42,7 @@ from airlane.runtime.worker_metrics import published_at
 from airlane.server.broker import BROKER_DIR, BrokerError, LocalBroker
 from airlane.server.config import ServerConfig
 from airlane.server.run import ListenerError, Listening
+from airlane.server.scratch import scratch_dir
 from airlane.server.tether import tethered
 
 __all__ = ["BROKER_DIR", "WorkersError", "run_workers", "worker_count"]
@@ -88,19 +88,18 @@ async def run_workers(
         ListenerError: a listener's port cannot be bound.
         WorkersError: the broker or a worker could not start.
     """
-    with _Reservations() as reserved:
+    with _Reservations() as reserved, scratch_dir() as shared:
         settings = _fixed_ports(settings, reserved)
         broker: LocalBroker | None = None
         if settings.hub == "memory":
             try:
-                broker = await LocalBroker.start(BROKER_DIR)
+                broker = await LocalBroker.start(BROKER_DIR, ports_dir=shared / "nats")
             except BrokerError as exc:
                 raise WorkersError(str(exc)) from None
             settings = replace(settings, hub=broker.url)
         try:
-            with tempfile.TemporaryDirectory(prefix="airlane-workers-") as shared:
-                supervisor = _Supervisor(settings, count, shared, reserved, broker)
-                return await supervisor.run(on_ready)
+            supervisor = _Supervisor(settings, count, str(shared), reserved, broker)
+            return await supervisor.run(on_ready)
         finally:
             if broker is not None:
                 await broker.stop()
