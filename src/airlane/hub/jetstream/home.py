@@ -1214,6 +1214,8 @@ class HomeLogHub(JetStreamHub):
             "trimmed_below": self._trimmed,
             "bytes_written": self._log_bytes,
             "streams_rewritten": self._rewritten_count,
+            "events_per_s": round(self._publish_schedule.flow),
+            "wait_ms": round(self._publish_schedule.linger_s * 1000, 1),
         }
         return rows
 
