@@ -196,6 +196,7 @@ async def fanout(
 
     watched = {name: psutil.Process(pid) for name, pid in (processes or {}).items()}
     cpu_before = {name: _cpu_s(p) for name, p in watched.items()}
+    client_before = time.process_time()
     start = time.monotonic()
     async with httpx.AsyncClient(timeout=30, trust_env=False) as client:
         await asyncio.wait_for(
@@ -203,6 +204,7 @@ async def fanout(
         )
     wall = time.monotonic() - start
     cpu = {name: _cpu_s(p) - cpu_before[name] for name, p in watched.items()}
+    client_cpu = time.process_time() - client_before
     total_bytes = sum(r.payload_bytes for r in readers)
     total_chunks = sum(r.chunks for r in readers)
     expected = args.streams * args.readers * args.chunks
@@ -216,6 +218,12 @@ async def fanout(
         # Server CPU per 1000 chunks delivered: what the hub costs, whatever the machine.
         "cpu_ms_per_1000_chunks": {
             name: round(seconds * 1e6 / max(total_chunks, 1), 1) for name, seconds in cpu.items()
+        },
+        # Cores busy on average during the run (the servers together, and this load client):
+        # where they add up to the machine's cores, lag measures the queue for them.
+        "cores_used": {
+            "servers": round(sum(cpu.values()) / wall, 2),
+            "load_client": round(client_cpu / wall, 2),
         },
         "lag_ms": {},
     }

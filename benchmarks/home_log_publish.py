@@ -10,6 +10,7 @@ event to reach the broker. The driver's own work (making the events) is in both.
 
     .venv/bin/python benchmarks/home_log_publish.py
     .venv/bin/python benchmarks/home_log_publish.py --linger-ms 10 --json -
+    .venv/bin/python benchmarks/home_log_publish.py --busy-linger-ms 20   # the flow's wait
 """
 
 from __future__ import annotations
@@ -65,7 +66,11 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     report: dict[str, Any] = {"memory": await drive(MemoryHub(), args)}
     with nats_server() as (url, _):
         config = JetStreamHubConfig(
-            servers=(url,), node_id="publisher", linger_ms=args.linger_ms, layout="node"
+            servers=(url,),
+            node_id="publisher",
+            linger_ms=args.linger_ms,
+            busy_linger_ms=args.linger_ms if args.busy_linger_ms is None else args.busy_linger_ms,
+            layout="node",
         )
         report["jetstream"] = await drive(HomeLogHub(config), args)
     return report
@@ -77,6 +82,11 @@ def main() -> None:
     parser.add_argument("--appends", type=int, default=200, help="per stream")
     parser.add_argument("--interval-ms", type=float, default=20.0)
     parser.add_argument("--linger-ms", type=float, default=5.0)
+    parser.add_argument(
+        "--busy-linger-ms",
+        type=float,
+        help="the wait at a busy flow (default: --linger-ms, one fixed wait)",
+    )
     parser.add_argument("--json", help="write the report here ('-' for stdout)")
     args = parser.parse_args()
     report = uvloop.run(main_async(args))
