@@ -17,7 +17,7 @@ from airlane.backends.synthetic import SyntheticBackend, SyntheticConfig
 from airlane.core.errors import AirlaneError, ErrorCode
 from airlane.core.events import Event
 from airlane.gateway import Gateway, NewEvent
-from airlane.gateway.rules import RulesConfig, output_log
+from airlane.gateway.rules import RulesConfig, RuleState, RuleStore, output_log
 from airlane.hub import MemoryHub
 from airlane.security import ANONYMOUS, ApiKeyPolicy, Principal, principal_named
 from airlane.security.audit import AuditConfig, AuditLog
@@ -328,6 +328,58 @@ async def test_rules_and_their_windows_survive_a_restart(tmp_path: Path) -> None
         await _eventually(all_counted, timeout=15)
     finally:
         await second.aclose()
+
+
+async def test_the_file_a_crash_leaves_mid_batch_reads_the_batch_again(
+    gateway: Gateway, tmp_path: Path
+) -> None:
+    """What a SIGKILL would leave on disk while a batch's output rows are on their way to the
+    output log and the action task saves meanwhile: the file must not say the batch was
+    read, or the restarted rule would skip rows whose outputs exist nowhere."""
+    await gateway.logs.create(ALICE, "feed")
+    await gateway.rules.put(ALICE, "each", {"sql": "SELECT x FROM feed"})
+    out = output_log("each")
+    logs = gateway.logs
+    append, read = logs.append, logs.read
+    stalled, go_on = asyncio.Event(), asyncio.Event()
+
+    async def second_output_waits(who: Principal, name: str, events: Any) -> Any:
+        if name == out and any(orjson.loads(e.data) == {"x": 2} for e in events):
+            stalled.set()
+            await go_on.wait()
+        return await append(who, name, events)
+
+    async def actions_read_once_it_waits(who: Principal, name: str, **kwargs: Any) -> Any:
+        if name == out:
+            await stalled.wait()  # the action task then saves while the output waits
+        return await read(who, name, **kwargs)
+
+    logs.append = second_output_waits  # type: ignore[method-assign]
+    logs.read = actions_read_once_it_waits  # type: ignore[method-assign]
+    try:
+        await _append(gateway, "feed", {"x": 1})
+        await _eventually(lambda: _count(read(ALICE, out), 1))
+        await _append(gateway, "feed", {"x": 2})
+        await asyncio.wait_for(stalled.wait(), 10)
+        saved = await _eventually(lambda: _saved(tmp_path, "actions_done", 1))
+        # As if killed now: the file says row 1 was read and counted, row 2 not yet.
+        assert (saved.input, saved.outputs) == ({"seq": 1}, 1)
+        assert saved.snapshot is not None and saved.snapshot["stats"]["rows_in"] == 1
+    finally:
+        go_on.set()
+        logs.append, logs.read = append, read  # type: ignore[method-assign]
+    await _eventually(lambda: _count(read(ALICE, out), 2))
+    saved = await _eventually(lambda: _saved(tmp_path, "outputs", 2))
+    assert saved.input == {"seq": 2}
+
+
+async def _count(records: Awaitable[list[Any]], n: int) -> bool:
+    return len(await records) >= n
+
+
+async def _saved(tmp_path: Path, field: str, value: int) -> RuleState | None:
+    (state,) = RuleStore(tmp_path / "rules").load_all()
+    return state if getattr(state, field) >= value else None
 
 
 async def test_the_test_call_runs_sql_over_samples_and_closes_open_windows(

@@ -197,9 +197,15 @@ class RuleTask:
         await self.save()
 
     async def save(self) -> None:
-        """Save the state (window snapshot, positions, held rows)."""
+        """Save the state: the windows and the source's position as of the last finished
+        step, how far the actions ran, the held rows.
+
+        The runner's live windows are never saved from here: between feeding a batch and
+        storing its output rows they hold rows whose outputs exist nowhere else, and a file
+        that said so would lose those rows to a crash (the source would not send them
+        again). Only `_step` moves the saved windows and position, together, once the
+        outputs are stored."""
         async with self._save_lock:
-            self.state.snapshot = self.runner.snapshot()
             self.service.store.save(self.state)
 
     def describe(self) -> dict[str, Any]:
@@ -276,8 +282,6 @@ class RuleTask:
                 self._count("not_object")
                 continue
             outputs.extend(self.runner.feed(row, ts, ts=ts, topic=topic, qos=qos))
-        if batch.position is not None:
-            self.state.input = batch.position
         if batch.watermark is not None:
             # Everything stored before the watermark has been read: wall time closes
             # windows up to there (less late_s, for clocks that disagree a little).
@@ -285,7 +289,12 @@ class RuleTask:
             outputs.extend(self.runner.handle_timer(now - self.service.config.late_s))
         if outputs:
             await self._store_outputs(outputs)
+        # One cut, taken with no await inside it: the windows, the position they were read
+        # to and the output count move together (the action task saves meanwhile).
+        if batch.position is not None:
+            self.state.input = batch.position
         if outputs or batch.rows:
+            self.state.snapshot = self.runner.snapshot()
             await self.save()
         await batch.commit()
 
