@@ -111,7 +111,9 @@ async def check_rooms(
     for node in nodes:
         response = await client.get(f"{node.url}/v1/rooms/{LWW_ROOM}")
         if response.status_code != 200:
-            problems.append(f"room {LWW_ROOM} on {node.node_id}: {response.status_code}")
+            problems.append(
+                f"room {LWW_ROOM} on {node.node_id}: {response.status_code} {response.text[:300]}"
+            )
             continue
         got = sorted(canonical(entry) for entry in response.json()["entries"])
         if got != want:
