@@ -3,9 +3,16 @@ no clock; ``took`` is given the time)."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from airlane.hub.jetstream.schedule import BUSY_EVENTS_S, LIGHT_EVENTS_S, PublishSchedule
+from airlane.hub.jetstream.schedule import (
+    BUSY_EVENTS_S,
+    FLOW_TAU_S,
+    LIGHT_EVENTS_S,
+    PublishSchedule,
+)
 
 LIGHT_S = 0.005
 BUSY_S = 0.020
@@ -85,3 +92,15 @@ def test_a_busy_time_under_the_light_one_means_one_fixed_wait():
     schedule.took(0, 0.0)
     flowing(schedule, 2 * BUSY_EVENTS_S, seconds=2.0, start=0.0)
     assert schedule.linger_s == 0.030
+
+
+def test_a_report_during_a_silence_sees_the_flow_fall_while_the_writer_keeps_its_estimate():
+    schedule = PublishSchedule(LIGHT_S, BUSY_S)
+    schedule.took(0, 0.0)
+    end = flowing(schedule, 2 * BUSY_EVENTS_S, seconds=2.0, start=0.0)
+    busy = schedule.flow
+    assert schedule.flow_at(end) == busy and schedule.linger_at(end) == BUSY_S
+    # A tenth of a second of silence: the estimate a report shows falls by exp(-0.1 / tau).
+    assert schedule.flow_at(end + 0.1) == pytest.approx(busy * math.exp(-0.1 / FLOW_TAU_S))
+    assert schedule.flow_at(end + 5.0) < 1.0 and schedule.linger_at(end + 5.0) == LIGHT_S
+    assert schedule.flow == busy  # looking changes nothing

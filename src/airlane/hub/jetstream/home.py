@@ -1208,14 +1208,15 @@ class HomeLogHub(JetStreamHub):
 
     def nodes(self) -> list[dict[str, object]]:
         rows = super().nodes()
+        schedule, now = self._publish_schedule, time.monotonic()
         rows[0]["home_log"] = {
             "subject": self.home,
             "newest": self._written,
             "trimmed_below": self._trimmed,
             "bytes_written": self._log_bytes,
             "streams_rewritten": self._rewritten_count,
-            "events_per_s": round(self._publish_schedule.flow),
-            "wait_ms": round(self._publish_schedule.linger_s * 1000, 1),
+            "events_per_s": round(schedule.flow_at(now)),
+            "wait_ms": round(schedule.linger_at(now) * 1000, 1),
         }
         return rows
 

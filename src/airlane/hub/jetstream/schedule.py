@@ -52,13 +52,33 @@ class PublishSchedule:
 
     @property
     def flow(self) -> float:
-        """Appended events per second, as last estimated."""
+        """Appended events per second, as estimated at the last take."""
         return self._flow
 
     @property
     def linger_s(self) -> float:
         """How long the next publish waits after the last one began (seconds)."""
-        share = (self._flow - LIGHT_EVENTS_S) / (BUSY_EVENTS_S - LIGHT_EVENTS_S)
+        return self._linger(self._flow)
+
+    def flow_at(self, now: float) -> float:
+        """The flow as a take of nothing at ``now`` would leave it: what an observer sees.
+
+        The writer needs no such thing (after a silence its next take measures it), but a
+        report read during one would otherwise show the last busy flow for as long as the
+        silence lasts."""
+        last = self._last
+        if last is None or now <= last:
+            return self._flow
+        elapsed = now - last
+        weight = 1.0 - math.exp(-elapsed / FLOW_TAU_S)
+        return self._flow + weight * (self._uncounted / elapsed - self._flow)
+
+    def linger_at(self, now: float) -> float:
+        """The wait `flow_at` ``now`` gives (seconds)."""
+        return self._linger(self.flow_at(now))
+
+    def _linger(self, flow: float) -> float:
+        share = (flow - LIGHT_EVENTS_S) / (BUSY_EVENTS_S - LIGHT_EVENTS_S)
         if share <= 0:
             return self._light_s
         if share >= 1:
