@@ -256,6 +256,9 @@ class RuleService:
             state.actions_done = old.state.actions_done
             state.counters = old.state.counters
             state.created = old.state.created
+            # What was decided or started goes on whatever the new rule reads.
+            state.forwards = old.state.forwards
+            state.pending = {k: v for k, v in old.state.pending.items() if v.get("approved")}
             if same_source:
                 state.input = old.state.input
                 state.snapshot = old.state.snapshot

@@ -2,7 +2,8 @@
 
 A rule's file holds its definition, its owner, the window state its runner last saved
 (`airlane.rules.RuleRunner.snapshot`), how far it has read its source, how many output rows
-it has written and how far its actions have run, and the rows held for approval. Each save
+it has written and how far its actions have run, the rows held for approval (and approved
+rows whose actions are running) and the generations being published to a topic. Each save
 writes a new file and renames it over the old one, so a process killed at any moment leaves
 either the old state or the new one, never half of each (a machine that loses power may lose
 the last saves the kernel had not written yet).
@@ -51,7 +52,12 @@ class RuleState:
     actions_done: int = 0
     """The output log's sequence number up to which actions have run."""
     pending: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Rows held for approval, by approval id."""
+    """Rows held for approval, by approval id; an approved one stays (``"approved": true``)
+    until the actions after its hold have run."""
+    forwards: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Generations whose events are being published to a topic, by stream id: ``topic``,
+    ``qos``, ``bridge`` and ``position`` (the last event published, None before the
+    first)."""
     counters: dict[str, int] = field(default_factory=dict)
     """What the actions did: published, appended, generated, failed, approved, rejected..."""
     created: float = 0.0
@@ -68,6 +74,7 @@ class RuleState:
             "outputs": self.outputs,
             "actions_done": self.actions_done,
             "pending": self.pending,
+            "forwards": self.forwards,
             "counters": self.counters,
             "created": self.created,
         }
@@ -87,6 +94,7 @@ class RuleState:
                 outputs=int(data.get("outputs", 0)),
                 actions_done=int(data.get("actions_done", 0)),
                 pending={str(k): dict(v) for k, v in (data.get("pending") or {}).items()},
+                forwards={str(k): dict(v) for k, v in (data.get("forwards") or {}).items()},
                 counters={str(k): int(v) for k, v in (data.get("counters") or {}).items()},
                 created=float(data.get("created", 0.0)),
             )

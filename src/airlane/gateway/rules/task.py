@@ -87,7 +87,8 @@ RETRY_PAUSE_S = 1.0
 WAIT_SOURCE_S = 1.0
 """How often a rule looks again for a source that does not exist yet."""
 MAX_GENERATIONS = 16
-"""Generations one rule forwards to their result topics at once; more wait."""
+"""Generations one rule forwards to their result topics at once; the next row's actions wait
+for one to end."""
 OUTPUT_RETENTION = 100_000
 """Rows the output log keeps (the oldest go first)."""
 INPUT_RETENTION = 100_000
@@ -137,8 +138,8 @@ class RuleTask:
         self.runner = self._runner()
         self._wake_actions = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        self._generations: set[asyncio.Task[None]] = set()
-        self._generation_slots = asyncio.Semaphore(MAX_GENERATIONS)
+        self._forwards: dict[str, asyncio.Task[None]] = {}
+        """The tasks publishing generations to their topics, by stream id."""
         self._decisions: set[asyncio.Task[None]] = set()
         self._save_lock = asyncio.Lock()
 
@@ -184,10 +185,16 @@ class RuleTask:
             self.state.input = {"seq": seq}
         self._tasks.append(asyncio.create_task(self._input_loop(), name=f"rule {self.name} in"))
         self._tasks.append(asyncio.create_task(self._action_loop(), name=f"rule {self.name} out"))
+        # What an earlier process started and did not finish goes on.
+        for approval, item in self.state.pending.items():
+            if item.get("approved"):
+                self._run_approved(approval, item)
+        for stream_id in self.state.forwards:
+            self._start_forward(stream_id)
 
     async def aclose(self) -> None:
         """Stop both tasks and what they started, and save the state."""
-        tasks = [*self._tasks, *self._generations, *self._decisions]
+        tasks = [*self._tasks, *self._forwards.values(), *self._decisions]
         for task in tasks:
             task.cancel()
         for task in tasks:
@@ -231,10 +238,11 @@ class RuleTask:
         }
 
     def pending(self) -> list[dict[str, Any]]:
-        """The rows held for approval, oldest first."""
+        """The rows held for approval, oldest first (not those approved, whose actions run)."""
         return [
             {"id": key, **{k: v for k, v in item.items() if k != "next"}}
             for key, item in sorted(self.state.pending.items(), key=lambda kv: kv[1]["seq"])
+            if not item.get("approved")
         ]
 
     def _count(self, what: str, n: int = 1) -> None:
@@ -488,9 +496,12 @@ class RuleTask:
         request = GenerationRequest(action.model, messages, max_tokens=action.max_tokens)
         stream_id = f"rules/{self.name}/{seq}.{index}"
         topic = None
+        bridge = action.bridge or self.definition.bridge
         if action.result_topic is not None:
             topic = fill_template(action.result_topic, row, self.name)
-            publisher = self.service.publisher(action.bridge or self.definition.bridge)
+            self.service.publisher(bridge)  # no bridge: this action fails, before it starts
+        while len(self._forwards) >= MAX_GENERATIONS:
+            await asyncio.wait(self._forwards.values(), return_when=asyncio.FIRST_COMPLETED)
         try:
             await gateway.generate(self.owner, request, stream_id=stream_id)
         except AirlaneError as exc:
@@ -500,42 +511,70 @@ class RuleTask:
         self._count("generated")
         if topic is None:
             return
-        await self._generation_slots.acquire()
-        task = asyncio.create_task(
-            self._forward(stream_id, topic, action.qos, publisher),
-            name=f"rule {self.name} generation {seq}",
-        )
-        self._generations.add(task)
-        task.add_done_callback(self._generations.discard)
-        task.add_done_callback(lambda _: self._generation_slots.release())
+        if stream_id not in self.state.forwards:
+            # Kept in the state before the row counts as done (the caller saves then): a
+            # process killed while it forwards goes on where it was saved.
+            self.state.forwards[stream_id] = {
+                "topic": topic,
+                "qos": action.qos,
+                "bridge": bridge,
+                "position": None,
+            }
+        self._start_forward(stream_id)
 
-    async def _forward(self, stream_id: str, topic: str, qos: int, publisher: Any) -> None:
-        """Publish a generation's events to ``topic`` until it ends."""
+    def _start_forward(self, stream_id: str) -> None:
+        if stream_id in self._forwards:
+            return  # already on its way (resumed at start, then met again in the output)
+        task = asyncio.create_task(
+            self._forward(stream_id), name=f"rule {self.name} forwards {stream_id}"
+        )
+        self._forwards[stream_id] = task
+        task.add_done_callback(lambda _: self._forwards.pop(stream_id, None))
+
+    async def _forward(self, stream_id: str) -> None:
+        """Publish a generation's events to its topic until it ends, saving how far after
+        each batch (at least once: a crash publishes again what followed the last save; the
+        ``stream``, ``epoch`` and ``seq`` properties tell a copy)."""
         gateway = self.service.gateway
+        entry = self.state.forwards[stream_id]
+        topic = str(entry["topic"])
+        token = entry.get("position")
         try:
-            subscription = await gateway.subscribe(self.owner, stream_id, subscriber="rules")
+            resume = Position.parse(token) if isinstance(token, str) else None
+            subscription = await gateway.subscribe(
+                self.owner, stream_id, resume=resume, subscriber="rules"
+            )
             try:
                 while events := await subscription.next_batch(64):
                     epoch = subscription.position.epoch
                     for event in events:
-                        await publisher.publish_json(
-                            topic,
-                            orjson.dumps(event_to_dict(event)),
-                            qos=qos,
-                            user_properties=(
-                                ("rule", self.name),
-                                ("stream", stream_id),
-                                ("epoch", epoch),
-                                ("seq", str(event.seq)),
-                            ),
-                        )
-                        if event.kind in TERMINAL_KINDS:
-                            return
+                        await self._retrying(partial(self._publish_event, stream_id, epoch, event))
+                    if events[-1].kind in TERMINAL_KINDS:
+                        break
+                    entry["position"] = subscription.position.token
+                    await self.save()
             finally:
                 await subscription.aclose()
         except Exception as exc:
             self._count("failed")
             log.warning("rule %s: forwarding %s to %s: %s", self.name, stream_id, topic, exc)
+        self.state.forwards.pop(stream_id, None)
+        await self.save()
+
+    async def _publish_event(self, stream_id: str, epoch: str, event: Event) -> None:
+        entry = self.state.forwards[stream_id]
+        publisher = self.service.publisher(entry.get("bridge"))
+        await publisher.publish_json(
+            str(entry["topic"]),
+            orjson.dumps(event_to_dict(event)),
+            qos=int(entry["qos"]),
+            user_properties=(
+                ("rule", self.name),
+                ("stream", stream_id),
+                ("epoch", epoch),
+                ("seq", str(event.seq)),
+            ),
+        )
 
     async def _retrying(
         self, attempt: Callable[[], Awaitable[Any]], *, forever: bool = False
@@ -582,22 +621,41 @@ class RuleTask:
 
     async def decide(self, approval: str, approve: bool) -> dict[str, Any]:
         """Approve (run the actions after the hold) or reject a held row; KeyError if it is
-        not held (any more)."""
-        item = self.state.pending.pop(approval)
+        not held (any more).
+
+        An approved row stays in the saved state, marked approved, until the actions after
+        its hold have run: a process killed meanwhile, or a rule replaced, runs them again
+        when it starts (at least once, as every action)."""
+        item = self.state.pending.get(approval)
+        if item is None or item.get("approved"):
+            raise KeyError(approval)
         self._count("approved" if approve else "rejected")
+        if approve:
+            item["approved"] = True
+        else:
+            del self.state.pending[approval]
         await self.save()
         if approve:
-            task = asyncio.create_task(
-                self._run_actions(item["seq"], item["row"], item["next"]),
-                name=f"rule {self.name} approved {approval}",
-            )
-            self._decisions.add(task)
-            task.add_done_callback(self._decisions.discard)
+            self._run_approved(approval, item)
         return {"id": approval, "seq": item["seq"], "row": item["row"], "approved": approve}
+
+    def _run_approved(self, approval: str, item: dict[str, Any]) -> None:
+        async def run() -> None:
+            await self._run_actions(item["seq"], item["row"], item["next"])
+            self.state.pending.pop(approval, None)
+            await self.save()
+
+        task = asyncio.create_task(run(), name=f"rule {self.name} approved {approval}")
+        self._decisions.add(task)
+        task.add_done_callback(self._decisions.discard)
 
     async def _expire_holds(self) -> None:
         now = time.time()
-        expired = [k for k, v in self.state.pending.items() if v["expires_at"] <= now]
+        expired = [
+            k
+            for k, v in self.state.pending.items()
+            if v["expires_at"] <= now and not v.get("approved")
+        ]
         for key in expired:
             self.state.pending.pop(key)
             self._count("expired")
