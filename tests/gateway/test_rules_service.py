@@ -373,6 +373,38 @@ async def test_the_file_a_crash_leaves_mid_batch_reads_the_batch_again(
     assert saved.input == {"seq": 2}
 
 
+async def test_a_rule_replaced_mid_batch_with_new_sql_stores_its_own_rows(
+    gateway: Gateway,
+) -> None:
+    """The old rule stored a batch's output and stopped before counting it: the new rule
+    makes another row from the same input, and the output log must not take it for a copy."""
+    await gateway.logs.create(ALICE, "feed")
+    await gateway.rules.put(ALICE, "m", {"sql": "SELECT x FROM feed"})
+    out = output_log("m")
+    logs = gateway.logs
+    append = logs.append
+    stopped = asyncio.Event()
+
+    async def stored_then_stopped(who: Principal, name: str, events: Any) -> Any:
+        records = await append(who, name, events)
+        if name == out and any(orjson.loads(e.data) == {"x": 2} for e in events):
+            stopped.set()
+            await asyncio.Event().wait()  # until the task is stopped
+        return records
+
+    await _append(gateway, "feed", {"x": 1})
+    await _eventually(lambda: _count(logs.read(ALICE, out), 1))
+    logs.append = stored_then_stopped  # type: ignore[method-assign]
+    try:
+        await _append(gateway, "feed", {"x": 2})
+        await asyncio.wait_for(stopped.wait(), 10)
+    finally:
+        logs.append = append  # type: ignore[method-assign]
+    await gateway.rules.put(ALICE, "m", {"sql": "SELECT x AS y FROM feed"})
+    rows = await _rows(gateway, out, 3)
+    assert rows == [{"x": 1}, {"x": 2}, {"y": 2}]
+
+
 async def _count(records: Awaitable[list[Any]], n: int) -> bool:
     return len(await records) >= n
 

@@ -253,6 +253,10 @@ class RuleService:
                 and old.definition.source == definition.source
             )
             state.outputs = old.state.outputs
+            # A batch the old rule was storing when it stopped may have rows stored and not
+            # counted; the new rule makes other rows from it, under keys of their own.
+            same_rows = same_source and old.definition.compiled.sql == definition.compiled.sql
+            state.revision = old.state.revision + (0 if same_rows else 1)
             state.actions_done = old.state.actions_done
             state.counters = old.state.counters
             state.created = old.state.created

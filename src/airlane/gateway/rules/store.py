@@ -49,6 +49,10 @@ class RuleState:
     stream."""
     outputs: int = 0
     """Output rows produced so far (the next one's number: its idempotency key)."""
+    revision: int = 0
+    """Counts the replacements that changed what the rule reads or its SQL: rows it makes
+    afterwards get keys of their own (`RuleState.output_key`), so none is taken for a row
+    the replaced rule stored under the same number and never counted."""
     actions_done: int = 0
     """The output log's sequence number up to which actions have run."""
     pending: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -62,6 +66,12 @@ class RuleState:
     """What the actions did: published, appended, generated, failed, approved, rejected..."""
     created: float = 0.0
 
+    def output_key(self, name: str, n: int) -> str:
+        """The idempotency key of output row ``n`` of the rule ``name``."""
+        if self.revision == 0:
+            return f"rule.{name}.{n}"
+        return f"rule.{name}.r{self.revision}.{n}"
+
     def to_dict(self) -> dict[str, Any]:
         """The file's content."""
         return {
@@ -72,6 +82,7 @@ class RuleState:
             "snapshot": self.snapshot,
             "input": self.input,
             "outputs": self.outputs,
+            "revision": self.revision,
             "actions_done": self.actions_done,
             "pending": self.pending,
             "forwards": self.forwards,
@@ -92,6 +103,7 @@ class RuleState:
                 snapshot=data.get("snapshot"),
                 input=dict(data.get("input") or {}),
                 outputs=int(data.get("outputs", 0)),
+                revision=int(data.get("revision", 0)),
                 actions_done=int(data.get("actions_done", 0)),
                 pending={str(k): dict(v) for k, v in (data.get("pending") or {}).items()},
                 forwards={str(k): dict(v) for k, v in (data.get("forwards") or {}).items()},

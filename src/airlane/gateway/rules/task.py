@@ -313,7 +313,7 @@ class RuleTask:
                 "rule.output",
                 orjson.dumps(row, option=orjson.OPT_NON_STR_KEYS),
                 headers={"rule": self.name},
-                idempotency_key=f"rule.{self.name}.{first + i}",
+                idempotency_key=self.state.output_key(self.name, first + i),
             )
             for i, row in enumerate(outputs)
         ]
