@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from airlane.transports.mqtt.journal import RECENT, InflightJournal
+from airlane.transports.mqtt.journal import COMPACT_LINES, RECENT, InflightJournal
 
 
 def journal(directory: Path) -> InflightJournal:
@@ -64,3 +64,36 @@ def test_the_remembered_ones_survive_a_restart_and_are_bounded(tmp_path: Path) -
     # The oldest fell out of the bound: a copy of it is numbered anew.
     assert reopened.take(1, "y", dup=True)[1] is not None
     assert reopened.take(RECENT + 1, "y", dup=True)[1] is None
+
+
+def _acknowledged(j: InflightJournal, packet_id: int, digest: str) -> int:
+    taken, line = j.take(packet_id, digest, dup=False)
+    assert line is not None
+    j.write([line])
+    settled = j.settle(packet_id, taken.number)
+    assert settled is not None
+    j.write([settled])
+    return taken.number
+
+
+def test_the_remembered_ones_survive_two_restarts_and_a_compaction(tmp_path: Path) -> None:
+    """Each open rewrites the file, and so does a compaction: the acknowledged messages it
+    remembers must be in the new file too, or the process after the next crash forgets them
+    and stores a late copy twice."""
+    j = journal(tmp_path)
+    number = _acknowledged(j, 11, "x")
+    j.close()
+    journal(tmp_path).close()  # a restart: the file is rewritten
+    reopened = journal(tmp_path)
+    copy, line = reopened.take(11, "x", dup=True)
+    assert copy.number == number and line is None
+    # Enough messages to compact the file (each is two lines).
+    for packet_id in range(1000, 1000 + COMPACT_LINES // 2 + 1):
+        number = _acknowledged(reopened, packet_id, "z")
+    reopened.close()
+    again = journal(tmp_path)
+    copy, line = again.take(packet_id, "z", dup=True)
+    assert copy.number == number and line is None
+    assert again.take(11, "x", dup=True)[1] is not None  # past the bound: numbered anew
+    lines = tmp_path.joinpath("inflight.journal").read_text().count("\n")
+    assert lines <= 2 * RECENT + 8, lines  # bounded by what is remembered

@@ -25,8 +25,9 @@ broker reuses an id only once its flow is over) and forgets the old one. A proce
 killed between two lines leaves at worst a duplicate, never a loss: an ``A`` is written before
 the acknowledgement is sent, so a lost acknowledgement makes the broker send the message again
 under a number no longer live (stored again: a duplicate), and a message that was never taken
-has no ``I`` line (stored for the first time). The file is rewritten with only the live lines
-once it grows past `COMPACT_LINES` lines and four times its live entries.
+has no ``I`` line (stored for the first time). The file is rewritten with only the live and
+remembered entries when it is opened, and once it grows by `COMPACT_LINES` lines past that and
+past four times its live entries.
 
 No fsync: the journal survives the process being killed (the kernel holds what was written);
 a power cut may lose its last lines, and then the same rule applies (a duplicate at worst).
@@ -69,6 +70,9 @@ class InflightJournal:
         self._recent: OrderedDict[int, tuple[int, str]] = OrderedDict()
         """The same for the last `RECENT` acknowledged ones, oldest first."""
         self._lines = 0
+        """Lines in the file."""
+        self._kept = 0
+        """Lines the last rewrite kept (what a compaction cannot shrink)."""
         self._fd = -1
 
     def open(self) -> None:
@@ -169,19 +173,22 @@ class InflightJournal:
         # Against the live entries too: with thousands of QoS 2 messages awaiting PUBREL (a
         # broker draining a backlog sends new messages first), a fixed threshold would rewrite
         # the file on every write. This way a rewrite costs O(1) per line written.
-        if self._lines > COMPACT_LINES and self._lines > 4 * len(self._live):
+        grown = self._lines - self._kept
+        if grown > COMPACT_LINES and self._lines > 4 * len(self._live):
             self._rewrite()
 
     def _rewrite(self) -> None:
-        """Replace the file with its epoch and live entries (atomically: a new file renamed
-        over the old)."""
+        """Replace the file with its epoch, the remembered acknowledged entries and the live
+        ones (atomically: a new file renamed over the old)."""
         self.close()
         tmp = self.path.with_suffix(".tmp")
         body = [f"E {self._epoch}\n"]
+        # Oldest first, as they were remembered: reading them back keeps the bound's order.
+        body += [f"I {n} {pid} {d}\nA {n}\n" for pid, (n, d) in self._recent.items()]
         body += [f"I {n} {pid} {d}\n" for pid, (n, d) in sorted(self._live.items())]
         # Keeps the numbering going past acknowledged messages after a rewrite.
         body.append(f"I {self._next - 1} 0 -\nA {self._next - 1}\n" if self._next > 1 else "")
         tmp.write_text("".join(body), "ascii")
         os.replace(tmp, self.path)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-        self._lines = len(body)
+        self._lines = self._kept = sum(line.count("\n") for line in body)
