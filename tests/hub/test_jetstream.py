@@ -643,3 +643,34 @@ async def test_a_read_waits_out_a_broker_that_does_not_answer_at_once(nodes, mon
         assert len(timeouts) == 2
     finally:
         await late.aclose()
+
+
+async def test_a_stream_stores_one_snapshot_at_a_time(hub: JetStreamHub, monkeypatch) -> None:
+    """The sweep asks for a snapshot every second until one is stored: a slow store must not
+    run beside another (stored out of order, an older one would follow a newer one's purge)."""
+    await hub.create(
+        "snap", retention=Retention(max_events=2), orphan=OrphanPolicy(OrphanMode.KEEP)
+    )
+    for text in "abcdef":
+        await hub.append("snap", Event.delta(text))
+    replica = hub._streams["snap"]
+    assert replica.oldest_kept() is not None
+    stores: list[str] = []
+    go_on = asyncio.Event()
+    put = hub._store.put_snapshot
+
+    async def slow_put(key: str, value: bytes) -> None:
+        stores.append(key)
+        await go_on.wait()
+        await put(key, value)
+
+    monkeypatch.setattr(hub._store, "put_snapshot", slow_put)
+    first = asyncio.create_task(hub._store_snapshot(replica))
+    await eventually(lambda: stores, what="the first store to begin")
+    # Asked again while it waits: nothing more (a second store would wait here too).
+    await asyncio.wait_for(hub._store_snapshot(replica), 5)
+    go_on.set()
+    await first
+    assert len(stores) == 1
+    await hub._store_snapshot(replica)  # and once it is over, a new one may go
+    assert len(stores) == 2

@@ -125,6 +125,7 @@ class JetStreamHub(MemoryHub):
         self._producing: set[str] = set()
         self._ending: set[str] = set()  # streams whose producer_lost append is under way
         self._expiring: set[str] = set()  # idle streams whose expired end is under way
+        self._storing_snapshots: set[str] = set()  # one at a time per stream (stream layout)
         self._nodes = NodeTable(self.member, time.monotonic(), self.js_config.node_timeout_s)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._presence: asyncio.Task[None] | None = None
@@ -864,15 +865,23 @@ class JetStreamHub(MemoryHub):
             self._expiring.discard(replica.stream_id)
 
     async def _store_snapshot(self, replica: Replica) -> None:
-        """Store the folded history in the snapshot bucket, then purge it from JetStream."""
+        """Store the folded history in the snapshot bucket, then purge it from JetStream.
+
+        One at a time per stream: the sweep asks every second until this one ends, and an
+        older snapshot stored after a newer one's purge would leave a gap between them."""
+        sid = replica.stream_id
         keep_from = replica.oldest_kept()
-        if keep_from is None:
+        if keep_from is None or sid in self._storing_snapshots:
             return
-        through = replica.log.folded.through_seq
-        snapshot = replica.log.folded.to_event()
-        await self._store.put_snapshot(replica.key, encode_snapshot(snapshot, keep_from))
-        await self._store.purge_below(replica.key, keep_from)
-        replica.snapshot_through = through
+        self._storing_snapshots.add(sid)
+        try:
+            through = replica.log.folded.through_seq
+            snapshot = replica.log.folded.to_event()
+            await self._store.put_snapshot(replica.key, encode_snapshot(snapshot, keep_from))
+            await self._store.purge_below(replica.key, keep_from)
+            replica.snapshot_through = through
+        finally:
+            self._storing_snapshots.discard(sid)
 
     # -- plumbing ---------------------------------------------------------------------------
 
