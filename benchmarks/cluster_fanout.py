@@ -197,11 +197,16 @@ async def fanout(
     watched = {name: psutil.Process(pid) for name, pid in (processes or {}).items()}
     cpu_before = {name: _cpu_s(p) for name, p in watched.items()}
     client_before = time.process_time()
+    samples: list[tuple[float, float]] = []
+    sampler = asyncio.create_task(_sample_cpu(watched, samples))
     start = time.monotonic()
-    async with httpx.AsyncClient(timeout=30, trust_env=False) as client:
-        await asyncio.wait_for(
-            asyncio.gather(*(one(client, i) for i in range(args.streams))), args.limit_s
-        )
+    try:
+        async with httpx.AsyncClient(timeout=30, trust_env=False) as client:
+            await asyncio.wait_for(
+                asyncio.gather(*(one(client, i) for i in range(args.streams))), args.limit_s
+            )
+    finally:
+        sampler.cancel()
     wall = time.monotonic() - start
     cpu = {name: _cpu_s(p) - cpu_before[name] for name, p in watched.items()}
     client_cpu = time.process_time() - client_before
@@ -224,6 +229,9 @@ async def fanout(
         "cores_used": {
             "servers": round(sum(cpu.values()) / wall, 2),
             "load_client": round(client_cpu / wall, 2),
+            # The same for everything together, where the run is busiest: its middle half
+            # (every stream started, none done yet in a paced run) and its busiest second.
+            **_busiest(samples, start, wall),
         },
         "lag_ms": {},
     }
@@ -313,6 +321,35 @@ def nats_server() -> Iterator[tuple[str, int]]:
         finally:
             process.terminate()
             process.wait(10)
+
+
+async def _sample_cpu(
+    watched: dict[str, psutil.Process], samples: list[tuple[float, float]]
+) -> None:
+    """Every quarter second: the time, and the CPU seconds the servers and this client have
+    used (until cancelled)."""
+    while True:
+        used = sum(_cpu_s(p) for p in watched.values()) + time.process_time()
+        samples.append((time.monotonic(), used))
+        await asyncio.sleep(0.25)
+
+
+def _busiest(samples: list[tuple[float, float]], start: float, wall: float) -> dict[str, float]:
+    """Cores used by everything measured, over the run's middle half and its busiest
+    second (from `_sample_cpu`'s samples; empty without enough of them)."""
+    if len(samples) < 5:
+        return {}
+
+    def at(t: float) -> tuple[float, float]:
+        return min(samples, key=lambda sample: abs(sample[0] - t))
+
+    (t0, c0), (t1, c1) = at(start + wall / 4), at(start + 3 * wall / 4)
+    seconds = zip(samples, samples[4:], strict=False)  # samples a second apart
+    peak = max((c1_ - c0_) / (t1_ - t0_) for (t0_, c0_), (t1_, c1_) in seconds)
+    out = {"all_busiest_1s": round(peak, 2)}
+    if t1 > t0:
+        out["all_middle_half"] = round((c1 - c0) / (t1 - t0), 2)
+    return out
 
 
 def _cpu_s(process: psutil.Process) -> float:
