@@ -198,15 +198,20 @@ async def fanout(
     cpu_before = {name: _cpu_s(p) for name, p in watched.items()}
     client_before = time.process_time()
     samples: list[tuple[float, float]] = []
-    sampler = asyncio.create_task(_sample_cpu(watched, samples))
+    home_logs: list[tuple[float, dict[str, Any]]] = []
     start = time.monotonic()
-    try:
-        async with httpx.AsyncClient(timeout=30, trust_env=False) as client:
+    async with httpx.AsyncClient(timeout=30, trust_env=False) as client:
+        samplers = [
+            asyncio.create_task(_sample_cpu(watched, samples)),
+            asyncio.create_task(_sample_home_log(client, producer, home_logs)),
+        ]
+        try:
             await asyncio.wait_for(
                 asyncio.gather(*(one(client, i) for i in range(args.streams))), args.limit_s
             )
-    finally:
-        sampler.cancel()
+        finally:
+            for sampler in samplers:
+                sampler.cancel()
     wall = time.monotonic() - start
     cpu = {name: _cpu_s(p) - cpu_before[name] for name, p in watched.items()}
     client_cpu = time.process_time() - client_before
@@ -235,6 +240,10 @@ async def fanout(
         },
         "lag_ms": {},
     }
+    if home_logs:
+        # What the producer's home log writer measured halfway through (the node layout).
+        middle = start + wall / 2
+        out["home_log_midway"] = min(home_logs, key=lambda sample: abs(sample[0] - middle))[1]
     for name in names:
         lags = sorted(lag for r in readers if r.node == name for lag in r.lags_ns)
         if lags:
@@ -332,6 +341,22 @@ async def _sample_cpu(
         used = sum(_cpu_s(p) for p in watched.values()) + time.process_time()
         samples.append((time.monotonic(), used))
         await asyncio.sleep(0.25)
+
+
+async def _sample_home_log(
+    client: httpx.AsyncClient, url: str, samples: list[tuple[float, dict[str, Any]]]
+) -> None:
+    """Every second: the producer's home log row of ``/v1/cluster`` (its flow, its wait, how
+    long a publish takes), where it has one (until cancelled)."""
+    while True:
+        await asyncio.sleep(1.0)
+        with contextlib.suppress(httpx.HTTPError, KeyError, IndexError, ValueError):
+            response = await client.get(f"{url}/v1/cluster")
+            own = [node for node in response.json()["nodes"] if node.get("self")]
+            if own and "home_log" in own[0]:
+                row = own[0]["home_log"]
+                keys = ("events_per_s", "wait_ms", "publish_ms")
+                samples.append((time.monotonic(), {key: row.get(key) for key in keys}))
 
 
 def _busiest(samples: list[tuple[float, float]], start: float, wall: float) -> dict[str, float]:

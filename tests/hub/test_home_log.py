@@ -238,6 +238,7 @@ async def test_a_busy_flow_shares_messages_longer_and_a_light_one_goes_at_once(
         report = a.nodes()[0]["home_log"]  # what /v1/cluster shows of it, while it flows
         assert isinstance(report, dict)
         assert report["wait_ms"] > 45 and report["events_per_s"] > 5_000, report
+        assert 0 < report["publish_ms"] < 1000, report
         gaps = gaps_since(began + 0.6)
         assert gaps and gaps[len(gaps) // 2] >= 0.045, gaps
         for name in names:

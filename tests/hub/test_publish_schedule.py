@@ -104,3 +104,14 @@ def test_a_report_during_a_silence_sees_the_flow_fall_while_the_writer_keeps_its
     assert schedule.flow_at(end + 0.1) == pytest.approx(busy * math.exp(-0.1 / FLOW_TAU_S))
     assert schedule.flow_at(end + 5.0) < 1.0 and schedule.linger_at(end + 5.0) == LIGHT_S
     assert schedule.flow == busy  # looking changes nothing
+
+
+def test_the_publish_time_shown_follows_the_last_few_publishes():
+    schedule = PublishSchedule(LIGHT_S, BUSY_S)
+    assert schedule.publish_s == 0.0
+    for _ in range(30):
+        schedule.published(0.012)
+    assert schedule.publish_s == pytest.approx(0.012, rel=0.01)
+    for _ in range(20):
+        schedule.published(0.002)
+    assert schedule.publish_s == pytest.approx(0.002, abs=0.0002)

@@ -292,8 +292,9 @@ class HomeLogHub(JetStreamHub):
                     await asyncio.sleep(wait)
                 schedule.took(self._take_dirty(), time.monotonic())
                 async with self._home_lock:
-                    self._last_publish = loop.time()
+                    began = self._last_publish = loop.time()
                     await self._publish_home()
+                    schedule.published(loop.time() - began)
         finally:
             self._writing = False
 
@@ -1217,6 +1218,7 @@ class HomeLogHub(JetStreamHub):
             "streams_rewritten": self._rewritten_count,
             "events_per_s": round(schedule.flow_at(now)),
             "wait_ms": round(schedule.linger_at(now) * 1000, 1),
+            "publish_ms": round(schedule.publish_s * 1000, 1),
         }
         return rows
 

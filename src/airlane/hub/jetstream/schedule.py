@@ -41,7 +41,7 @@ class PublishSchedule:
     next one. See the module docstring.
     """
 
-    __slots__ = ("_busy_s", "_flow", "_last", "_light_s", "_uncounted")
+    __slots__ = ("_busy_s", "_flow", "_last", "_light_s", "_publish_s", "_uncounted")
 
     def __init__(self, light_s: float, busy_s: float) -> None:
         self._light_s = light_s
@@ -49,6 +49,7 @@ class PublishSchedule:
         self._flow = 0.0
         self._last: float | None = None
         self._uncounted = 0  # events taken at the same instant as the last take
+        self._publish_s = 0.0
 
     @property
     def flow(self) -> float:
@@ -59,6 +60,16 @@ class PublishSchedule:
     def linger_s(self) -> float:
         """How long the next publish waits after the last one began (seconds)."""
         return self._linger(self._flow)
+
+    @property
+    def publish_s(self) -> float:
+        """How long a publish takes, from its start to its acknowledgement handled, over the
+        last few (seconds): under load, what the wait cannot shorten."""
+        return self._publish_s
+
+    def published(self, seconds: float) -> None:
+        """A publish took ``seconds``."""
+        self._publish_s += 0.2 * (seconds - self._publish_s)
 
     def flow_at(self, now: float) -> float:
         """The flow as a take of nothing at ``now`` would leave it: what an observer sees.
