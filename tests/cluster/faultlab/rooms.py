@@ -22,6 +22,9 @@ __all__ = ["LWW_ROOM", "RoomWriters", "check_rooms"]
 
 LWW_ROOM = "lab"
 KEYS = 12
+ROOM_READY_S = 10.0
+"""How long a node may answer 503 for the room after the last fault (the hub's own
+``unavailable_after_s`` is 4 s in the lab)."""
 
 
 def now_ms() -> int:
@@ -85,6 +88,18 @@ async def _records(client: httpx.AsyncClient, url: str, stream_id: str) -> list[
     return records
 
 
+async def _room(client: httpx.AsyncClient, url: str) -> httpx.Response:
+    """The room's state from one node. A 503 (a node still reading the logs of the streams'
+    home processes after a restart: busy, not wrong) is asked again for a few seconds, as
+    a client would; anything else is the answer."""
+    deadline = time.monotonic() + ROOM_READY_S
+    while True:
+        response = await client.get(f"{url}/v1/rooms/{LWW_ROOM}")
+        if response.status_code != 503 or time.monotonic() > deadline:
+            return response
+        await asyncio.sleep(0.5)
+
+
 async def check_rooms(
     cluster: Cluster, client: httpx.AsyncClient, writers: RoomWriters
 ) -> list[str]:
@@ -109,7 +124,7 @@ async def check_rooms(
             problems.append(f"room {LWW_ROOM}: acknowledged op {op} is in no record")
     want = sorted(canonical(op.to_dict()) for op in expected.entries())
     for node in nodes:
-        response = await client.get(f"{node.url}/v1/rooms/{LWW_ROOM}")
+        response = await _room(client, node.url)
         if response.status_code != 200:
             problems.append(
                 f"room {LWW_ROOM} on {node.node_id}: {response.status_code} {response.text[:300]}"
