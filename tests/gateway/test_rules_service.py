@@ -461,3 +461,27 @@ async def test_a_kept_rule_its_owner_may_no_longer_run_does_not_stop_the_gateway
     finally:
         await second.aclose()
     assert len(list((tmp_path / "rules").glob("*.json"))) == 2  # the other one waits there
+
+
+async def test_a_node_runs_at_most_max_rules_and_a_rule_holds_at_most_max_pending(
+    tmp_path: Path,
+) -> None:
+    gateway = _gateway(tmp_path, max_rules=2, max_pending=2)
+    await gateway.start()
+    try:
+        held = {"sql": "SELECT n FROM orders", "actions": [{"hold": {"timeout_s": 600}}]}
+        await gateway.rules.put(ALICE, "first", held)
+        await gateway.rules.put(ALICE, "second", {"sql": "SELECT n FROM orders"})
+        with pytest.raises(AirlaneError) as refused:
+            await gateway.rules.put(ALICE, "third", {"sql": "SELECT n FROM orders"})
+        assert refused.value.code is ErrorCode.INVALID_REQUEST and "2 rules" in str(refused.value)
+        await gateway.rules.put(ALICE, "second", {"sql": "SELECT n AS m FROM orders"})  # replaced
+        await gateway.logs.create(ALICE, "orders")
+        await _append(gateway, "orders", {"n": 1}, {"n": 2}, {"n": 3})
+        await _eventually(lambda: _stat(gateway, "first", "hold_refused", 1))
+        assert [row["row"] for row in gateway.rules.pending(ALICE, "first")] == [
+            {"n": 1},
+            {"n": 2},
+        ]
+    finally:
+        await gateway.aclose()

@@ -19,6 +19,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from tests.http.conftest import API_KEY
 from tests.http.support import MODEL, assert_healthy, assert_json_error
+from tests.servers import FAST_SYNTHETIC, run_server
 
 CHAT = "/v1/chat/completions"
 OK_MESSAGES = [{"role": "user", "content": "hi"}]
@@ -438,6 +439,29 @@ async def test_ws_double_subscribe_is_refused(server, named):
         error = await reply(ws)
         assert error["code"] == "already_subscribed" and error["ref"] == 2
         await assert_usable(ws)
+
+
+async def test_ws_subscriptions_past_the_bound_are_refused_and_the_socket_stays_usable():
+    config = FAST_SYNTHETIC + "\n[http]\nmax_ws_subscriptions = 2\n"
+    with run_server(config=config) as limited:
+        async with httpx.AsyncClient(base_url=limited.url) as http:
+            for name in ("limit/a", "limit/b", "limit/c"):
+                assert (await http.post("/v1/streams", json={"name": name})).status_code == 201
+        async with connect(ws_url(limited.url), subprotocols=["airlane.v1.json"]) as ws:
+            for ref, stream in enumerate(("limit/a", "limit/b", "limit/c")):
+                await ws.send(json.dumps({"op": "subscribe", "stream": stream, "ref": ref}))
+                answer = await reply(ws)
+                while answer["op"] == "event":  # a stream's events may come first
+                    answer = await reply(ws)
+                if ref < 2:
+                    assert answer["op"] == "subscribed", answer
+            assert (answer["op"], answer["code"], answer["ref"]) == (
+                "error",
+                "too_many_subscriptions",
+                2,
+            ), answer
+            assert "at most 2" in answer["message"]
+            await assert_usable(ws)
 
 
 async def test_ws_binary_message_on_json_subprotocol_is_1003(server):
