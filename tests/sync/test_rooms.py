@@ -7,6 +7,7 @@ replicas; the in-process tests put two `Rooms` (two "nodes") on one hub.
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 
 import httpx
@@ -142,3 +143,46 @@ async def test_two_nodes_on_one_hub_share_a_room_and_compaction_keeps_the_state(
         await one.aclose()
         await two.aclose()
         await hub.aclose()
+
+
+async def test_a_client_that_does_not_read_is_closed_and_its_backlog_dropped(server):
+    """A client that stops reading: once its outbox is full it is closed as too slow, at
+    once, rather than when (if ever) it reads again; what was queued for it is dropped, and
+    the room goes on serving the others."""
+    url = server.url.replace("http://", "ws://") + "/v1/rooms/flooded"
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)  # its buffers fill soon
+    sock.connect(("127.0.0.1", httpx.URL(server.url).port))
+    writer = replica("flood")
+    async with websockets.connect(url, max_size=None) as fast:
+        async with websockets.connect(url, sock=sock, max_queue=1, compression=None) as slow:
+            assert (await receive_json(slow))["type"] == "state"
+            assert (await receive_json(fast))["type"] == "state"
+            # A few large changes fill the slow client's socket, then a queue's worth of
+            # small ones fill its outbox.
+            messages = [
+                [writer.set(f"big{i}", "x" * 60_000, now_ms()).to_dict() for i in range(10)]
+                for _ in range(10)
+            ]
+            messages += [[writer.set("n", n, now_ms()).to_dict()] for n in range(1200)]
+            for ops in messages:  # one at a time: the client that reads is never behind
+                await fast.send(orjson.dumps({"type": "ops", "ops": ops}).decode())
+                while (await receive_json(fast))["type"] != "ack":
+                    pass
+            # Now the slow client reads: what the kernel held, then the end. Not the
+            # thousand changes that were queued for it.
+            received = 0
+            with pytest.raises(websockets.ConnectionClosed) as closed:
+                async with asyncio.timeout(15):
+                    async for _ in slow:
+                        received += 1
+            assert received < 200, received
+            code = closed.value.rcvd.code if closed.value.rcvd is not None else 1006
+            assert code in (4503, 1006), closed.value
+        # The room still serves the one that reads.
+        await fast.send(
+            orjson.dumps(
+                {"type": "ops", "ops": [writer.set("after", 1, now_ms()).to_dict()]}
+            ).decode()
+        )
+        assert "ack" in {(await receive_json(fast))["type"], (await receive_json(fast))["type"]}

@@ -41,6 +41,9 @@ MAX_PENDING_MESSAGES = 1024
 """Messages waiting for one slow WebSocket client before it is closed."""
 MAX_MESSAGE_BYTES = 1 << 20
 """Largest message a client may send."""
+CLOSE_TIMEOUT_S = 5.0
+"""How long the close frame may wait on a client too slow to read before the connection is
+dropped."""
 
 
 def room_name(path: str) -> tuple[str, str]:
@@ -89,45 +92,63 @@ async def serve_room(app: AppContext, request: Request, receive: Receive, send: 
 
 
 class _RoomSocket:
-    """One client of one room: a bounded outbox, a writer task, the reader loop."""
+    """One client of one room: a bounded outbox, a writer task, a reader task."""
 
     def __init__(self, send: Send) -> None:
         self.send = send
-        self.outbox: asyncio.Queue[bytes | None] = asyncio.Queue(MAX_PENDING_MESSAGES)
+        self.outbox: asyncio.Queue[bytes] = asyncio.Queue(MAX_PENDING_MESSAGES)
         self.too_slow = False
+        self._writer: asyncio.Task[None] | None = None
 
     def relay(self, ops: list[dict[str, Any]]) -> None:
-        """The room's listener: queue the change for this client (closing a laggard)."""
+        """The room's listener: queue the change for this client; one whose outbox is full
+        is closed as too slow."""
+        if self.too_slow:
+            return
         try:
             self.outbox.put_nowait(orjson.dumps({"type": "ops", "ops": ops}))
         except asyncio.QueueFull:
             self.too_slow = True
-            with contextlib.suppress(asyncio.QueueFull):
-                self.outbox.get_nowait()
-                self.outbox.put_nowait(None)  # the writer closes the socket
+            if self._writer is not None:
+                # It may wait on a socket the client does not read: stopped now, not when
+                # (if ever) the client reads again.
+                self._writer.cancel()
 
     async def run(self, room: JoinedRoom, receive: Receive) -> None:
-        """Send the room's state, then relay both ways until the client leaves."""
-        writer = asyncio.create_task(self._write(), name=f"room {room.name} writer")
+        """Send the room's state, then relay both ways until the client leaves or is too
+        slow."""
+        state = orjson.dumps({"type": "state", **room.state()})
+        writer = asyncio.create_task(self._write(state), name=f"room {room.name} writer")
+        reader = asyncio.create_task(self._read(room, receive), name=f"room {room.name} reader")
+        self._writer = writer
         try:
-            state = orjson.dumps({"type": "state", **room.state()}).decode()
-            await self.send({"type": "websocket.send", "bytes": None, "text": state})
-            await self._read(room, receive)
+            await asyncio.wait((reader, writer), return_when=asyncio.FIRST_COMPLETED)
         finally:
-            writer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await writer
+            for task in (reader, writer):
+                task.cancel()
+            for task in (reader, writer):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if self.too_slow:
+            # The only write now. A client too slow to read may not take even the close
+            # frame: the server drops the connection when this returns.
+            too_slow = AirlaneError(
+                "too slow: messages were not read in time", code=ErrorCode.TOO_SLOW
+            )
+            with contextlib.suppress(TimeoutError, OSError):
+                async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                    await refuse(self.send, too_slow)
 
-    async def _write(self) -> None:
-        while (message := await self.outbox.get()) is not None:
+    async def _write(self, state: bytes) -> None:
+        message = state
+        while True:
             await self.send({"type": "websocket.send", "text": message.decode()})
-        too_slow = "too slow: messages were not read in time"
-        await refuse(self.send, AirlaneError(too_slow, code=ErrorCode.TOO_SLOW))
+            message = await self.outbox.get()
 
     async def _read(self, room: JoinedRoom, receive: Receive) -> None:
         while True:
             message = await receive()
-            if message["type"] == "websocket.disconnect" or self.too_slow:
+            if message["type"] == "websocket.disconnect":
                 return
             if message.get("bytes") is not None:
                 wrong = AirlaneError("send JSON text messages", code=ErrorCode.UNSUPPORTED)
