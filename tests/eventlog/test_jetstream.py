@@ -7,6 +7,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import nats
 import pytest
@@ -19,6 +20,7 @@ from airlane.eventlog import (
     JetStreamEventLogConfig,
     RetryPolicy,
     Validator,
+    jetstream_pull,
 )
 from tests.eventlog.contract import EventLogContract, OpenLog, fetch_until
 from tests.natsserver import NatsServer
@@ -179,6 +181,40 @@ async def test_a_delivery_fetched_on_one_connection_settles_on_another(
     finally:
         for conn in connections:
             await conn.close()
+
+
+async def test_a_fetch_stalled_past_the_ack_wait_with_the_answer_in_hand_hands_out_nothing(
+    nats_session: NatsServer, namespace: dict[str, str], monkeypatch: pytest.MonkeyPatch
+):
+    """The broker answered the fetch, then the whole process stopped (a GC pass, SIGSTOP)
+    for longer than the group's ack wait, and resumed while the fetch still had time: by
+    then the record may be another member's, so this one must not get that copy."""
+    conn = await connect(nats_session.url)
+    log = JetStreamEventLog(conn, **namespace)
+    try:
+        await log.create_log("stall")
+        member = await log.consumer_group("stall", "g", ack_wait_s=0.5)
+        await log.append("stall", "a.v1", b"1")
+        answers = jetstream_pull._answers
+        stalls = 1
+
+        async def stalled_before_reading(*args: Any) -> Any:
+            nonlocal stalls
+            if stalls:
+                stalls -= 1
+                await asyncio.sleep(0.1)  # the answer arrives in the inbox
+                time.sleep(0.8)  # the process stops: nothing runs, the ack wait runs out
+            return await answers(*args)
+
+        monkeypatch.setattr(jetstream_pull, "_answers", stalled_before_reading)
+        # Not the copy read too late; the same fetch waits on and gets the redelivery.
+        (again,) = await member.fetch(1, timeout_s=5)
+        assert (again.seq, again.deliveries) == (1, 2)
+        await again.ack()
+        await member.aclose()
+        await log.delete_log("stall")
+    finally:
+        await conn.close()
 
 
 async def test_a_delivery_that_arrived_after_its_fetch_gave_up_is_not_handed_out(

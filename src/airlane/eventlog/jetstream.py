@@ -438,7 +438,7 @@ class JetStreamEventLog(EventLog):
         # the consumer's configuration, so no member can reset another's settings.
         stored = group_info(ref, info)
         settings.check_join(name, group, stored.ack_wait_s, stored.max_deliver)
-        return JetStreamConsumerGroup(ref)
+        return JetStreamConsumerGroup(ref, stored.ack_wait_s)
 
     async def _find_group(self, ref: GroupRef) -> api.ConsumerInfo | None:
         try:

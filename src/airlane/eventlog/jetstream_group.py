@@ -97,9 +97,12 @@ class JetStreamConsumerGroup(ConsumerGroup):
     inbox of its own (`airlane.eventlog.jetstream_pull`), so the member holds nothing on the
     broker between fetches."""
 
-    def __init__(self, ref: GroupRef) -> None:
+    def __init__(self, ref: GroupRef, ack_wait_s: float) -> None:
         super().__init__(ref.log, ref.group)
         self._ref = ref
+        self._ack_wait_s = ack_wait_s
+        """The group's, fixed when it was created: a pull hands out nothing it read later
+        than this after asking."""
         self._next = f"{ref.js._prefix}.CONSUMER.MSG.NEXT.{ref.stream}.{ref.consumer}"
 
     async def _fetch(self, max_events: int, timeout_s: float) -> list[Delivery]:
@@ -112,6 +115,7 @@ class JetStreamConsumerGroup(ConsumerGroup):
                 max(timeout_s, MIN_FETCH_WAIT_S),
                 buffer_msgs=ref.buffer_msgs,
                 buffer_bytes=ref.buffer_bytes,
+                ack_wait_s=self._ack_wait_s,
             )
         except (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError) as exc:
             raise EventLogUnavailable("fetch: the NATS connection is closed") from exc
