@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from airlane.core import Event, Kind, Position, Retention
+from airlane.core import Event, Kind, Position, Retention, StreamTooLarge
 from airlane.hub import HubUnavailable, MemoryHubConfig
 from airlane.hub.jetstream import HomeLogHub, JetStreamHub, JetStreamHubConfig
 from airlane.hub.jetstream import follower as follower_module
@@ -80,6 +80,21 @@ async def test_an_unanswered_forward_fails_rather_than_risk_storing_twice(
         await a.append("slow-home", Event.done())
         # a stored it; b did not write it again itself (a direct write would have).
         assert await _payloads(a, "slow-home") == [{"n": "once"}]
+
+
+async def test_an_append_its_home_refuses_as_too_large_is_refused_as_such_where_it_was_made(
+    nodes, monkeypatch
+):
+    """b's copy is behind (it has not read a's last append), so b's own check of the text limit
+    lets an append through; a, the home, refuses it. b must say why (`StreamTooLarge`: 413),
+    promptly, not time out as if the home were away."""
+    a, b = nodes
+    await a.create("small", retention=Retention(max_text_chars=10))
+    assert (await b.info("small")).last_seq == 0  # b holds the stream
+    monkeypatch.setattr(b, "_apply_message", lambda home, batch: None)  # b falls behind
+    await a.append_many("small", [Event.delta("12345678")])
+    with pytest.raises(StreamTooLarge):
+        await asyncio.wait_for(b.append_many("small", [Event.delta("abcd")]), 5)
 
 
 async def test_a_direct_write_stored_but_unanswered_is_not_written_again(nodes, monkeypatch):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from airlane.core import TERMINAL_KINDS, Event
+from airlane.core import TERMINAL_KINDS, Event, StreamTooLarge
 from airlane.hub.base import HubError
 
 __all__ = ["MAX_QUEUED_EVENTS", "AppendQueue"]
@@ -38,7 +38,7 @@ class AppendQueue:
         """Settled when the publish under way is stored (or not)."""
         self.ended = False
         """A terminal event is queued or being published: nothing may follow it."""
-        self.failure: HubError | None = None
+        self.failure: HubError | StreamTooLarge | None = None
         """What the last failed publish raised, for a synchronous appender's next call (its
         producer learns of a failure there; an awaited append has its own future)."""
         self.flushing = False
@@ -82,7 +82,7 @@ class AppendQueue:
             if not future.done():
                 future.set_result(None)
 
-    def failed(self, failure: HubError) -> None:
+    def failed(self, failure: HubError | StreamTooLarge) -> None:
         """The publish under way failed with ``failure``: it, and everything queued after it
         (which must not be stored past a gap), fail alike."""
         waiters = self.inflight + self.waiters

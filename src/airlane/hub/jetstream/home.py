@@ -59,7 +59,7 @@ from typing import Any
 
 import msgspec
 
-from airlane.core import Event, Folded, StreamInfo, StreamLog
+from airlane.core import Event, Folded, StreamInfo, StreamLog, StreamTooLarge
 from airlane.hub.base import HubError, HubUnavailable, StreamEnded, StreamNotFound
 from airlane.hub.jetstream.config import JetStreamHubConfig
 from airlane.hub.jetstream.follower import LogFollower
@@ -744,6 +744,8 @@ class HomeLogHub(JetStreamHub):
                     raise StreamNotFound(str(value))
                 if status == "busy":
                     raise HubUnavailable(str(value))
+                if status == "too_large":
+                    raise StreamTooLarge(str(value))
                 raise HubError(str(value))
         await self._write_direct(replica, events)
 
@@ -825,8 +827,13 @@ class HomeLogHub(JetStreamHub):
                 return _encoder.encode(["ended", str(exc)])
             except StreamNotFound as exc:
                 return _encoder.encode(["missing", str(exc)])
+            except StreamTooLarge as exc:
+                return _encoder.encode(["too_large", str(exc)])
             except (HubError, ValueError, TypeError, msgspec.DecodeError) as exc:
                 return _encoder.encode(["error", str(exc)])
+            except Exception as exc:  # a bug: the asking node gets an answer, not a timeout
+                log.exception("a forwarded append to %s failed", self.node)
+                return _encoder.encode(["error", f"{self.node}: internal error ({exc!r:.200})"])
         finally:
             self._forwards -= 1
 

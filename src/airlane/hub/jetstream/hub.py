@@ -58,6 +58,7 @@ from airlane.core import (
     Position,
     Retention,
     StreamLog,
+    StreamTooLarge,
     valid_hub_stream_id,
 )
 from airlane.hub.base import (
@@ -324,7 +325,7 @@ class JetStreamHub(MemoryHub):
                     events = queue.take()
                     try:
                         await write(replica, events)
-                    except HubError as exc:
+                    except (HubError, StreamTooLarge) as exc:  # refused by the home
                         queue.failed(exc)
                     except BaseException as exc:
                         queue.failed(HubUnavailable(f"the hub stopped before storing: {exc!r}"))
