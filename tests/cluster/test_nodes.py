@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import AsyncIterator, Iterator
 from urllib.parse import quote
 
@@ -159,6 +160,12 @@ async def test_cancel_on_any_node_stops_the_generation_and_acknowledged_events_s
             assert events[-1]["kind"] == "done" and events[-1]["finish_reason"] == "cancelled"
             info = (await client.get(f"{a.url}/v1/streams/{stream_id}")).json()
             assert info["ended"] and info["finish_reason"] == "cancelled"
+            # And the producer on a stopped (not only the stream's end was written), well
+            # before its 5,000 tokens would have ended it.
+            deadline = asyncio.get_running_loop().time() + 2
+            while await _running(client, a) != 0:
+                assert asyncio.get_running_loop().time() < deadline, "a's producer runs on"
+                await asyncio.sleep(0.1)
 
             # A named stream: what node a acknowledged is there after a is killed.
             created = await client.post(f"{a.url}/v1/streams", json={"name": "agents/7/events"})
@@ -178,6 +185,14 @@ async def test_cancel_on_any_node_stops_the_generation_and_acknowledged_events_s
 
 
 pytestmark = pytest.mark.timeout(90)
+
+
+async def _running(client: httpx.AsyncClient, server: ServerProcess) -> float:
+    """``airlane_generations_running`` on ``server``: its producers still running."""
+    text = (await client.get(f"{server.url}/metrics")).text
+    found = re.search(r"^airlane_generations_running(?:\{[^}]*\})? (\S+)$", text, re.MULTILINE)
+    assert found is not None, "no airlane_generations_running in /metrics"
+    return float(found.group(1))
 
 
 async def test_event_logs_and_schemas_are_shared_by_every_node(nats_server):
