@@ -14,10 +14,10 @@ like any unacknowledged one. The pull itself is done in two requests, as JetStre
 1. ``no_wait`` for up to ``batch`` records: the broker sends what it has, then a
    ``404 No Messages`` or ``408 Request Timeout`` status that ends the request;
 2. when that found nothing, a lingering request for a single record that expires with the
-   fetch (or sooner, and then another: see below). A lingering request for more than one would stay open on the broker after the first
-   record came and capture records for an inbox nobody reads any more; asking for one, the
-   request is spent by the record that answers it. The caller's next fetch takes the rest
-   with a ``no_wait`` request.
+   fetch (or sooner, and then another: see below). A lingering request for more than one
+   would stay open on the broker after the first record came and capture records for an
+   inbox nobody reads any more; asking for one, the request is spent by the record that
+   answers it. The caller's next fetch takes the rest with a ``no_wait`` request.
 
 A stall can also fall *within* a fetch: the broker answered, and the process stopped before
 it read the answer. Given the consumer's ack wait, a request hands out nothing read later than
