@@ -199,3 +199,40 @@ async def test_appending_to_an_event_log(gateway: ServerProcess, transport: str)
                     break
                 await asyncio.sleep(0.02)
     assert [r["data"]["episode"] for r in records] == [1, 2, 3]
+
+
+async def test_an_agent_session_follows_at_most_max_channel_streams() -> None:
+    """Past ``[rsocket] max_channel_streams`` a subscribe is answered with an error and the
+    session goes on."""
+    config = PACED_SYNTHETIC + "\n[rsocket]\nmax_channel_streams = 2\n"
+    with run_server(config=config) as limited:
+        names = ["bound-a", "bound-b", "bound-c"]
+        async with httpx.AsyncClient(base_url=limited.url) as http:
+            for name in names:
+                assert (await http.post("/v1/streams", json={"name": name})).status_code == 201
+        commands: list[dict[str, Any]] = [
+            {"op": "subscribe", "id": n, "stream_id": name} for n, name in enumerate(names)
+        ]
+        done = {"kind": "done", "finish_reason": "stop"}
+        commands += [
+            {"op": "publish", "id": 10 + n, "stream_id": name, "event": done}
+            for n, name in enumerate(names[:2])
+        ]
+
+        def source():
+            for command in commands[1:]:
+                yield Payload(orjson.dumps(command)), command is commands[-1]
+
+        async with open_client(limited) as client:
+            got = decoded(
+                await client.request_channel(
+                    payload("agent.session", commands[0]), StreamFromGenerator(source)
+                )
+            )
+    answers = {m["id"]: m for m in got if "id" in m}
+    assert [answers[n]["op"] for n in (0, 1)] == ["subscribed", "subscribed"]
+    refused = answers[2]
+    assert (refused["op"], refused["code"]) == ("error", "too_many_subscriptions"), refused
+    assert "at most 2" in refused["message"]
+    assert [answers[n]["op"] for n in (10, 11)] == ["published", "published"]
+    assert {m["stream_id"] for m in got if m.get("op") == "ended"} == {"bound-a", "bound-b"}

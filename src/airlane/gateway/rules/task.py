@@ -86,6 +86,8 @@ RETRY_PAUSE_S = 1.0
 """The pause before an action is tried again (doubled each time)."""
 WAIT_SOURCE_S = 1.0
 """How often a rule looks again for a source that does not exist yet."""
+LANDING_S = 2.0
+"""How long a stopping rule lets a generation's event under way reach its topic."""
 MAX_GENERATIONS = 16
 """Generations one rule forwards to their result topics at once; the next row's actions wait
 for one to end."""
@@ -548,10 +550,12 @@ class RuleTask:
                 while events := await subscription.next_batch(64):
                     epoch = subscription.position.epoch
                     for event in events:
-                        await self._retrying(partial(self._publish_event, stream_id, epoch, event))
+                        await self._publish_landing(stream_id, epoch, event)
+                        # Per event in memory (a task that replaces this one goes on from the
+                        # next), per batch on disk.
+                        entry["position"] = Position(epoch, event.seq).token
                     if events[-1].kind in TERMINAL_KINDS:
                         break
-                    entry["position"] = subscription.position.token
                     await self.save()
             finally:
                 await subscription.aclose()
@@ -560,6 +564,24 @@ class RuleTask:
             log.warning("rule %s: forwarding %s to %s: %s", self.name, stream_id, topic, exc)
         self.state.forwards.pop(stream_id, None)
         await self.save()
+
+    async def _publish_landing(self, stream_id: str, epoch: str, event: Event) -> None:
+        """Publish one event (retried); a task stopped meanwhile (its rule replaced, the
+        gateway closing) lets the publish land first, for up to `LANDING_S`, so that the
+        position it leaves says exactly what went out: the task that takes over sends
+        nothing twice (its first read may join the deltas it missed into one event, whose
+        text would repeat one sent twice)."""
+        publish = asyncio.ensure_future(
+            self._retrying(partial(self._publish_event, stream_id, epoch, event))
+        )
+        try:
+            await asyncio.shield(publish)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(publish, LANDING_S)
+            if publish.done() and not publish.cancelled() and publish.exception() is None:
+                self.state.forwards[stream_id]["position"] = Position(epoch, event.seq).token
+            raise
 
     async def _publish_event(self, stream_id: str, epoch: str, event: Event) -> None:
         entry = self.state.forwards[stream_id]
