@@ -33,7 +33,8 @@ from airlane.transports.http.asgi import (
 )
 from airlane.transports.http.auth import authenticate
 from airlane.transports.http.context import AppContext
-from airlane.transports.http.websocket import accept, refuse
+from airlane.transports.http.errors import close_code
+from airlane.transports.http.websocket import accept, close_within, refuse
 
 __all__ = ["MAX_PENDING_MESSAGES", "handle_rooms", "room_name", "serve_room"]
 
@@ -41,9 +42,6 @@ MAX_PENDING_MESSAGES = 1024
 """Messages waiting for one slow WebSocket client before it is closed."""
 MAX_MESSAGE_BYTES = 1 << 20
 """Largest message a client may send."""
-CLOSE_TIMEOUT_S = 5.0
-"""How long the close frame may wait on a client too slow to read before the connection is
-dropped."""
 
 
 def room_name(path: str) -> tuple[str, str]:
@@ -130,14 +128,8 @@ class _RoomSocket:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         if self.too_slow:
-            # The only write now. A client too slow to read may not take even the close
-            # frame: the server drops the connection when this returns.
-            too_slow = AirlaneError(
-                "too slow: messages were not read in time", code=ErrorCode.TOO_SLOW
-            )
-            with contextlib.suppress(TimeoutError, OSError):
-                async with asyncio.timeout(CLOSE_TIMEOUT_S):
-                    await refuse(self.send, too_slow)
+            reason = "too slow: messages were not read in time"
+            await close_within(self.send, close_code(ErrorCode.TOO_SLOW), reason)
 
     async def _write(self, state: bytes) -> None:
         message = state

@@ -69,9 +69,21 @@ from airlane.wire.errors import DecodeError
 from airlane.wire.event_json import event_from_dict, event_to_dict, event_to_json
 from airlane.wire.limits import MAX_BODY_DEPTH, json_depth
 
-__all__ = ["SUBPROTOCOLS", "WebSocketSession", "accept", "close", "refuse", "serve_loadtest_ws"]
+__all__ = [
+    "CLOSE_TIMEOUT_S",
+    "SUBPROTOCOLS",
+    "WebSocketSession",
+    "accept",
+    "close",
+    "close_within",
+    "refuse",
+    "serve_loadtest_ws",
+]
 
 log = logging.getLogger("airlane.ws")
+
+CLOSE_TIMEOUT_S = 5.0
+"""How long a close frame may wait on a client that does not read (`close_within`)."""
 
 JSON_PROTOCOL = "airlane.v1.json"
 MSGPACK_PROTOCOL = "airlane.v1.msgpack"
@@ -97,6 +109,15 @@ async def accept(receive: Receive, send: Send, subprotocol: str | None) -> bool:
 async def close(send: Send, code: int, reason: str) -> None:
     """Close with a code and a human-readable reason (at most 123 bytes, RFC 6455 5.5)."""
     await send({"type": "websocket.close", "code": code, "reason": close_reason(reason)})
+
+
+async def close_within(send: Send, code: int, reason: str) -> None:
+    """`close`, waiting at most `CLOSE_TIMEOUT_S`: for a client too slow to read even the close
+    frame (the server drops the connection once the application returns). The caller's
+    writer must have stopped: this is then the only write."""
+    with contextlib.suppress(TimeoutError, OSError):
+        async with asyncio.timeout(CLOSE_TIMEOUT_S):
+            await close(send, code, reason)
 
 
 async def refuse(send: Send, exc: AirlaneError) -> None:

@@ -45,7 +45,7 @@ from airlane.transports.http.asgi import Receive, Request, Send
 from airlane.transports.http.auth import authenticate
 from airlane.transports.http.context import AppContext
 from airlane.transports.http.errors import close_code
-from airlane.transports.http.websocket import accept, close, refuse
+from airlane.transports.http.websocket import CLOSE_TIMEOUT_S, accept, close_within, refuse
 from airlane.transports.http.ws_protocol import SEND_MANY, SEND_MANY_TYPE
 
 __all__ = ["CLOSE_TIMEOUT_S", "YJS_PATH_PREFIX", "serve_yjs"]
@@ -54,8 +54,6 @@ log = logging.getLogger("airlane.yjs")
 
 YJS_PATH_PREFIX = "/v1/yjs/"
 """WebSocket paths under this prefix are Yjs rooms: ``/v1/yjs/<room>``."""
-CLOSE_TIMEOUT_S = 5.0
-"""How long sending our close frame may take (a peer too slow to read may never take it)."""
 
 
 async def serve_yjs(app: AppContext, request: Request, receive: Receive, send: Send) -> None:
@@ -115,11 +113,8 @@ class _Session:
         peer = self.peer
         if self.disconnected or peer.close_code is None:
             return
-        # The writer has stopped: this is the only write now. A peer too slow to read may not
-        # take even the close frame; the server drops the connection when we return.
-        with contextlib.suppress(TimeoutError, OSError):
-            async with asyncio.timeout(CLOSE_TIMEOUT_S):
-                await close(send, close_code(peer.close_code), peer.close_reason)
+        # The writer has stopped: this is the only write now.
+        await close_within(send, close_code(peer.close_code), peer.close_reason)
 
     async def _read(self, receive: Receive) -> None:
         limit = self.app.config.max_ws_message_bytes
