@@ -101,17 +101,21 @@ async def _until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
             await asyncio.sleep(0.02)
 
 
+def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The bridge's warnings, both connections', in the order they were logged."""
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "airlane.mqtt" and r.levelno == logging.WARNING
+    ]
+
+
 def _failures(caplog: pytest.LogCaptureFixture) -> list[str]:
     """The bridge's warnings about its subscriber connection, one per failed connection.
 
     The publisher connection retries on its own schedule and logs as ``publisher``; counting
     both would halve the pauses a test sees between the failures it counts."""
-    return [
-        message
-        for r in caplog.records
-        if r.name == "airlane.mqtt" and r.levelno == logging.WARNING
-        if ": subscriber: " in (message := r.getMessage())
-    ]
+    return [message for message in _warnings(caplog) if ": subscriber: " in message]
 
 
 async def _stores_through(
@@ -156,7 +160,8 @@ async def _refused(
         assert not bridge.stats.connected
         assert not bridge.up.is_set()
         assert bridge.stats.last_error is not None
-        assert _failures(caplog)[-1].endswith(bridge.stats.last_error)
+        # ``last_error`` is the latest failure of either connection, as logged.
+        assert _warnings(caplog)[-1].endswith(bridge.stats.last_error)
         # The gateway is not held up by the bridge.
         assert gateway.health()["status"] == "ok"
         await gateway.logs.create(PRINCIPAL, "direct")

@@ -75,8 +75,11 @@ class BridgeStats:
     connected: bool = False
     """Whether the subscriber is connected and subscribed."""
     publisher_connects: int = 0
+    """Connections made by the publisher (for rules' forwards)."""
     last_error: str | None = None
+    """Why the latest failed connection of either one (subscriber or publisher) failed."""
     refused_filters: int = 0
+    """Filters the broker refused to subscribe."""
 
 
 def filter_identifier(filter: str) -> int:
