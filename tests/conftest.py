@@ -4,11 +4,22 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from tests.natsserver import NatsServer, running_nats
-from tests.servers import ServerProcess, run_server
+# pytest explains a failed ``assert`` only in the modules it rewrites: test files and conftests.
+# The shared test bodies (``contract.py``) and helpers (``support.py``, the servers) hold asserts
+# too, and a flake in CI leaves only its report: every module under tests/ is rewritten, asked
+# for here before any of them is imported.
+_HERE = Path(__file__).parent
+pytest.register_assert_rewrite(
+    *(f"tests.{p.name}" for p in _HERE.iterdir() if (p / "__init__.py").is_file()),
+    *(f"tests.{p.stem}" for p in _HERE.glob("*.py") if not p.stem.startswith(("test_", "_"))),
+)
+
+from tests.natsserver import NatsServer, running_nats  # noqa: E402 (after the rewrite hook)
+from tests.servers import ServerProcess, run_server  # noqa: E402
 
 # A test run started in the background of a script (``cmd &``) inherits SIGINT ignored, and so
 # would every process the tests start: a gateway or client told to stop with SIGINT (Ctrl-C)

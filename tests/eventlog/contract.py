@@ -56,6 +56,10 @@ async def fetch_until(
 class EventLogContract:
     """Behaviour every event log shares."""
 
+    exact_delivery_counts = True
+    """Whether a record left unsettled is counted 1, 2, ... however loaded the machine (a
+    broker's count may skip or repeat a number: see `test_max_deliver_gives_up_on_a_record`)."""
+
     @pytest.fixture
     def event_log(self, open_log: OpenLog) -> EventLog:
         return open_log()
@@ -202,12 +206,28 @@ class EventLogContract:
     async def test_max_deliver_gives_up_on_a_record(self, event_log: EventLog):
         await event_log.create_log("log")
         await event_log.append("log", "n.v1", b"x")
-        group = await event_log.consumer_group("log", "g", ack_wait_s=0.4, max_deliver=2)
-        [first] = await group.fetch(timeout_s=2)
-        [second] = await group.fetch(timeout_s=3)
-        assert (first.deliveries, second.deliveries) == (1, 2)
-        assert await group.fetch(timeout_s=1.0) == []
+        group = await event_log.consumer_group("log", "g", ack_wait_s=0.5, max_deliver=2)
+        # Fetch, never settling, until nothing came for three ack waits. Unloaded, that is
+        # deliveries 1 then 2. A busy machine may see other counts: a fetch that read an answer
+        # too late hands out nothing (the broker counted that attempt), and JetStream takes
+        # back the count of a redelivery whose pull request had just expired (the next one
+        # carries the same count). The count never goes down and never passes max_deliver.
+        counts: list[int] = []
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            got = await group.fetch(timeout_s=1.5)
+            if not got:
+                break
+            counts.extend(d.deliveries for d in got)
+        assert counts and counts == sorted(counts) and counts[-1] <= 2, counts
+        if self.exact_delivery_counts:
+            assert counts == [1, 2]
+        # The group let the record go (the broker drops it from pending when it would have
+        # been handed out a third time, which takes a waiting fetch).
         info = await group.info()
+        while info.pending_acks and time.monotonic() < deadline:
+            assert await group.fetch(timeout_s=0.5) == []
+            info = await group.info()
         assert info.pending_acks == 0 and info.max_deliver == 2
 
     async def test_a_group_is_durable(self, event_log: EventLog):

@@ -308,7 +308,9 @@ class Delivery(abc.ABC):
         self.record = record
         """The record."""
         self.deliveries = deliveries
-        """How many times the group has handed this record out: 1 the first time."""
+        """How many times the group has handed this record out: 1 the first time. It never
+        goes down; on JetStream it can repeat (the broker takes back the count of a
+        redelivery that met a fetch just as it expired)."""
         self._settled = False
 
     @property
