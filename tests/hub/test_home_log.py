@@ -426,6 +426,56 @@ async def test_a_node_taken_for_gone_checks_what_it_holds_when_its_read_back_was
         assert (await b.info("after")).last_seq == 1
 
 
+async def test_readers_of_a_running_stream_resume_after_its_missed_events_were_folded(
+    nats_session, monkeypatch, caplog
+):
+    async with two_nodes(_trimming(nats_session)) as (a, b):
+        assert isinstance(a, HomeLogHub) and isinstance(b, HomeLogHub)
+        await eventually(lambda: follows(b, a))
+        await a.create("runs-on", retention=Retention(max_events=4))
+        await a.append("runs-on", Event.message({"n": 0}))
+        await eventually(lambda: b._streams.get("runs-on") is not None)
+        reader = await b.subscribe("runs-on")
+        seen = [e.data["payload"]["n"] for e in await reader.next_batch()]
+        assert seen == [0]
+        follower = b._followers[a.home]
+        follower.syncing = True  # cut off: b applies nothing of a's log
+        monkeypatch.setattr(b, "_followed_logs", dict)  # ... and a takes b for gone
+        await eventually(lambda: b.member not in a._read_by, timeout=5)
+        for n in range(1, 7):  # the stream goes on; its retention folds the first ones
+            await a.append("runs-on", Event.message({"n": n}))
+        written_at = a._written
+        for n in range(20):  # traffic that lets the log behind the stream go
+            await a.create(f"short-{n}")
+            await a.append(f"short-{n}", Event.message({"pad": "x" * 200}))
+            await a.append(f"short-{n}", Event.done())
+        await eventually(
+            lambda: a._streams["runs-on"].snapshot_from > written_at and a._trimmed > written_at,
+            timeout=10,
+            what="a rewrite of the stream, then a trim past it",
+        )
+        monkeypatch.undo()
+        follower.syncing = False
+        follower.held.clear()  # what arrived while cut off never did
+        b._start_sync(follower)
+        # The reader ends without the stream's end (as when a node restarts) ...
+        async with asyncio.timeout(10):
+            while batch := await reader.next_batch():
+                seen.extend(e.data["payload"]["n"] for e in batch if e.kind is Kind.MESSAGE)
+        assert reader.over and not reader.finished
+        assert "folded into its snapshot while this node was cut off" in caplog.text
+        # ... and resumes where it stood: the folded events as a snapshot, then the rest.
+        async with await b.subscribe("runs-on", resume=reader.position) as resumed:
+            await reader.aclose()
+            await a.append("runs-on", Event.message({"n": 7}))
+            await a.append("runs-on", Event.done())
+            events = await drain(resumed)
+        assert events[0].kind is Kind.SNAPSHOT and events[0].seq >= 2
+        after = [e.data["payload"]["n"] for e in events if e.kind is Kind.MESSAGE]
+        assert after == list(range(events[0].seq, 8))
+        assert events[-1].kind is Kind.DONE
+
+
 async def test_a_long_lived_stream_is_written_again_so_the_log_behind_it_can_go(
     nats_session, monkeypatch
 ):

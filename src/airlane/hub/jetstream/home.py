@@ -1085,8 +1085,10 @@ class HomeLogHub(JetStreamHub):
 
     async def _read_missing(self, replica: Replica, follower: LogFollower) -> None:
         """Read back what ``replica`` missed (it met an entry past its next seq) until it
-        has it. Entries that are gone from JetStream (older than ``history_ttl_s``) leave it
-        where it is: said once in the log, never waited for."""
+        has it. Events the home log no longer holds because the stream's snapshot folded
+        them (this node was cut off meanwhile) are in that snapshot: the replica is dropped
+        for a fresh load (`_reload_folded`). Entries that are gone otherwise (older than
+        ``history_ttl_s``) leave it where it is: said once in the log, never waited for."""
         while replica.deferred:
             replica.deferred = False
             before = replica.log.next_seq
@@ -1094,6 +1096,8 @@ class HomeLogHub(JetStreamHub):
             await self._read_for(replica, follower.position)
             if replica.deferred and replica.log.next_seq == before:
                 replica.deferred = False
+                if await self._reload_folded(replica):
+                    return
                 replica.last_js_seq = follower.position  # (nothing before it will come)
                 if replica.stream_id not in self._gone:
                     self._gone.add(replica.stream_id)
@@ -1104,6 +1108,37 @@ class HomeLogHub(JetStreamHub):
                         before,
                     )
                 return
+
+    async def _reload_folded(self, replica: Replica) -> bool:
+        """Drop ``replica`` if the stream's stored snapshot folded events it lacks; True if
+        it was dropped.
+
+        Its readers end without the stream's end, as when a node restarts: each resumes
+        where it stood (SSE's Last-Event-ID, the client's resume token) on a replica loaded
+        afresh, which hands it the snapshot and then the events after it."""
+        stream_id = replica.stream_id
+        try:
+            snapshot = await self._store.get_snapshot(replica.key)
+        except HubError as exc:
+            log.warning("stream %s: cannot read its snapshot: %s", stream_id, exc)
+            return False
+        if snapshot is None or self._streams.get(stream_id) is not replica:
+            return False
+        try:
+            _, folded = decode_snapshot(snapshot)
+        except CorruptRecord:
+            return False
+        if folded.seq < replica.log.next_seq:
+            return False
+        log.warning(
+            "stream %s: its events %d..%d were folded into its snapshot while this node "
+            "was cut off: its readers here resume on the stream loaded again",
+            stream_id,
+            replica.log.next_seq,
+            folded.seq,
+        )
+        self._drop(stream_id)
+        return True
 
     async def _catch_up(self, replica: Replica) -> None:
         home = replica.home

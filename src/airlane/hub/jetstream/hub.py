@@ -487,6 +487,7 @@ class JetStreamHub(MemoryHub):
         none, two when there is one (a conflicting append: what another node appended in
         between), and the rest in bulk through an ordered consumer, never a round trip per
         message (a reader arriving on a node that held a long stream's beginning only)."""
+        replica.deferred = False  # (whatever was missed is after the newest: read here)
         key = replica.key
         batch = await self._store.next_after(key, replica.last_js_seq)
         if batch is None:
@@ -592,7 +593,7 @@ class JetStreamHub(MemoryHub):
     async def _read_back(self, replica: Replica) -> None:
         try:
             async with replica.lock:
-                replica.deferred = False
+                # `deferred` is left for `_catch_up`: the node layout's reads only what it says.
                 await self._catch_up(replica)
         finally:
             replica.repairing = False
