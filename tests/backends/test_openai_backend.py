@@ -27,6 +27,7 @@ from airlane.backends.upstream_config import UpstreamTimeouts
 from airlane.core.events import Channel, Event, Kind
 from airlane.wire.errors import SSEError
 from airlane.wire.sse import SSEDecoder, SSEMessage
+from tests.backends.pausing import PausingSink
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -93,8 +94,17 @@ TOOL_CALLS = sse(
     "[DONE]",
 )
 
+LONG = sse(
+    *(chunk({"content": f"token {n} "}) for n in range(5000)),
+    chunk({}, finish_reason="stop"),
+    USAGE,
+    "[DONE]",
+)
+"""About 0.6 MB: more than an upstream connection buffers unread (`max_buffered_bytes`)."""
+
 SCENARIOS: dict[str, tuple[int, str, bytes]] = {
     "normal": (200, "text/event-stream", NORMAL),
+    "long": (200, "text/event-stream", LONG),
     "tools": (200, "text/event-stream", TOOL_CALLS),
     "unauthorized": (
         401,
@@ -695,3 +705,30 @@ async def test_feeds_that_fail_leave_no_reference_cycle(upstream: tuple[Upstream
             gc.enable()
     finally:
         await backend.aclose()
+
+
+async def test_a_paused_feed_takes_nothing_and_holds_the_upstream_back_until_resumed(
+    upstream: tuple[Upstream, str],
+) -> None:
+    _, url = upstream
+    pulled = await collect(OpenAIUpstreamBackend(f"{url}/long/v1"))
+    # An idle timeout far shorter than the pause: the silence of a paused feed is not the
+    # upstream's.
+    backend = OpenAIUpstreamBackend(f"{url}/long/v1", timeouts=UpstreamTimeouts(idle=0.3))
+    feed = backend.feed(REQUEST)
+    sink = PausingSink(feed)
+    batches = sink.batches
+    task = asyncio.create_task(feed.run(sink))
+    try:
+        deadline = time.monotonic() + 5
+        while not batches and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(1.0)
+        assert len(batches) == 1 and not task.done()
+        # What the connection holds unread stops its reading: TCP holds the upstream back.
+        assert feed._relay is not None and feed._relay.response._conn._reading_paused
+        feed.resume()
+        await asyncio.wait_for(task, 10)
+    finally:
+        await backend.aclose()
+    assert summary(sink.events) == summary(pulled)

@@ -18,6 +18,7 @@ from airlane.backends.synthetic import SyntheticBackend, SyntheticConfig, Synthe
 from airlane.core import Event, Kind
 from airlane.hub import StreamEnded
 
+from .pausing import PausingSink
 from .test_synthetic_backend import LoadTestSpec, check_chunk, request
 
 
@@ -236,14 +237,21 @@ async def test_a_timed_feed_hands_over_what_is_due_at_most_cap_at_once() -> None
     assert await collect_feed(TimedFeed(pacer, iter([]), cap=2)) == []  # nothing to feed
 
 
+def timed_feed(timed: str, count: int, interval_ms: int) -> Feed:
+    """A paced load test of ``count`` chunks, or synthetic text of ``count`` tokens, one
+    every ``interval_ms``."""
+    if timed == "paced":
+        feed = SyntheticBackend().feed(paced(count, interval_ms))
+    else:
+        text = SyntheticBackend(SyntheticConfig(ttft_ms=1, itl_ms=interval_ms))
+        feed = text.feed(request(max_tokens=count))
+    assert feed is not None
+    return feed
+
+
 @pytest.mark.parametrize("timed", ["paced", "text"])
 async def test_cancelling_the_run_stops_the_feed(timed: str) -> None:
-    if timed == "paced":
-        feed = SyntheticBackend().feed(paced(1000, 5))
-    else:
-        text = SyntheticBackend(SyntheticConfig(ttft_ms=1, itl_ms=5))
-        feed = text.feed(request(max_tokens=5000))
-    assert feed is not None
+    feed = timed_feed(timed, 1000 if timed == "paced" else 5000, 5)
     batches: list[list[Event]] = []
     task = asyncio.create_task(feed.run(batches.append))
     await asyncio.sleep(0.05)
@@ -254,3 +262,25 @@ async def test_cancelling_the_run_stops_the_feed(timed: str) -> None:
     assert 1 <= fed < 1000
     await asyncio.sleep(0.05)  # the step still filed with the pacer comes and does nothing
     assert len(batches) == fed
+
+
+@pytest.mark.parametrize("timed", ["paced", "text"])
+async def test_a_paused_feed_hands_over_nothing_until_resumed_then_everything_in_order(
+    timed: str,
+) -> None:
+    unpaused = [event for batch in await collect_feed(timed_feed(timed, 60, 1)) for event in batch]
+    feed = timed_feed(timed, 60, 1)
+    sink = PausingSink(feed)
+    batches = sink.batches
+    task = asyncio.create_task(feed.run(sink))
+    await asyncio.sleep(0.15)  # 150 ms: every step fell due meanwhile
+    assert len(batches) == 1 and not task.done()
+    feed.resume()  # the step that fell due is taken now, the rest as filed
+    await asyncio.wait_for(task, 10)
+    events = sink.events
+    assert [event.kind for event in events] == [event.kind for event in unpaused]
+    if timed == "paced":
+        for n, event in enumerate(events[:60]):
+            check_chunk(event.raw, n + 1)  # every chunk, in order
+    else:
+        assert [event.text for event in events] == [event.text for event in unpaused]

@@ -4,6 +4,7 @@ the backend's stream everywhere else; either way the stream ends, and a cancel s
 from __future__ import annotations
 
 import asyncio
+import signal
 from collections.abc import AsyncGenerator, Callable, Sequence
 
 from airlane.backends.base import Feed, GenerationRequest, LoadTestSpec, Sink
@@ -11,7 +12,10 @@ from airlane.backends.synthetic import SyntheticBackend
 from airlane.core import Event, Kind
 from airlane.gateway import Gateway
 from airlane.hub import MemoryHub
+from airlane.hub.jetstream import jetstream_hub
 from airlane.security import AllowAll
+from tests.hub.test_jetstream import hub_config
+from tests.natsserver import NatsServer
 from tests.waiting import eventually
 
 PRINCIPAL = AllowAll().authenticate(None)
@@ -26,7 +30,7 @@ def paced(chunks: int, interval_ms: float = 2) -> GenerationRequest:
 class PullOnlyHub(MemoryHub):
     """A hub whose appends must wait: no appender, as JetStream's."""
 
-    def appender(self, stream_id: str) -> Callable[[Sequence[Event]], None] | None:
+    def appender(self, stream_id: str) -> Callable[[Sequence[Event]], int] | None:
         return None
 
 
@@ -165,3 +169,34 @@ async def test_a_feed_that_leaves_its_stream_open_still_leaves_it_ended() -> Non
         assert events[-1].data["finish_reason"] == "stop"
     finally:
         await gateway.aclose()
+
+
+async def test_a_fed_producer_is_held_back_while_the_broker_is_stopped(
+    nats_server: NatsServer,
+) -> None:
+    """5,000 chunks a second, and a broker stopped (SIGSTOP) for 2.5 s: unchecked, more than
+    the hub queues (4,096 events) would fall due meanwhile and end the generation with
+    ``hub_unavailable``. Held back, it is late, and whole."""
+    hub = jetstream_hub(hub_config(nats_server))
+    await hub.start()
+    backend = CountingBackend()
+    gateway = Gateway(hub, backend)
+    chunks = 8000
+    try:
+        info = await gateway.generate(PRINCIPAL, paced(chunks, interval_ms=0.2))
+        assert nats_server.process is not None
+        nats_server.process.send_signal(signal.SIGSTOP)
+        try:
+            await asyncio.sleep(2.5)
+        finally:
+            nats_server.process.send_signal(signal.SIGCONT)
+        stream = hub._streams[info.stream_id]
+        await eventually(lambda: stream.log.terminal is not None, timeout=20)
+        events = await read_all(gateway, info.stream_id)
+    finally:
+        await gateway.aclose()
+        await hub.aclose()
+    assert backend.fed == 1
+    assert [event.kind for event in events if event.kind is Kind.ERROR] == []
+    assert events[-1].kind is Kind.DONE and events[-1].seq == chunks + 2  # after the usage
+    assert [event.seq for event in events] == list(range(events[0].seq, chunks + 3))

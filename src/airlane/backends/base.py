@@ -144,6 +144,17 @@ class Feed(Protocol):
         An exception from ``sink`` stops it too and is raised here."""
         ...
 
+    def pause(self) -> None:
+        """Hand ``sink`` nothing until `resume` (the store behind it is behind: backpressure).
+        Callable from within ``sink``. What falls due meanwhile waits, in order: a paced
+        feed hands it over late, an upstream one stops reading its response (the upstream
+        connection then stops reading its socket, so the model server is held back too)."""
+        ...
+
+    def resume(self) -> None:
+        """Hand ``sink`` what waited, at once, and go on as before `pause`."""
+        ...
+
 
 @runtime_checkable
 class AdmittingBackend(Protocol):

@@ -210,7 +210,7 @@ class UpstreamFeed:
     which aborts the generation upstream.
     """
 
-    __slots__ = ("_backend", "_done", "_refusal", "_relay", "_request", "_sink")
+    __slots__ = ("_backend", "_done", "_paused", "_refusal", "_relay", "_request", "_sink")
 
     def __init__(self, backend: OpenAIUpstreamBackend, request: GenerationRequest) -> None:
         self._backend = backend
@@ -219,6 +219,19 @@ class UpstreamFeed:
         self._relay: _Relay | None = None
         self._done: asyncio.Future[None] | None = None
         self._refusal: Exception | None = None
+        self._paused = False
+
+    def pause(self) -> None:
+        """Take nothing from the response until `resume`: what arrives stays with the
+        connection, which stops reading its socket past its buffer (`max_buffered_bytes`),
+        so the upstream is held back by TCP (its silence then is not taken for a timeout)."""
+        self._paused = True
+
+    def resume(self) -> None:
+        """Hand over what arrived while paused, and go on."""
+        if self._paused:
+            self._paused = False
+            self._on_ready()
 
     async def run(self, sink: Sink) -> None:
         """Feed the completion's batches to ``sink``; see `airlane.backends.base.Feed.run`."""
@@ -295,10 +308,10 @@ class UpstreamFeed:
             return
         take = relay.response.take
         try:
-            while (data := take()) is not None:
+            while not self._paused and (data := take()) is not None:
                 events = relay.batch(data) if data else relay.end()
                 if events:
-                    self._put(events)
+                    self._put(events)  # (which may pause this feed)
                 if relay.ended:
                     done.set_result(None)
                     return

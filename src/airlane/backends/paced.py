@@ -111,15 +111,40 @@ class PacedSchedule:
 
 
 class _Pushed:
-    """What the feeds here share: `run`, which starts the feed and waits for its end, and
-    `_finish`. A subclass defines `_start`, the first step, taken within `run`."""
+    """What the feeds here share: `run`, which starts the feed and waits for its end,
+    `pause` and `resume`, and `_finish`. A subclass defines `_start`, the first step, taken
+    within `run`, and `_step`, which the pacer calls through `_due`."""
 
-    __slots__ = ("_done", "_ran", "_sink")
+    __slots__ = ("_done", "_owed", "_paused", "_ran", "_sink")
 
     def __init__(self) -> None:
         self._sink: Sink | None = None
         self._done: asyncio.Future[None] | None = None
         self._ran = False
+        self._paused = False
+        self._owed = False
+        """A step fell due while paused: `resume` takes it."""
+
+    def pause(self) -> None:
+        """Take no step until `resume`; see `airlane.backends.base.Feed.pause`."""
+        self._paused = True
+
+    def resume(self) -> None:
+        """Take the step that fell due meanwhile, if one did; then on as filed."""
+        self._paused = False
+        if self._owed:
+            self._owed = False
+            self._step()
+
+    def _due(self) -> None:
+        """The pacer's call-back: a step, unless paused (then `resume` takes it)."""
+        if self._paused:
+            self._owed = True
+        else:
+            self._step()
+
+    def _step(self) -> None:
+        raise NotImplementedError
 
     async def run(self, sink: Sink) -> None:
         """Feed every batch to ``sink``; see `airlane.backends.base.Feed.run`."""
@@ -182,7 +207,7 @@ class PacedFeed(_Pushed):
             batch = schedule.take(time.monotonic_ns())
             if schedule.index < schedule.count:
                 sink(batch)
-                self._call_at(schedule.due_ns, self._step)
+                self._call_at(schedule.due_ns, self._due)
                 return
         except Exception as exc:  # the sink refused (the stream ended): stop, and say why
             self._finish(exc)
@@ -227,7 +252,7 @@ class TimedFeed(_Pushed):
         elif self._next[0] <= time.monotonic_ns():
             self._step()
         else:
-            self._call_at(self._next[0], self._step)
+            self._call_at(self._next[0], self._due)
 
     def _step(self) -> None:
         sink = self._sink
@@ -246,6 +271,6 @@ class TimedFeed(_Pushed):
             if item is None:
                 self._finish(None)
             else:
-                self._call_at(item[0], self._step)
+                self._call_at(item[0], self._due)
         except Exception as exc:  # the sink refused (the stream ended): stop, and say why
             self._finish(exc)

@@ -56,6 +56,7 @@ from airlane.gateway.artifacts import Artifacts
 from airlane.gateway.authguard import AuthGuard
 from airlane.gateway.chat_request import ChatRequest, parse_chat_request
 from airlane.gateway.eventsourcing import EventSourcing
+from airlane.gateway.feeding import run_held_back
 from airlane.gateway.logs import EventLogs
 from airlane.gateway.metered import MeteredSubscription
 from airlane.gateway.quotas import Quotas
@@ -119,10 +120,10 @@ END_RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0, 8.0)
 """Waits between tries to store the error that ends a stream while the hub is away (about
 15 s in all, past which the end is given up and logged)."""
 LOADTEST_MODEL = "airlane-loadtest"
+"""The model name of a load-test generation."""
 PRODUCER_BACKLOG = 1024
 """Events a producer may have appended ahead of what the hub has stored (a hub that stores
-elsewhere; the memory hub stores at once)."""
-"""The model name of a load-test generation."""
+elsewhere; the memory hub stores at once): past it, the producer is held back."""
 LOADTEST_ORPHAN = OrphanPolicy(OrphanMode.CANCEL)
 """A load-test stream nobody reads is cancelled at once: it exists only for its reader."""
 
@@ -559,9 +560,12 @@ class Gateway:
         try:
             fed = self._feed(stream_id, request)
             if fed is not None:
-                feed, sink = fed
-                await feed.run(sink)
-                await self.hub.settle(stream_id)  # everything it appended is stored
+                feed, appender = fed
+                hub = self.hub
+                await run_held_back(
+                    feed, appender, lambda n: hub.settle(stream_id, backlog=n), PRODUCER_BACKLOG
+                )
+                await hub.settle(stream_id)  # everything it appended is stored
                 # A feed's last batch ends with its terminal event, so this append is refused
                 # (StreamEnded, below); it ends the stream only if a feed broke that rule.
                 await self.hub.append(stream_id, Event.done("stop"))
@@ -618,7 +622,7 @@ class Gateway:
 
     def _feed(
         self, stream_id: str, request: GenerationRequest
-    ) -> tuple[Feed, Callable[[Sequence[Event]], None]] | None:
+    ) -> tuple[Feed, Callable[[Sequence[Event]], int]] | None:
         """The backend's feed for ``request`` and the hub's appender for the stream, where
         both exist."""
         if self._feeding is None:

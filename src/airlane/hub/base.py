@@ -217,17 +217,21 @@ class Hub(abc.ABC):
             await self.append(stream_id, event)
         return events
 
-    def appender(self, stream_id: str) -> Callable[[Sequence[Event]], None] | None:
+    def appender(self, stream_id: str) -> Callable[[Sequence[Event]], int] | None:
         """A synchronous `append_many` for ``stream_id``'s producer, or None (the default)
         where an append must wait (a hub that stores elsewhere, JetStream's publish and its
         acknowledgement).
 
         The function appends and wakes the readers before it returns, or, on a hub that
         stores elsewhere, queues the events for storing (readers see them once stored); it
-        raises what `append_many` raises (`StreamNotFound`, `StreamEnded`; on a queueing hub
-        also a failure to store what it queued before, such as `HubUnavailable`). A producer
-        that pushes (`airlane.backends.base.Feed`) appends through it from loop call-backs,
-        with no task. A producer calls `settle` when it has appended its last events.
+        returns how many of the stream's events now wait to be stored (0 where it stores
+        before it returns) and raises what `append_many` raises (`StreamNotFound`,
+        `StreamEnded`; on a queueing hub also a failure to store what it queued before,
+        such as `HubUnavailable`, and `HubUnavailable` for events past the queue's bound).
+        A producer that pushes (`airlane.backends.base.Feed`) appends through it from loop
+        call-backs, with no task, and holds back (`Feed.pause`, then `settle` with a
+        backlog) when the count grows. A producer calls `settle` when it has appended its
+        last events.
         """
         return None
 

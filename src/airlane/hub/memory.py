@@ -343,10 +343,10 @@ class MemoryHub(Hub):
         self._append_now(stream_id, events)
         return events
 
-    def appender(self, stream_id: str) -> Callable[[Sequence[Event]], None] | None:
+    def appender(self, stream_id: str) -> Callable[[Sequence[Event]], int] | None:
         return functools.partial(self._append_now, stream_id)
 
-    def _append_now(self, stream_id: str, events: Sequence[Event]) -> None:
+    def _append_now(self, stream_id: str, events: Sequence[Event]) -> int:
         # `append_many` and the appender: one lookup, one clock read, one retention check
         # and one wake-up per batch, in one frame, since a producer calls this per batch.
         stream = self._streams.get(stream_id)
@@ -368,6 +368,7 @@ class MemoryHub(Hub):
                     stream.ended_at = time.monotonic()
                     stream.cancel_callbacks.clear()
                 stream.notify()
+        return 0  # stored: nothing waits
 
     async def subscribe(
         self, stream_id: str, *, resume: Position | None = None, subscriber: str | None = None

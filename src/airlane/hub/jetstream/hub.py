@@ -257,7 +257,7 @@ class JetStreamHub(MemoryHub):
             raise StreamEnded(f"stream {stream_id!r} has ended; nothing can be appended")
         return events
 
-    def appender(self, stream_id: str) -> Callable[[Sequence[Event]], None] | None:
+    def appender(self, stream_id: str) -> Callable[[Sequence[Event]], int] | None:
         # Queues without waiting: the events reach readers once JetStream has stored them,
         # and a failure reaches the producer at its next call.
         replica = self._streams.get(stream_id)
@@ -279,7 +279,7 @@ class JetStreamHub(MemoryHub):
         if queue.failure is not None:
             raise queue.failure
 
-    def _append_queued(self, replica: Replica, events: Sequence[Event]) -> None:
+    def _append_queued(self, replica: Replica, events: Sequence[Event]) -> int:
         queue = replica.appends
         if queue.failure is not None:
             raise queue.failure
@@ -295,6 +295,7 @@ class JetStreamHub(MemoryHub):
             self._flush_soon(replica)
             raise StreamEnded(f"stream {replica.stream_id!r} has ended; nothing can be appended")
         self._flush_soon(replica)
+        return len(queue.events)
 
     def _flush_soon(self, replica: Replica) -> None:
         """Publish what the replica's queue holds, in a task of the hub's (unless one does)."""
