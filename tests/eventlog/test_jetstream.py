@@ -18,6 +18,7 @@ from airlane.eventlog import (
     EventLogUnavailable,
     JetStreamEventLog,
     JetStreamEventLogConfig,
+    NewEvent,
     RetryPolicy,
     Validator,
     jetstream_pull,
@@ -252,3 +253,40 @@ async def test_a_delivery_that_arrived_after_its_fetch_gave_up_is_not_handed_out
     finally:
         for conn in connections:
             await conn.close()
+
+
+async def test_a_group_holds_at_most_1000_unacknowledged_deliveries(
+    nc: NATS, namespace: dict[str, str]
+) -> None:
+    log = JetStreamEventLog(nc, **namespace)
+    await log.create_log("a")
+    try:
+        for _ in range(2):  # (at most 1,000 events an append)
+            await log.append_many("a", [NewEvent("n.v1", b"") for _ in range(505)])
+        group = await log.consumer_group("a", "g", ack_wait_s=60)
+        held = []
+        while batch := await group.fetch(1000, timeout_s=0.5):
+            held.extend(batch)
+        assert len(held) == 1000 == JetStreamEventLogConfig().max_ack_pending
+        assert (await group.info()).pending_acks == 1000
+        await held[0].ack()  # one slot: one more comes
+        assert [d.seq for d in await group.fetch(10, timeout_s=2)] == [1001]
+    finally:
+        await log.delete_log("a")
+
+
+async def test_the_bound_on_unacknowledged_deliveries_is_set_per_node(
+    nc: NATS, namespace: dict[str, str]
+) -> None:
+    log = JetStreamEventLog(nc, config=JetStreamEventLogConfig(max_ack_pending=2), **namespace)
+    await log.create_log("a")
+    try:
+        await log.append_many("a", [NewEvent("n.v1", b"") for _ in range(5)])
+        group = await log.consumer_group("a", "g", ack_wait_s=60)
+        first = await fetch_until(group, 2)
+        assert [d.seq for d in first] == [1, 2]
+        assert await group.fetch(10, timeout_s=0.3) == []
+        await first[0].ack()
+        assert [d.seq for d in await group.fetch(10, timeout_s=2)] == [3]
+    finally:
+        await log.delete_log("a")
