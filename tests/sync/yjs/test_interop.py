@@ -308,3 +308,26 @@ async def test_each_tenant_has_its_own_room_of_a_name(hub: MemoryHub) -> None:
     assert (await hub.info("@alice/yjs/notes")).last_seq >= 1
     assert (await hub.info("@bob/yjs/notes")).last_seq >= 1
     assert str(alice.text) == "alice's notes"
+
+
+async def test_a_bound_closes_with_1013_and_a_yjs_editor_gets_in_once_there_is_room(
+    hub: MemoryHub, node: str
+) -> None:
+    config = YRoomsConfig(max_rooms=1, max_peers_per_room=1, idle_close_s=0.2)
+    async with running_node(hub, config) as server:
+        async with py_client(server, "a", "first"):
+            async with connect(f"{server.url}/a") as second:
+                code, reason = await close_of(second)
+            assert (code, reason) == (1013, "room 'a' holds 1 peers, its limit"), reason
+            async with connect(f"{server.url}/b") as third:
+                code, reason = await close_of(third)
+            assert code == 1013 and "1 rooms, its limit" in (reason or ""), reason
+            # A real editor told 1013 tries again (y-websocket reconnects on any code outside
+            # 4400-4499), and gets in once the first peer has left.
+            later = asyncio.create_task(
+                run_node_client(node, url=server.url, room="a", name="later", text=["in"])
+            )
+            await asyncio.sleep(1.5)  # several tries, each refused
+            assert not later.done()
+        result = await later
+    assert (result["status"], result["text"]) == (0, "in"), result
