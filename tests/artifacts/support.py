@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Container
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,14 +50,21 @@ def checkpoint(
 
 @dataclass
 class FaultyProxy:
-    """A TCP proxy on 127.0.0.1 in front of a real server, that can slow the answers down
-    and flip bytes on the wire (as a bad link would), per connection."""
+    """A TCP proxy on 127.0.0.1 in front of a real server, that can slow the answers down,
+    flip bytes on the wire, reset a connection (as a bad link would) or answer 503 in the
+    server's place (as a loaded one would), per connection."""
 
     upstream: tuple[str, int]
     rate: float | None = None
     """Bytes per second downstream, per connection (None: as fast as it goes)."""
     flips: dict[int, list[int]] = field(default_factory=dict)
     """Connection number (from 0) -> downstream byte offsets to corrupt."""
+    cuts: dict[int, int] = field(default_factory=dict)
+    """Connection number -> the downstream byte offset at which the connection is reset."""
+    refusals: Container[int] = field(default_factory=set)
+    """Connection numbers answered ``503 Service Unavailable`` without asking the server."""
+    refused: int = 0
+    reset: int = 0
     port: int = 0
     connections: int = 0
     flipped: int = 0
@@ -66,11 +73,21 @@ class FaultyProxy:
     _server: asyncio.Server | None = None
 
     async def _pipe(
-        self, reader, writer, flips: list[int] | None, downstream: bool = False
+        self,
+        reader,
+        writer,
+        flips: list[int] | None,
+        downstream: bool = False,
+        cut: int | None = None,
     ) -> None:
         seen = 0
         try:
             while data := await reader.read(65536):
+                if cut is not None and seen + len(data) > cut:
+                    writer.write(data[: cut - seen])
+                    writer.transport.abort()  # a reset, mid-answer
+                    self.reset += 1
+                    return
                 if flips:
                     buffer = bytearray(data)
                     for offset in flips:
@@ -94,6 +111,17 @@ class FaultyProxy:
     async def _handle(self, client_reader, client_writer) -> None:
         number = self.connections
         self.connections += 1
+        if number in self.refusals:
+            with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+                await client_reader.readuntil(b"\r\n\r\n")  # the request's head
+                client_writer.write(
+                    b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n"
+                    b"connection: close\r\n\r\n"
+                )
+                await client_writer.drain()
+                self.refused += 1
+            client_writer.close()
+            return
         try:
             up_reader, up_writer = await asyncio.open_connection(*self.upstream)
         except OSError:
@@ -101,7 +129,13 @@ class FaultyProxy:
             return
         await asyncio.gather(
             self._pipe(client_reader, up_writer, None),
-            self._pipe(up_reader, client_writer, self.flips.get(number), downstream=True),
+            self._pipe(
+                up_reader,
+                client_writer,
+                self.flips.get(number),
+                downstream=True,
+                cut=self.cuts.get(number),
+            ),
         )
 
     @contextlib.asynccontextmanager

@@ -330,3 +330,43 @@ async def test_a_rate_limit_caps_the_download(artifact_server, store, tmp_path):
     assert elapsed >= (manifest.size - burst) / rate  # a floor: the cap held
     with pytest.raises(ArtifactError, match="positive"):
         PullOptions(max_bytes_per_s=0)
+
+
+def _proxied(artifact_server, **faults) -> FaultyProxy:
+    url = httpx.URL(artifact_server.url)
+    return FaultyProxy((url.host, url.port), **faults)
+
+
+async def test_connections_reset_mid_answer_are_reopened_and_the_rest_asked_again(
+    artifact_server, tmp_path
+):
+    # Two workers; each of their first connections is reset partway into its answers.
+    proxy = _proxied(artifact_server, cuts={1: 150_000, 2: 90_000})
+    async with proxy.running():
+        result = await pull(
+            f"{proxy.url}/v1/artifacts", "tiny", tmp_path, "1",
+            options=PullOptions(parallel=2, range_bytes=128 * 1024, backoff_s=0.01),
+        )  # fmt: skip
+    assert proxy.reset == 2 and proxy.connections >= 4  # two cut, and reopened
+    assert verify_directory(_installed(tmp_path, "tiny")).ok
+    assert result.fetched_bytes == result.manifest.size  # nothing fetched twice in full
+
+
+async def test_5xx_answers_are_retried_with_backoff(artifact_server, tmp_path):
+    proxy = _proxied(artifact_server, refusals={1, 2, 3})
+    async with proxy.running():
+        await pull(f"{proxy.url}/v1/artifacts", "tiny", tmp_path, "1", options=SMALL_RANGES)
+    assert proxy.refused == 3
+    assert verify_directory(_installed(tmp_path, "tiny")).ok
+
+
+async def test_retries_are_bounded_and_the_failure_says_so(artifact_server, store, tmp_path):
+    proxy = _proxied(artifact_server, refusals=range(1, 10_000))  # the manifest, then 503s
+    async with proxy.running():
+        with pytest.raises(ArtifactError, match=r"failed 5 times \(HTTP 503\); run the pull"):
+            await pull(f"{proxy.url}/v1/artifacts", "tiny", tmp_path, "1", options=SMALL_RANGES)
+    # Bounded per range: the pull stops once one range has failed 5 times, and each of the
+    # others was asked for at most as often.
+    chunks = sum(len(f.chunks) for f in read_manifest(store / "tiny" / "1").files)
+    assert 5 <= proxy.refused <= 5 * chunks
+    assert not _installed(tmp_path, "tiny").exists()

@@ -301,6 +301,65 @@ async def test_an_artifact_pull_over_http3_resumes_after_a_kill(tmp_path: Path) 
         assert "over HTTP/3 (1 QUIC connection)" in again.stdout
 
 
+def _free_ports(count: int) -> int:
+    """A port P with P .. P+count-1 free for TCP and P free for UDP on 127.0.0.1 now (a
+    gateway given ``--port P`` listens on the next ones too: AIRC, gRPC, RSocket)."""
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            base = probe.getsockname()[1]
+        if base + count > 65535:
+            continue
+        try:
+            with contextlib.ExitStack() as held:
+                for offset in range(count):
+                    held.enter_context(socket.socket()).bind(("127.0.0.1", base + offset))
+                udp = held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
+                udp.bind(("127.0.0.1", base))
+        except OSError:
+            continue
+        return base
+    raise AssertionError("no run of free ports")
+
+
+async def test_an_artifact_pull_over_http3_reopens_its_connection_when_the_gateway_restarts(
+    tmp_path: Path,
+) -> None:
+    store = tmp_path / "store"
+    files = [checkpoint(tmp_path / "a.safetensors", seed=3, layers=6, hidden=128)]
+    params = ChunkParams(min_size=4 << 10, avg_size=16 << 10, max_size=64 << 10)
+    size = pack(files, store, name="base", version="1", params=params).manifest.size
+    dest = tmp_path / "dest"
+    state = dest / "base" / ".partial" / "1" / "state"
+    listen = ("--artifacts", str(store), "--port", str(_free_ports(4)))
+    pulling: subprocess.Popen[str] | None = None
+    try:
+        with run_server(*listen) as gateway:
+            # Over HTTP/3 at a capped rate (about 5 s for it all); the gateway stops (its QUIC
+            # connections closed) once the pull has made progress, and comes back on the port.
+            pulling = subprocess.Popen(
+                [sys.executable, "-m", "airlane", "artifacts", "pull", gateway.url, "base",
+                 "--dest", str(dest), "--transport", "h3", "--limit-rate", str(size // 5),
+                 "--parallel", "2", "--range-size", "64KiB"],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            async with asyncio.timeout(30):
+                while _bits(state) < 8:
+                    assert pulling.poll() is None, "the pull ended before the restart"
+                    await asyncio.sleep(0.05)
+        with run_server(*listen):
+            out, err = await asyncio.to_thread(pulling.communicate, timeout=90)
+    finally:
+        if pulling is not None and pulling.poll() is None:
+            pulling.kill()
+            pulling.wait()
+    assert pulling.returncode == 0, err
+    assert "over HTTP/3 (2 QUIC connections)" in out, out
+    path = files[0].name
+    installed = dest / "base" / "current" / path
+    assert installed.read_bytes() == (store / "base" / "1" / path).read_bytes()
+
+
 def _bits(state: Path) -> int:
     """Chunks the saved bitmaps of a partial pull claim."""
     total = 0
