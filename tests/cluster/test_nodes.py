@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import time
 from collections.abc import AsyncIterator, Iterator
 from urllib.parse import quote
 
@@ -327,3 +328,27 @@ async def wait_for_line(path, *words: str, timeout: float = 10.0) -> None:
     while not any(word in path.read_text() for word in words):
         assert asyncio.get_running_loop().time() < deadline, path.read_text()[-2000:]
         await asyncio.sleep(0.05)  # another process writes it: poll
+
+
+async def test_a_new_schema_version_applies_on_every_node_within_a_second(nats_server):
+    with node(nats_server, "a") as a, node(nats_server, "b") as b:
+        async with httpx.AsyncClient(timeout=20) as client:
+            versions = f"{b.url}/v1/schemas/score.v1/versions"
+            strict = {"type": "object", "required": ["score"]}
+            assert (await client.post(versions, json={"schema": strict})).status_code == 200
+            assert (await client.put(f"{a.url}/v1/logs/scores")).status_code == 201
+            events = f"{a.url}/v1/logs/scores/events"
+            unscored = {"type": "score.v1", "data": {"note": "no score"}}
+            refused = await client.post(events, json=unscored)
+            assert refused.status_code == 422, refused.text  # a holds version 1 now
+            # Version 2 (no longer requires it; compatible), registered on the other node.
+            loose = {"type": "object"}
+            registered = await client.post(versions, json={"schema": loose})
+            assert registered.status_code == 200 and registered.json()["version"] == 2
+            # a's cache lasts schema_cache_s (1 s); the bound leaves room for a busy machine's
+            # round trips, and fails a cache that outlives its time.
+            started = time.monotonic()
+            while (answer := await client.post(events, json=unscored)).status_code == 422:
+                assert time.monotonic() - started < 3.0, "version 2 not applied on a in time"
+                await asyncio.sleep(0.05)
+            assert answer.status_code == 201, answer.text
