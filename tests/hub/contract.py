@@ -106,6 +106,24 @@ class HubContract:
             assert text_of(await drain(sub)) == "abcdefghij"
         assert (await hub.info("capped")).last_seq == 5
 
+    async def test_appends_on_their_way_to_the_store_count_toward_the_text_limit(self, hub: Hub):
+        # A hub that stores elsewhere queues appends for the broker: the limit counts them, so
+        # appends made at once cannot pass it together (each alone would fit).
+        await hub.create("racing", retention=Retention(max_text_chars=10))
+        sink = hub.appender("racing")
+        assert sink is not None
+        sink([Event.delta("abcd")])
+        sink([Event.delta("efg")])
+        with pytest.raises(StreamTooLarge, match="limit of 10"):
+            sink([Event.delta("hijk")])
+        await hub.settle("racing")
+        appends = [hub.append_many("racing", [Event.delta(t)]) for t in ("h", "ij", "k")]
+        outcomes = await asyncio.gather(*appends, return_exceptions=True)
+        assert [type(o) for o in outcomes if isinstance(o, BaseException)] == [StreamTooLarge]
+        await hub.append("racing", Event.done())
+        async with await hub.subscribe("racing") as sub:
+            assert text_of(await drain(sub)) == "abcdefghij"  # "k" was refused
+
     async def test_create_twice_and_unknown_streams(self, hub: Hub):
         info = await hub.create("agents/1/events")
         with pytest.raises(StreamExists):

@@ -44,6 +44,7 @@ __all__ = [
     "StreamClosed",
     "StreamLog",
     "StreamTooLarge",
+    "text_of",
 ]
 
 DEFAULT_MAX_COALESCE_CHARS = 16384
@@ -63,6 +64,17 @@ _COMPACT_AFTER = 1024
 
 # A time no clock reaches: the expiry of a log without a TTL.
 _NEVER_NS = 1 << 63
+
+
+def text_of(events: Iterable[Event]) -> int:
+    """The characters of text ``events`` add to a stream: ``delta`` text and tool-call
+    arguments (what its ``max_text_chars`` bounds)."""
+    chars = 0
+    for event in events:
+        kind = event.kind
+        if kind is _DELTA or kind is _TOOL_CALL:
+            chars += len(event.text)
+    return chars
 
 
 class StreamClosed(AirlaneError):
@@ -216,25 +228,25 @@ class StreamLog:
         """Characters of text (deltas, tool-call arguments) appended so far, folded or not."""
         return self._text_chars
 
-    def check_text(self, events: Iterable[Event]) -> None:
-        """`StreamTooLarge` if appending ``events`` would take the stream past its text limit.
+    def check_text(self, events: Iterable[Event], pending: int = 0) -> int:
+        """`StreamTooLarge` if appending ``events`` would take the stream past its text limit,
+        counting ``pending`` characters already on their way to the store (a hub that stores
+        elsewhere: appends queued or being published); else the text ``events`` add.
 
         Hubs call this before they store a batch, never `append_many` itself: a replica must
         take whatever its store holds, and the limit is a refusal to a writer, not to history.
         """
-        room = self._retention.max_text_chars - self._text_chars
-        adding = 0
-        for event in events:
-            kind = event.kind
-            if kind is _DELTA or kind is _TOOL_CALL:
-                adding += len(event.text)
+        room = self._retention.max_text_chars - self._text_chars - pending
+        adding = text_of(events)
         if adding > room:
             limit = self._retention.max_text_chars
+            held = self._text_chars + pending
             raise StreamTooLarge(
-                f"stream {self.stream_id!r} holds {self._text_chars} characters of text; "
+                f"stream {self.stream_id!r} holds {held} characters of text; "
                 f"{adding} more would pass its limit of {limit} ([retention] max_text_chars): "
                 "start a new stream"
             )
+        return adding
 
     def append(self, event: Event, now_ns: int) -> Event:
         """Assign ``event`` the next ``seq``, store it, apply retention, and return it.

@@ -15,6 +15,7 @@ import asyncio
 from collections.abc import Sequence
 
 from airlane.core import TERMINAL_KINDS, Event, StreamTooLarge
+from airlane.core.log import text_of
 from airlane.hub.base import HubError
 
 __all__ = ["MAX_QUEUED_EVENTS", "AppendQueue"]
@@ -27,7 +28,16 @@ queue to drain, and a producer's synchronous appender fails (`HubUnavailable`)."
 class AppendQueue:
     """The events waiting for a stream's next publish and the appends waiting for them."""
 
-    __slots__ = ("ended", "events", "failure", "flushing", "inflight", "waiters")
+    __slots__ = (
+        "ended",
+        "events",
+        "failure",
+        "flushing",
+        "inflight",
+        "inflight_text",
+        "queued_text",
+        "waiters",
+    )
 
     def __init__(self) -> None:
         self.events: list[Event] = []
@@ -43,17 +53,32 @@ class AppendQueue:
         producer learns of a failure there; an awaited append has its own future)."""
         self.flushing = False
         """A task is publishing what is queued."""
+        self.queued_text = 0
+        """Characters of text in `events` (`airlane.core.log.text_of`)."""
+        self.inflight_text = 0
+        """Characters of text in the publish under way, not yet in the replica."""
 
-    def put(self, events: Sequence[Event]) -> int:
+    @property
+    def pending_text(self) -> int:
+        """Characters of text on their way to the store: the stream's text limit counts them
+        (`airlane.core.StreamLog.check_text`), so that concurrent appends cannot pass it."""
+        return self.queued_text + self.inflight_text
+
+    def put(self, events: Sequence[Event], text: int | None = None) -> int:
         """Queue ``events`` up to and including the first terminal one; how many were taken
-        (fewer than given when one was terminal)."""
+        (fewer than given when one was terminal). ``text``: their characters of text, where
+        the caller counted them (`StreamLog.check_text` returns it)."""
         taken = len(events)
         for index, event in enumerate(events):
             if event.kind in TERMINAL_KINDS:
                 taken = index + 1
                 self.ended = True
                 break
-        self.events.extend(events[:taken] if taken < len(events) else events)
+        if taken < len(events):
+            events = events[:taken]
+            text = None
+        self.events.extend(events)
+        self.queued_text += text_of(events) if text is None else text
         return taken
 
     def waiter(self) -> asyncio.Future[None] | None:
@@ -73,10 +98,16 @@ class AppendQueue:
         """Everything queued, for one publish; its waiters wait for that publish now."""
         events, self.events = self.events, []
         self.inflight, self.waiters = self.waiters, []
+        self.inflight_text, self.queued_text = self.queued_text, 0
         return events
+
+    def stored_part(self, events: Sequence[Event]) -> None:
+        """The first ``events`` of the publish under way were stored (the rest go on)."""
+        self.inflight_text = max(0, self.inflight_text - text_of(events))
 
     def stored(self) -> None:
         """The publish of what `take` returned was stored."""
+        self.inflight_text = 0
         waiters, self.inflight = self.inflight, []
         for future in waiters:
             if not future.done():
@@ -87,6 +118,7 @@ class AppendQueue:
         (which must not be stored past a gap), fail alike."""
         waiters = self.inflight + self.waiters
         self.inflight, self.waiters, self.events = [], [], []
+        self.inflight_text = self.queued_text = 0
         self.ended = False  # what was refused includes any terminal event: one may come again
         self.failure = failure
         for future in waiters:

@@ -442,6 +442,7 @@ class HomeLogHub(JetStreamHub):
             self._appended += count
             if count < len(events):
                 replica.store(events[:count], now_ns, js_seq, first)
+                replica.appends.stored_part(events[:count])
                 sending[sid] = (replica, events[count:])
             else:  # all of them (no copy)
                 replica.store(events, now_ns, js_seq, first)

@@ -244,11 +244,10 @@ class JetStreamHub(MemoryHub):
             if ending is not None:
                 await ending
             raise StreamEnded(f"stream {stream_id!r} has ended; nothing can be appended")
-        # Against this node's copy: another node's appends not yet read here, and this
-        # node's not yet stored, may pass the limit by one batch each, which bounds the
-        # overshoot.
-        replica.log.check_text(events)
-        taken = queue.put(events)
+        # Against this node's copy and what this node has on its way to the broker: another
+        # node's appends not yet read here may pass the limit by what they had on their way.
+        text = replica.log.check_text(events, queue.pending_text)
+        taken = queue.put(events, text)
         stored = queue.waiter()
         assert stored is not None
         self._flush_soon(replica)
@@ -290,8 +289,8 @@ class JetStreamHub(MemoryHub):
                 f"stream {replica.stream_id!r}: {len(queue.events)} events are waiting for "
                 "JetStream to store them"
             )
-        replica.log.check_text(events)
-        if queue.put(events) < len(events):
+        text = replica.log.check_text(events, queue.pending_text)
+        if queue.put(events, text) < len(events):
             self._flush_soon(replica)
             raise StreamEnded(f"stream {replica.stream_id!r} has ended; nothing can be appended")
         self._flush_soon(replica)
@@ -552,6 +551,8 @@ class JetStreamHub(MemoryHub):
             batch, pending = pending[:count], pending[count:]
             replica.last_js_seq = js_seq
             replica.store(batch, time.monotonic_ns(), js_seq, first_seq)
+            if pending:  # (the text limit counts what is stored, and what is not yet)
+                replica.appends.stored_part(batch)
             self._appended += count
             if replica.deferred:
                 replica.deferred = False
