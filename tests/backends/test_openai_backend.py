@@ -21,7 +21,7 @@ import pytest
 import uvicorn
 
 from airlane.backends.base import Backend, FeedingBackend, GenerationRequest
-from airlane.backends.openai import ChunkTranslator, OpenAIUpstreamBackend
+from airlane.backends.openai import _MAX_TAKE_BYTES, ChunkTranslator, OpenAIUpstreamBackend
 from airlane.backends.openai_chunks import EventSplitter
 from airlane.backends.upstream_config import UpstreamTimeouts
 from airlane.core.events import Channel, Event, Kind
@@ -732,3 +732,6 @@ async def test_a_paused_feed_takes_nothing_and_holds_the_upstream_back_until_res
     finally:
         await backend.aclose()
     assert summary(sink.events) == summary(pulled)
+    # What piled up came a bounded read at a time (each batch a step of the hub's queue).
+    smallest = min(len(piece) for piece in LONG.split(b"\n\n") if piece)
+    assert max(len(batch) for batch in sink.batches) <= _MAX_TAKE_BYTES // smallest + 1

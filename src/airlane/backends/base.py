@@ -147,12 +147,14 @@ class Feed(Protocol):
     def pause(self) -> None:
         """Hand ``sink`` nothing until `resume` (the store behind it is behind: backpressure).
         Callable from within ``sink``. What falls due meanwhile waits, in order: a paced
-        feed hands it over late, an upstream one stops reading its response (the upstream
-        connection then stops reading its socket, so the model server is held back too)."""
+        feed hands it over late, an upstream one stops reading its response (past the
+        connection's buffer the socket is not read either, so the model server is held back
+        too)."""
         ...
 
     def resume(self) -> None:
-        """Hand ``sink`` what waited, at once, and go on as before `pause`."""
+        """Hand ``sink`` what waited, at once, and go on as before `pause` (not from within
+        ``sink``: the next batch would be handed over before the current one returned)."""
         ...
 
 

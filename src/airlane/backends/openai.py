@@ -199,6 +199,12 @@ class OpenAIUpstreamBackend:
         return body
 
 
+_MAX_TAKE_BYTES = 64 * 1024
+"""The most of a response body a feed hands over as one batch: a socket read's worth (what
+a batch holds anyway while the feed keeps up), at most about a thousand of the smallest
+chunks."""
+
+
 class UpstreamFeed:
     """One upstream completion as a `airlane.backends.base.Feed` (`OpenAIUpstreamBackend.feed`).
 
@@ -223,12 +229,12 @@ class UpstreamFeed:
 
     def pause(self) -> None:
         """Take nothing from the response until `resume`: what arrives stays with the
-        connection, which stops reading its socket past its buffer (`max_buffered_bytes`),
-        so the upstream is held back by TCP (its silence then is not taken for a timeout)."""
+        connection, which stops reading its socket once it holds `max_buffered_bytes`, so
+        the upstream is then held back by TCP (and its silence is not taken for a timeout)."""
         self._paused = True
 
     def resume(self) -> None:
-        """Hand over what arrived while paused, and go on."""
+        """Hand over what arrived while paused, and go on (not from within the sink)."""
         if self._paused:
             self._paused = False
             self._on_ready()
@@ -308,7 +314,10 @@ class UpstreamFeed:
             return
         take = relay.response.take
         try:
-            while not self._paused and (data := take()) is not None:
+            # A read at a time, bounded: what piled up while the feed was paused comes in
+            # pieces, each one batch, so the hub's queue grows by a bounded step between two
+            # checks of its backlog (and the feed may be paused again between them).
+            while not self._paused and (data := take(_MAX_TAKE_BYTES)) is not None:
                 events = relay.batch(data) if data else relay.end()
                 if events:
                     self._put(events)  # (which may pause this feed)

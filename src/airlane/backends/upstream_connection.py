@@ -197,8 +197,9 @@ class UpstreamConnection(asyncio.Protocol):
             await self._wait()
         return data
 
-    def take(self) -> bytes | None:
-        """`read` without waiting: None while nothing new has arrived."""
+    def take(self, limit: int = 0) -> bytes | None:
+        """`read` without waiting: None while nothing new has arrived. With a ``limit``, at
+        most that many bytes (the rest stays for the next call)."""
         if not self._pieces:
             if self.ended:
                 return b""
@@ -206,13 +207,38 @@ class UpstreamConnection(asyncio.Protocol):
                 raise self._error
             return None
         pieces = self._pieces
-        self._pieces = []
-        self._buffered = 0
-        if self._reading_paused and self._transport is not None:
+        if limit and self._buffered > limit:
+            pieces = self._take_up_to(limit)
+        else:
+            self._pieces = []
+            self._buffered = 0
+        if (
+            self._reading_paused
+            and self._transport is not None
+            and self._buffered <= self._limits.max_buffered_bytes
+        ):
             self._reading_paused = False
             self._progress_at = self._loop.time()
             self._transport.resume_reading()
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+    def _take_up_to(self, limit: int) -> list[bytes]:
+        """The first ``limit`` bytes of what is buffered, out of the buffer."""
+        taken: list[bytes] = []
+        size = 0
+        pieces = self._pieces
+        while pieces and size < limit:
+            piece = pieces[0]
+            if size + len(piece) > limit:
+                cut = limit - size
+                taken.append(piece[:cut])
+                pieces[0] = piece[cut:]
+                size = limit
+                break
+            taken.append(pieces.pop(0))
+            size += len(piece)
+        self._buffered -= size
+        return taken
 
     def listen(self, callback: Callable[[], object] | None) -> None:
         """Call ``callback`` (from the protocol's own call-backs) instead of waking a reader

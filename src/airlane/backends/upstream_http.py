@@ -76,9 +76,10 @@ class UpstreamResponse:
         self._released = False
         self.head = head
         """Status line and header fields."""
-        self.take: Callable[[], bytes | None] = conn.take
-        """`read` without waiting: None while nothing new has arrived (see `listen`). The
-        connection's own method rather than a wrapper: a feed calls it twice per read."""
+        self.take: Callable[[int], bytes | None] = conn.take
+        """`read` without waiting, at most the given number of bytes (0: all there is): None
+        while nothing new has arrived (see `listen`). The connection's own method rather
+        than a wrapper: a feed calls it twice per read."""
 
     @property
     def status(self) -> int:

@@ -238,7 +238,9 @@ class StreamLog:
         """
         room = self._retention.max_text_chars - self._text_chars - pending
         adding = text_of(events)
-        if adding > room:
+        # Events without text always fit (a stream at its limit can still be ended; and a
+        # count of what is on its way may briefly include text the replica has just taken).
+        if adding and adding > room:
             limit = self._retention.max_text_chars
             held = self._text_chars + pending
             raise StreamTooLarge(

@@ -3,9 +3,9 @@ while the store behind the hub is behind.
 
 A feed hands over its batches from loop call-backs, with no task that could wait; so holding
 it back is a switch. Past ``backlog`` events waiting to be stored, the sink pauses the feed
-and starts a task of the run's own that waits until the store has taken half of them, then
-resumes it. A store that failed wakes that task too: the feed's next batch meets the failure
-(the appender raises it), which ends the run with it. Without this, a broker that stalls for
+and starts a task of the run's own that waits until at most half that many wait, then resumes
+it. A store that failed wakes that task too: the feed's next batch meets the failure (the
+appender raises it), which ends the run with it. Without this, a broker that stalls for
 a few seconds would fill the hub's bounded queue and end the generation with an error, where
 a producer that awaits its appends is merely slowed down.
 """
@@ -13,12 +13,10 @@ a producer that awaits its appends is merely slowed down.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 
 from airlane.backends.base import Feed
 from airlane.core import Event
-from airlane.hub import HubError
 
 __all__ = ["run_held_back"]
 
@@ -43,8 +41,12 @@ async def run_held_back(
 
     async def release() -> None:
         nonlocal releaser
-        with contextlib.suppress(HubError):  # raised to the feed by its next batch
+        try:
             await settle(backlog // 2)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a failed store (HubError, StreamTooLarge): the appender raises
+            pass  # it at the feed's next batch, which ends the run with it
         releaser = None  # (before resuming: the batches it hands over may pause it again)
         feed.resume()
 
@@ -53,5 +55,5 @@ async def run_held_back(
     finally:
         if releaser is not None:
             releaser.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await releaser
+            # Waited for, not awaited: neither its end nor a cancel of this task is lost.
+            await asyncio.wait([releaser])

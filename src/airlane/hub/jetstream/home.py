@@ -1097,8 +1097,8 @@ class HomeLogHub(JetStreamHub):
             await self._read_for(replica, follower.position)
             if replica.deferred and replica.log.next_seq == before:
                 replica.deferred = False
-                if await self._reload_folded(replica):
-                    return
+                if await self._reload_folded(replica) is not False:
+                    return  # dropped, or not known yet (the next entry looks again)
                 replica.last_js_seq = follower.position  # (nothing before it will come)
                 if replica.stream_id not in self._gone:
                     self._gone.add(replica.stream_id)
@@ -1110,9 +1110,11 @@ class HomeLogHub(JetStreamHub):
                     )
                 return
 
-    async def _reload_folded(self, replica: Replica) -> bool:
-        """Drop ``replica`` if the stream's stored snapshot folded events it lacks; True if
-        it was dropped.
+    async def _reload_folded(self, replica: Replica) -> bool | None:
+        """Drop ``replica`` if the stream's stored snapshot folded events it lacks: True if
+        it was dropped, False if the snapshot does not hold them, None if that is not known
+        (the snapshot could not be read) or the replica must stay (this node produces the
+        stream, or has appends of it on their way: they are bound to this replica).
 
         Its readers end without the stream's end, as when a node restarts: each resumes
         where it stood (SSE's Last-Event-ID, the client's resume token) on a replica loaded
@@ -1122,8 +1124,8 @@ class HomeLogHub(JetStreamHub):
             snapshot = await self._store.get_snapshot(replica.key)
         except HubError as exc:
             log.warning("stream %s: cannot read its snapshot: %s", stream_id, exc)
-            return False
-        if snapshot is None or self._streams.get(stream_id) is not replica:
+            return None
+        if snapshot is None:
             return False
         try:
             _, folded = decode_snapshot(snapshot)
@@ -1131,6 +1133,14 @@ class HomeLogHub(JetStreamHub):
             return False
         if folded.seq < replica.log.next_seq:
             return False
+        appends = replica.appends
+        if (
+            self._streams.get(stream_id) is not replica
+            or stream_id in self._producing
+            or appends.events
+            or appends.flushing
+        ):
+            return None
         log.warning(
             "stream %s: its events %d..%d were folded into its snapshot while this node "
             "was cut off: its readers here resume on the stream loaded again",

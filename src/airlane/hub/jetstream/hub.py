@@ -107,6 +107,8 @@ ANNOUNCE_AFTER_S = 0.02
 """How long a change in a stream's local reader count waits to be announced with others."""
 SNAPSHOT_EVERY = 256
 """Newly folded events that make the producer's node store a snapshot and purge JetStream."""
+READ_BACK_PASSES = 3
+"""Reads one repair makes at most when deliveries keep finding the replica behind."""
 
 
 class JetStreamHub(MemoryHub):
@@ -342,17 +344,20 @@ class JetStreamHub(MemoryHub):
         # node need not follow: the producer appends here, and a cancel from elsewhere is read
         # when its notice arrives (or at the producer's next append).
         follow = stream_id not in self._producing
-        replica = await self._replica(stream_id)
-        if follow:
-            await self._follow(replica)
-            if (
-                resume is not None
-                and resume.epoch == replica.log.epoch
-                and resume.seq > replica.log.last_seq
-            ):
-                await self._refresh(replica)  # the reader saw more on another node
-        else:
-            await self._refresh(replica)
+        for _ in range(2):  # a catch-up may drop the replica for a fresh load: then once more
+            replica = await self._replica(stream_id)
+            if follow:
+                await self._follow(replica)
+                if (
+                    resume is not None
+                    and resume.epoch == replica.log.epoch
+                    and resume.seq > replica.log.last_seq
+                ):
+                    await self._refresh(replica)  # the reader saw more on another node
+            else:
+                await self._refresh(replica)
+            if self._streams.get(stream_id) is replica:
+                break
         try:
             subscription = await super().subscribe(stream_id, resume=resume, subscriber=subscriber)
         except BaseException:
@@ -551,8 +556,8 @@ class JetStreamHub(MemoryHub):
             batch, pending = pending[:count], pending[count:]
             replica.last_js_seq = js_seq
             replica.store(batch, time.monotonic_ns(), js_seq, first_seq)
-            if pending:  # (the text limit counts what is stored, and what is not yet)
-                replica.appends.stored_part(batch)
+            # In the replica now: no longer counted as on its way (the text limit counts both).
+            replica.appends.stored_part(batch)
             self._appended += count
             if replica.deferred:
                 replica.deferred = False
@@ -594,9 +599,16 @@ class JetStreamHub(MemoryHub):
 
     async def _read_back(self, replica: Replica) -> None:
         try:
-            async with replica.lock:
-                # `deferred` is left for `_catch_up`: the node layout's reads only what it says.
-                await self._catch_up(replica)
+            # A delivery while the lock is held may defer again (it leaves the read-back to
+            # the holder): read again then, a bounded number of times (a gap nothing fills
+            # must not keep a task reading).
+            for _ in range(READ_BACK_PASSES):
+                async with replica.lock:
+                    # `deferred` is left for `_catch_up`: the node layout's reads only what
+                    # it says.
+                    await self._catch_up(replica)
+                if not replica.deferred or self._streams.get(replica.stream_id) is not replica:
+                    break
         finally:
             replica.repairing = False
 
