@@ -20,7 +20,7 @@ from aioquic.h3.connection import H3_ALPN
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.connection import QuicConnection
 
-from airlane.client import ConnectionLost
+from airlane.client import ConnectFailed, ConnectionLost
 from airlane.client.h3 import H3Client
 from tests.servers import ServerProcess, run_server
 
@@ -125,3 +125,44 @@ async def test_a_body_past_the_limit_is_stopped_not_buffered(server: ServerProce
             assert response.status == 413, response.status
             assert b"body_too_large" in await response.read()
     await healthy(server)
+
+
+BOUNDS = """
+[http3]
+max_streams = 2
+max_connections = 2
+"""
+
+
+async def test_past_max_streams_a_request_is_answered_503_and_past_max_connections_refused():
+    with run_server(config=BOUNDS) as gateway:
+        host, port = address(gateway)
+        async with await H3Client.connect(host, port, verify=False, timeout_s=10) as client:
+            made = await client.request(
+                "POST", "/v1/streams", headers=[("content-type", "application/json")],
+                body=b'{"name": "open"}',
+            )  # fmt: skip
+            assert made.status == 201, await made.read()
+            await made.read()
+            # Two requests that stay open (the stream has no end yet): the connection's bound.
+            readers = [await client.request("GET", "/v1/streams/open/events") for _ in range(2)]
+            assert [r.status for r in readers] == [200, 200]
+            third = await client.request("GET", "/healthz")
+            assert third.status == 503
+            assert b"too many requests on this connection" in await third.read()
+            # A second connection has its own two; a third connection is refused.
+            async with await H3Client.connect(host, port, verify=False, timeout_s=10) as other:
+                answer = await other.request("GET", "/healthz")
+                assert answer.status == 200
+                await answer.read()
+                with pytest.raises((ConnectionLost, ConnectFailed), match="server full"):
+                    async with await H3Client.connect(
+                        host, port, verify=False, timeout_s=10
+                    ) as refused:
+                        await refused.request("GET", "/healthz")
+            for reader in readers:
+                client.stop(reader)
+            await asyncio.sleep(0.2)  # the stopped requests end on the gateway
+            again = await client.request("GET", "/healthz")
+            assert again.status == 200  # the bound is of requests open at once
+            await again.read()

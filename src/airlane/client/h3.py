@@ -26,7 +26,6 @@ import json
 import socket
 import ssl
 from collections.abc import AsyncIterator, Sequence
-from functools import partial
 from types import TracebackType
 from typing import Any
 
@@ -395,14 +394,19 @@ class H3Client:
         if early:
             configuration.session_ticket = session_ticket
         tickets: list[SessionTicket] = []
+        made: list[_Protocol] = []  # (to say why, when the gateway closes the handshake)
+
+        def create_protocol(*args: Any, **kwargs: Any) -> _Protocol:
+            ceiling = max_datagram_size if path_mtu_discovery else None
+            made.append(_Protocol(*args, datagram_ceiling=ceiling, **kwargs))
+            return made[-1]
+
         manager = connect(
             host,
             port,
             configuration=configuration,
             # Given at creation: the handshake may complete before `connect` returns.
-            create_protocol=partial(
-                _Protocol, datagram_ceiling=max_datagram_size if path_mtu_discovery else None
-            ),
+            create_protocol=create_protocol,
             session_ticket_handler=lambda ticket: _keep_latest(tickets, ticket),
             wait_connected=not early,
         )
@@ -410,7 +414,8 @@ class H3Client:
             async with asyncio.timeout(timeout_s):
                 protocol = await manager.__aenter__()
         except (OSError, TimeoutError, ConnectionError) as exc:
-            raise ConnectFailed(f"no HTTP/3 connection to {host}:{port}: {exc}") from exc
+            why = (made[0].lost if made else None) or str(exc) or type(exc).__name__
+            raise ConnectFailed(f"no HTTP/3 connection to {host}:{port}: {why}") from exc
         assert isinstance(protocol, _Protocol)
         protocol.max_buffered = max_buffered_bytes
         if path_mtu_discovery:

@@ -39,6 +39,7 @@ from aioquic.quic.events import (
     HandshakeCompleted,
     ProtocolNegotiated,
     QuicEvent,
+    StopSendingReceived,
     StreamReset,
 )
 
@@ -62,6 +63,10 @@ H3_REQUEST_CANCELLED = 0x10C
 """HTTP/3's H3_REQUEST_CANCELLED: what a stream whose response failed midway is reset with."""
 H3_NO_ERROR = 0x100
 QUIC_CONNECTION_REFUSED = 0x2
+"""QUIC's transport error CONNECTION_REFUSED. Sent as a transport close (a frame type given):
+an application close during the handshake reaches the client as a bare APPLICATION_ERROR,
+without its code or reason (RFC 9000, section 10.2.3)."""
+_NO_FRAME = 0x0  # the frame type a transport close names when no frame caused it (PADDING)
 MAX_BUFFER_BYTES = 32 << 20
 """However large the congestion window grows, a stream buffers at most this much."""
 REPLAY_SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -107,7 +112,11 @@ class H3Protocol(QuicProtocol):
         if isinstance(event, ProtocolNegotiated):
             # Counted once its ClientHello was read: garbage Initials take no one's place.
             if not self.server.opened(self):  # the server holds as many as it may
-                self._quic.close(error_code=QUIC_CONNECTION_REFUSED, reason_phrase="server full")
+                self._quic.close(
+                    error_code=QUIC_CONNECTION_REFUSED,
+                    frame_type=_NO_FRAME,
+                    reason_phrase="server full",
+                )
                 return
             if event.alpn_protocol in H3_ALPN:
                 self._h3 = H3Connection(self._quic, enable_webtransport=True)
@@ -120,7 +129,10 @@ class H3Protocol(QuicProtocol):
                 self.discover_datagram_size(config.max_datagram_size)
                 if self.sizes is not None and self.lane is not None:
                     self.lane.on_too_big = self.too_big  # the kernel's "too big" comes there
-        elif isinstance(event, StreamReset):
+        elif isinstance(event, (StreamReset, StopSendingReceived)):
+            # A reset request, or one whose response the client no longer wants (aioquic has
+            # reset the sending side): its handler sees the client gone, and its slot of
+            # `max_streams` is free now, not at the handler's next write.
             request = self._requests.pop(event.stream_id, None)
             if request is not None:
                 request.gone()
@@ -423,7 +435,11 @@ class H3Protocol(QuicProtocol):
         self._handshake_timer = None
         if self._handshake_done or self._closed_here:
             return
-        self._quic.close(error_code=QUIC_CONNECTION_REFUSED, reason_phrase="handshake timeout")
+        self._quic.close(
+            error_code=QUIC_CONNECTION_REFUSED,
+            frame_type=_NO_FRAME,
+            reason_phrase="handshake timeout",
+        )
         self.transmit()
         self._terminated()
         self._connection_terminated_handler()  # aioquic's server forgets its connection ids
