@@ -37,6 +37,7 @@ from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
 
 from airlane.client import RequestRejected
 from airlane.client.airc import AircClient
+from airlane.security.jwt import MIN_REFETCH_S
 from airlane.v1 import service_pb2
 from tests.grpc_transport.conftest import airlane_stub
 from tests.servers import ServerProcess, run_server
@@ -238,7 +239,7 @@ def key_server(document: dict[str, bytes]) -> Iterator[str]:
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             body = document["jwks"]
-            self.send_response(200)
+            self.send_response(int(document.get("status", b"200")))
             self.send_header("content-type", "application/json")
             self.send_header("content-length", str(len(body)))
             self.end_headers()
@@ -289,3 +290,50 @@ def test_a_jwks_file_that_cannot_be_used_stops_the_start(tmp_path: Path) -> None
     )
     assert result.returncode == 2, result.stderr
     assert "no signing key" in result.stderr and "Traceback" not in result.stderr
+
+
+async def test_tokens_within_the_allowed_clock_skew_pass_and_past_it_are_refused(
+    server: ServerProcess,
+) -> None:
+    # 30 s of skew allowed on exp and nbf: a token 10 s past its expiry (or 10 s before its
+    # start) passes, one 60 s past is refused, on the same gateway.
+    now = int(time.time())
+    cases = [
+        (RSA.token(iat=now - 100, exp=now - 10), 404, ""),
+        (RSA.token(iat=now - 100, exp=now - 60), 401, "expired"),
+        (RSA.token(nbf=now + 10), 404, ""),
+        (RSA.token(nbf=now + 60), 401, "not valid yet"),
+    ]
+    async with httpx.AsyncClient(base_url=server.url, timeout=20) as http:
+        for token, status, words in cases:
+            answer = await http.get("/v1/streams/x", headers=bearer(token))
+            assert answer.status_code == status, (status, answer.text)
+            assert words in answer.text
+
+
+async def test_a_failed_key_fetch_keeps_the_keys_the_gateway_had(tmp_path: Path) -> None:
+    document = {"jwks": jwks(RSA)}
+    stranger = Signer("rsa-unknown", "RS256", rsa.generate_private_key(65537, 2048))
+    log_path = tmp_path / "gateway.log"
+    with (
+        key_server(document) as url,
+        log_path.open("w") as log_file,
+        run_server("--jwks", url, stderr=log_file, log_level="info") as gateway,
+    ):
+        async with httpx.AsyncClient(base_url=gateway.url, timeout=20) as http:
+            assert (await http.get("/v1/streams/x", headers=bearer(RSA.token()))).status_code == 404
+            document["status"] = b"500"  # the identity provider fails
+            # An unknown key id asks for a fetch, at most one per 10 s (MIN_REFETCH_S) since
+            # the first: past that, one such token, then the log tells of the failed fetch.
+            # (One token, not a loop of them: refused credentials are rate limited.)
+            await asyncio.sleep(MIN_REFETCH_S + 0.5)
+            refused = await http.get("/v1/streams/x", headers=bearer(stranger.token()))
+            assert refused.status_code == 401
+            for _ in range(100):
+                if "JWKS not refreshed" in log_path.read_text():
+                    break
+                await asyncio.sleep(0.1)
+            assert "JWKS not refreshed, the keys it had stay" in log_path.read_text()
+            kept = await http.get("/v1/streams/x", headers=bearer(RSA.token()))
+            assert kept.status_code == 404, kept.text  # the key it had still verifies
+    assert "Traceback" not in log_path.read_text()

@@ -280,3 +280,37 @@ def test_a_session_without_a_token_keeps_nothing() -> None:
     connection.send_payload(1, b"x")
     assert connection.resume_token is None and connection.sent_position == 0
     assert not connection.resume(ResumeRequested(b"", 0, 0), 1.0, framed=True)
+
+
+def test_a_request_past_max_streams_is_rejected_and_the_connection_goes_on() -> None:
+    connection = RSocketServerConnection(max_streams=2)
+    connection.receive_data(wire(SETUP), 0.0)
+    requests = [Frame(FrameType.REQUEST_STREAM, n, request_n=1, data=b"x") for n in (1, 3, 5)]
+    events = connection.receive_data(wire(*requests), 0.1)
+    assert [e.stream_id for e in events if isinstance(e, RequestReceived)] == [1, 3]
+    (error,) = sent(connection)
+    assert (error.type, error.stream_id, error.error_code) == (FrameType.ERROR, 5,
+                                                               ErrorCode.REJECTED)  # fmt: skip
+    assert error.data == b"too many streams open"
+    assert connection.closed is None
+    connection.send_payload(1, b"done", complete=True)  # one ends: room for another
+    sent(connection)
+    (again,) = connection.receive_data(wire(Frame(FrameType.REQUEST_STREAM, 7, request_n=1)), 0.2)
+    assert isinstance(again, RequestReceived) and again.stream_id == 7
+
+
+def test_a_message_past_max_message_in_fragments_closes_the_connection() -> None:
+    connection = RSocketServerConnection(max_frame=1024, max_message=2048)
+    connection.receive_data(wire(SETUP), 0.0)
+    fragments = [
+        Frame(FrameType.REQUEST_RESPONSE, 1, FLAG_FOLLOWS, data=bytes(1000)),
+        Frame(FrameType.PAYLOAD, 1, FLAG_FOLLOWS, data=bytes(1000)),
+        Frame(FrameType.PAYLOAD, 1, 0, data=bytes(1000)),  # 3,000 bytes joined
+    ]
+    events = connection.receive_data(wire(*fragments), 0.1)
+    closed = [e for e in events if isinstance(e, ConnectionClosed)]
+    assert closed and closed[0].code == ErrorCode.CONNECTION_ERROR
+    assert "over 2048 bytes" in closed[0].message
+    (error,) = sent(connection)
+    assert (error.type, error.stream_id) == (FrameType.ERROR, 0)
+    assert error.error_code == ErrorCode.CONNECTION_ERROR
