@@ -236,6 +236,19 @@ class HubContract:
         await asyncio.sleep(0.6)
         assert (await hub.info("o2")).finish_reason == "cancelled"
 
+    async def test_orphan_policy_keep_generates_on_until_keep_s(self, hub: Hub):
+        await hub.create("kept", orphan=OrphanPolicy(OrphanMode.KEEP, keep_s=0.5))
+        sub = await hub.subscribe("kept")
+        await sub.aclose()  # orphaned: kept for a later resume, generating on
+        await asyncio.sleep(0.25)
+        assert not (await hub.info("kept")).ended
+        await hub.append("kept", Event.delta("on"))
+        await asyncio.sleep(0.6)  # past keep_s: cancelled
+        info = await hub.info("kept")
+        assert info.finish_reason == "cancelled" and info.last_seq == 2
+        async with await hub.subscribe("kept") as late:  # what it made is there to resume
+            assert text_of(await drain(late)) == "on"
+
     async def test_named_streams_without_policy_survive_without_readers(self, hub: Hub):
         await hub.create("room")
         sub = await hub.subscribe("room")
