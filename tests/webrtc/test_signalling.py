@@ -217,3 +217,17 @@ def test_the_webrtc_config_is_checked(tmp_path: Path) -> None:
     path.write_text('[webrtc]\nturn = ["turn:t:3478"]\n')
     with pytest.raises(ConfigError, match="turn_secret"):
         load_config(path)
+
+
+def test_past_max_peers_an_offer_is_refused_503_until_a_peer_goes() -> None:
+    config = FAST_SYNTHETIC + "\n[webrtc]\nmax_peers = 2\nice_timeout_s = 1.0\n"
+    with run_server(config=config) as gateway:
+        offer = asyncio.run(_offer())
+        assert [_post(gateway, offer).status_code for _ in range(2)] == [201, 201]
+        refused = _post(gateway, offer)
+        assert refused.status_code == 503, refused.text
+        error = refused.json()["error"]
+        assert error["code"] == "overloaded" and "2 WebRTC peer connections" in error["message"]
+        _alive(gateway)
+        time.sleep(1.6)  # past ice_timeout_s: the two that never connected are closed
+        assert _post(gateway, offer).status_code == 201
