@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -485,3 +486,80 @@ async def test_a_node_runs_at_most_max_rules_and_a_rule_holds_at_most_max_pendin
         ]
     finally:
         await gateway.aclose()
+
+
+async def test_a_failing_action_is_tried_three_times_counted_and_the_next_row_goes_on(
+    gateway: Gateway, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from airlane.gateway.rules import task as rule_task
+
+    monkeypatch.setattr(rule_task, "RETRY_PAUSE_S", 0.01)  # the pauses between tries, short
+    caplog.set_level(logging.INFO, logger="airlane.rules")
+    await gateway.logs.create(ALICE, "readings")
+    await gateway.rules.put(
+        ALICE,
+        "relay",
+        {
+            "sql": "SELECT n FROM readings",
+            # No MQTT bridge runs: the publish fails; the append after it still runs.
+            "actions": [{"publish": {"topic": "out/{n}"}}, {"append": {"log": "copies"}}],
+        },
+    )
+    await _append(gateway, "readings", {"n": 1}, {"n": 2})
+    assert await _rows(gateway, "copies", 2) == [{"n": 1}, {"n": 2}]
+    await _eventually(lambda: _stat(gateway, "relay", "failed", 2))
+    stats = gateway.rules.get(ALICE, "relay")["stats"]
+    assert (stats["failed"], stats["appended"]) == (2, 2)
+    tries = [r for r in caplog.records if "trying again" in r.getMessage()]
+    assert len(tries) == 2 * (rule_task.ACTION_ATTEMPTS - 1)  # 3 tries a row: 2 retries
+    failures = [r for r in caplog.records if "publish action failed on output" in r.getMessage()]
+    assert len(failures) == 2 and "no MQTT bridge" in failures[0].getMessage()
+
+
+async def test_rows_trimmed_from_the_output_log_before_their_actions_ran_are_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airlane.gateway.rules import task as rule_task
+
+    # Each row's publish fails for ~0.6 s (three tries, no bridge) while six rows come: the
+    # output log keeps three, so rows whose actions had not run go, counted.
+    monkeypatch.setattr(rule_task, "RETRY_PAUSE_S", 0.2)
+    gateway = _gateway(tmp_path, output_retention=3)
+    await gateway.start()
+    try:
+        await gateway.logs.create(ALICE, "readings")
+        await gateway.rules.put(
+            ALICE,
+            "slow",
+            {
+                "sql": "SELECT n FROM readings",
+                "actions": [{"publish": {"topic": "out"}}, {"append": {"log": "copies"}}],
+            },
+        )
+        await _append(gateway, "readings", *({"n": n} for n in range(1, 7)))
+
+        # Every row is accounted for: its actions ran (failed, then appended) or it was lost.
+        async def accounted() -> bool:
+            stats = gateway.rules.get(ALICE, "slow")["stats"]
+            return stats.get("output_lost", 0) + stats.get("appended", 0) == 6
+
+        await _eventually(accounted, timeout=20)
+        stats = gateway.rules.get(ALICE, "slow")["stats"]
+        assert stats["output_lost"] >= 1
+        copies = [r.json()["n"] for r in await gateway.logs.read(ALICE, "copies")]
+        assert copies == sorted(copies) and copies[-3:] == [4, 5, 6]
+        assert len(copies) + stats["output_lost"] == 6
+    finally:
+        await gateway.aclose()
+
+
+async def test_a_test_call_past_max_test_messages_is_a_400(tmp_path: Path) -> None:
+    gateway = _gateway(tmp_path, max_test_messages=2)
+    messages = [{"payload": {"v": n}, "ts": n, "topic": "t"} for n in range(3)]
+    with pytest.raises(AirlaneError) as refused:
+        gateway.rules.test(ALICE, {"sql": "SELECT v FROM 't'", "messages": messages})
+    assert refused.value.code == ErrorCode.INVALID_REQUEST  # a 400 on the HTTP API
+    assert refused.value.param == "messages"
+    assert "at most 2" in str(refused.value)
+    answer = gateway.rules.test(ALICE, {"sql": "SELECT v FROM 't'", "messages": messages[:2]})
+    assert answer["outputs"] == [{"v": 0}, {"v": 1}]

@@ -425,8 +425,9 @@ class RuleTask:
             except AirlaneError as exc:
                 log.warning("rule %s: reading its output: %s", self.name, exc)
                 records = []
-            if records and records[0].seq > self.state.actions_done + 1 and self.state.actions_done:
-                # Retention removed rows before their actions ran.
+            if records and records[0].seq > self.state.actions_done + 1:
+                # Retention removed rows before their actions ran (the first ones included:
+                # a rule whose actions are slow from its first row loses them as well).
                 self._count("output_lost", records[0].seq - self.state.actions_done - 1)
             for record in records:
                 await self._run_actions(record.seq, record.json(), 0)
