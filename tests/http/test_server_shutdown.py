@@ -51,3 +51,26 @@ def test_a_signal_stops_running_streams_within_the_grace(
         assert server.process.wait(15) == status
     text = log_path.read_text()
     assert "Traceback" not in text and "ERROR" not in text, text[-3000:]
+
+
+def test_a_second_signal_skips_the_grace(tmp_path: Path) -> None:
+    log_path = tmp_path / "serve.log"
+    with log_path.open("w") as log, run_server(stderr=log) as server:
+        with (
+            httpx.Client(timeout=30) as client,
+            client.stream("GET", server.url + STREAM.format("sse")) as sse,
+        ):
+            chunks = sse.iter_raw()
+            assert next(chunks).startswith(b"data: ")
+            started = time.monotonic()
+            server.process.send_signal(signal.SIGTERM)  # the grace starts: 5 s for the stream
+            time.sleep(0.5)
+            server.process.send_signal(signal.SIGTERM)  # the wait is over
+            with pytest.raises(httpx.RemoteProtocolError):  # cut off: no last chunk
+                for _ in chunks:
+                    assert time.monotonic() - started < GRACE_S, "the second signal was ignored"
+            assert time.monotonic() - started < GRACE_S - 2
+        server.process.wait(15)
+        assert time.monotonic() - started < GRACE_S
+    text = log_path.read_text()
+    assert "Traceback" not in text, text[-3000:]
