@@ -278,3 +278,16 @@ async def test_a_dropped_session_waits_for_its_resume_only_so_long(server: Serve
     async with raw_peer(*address(server), resume) as late:
         frame = await late.next()
         assert frame is not None and frame.error_code == ErrorCode.REJECTED_RESUME
+
+
+async def test_a_frame_past_max_frame_closes_the_connection_with_connection_error(
+    server: ServerProcess,
+) -> None:
+    async with raw_peer(*address(server), setup_frame(auth=API_KEY)) as peer:
+        size = (1 << 20) + 1  # [rsocket] max_frame, 1 MiB, plus one
+        peer.send_bytes(size.to_bytes(3, "big") + bytes(64))  # refused on its length alone
+        frames = await peer.quiet(2.0)
+    assert frames and frames[-1].type is FrameType.ERROR and frames[-1].stream_id == 0
+    assert frames[-1].error_code == ErrorCode.CONNECTION_ERROR
+    assert f"a frame of {size} bytes" in frames[-1].data.decode()
+    await works(server)
