@@ -166,3 +166,27 @@ async def test_past_max_streams_a_request_is_answered_503_and_past_max_connectio
             again = await client.request("GET", "/healthz")
             assert again.status == 200  # the bound is of requests open at once
             await again.read()
+
+
+@pytest.mark.parametrize(("keep_alive_s", "stays_open"), [(0.0, False), (0.3, True)])
+async def test_a_quiet_connection_closes_at_the_idle_timeout_unless_kept_alive(
+    keep_alive_s: float, stays_open: bool
+) -> None:
+    config = f"[http3]\nidle_timeout_s = 1.0\nkeep_alive_s = {keep_alive_s}\n"
+    with run_server(config=config) as gateway:
+        host, port = address(gateway)
+        async with await H3Client.connect(host, port, verify=False, timeout_s=10) as client:
+            first = await client.request("GET", "/healthz")
+            assert first.status == 200
+            await first.read()
+            await asyncio.sleep(2.5)  # nothing sent either way: past the idle timeout
+            if stays_open:  # the gateway's PINGs kept it open
+                assert not client.lost
+                again = await client.request("GET", "/healthz")
+                assert again.status == 200
+                await again.read()
+            else:
+                assert client.lost
+                with pytest.raises(ConnectionLost):
+                    await client.request("GET", "/healthz")
+        await healthy(gateway)
