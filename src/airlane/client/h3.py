@@ -414,7 +414,9 @@ class H3Client:
             async with asyncio.timeout(timeout_s):
                 protocol = await manager.__aenter__()
         except (OSError, TimeoutError, ConnectionError) as exc:
-            why = (made[0].lost if made else None) or str(exc) or type(exc).__name__
+            # A closed handshake says why in its close; a timeout closes it here (code 0).
+            closed = made[0].lost if made and isinstance(exc, ConnectionError) else None
+            why = closed or str(exc) or type(exc).__name__
             raise ConnectFailed(f"no HTTP/3 connection to {host}:{port}: {why}") from exc
         assert isinstance(protocol, _Protocol)
         protocol.max_buffered = max_buffered_bytes

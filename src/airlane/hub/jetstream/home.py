@@ -99,6 +99,9 @@ they are loaded when a reader asks (room is left for this node's own streams).""
 MAX_FORWARDS = 1024
 """Appends forwarded by other nodes being stored here at once; past it they are refused
 (``busy``) and the asking node's append fails as unavailable."""
+RELOAD_RETRY_S = 2.0
+"""How long a replica that misses folded events waits before its snapshot is looked at again
+(it could not be read, or the replica was kept for a producer here)."""
 MAX_DELETED = 4096
 """Deleted stream ids a node remembers so as not to mirror them again."""
 REACH_S = 1.0
@@ -1097,8 +1100,12 @@ class HomeLogHub(JetStreamHub):
             await self._read_for(replica, follower.position)
             if replica.deferred and replica.log.next_seq == before:
                 replica.deferred = False
-                if await self._reload_folded(replica) is not False:
-                    return  # dropped, or not known yet (the next entry looks again)
+                reloaded = await self._reload_folded(replica)
+                if reloaded is None:  # not known yet, or kept while produced here
+                    self._spawn(self._repair_after(replica, RELOAD_RETRY_S))
+                    return
+                if reloaded:
+                    return
                 replica.last_js_seq = follower.position  # (nothing before it will come)
                 if replica.stream_id not in self._gone:
                     self._gone.add(replica.stream_id)
@@ -1109,6 +1116,14 @@ class HomeLogHub(JetStreamHub):
                         before,
                     )
                 return
+
+    async def _repair_after(self, replica: Replica, delay_s: float) -> None:
+        """Read back what ``replica`` misses again after ``delay_s``, however quiet its
+        stream (the entry that showed the gap may have been its last)."""
+        await asyncio.sleep(delay_s)
+        if self._streams.get(replica.stream_id) is replica:
+            replica.deferred = True
+            self._repair(replica)
 
     async def _reload_folded(self, replica: Replica) -> bool | None:
         """Drop ``replica`` if the stream's stored snapshot folded events it lacks: True if

@@ -139,6 +139,7 @@ class H3Protocol(QuicProtocol):
             session = self._sessions.pop(event.stream_id, None)
             if session is not None:
                 session.ended()
+            self._wake_writers()  # a writer waiting on a reset stream waits no more
         elif isinstance(event, ConnectionTerminated):
             self._terminated()
         if self._h3 is None:
@@ -307,8 +308,8 @@ class H3Protocol(QuicProtocol):
         }
 
     def _refuse(self, stream_id: int, status: int, reason: bytes) -> None:
-        if self._h3 is None:
-            return
+        if self._h3 is None or not _writable(self, stream_id):
+            return  # (HEADERS on a stream already answered or reset: trailers, say)
         head = [(b":status", b"%d" % status), (b"content-type", b"text/plain")]
         self._h3.send_headers(stream_id, head)
         self._h3.send_data(stream_id, reason, end_stream=True)
@@ -482,6 +483,19 @@ def _fec_group(query: bytes) -> int | None:
 
 def _unacknowledged(protocol: H3Protocol, stream_id: int) -> int:
     """Bytes written to ``stream_id`` that the peer has not acknowledged yet. aioquic keeps
-    them in the stream's send buffer and offers no public count, so this reads it there."""
+    them in the stream's send buffer and offers no public count, so this reads it there. A
+    reset stream holds none: nothing of it will be sent or acknowledged any more."""
     stream = protocol._quic._streams.get(stream_id)
-    return 0 if stream is None else len(stream.sender._buffer)
+    if stream is None or stream.sender._reset_error_code is not None:
+        return 0
+    return len(stream.sender._buffer)
+
+
+def _writable(protocol: H3Protocol, stream_id: int) -> bool:
+    """Whether ``stream_id`` can take more of a response: neither ended nor reset (aioquic
+    raises on a write to either)."""
+    stream = protocol._quic._streams.get(stream_id)
+    if stream is None:
+        return True  # (not opened yet on this side: aioquic makes it on the first write)
+    sender = stream.sender
+    return sender._buffer_fin is None and sender._reset_error_code is None
