@@ -251,11 +251,13 @@ async def check_group(cluster: Cluster, workload: Workload) -> list[str]:
         ack = ledger.acked.get(handout.seq)
         if ack is None or ack.confirmed >= handout.sent:
             continue
-        # A kill after the ack was sent: the broker may have confirmed it just before it
-        # died (the confirmation reaching the lab after the kill) without storing it, and
-        # a fetch in flight across the kill is answered by the broker come back, from the
-        # ack state it had flushed.
-        if not any(ack.sent <= kill <= handout.received for kill in cluster.broker_kills):
+        # A kill after the acked delivery was fetched: the broker may have confirmed the ack
+        # just before it died (the confirmation reaching the lab after the kill) without
+        # storing it; or the ack, sent while it was down, reached the broker come back,
+        # whose state, restored from what it had flushed, lacks that delivery (the ack is
+        # answered, and counts for nothing). A fetch in flight across the kill, or made
+        # after it, gets the record again: at least once.
+        if not any(ack.fetched <= kill <= handout.received for kill in cluster.broker_kills):
             problems.append(
                 f"group: record {handout.seq} redelivered after its ack: delivery "
                 f"{handout.count} by {handout.node}, fetched "
