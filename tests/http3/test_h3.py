@@ -258,15 +258,21 @@ async def test_a_client_that_leaves_mid_answer_leaves_no_traceback(tmp_path: Pat
     assert "Traceback" not in text and "ERROR" not in text, text[-2000:]
 
 
-async def test_an_artifact_pull_over_http3_resumes_after_a_kill(tmp_path: Path) -> None:
-    from airlane.artifacts.fetch import PullOptions, pull
-
+def _packed(tmp_path: Path, seed: int) -> tuple[Path, list[Path], int, Path, Path]:
+    """A checkpoint packed as ``base`` version 1 in small chunks: the store, the files, its
+    size, where a pull installs it and where that pull keeps its partial state."""
     store = tmp_path / "store"
-    files = [checkpoint(tmp_path / "a.safetensors", seed=2, layers=6, hidden=128)]
+    files = [checkpoint(tmp_path / "a.safetensors", seed=seed, layers=6, hidden=128)]
     params = ChunkParams(min_size=4 << 10, avg_size=16 << 10, max_size=64 << 10)
     size = pack(files, store, name="base", version="1", params=params).manifest.size
     dest = tmp_path / "dest"
-    state = dest / "base" / ".partial" / "1" / "state"
+    return store, files, size, dest, dest / "base" / ".partial" / "1" / "state"
+
+
+async def test_an_artifact_pull_over_http3_resumes_after_a_kill(tmp_path: Path) -> None:
+    from airlane.artifacts.fetch import PullOptions, pull
+
+    store, _, size, dest, state = _packed(tmp_path, seed=2)
     with run_server("--artifacts", str(store)) as gateway:
         # The CLI pulls over HTTP/3 at a capped rate (about 6 s for it all) and is killed once
         # its saved state shows progress.
@@ -325,12 +331,7 @@ def _free_ports(count: int) -> int:
 async def test_an_artifact_pull_over_http3_reopens_its_connection_when_the_gateway_restarts(
     tmp_path: Path,
 ) -> None:
-    store = tmp_path / "store"
-    files = [checkpoint(tmp_path / "a.safetensors", seed=3, layers=6, hidden=128)]
-    params = ChunkParams(min_size=4 << 10, avg_size=16 << 10, max_size=64 << 10)
-    size = pack(files, store, name="base", version="1", params=params).manifest.size
-    dest = tmp_path / "dest"
-    state = dest / "base" / ".partial" / "1" / "state"
+    store, files, size, dest, state = _packed(tmp_path, seed=3)
     listen = ("--artifacts", str(store), "--port", str(_free_ports(4)))
     pulling: subprocess.Popen[str] | None = None
     try:
