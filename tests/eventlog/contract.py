@@ -64,6 +64,13 @@ class EventLogContract:
     def event_log(self, open_log: OpenLog) -> EventLog:
         return open_log()
 
+    def counted(self, delivery: Delivery, expected: int) -> bool:
+        """Whether a record handed out again carries the count it should: exactly
+        ``expected``, or for a broker whose count may repeat, at least 1 and at most that."""
+        if self.exact_delivery_counts:
+            return delivery.deliveries == expected
+        return 1 <= delivery.deliveries <= expected
+
     # -- append and replay --------------------------------------------------------------------
 
     async def test_append_numbers_records_and_read_replays_them(self, event_log: EventLog):
@@ -168,9 +175,10 @@ class EventLogContract:
         second_member = await event_log.consumer_group("log", "g", ack_wait_s=0.5)
         [again] = await second_member.fetch(timeout_s=3)
         assert time.monotonic() - started > 0.4
-        assert (again.seq, again.deliveries) == (1, 2) and again.record == first.record
+        assert again.seq == 1 and self.counted(again, 2) and again.record == first.record
         info = await second_member.info()
-        assert (info.pending_acks, info.redelivered) == (1, 1)
+        assert info.pending_acks == 1
+        assert info.redelivered == 1 if self.exact_delivery_counts else info.redelivered <= 1
         await again.ack()
         await first.ack()  # late and stale: harmless
         assert (await second_member.info()).pending_acks == 0
@@ -185,10 +193,10 @@ class EventLogContract:
         nakked = time.monotonic()
         assert await group.fetch(timeout_s=0.2) == []
         [again] = await group.fetch(timeout_s=3)
-        assert time.monotonic() - nakked > 0.35 and again.deliveries == 2
+        assert time.monotonic() - nakked > 0.35 and self.counted(again, 2)
         await again.nak()  # no delay: at once
         [third] = await group.fetch(timeout_s=3)
-        assert third.deliveries == 3
+        assert self.counted(third, 3)
         await third.ack()
 
     async def test_in_progress_extends_the_ack_deadline(self, event_log: EventLog):
@@ -200,7 +208,7 @@ class EventLogContract:
         await delivery.in_progress()  # the deadline moves from ~1.0 s to ~1.5 s
         assert await group.fetch(timeout_s=0.75) == []
         [again] = await group.fetch(timeout_s=3)
-        assert again.deliveries == 2
+        assert self.counted(again, 2)
         await again.ack()
 
     async def test_max_deliver_gives_up_on_a_record(self, event_log: EventLog):
@@ -260,7 +268,7 @@ class EventLogContract:
         # Not acked: handed out again once the group's 0.5 s pass (a 30 s default would not).
         [again] = await member.fetch(timeout_s=5)
         assert time.monotonic() - started > 0.35
-        assert (again.seq, again.deliveries) == (first.seq, 2)
+        assert again.seq == first.seq and self.counted(again, 2), again.deliveries
         await again.ack()
         info = await creator.info()
         assert (info.ack_wait_s, info.max_deliver) == (0.5, 3)

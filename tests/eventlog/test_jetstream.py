@@ -212,7 +212,9 @@ async def test_a_fetch_stalled_past_the_ack_wait_with_the_answer_in_hand_hands_o
         monkeypatch.setattr(jetstream_pull, "_answers", stalled_before_reading)
         # Not the copy read too late; the same fetch waits on and gets the redelivery.
         (again,) = await member.fetch(1, timeout_s=5)
-        assert (again.seq, again.deliveries) == (1, 2)
+        # Count 2, or 1 where the broker took back the count of a redelivery to a pull
+        # request that had just expired (docs/eventlog.md: a JetStream count can repeat).
+        assert again.seq == 1 and again.deliveries in (1, 2), again.deliveries
         await again.ack()
         await member.aclose()
         await log.delete_log("stall")
@@ -243,7 +245,7 @@ async def test_a_delivery_that_arrived_after_its_fetch_gave_up_is_not_handed_out
         await eventually(lambda: answered.pending_msgs > 0, what="the broker answers the pull")
         # Its ack wait passes; another member gets the record again and acks it.
         (again,) = await fetch_until(on_time, 1, timeout=5)
-        assert again.deliveries == 2
+        assert again.deliveries in (1, 2)  # 1 where the broker took a count back, as above
         await again.ack()
         # The late copy, queued all along, must not be handed out after that ack.
         assert await late.fetch(1, timeout_s=0.3) == []

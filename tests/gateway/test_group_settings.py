@@ -73,7 +73,9 @@ async def test_a_fetch_on_another_node_without_settings_keeps_the_groups_ack_wai
     # soon as the redelivery comes.
     [again] = await b.fetch(ANONYMOUS, "rewards", "trainers", max_events=10, timeout_s=10)
     waited = time.monotonic() - handed_out
-    assert (again.seq, again.deliveries) == (first.seq, 2)
+    # Count 2, or 1 where JetStream took back the count of a redelivery to a pull request that
+    # had just expired (docs/eventlog.md: a JetStream count can repeat).
+    assert again.seq == first.seq and again.deliveries in (1, 2), again.deliveries
     assert ACK_WAIT_S - 0.25 < waited < ACK_WAIT_S + 5, waited
     await again.ack()
     for node in (a, b):

@@ -28,6 +28,7 @@ import pytest
 from airlane.server import broker as broker_module
 from airlane.server.broker import BrokerError, LocalBroker
 from tests.natsserver import nats_binary
+from tests.server.processes import worker_pids
 from tests.servers import run_gateway
 
 pytestmark = pytest.mark.timeout(120)
@@ -213,16 +214,13 @@ def test_a_worker_stopped_past_worker_stall_s_is_killed_and_started_again(
     with run_gateway(command, cwd=tmp_path, timeout=60) as server:
         supervisor = psutil.Process(server.pid)
 
-        def workers() -> set[int]:
-            return {p.pid for p in supervisor.children() if "airlane.server.worker" in p.cmdline()}
-
-        before = workers()
+        before = worker_pids(supervisor)
         time.sleep(2)  # running fine past the limit's first checks: nothing is killed
-        assert workers() == before
+        assert worker_pids(supervisor) == before
         stopped = min(before)
         os.kill(stopped, signal.SIGSTOP)
         deadline = time.monotonic() + 30
-        while (now := workers()) == before or len(now) < 2:
+        while (now := worker_pids(supervisor)) == before or len(now) < 2:
             assert time.monotonic() < deadline, "the stopped worker was not replaced"
             time.sleep(0.2)
         assert stopped not in now

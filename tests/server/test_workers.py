@@ -32,6 +32,7 @@ from airlane.transports.waku import LightClient
 from airlane.wire.libp2p import Multiaddr
 from airlane.wire.waku import auto_shard, shard_topic
 from tests.natsserver import nats_binary
+from tests.server.processes import worker_pids
 from tests.servers import ServerProcess, run_gateway
 
 pytestmark = pytest.mark.timeout(120)
@@ -411,8 +412,7 @@ def test_one_metrics_view_a_restarted_worker_and_one_sigint_for_everything(
         supervisor = psutil.Process(server.pid)
         children = {p.pid: p for p in supervisor.children()}
         assert any("nats-server" in " ".join(p.cmdline()) for p in children.values())
-        worker_pids = {p.pid for p in children.values() if "airlane.server.worker" in p.cmdline()}
-        assert len(worker_pids) == 2
+        assert len(worker_pids(supervisor)) == 2
         # Any worker's /metrics carries both workers' samples.
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
@@ -423,12 +423,12 @@ def test_one_metrics_view_a_restarted_worker_and_one_sigint_for_everything(
         else:
             raise AssertionError("/metrics never showed both workers")
         # A worker killed outright is started again; the port keeps answering meanwhile.
-        victim = sorted(worker_pids)[0]
+        victim = min(worker_pids(supervisor))
         os.kill(victim, signal.SIGKILL)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             assert httpx.get(f"{server.url}/healthz", timeout=5).status_code == 200
-            now = {p.pid for p in supervisor.children() if "airlane.server.worker" in p.cmdline()}
+            now = worker_pids(supervisor)
             if len(now) == 2 and victim not in now:
                 break
             time.sleep(0.2)
