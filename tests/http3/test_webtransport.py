@@ -14,11 +14,12 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 
-from airlane.client import ConnectFailed, RequestRejected
+from airlane.client import ConnectFailed, ConnectionLost, RequestRejected
 from airlane.client.webtransport import Arrival, WebTransportClient
 from airlane.wire.framing import encode_frame
 from tests.browser.test_eventsource import snapshot_text
@@ -188,3 +189,41 @@ async def test_the_cli_streams_over_webtransport(server: ServerProcess) -> None:
     )  # fmt: skip
     assert again.returncode == 0, again.stderr
     assert again.stdout.strip() == done.stdout.strip()
+
+
+async def test_a_stream_the_client_stops_ends_its_subscription_and_nothing_else(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "serve.log"
+    with log.open("w") as err, run_server(config=SLOW, stderr=err) as gateway:
+        async with await session(gateway) as wt:
+            long = await wt.call({"op": "generate", "request": {**CHAT, "max_tokens": 2000}})
+            async with asyncio.timeout(10):
+                async for message in wt.events():
+                    if message.get("op") == "event" and message["stream"] == long["stream"]:
+                        stopped = message.quic_stream
+                        break
+            # The client no longer wants that stream's bytes (STOP_SENDING); the generation
+            # goes on writing to it, every 3 ms.
+            wt._protocol._quic.stop_stream(stopped, 0)
+            wt._protocol.transmit()
+            short = await wt.call({"op": "generate", "request": {**CHAT, "max_tokens": 30}})
+            messages = await until_done(wt, 1)
+            assert all(m.quic_stream != stopped for m in messages if m.get("op") == "event")
+            assert any(m.get("stream") == short["stream"] for m in messages)
+            await asyncio.sleep(0.5)
+            # Its subscription is over (the long generation still runs): nothing to leave.
+            gone = await wt.call({"op": "unsubscribe", "stream": long["stream"]})
+            assert gone["op"] == "error" and gone["code"] == "not_subscribed", gone
+            assert (await wt.call({"op": "ping"}))["op"] == "pong"
+        # Stopping the control stream, where replies go, ends the session: the next reply
+        # finds no reader, and the session is closed.
+        async with await session(gateway) as wt:
+            wt._protocol._quic.stop_stream(wt.control, 0)
+            with pytest.raises(ConnectionLost):
+                await wt.call({"op": "ping"}, timeout_s=10)
+            assert wt.closed is not None and "1000" in wt.closed, wt.closed
+        async with await session(gateway) as again:
+            assert (await again.call({"op": "ping"}))["op"] == "pong"
+    text = log.read_text()
+    assert "Traceback" not in text and "ERROR" not in text, text[-3000:]

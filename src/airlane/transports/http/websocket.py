@@ -61,7 +61,7 @@ from airlane.transports.http.asgi import LANE_EXTENSION, SOCKET_EXTENSION, Recei
 from airlane.transports.http.auth import authenticate
 from airlane.transports.http.context import AppContext
 from airlane.transports.http.errors import close_code, close_reason
-from airlane.transports.http.h3.webtransport import WEBTRANSPORT
+from airlane.transports.http.h3.webtransport import WEBTRANSPORT, StreamStopped
 from airlane.transports.http.loadtest import loadtest_chunks, loadtest_failure, loadtest_spec
 from airlane.transports.http.ws_protocol import SEND_MANY, WRITE_NOW
 from airlane.transports.http.ws_pump import Credits, WebSocketPump, WriteNow
@@ -403,6 +403,8 @@ class WebSocketSession:
                     batch_limit=self.app.config.batch_limit,
                     credits=self._credits.get(stream_id),
                 ).run()
+            except StreamStopped:
+                pass  # the client stopped reading this stream: the subscription ends here
             finally:
                 await sender.aclose()
         else:

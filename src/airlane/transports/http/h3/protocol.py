@@ -330,20 +330,27 @@ class H3Protocol(QuicProtocol):
     # -- writing (H3Writer) ----------------------------------------------------------------
 
     def send_head(self, stream_id: int, headers: list[tuple[bytes, bytes]], end: bool) -> None:
-        """Send a response's head (``:status`` first) on ``stream_id``."""
-        if self._h3 is not None and not self._closed_here:
+        """Send a response's head (``:status`` first) on ``stream_id`` (nothing if it takes no
+        more bytes: see `writable`)."""
+        if self._h3 is not None and self.writable(stream_id):
             self._h3.send_headers(stream_id, headers, end_stream=end)
             self.transmit()
 
     def send_body(self, stream_id: int, data: bytes, end: bool, *, raw: bool = False) -> None:
         """Send response body bytes on ``stream_id`` (``raw``: as they are, on a WebTransport
-        stream, not in HTTP/3 DATA frames)."""
-        if self._h3 is not None and not self._closed_here:
+        stream, not in HTTP/3 DATA frames); nothing if it takes no more bytes (`writable`):
+        aioquic raises on a write to a stream the client stopped."""
+        if self._h3 is not None and self.writable(stream_id):
             if raw:
                 self._quic.send_stream_data(stream_id, data, end_stream=end)
             else:
                 self._h3.send_data(stream_id, data, end_stream=end)
             self.transmit()
+
+    def writable(self, stream_id: int) -> bool:
+        """Whether ``stream_id`` takes more bytes: the connection is open, and the stream was
+        neither ended here nor stopped (STOP_SENDING) or reset by the client."""
+        return self._h3 is not None and not self._closed_here and _writable(self, stream_id)
 
     def send_datagram(self, session_id: int, data: bytes) -> None:
         """Send a datagram of WebTransport session ``session_id``."""
@@ -493,9 +500,13 @@ def _unacknowledged(protocol: H3Protocol, stream_id: int) -> int:
 
 def _writable(protocol: H3Protocol, stream_id: int) -> bool:
     """Whether ``stream_id`` can take more of a response: neither ended nor reset (aioquic
-    raises on a write to either)."""
-    stream = protocol._quic._streams.get(stream_id)
+    raises on a write to either, and to a stream whose state it has discarded since)."""
+    quic = protocol._quic
+    stream = quic._streams.get(stream_id)
     if stream is None:
-        return True  # (not opened yet on this side: aioquic makes it on the first write)
+        # Either not opened yet on this side (aioquic makes it on the first write), or over
+        # on both sides and forgotten (a stream the client stopped, once its reset was
+        # acknowledged).
+        return not quic._stream_is_discarded(stream_id)
     sender = stream.sender
     return sender._buffer_fin is None and sender._reset_error_code is None

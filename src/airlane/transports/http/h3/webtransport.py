@@ -18,6 +18,9 @@ changes is where bytes travel:
   are followed by an XOR parity datagram (`airlane.wire.fec`), which rebuilds one loss per
   group. Every datagram starts with `airlane.wire.fec`'s kind byte, so a client reads both.
 
+A client that stops a subscription's stream (STOP_SENDING) ends that subscription
+(`StreamStopped`); one that stops the control stream ends the session.
+
 Bounded: at most ``max_inbox`` messages wait for the application (past that the session is
 closed, 1008), a message is at most ``max_message`` bytes (1009), a stream writer waits once
 its stream holds ``max_buffered_bytes`` unacknowledged, and a datagram that would not fit in
@@ -27,6 +30,7 @@ one packet travels on the control stream instead.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -39,7 +43,7 @@ from airlane.wire.framing import FrameDecoder, encode_frame
 if TYPE_CHECKING:
     from airlane.transports.http.h3.protocol import H3Protocol
 
-__all__ = ["WEBTRANSPORT", "WebTransportChannel", "WebTransportSession"]
+__all__ = ["WEBTRANSPORT", "StreamStopped", "WebTransportChannel", "WebTransportSession"]
 
 log = logging.getLogger("airlane.http3")
 
@@ -54,6 +58,15 @@ PARITY_DELAY_S = 0.02
 """A group left open this long gets its parity early, so the last messages are protected."""
 CLOSE_POLICY = 1008
 CLOSE_TOO_BIG = 1009
+
+
+class StreamStopped(Exception):
+    """The client stopped reading a subscription's stream (STOP_SENDING, or a reset): what
+    is written to it would go nowhere, so its subscription ends."""
+
+    def __init__(self, stream_id: int) -> None:
+        super().__init__(f"the client stopped stream {stream_id}")
+        self.stream_id = stream_id
 
 
 class WebTransportSession:
@@ -182,8 +195,17 @@ class WebTransportSession:
             await self.write(self.control, _messages(message))
 
     async def write(self, stream_id: int, messages: list[bytes], end: bool = False) -> None:
-        """Frame ``messages`` onto ``stream_id``, then wait while it holds too much."""
+        """Frame ``messages`` onto ``stream_id``, then wait while it holds too much.
+
+        Raises `StreamStopped` when the client stopped ``stream_id`` (a subscription's); the
+        client stopping the control stream, where replies go, ends the session instead."""
         if self.closed:
+            return
+        if not self.protocol.writable(stream_id):
+            if stream_id != self.control:
+                raise StreamStopped(stream_id)
+            # No reply can reach the client any more: the session is over, and says so.
+            self.close(1000, "the control stream was stopped")
             return
         payload = b"".join(encode_frame(m) for m in messages)
         self.protocol.send_body(stream_id, payload, end, raw=True)
@@ -276,11 +298,14 @@ class StreamSender:
         self.stream_id = stream_id
 
     async def __call__(self, message: dict[str, Any]) -> None:
+        """Write the message's frames; raises `StreamStopped` once the client stopped the
+        stream."""
         await self.session.write(self.stream_id, _messages(message))
 
     async def aclose(self) -> None:
-        """End the stream (its subscription ended)."""
-        await self.session.write(self.stream_id, [], end=True)
+        """End the stream (its subscription ended), unless the client stopped it first."""
+        with contextlib.suppress(StreamStopped):
+            await self.session.write(self.stream_id, [], end=True)
 
 
 class DatagramSender:
