@@ -293,7 +293,8 @@ async def test_generate_starts_a_generation_with_the_row_in_its_prompt(gateway: 
     )
     await _append(gateway, "alarms", {"deviceId": "m7"})
     await _eventually(lambda: _stat(gateway, "explain", "generated", 1))
-    subscription = await gateway.subscribe(ALICE, "rules/explain/1.0")
+    incarnation = gateway.rules.get(ALICE, "explain")["incarnation"]
+    subscription = await gateway.subscribe(ALICE, f"rules/explain/{incarnation}/1.0")
     events = []
     while batch := await subscription.next_batch(64):
         events += batch

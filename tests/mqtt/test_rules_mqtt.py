@@ -62,7 +62,7 @@ async def test_the_seeds_vibration_rule_publishes_alerts_per_device_at_qos_1(
     alert = orjson.loads(message.payload)
     assert alert["deviceId"] == "m1" and alert["avg_v"] > 3.5
     props = dict(message.properties.UserProperty)
-    assert props["rule"] == "vibration" and props["msg-id"].startswith("rule.vibration.")
+    assert props["rule"] == "vibration" and props["msg-id"].startswith("rule/vibration/")
     kept = await stored(gateway, input_log("vibration"), 4)
     assert [r.headers["mqtt-topic"] for r in kept][:1] == ["sensor/m1/vibration"]
 

@@ -16,8 +16,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -165,10 +166,16 @@ class RuleService:
         self._tasks.clear()
 
     async def _run(
-        self, key: str, definition: RuleDefinition, state: RuleState, owner: Principal
+        self,
+        key: str,
+        definition: RuleDefinition,
+        state: RuleState,
+        owner: Principal,
+        *,
+        create_logs: bool = True,
     ) -> None:
         task = RuleTask(self, definition, state, owner)
-        await task.start()
+        await task.start(create_logs=create_logs)
         self._tasks[key] = task
         self._tap(key, task)
 
@@ -244,7 +251,11 @@ class RuleService:
         if old is None and len(self._tasks) >= self.config.max_rules:
             raise BadRequest(f"this node runs {self.config.max_rules} rules, the limit")
         state = RuleState(key, definition.to_dict(), _owner(principal), created=time.time())
-        if old is not None:
+        if old is None:
+            await self._clear_leftovers(principal, name)
+            state.incarnation = secrets.token_hex(4)
+        else:
+            state.incarnation = old.state.incarnation
             self._untap(key)
             await old.aclose()
             del self._tasks[key]
@@ -315,22 +326,51 @@ class RuleService:
         return self._task(key, name).describe()
 
     async def delete(self, principal: Principal, name: str) -> None:
-        """Stop the rule and forget it, its state and its logs."""
+        """Stop the rule and forget it, its state and its logs.
+
+        Raises the event log's error (503) when it does not answer, with the rule running
+        as before, to be tried again: a delete that says it is done has deleted the logs."""
         key = self._allow(principal, Action.RULES_ADMIN, name)
         task = self._task(key, name)
+        owner, logs = task.owner, self.gateway.logs
+        # Asked first, with the rule still running: with the event log away, it stays so.
+        await _gone_or(logs.info(owner, output_log(name)))
         self._untap(key)
         await task.aclose()
         del self._tasks[key]
+        try:
+            await _gone_or(logs.delete(owner, output_log(name)))
+        except AirlaneError:
+            await self._run_again(key, task)  # away since it answered: as before
+            raise
         self.store.delete(key)
-        logs = self.gateway.logs
-        for log_name in (output_log(name), input_log(name)):
-            with contextlib.suppress(AirlaneError):  # never made (input) or already gone
-                await logs.delete(task.owner, log_name)
+        # What may stay behind is harmless: an input log (a rule made again under the name
+        # clears it, `_clear_leftovers`), and a group (one made again restarts it).
+        try:
+            await _gone_or(logs.delete(owner, input_log(name)))
+        except AirlaneError as exc:
+            log.warning("rules: %s deleted, its input log not yet: %s", key, exc)
         if task.definition.source == "log" and task.definition.topic_filter is None:
             source = task.definition.compiled.source.text
             with contextlib.suppress(AirlaneError):
-                await logs.delete_group(task.owner, source, f"rule.{name}")
+                await logs.delete_group(owner, source, f"rule.{name}")
         audit_admin(self._security, principal, "rule_delete", rule_resource(name))
+
+    async def _run_again(self, key: str, task: RuleTask) -> None:
+        """Run a rule stopped for a delete that could not finish, from its saved state, on
+        the logs it had (they were not deleted: the event log did not answer)."""
+        await self._run(key, task.definition, task.state, task.owner, create_logs=False)
+
+    async def _clear_leftovers(self, principal: Principal, name: str) -> None:
+        """Delete what an earlier rule named ``name`` left of its logs (a delete that the event
+        log's going away cut short), before a new rule of that name is made: its output rows
+        would have their actions run again, and hold the idempotency keys the new rule's rows
+        take. Raises the event log's error when it cannot."""
+        logs = self.gateway.logs
+        present = set(await logs.names(principal))
+        for log_name in (output_log(name), input_log(name)):
+            if log_name in present:
+                await _gone_or(logs.delete(principal, log_name))
 
     def pending(self, principal: Principal, name: str) -> list[dict[str, Any]]:
         """The rule's rows held for approval."""
@@ -422,3 +462,12 @@ class RuleService:
                 "dropped_rows": stats.dropped_rows,
             },
         }
+
+
+async def _gone_or(call: Awaitable[object]) -> None:
+    """Await ``call``, a request about a log; that the log is not there is no error here."""
+    try:
+        await call
+    except AirlaneError as exc:
+        if exc.code is not ErrorCode.LOG_NOT_FOUND:
+            raise

@@ -65,12 +65,33 @@ class RuleState:
     counters: dict[str, int] = field(default_factory=dict)
     """What the actions did: published, appended, generated, failed, approved, rejected..."""
     created: float = 0.0
+    incarnation: str = ""
+    """Made when the rule is added, kept when it is replaced: the keys of what it writes
+    (`output_key`, `action_key`, `generation_stream`) hold it, so a rule deleted and added
+    again under the same name never has its rows, messages or generations taken for those of
+    the one before. Empty in the files of rules added before it existed (their keys keep the
+    form they had)."""
 
     def output_key(self, name: str, n: int) -> str:
         """The idempotency key of output row ``n`` of the rule ``name``."""
-        if self.revision == 0:
-            return f"rule.{name}.{n}"
-        return f"rule.{name}.r{self.revision}.{n}"
+        revision = [f"r{self.revision}"] if self.revision else []
+        if not self.incarnation:
+            return ".".join(["rule", name, *revision, str(n)])
+        return "/".join(["rule", name, self.incarnation, *revision, str(n)])
+
+    def action_key(self, name: str, seq: int, index: int) -> str:
+        """The idempotency key (and MQTT ``msg-id``) of action ``index`` on the rule's output
+        row ``seq``."""
+        if not self.incarnation:
+            return f"rule.{name}.{seq}.{index}"
+        return f"rule/{name}/{self.incarnation}/{seq}/{index}"
+
+    def generation_stream(self, name: str, seq: int, index: int) -> str:
+        """The stream id of the generation that action ``index`` starts on output row
+        ``seq``."""
+        if not self.incarnation:
+            return f"rules/{name}/{seq}.{index}"
+        return f"rules/{name}/{self.incarnation}/{seq}.{index}"
 
     def to_dict(self) -> dict[str, Any]:
         """The file's content."""
@@ -88,6 +109,7 @@ class RuleState:
             "forwards": self.forwards,
             "counters": self.counters,
             "created": self.created,
+            "incarnation": self.incarnation,
         }
 
     @classmethod
@@ -109,6 +131,7 @@ class RuleState:
                 forwards={str(k): dict(v) for k, v in (data.get("forwards") or {}).items()},
                 counters={str(k): int(v) for k, v in (data.get("counters") or {}).items()},
                 created=float(data.get("created", 0.0)),
+                incarnation=str(data.get("incarnation", "")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"a malformed rule state: {exc}") from None

@@ -21,17 +21,19 @@ puts every row in the window it was stored in, and produces the same output rows
 record that is not a JSON object is counted (``not_object``) and skipped.
 
 **Exactly once into the output log.** After each batch the runner's output rows are appended
-to ``rules.<name>.out``, each with the idempotency key ``rule.<name>.<n>`` (``n`` counts output
-rows), then the state is saved (`airlane.gateway.rules.store`), then the batch is acknowledged.
-A process killed between two steps reads the batch again from the saved state: the rows it
-produced again get the same keys, and the log keeps the first copy.
+to ``rules.<name>.out``, each with the idempotency key ``rule/<name>/<incarnation>/<n>`` (``n``
+counts output rows; `RuleState.output_key`), then the state is saved
+(`airlane.gateway.rules.store`), then the batch is acknowledged. A process killed between two
+steps reads the batch again from the saved state: the rows it produced again get the same
+keys, and the log keeps the first copy.
 
 **Actions at least once.** The action task reads the output log after the last row whose
 actions all ran (saved after each row) and runs the rule's actions in order: a row whose actions
 were cut by a crash has them run again. Messages published carry the user property ``msg-id``
-(``rule.<name>.<n>.<action>``): Airlane's own bridges, and any consumer that keeps the last ids
-it saw, drop the copy. A ``hold`` keeps the row (in the saved state) until `RuleTask.decide`;
-actions that fail (no bridge, a broker that refuses, a backend error) are retried
+(``rule/<name>/<incarnation>/<n>/<action>``, `RuleState.action_key`): Airlane's own bridges,
+and any consumer that keeps the last ids it saw, drop the copy. A ``hold`` keeps the row (in
+the saved state) until `RuleTask.decide`; actions that fail (no bridge, a broker that refuses,
+a backend error) are retried
 `ACTION_ATTEMPTS` times, then counted (``failed``) and logged, and the next row goes on.
 """
 
@@ -170,13 +172,17 @@ class RuleTask:
 
     # -- life -------------------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Create the rule's logs and start its two tasks."""
+    async def start(self, *, create_logs: bool = True) -> None:
+        """Create the rule's logs and start its two tasks (without ``create_logs``, on logs
+        known to be there: then it asks the event log nothing)."""
         logs = self.service.gateway.logs
         limits = self.service.config
-        await logs.create(self.owner, output_log(self.name), max_events=limits.output_retention)
-        if self.definition.topic_filter is not None:
-            await logs.create(self.owner, input_log(self.name), max_events=limits.input_retention)
+        if create_logs:
+            await logs.create(self.owner, output_log(self.name), max_events=limits.output_retention)
+            if self.definition.topic_filter is not None:
+                await logs.create(
+                    self.owner, input_log(self.name), max_events=limits.input_retention
+                )
         source = self._source_log()
         if source is not None and "seq" not in self.state.input:
             # A new rule reads what is appended from now on (not what was there before).
@@ -224,6 +230,7 @@ class RuleTask:
             **self.definition.to_dict(),
             "input_log": self._source_log(),
             "output_log": output_log(self.name),
+            "incarnation": self.state.incarnation,
             "stats": {
                 "rows_in": stats.rows_in,
                 "rows_filtered": stats.rows_filtered,
@@ -456,7 +463,7 @@ class RuleTask:
 
     async def _act(self, action: Action, index: int, seq: int, row: dict[str, Any]) -> None:
         gateway = self.service.gateway
-        msg_id = f"rule.{self.name}.{seq}.{index}"
+        msg_id = self.state.action_key(self.name, seq, index)
         if isinstance(action, PublishAction):
             topic = fill_template(action.topic, row, self.name)
             publisher = self.service.publisher(action.bridge or self.definition.bridge)
@@ -497,7 +504,7 @@ class RuleTask:
             messages.append({"role": "system", "content": action.system})
         messages.append({"role": "user", "content": fill_template(action.prompt, row, self.name)})
         request = GenerationRequest(action.model, messages, max_tokens=action.max_tokens)
-        stream_id = f"rules/{self.name}/{seq}.{index}"
+        stream_id = self.state.generation_stream(self.name, seq, index)
         topic = None
         bridge = action.bridge or self.definition.bridge
         if action.result_topic is not None:
