@@ -131,3 +131,45 @@ async def test_an_approved_row_runs_its_actions_in_the_next_process_if_this_one_
                 await asyncio.sleep(0.02)
     finally:
         await second.aclose()
+
+
+async def test_a_rule_forwards_at_most_16_generations_at_once_and_the_next_waits(
+    broker: Mosquitto, tmp_path: Path
+) -> None:
+    from airlane.gateway.rules import task as rule_task
+
+    gateway = _gateway(tmp_path)  # each generation publishes for more than a second
+    await gateway.start()
+    bridge = MqttBridge(gateway, MqttBridgeConfig(broker.url, inbound=()), state_dir=tmp_path)
+    await bridge.start()
+    rows = rule_task.MAX_GENERATIONS + 4
+    done: set[str] = set()
+    try:
+        await bridge.wait_connected(10)
+        async with v5_client(broker.port, "advice-reader") as reader:
+            await reader.subscribe("advice/#", qos=1)
+            await gateway.rules.put(PRINCIPAL, "advise", RULE)
+            await gateway.logs.create(PRINCIPAL, "feed")
+            feed = [NewEvent("r", orjson.dumps({"i": i})) for i in range(rows)]
+            await gateway.logs.append(PRINCIPAL, "feed", feed)
+
+            def generated() -> int:
+                return int(gateway.rules.get(PRINCIPAL, "advise")["stats"].get("generated", 0))
+
+            async with asyncio.timeout(10):  # the first 16 start at once
+                while generated() < rule_task.MAX_GENERATIONS:
+                    await asyncio.sleep(0.02)
+            started = generated()
+            async with asyncio.timeout(40):
+                async for message in reader.messages:
+                    event = orjson.loads(message.payload)  # type: ignore[arg-type]
+                    if event["kind"] == "done":
+                        if not done:  # none ended yet: the 17th had to wait
+                            assert started == rule_task.MAX_GENERATIONS, started
+                        done.add(str(message.topic))
+                        if len(done) == rows:
+                            break
+    finally:
+        await bridge.aclose()
+        await gateway.aclose()
+    assert done == {f"advice/{i}" for i in range(rows)}
