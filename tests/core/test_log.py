@@ -66,6 +66,23 @@ def test_lagging_reader_gets_consecutive_deltas_coalesced_but_never_across_other
     assert frames[0].tokens == 2
 
 
+def test_a_reader_that_keeps_deltas_apart_gets_each_with_its_own_seq():
+    log = make_log()
+    for text in ("Hel", "lo", " wor", "ld"):
+        log.append(Event.delta(text), 0)
+    # Resumed after "Hel": a consumer that has "lo" (seq 2) skips that copy by its seq, where
+    # a merged "lo wor" carrying seq 3 would repeat it.
+    cursor = log.cursor("forward", Position("ep", 1))
+    cursor.merge_deltas = False
+    assert [(f.text, f.seq) for f in log.read(cursor, limit=100)] == [
+        ("lo", 2),
+        (" wor", 3),
+        ("ld", 4),
+    ]
+    merged = log.read(log.cursor("late", Position("ep", 1)), limit=100)
+    assert [(f.text, f.seq) for f in merged] == [("lo world", 4)]
+
+
 def test_a_reader_that_keeps_up_gets_the_stored_event_so_encodings_are_shared():
     log = make_log()
     stored = log.append(Event.delta("x"), 0)

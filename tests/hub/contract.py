@@ -168,6 +168,16 @@ class HubContract:
             async with await hub.subscribe("r", resume=Position(info.epoch, seq)) as sub:
                 assert text_of(await drain(sub)) == "hello"[seq:]
 
+    async def test_a_reader_keeping_deltas_apart_gets_each_with_its_own_seq(self, hub: Hub):
+        info = await hub.create("apart")
+        for t in "hello":
+            await hub.append("apart", Event.delta(t))
+        await hub.append("apart", Event.done())
+        async with await hub.subscribe("apart", resume=Position(info.epoch, 1)) as sub:
+            sub.keep_deltas_apart()
+            events = await drain(sub)
+        assert [(e.text, e.seq) for e in events[:-1]] == [("e", 2), ("l", 3), ("l", 4), ("o", 5)]
+
     async def test_a_reader_resuming_at_the_end_of_an_ended_stream_is_exhausted(self, hub: Hub):
         info = await hub.create("end")
         await hub.append("end", Event.delta("x"))

@@ -14,7 +14,8 @@ Readers are `Cursor` objects: the last ``seq`` they were given plus a little boo
    fell behind, and missed nothing but text, is caught up with the missing text as plain
    ``delta`` events instead, so a slow reader never receives the same text twice;
 2. then the retained events after the cursor. Consecutive ``delta`` events of one channel are
-   coalesced into a single delta for a lagging cursor, up to ``max_coalesce_chars``; control,
+   coalesced into a single delta for a lagging cursor, up to ``max_coalesce_chars`` (unless
+   its ``merge_deltas`` is off: a reader that tells copies by seq); control,
    tool-call, message and terminal events are never merged and never dropped, and history
    the reader found when it came is never merged with what came after (``Cursor.live_from``:
    the usage ledger counts the two apart);
@@ -103,6 +104,7 @@ class Cursor:
         "delivered_tokens",
         "finished",
         "live_from",
+        "merge_deltas",
         "reset",
         "subscriber",
         "text_lengths",
@@ -124,6 +126,9 @@ class Cursor:
         """Completion tokens handed to this reader (a snapshot counts as all it carries)."""
         self.finished = False
         """True once the terminal event was handed out."""
+        self.merge_deltas = True
+        """Whether deltas it is behind on may reach it merged (see the module docstring).
+        False for a reader that tells copies by ``seq`` (`Subscription.keep_deltas_apart`)."""
         self.text_lengths: dict[Channel, int] | None = {} if after == 0 and not reset else None
         """Characters of text handed out per channel, when known (not for a cursor that
         resumed mid-stream): what lets `StreamLog.read` catch it up with deltas."""
@@ -448,7 +453,7 @@ class StreamLog:
             event = events[index]
             kind = event.kind
             if kind is _DELTA:
-                if coalesce:
+                if coalesce and cursor.merge_deltas:
                     event, index = self._coalesce(index, end, cursor.live_from)
                 else:
                     index += 1

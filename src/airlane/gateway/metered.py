@@ -69,6 +69,9 @@ class MeteredSubscription(Subscription):
     def live_from(self) -> int:
         return self._inner.live_from
 
+    def keep_deltas_apart(self) -> None:
+        self._inner.keep_deltas_apart()
+
     def poll(self, limit: int = 64) -> list[Event]:
         if self._quotas.bytes_wait(self._principal):
             return []

@@ -184,6 +184,9 @@ class _MemorySubscription(Subscription):
         log = self._stream.log
         return self._cursor.finished or (log.terminal is not None and not log.pending(self._cursor))
 
+    def keep_deltas_apart(self) -> None:
+        self._cursor.merge_deltas = False
+
     def poll(self, limit: int = 64) -> list[Event]:
         stream_log, cursor = self._log, self._cursor
         if self._closed or not stream_log.pending(cursor):

@@ -554,6 +554,9 @@ class RuleTask:
             subscription = await gateway.subscribe(
                 self.owner, stream_id, resume=resume, subscriber="rules"
             )
+            # Each delta with its own seq: what a crash makes this publish again is then
+            # copies a consumer skips by seq, never a merged delta repeating text it has.
+            subscription.keep_deltas_apart()
             try:
                 while events := await subscription.next_batch(64):
                     epoch = subscription.position.epoch
