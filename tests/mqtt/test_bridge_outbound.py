@@ -109,6 +109,33 @@ async def test_a_restarted_bridge_resumes_after_what_the_broker_acknowledged(
     assert again.outbound_stats[0].finished
 
 
+async def test_deltas_written_while_no_bridge_ran_come_out_each_with_its_own_seq(
+    broker: Mosquitto, gateway: Gateway, state_dir: Path
+) -> None:
+    # A consumer keeping the last seq it applied must never get text it has again: a run of
+    # deltas merged into one (what a reader that is behind gets on SSE) would carry only the
+    # last seq, so the route hands them out apart.
+    route = OutboundRoute("agents/9/events", "results/agent-9", qos=1)
+    config = MqttBridgeConfig(broker.url, outbound=(route,))
+    for text in ("Hel", "lo", " wor", "ld"):
+        await gateway.publish(PRINCIPAL, "agents/9/events", Event.delta(text))
+    async with _subscriber(broker) as app:
+        await app.subscribe("results/#", qos=1)
+        bridge = MqttBridge(gateway, config, state_dir=state_dir)
+        await bridge.start()
+        try:
+            got = await _receive(app, 4)
+        finally:
+            await bridge.aclose()
+    events = [orjson.loads(m.payload) for m in got]
+    assert [(e["text"], e["seq"]) for e in events] == [
+        ("Hel", 1),
+        ("lo", 2),
+        (" wor", 3),
+        ("ld", 4),
+    ]
+
+
 async def test_a_route_waits_for_a_stream_that_does_not_exist_yet(
     broker: Mosquitto, gateway: Gateway, state_dir: Path
 ) -> None:
