@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -227,3 +228,26 @@ async def test_a_stream_the_client_stops_ends_its_subscription_and_nothing_else(
             assert (await again.call({"op": "ping"}))["op"] == "pong"
     text = log.read_text()
     assert "Traceback" not in text and "ERROR" not in text, text[-3000:]
+
+
+async def test_past_1024_messages_waiting_for_the_gateway_the_session_is_closed_1008() -> None:
+    with run_server(config=SLOW) as gateway:
+        async with await session(gateway) as wt:
+            assert (await wt.call({"op": "ping"}))["op"] == "pong"
+            # The gateway stopped (SIGSTOP) while 1,100 messages arrive: when it runs again
+            # it reads them all at once, more than its inbox holds before the session's task
+            # can take one. Tiny ones (6 bytes framed), so that they fit in the few packets
+            # a new connection may send before it hears back.
+            gateway.process.send_signal(signal.SIGSTOP)
+            try:
+                wt._protocol._quic.send_stream_data(wt.control, encode_frame(b"{}") * 1100)
+                wt._protocol.transmit()
+                await asyncio.sleep(0.5)
+            finally:
+                gateway.process.send_signal(signal.SIGCONT)
+            async with asyncio.timeout(10):
+                async for _ in wt.events():
+                    pass
+            assert wt.closed is not None and "1008" in wt.closed, wt.closed
+        async with await session(gateway) as again:  # the listener serves on
+            assert (await again.call({"op": "ping"}))["op"] == "pong"
