@@ -4,8 +4,8 @@ A rule's output log holds its rows, and its actions run on every row of it; the 
 messages and appends of its actions, and its generations have keys of their own. A rule added
 again under the name of a deleted one must neither run its actions on the old rows nor have
 its own rows, appends or generations taken for the old one's. So every key holds the rule's
-incarnation, a delete with the event log away is refused (503, the rule left running), and
-adding a rule clears what an earlier one of its name left in its logs.
+incarnation, a new rule's actions start after what its output log holds, and a delete with
+the event log away is refused (503, the rule left running).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ async def _copies(gateway: Gateway) -> list[Any]:
     return [record.json() for record in await gateway.logs.read(ALICE, "copies")]
 
 
-async def test_a_rule_made_again_clears_what_an_earlier_one_left_in_its_logs(
+async def test_a_rule_added_again_acts_on_its_own_rows_only(
     tmp_path: Path,
 ) -> None:
     gateway = _gateway(tmp_path)
@@ -63,7 +63,9 @@ async def test_a_rule_made_again_clears_what_an_earlier_one_left_in_its_logs(
         await gateway.logs.append(ALICE, output_log("r"), [old])
         await gateway.rules.put(ALICE, "r", COPYING)
         await _append(gateway, "src", {"n": 1}, who=ALICE)
-        assert await _rows(gateway, output_log("r"), 1, who=ALICE) == [{"n": 1}]
+        # Its first row is stored (not taken for a copy of the old one), and its actions run
+        # on its own rows only.
+        assert await _rows(gateway, output_log("r"), 2, who=ALICE) == [{"n": 0}, {"n": 1}]
         assert await _rows(gateway, "copies", 1, who=ALICE) == [{"n": 1}]
         await asyncio.sleep(0.3)  # nothing more comes
         assert await _copies(gateway) == [{"n": 1}]
@@ -107,6 +109,33 @@ async def test_a_delete_with_the_event_log_away_is_refused_and_the_rule_goes_on(
             assert await _rows(gateway, "copies", 2, who=ALICE) == [{"n": 1}, {"n": 2}]
         finally:
             await gateway.aclose()
+
+
+async def test_a_rule_restarted_over_a_younger_output_log_acts_on_every_new_row(
+    tmp_path: Path,
+) -> None:
+    # The in-memory event log does not outlive its process; the rule's file does, saying
+    # that the actions of 2 rows ran. In the new output log those are other rows.
+    first = _gateway(tmp_path)
+    await first.start()
+    try:
+        await first.logs.create(ALICE, "src")
+        await first.rules.put(ALICE, "r", COPYING)
+        await _append(first, "src", {"n": 1}, {"n": 2}, who=ALICE)
+        assert await _rows(first, "copies", 2, who=ALICE) == [{"n": 1}, {"n": 2}]
+    finally:
+        await first.aclose()
+    second = _gateway(tmp_path)
+    await second.start()
+    try:
+        await second.logs.create(ALICE, "src")
+        # Once the rule reads the new source (its group there exists), which it then reads
+        # from the start.
+        await _eventually(lambda: second.logs.group_info(ALICE, "src", "rule.r"))
+        await _append(second, "src", {"n": 3}, {"n": 4}, who=ALICE)
+        assert await _rows(second, "copies", 2, who=ALICE) == [{"n": 3}, {"n": 4}]
+    finally:
+        await second.aclose()
 
 
 def test_a_rule_kept_from_before_incarnations_keeps_its_keys() -> None:

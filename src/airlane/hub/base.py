@@ -149,12 +149,13 @@ class Subscription(abc.ABC):
         """
         return False
 
+    @abc.abstractmethod
     def keep_deltas_apart(self) -> None:
         """Hand this reader every delta as it was appended, each with its own ``seq``, never
         several merged into one (which a lagging reader otherwise gets, carrying the last of
         their seqs). For a reader whose consumers tell copies by ``seq``: after a resume from
-        an earlier position, a merged delta would repeat text they had."""
-        raise NotImplementedError(f"{type(self).__name__} always merges deltas")
+        an earlier position, a merged delta would repeat text they had. (History folded
+        away behind the reader still comes as a snapshot.)"""
 
     @property
     def live_from(self) -> int:

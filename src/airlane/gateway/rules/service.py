@@ -13,12 +13,13 @@ acknowledges the message to the broker.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import math
 import secrets
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -126,6 +127,9 @@ class RuleService:
         self.store = RuleStore(None if self.config.dir is None else Path(self.config.dir))
         self._tasks: dict[str, RuleTask] = {}
         self._publishers: dict[str, TopicPublisher] = {}
+        self._admin = asyncio.Lock()
+        """Held by `put`, `delete` and `aclose`: each awaits the event log between reading
+        and changing the rules, and one must not change them under another."""
 
     @property
     def _security(self) -> Any:
@@ -160,22 +164,17 @@ class RuleService:
 
     async def aclose(self) -> None:
         """Stop every rule, saving its state."""
-        for key, task in list(self._tasks.items()):
-            self._untap(key)
-            await task.aclose()
-        self._tasks.clear()
+        async with self._admin:
+            for key, task in list(self._tasks.items()):
+                self._untap(key)
+                await task.aclose()
+            self._tasks.clear()
 
     async def _run(
-        self,
-        key: str,
-        definition: RuleDefinition,
-        state: RuleState,
-        owner: Principal,
-        *,
-        create_logs: bool = True,
+        self, key: str, definition: RuleDefinition, state: RuleState, owner: Principal
     ) -> None:
         task = RuleTask(self, definition, state, owner)
-        await task.start(create_logs=create_logs)
+        await task.start()
         self._tasks[key] = task
         self._tap(key, task)
 
@@ -242,18 +241,27 @@ class RuleService:
     ) -> tuple[dict[str, Any], bool]:
         """Add the rule ``name`` or replace it; its description and whether it is new.
 
-        A replaced rule keeps its place in its source, its output count and its held rows when
-        its source is the same; its windows start empty when its SQL changed."""
+        A replaced rule keeps its place in its source, its output count, its incarnation and
+        its held rows when its source is the same; its windows start empty when its SQL
+        changed. A new rule gets an incarnation of its own (the keys of what it writes hold
+        it), and its actions start after what its output log already holds (rows a deleted
+        rule of that name left). Raises the event log's error (503) when it does not answer."""
         key = self._allow(principal, Action.RULES_ADMIN, name)
         definition = parse_definition(name, body)
         self._check_source(principal, definition)
+        async with self._admin:
+            return await self._put(principal, name, key, definition)
+
+    async def _put(
+        self, principal: Principal, name: str, key: str, definition: RuleDefinition
+    ) -> tuple[dict[str, Any], bool]:
         old = self._tasks.get(key)
         if old is None and len(self._tasks) >= self.config.max_rules:
             raise BadRequest(f"this node runs {self.config.max_rules} rules, the limit")
         state = RuleState(key, definition.to_dict(), _owner(principal), created=time.time())
         if old is None:
-            await self._clear_leftovers(principal, name)
             state.incarnation = secrets.token_hex(4)
+            state.actions_done = await self._left_rows(principal, name)
         else:
             state.incarnation = old.state.incarnation
             self._untap(key)
@@ -329,48 +337,47 @@ class RuleService:
         """Stop the rule and forget it, its state and its logs.
 
         Raises the event log's error (503) when it does not answer, with the rule running
-        as before, to be tried again: a delete that says it is done has deleted the logs."""
+        as before: try again. A log it cannot delete after that (the event log gone away
+        meanwhile, the owner no longer allowed to) is left, and logged: a rule added again
+        under the name starts after its rows, with keys of its own."""
         key = self._allow(principal, Action.RULES_ADMIN, name)
-        task = self._task(key, name)
-        owner, logs = task.owner, self.gateway.logs
-        # Asked first, with the rule still running: with the event log away, it stays so.
-        await _gone_or(logs.info(owner, output_log(name)))
-        self._untap(key)
-        await task.aclose()
-        del self._tasks[key]
-        try:
-            await _gone_or(logs.delete(owner, output_log(name)))
-        except AirlaneError:
-            await self._run_again(key, task)  # away since it answered: as before
-            raise
-        self.store.delete(key)
-        # What may stay behind is harmless: an input log (a rule made again under the name
-        # clears it, `_clear_leftovers`), and a group (one made again restarts it).
-        try:
-            await _gone_or(logs.delete(owner, input_log(name)))
-        except AirlaneError as exc:
-            log.warning("rules: %s deleted, its input log not yet: %s", key, exc)
-        if task.definition.source == "log" and task.definition.topic_filter is None:
-            source = task.definition.compiled.source.text
-            with contextlib.suppress(AirlaneError):
-                await logs.delete_group(owner, source, f"rule.{name}")
+        async with self._admin:
+            task = self._task(key, name)
+            owner, logs = task.owner, self.gateway.logs
+            try:  # asked first, with the rule still running: is the event log there?
+                await logs.info(owner, output_log(name))
+            except AirlaneError as exc:
+                if exc.code is ErrorCode.EVENT_LOG_UNAVAILABLE:
+                    raise
+            self._untap(key)
+            await task.aclose()
+            del self._tasks[key]
+            self.store.delete(key)
+            for log_name in (output_log(name), input_log(name)):
+                try:
+                    await logs.delete(owner, log_name)
+                except AirlaneError as exc:
+                    if exc.code is not ErrorCode.LOG_NOT_FOUND:  # (never made: an input log)
+                        log.warning("rules: %s deleted, its log %s left: %s", key, log_name, exc)
+            if task.definition.source == "log" and task.definition.topic_filter is None:
+                source = task.definition.compiled.source.text
+                # A group left behind is harmless: a rule added again restarts it.
+                with contextlib.suppress(AirlaneError):
+                    await logs.delete_group(owner, source, f"rule.{name}")
         audit_admin(self._security, principal, "rule_delete", rule_resource(name))
 
-    async def _run_again(self, key: str, task: RuleTask) -> None:
-        """Run a rule stopped for a delete that could not finish, from its saved state, on
-        the logs it had (they were not deleted: the event log did not answer)."""
-        await self._run(key, task.definition, task.state, task.owner, create_logs=False)
-
-    async def _clear_leftovers(self, principal: Principal, name: str) -> None:
-        """Delete what an earlier rule named ``name`` left of its logs (a delete that the event
-        log's going away cut short), before a new rule of that name is made: its output rows
-        would have their actions run again, and hold the idempotency keys the new rule's rows
-        take. Raises the event log's error when it cannot."""
+    async def _left_rows(self, principal: Principal, name: str) -> int:
+        """The last seq of the output log a deleted rule named ``name`` left (0 if none):
+        a new rule of that name runs its actions on its own rows only."""
         logs = self.gateway.logs
-        present = set(await logs.names(principal))
-        for log_name in (output_log(name), input_log(name)):
-            if log_name in present:
-                await _gone_or(logs.delete(principal, log_name))
+        if output_log(name) not in await logs.names(principal):
+            return 0
+        try:
+            return (await logs.info(principal, output_log(name))).last_seq
+        except AirlaneError as exc:
+            if exc.code is ErrorCode.LOG_NOT_FOUND:  # deleted meanwhile
+                return 0
+            raise
 
     def pending(self, principal: Principal, name: str) -> list[dict[str, Any]]:
         """The rule's rows held for approval."""
@@ -462,12 +469,3 @@ class RuleService:
                 "dropped_rows": stats.dropped_rows,
             },
         }
-
-
-async def _gone_or(call: Awaitable[object]) -> None:
-    """Await ``call``, a request about a log; that the log is not there is no error here."""
-    try:
-        await call
-    except AirlaneError as exc:
-        if exc.code is not ErrorCode.LOG_NOT_FOUND:
-            raise

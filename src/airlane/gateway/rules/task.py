@@ -172,17 +172,19 @@ class RuleTask:
 
     # -- life -------------------------------------------------------------------------------
 
-    async def start(self, *, create_logs: bool = True) -> None:
-        """Create the rule's logs and start its two tasks (without ``create_logs``, on logs
-        known to be there: then it asks the event log nothing)."""
+    async def start(self) -> None:
+        """Create the rule's logs and start its two tasks."""
         logs = self.service.gateway.logs
         limits = self.service.config
-        if create_logs:
-            await logs.create(self.owner, output_log(self.name), max_events=limits.output_retention)
-            if self.definition.topic_filter is not None:
-                await logs.create(
-                    self.owner, input_log(self.name), max_events=limits.input_retention
-                )
+        output, _ = await logs.create(
+            self.owner, output_log(self.name), max_events=limits.output_retention
+        )
+        if output.last_seq < self.state.actions_done:
+            # The log is younger than the saved state (an in-memory log after a restart, or
+            # one deleted under a delete that did not finish): every row in it is new.
+            self.state.actions_done = 0
+        if self.definition.topic_filter is not None:
+            await logs.create(self.owner, input_log(self.name), max_events=limits.input_retention)
         source = self._source_log()
         if source is not None and "seq" not in self.state.input:
             # A new rule reads what is appended from now on (not what was there before).
@@ -554,10 +556,10 @@ class RuleTask:
             subscription = await gateway.subscribe(
                 self.owner, stream_id, resume=resume, subscriber="rules"
             )
-            # Each delta with its own seq: what a crash makes this publish again is then
-            # copies a consumer skips by seq, never a merged delta repeating text it has.
-            subscription.keep_deltas_apart()
             try:
+                # Each delta with its own seq: what a crash makes this publish again is then
+                # copies a consumer skips by seq, never a merged delta repeating text it has.
+                subscription.keep_deltas_apart()
                 while events := await subscription.next_batch(64):
                     epoch = subscription.position.epoch
                     for event in events:
@@ -580,8 +582,7 @@ class RuleTask:
         """Publish one event (retried); a task stopped meanwhile (its rule replaced, the
         gateway closing) lets the publish land first, for up to `LANDING_S`, so that the
         position it leaves says exactly what went out: the task that takes over sends
-        nothing twice (its first read may join the deltas it missed into one event, whose
-        text would repeat one sent twice)."""
+        nothing twice."""
         publish = asyncio.ensure_future(
             self._retrying(partial(self._publish_event, stream_id, epoch, event))
         )

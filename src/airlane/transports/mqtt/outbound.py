@@ -126,11 +126,12 @@ class Forwarder:
                     log.warning("mqtt bridge: cannot follow %s: %s", route.stream, exc)
                 await asyncio.sleep(WAIT_STREAM_S)
                 continue
-            # Each delta with its own seq: what a restart publishes again after the saved
-            # position is copies a consumer skips by seq, never a merged delta repeating text.
-            subscription.keep_deltas_apart()
             async with contextlib.AsyncExitStack() as stack:
                 stack.push_async_callback(subscription.aclose)
+                # Each delta with its own seq: what a restart publishes again after the saved
+                # position is copies a consumer skips by seq, never a merged delta repeating
+                # text it has.
+                subscription.keep_deltas_apart()
                 while True:
                     events = await subscription.next_batch(BATCH)
                     if not events:

@@ -139,6 +139,8 @@ class H3Protocol(QuicProtocol):
             session = self._sessions.pop(event.stream_id, None)
             if session is not None:
                 session.ended()
+            for session in self._sessions.values():
+                session.stream_stopped(event.stream_id)
             self._wake_writers()  # a writer waiting on a reset stream waits no more
         elif isinstance(event, ConnectionTerminated):
             self._terminated()
@@ -506,7 +508,8 @@ def _writable(protocol: H3Protocol, stream_id: int) -> bool:
     if stream is None:
         # Either not opened yet on this side (aioquic makes it on the first write), or over
         # on both sides and forgotten (a stream the client stopped, once its reset was
-        # acknowledged).
-        return not quic._stream_is_discarded(stream_id)
+        # acknowledged; an aioquic without the check keeps every stream until closed).
+        discarded = getattr(quic, "_stream_is_discarded", None)
+        return discarded is None or not discarded(stream_id)
     sender = stream.sender
     return sender._buffer_fin is None and sender._reset_error_code is None

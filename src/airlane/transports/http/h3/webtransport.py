@@ -18,8 +18,8 @@ changes is where bytes travel:
   are followed by an XOR parity datagram (`airlane.wire.fec`), which rebuilds one loss per
   group. Every datagram starts with `airlane.wire.fec`'s kind byte, so a client reads both.
 
-A client that stops a subscription's stream (STOP_SENDING) ends that subscription
-(`StreamStopped`); one that stops the control stream ends the session.
+A client that stops a subscription's stream (STOP_SENDING) ends that subscription at its next
+event (`StreamStopped`); one that stops the control stream ends the session.
 
 Bounded: at most ``max_inbox`` messages wait for the application (past that the session is
 closed, 1008), a message is at most ``max_message`` bytes (1009), a stream writer waits once
@@ -250,6 +250,13 @@ class WebTransportSession:
         else:
             self.protocol.send_body(self.session_id, encode_close(code, reason), True)
         self.ended()
+
+    def stream_stopped(self, stream_id: int) -> None:
+        """The client stopped (or reset) ``stream_id``: if it is the control stream, where
+        replies go, the session is over. (A subscription's stream ends its subscription at
+        the stream's next write: `StreamStopped`.)"""
+        if stream_id == self.control and not self.closed:
+            self.close(1000, "the control stream was stopped")
 
     def capsules(self, data: bytes, ended: bool) -> None:
         """Bytes on the CONNECT stream after the head: capsules (a close, or grease that is
