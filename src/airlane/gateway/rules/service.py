@@ -140,7 +140,12 @@ class RuleService:
     async def start(self) -> None:
         """Start every rule kept in the directory (one that no longer compiles is logged and
         left in its file)."""
+        in_memory = not self.gateway.events.servers
         for state in self.store.load_all():
+            if in_memory and "seq" in state.input:
+                # The logs did not outlive the last process: the source this rule reads is
+                # another, new log, read from its start (what the saved seq counted is gone).
+                state.input["seq"] = 0
             owner = _principal(state.owner)
             try:
                 definition = parse_definition(state.definition["name"], state.definition)
