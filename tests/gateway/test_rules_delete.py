@@ -11,7 +11,9 @@ the event log away is refused (503, the rule left running).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -35,14 +37,21 @@ ALICE = principal_named("alice@acme")
 COPYING = {"sql": "SELECT n FROM src", "actions": [{"append": {"log": "copies"}}]}
 
 
-def _gateway(tmp_path: Path, events: EventSourcing | None = None) -> Gateway:
-    return Gateway(
+@contextlib.asynccontextmanager
+async def _gateway(tmp_path: Path, events: EventSourcing | None = None) -> AsyncIterator[Gateway]:
+    """A started gateway keeping its rules in ``tmp_path``; closed after."""
+    gateway = Gateway(
         MemoryHub(),
         SyntheticBackend(SyntheticConfig(speed=0)),
         rules=RulesConfig(dir=str(tmp_path / "rules"), late_s=0.05),
         security=AllowAll(),
         events=events,
     )
+    await gateway.start()
+    try:
+        yield gateway
+    finally:
+        await gateway.aclose()
 
 
 async def _copies(gateway: Gateway) -> list[Any]:
@@ -52,9 +61,7 @@ async def _copies(gateway: Gateway) -> list[Any]:
 async def test_a_rule_added_again_acts_on_its_own_rows_only(
     tmp_path: Path,
 ) -> None:
-    gateway = _gateway(tmp_path)
-    await gateway.start()
-    try:
+    async with _gateway(tmp_path) as gateway:
         await gateway.logs.create(ALICE, "src")
         # What an earlier rule "r" left (a delete cut short): an output row, under the key
         # a rule added before incarnations gave its first row.
@@ -70,8 +77,6 @@ async def test_a_rule_added_again_acts_on_its_own_rows_only(
         await asyncio.sleep(0.3)  # nothing more comes
         assert await _copies(gateway) == [{"n": 1}]
         assert "output_lost" not in gateway.rules.get(ALICE, "r")["stats"]
-    finally:
-        await gateway.aclose()
 
 
 async def test_a_delete_with_the_event_log_away_is_refused_and_the_rule_goes_on(
@@ -79,9 +84,7 @@ async def test_a_delete_with_the_event_log_away_is_refused_and_the_rule_goes_on(
 ) -> None:
     with running_nats() as broker:
         events = EventSourcing(servers=(broker.url,), prefix=f"t{uuid.uuid4().hex[:10]}")
-        gateway = _gateway(tmp_path, events)
-        await gateway.start()
-        try:
+        async with _gateway(tmp_path, events) as gateway:
             await gateway.logs.create(ALICE, "src")
             await gateway.rules.put(ALICE, "r", COPYING)
             await _append(gateway, "src", {"n": 1}, who=ALICE)
@@ -107,8 +110,6 @@ async def test_a_delete_with_the_event_log_away_is_refused_and_the_rule_goes_on(
             await _append(gateway, "src", {"n": 2}, who=ALICE)
             assert await _rows(gateway, output_log("r"), 1, who=ALICE) == [{"n": 2}]
             assert await _rows(gateway, "copies", 2, who=ALICE) == [{"n": 1}, {"n": 2}]
-        finally:
-            await gateway.aclose()
 
 
 async def test_a_rule_restarted_over_new_in_memory_logs_acts_on_every_new_row(
@@ -117,25 +118,17 @@ async def test_a_rule_restarted_over_new_in_memory_logs_acts_on_every_new_row(
     # The in-memory event log does not outlive its process; the rule's file does, saying
     # that it read 2 records of its source and ran the actions of 2 rows. In the new logs
     # those are other records and rows.
-    first = _gateway(tmp_path)
-    await first.start()
-    try:
+    async with _gateway(tmp_path) as first:
         await first.logs.create(ALICE, "src")
         await first.rules.put(ALICE, "r", COPYING)
         await _append(first, "src", {"n": 1}, {"n": 2}, who=ALICE)
         assert await _rows(first, "copies", 2, who=ALICE) == [{"n": 1}, {"n": 2}]
-    finally:
-        await first.aclose()
-    second = _gateway(tmp_path)
-    await second.start()
-    try:
+    async with _gateway(tmp_path) as second:
         # The new source reaches the saved position (2) before the rule finds it: it is
         # read from its start all the same.
         await second.logs.create(ALICE, "src")
         await _append(second, "src", {"n": 3}, {"n": 4}, who=ALICE)
         assert await _rows(second, "copies", 2, who=ALICE) == [{"n": 3}, {"n": 4}]
-    finally:
-        await second.aclose()
 
 
 def test_a_rule_kept_from_before_incarnations_keeps_its_keys() -> None:

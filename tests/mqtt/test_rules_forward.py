@@ -32,9 +32,9 @@ RULE = {
 }
 
 
-def _gateway(tmp_path: Path) -> Gateway:
+def _gateway(tmp_path: Path, ttft_ms: float = 10) -> Gateway:
     # 40 tokens 30 ms apart: a generation takes more than a second to publish.
-    backend = SyntheticBackend(SyntheticConfig(ttft_ms=10, itl_ms=30, itl_jitter_ms=0))
+    backend = SyntheticBackend(SyntheticConfig(ttft_ms=ttft_ms, itl_ms=30, itl_jitter_ms=0))
     rules = RulesConfig(dir=str(tmp_path / "rules"), late_s=0.05)
     return Gateway(MemoryHub(), backend, rules=rules)
 
@@ -139,9 +139,7 @@ async def test_a_rule_forwards_at_most_16_generations_at_once_and_the_next_waits
     from airlane.gateway.rules import task as rule_task
 
     # Each generation's first token comes after 2 s: the first 16 are all under way at once.
-    backend = SyntheticBackend(SyntheticConfig(ttft_ms=2000, itl_ms=5, itl_jitter_ms=0))
-    rules = RulesConfig(dir=str(tmp_path / "rules"), late_s=0.05)
-    gateway = Gateway(MemoryHub(), backend, rules=rules)
+    gateway = _gateway(tmp_path, ttft_ms=2000)
     await gateway.start()
     bridge = MqttBridge(gateway, MqttBridgeConfig(broker.url, inbound=()), state_dir=tmp_path)
     await bridge.start()
