@@ -154,3 +154,42 @@ async def test_a_route_waits_for_a_stream_that_does_not_exist_yet(
     finally:
         await bridge.aclose()
     assert orjson.loads(got[0].payload)["payload"] == {"hello": 1}
+
+
+async def test_a_stream_goes_out_whole_and_in_order_across_dropped_connections(
+    broker: Mosquitto, gateway: Gateway, state_dir: Path
+) -> None:
+    # The publisher's connection is cut (no DISCONNECT, as in a crash) three times while
+    # batches are in flight and others wait for room under the broker's receive maximum. A
+    # consumer that keeps the last seq and skips what is not past it must still get every
+    # event: nothing later may reach the broker before something earlier.
+    route = OutboundRoute("agents/10/events", "results/agent-10", qos=1)
+    config = MqttBridgeConfig(broker.url, outbound=(route,), reconnect_min_s=0.05)
+    total = 600
+    bridge = MqttBridge(gateway, config, state_dir=state_dir)
+    await bridge.start()
+    applied: list[int] = []
+    arrivals = 0
+    try:
+        async with _subscriber(broker) as app:
+            await app.subscribe("results/#", qos=1)
+            await bridge.wait_connected(10)
+            for n in range(total):
+                await gateway.publish(PRINCIPAL, "agents/10/events", Event.message({"n": n}))
+            cuts = [100, 250, 400]
+            async with asyncio.timeout(30):
+                async for message in app.messages:
+                    arrivals += 1
+                    seq = int(dict(message.properties.UserProperty)["seq"])
+                    if not applied or seq > applied[-1]:
+                        applied.append(seq)
+                    if cuts and arrivals >= cuts[0]:
+                        cuts.pop(0)
+                        assert bridge.publisher is not None
+                        bridge.publisher.close()
+                    if applied[-1] == total:
+                        break
+    finally:
+        await bridge.aclose()
+    assert applied == list(range(1, total + 1))
+    assert bridge.stats.publisher_connects >= 4

@@ -379,21 +379,36 @@ class MqttBridge:
     ) -> None:
         """Publish through the bridge, waiting for a connection if there is none, and (QoS
         1/2) until the broker has the message, across reconnections."""
+        await settled(
+            await self.send(topic, payload, qos=qos, retain=retain, properties=properties)
+        )
+
+    async def send(
+        self,
+        topic: str,
+        payload: bytes,
+        *,
+        qos: int,
+        retain: bool = False,
+        properties: Properties | None = None,
+    ) -> asyncio.Future[PublishDone] | None:
+        """Hand a message to the publisher connection, waiting for one if there is none and
+        for room under the broker's receive maximum; at QoS 1/2 return the future the broker's
+        acknowledgement settles (`settled` waits for it), across reconnections. Messages sent
+        one after another go to the broker in that order, a reconnection included: what the
+        last connection had sent goes again first (the session's), then the rest."""
         while True:
             await self.publisher_up.wait()
             link = self.publisher
             if link is None:
                 continue
             try:
-                waiter = await link.publish(
+                return await link.publish(
                     topic, payload, qos=qos, retain=retain, properties=properties
                 )
             except LinkClosed:
                 # The connection task clears ``up`` in a moment; then wait for the next one.
                 await asyncio.sleep(0.05)
-                continue
-            await settled(waiter)
-            return
 
 
 def _unexpected(link: BrokerLink, message: Publish) -> None:

@@ -8,7 +8,9 @@ consumer resumes from, and de-duplicates with). At QoS 1/2 the position a batch 
 saved (`Positions`, a JSON file in the bridge's state directory) once the broker has
 acknowledged every message of it, so a restarted bridge resumes where the broker stopped
 acknowledging: a message is published at least once, and a consumer that keeps the highest
-``seq`` per ``epoch`` sees each once.
+``seq`` per ``epoch`` sees each once. A batch's messages are sent one after another and their
+acknowledgements awaited together, so they reach the broker in the stream's order, across a
+reconnection too (the session sends what was in flight again first).
 
 A stream that does not exist yet is waited for (checked every `WAIT_STREAM_S`); a stream that
 ends stops the forwarder after its terminal event (unless the route's ``terminal`` is false,
@@ -32,9 +34,9 @@ from airlane.core.errors import AirlaneError, ErrorCode
 from airlane.core.events import Event, Kind
 from airlane.core.position import Position
 from airlane.transports.mqtt.config import OutboundRoute
-from airlane.transports.mqtt.link import PublishRefused
+from airlane.transports.mqtt.link import PublishRefused, settled
 from airlane.wire.event_json import event_to_dict, event_to_json
-from airlane.wire.mqtt import Properties
+from airlane.wire.mqtt import Properties, PublishDone
 
 if TYPE_CHECKING:
     from airlane.transports.mqtt.bridge import MqttBridge
@@ -137,7 +139,14 @@ class Forwarder:
                     if not events:
                         break
                     epoch = subscription.position.epoch
-                    await asyncio.gather(*(self._publish(event, epoch) for event in events))
+                    # Sent one by one, so the broker gets them in the stream's order (a
+                    # consumer keeping the last seq skips an earlier one that comes after a
+                    # later one), then their acknowledgements awaited together: one round
+                    # trip per batch.
+                    wanted = [e for e in events if route.terminal or e.kind not in _TERMINAL]
+                    sent = [(event, await self._send(event, epoch)) for event in wanted]
+                    for event, waiter in sent:
+                        await self._settle(event, waiter)
                     if route.qos:
                         self.bridge.positions.set(self.key, subscription.position)
             if subscription.finished:
@@ -145,10 +154,9 @@ class Forwarder:
                 return
             await asyncio.sleep(WAIT_STREAM_S)
 
-    async def _publish(self, event: Event, epoch: str) -> None:
+    async def _send(self, event: Event, epoch: str) -> asyncio.Future[PublishDone] | None:
+        """Hand ``event`` to the bridge's publisher; what settles once the broker has it."""
         route = self.route
-        if event.kind in _TERMINAL and not route.terminal:
-            return
         properties = Properties(
             content_type="application/json",
             message_expiry_interval=route.message_expiry_s,
@@ -164,18 +172,22 @@ class Forwarder:
             # MQTT 3.1.1 has no properties: the position rides in the body instead.
             body = {**event_to_dict(event), "stream": route.stream, "epoch": epoch}
             payload = orjson.dumps(body)
+        return await self.bridge.send(
+            route.topic,
+            payload,
+            qos=route.qos,
+            retain=route.retain,
+            properties=properties if self.bridge.config.protocol == 5 else None,
+        )
+
+    async def _settle(self, event: Event, waiter: asyncio.Future[PublishDone] | None) -> None:
+        """Wait for the broker's acknowledgement of ``event`` and count it."""
         try:
-            await self.bridge.publish(
-                route.topic,
-                payload,
-                qos=route.qos,
-                retain=route.retain,
-                properties=properties if self.bridge.config.protocol == 5 else None,
-            )
+            await settled(waiter)
         except PublishRefused as exc:
             self.stats.refused += 1
             log.warning(
-                "mqtt bridge: the broker refused %s seq %d: %s", route.topic, event.seq, exc
+                "mqtt bridge: the broker refused %s seq %d: %s", self.route.topic, event.seq, exc
             )
             return
         self.stats.published += 1
