@@ -229,6 +229,40 @@ async def test_a_stream_the_client_stops_ends_its_subscription_and_nothing_else(
     assert "Traceback" not in text and "ERROR" not in text, text[-3000:]
 
 
+async def test_a_quiet_stream_the_client_stops_frees_its_subscription_at_once(
+    server: ServerProcess,
+) -> None:
+    # Nothing more is written to the stream, so no write can find it stopped: the gateway
+    # must act on the client's STOP_SENDING itself, and a subscribe to the same stream works
+    # again (it was refused as already subscribed while the old one waited for an event).
+    async with await session(server) as wt:
+        name = f"quiet-{os.getpid()}"
+        event = {"kind": "message", "payload": {"hello": 1}}
+        assert (await wt.call({"op": "publish", "stream": name, "event": event}))["seq"] == 1
+        assert (await wt.call({"op": "subscribe", "stream": name}))["op"] == "subscribed"
+        first = await _event_of(wt, name)
+        wt._protocol._quic.stop_stream(first.quic_stream, 0)
+        wt._protocol.transmit()
+        reply: dict[str, object] = {}
+        for _ in range(50):  # bounded: 5 s
+            await asyncio.sleep(0.1)
+            reply = await wt.call({"op": "subscribe", "stream": name})
+            if reply["op"] == "subscribed":
+                break
+        assert reply["op"] == "subscribed", reply
+        again = await _event_of(wt, name)
+        assert again.quic_stream != first.quic_stream and again["event"]["seq"] == 1
+        assert (await wt.call({"op": "unsubscribe", "stream": name}))["op"] == "unsubscribed"
+
+
+async def _event_of(wt: WebTransportClient, name: str) -> Arrival:
+    async with asyncio.timeout(10):
+        async for message in wt.events():
+            if message.get("op") == "event" and message["stream"] == name:
+                return message
+    raise AssertionError(f"no event of {name}")
+
+
 async def test_past_1024_messages_waiting_for_the_gateway_the_session_is_closed_1008() -> None:
     with run_server(config=SLOW) as gateway:
         async with await session(gateway) as wt:

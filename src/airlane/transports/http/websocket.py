@@ -391,6 +391,18 @@ class WebSocketSession:
             # WebTransport: a stream of its own (or datagrams), so no lock and no head-of-line
             # blocking behind the other subscriptions.
             sender = channel.datagrams() if mode == "datagrams" else channel.open_stream()
+            pump = asyncio.current_task()
+            assert pump is not None
+            stopped = False
+
+            def stop() -> None:
+                # The client stopped the stream (STOP_SENDING): the subscription ends now,
+                # not at its next event, which may be long in coming.
+                nonlocal stopped
+                stopped = True
+                pump.cancel()
+
+            sender.on_stopped(stop)
             try:
                 await WebSocketPump(
                     subscription,
@@ -405,6 +417,11 @@ class WebSocketSession:
                 ).run()
             except StreamStopped:
                 pass  # the client stopped reading this stream: the subscription ends here
+            except asyncio.CancelledError:
+                # Ours (`stop`) is absorbed; a cancel from anyone else (the session ending, an
+                # unsubscribe) goes on.
+                if not stopped or pump.uncancel() > 0:
+                    raise
             finally:
                 await sender.aclose()
         else:

@@ -18,8 +18,9 @@ changes is where bytes travel:
   are followed by an XOR parity datagram (`airlane.wire.fec`), which rebuilds one loss per
   group. Every datagram starts with `airlane.wire.fec`'s kind byte, so a client reads both.
 
-A client that stops a subscription's stream (STOP_SENDING) ends that subscription at its next
-event (`StreamStopped`); one that stops the control stream ends the session.
+A client that stops a subscription's stream (STOP_SENDING) ends that subscription at once
+(its sender's `StreamSender.on_stopped` call-back; a write to it raises `StreamStopped`); one
+that stops the control stream ends the session.
 
 Bounded: at most ``max_inbox`` messages wait for the application (past that the session is
 closed, 1008), a message is at most ``max_message`` bytes (1009), a stream writer waits once
@@ -96,6 +97,8 @@ class WebTransportSession:
         self._fec_out = FecEncoder(fec_group, FEC_INTERLEAVE) if fec_group else None
         self._parity_timer: asyncio.TimerHandle | None = None
         self._send_lock = asyncio.Lock()
+        self._on_stopped: dict[int, Callable[[], None]] = {}
+        """What to call when the client stops a server stream, by stream id."""
 
     # -- from the connection ----------------------------------------------------------------
 
@@ -253,10 +256,13 @@ class WebTransportSession:
 
     def stream_stopped(self, stream_id: int) -> None:
         """The client stopped (or reset) ``stream_id``: if it is the control stream, where
-        replies go, the session is over. (A subscription's stream ends its subscription at
-        the stream's next write: `StreamStopped`.)"""
+        replies go, the session is over; if a server stream's sender asked to know, it is
+        told now (an idle subscription would otherwise hold its slot until its next write)."""
         if stream_id == self.control and not self.closed:
             self.close(1000, "the control stream was stopped")
+        callback = self._on_stopped.pop(stream_id, None)
+        if callback is not None:
+            callback()
 
     def capsules(self, data: bytes, ended: bool) -> None:
         """Bytes on the CONNECT stream after the head: capsules (a close, or grease that is
@@ -309,8 +315,13 @@ class StreamSender:
         stream."""
         await self.session.write(self.stream_id, _messages(message))
 
+    def on_stopped(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (once) if the client stops this stream before `aclose`."""
+        self.session._on_stopped[self.stream_id] = callback
+
     async def aclose(self) -> None:
         """End the stream (its subscription ended), unless the client stopped it first."""
+        self.session._on_stopped.pop(self.stream_id, None)
         with contextlib.suppress(StreamStopped):
             await self.session.write(self.stream_id, [], end=True)
 
@@ -324,6 +335,9 @@ class DatagramSender:
     async def __call__(self, message: dict[str, Any]) -> None:
         for frame in _messages(message):
             self.session.send_datagram(frame)
+
+    def on_stopped(self, callback: Callable[[], None]) -> None:
+        """Never called: datagrams have no stream to stop."""
 
     async def aclose(self) -> None:
         """Nothing to end: datagrams have no stream."""
