@@ -242,6 +242,38 @@ async def test_grpc_serves_a_good_certificate(server: ServerProcess, pki: Pki) -
     assert await grpc_info(server, pki, "good") == grpc.StatusCode.NOT_FOUND  # past the gate
 
 
+# -- gRPC-Web and Connect, on the HTTPS port -------------------------------------------------
+
+
+async def connect_info(server: ServerProcess, pki: Pki, case: str) -> httpx.Response:
+    async with httpx.AsyncClient(verify=client_context(pki, case), timeout=10) as http:
+        return await http.post(
+            f"{server.url}/airlane.v1.Airlane/Info",
+            json={"streamId": "x"},
+            headers={"connect-protocol-version": "1"},
+        )
+
+
+@pytest.mark.parametrize("case", IDENTITY_REFUSED)
+async def test_connect_identity_refused(
+    server: ServerProcess, pki: Pki, case: str, audit_log: Path
+) -> None:
+    # The service behind gRPC-Web was once built without the HTTP server's view of the
+    # certificate: with no API keys configured, these callers were let in as anonymous.
+    audited = Audited(audit_log)
+    response = await connect_info(server, pki, case)
+    assert response.status_code == 401, response.text
+    assert response.json()["code"] == "unauthenticated"
+    assert "client certificate" in response.json()["message"]
+    await audited.denial("client certificate")
+
+
+async def test_connect_serves_a_good_certificate(server: ServerProcess, pki: Pki) -> None:
+    response = await connect_info(server, pki, "good")
+    assert response.status_code == 404, response.text  # past the gate
+    assert response.json()["code"] == "not_found"
+
+
 # -- AIRC over TLS ----------------------------------------------------------------------------
 
 

@@ -118,6 +118,15 @@ async def test_a_trusted_proxy_names_the_client(behind_mesh: ServerProcess) -> N
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await stub.Info(info_request, metadata=tuple(xfcc("URI=spiffe://other.org/x").items()))
         assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    # gRPC-Web and Connect, on the HTTP port: the same forwarded identity.
+    async with httpx.AsyncClient(base_url=behind_mesh.url, timeout=20) as http:
+        for header, status in ((FROM_ENVOY, 200), ("URI=spiffe://other.org/x", 401)):
+            answer = await http.post(
+                "/airlane.v1.Airlane/Info",
+                json={"streamId": stream},
+                headers={"connect-protocol-version": "1", **xfcc(header)},
+            )
+            assert answer.status_code == status, (header, answer.text)
 
 
 async def test_a_header_from_anyone_else_is_ignored_and_logged(

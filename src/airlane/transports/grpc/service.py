@@ -23,7 +23,14 @@ from typing import Any
 from grpc import aio
 
 from airlane.core.errors import AirlaneError, BadRequest, ErrorCode
-from airlane.gateway import ForwardedIdentity, Gateway, Principal, ServerTls, Subscription
+from airlane.gateway import (
+    ForwardedIdentity,
+    Gateway,
+    PeerIdentity,
+    Principal,
+    ServerTls,
+    Subscription,
+)
 from airlane.runtime.admission import Admission
 from airlane.transports.grpc.config import GrpcServerConfig
 from airlane.transports.grpc.context import (
@@ -68,11 +75,16 @@ class AirlaneService(service_pb2_grpc.AirlaneServicer):
 
     # -- helpers ----------------------------------------------------------------------------
 
+    def _identity(self, context: aio.ServicerContext) -> PeerIdentity | None:
+        """Who the caller's certificate says it is (a forwarded one from a trusted proxy,
+        else the call's own TLS client certificate's)."""
+        return caller_identity(context, self.tls, self.forwarded)
+
     def _principal(self, context: aio.ServicerContext) -> Principal:
         metadata = context.invocation_metadata() or ()
         principal = self.gateway.authenticate(
             bearer_token(metadata),
-            caller_identity(context, self.tls, self.forwarded),
+            self._identity(context),
             origin=peer_address(context.peer()),
             request=functools.partial(request_facts, metadata),
         )

@@ -21,6 +21,7 @@ import contextlib
 import logging
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from contextvars import ContextVar
 from typing import Any, NoReturn
 from urllib.parse import quote
 
@@ -36,11 +37,12 @@ from google.protobuf.descriptor import MethodDescriptor
 from google.protobuf.message import Message
 
 from airlane.core.errors import AirlaneError
-from airlane.gateway import Gateway
+from airlane.gateway import Gateway, PeerIdentity
 from airlane.runtime.callcontext import CALL, CallContext
 from airlane.transports.grpc.config import GrpcServerConfig
 from airlane.transports.grpc.context import call_context
 from airlane.transports.grpc.service import AirlaneService
+from airlane.transports.http.asgi import PEER_EXTENSION
 from airlane.v1 import service_pb2
 
 __all__ = ["GRPC_WEB_PREFIX", "grpc_web_app"]
@@ -68,6 +70,20 @@ _STREAM_TYPE = {
     (True, False): StreamType.CLIENT_STREAM,
     (True, True): StreamType.BIDI_STREAM,
 }
+
+
+_PEER: ContextVar[PeerIdentity | None] = ContextVar("grpc_web_peer", default=None)
+"""The identity of the request being served, as the HTTP server found it."""
+
+
+class _WebService(AirlaneService):
+    """`AirlaneService` on the HTTP port: the caller's certificate identity is the one the
+    HTTP server found, in the request's scope (its TLS client certificate's, or what a trusted
+    proxy forwarded: `airlane.transports.http.app.AirlaneApp` puts either there), so mTLS,
+    SPIFFE rules and identity tenants hold here as on every other wire."""
+
+    def _identity(self, context: Any) -> PeerIdentity | None:
+        return _PEER.get()
 
 
 class _BinaryCodec:
@@ -188,7 +204,7 @@ class _ServiceApp(ConnectASGIApplication[AirlaneService]):
 def grpc_web_app(gateway: Gateway, config: GrpcServerConfig | None = None) -> ASGIApp:
     """The gRPC-Web / Connect application for `GRPC_WEB_PREFIX` paths."""
     config = config or GrpcServerConfig()
-    service = AirlaneService(gateway, config)
+    service = _WebService(gateway, config)
     app = _ServiceApp(
         service=service,
         endpoints=lambda svc: {
@@ -198,7 +214,18 @@ def grpc_web_app(gateway: Gateway, config: GrpcServerConfig | None = None) -> AS
         read_max_bytes=config.max_message_bytes,
         codecs=[_BinaryCodec(), google_protobuf_json_codec()],
     )
-    return _grpc_web_text(app, config.max_message_bytes)
+    return _grpc_web_text(_with_peer(app), config.max_message_bytes)
+
+
+def _with_peer(app: ASGIApp) -> ASGIApp:
+    """``app`` with each request's certificate identity in `_PEER` (set for every request,
+    so a kept-alive connection's next one never sees the last one's)."""
+
+    async def serve(scope: Scope, receive: Receive, send: Send) -> None:
+        _PEER.set((scope.get("extensions") or {}).get(PEER_EXTENSION))
+        await app(scope, receive, send)
+
+    return serve
 
 
 _TEXT = b"application/grpc-web-text"
