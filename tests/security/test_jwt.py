@@ -278,6 +278,31 @@ async def test_keys_from_a_url_rotate_without_a_restart() -> None:
             assert late.status_code == 404, late.text
 
 
+async def test_with_a_policy_file_the_keys_are_fetched_and_rotate_too(tmp_path: Path) -> None:
+    # A policy file wraps the JWT verifier: its key set was once neither fetched before the
+    # gateway listened nor refreshed, so every token was refused ("key id ... not in the key
+    # set").
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[[rules]]\nname = "all"\nprincipals = ["*"]\nactions = ["*"]\n')
+    document = {"jwks": jwks(RSA)}
+    rotated = Signer("rsa-next", "RS256", rsa.generate_private_key(65537, 2048))
+    with (
+        key_server(document) as url,
+        run_server("--jwks", url, "--policy", str(policy)) as gateway,
+    ):
+        async with httpx.AsyncClient(base_url=gateway.url, timeout=20) as http:
+            first = await http.get("/v1/streams/x", headers=bearer(RSA.token()))
+            assert first.status_code == 404, first.text
+            assert (await http.get("/v1/streams/x")).status_code == 401
+            document["jwks"] = jwks(rotated)
+            for _ in range(150):  # the unknown key id asks for a fetch: bounded poll
+                late = await http.get("/v1/streams/x", headers=bearer(rotated.token()))
+                if late.status_code == 404:
+                    break
+                await asyncio.sleep(0.1)
+            assert late.status_code == 404, late.text
+
+
 def test_a_jwks_file_that_cannot_be_used_stops_the_start(tmp_path: Path) -> None:
     bad = tmp_path / "jwks.json"
     bad.write_text('{"keys": []}')

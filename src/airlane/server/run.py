@@ -303,6 +303,8 @@ def _jwks_of(gateway: Gateway) -> Jwks | None:
     from airlane.security.jwt import JwtPolicy
 
     policy = gateway.security.policy
+    if isinstance(policy, RbacPolicy):
+        policy = policy.inner  # the policy file says what; the JWTs it wraps still say who
     return policy.verifier.jwks if isinstance(policy, JwtPolicy) else None
 
 
