@@ -28,6 +28,7 @@ from airlane.server.config import ServerConfig
 from airlane.transports.airc import AIRC_SUBPROTOCOL, AircWebSocketHandler
 from airlane.transports.grpc.web import GRPC_WEB_PREFIX, grpc_web_app
 from airlane.transports.http import AirlaneApp
+from airlane.transports.http.asgi import scope_peer
 from airlane.transports.http.browser import LOOPBACK_HOSTS
 from airlane.transports.http.webrtc.signalling import PeerSignalling
 from airlane.transports.rsocket import RSOCKET_WS_PATH, RSocketWebSocketHandler
@@ -186,7 +187,7 @@ def build_app(config: ServerConfig) -> AirlaneApp:
         http = replace(http, allowed_hosts=LOOPBACK_HOSTS if _loopback(config.host) else ("*",))
     airc = AircWebSocketHandler(gateway, config.airc)
     # gRPC-Web and Connect for browsers, on the HTTP port (native gRPC has its own listener).
-    rpc = grpc_web_app(gateway, config.grpc)
+    rpc = grpc_web_app(gateway, config.grpc, peer=scope_peer)
     forwarded = None
     if config.trusted_proxies:
         forwarded = ForwardedIdentity(config.trusted_proxies, config.tls.trust_domains)

@@ -42,7 +42,6 @@ from airlane.runtime.callcontext import CALL, CallContext
 from airlane.transports.grpc.config import GrpcServerConfig
 from airlane.transports.grpc.context import call_context
 from airlane.transports.grpc.service import AirlaneService
-from airlane.transports.http.asgi import PEER_EXTENSION
 from airlane.v1 import service_pb2
 
 __all__ = ["GRPC_WEB_PREFIX", "grpc_web_app"]
@@ -78,8 +77,8 @@ _PEER: ContextVar[PeerIdentity | None] = ContextVar("grpc_web_peer", default=Non
 
 class _WebService(AirlaneService):
     """`AirlaneService` on the HTTP port: the caller's certificate identity is the one the
-    HTTP server found, in the request's scope (its TLS client certificate's, or what a trusted
-    proxy forwarded: `airlane.transports.http.app.AirlaneApp` puts either there), so mTLS,
+    HTTP server found (its TLS client certificate's, or what a trusted proxy forwarded), read
+    from each request's scope by the ``peer`` function `grpc_web_app` is given, so mTLS,
     SPIFFE rules and identity tenants hold here as on every other wire."""
 
     def _identity(self, context: Any) -> PeerIdentity | None:
@@ -201,8 +200,14 @@ class _ServiceApp(ConnectASGIApplication[AirlaneService]):
         return GRPC_WEB_PREFIX.rstrip("/")
 
 
-def grpc_web_app(gateway: Gateway, config: GrpcServerConfig | None = None) -> ASGIApp:
-    """The gRPC-Web / Connect application for `GRPC_WEB_PREFIX` paths."""
+def grpc_web_app(
+    gateway: Gateway,
+    config: GrpcServerConfig | None = None,
+    *,
+    peer: Callable[[Scope], PeerIdentity | None],
+) -> ASGIApp:
+    """The gRPC-Web / Connect application for `GRPC_WEB_PREFIX` paths; ``peer`` reads the
+    caller's certificate identity from a request's scope (where the HTTP server put it)."""
     config = config or GrpcServerConfig()
     service = _WebService(gateway, config)
     app = _ServiceApp(
@@ -214,15 +219,15 @@ def grpc_web_app(gateway: Gateway, config: GrpcServerConfig | None = None) -> AS
         read_max_bytes=config.max_message_bytes,
         codecs=[_BinaryCodec(), google_protobuf_json_codec()],
     )
-    return _grpc_web_text(_with_peer(app), config.max_message_bytes)
+    return _grpc_web_text(_with_peer(app, peer), config.max_message_bytes)
 
 
-def _with_peer(app: ASGIApp) -> ASGIApp:
+def _with_peer(app: ASGIApp, peer: Callable[[Scope], PeerIdentity | None]) -> ASGIApp:
     """``app`` with each request's certificate identity in `_PEER` (set for every request,
     so a kept-alive connection's next one never sees the last one's)."""
 
     async def serve(scope: Scope, receive: Receive, send: Send) -> None:
-        _PEER.set((scope.get("extensions") or {}).get(PEER_EXTENSION))
+        _PEER.set(peer(scope))
         await app(scope, receive, send)
 
     return serve

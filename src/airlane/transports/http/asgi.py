@@ -43,6 +43,7 @@ __all__ = [
     "Send",
     "allow_methods",
     "read_json",
+    "scope_peer",
     "send_error",
     "send_json",
 ]
@@ -50,6 +51,16 @@ __all__ = [
 PEER_EXTENSION = "airlane.peer"
 """Scope extension: the client's `airlane.gateway.PeerIdentity` (from its TLS certificate, or
 forwarded by a trusted proxy), or None."""
+
+
+def scope_peer(scope: Scope) -> PeerIdentity | None:
+    """The client's `PEER_EXTENSION` in ``scope`` (None: no certificate, or no TLS)."""
+    extensions = scope.get("extensions")
+    peer: PeerIdentity | None = (
+        extensions.get(PEER_EXTENSION) if isinstance(extensions, dict) else None
+    )
+    return peer
+
 
 SOCKET_EXTENSION = "airlane.socket"
 """Scope extension: the connection's socket (what asyncio's transport hands out), for marking
@@ -158,8 +169,7 @@ class Request:
     @property
     def peer(self) -> PeerIdentity | None:
         """Who the connection's TLS client certificate says it is (None: none, or no TLS)."""
-        peer: PeerIdentity | None = self.extension(PEER_EXTENSION)
-        return peer
+        return scope_peer(self.scope)
 
     @property
     def bearer(self) -> str | None:
