@@ -45,6 +45,13 @@ async def test_an_event_stream_opened_with_a_ticket(server: ServerProcess) -> No
         in_url = await http.get("/v1/streams/feed?access_token=sk-ann")
         assert in_url.status_code == 401  # the key itself is not read from URLs
         assert (await http.post("/v1/tickets")).status_code == 401  # a ticket needs a credential
+        # Nor is a ticket a credential for another: one leaked into a log could otherwise be
+        # renewed for ever, past the key it was issued for.
+        renewed = await http.post(f"/v1/tickets?ticket={ticket}")
+        assert renewed.status_code == 401, renewed.text
+        assert "cannot ask for another ticket" in renewed.json()["error"]["message"]
+        renewed = await http.post(f"/v1/tickets?ticket={ticket}", headers=KEY)
+        assert renewed.status_code == 401  # not even beside the key: ask with the key alone
 
 
 async def test_query_tokens_can_be_turned_back_on() -> None:

@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
-from typing import Any
+from typing import Any, NoReturn
 
-from airlane.core.errors import AirlaneError, NotFound
+from airlane.core.errors import AirlaneError, ErrorCode, NotFound
 from airlane.gateway import ForwardedIdentity, Gateway, Principal
 from airlane.runtime.admission import Admission, Overloaded
 from airlane.runtime.lane_flows import LaneFlows, ShapingCounters
@@ -300,6 +300,8 @@ class AirlaneApp:
         if path == "/console" or path.startswith("/console/"):  # static pages, no secrets
             await handle_console(self.context, request, send)
             return
+        if path == "/v1/tickets" and "ticket" in request.query:
+            self._refuse_renewal(request)
         principal = authenticate(self.gateway, self.config, request)
         if path == "/v1/tickets":
             allow_methods(method, "POST")
@@ -333,6 +335,19 @@ class AirlaneApp:
             await self._loadtest_sse(principal, request, receive, send)
         else:
             raise NotFound(f"no route for {method} {path[:200]}")
+
+    def _refuse_renewal(self, request: Request) -> NoReturn:
+        """A ticket is never exchanged for another: tickets asked for with tickets would
+        renew one for ever, and one that leaked (into an access log) would outlive the key or
+        token it was issued for. Refused as unauthenticated, audited."""
+        refusal = AirlaneError(
+            "a ticket cannot ask for another ticket: POST /v1/tickets with the key, token or "
+            "certificate it was issued for",
+            code=ErrorCode.UNAUTHENTICATED,
+        )
+        origin = request.client_host
+        self.gateway.audit.record("deny", refusal.code.value, reason=str(refusal), origin=origin)
+        raise refusal
 
     async def _loadtest_sse(
         self, principal: Principal, request: Request, receive: Receive, send: Send
