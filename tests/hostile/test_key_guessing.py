@@ -78,3 +78,24 @@ async def test_an_airc_connection_that_keeps_failing_is_ended() -> None:
             await client.aclose()
         async with await AircClient.tcp(*server.airc, KEY):
             pass  # a new connection with the right key is served
+
+
+async def test_wrong_keys_inside_airc_over_websocket_count_for_the_address() -> None:
+    # AIRC over a WebSocket authenticates again inside (AUTH): its failures count against the
+    # client's address as every other wire's do, however many sockets they are spread over.
+    # (The session was once made without the address: the guard never saw them.) One failure
+    # comes back a minute, so a slow machine cannot refill the burst during the test.
+    config = "[auth_guard]\nburst = 5\nper_min = 1\n"
+    with run_server("--api-key", f"me={KEY}", config=config) as server:
+        for _ in range(3):  # a fresh socket before each connection's own limit ends it
+            async with await AircClient.websocket(server.url, KEY) as client:
+                for n in range(2):
+                    with pytest.raises(RequestRejected) as rejected:
+                        await client.authenticate(f"sk-guess-{n}")
+                    if rejected.value.code == "too_many_requests":
+                        break
+        async with httpx.AsyncClient(base_url=server.url, timeout=20) as http:
+            blocked = await http.get("/v1/models", headers=bearer(KEY))
+            assert blocked.status_code == 429, blocked.text
+            metrics = (await http.get("/metrics")).text
+        assert "airlane_auth_failures_total 5.0" in metrics

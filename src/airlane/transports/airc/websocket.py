@@ -13,7 +13,7 @@ import contextlib
 from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
 from typing import Any, cast
 
-from airlane.gateway import Gateway, Principal
+from airlane.gateway import Gateway, PeerIdentity, Principal
 from airlane.runtime.eager import start_eagerly
 from airlane.runtime.socket_lanes import LaneMarker
 from airlane.transports.airc.config import AircServerConfig
@@ -120,18 +120,24 @@ class AircWebSocketHandler:
     async def __call__(
         self,
         principal: Principal,
+        peer: PeerIdentity | None,
+        origin: str | None,
         receive: Receive,
         send: Send,
         mark_lane: LaneMarker | None = None,
     ) -> None:
-        """Run the session until either side closes (``mark_lane`` marks the socket under
-        the WebSocket when the client sends ``SET_LANE``)."""
+        """Run the session until either side closes: ``peer`` is the TLS client identity,
+        ``origin`` the client's address (an ``AUTH`` inside the session is guarded and
+        audited by it, as over TCP), ``mark_lane`` marks the socket under the WebSocket when
+        the client sends ``SET_LANE``."""
         link = _WebSocketLink(send)
         session = AircSession(
             self.gateway,
             self.config,
             link,
             principal=principal,
+            peer=peer,
+            origin=origin,
             rtc=self.rtc,
             mark_lane=mark_lane,
         )

@@ -21,10 +21,15 @@ if TYPE_CHECKING:
 
 __all__ = ["AppContext", "WebSocketEndpoint", "WebSocketHandler"]
 
-WebSocketHandler = Callable[[Principal, Receive, Send, LaneMarker | None], Awaitable[None]]
+WebSocketHandler = Callable[
+    [Principal, PeerIdentity | None, str | None, Receive, Send, LaneMarker | None],
+    Awaitable[None],
+]
 """Serves an accepted ``/v1/ws`` socket whose subprotocol another transport speaks (AIRC):
-called with the authenticated principal after the handshake (and what marks the connection's
-socket with a lane, where it has one), it owns the socket."""
+called with the authenticated principal after the handshake, the TLS client identity, the
+client's address (for the failed-login guard and the audit log of logins inside the
+protocol), and what marks the connection's socket with a lane, where it has one; it owns the
+socket."""
 
 WebSocketEndpoint = Callable[
     [Principal | None, PeerIdentity | None, str | None, Receive, Send], Awaitable[None]

@@ -565,7 +565,7 @@ async def serve_websocket(app: AppContext, request: Request, receive: Receive, s
     if other is not None:
         app.metrics.connections["ws"] += 1
         try:
-            await other(principal, receive, send, mark_lane)
+            await other(principal, request.peer, request.client_host, receive, send, mark_lane)
         finally:
             app.metrics.connections["ws"] -= 1
         return
