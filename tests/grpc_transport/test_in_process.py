@@ -30,7 +30,7 @@ from airlane.security import (
     Principal,
     SecurityPolicy,
 )
-from airlane.transports.grpc import GrpcServer
+from airlane.transports.grpc import GrpcServer, GrpcServerConfig
 from airlane.transports.grpc.context import call_context
 from airlane.v1 import events_pb2, service_pb2, service_pb2_grpc
 from tests.waiting import settle
@@ -85,12 +85,14 @@ class Local:
 
 
 @contextlib.asynccontextmanager
-async def local_server(security: SecurityPolicy | None = None) -> AsyncIterator[Local]:
+async def local_server(
+    security: SecurityPolicy | None = None, config: GrpcServerConfig | None = None
+) -> AsyncIterator[Local]:
     """A gateway with a `RecordingBackend` and its gRPC server in this process, and a client."""
     backend = RecordingBackend()
     gateway = Gateway(MemoryHub(), backend, security=security)
     await gateway.start()
-    server = GrpcServer(gateway)
+    server = GrpcServer(gateway, config)
     port = await server.start("127.0.0.1", 0)
     loop = asyncio.get_running_loop()
     errors: list[str] = []
@@ -154,6 +156,27 @@ async def test_permission_denied() -> None:
         assert "anonymous may not publish" in (refused.value.details() or "")
         events = await read_all(local.stub.Generate(generate_request(SHORT_REQUEST)))
         assert events[-1].event.kind == events_pb2.KIND_DONE
+
+
+async def test_a_generation_a_full_session_cannot_follow_is_refused_before_it_starts() -> None:
+    # It used to start first and be refused after: it ran unread (and billed) until its
+    # orphan policy ended it, and the error named no stream the client could cancel.
+    async with local_server(config=GrpcServerConfig(max_session_streams=1)) as local:
+        await local.stub.Publish(publish_request("agents/full", message_event({})))
+        call = local.stub.Session()
+        subscribe = service_pb2.SubscribeRequest(stream_id="agents/full")
+        await call.write(service_pb2.SessionRequest(ref=1, subscribe=subscribe))
+        chat = service_pb2.GenerateRequest(request=generate_request(SHORT_REQUEST).request)
+        await call.write(service_pb2.SessionRequest(ref=2, generate=chat))
+        refused = None
+        async with asyncio.timeout(10):
+            while refused is None:
+                response = await call.read()
+                if response.ref == 2:
+                    refused = response
+        assert refused.error.code == "too_many_subscriptions", refused
+        call.cancel()
+        assert local.backend.contexts == []  # no generation was started
 
 
 async def test_a_client_cancelling_a_busy_session_leaves_no_error_behind(local: Local) -> None:

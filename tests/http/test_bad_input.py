@@ -461,7 +461,23 @@ async def test_ws_subscriptions_past_the_bound_are_refused_and_the_socket_stays_
                 2,
             ), answer
             assert "at most 2" in answer["message"]
+            # A generation this socket could not follow is refused before it starts (it used
+            # to run unread, and bill, until its orphan policy ended it), as is one whose
+            # credits are wrong.
+            chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+            for ref, bad in ((3, {}), (4, {"credits": 0})):
+                await ws.send(json.dumps({"op": "generate", "request": chat, "ref": ref, **bad}))
+                answer = await reply(ws)
+                while answer["op"] == "event":
+                    answer = await reply(ws)
+                assert answer["op"] == "error" and answer["ref"] == ref, answer
+            assert answer["code"] == "invalid_request" and "credits" in answer["message"]
             await assert_usable(ws)
+        async with httpx.AsyncClient(base_url=limited.url) as http:
+            metrics = (await http.get("/metrics")).text
+        assert "airlane_streams 3.0" in metrics, [
+            line for line in metrics.splitlines() if line.startswith("airlane_streams")
+        ]
 
 
 async def test_ws_binary_message_on_json_subprotocol_is_1003(server):

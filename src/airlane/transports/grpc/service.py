@@ -318,6 +318,7 @@ class _Session:
             return _error(exc, _stream_of(request))
 
     async def _generate(self, request: service_pb2.GenerateRequest) -> service_pb2.SessionResponse:
+        self._check_room(None)  # before the generation starts: after, it would run unread
         info = (await self.gateway.start_chat(self.principal, chat_body(request.request))).info
         handle = events_pb2.StreamHandle(stream_id=info.stream_id, epoch=info.epoch)
         await self._start(info.stream_id, None, 0)
@@ -330,8 +331,9 @@ class _Session:
         handle = await self._start(request.stream_id, resume, request.credit)
         return service_pb2.SessionResponse(subscribed=handle)
 
-    async def _start(self, stream_id: str, resume: Any, credit: int) -> events_pb2.StreamHandle:
-        if stream_id in self.subs:
+    def _check_room(self, stream_id: str | None) -> None:
+        """Refuse a stream this session cannot follow (``stream_id`` None: a generation's)."""
+        if stream_id is not None and stream_id in self.subs:
             raise AirlaneError(
                 f"already subscribed to {stream_id!r}", code=ErrorCode.ALREADY_SUBSCRIBED
             )
@@ -340,6 +342,9 @@ class _Session:
             raise AirlaneError(
                 f"at most {limit} streams per session", code=ErrorCode.TOO_MANY_SUBSCRIPTIONS
             )
+
+    async def _start(self, stream_id: str, resume: Any, credit: int) -> events_pb2.StreamHandle:
+        self._check_room(stream_id)
         subscription = await self.gateway.subscribe(self.principal, stream_id, resume=resume)
         position = subscription.position
         handle = events_pb2.StreamHandle(

@@ -272,15 +272,7 @@ class WebSocketSession:
         redundant: bool = False,
         credits: int | None = None,
     ) -> dict[str, Any]:
-        if stream_id in self._pumps:
-            raise AirlaneError(
-                f"already subscribed to {stream_id!r}", code=ErrorCode.ALREADY_SUBSCRIBED
-            )
-        if len(self._pumps) >= self.app.config.max_ws_subscriptions:
-            raise AirlaneError(
-                f"at most {self.app.config.max_ws_subscriptions} per socket",
-                code=ErrorCode.TOO_MANY_SUBSCRIPTIONS,
-            )
+        self._check_room(stream_id)
         subscription = await self.app.gateway.subscribe(
             self.principal, stream_id, resume=resume, subscriber=self._reader
         )
@@ -310,6 +302,19 @@ class WebSocketSession:
             "from": subscription.position.seq,
         }
 
+    def _check_room(self, stream_id: str | None) -> None:
+        """Refuse a subscription this socket cannot take (``stream_id`` None: a generation's,
+        checked before it starts, so that a refused one costs no tokens)."""
+        if stream_id is not None and stream_id in self._pumps:
+            raise AirlaneError(
+                f"already subscribed to {stream_id!r}", code=ErrorCode.ALREADY_SUBSCRIBED
+            )
+        if len(self._pumps) >= self.app.config.max_ws_subscriptions:
+            raise AirlaneError(
+                f"at most {self.app.config.max_ws_subscriptions} per socket",
+                code=ErrorCode.TOO_MANY_SUBSCRIPTIONS,
+            )
+
     async def _op_unsubscribe(self, obj: dict[str, Any]) -> dict[str, Any]:
         stream_id = self._stream_id(obj)
         entry = self._pumps.pop(stream_id, None)
@@ -324,15 +329,21 @@ class WebSocketSession:
         return {"op": "unsubscribed", "stream": stream_id, "id": subscription.position.token}
 
     async def _op_generate(self, obj: dict[str, Any]) -> dict[str, Any]:
+        subscribe = obj.get("subscribe", True)
+        # What would refuse the subscription refuses the op before the generation starts:
+        # after, it would run unread (and bill) until its orphan policy ended it.
+        credits = _credits(obj) if subscribe else None
+        if subscribe:
+            self._check_room(None)
         info = (await self.app.gateway.start_chat(self.principal, obj.get("request"))).info
         reply = {"op": "generated", "stream": info.stream_id, "epoch": info.epoch}
-        if obj.get("subscribe", True):
+        if subscribe:
             await self._subscribe(
                 info.stream_id,
                 None,
                 datagrams=obj.get("datagrams") is True,
                 redundant=obj.get("redundant") is True,
-                credits=_credits(obj),
+                credits=credits,
             )
         return reply
 
