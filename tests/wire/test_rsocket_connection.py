@@ -256,6 +256,23 @@ def test_a_resumable_session_continues_on_a_new_connection_from_the_clients_posi
     assert after.data == b"event 6" and connection.credit(1) == 3
 
 
+def test_a_request_cut_between_its_fragments_goes_on_after_resuming() -> None:
+    # The fragments that arrived count in the position RESUME_OK reports, so the client sends
+    # only the rest again: they must still be there to be joined with it.
+    connection = RSocketServerConnection(framed=True, max_frame=1024)
+    connection.receive_data(wire(RESUMABLE_SETUP), 0.0)
+    first = Frame(FrameType.REQUEST_STREAM, 1, FLAG_FOLLOWS, request_n=2, metadata=b"ro",
+                  data=b"ab")  # fmt: skip
+    assert connection.receive_data(wire(first), 0.1) == []
+    received = connection.received_position
+    assert connection.resume(ResumeRequested(b"token-1", 0, received), 1.0, framed=True)
+    (ok,) = sent(connection)
+    assert ok.type is FrameType.RESUME_OK and ok.position == received
+    (event,) = connection.receive_data(wire(Frame(FrameType.PAYLOAD, 1, 0, data=b"cd")), 1.1)
+    assert isinstance(event, RequestReceived)
+    assert (event.stream_id, event.metadata, event.data) == (1, b"ro", b"abcd")
+
+
 def test_a_session_resumes_only_from_a_position_it_kept() -> None:
     connection = RSocketServerConnection(max_retained=100)
     connection.receive_data(wire(RESUMABLE_SETUP, Frame(FrameType.REQUEST_STREAM, 1,

@@ -564,7 +564,9 @@ class RSocketServerConnection:
         self._release(request.last_received_server_position)
         self.framed = framed
         self._reader = FrameReader(self.max_frame)
-        self._partials.clear()  # a message cut by the drop comes again whole
+        # A request cut between its fragments keeps what came: those fragments count in the
+        # position RESUME_OK reports, so the client sends only the rest. (A frame cut in the
+        # middle was never counted, and comes again whole.)
         self._out.clear()  # what the old connection could not take is retained, or moot
         self._deadline = now + self._lifetime_s
         self._emit(Frame(FrameType.RESUME_OK, position=self.received_position))
