@@ -4,6 +4,7 @@ waits for each batch). Both deliver whole streams and release them once acknowle
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import AsyncIterator
 
@@ -11,9 +12,11 @@ import pytest
 
 from airlane.backends.synthetic import SyntheticBackend, SyntheticConfig
 from airlane.client import AircClient
+from airlane.core.events import Event
 from airlane.gateway import Gateway
 from airlane.hub import MemoryHub
 from airlane.hub.memory import _MemorySubscription
+from airlane.security import ANONYMOUS
 from airlane.transports.airc import AircServerConfig, AircTcpServer
 from airlane.wire.airc import AircConfig
 from tests.waiting import eventually
@@ -56,3 +59,30 @@ async def test_pump_delivers_whole_streams(server: AircTcpServer) -> None:
             lambda: not any(session.streams for session in server.sessions),
             what="every stream binding released",
         )
+
+
+async def test_events_larger_than_the_connection_queue_wait_for_room_and_none_is_lost(
+    server: AircTcpServer,
+) -> None:
+    # A batch is taken from the cursor by frames of window (4 here), but each of these
+    # events is some sixty frames: two streams' batches are more than the connection's 4 MiB
+    # send queue. What does not fit must wait for room (it was taken from the cursor and then
+    # refused: lost, or the connection ended). Three per stream: the stream keeps 4 MiB.
+    blob = "x" * 1_000_000
+    names = ("big/a", "big/b")
+    for name in names:
+        for n in range(3):
+            await server.gateway.publish(ANONYMOUS, name, Event.message({"n": n, "blob": blob}))
+        await server.gateway.publish(ANONYMOUS, name, Event.done())
+    async with await AircClient.tcp(*server.address) as client:
+
+        async def read(name: str) -> list[int]:
+            subscription = await client.subscribe(name)
+            return [
+                event.data["payload"]["n"]
+                async for event in subscription
+                if event.kind == "message"
+            ]
+
+        got = await asyncio.wait_for(asyncio.gather(*(read(name) for name in names)), 60)
+    assert got == [[0, 1, 2], [0, 1, 2]]

@@ -36,7 +36,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Coroutine, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import orjson
@@ -82,6 +82,7 @@ from airlane.wire.airc import (
     RtcCandidates,
     RtcClose,
     RtcOffer,
+    SendQueueFull,
     SetLane,
     SignalMessage,
     SignalReceived,
@@ -155,6 +156,9 @@ class _Binding:
     """Driven by the hub's call-back (`Subscription.listen`) instead of a task."""
     loadtest: bool = False
     """Carries benchmark chunks: each chunk's raw JSON, and the stream is deleted after."""
+    held: list[Event] = field(default_factory=list)
+    """Events taken from the cursor that did not fit the connection's send queue yet (at
+    most one batch): they go first, once it has room."""
 
 
 class AircSession:
@@ -187,6 +191,9 @@ class AircSession:
         self._bindings: dict[int, _Binding] = {}
         self._reserved: dict[int, str | None] = {}  # StreamIDs of requests in progress
         self._ready: dict[int, _Binding] = {}  # direct-mode bindings to drain this turn
+        self._blocked: dict[int, _Binding] = {}
+        """Bindings waiting for room in the connection's send queue (which any stream's ACK
+        may make), by StreamID."""
         self._drain_scheduled = False
         self._drains = drain_queue(self._loop)
         self._requests: set[asyncio.Task[None]] = set()
@@ -279,10 +286,12 @@ class AircSession:
             if isinstance(event, Acknowledged):
                 binding = self._bindings.get(event.stream_id)
                 if binding is not None:
-                    if binding.direct:
-                        self._pump_direct(binding)  # the caller flushes
-                    else:
-                        binding.wake.set()
+                    self._wake(binding)
+                if self._blocked:
+                    blocked, self._blocked = self._blocked, {}
+                    for other in blocked.values():
+                        if other is not binding and self._bindings.get(other.stream) is other:
+                            self._wake(other)
             elif isinstance(event, SignalReceived):
                 self._on_signal(event)
             elif isinstance(event, MessageReceived):
@@ -291,6 +300,14 @@ class AircSession:
             elif isinstance(event, ConnectionClosed):
                 for binding in self._bindings.values():
                     binding.wake.set()
+
+    def _wake(self, binding: _Binding) -> None:
+        """``binding`` may send more: pump it now (direct mode; the caller flushes) or wake
+        its task."""
+        if binding.direct:
+            self._pump_direct(binding)
+        else:
+            binding.wake.set()
 
     def _on_signal(self, event: SignalReceived) -> None:
         message = event.message
@@ -349,7 +366,12 @@ class AircSession:
 
     def _signal(self, message: SignalMessage) -> None:
         if self.connection.closed is None:
-            self.connection.send_signal(message)
+            try:
+                self.connection.send_signal(message)
+            except SendQueueFull:
+                # A client that leaves the signalling stream unacknowledged while it piles up
+                # requests: it reads nothing, so it is ended.
+                self.connection.close(GoAwayCode.FLOW_CONTROL, "replies are not acknowledged")
             self.flush()
 
     # -- requests ---------------------------------------------------------------------------
@@ -563,14 +585,17 @@ class AircSession:
         self.flush()
 
     def _pump_direct(self, binding: _Binding) -> None:
-        """Send what ``binding``'s cursor has, as far as the window and the link allow (an
-        ``ACK`` or the link's drain calls again); release it once the stream is over."""
+        """Send what ``binding``'s cursor has, as far as the window, the connection's send
+        queue and the link allow (an ``ACK`` or the link's drain calls again); release it
+        once the stream is over."""
         connection = self.connection
         if self._bindings.get(binding.stream) is not binding or connection.closed is not None:
             return
         subscription, stream = binding.subscription, binding.stream
         window, limit = self.config.connection.send_window, self.config.batch_limit
         while self._writable.is_set():
+            if binding.held and not self._send_held(binding):
+                return
             if subscription.over:  # the terminal event went out (or the stream is gone)
                 # CLOSE travels with priority, so it waits until the peer has acknowledged
                 # every frame of the stream (the last ACK calls here again).
@@ -579,15 +604,24 @@ class AircSession:
                 return
             room = window - connection.unacknowledged(stream)
             if room <= 0 or not connection.can_send(stream):
+                self._wait_for_room(binding)
                 return
             batch = subscription.poll(min(room, limit))
             if not batch:
                 return
-            self._send_events(binding, batch)
+            if not self._send_events(binding, batch):
+                return
+
+    def _wait_for_room(self, binding: _Binding) -> None:
+        """``binding`` cannot send now. Its own ``ACK`` wakes it when its window or queue
+        was the reason; when the connection's send queue is full, any stream's may."""
+        if self.connection.queued_bytes >= self.config.connection.max_queued_bytes:
+            self._blocked[binding.stream] = binding
 
     def _finish(self, binding: _Binding) -> None:
         """The stream is over for this reader: say so, with where it ended, and let go."""
         del self._bindings[binding.stream]
+        self._blocked.pop(binding.stream, None)
         binding.subscription.listen(None)
         self._signal(Close(binding.stream, binding.subscription.position.seq))
         task = asyncio.create_task(self._release(binding), name="airc-release")
@@ -600,16 +634,34 @@ class AircSession:
             with contextlib.suppress(AirlaneError):
                 await self.gateway.delete(self._who(), binding.stream_id)
 
-    def _send_events(self, binding: _Binding, batch: list[Event]) -> None:
+    def _send_events(self, binding: _Binding, batch: list[Event]) -> bool:
+        """Queue ``batch`` on the connection, in order, as far as its send queue has room;
+        keep the rest in ``binding.held`` (they left the cursor). True if all were queued."""
         connection, stream = self.connection, binding.stream
-        if binding.loadtest:
-            for event in batch:
-                if event.kind is _MESSAGE and event.raw is not None:
-                    connection.send_message(stream, event.raw)
-        else:
-            for event in batch:
-                connection.send_message(stream, _payload(event), priority=event.lane is _CONTROL)
-        binding.subscription.mark_written(batch, time.monotonic_ns())
+        sent = len(batch)
+        for i, event in enumerate(batch):
+            if binding.loadtest:
+                if event.kind is not _MESSAGE or event.raw is None:
+                    continue
+                payload = event.raw
+            else:
+                payload = _payload(event)
+            if not connection.fits(len(payload)):
+                sent = i
+                break
+            priority = not binding.loadtest and event.lane is _CONTROL
+            connection.send_message(stream, payload, priority=priority)
+        if sent < len(batch):
+            binding.held = batch[sent:]
+            self._blocked[stream] = binding
+        if sent:
+            binding.subscription.mark_written(batch[:sent], time.monotonic_ns())
+        return sent == len(batch)
+
+    def _send_held(self, binding: _Binding) -> bool:
+        """Queue what ``binding`` holds back; True once nothing is held."""
+        held, binding.held = binding.held, []
+        return self._send_events(binding, held)
 
     async def _pump(self, binding: _Binding) -> None:
         """Tasked mode, for hubs that cannot call back: wait for each batch."""
@@ -619,19 +671,26 @@ class AircSession:
         window = self.config.connection.send_window
         limit = self.config.batch_limit
         while connection.closed is None:
-            room = window - connection.unacknowledged(stream)
-            if room <= 0 or not connection.can_send(stream):
-                binding.wake.clear()
-                await binding.wake.wait()
-                continue
             if not self._writable.is_set():
                 await self._writable.wait()
                 continue
-            batch = await subscription.next_batch(min(room, limit))
-            if not batch or connection.closed is not None:
-                break
-            self._send_events(binding, batch)
-            self.flush()
+            room = window - connection.unacknowledged(stream)
+            if binding.held:
+                sent = self._send_held(binding)
+                self.flush()
+                if sent:
+                    continue
+            elif room > 0 and connection.can_send(stream):
+                batch = await subscription.next_batch(min(room, limit))
+                if not batch or connection.closed is not None:
+                    break
+                self._send_events(binding, batch)
+                self.flush()
+                continue
+            else:
+                self._wait_for_room(binding)
+            binding.wake.clear()
+            await binding.wake.wait()
         else:
             return
         while connection.pending(stream) and connection.closed is None:

@@ -168,6 +168,12 @@ class AircConnection:
             return False
         return stream is None or (not stream.queue and stream.window_open)
 
+    def fits(self, size: int) -> bool:
+        """True if a message of ``size`` bytes may be queued now (`send_message` would not
+        raise `SendQueueFull`): the queue is empty, or holds room for it."""
+        queued = self._queued_bytes
+        return not queued or queued + size <= self.config.max_queued_bytes
+
     def pending(self, stream_id: int) -> int:
         """Frames of ``stream_id`` not yet acknowledged: queued or in flight. Zero means the
         peer has everything sent on it (a good time to say the stream is over)."""
