@@ -17,7 +17,8 @@ from airlane.artifacts.packer import pack
 from airlane.client import AirlaneClient, WsClient
 from tests.artifacts.conftest import SMALL_CHUNKS
 from tests.artifacts.support import checkpoint
-from tests.servers import FAST_SYNTHETIC, run_server
+from tests.brokerprocess import free_port
+from tests.servers import FAST_SYNTHETIC, run_gateway, run_server
 
 
 @pytest.fixture
@@ -134,3 +135,50 @@ async def _until(condition, timeout: float = 20.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("timed out")
         await asyncio.sleep(0.05)
+
+
+async def test_a_follower_stays_on_its_version_across_a_restart_of_an_in_memory_gateway(
+    tmp_path, sources
+):
+    # The restarted gateway's announcement stream is new and the follower's position on it is
+    # from the old one, so it reads the stream from the start: it once held every version
+    # again, oldest first, and the follower installed 1, then 2, then 3 once more.
+    store, dest = tmp_path / "store", tmp_path / "dest"
+    for n in range(3):
+        pack([sources[n]], store, name="tiny", version=str(n + 1), params=SMALL_CHUNKS)
+    port = free_port()
+    config = tmp_path / "airlane.toml"
+    config.write_text(FAST_SYNTHETIC + "\n[artifacts]\nscan_interval_s = 0.2\n")
+    command = [sys.executable, "-m", "airlane", "serve", "--port", str(port), "--config",
+               str(config), "--artifacts", str(store), "--airc-port", "-1", "--grpc-port",
+               "-1"]  # fmt: skip
+    seen: set[str | None] = set()
+
+    async def watch(condition) -> None:
+        deadline = time.monotonic() + 30
+        while not condition():
+            seen.add(_current(dest))
+            assert time.monotonic() < deadline, "timed out"
+            await asyncio.sleep(0.01)
+
+    follower = None
+    try:
+        with run_gateway(command) as server:
+            follower = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "airlane", "artifacts", "pull", server.url, "tiny",
+                "--dest", str(dest), "--follow", "--quiet",
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            )  # fmt: skip
+            await watch(lambda: _current(dest) == "3")
+        seen.clear()
+        with run_gateway(command):
+            await asyncio.sleep(3)  # the follower reconnects and reads the new stream
+            pack([sources[0]], store, name="tiny", version="4", params=SMALL_CHUNKS)
+            await watch(lambda: _current(dest) == "4")
+    finally:
+        assert follower is not None
+        with contextlib.suppress(ProcessLookupError):
+            follower.send_signal(signal.SIGINT)
+        output = (await asyncio.wait_for(follower.communicate(), 10))[0].decode()
+    assert seen <= {"3"}, (seen, output)
+    assert "tiny 1 installed" not in output and "tiny 2 installed" not in output, output

@@ -79,6 +79,11 @@ class ArtifactService:
                 if not versions:
                     continue
                 known = await self._known(name)
+                if not known:
+                    # Nothing announced yet (a first start, or the in-memory hub after a
+                    # restart): the newest version stands for the others. Announcing them all
+                    # would send a follower through every old version again, oldest first.
+                    known.update(versions[:-1])
                 for version in versions:
                     if version in known:
                         continue
