@@ -145,6 +145,32 @@ async def test_two_nodes_on_one_hub_share_a_room_and_compaction_keeps_the_state(
         await hub.aclose()
 
 
+async def test_an_op_near_the_drift_bound_is_applied_by_a_node_whose_clock_is_behind(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Accepted 59.5 s ahead of the accepting node's clock (the bound is 60 s); the nodes that
+    # apply it run a second behind. They once checked the bound again, with their own clocks,
+    # and skipped the op for good: their replicas parted from the writer's.
+    hub = MemoryHub()
+    await hub.start()
+    one, two = Rooms(hub, node="one"), Rooms(hub, node="two")
+    try:
+        room_one, room_two = await one.room("skewed"), await two.room("skewed")
+        writer = replica("w")
+        ahead = writer.set("k", "v", now_ms() + 59_500).to_dict()
+        assert await room_one.submit([ahead]) == 1
+        real = time.time_ns
+        monkeypatch.setattr("airlane.sync.rooms.room.time.time_ns", lambda: real() - 1_000_000_000)
+        await eventually(
+            lambda: room_one.map.to_dict() == room_two.map.to_dict() == {"k": "v"},
+            what="both nodes to apply the op",
+        )
+    finally:
+        await one.aclose()
+        await two.aclose()
+        await hub.aclose()
+
+
 async def test_a_client_that_does_not_read_is_closed_and_its_backlog_dropped(server):
     """A client that stops reading: once its outbox is full it is closed as too slow, at
     once, rather than when (if ever) it reads again; what was queued for it is dropped, and

@@ -158,7 +158,10 @@ class Room:
             for item in raw:
                 try:
                     op = Op.from_dict(item)
-                    if self.map.apply(op, now_ms):
+                    # The drift bound was the accepting node's to check (`submit`): a stored
+                    # op is applied whatever this node's clock says, or a node whose clock is
+                    # behind would skip it for good and its replica would part from the rest.
+                    if self.map.apply(op, max(now_ms, op.stamp.wall_ms)):
                         applied.append(item)
                 except SyncError as exc:  # written by something else: skipped, not fatal
                     log.warning("room %s: skipping a stored op: %s", self.name, exc)
