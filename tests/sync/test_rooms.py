@@ -212,3 +212,29 @@ async def test_a_client_that_does_not_read_is_closed_and_its_backlog_dropped(ser
             ).decode()
         )
         assert "ack" in {(await receive_json(fast))["type"], (await receive_json(fast))["type"]}
+
+
+async def test_a_room_whose_stream_is_deleted_closes_its_clients_and_opens_again(server):
+    # The room's follower ends with its stream: its clients once stayed connected and heard
+    # nothing more, and the room served a frozen state, until the node restarted.
+    url = server.url.replace("http://", "ws://") + "/v1/rooms/deleted-1"
+    writer = replica("w")
+    async with websockets.connect(url) as client:
+        assert (await receive_json(client))["type"] == "state"
+        op = writer.set("k", 1, now_ms())
+        await client.send(orjson.dumps({"type": "ops", "ops": [op.to_dict()]}).decode())
+        async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
+            assert (await http.delete("/v1/streams/rooms/deleted-1")).status_code == 204
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            async with asyncio.timeout(5):
+                while True:
+                    await client.recv()
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1013, closed.value
+    assert "reconnect" in closed.value.rcvd.reason
+    async with websockets.connect(url) as again:  # the room, opened again from its stream
+        state = await receive_json(again)
+        assert state["type"] == "state" and state["state"] == {}
+        later = writer.set("k", 2, now_ms())
+        await again.send(orjson.dumps({"type": "ops", "ops": [later.to_dict()]}).decode())
+        replies = [await receive_json(again), await receive_json(again)]  # ack, and the op
+        assert {"type": "ack", "count": 1} in replies

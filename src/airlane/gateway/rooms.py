@@ -58,6 +58,11 @@ class JoinedRoom:
         """The room's state now: ``{"entries", "version", "state"}``."""
         return self._room.state()
 
+    async def lost(self) -> None:
+        """Return once the room can serve this client no more (its stream is gone): the
+        client must reconnect."""
+        await self._room.lost.wait()
+
     async def submit(self, ops: Any) -> int:
         """Apply a client's operations (``publish`` on the room); how many were taken."""
         return await self._rooms.submit(self._principal, self._name, ops)

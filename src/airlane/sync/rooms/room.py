@@ -83,6 +83,9 @@ class Room:
         self.since_compaction = 0
         self.idle_since: float | None = time.monotonic()
         self._ready = asyncio.Event()
+        self.lost = asyncio.Event()
+        """Set when the room stopped following its stream (deleted, replaced, or the hub
+        failed): its clients must reconnect, to the room opened again."""
         self._follower: asyncio.Task[None] | None = None
         self._subscription: Subscription | None = None
 
@@ -136,6 +139,7 @@ class Room:
 
     async def _follow(self) -> None:
         assert self._subscription is not None
+        why = "its stream ended"
         try:
             while batch := await self._subscription.next_batch(256):
                 self._take(batch)
@@ -143,7 +147,12 @@ class Room:
         except asyncio.CancelledError:
             raise
         except HubError as exc:
-            log.warning("room %s stopped following its stream: %s", self.name, exc)
+            why = f"the hub failed: {exc}"
+        # Nothing more will reach this replica: forget the room, so that the next client
+        # opens it again from the stream, and tell this one's clients to reconnect.
+        log.warning("room %s stopped following its stream (%s); closing it", self.name, why)
+        self.rooms.forget(self)
+        self.lost.set()
 
     def _take(self, batch: list[Event]) -> None:
         now_ms = time.time_ns() // 1_000_000
@@ -227,6 +236,11 @@ class Rooms:
         """A room's state (opening it here if needed); `StreamNotFound` never: rooms exist
         from their first use."""
         return (await self.room(name)).state()
+
+    def forget(self, room: Room) -> None:
+        """Stop serving ``room`` here (it lost its stream); the next use opens it again."""
+        if self._rooms.get(room.name) is room:
+            del self._rooms[room.name]
 
     def join(self, room: Room, listener: Listener) -> None:
         """Add a client's listener."""

@@ -118,18 +118,23 @@ class _RoomSocket:
         state = orjson.dumps({"type": "state", **room.state()})
         writer = asyncio.create_task(self._write(state), name=f"room {room.name} writer")
         reader = asyncio.create_task(self._read(room, receive), name=f"room {room.name} reader")
+        lost = asyncio.create_task(room.lost(), name=f"room {room.name} lost")
         self._writer = writer
+        tasks = (reader, writer, lost)
         try:
-            await asyncio.wait((reader, writer), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for task in (reader, writer):
+            for task in tasks:
                 task.cancel()
-            for task in (reader, writer):
+            for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         if self.too_slow:
             reason = "too slow: messages were not read in time"
             await close_within(self.send, close_code(ErrorCode.TOO_SLOW), reason)
+        elif lost.done() and not lost.cancelled():
+            reason = "the room's stream is gone; reconnect"
+            await close_within(self.send, close_code(ErrorCode.ROOM_UNAVAILABLE), reason)
 
     async def _write(self, state: bytes) -> None:
         message = state
