@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from airlane.backends.synthetic import SyntheticBackend, SyntheticConfig
-from airlane.client import AircClient
+from airlane.client import AircClient, RequestRejected
 from airlane.core.events import Event
 from airlane.gateway import Gateway
 from airlane.hub import MemoryHub
@@ -86,3 +86,33 @@ async def test_events_larger_than_the_connection_queue_wait_for_room_and_none_is
 
         got = await asyncio.wait_for(asyncio.gather(*(read(name) for name in names)), 60)
     assert got == [[0, 1, 2], [0, 1, 2]]
+
+
+async def test_past_max_subscriptions_a_request_is_refused_and_the_connection_serves_on() -> None:
+    gateway = Gateway(MemoryHub(), SyntheticBackend(SyntheticConfig(speed=0)))
+    await gateway.start()
+    airc = AircTcpServer(gateway, AircServerConfig(max_subscriptions=2))
+    sock = socket.create_server(("127.0.0.1", 0))
+    sock.setblocking(False)
+    await airc.start(sock)
+    try:
+        for name in ("cap/a", "cap/b", "cap/c"):
+            await gateway.publish(ANONYMOUS, name, Event.message({"n": name}))
+        async with await AircClient.tcp(*airc.address) as client:
+            await client.subscribe("cap/a")
+            await client.subscribe("cap/b")
+            with pytest.raises(RequestRejected) as refused:
+                await client.subscribe("cap/c")
+            assert refused.value.code == "too_many_subscriptions"
+            assert "at most 2" in refused.value.message
+            with pytest.raises(RequestRejected) as generation:  # refused before it starts
+                await client.generate(REQUEST)
+            assert generation.value.code == "too_many_subscriptions"
+            assert gateway.hub.stats().streams == 3
+            await client.unsubscribe("cap/a")  # room again, on the same connection
+            third = await client.subscribe("cap/c")
+            first = await asyncio.wait_for(anext(aiter(third)), 5)
+            assert first.data["payload"] == {"n": "cap/c"}
+    finally:
+        await airc.aclose()
+        await gateway.aclose()
