@@ -272,6 +272,28 @@ async def test_a_group_keeps_its_settings_whichever_node_a_member_fetches_on(nat
             assert info["ack_wait_s"] == 1.5
 
 
+async def test_a_group_deleted_on_one_node_is_created_again_by_a_fetch_on_another(nats_server):
+    # Node a keeps its handle on the group open between fetches; node b deletes the group.
+    # a's next fetch used to find its handle's consumer gone and answer 404 for as long as
+    # the handle stayed open, where a fetch creates a group that does not exist.
+    with node(nats_server, "a") as a, node(nats_server, "b") as b:
+        async with httpx.AsyncClient(timeout=20) as client:
+            assert (await client.put(f"{a.url}/v1/logs/moves")).status_code == 201
+            group = "/v1/logs/moves/groups/players"
+            first = await client.post(f"{a.url}{group}/fetch", json={"timeout_s": 0})
+            assert first.status_code == 200, first.text
+            assert (await client.delete(f"{b.url}{group}")).status_code == 204
+            gone = await client.get(f"{a.url}{group}")
+            assert gone.status_code == 404, gone.text
+            appended = await client.post(
+                f"{a.url}/v1/logs/moves/events", json={"type": "move.v1", "data": {"n": 1}}
+            )
+            assert appended.status_code == 201, appended.text
+            again = await client.post(f"{a.url}{group}/fetch", json={"timeout_s": 5})
+            assert again.status_code == 200, again.text
+            assert [d["record"]["data"] for d in again.json()["deliveries"]] == [{"n": 1}]
+
+
 async def test_a_room_is_shared_by_clients_on_different_nodes(nats_server):
     import time
 

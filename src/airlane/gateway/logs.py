@@ -24,7 +24,7 @@ from airlane.core.errors import AirlaneError, BadRequest, ErrorCode
 from airlane.eventlog import Delivery, EventLog, GroupInfo, LogInfo, NewEvent, Record
 from airlane.eventlog.base import MAX_BATCH_EVENTS
 from airlane.eventlog.checks import check_name
-from airlane.eventlog.errors import InvalidRequest
+from airlane.eventlog.errors import GroupNotFound, InvalidRequest
 from airlane.eventlog.handles import GroupHandles
 from airlane.gateway.eventsourcing import EventSourcing
 from airlane.gateway.quotas import Quotas
@@ -165,7 +165,14 @@ class EventLogs:
         self._quotas.check_bytes(principal)
         with self._finding(principal, Action.LOGS_CONSUME, key, log):
             handle = await self._groups.get(self._logs, key, group, settings or {})
-            deliveries = await handle.fetch(max_events, timeout_s)
+            try:
+                deliveries = await handle.fetch(max_events, timeout_s)
+            except GroupNotFound:
+                # Deleted through another node since this one opened its handle: a fetch
+                # creates a group that does not exist, so join afresh, once.
+                await self._groups.forget(key, group)
+                handle = await self._groups.get(self._logs, key, group, settings or {})
+                deliveries = await handle.fetch(max_events, timeout_s)
         self._charge(principal, [delivery.record for delivery in deliveries])
         if key != log:
             for delivery in deliveries:
