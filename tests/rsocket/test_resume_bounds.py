@@ -14,6 +14,7 @@ import pytest
 
 from airlane.transports.rsocket.config import RSocketServerConfig
 from airlane.wire.rsocket import ErrorCode, Frame, FrameType
+from airlane.wire.rsocket.frames import FLAG_COMPLETE
 from tests.rsocket.raw import RawPeer, raw_peer, setup_frame
 from tests.servers import ServerProcess, run_server
 
@@ -101,3 +102,25 @@ async def test_at_most_1000_dropped_sessions_wait_for_their_resume(
     async with raw_peer(*server.rsocket, resume(tokens[0], 0)) as first:
         frame = await first.next()
         assert frame is not None and frame.type is FrameType.RESUME_OK, frame
+
+
+async def test_a_refused_resume_leaves_the_connected_session_serving(server: ServerProcess) -> None:
+    # A RESUME naming a session whose connection is still up, with a position it cannot
+    # serve (a stale or confused client), is refused; the session on its own connection goes
+    # on. It used to be closed too: its stream stopped, with no ERROR and the socket open.
+    assert server.rsocket is not None
+    token = b"still-connected-00001"
+    async with raw_peer(*server.rsocket, resumable(token)) as peer:
+        peer.request(FrameType.REQUEST_STREAM, 1, "loadtest.stream",
+                     {"chunks": 100, "mode": "paced", "interval_ms": 20}, n=UNBOUNDED)  # fmt: skip
+        await received_bytes(peer, frames=5)
+        async with raw_peer(*server.rsocket, resume(token, 1 << 40)) as stale:
+            frame = await stale.next()
+            assert frame is not None and frame.error_code == ErrorCode.REJECTED_RESUME, frame
+        rest = []
+        while not rest or not rest[-1].has(FLAG_COMPLETE):
+            frame = await peer.next(5)
+            assert frame is not None, "the server closed the connection"
+            assert frame.type is FrameType.PAYLOAD, frame
+            rest.append(frame)
+        assert len(rest) >= 95 - 5  # every chunk after the first five, then the end

@@ -179,6 +179,12 @@ class RSocketSession:
         return self._closed
 
     @property
+    def connected(self) -> bool:
+        """True while a connection carries this session (False once it dropped and the
+        session waits for a RESUME)."""
+        return self._link is not None
+
+    @property
     def requests(self) -> int:
         """Requests being served now."""
         return len(self._work)
@@ -347,7 +353,10 @@ class RSocketSession:
                 self._link = None
                 link.adopt(kept)
                 return
-            store.discard(kept)
+            if not kept.connected:
+                store.discard(kept)  # dropped, and it cannot resume: nothing will
+            # (A session still on its own connection goes on there: a RESUME that could not
+            # take it over is refused, and changes nothing for it.)
         self.connection.close(
             RSocketCode.REJECTED_RESUME,
             "no session to resume here (another node's, expired, or past what it kept): set "
