@@ -14,7 +14,9 @@ import httpx
 import pytest
 
 from airlane.artifacts.packer import pack
+from airlane.artifacts.service import ArtifactService
 from airlane.client import AirlaneClient, WsClient
+from airlane.hub import MemoryHub
 from tests.artifacts.conftest import SMALL_CHUNKS
 from tests.artifacts.support import checkpoint
 from tests.brokerprocess import free_port
@@ -182,3 +184,23 @@ async def test_a_follower_stays_on_its_version_across_a_restart_of_an_in_memory_
         output = (await asyncio.wait_for(follower.communicate(), 10))[0].decode()
     assert seen <= {"3"}, (seen, output)
     assert "tiny 1 installed" not in output and "tiny 2 installed" not in output, output
+
+
+async def test_a_fresh_stream_announces_the_newest_version_that_reads(tmp_path, sources):
+    # Only one version is announced where none was yet: the newest whose manifest reads. A
+    # newest one that cannot be read must not leave followers with no announcement at all.
+    store = tmp_path / "store"
+    for n in range(3):
+        pack([sources[n]], store, name="tiny", version=str(n + 1), params=SMALL_CHUNKS)
+        time.sleep(0.01)  # versions are ordered by when their manifest appeared
+    (store / "tiny" / "3" / "manifest.json").write_text("{not json")
+    hub = MemoryHub()
+    await hub.start()
+    try:
+        service = ArtifactService(store, hub, scan_interval_s=0)
+        made = await service.scan()
+        assert [m["version"] for m in made] == ["2"]
+        pack([sources[0]], store, name="tiny", version="4", params=SMALL_CHUNKS)
+        assert [m["version"] for m in await service.scan()] == ["4"]  # then each new one
+    finally:
+        await hub.aclose()

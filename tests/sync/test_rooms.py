@@ -165,6 +165,16 @@ async def test_an_op_near_the_drift_bound_is_applied_by_a_node_whose_clock_is_be
             lambda: room_one.map.to_dict() == room_two.map.to_dict() == {"k": "v"},
             what="both nodes to apply the op",
         )
+        # One written to the stream directly, past the bound of the time it carries: every
+        # node skips it (it would move their clocks that far ahead), and the room goes on.
+        wild = replica("wild").set("k", "far", now_ms() + 3_600_000).to_dict()
+        stale = now_ms() - 1000
+        await hub.append("rooms/skewed", Event.message({"ops": [wild], "at": stale}))
+        assert await room_one.submit([replica("w2").set("j", 1, now_ms()).to_dict()]) == 1
+        await eventually(
+            lambda: room_one.map.to_dict() == room_two.map.to_dict() == {"k": "v", "j": 1},
+            what="both nodes to skip the wild op and take the next",
+        )
     finally:
         await one.aclose()
         await two.aclose()

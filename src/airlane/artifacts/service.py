@@ -79,24 +79,35 @@ class ArtifactService:
                 if not versions:
                     continue
                 known = await self._known(name)
-                if not known:
-                    # Nothing announced yet (a first start, or the in-memory hub after a
-                    # restart): the newest version stands for the others. Announcing them all
-                    # would send a follower through every old version again, oldest first.
-                    known.update(versions[:-1])
-                for version in versions:
+                # Nothing announced yet (a first start, or the in-memory hub after a
+                # restart): the newest version whose manifest reads stands for the others.
+                # Announcing them all would send a follower through every old version again,
+                # oldest first.
+                fresh = not known
+                for version in reversed(versions) if fresh else versions:
                     if version in known:
                         continue
-                    try:
-                        payload = await asyncio.to_thread(self._payload, name, version)
-                    except (ArtifactError, OSError) as exc:  # a bad manifest: said, not fatal
-                        log.warning("not announcing %s %s: %s", name, version, exc)
-                        known.add(version)
+                    payload = await self._announce(name, version, known)
+                    if payload is None:
                         continue
-                    await self.hub.append(announcement_stream(name), Event.message(payload))
-                    known.add(version)
                     made.append(payload)
+                    if fresh:
+                        known.update(versions)
+                        break
             return made
+
+    async def _announce(self, name: str, version: str, known: set[str]) -> dict[str, Any] | None:
+        """Announce ``version`` of ``name`` and add it to ``known``; None if its manifest
+        cannot be read (said in the log, not fatal, and known: not tried again)."""
+        try:
+            payload = await asyncio.to_thread(self._payload, name, version)
+        except (ArtifactError, OSError) as exc:
+            log.warning("not announcing %s %s: %s", name, version, exc)
+            known.add(version)
+            return None
+        await self.hub.append(announcement_stream(name), Event.message(payload))
+        known.add(version)
+        return payload
 
     def _payload(self, name: str, version: str) -> dict[str, Any]:
         manifest = self.store.manifest(name, version)

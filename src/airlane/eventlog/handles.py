@@ -49,6 +49,15 @@ class GroupHandles:
             await oldest.aclose()
         return handle
 
+    async def drop(self, log: str, group: str, handle: ConsumerGroup) -> None:
+        """Close ``handle`` (one that failed) and let it go, unless another has taken its
+        place meanwhile (a concurrent fetch that already joined afresh keeps its own)."""
+        key = (log, group)
+        held = self._handles.get(key)
+        if held is not None and held[1] is handle:
+            del self._handles[key]
+        await handle.aclose()
+
     async def forget(self, log: str, group: str | None = None) -> None:
         """Close the handles of a deleted group (or of every group of a deleted log)."""
         for key in [k for k in self._handles if k[0] == log and group in (None, k[1])]:

@@ -170,7 +170,7 @@ class EventLogs:
             except GroupNotFound:
                 # Deleted through another node since this one opened its handle: a fetch
                 # creates a group that does not exist, so join afresh, once.
-                await self._groups.forget(key, group)
+                await self._groups.drop(key, group, handle)
                 handle = await self._groups.get(self._logs, key, group, settings or {})
                 deliveries = await handle.fetch(max_events, timeout_s)
         self._charge(principal, [delivery.record for delivery in deliveries])

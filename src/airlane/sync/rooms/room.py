@@ -2,9 +2,13 @@
 
 A room named ``R`` is the hub stream ``rooms/R``, a log of records:
 
-- ``{"ops": [op, ...]}``: operations clients sent (`airlane.sync.ops.Op` dicts);
-- ``{"state": [op, ...], "version": {...}}``: a compacted state, the winning op of every key
-  (tombstones included), written after every `RoomConfig.compact_every` operations.
+- ``{"ops": [op, ...], "at": ms}``: operations clients sent (`airlane.sync.ops.Op` dicts),
+  and when the node that took them checked them;
+- ``{"state": [op, ...], "version": {...}, "at": ms}``: a compacted state, the winning op of
+  every key (tombstones included), written after every `RoomConfig.compact_every` operations.
+
+Each op's stamp is held to the clock drift bound against the record's ``at`` (this node's
+clock for a record without one), so every node takes or skips the same ops.
 
 Every gateway node serving the room holds one replica of the map, fed by one subscription to
 that stream: a client's operations are appended to the stream (after the node's replica checked
@@ -132,9 +136,10 @@ class Room:
                 self.clock.receive(op.stamp, now_ms)
         except SyncError as exc:
             raise RoomError(f"refused: {exc}") from None
-        await self.rooms.hub.append(
-            _stream(self.name), Event.message({"ops": [op.to_dict() for op in ops]})
-        )
+        # With the time they were accepted at: every node checks the drift bound against it,
+        # and so reaches the same answer whatever its own clock says.
+        record = {"ops": [op.to_dict() for op in ops], "at": now_ms}
+        await self.rooms.hub.append(_stream(self.name), Event.message(record))
         return len(ops)
 
     async def _follow(self) -> None:
@@ -153,6 +158,8 @@ class Room:
         log.warning("room %s stopped following its stream (%s); closing it", self.name, why)
         self.rooms.forget(self)
         self.lost.set()
+        with contextlib.suppress(HubError, StreamNotFound):
+            await self._subscription.aclose()  # (the hub frees a deleted stream's log then)
 
     def _take(self, batch: list[Event]) -> None:
         now_ms = time.time_ns() // 1_000_000
@@ -163,14 +170,17 @@ class Room:
             if not isinstance(record, dict):
                 continue
             raw = record.get("ops") or record.get("state") or []
+            # The drift bound against the clock of the node that accepted (or compacted) the
+            # ops, which the record carries: a node whose own clock is behind must not skip
+            # an op the others took, and an op appended to the stream directly, stamped far
+            # ahead, is skipped by every node alike. (Records without it: this node's clock.)
+            at = record.get("at")
+            clock_ms = at if isinstance(at, int) and not isinstance(at, bool) else now_ms
             applied: list[dict[str, Any]] = []
             for item in raw:
                 try:
                     op = Op.from_dict(item)
-                    # The drift bound was the accepting node's to check (`submit`): a stored
-                    # op is applied whatever this node's clock says, or a node whose clock is
-                    # behind would skip it for good and its replica would part from the rest.
-                    if self.map.apply(op, max(now_ms, op.stamp.wall_ms)):
+                    if self.map.apply(op, clock_ms):
                         applied.append(item)
                 except SyncError as exc:  # written by something else: skipped, not fatal
                     log.warning("room %s: skipping a stored op: %s", self.name, exc)
@@ -189,6 +199,7 @@ class Room:
         state = {
             "state": [op.to_dict() for op in self.map.entries()],
             "version": self.map.version.to_dict(),
+            "at": time.time_ns() // 1_000_000,
         }
         with contextlib.suppress(HubError):
             await self.rooms.hub.append(_stream(self.name), Event.message(state))

@@ -101,6 +101,8 @@ MAX_AUTH_FAILURES = 5
 _CACHE_KEY = "airc.json"
 # Read per event sent: a global is a third of the cost of `Kind.MESSAGE` on Python 3.11.
 _MESSAGE, _CONTROL = Kind.MESSAGE, Lane.CONTROL
+_SIGNAL_RESERVE = 256 << 10
+"""Bytes of the connection's send queue kept for signalling (an eighth of it at most)."""
 _I32 = (-(1 << 31), (1 << 31) - 1)
 
 
@@ -191,6 +193,9 @@ class AircSession:
         self._bindings: dict[int, _Binding] = {}
         self._reserved: dict[int, str | None] = {}  # StreamIDs of requests in progress
         self._ready: dict[int, _Binding] = {}  # direct-mode bindings to drain this turn
+        # Room the data streams leave in the connection's send queue for replies (GEN_ACK,
+        # OPENED, CLOSE, ERROR), so that a queue full of data never refuses one.
+        self._signal_reserve = min(_SIGNAL_RESERVE, config.connection.max_queued_bytes // 8)
         self._blocked: dict[int, _Binding] = {}
         """Bindings waiting for room in the connection's send queue (which any stream's ACK
         may make), by StreamID."""
@@ -369,8 +374,9 @@ class AircSession:
             try:
                 self.connection.send_signal(message)
             except SendQueueFull:
-                # A client that leaves the signalling stream unacknowledged while it piles up
-                # requests: it reads nothing, so it is ended.
+                # Past the room data leaves for replies: a client that leaves the signalling
+                # stream unacknowledged while it piles up requests. It reads nothing, so it
+                # is ended.
                 self.connection.close(GoAwayCode.FLOW_CONTROL, "replies are not acknowledged")
             self.flush()
 
@@ -646,7 +652,7 @@ class AircSession:
                 payload = event.raw
             else:
                 payload = _payload(event)
-            if not connection.fits(len(payload)):
+            if not connection.fits(len(payload) + self._signal_reserve):
                 sent = i
                 break
             priority = not binding.loadtest and event.lane is _CONTROL
