@@ -264,6 +264,14 @@ class WebTransportSession:
         if callback is not None:
             callback()
 
+    def watch_stop(self, stream_id: int, callback: Callable[[], None] | None) -> None:
+        """Call ``callback`` (once) when the client stops server stream ``stream_id``; None
+        forgets the one set."""
+        if callback is None:
+            self._on_stopped.pop(stream_id, None)
+        else:
+            self._on_stopped[stream_id] = callback
+
     def capsules(self, data: bytes, ended: bool) -> None:
         """Bytes on the CONNECT stream after the head: capsules (a close, or grease that is
         ignored); its end ends the session."""
@@ -317,11 +325,11 @@ class StreamSender:
 
     def on_stopped(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` (once) if the client stops this stream before `aclose`."""
-        self.session._on_stopped[self.stream_id] = callback
+        self.session.watch_stop(self.stream_id, callback)
 
     async def aclose(self) -> None:
         """End the stream (its subscription ended), unless the client stopped it first."""
-        self.session._on_stopped.pop(self.stream_id, None)
+        self.session.watch_stop(self.stream_id, None)
         with contextlib.suppress(StreamStopped):
             await self.session.write(self.stream_id, [], end=True)
 
