@@ -68,6 +68,12 @@ async def test_a_generation_being_published_goes_on_after_its_rule_is_replaced(
                     if got[-1]["kind"] == "done":
                         break
         snapshot = await gateway.snapshot(PRINCIPAL, stream)
+        # The reader may have "done" before the bridge has the broker's PUBACK for it; only
+        # then is the forward finished and struck from the rule's file (bounded wait).
+        for _ in range(200):
+            if not RuleStore(tmp_path / "rules").load_all()[0].forwards:
+                break
+            await asyncio.sleep(0.05)
     finally:
         await bridge.aclose()
         await gateway.aclose()
