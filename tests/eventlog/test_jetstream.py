@@ -101,6 +101,25 @@ async def test_an_idempotency_key_holds_across_connections(
     await second.close()
 
 
+async def test_a_retry_after_its_original_was_trimmed_returns_its_seq_and_time_0(
+    nats_session: NatsServer, namespace: dict[str, str]
+):
+    """The broker still knows the key (its duplicate window) but no longer holds the
+    message: the retry is described from itself, at the original's seq, with ``time_ns`` 0
+    (docs/eventlog.md), and is not stored again."""
+    nc = await connect(nats_session.url)
+    log = JetStreamEventLog(nc, **namespace)
+    await log.create_log("log", max_events=1)
+    original = await log.append("log", "n.v1", b"1", idempotency_key="k")
+    assert original.time_ns > 0
+    await log.append("log", "n.v1", b"2")  # trims the original
+    retry = await log.append("log", "n.v1", b"1", idempotency_key="k")
+    assert (retry.seq, retry.type, retry.data, retry.time_ns) == (original.seq, "n.v1", b"1", 0)
+    assert [r.seq for r in await log.read("log", limit=10)] == [2]
+    await log.delete_log("log")
+    await nc.close()
+
+
 async def test_a_broker_restart_loses_nothing_and_the_group_resumes(nats_server: NatsServer):
     nc = await connect(nats_server.url)
     log = JetStreamEventLog(nc)

@@ -119,8 +119,9 @@ class Record:
     seq: int
     """Its position: 1, 2, 3 ... per log, without gaps."""
     time_ns: int
-    """When the log stored it: wall clock, Unix nanoseconds, never decreasing along a log.
-    ``0`` in one corner case: an idempotent retry whose original was already trimmed and whose
+    """When the log stored it: wall clock, Unix nanoseconds. The memory log never lets it
+    decrease along a log; JetStream's is the broker's stamp, as its clock reads. ``0`` in one
+    corner case: an idempotent retry whose original was already trimmed and whose
     time the log no longer knows."""
     type: str
     """The event type, e.g. ``reward.v1``."""
