@@ -294,6 +294,38 @@ async def test_a_group_deleted_on_one_node_is_created_again_by_a_fetch_on_anothe
             assert [d["record"]["data"] for d in again.json()["deliveries"]] == [{"n": 1}]
 
 
+async def test_a_group_created_again_elsewhere_with_other_settings_is_refused_with_them(
+    nats_server,
+):
+    # Node a keeps its handle on the group open between fetches; node b deletes the group
+    # and a fetch there creates it again with another ack_wait_s. a's handle used to go on
+    # serving a fetch that asks for the old settings (200, where the group's own conflict:
+    # 409) for as long as it stayed open; it is checked again after at most 2 s.
+    with node(nats_server, "a") as a, node(nats_server, "b") as b:
+        async with httpx.AsyncClient(timeout=20) as client:
+            assert (await client.put(f"{a.url}/v1/logs/turns")).status_code == 201
+            group = "/v1/logs/turns/groups/judges"
+            old = {"ack_wait_s": 1.5, "timeout_s": 0}
+            first = await client.post(f"{a.url}{group}/fetch", json=old)
+            assert first.status_code == 200, first.text
+            assert (await client.delete(f"{b.url}{group}")).status_code == 204
+            new = {"ack_wait_s": 20, "timeout_s": 0}
+            created = await client.post(f"{b.url}{group}/fetch", json=new)
+            assert created.status_code == 200, created.text
+
+            deadline = asyncio.get_running_loop().time() + 10
+            while True:  # at most 2 s of the old handle, then the group's own settings
+                again = await client.post(f"{a.url}{group}/fetch", json=old)
+                if again.status_code != 200 or asyncio.get_running_loop().time() > deadline:
+                    break
+                await asyncio.sleep(0.2)
+            assert again.status_code == 409, again.text
+            conflicts = again.json()["error"]["conflicts"]
+            assert conflicts == [{"setting": "ack_wait_s", "stored": 20.0, "asked": 1.5}]
+            same = await client.post(f"{a.url}{group}/fetch", json=new)
+            assert same.status_code == 200, same.text
+
+
 async def test_a_room_is_shared_by_clients_on_different_nodes(nats_server):
     import time
 

@@ -43,3 +43,21 @@ async def test_a_handle_joined_with_other_settings_replaces_the_open_one() -> No
     await handles.forget("a")
     with pytest.raises(InvalidRequest, match="closed"):
         await other.fetch(timeout_s=0)
+
+
+async def test_a_handle_older_than_recheck_s_is_joined_again_at_its_next_use() -> None:
+    # Another node may have deleted the group and created it with other settings: a handle
+    # used for ever would go on serving the old ones (tests/cluster/test_nodes.py has that).
+    log = MemoryEventLog()
+    await log.create_log("a")
+    now = [0.0]
+    handles = GroupHandles(recheck_s=2.0, clock=lambda: now[0])
+    first = await handles.get(log, "a", "g", {})
+    now[0] = 1.9
+    assert await handles.get(log, "a", "g", {}) is first
+    now[0] = 2.0
+    second = await handles.get(log, "a", "g", {})
+    assert second is not first
+    now[0] = 3.9
+    assert await handles.get(log, "a", "g", {}) is second  # its own two seconds
+    await handles.aclose()
