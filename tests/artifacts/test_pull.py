@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.server
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -370,3 +372,118 @@ async def test_retries_are_bounded_and_the_failure_says_so(artifact_server, stor
     chunks = sum(len(f.chunks) for f in read_manifest(store / "tiny" / "1").files)
     assert 5 <= proxy.refused <= 5 * chunks
     assert not _installed(tmp_path, "tiny").exists()
+
+
+class _CountingRangeServer:
+    """A plain HTTP/1.1 range server on a free port of 127.0.0.1 over a store's directory,
+    that records the byte range of every file request (what the pull asked for, seen at the
+    serving side)."""
+
+    def __init__(self, root: Path) -> None:
+        seen: list[tuple[str, int, int]] = []
+        lock = threading.Lock()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as the pull's workers use it
+
+            def do_GET(self) -> None:
+                path = root / self.path.lstrip("/")
+                if not path.is_file():
+                    self.send_response(404)
+                    self.send_header("content-length", "0")
+                    self.end_headers()
+                    return
+                data = path.read_bytes()
+                start, end = 0, len(data) - 1
+                header = self.headers.get("range")
+                if header is not None:
+                    first, last = header.removeprefix("bytes=").split("-")
+                    start, end = int(first), min(int(last), len(data) - 1)
+                    with lock:
+                        seen.append((self.path, start, end + 1))
+                self.send_response(206 if header is not None else 200)
+                if header is not None:
+                    self.send_header("content-range", f"bytes {start}-{end}/{len(data)}")
+                self.send_header("content-length", str(end + 1 - start))
+                self.end_headers()
+                with contextlib.suppress(ConnectionError):  # a worker stopped mid-answer
+                    self.wfile.write(data[start : end + 1])
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.seen = seen
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __enter__(self) -> _CountingRangeServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(10)
+
+
+async def test_a_chunk_that_keeps_arriving_corrupt_fails_the_pull_after_the_bounded_tries(
+    artifact_server, store, tmp_path
+):
+    """docs/artifacts.md, Pulling, step 4 (and `PullOptions.attempts`): a chunk that arrives
+    corrupt is fetched again a bounded number of times (5 tries), then the pull fails with a
+    clear error naming the chunk, keeping what it verified and installing nothing; a good
+    source afterwards finishes the version."""
+    manifest = read_manifest(store / "tiny" / "1")
+    (entry,) = manifest.files
+    index = len(entry.chunks) // 2  # a chunk in the middle: ranges on both sides of it
+    bad = entry.chunks[index]
+    # A serving side whose copy of the file has one chunk's bytes altered, for every
+    # request: the corruption is at the source, so every re-fetch gets it again.
+    served = tmp_path / "served"
+    shutil.copytree(store / "tiny" / "1", served / "tiny" / "1")
+    data = served / "tiny" / "1" / entry.path
+    body = bytearray(data.read_bytes())
+    for offset in range(bad.offset, bad.end, 997):  # bytes spread over the chunk
+        body[offset] ^= 0xFF
+    data.write_bytes(body)
+    corrupt = bytes(body[bad.offset : bad.end])
+    dest = tmp_path / "dest"
+    options = PullOptions(parallel=4, range_bytes=64 * 1024, backoff_s=0.01)
+    assert options.attempts == 5  # the documented bound is the default one
+    refused = rf"{entry.path}: chunk {index} at offset {bad.offset} arrived corrupt 5 times"
+    with _CountingRangeServer(served) as server, pytest.raises(VerificationError, match=refused):
+        await asyncio.wait_for(pull(server.url, "tiny", dest, "1", options=options), timeout=60)
+    # Counted at the server: the requests whose range covered the bad chunk. The first
+    # carries it with its neighbours, each re-fetch asks for it alone; 5 in all (the bound
+    # counts tries, the first fetch included: `PullOptions.attempts`), no more.
+    asked = [
+        (s, e)
+        for path, s, e in server.seen
+        if path.endswith(f"/{entry.path}") and s < bad.end and bad.offset < e
+    ]
+    assert len(asked) == options.attempts, asked
+    assert asked[1:] == [(bad.offset, bad.end)] * (options.attempts - 1)
+    # Nothing installed, and the corrupt bytes never reached the partial file: only
+    # verified chunks are written.
+    assert not _installed(dest, "tiny").exists()
+    assert not (dest / "tiny" / "versions" / "1").exists()
+    part = dest / "tiny" / ".partial" / "1" / "data" / entry.path
+    with part.open("rb") as fh:
+        fh.seek(bad.offset)
+        assert fh.read(bad.size) != corrupt
+    # A good source afterwards: the pull resumes what the failed one verified and finishes.
+    result = await asyncio.wait_for(
+        pull(_base(artifact_server), "tiny", dest, "1", options=SMALL_RANGES), timeout=60
+    )
+    assert result.resumed_bytes > 0
+    assert result.resumed_bytes + result.fetched_bytes == manifest.size
+    assert result.refetched_chunks == 0
+    assert (_installed(dest, "tiny") / entry.path).read_bytes() == (
+        store / "tiny" / "1" / entry.path
+    ).read_bytes()
+    assert verify_directory(_installed(dest, "tiny")).ok

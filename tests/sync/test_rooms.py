@@ -7,6 +7,7 @@ replicas; the in-process tests put two `Rooms` (two "nodes") on one hub.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import time
 
@@ -15,12 +16,14 @@ import orjson
 import pytest
 import websockets
 
-from airlane.core import Event
+import airlane
+from airlane.core import Event, Kind
 from airlane.hub import MemoryHub
 from airlane.sync.hlc import HybridClock
 from airlane.sync.lww import LWWMap
 from airlane.sync.ops import Op
 from airlane.sync.rooms import RoomConfig, RoomError, Rooms
+from tests.asgi_server import serving
 from tests.waiting import eventually
 
 
@@ -248,3 +251,156 @@ async def test_a_room_whose_stream_is_deleted_closes_its_clients_and_opens_again
         await again.send(orjson.dumps({"type": "ops", "ops": [later.to_dict()]}).decode())
         replies = [await receive_json(again), await receive_json(again)]  # ack, and the op
         assert {"type": "ack", "count": 1} in replies
+
+
+class _RoomClient:
+    """A real WebSocket client of a room holding its own `LWWMap` replica: it applies the
+    state it is sent on joining and every change relayed after, and queues acks and errors."""
+
+    def __init__(self, ws, name: str) -> None:
+        self.ws = ws
+        self.map = replica(name)
+        self.joined: dict | None = None
+        """The ``state`` message the room sent on joining."""
+        self.replies: asyncio.Queue[dict] = asyncio.Queue()
+        self._reader = asyncio.create_task(self._read(), name=f"room client {name}")
+
+    async def _read(self) -> None:
+        async for raw in self.ws:
+            message = orjson.loads(raw)
+            if message["type"] == "state":
+                self.joined = message
+                items = message["entries"]
+            elif message["type"] == "ops":
+                items = message["ops"]
+            else:  # ack or error: the writer waits for it
+                self.replies.put_nowait(message)
+                continue
+            for item in items:
+                self.map.apply(Op.from_dict(item), now_ms())
+
+    async def send(self, op: Op) -> None:
+        """Send one op (one message: one record of the room's stream) and wait for the ack."""
+        await self.ws.send(orjson.dumps({"type": "ops", "ops": [op.to_dict()]}).decode())
+        reply = await asyncio.wait_for(self.replies.get(), 5)
+        assert reply == {"type": "ack", "count": 1}, reply
+
+    async def aclose(self) -> None:
+        self._reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError, websockets.ConnectionClosed):
+            await self._reader
+
+
+async def test_a_client_joining_after_the_oldest_ops_were_trimmed_gets_the_whole_state():
+    """docs/sync.md, Rooms: a compacted state is appended every 256 operations "so that a node
+    or client joining late starts from state + tail" (and room.py: retention keeps at least
+    one compacted state). The room's stream keeps 4 x 256 records; more are written here, so
+    its oldest ops are trimmed for real; a client then joins on a node that opens the room
+    from that trimmed stream, and must get the full state and converge with the clients that
+    were there all along."""
+    hub = MemoryHub()
+    await hub.start()
+    room = "late-joiner"
+    stream = f"rooms/{room}"
+    # Two gateway nodes on one hub, each a real HTTP/WebSocket server on a free port, with
+    # the rooms' production settings (compact_every 256, so 1,024 records retained).
+    node_one = airlane.create_app(airlane.Gateway(hub, airlane.SyntheticBackend()))
+    node_two = airlane.create_app(airlane.Gateway(hub, airlane.SyntheticBackend()))
+    try:
+        compact_every = RoomConfig().compact_every
+        records = 4 * compact_every + 2 * compact_every  # past the retention by 512 records
+        async with serving(node_one) as one, serving(node_two) as two:
+            url_one, url_two = f"{one.ws_url}/v1/rooms/{room}", f"{two.ws_url}/v1/rooms/{room}"
+            async with websockets.connect(url_one) as ws_a, websockets.connect(url_one) as ws_b:
+                alice, bob = _RoomClient(ws_a, "alice"), _RoomClient(ws_b, "bob")
+                try:
+                    await eventually(lambda: alice.joined and bob.joined, what="both to join")
+                    async with asyncio.timeout(120):  # about 1,500 round trips, bounded
+                        for i in range(records):
+                            writer = alice if i % 2 == 0 else bob
+                            if i < 20:  # keys only the first records set: trimmed, never rewritten
+                                op = writer.map.set(f"first-{i}", i, now_ms())
+                            elif i < 22:  # deletes of two of them, in the trimmed records too
+                                op = writer.map.delete(f"first-{i - 20}", now_ms())
+                            else:
+                                op = writer.map.set(f"k{i % 40}", i, now_ms())
+                            await writer.send(op)
+                        # Relays of one stream arrive in order: a marker both have seen means
+                        # both have every op before it.
+                        await alice.send(alice.map.set("marker", 1, now_ms()))
+                        await eventually(
+                            lambda: (
+                                alice.map.to_dict().get("marker") == 1
+                                and bob.map.to_dict().get("marker") == 1
+                            ),
+                            timeout=10,
+                            what="both clients to take every op",
+                        )
+                    settled = alice.map.to_dict()
+                    assert bob.map.to_dict() == settled
+                    assert {f"first-{i}" for i in range(2, 20)} <= settled.keys()
+                    assert "first-0" not in settled and "first-1" not in settled
+                    # The trimmed path for real: the stream no longer holds its first records
+                    # (the ops that set first-*), and what it holds carries those keys only in
+                    # compacted states.
+                    info = await hub.info(stream)
+                    assert info.last_seq > records
+                    assert info.first_retained_seq > 22, info
+                    assert info.retained_events == 4 * compact_every  # the room's retention
+                    kept = await _records(hub, stream, info.last_seq)
+                    assert all(
+                        not str(op["key"]).startswith("first-")
+                        for r in kept
+                        for op in r.get("ops", [])
+                    )
+                    assert any(
+                        any(op["key"] == "first-2" for op in r["state"])
+                        for r in kept
+                        if "state" in r
+                    ), "no compacted state left in the stream"
+                    # The late client, on the node that has not served the room yet: that node
+                    # opens the room from the trimmed stream.
+                    async with websockets.connect(url_two) as ws_c:
+                        carol = _RoomClient(ws_c, "carol")
+                        try:
+                            await eventually(lambda: carol.joined, what="the late client to join")
+                            assert carol.joined is not None
+                            assert carol.joined["state"] == settled
+                            assert carol.map.to_dict() == settled
+                            # And it converges with the others from there: each writes, across
+                            # both nodes (a key only in the compacted state is deleted, too).
+                            await carol.send(carol.map.set("from-late", "c", now_ms()))
+                            await alice.send(alice.map.set("k0", "a", now_ms()))
+                            await bob.send(bob.map.delete("first-2", now_ms()))
+                            await carol.send(carol.map.set("marker", 2, now_ms()))
+                            clients = (alice, bob, carol)
+                            await eventually(
+                                lambda: all(c.map.to_dict().get("marker") == 2 for c in clients),
+                                timeout=10,
+                                what="the three clients to take the last ops",
+                            )
+                            final = alice.map.to_dict()
+                            assert bob.map.to_dict() == carol.map.to_dict() == final
+                            assert final["from-late"] == "c" and final["k0"] == "a"
+                            assert "first-2" not in final and final["first-3"] == 3
+                        finally:
+                            await carol.aclose()
+                finally:
+                    await alice.aclose()
+                    await bob.aclose()
+    finally:
+        await hub.aclose()  # (the gateways close it too, as they shut down)
+
+
+async def _records(hub: MemoryHub, stream: str, last_seq: int) -> list[dict]:
+    """The room records the stream holds now (from its first retained one to ``last_seq``)."""
+    kept: list[dict] = []
+    async with await hub.subscribe(stream) as subscription:
+        async with asyncio.timeout(5):
+            seq = 0
+            while seq < last_seq:
+                batch = await subscription.next_batch(1024)
+                assert batch, "the room's stream ended"
+                seq = batch[-1].seq
+                kept += [e.data["payload"] for e in batch if e.kind is Kind.MESSAGE]
+    return kept
