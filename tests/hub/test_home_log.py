@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from airlane.core import Event, Kind, Position, Retention, StreamTooLarge
-from airlane.hub import HubUnavailable, MemoryHubConfig
+from airlane.hub import EventTooLarge, HubUnavailable, MemoryHubConfig
 from airlane.hub.jetstream import HomeLogHub, JetStreamHub, JetStreamHubConfig
 from airlane.hub.jetstream import follower as follower_module
 from airlane.hub.jetstream.records import decode_entries
@@ -761,3 +761,24 @@ async def test_a_node_that_mirrors_only_what_it_reads_loads_a_stream_when_asked(
         assert [i.stream_id for i in await b.stream_infos("l", 10)] == ["later"]
         assert [i.last_seq for i in await b.stream_infos("l", 10)] == [3]
         assert [i.stream_id for i in await b.stream_infos("", 1)] == ["b-own"]
+
+
+async def test_a_forwarded_backlog_larger_than_a_message_goes_in_several(nats_session):
+    # Appends to a stream homed on another process are forwarded in a request to its home;
+    # everything queued meanwhile went in one request, and past the broker's max_payload
+    # (1 MiB) the request failed as "the hub stopped before storing". Now a backlog goes as
+    # requests of one message each, in order, and one event that cannot fit is refused as
+    # too large.
+    config = hub_config(nats_session, layout="node", compression="none")
+    async with two_nodes(config) as (a, b):
+        await eventually(lambda: follows(b, a))
+        await a.create("remote")
+        blob = "y" * 60_000
+        stored = await b.append_many(
+            "remote", [Event.message({"n": n, "blob": blob}) for n in range(40)]
+        )  # 2.4 MB
+        assert [e.seq for e in stored] == list(range(1, 41))
+        with pytest.raises(EventTooLarge, match="max_payload"):
+            await b.append("remote", Event.message({"p": "z" * 1_100_000}))
+        await b.append("remote", Event.done())
+        assert [p["n"] for p in (await _payloads(a, "remote"))] == list(range(40))

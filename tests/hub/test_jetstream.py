@@ -15,7 +15,14 @@ import nats.errors
 import pytest
 
 from airlane.core import Event, Kind, OrphanMode, OrphanPolicy, Position, Retention
-from airlane.hub import HubError, HubUnavailable, MemoryHubConfig, StreamEnded, StreamNotFound
+from airlane.hub import (
+    EventTooLarge,
+    HubError,
+    HubUnavailable,
+    MemoryHubConfig,
+    StreamEnded,
+    StreamNotFound,
+)
 from airlane.hub.jetstream import JetStreamHub, JetStreamHubConfig, jetstream_hub
 from airlane.hub.jetstream.presence import Heartbeat
 from airlane.hub.jetstream.records import stream_key
@@ -674,3 +681,28 @@ async def test_a_stream_stores_one_snapshot_at_a_time(hub: JetStreamHub, monkeyp
     assert len(stores) == 1
     await hub._store_snapshot(replica)  # and once it is over, a new one may go
     assert len(stores) == 2
+
+
+async def test_an_event_larger_than_the_broker_takes_is_refused_as_such(nats_session):
+    # The broker takes 1 MiB a message (its max_payload), headers included; the gateway's
+    # own event limit is 1 MiB of encoded JSON, so an event near it, stored with its entry
+    # and headers, does not fit. nats-py checks the payload alone: the server refused the
+    # message and closed the node's connection, and the append failed as "JetStream does
+    # not answer" (503, worth a retry that fails the same way). It is refused as too large
+    # (413) before it is sent, and the stream and the hub go on.
+    async with two_nodes(hub_config(nats_session, compression="none")) as (a, _):
+        await a.create("big")
+        await a.create("beside")
+        payload = "x" * 1_048_500  # with its JSON: within the gateway's 1 MiB
+
+        async def beside() -> int:
+            return (await a.append("beside", Event.message({"n": 1}))).seq
+
+        big, other = await asyncio.gather(
+            a.append("big", Event.message({"p": payload})), beside(), return_exceptions=True
+        )
+        assert isinstance(big, EventTooLarge), big
+        assert "max_payload" in str(big) and big.code == "event_too_large"
+        assert other == 1
+        assert (await a.append("big", Event.message({"p": "small"}))).seq == 1
+        assert (await a.append("beside", Event.done())).seq == 2

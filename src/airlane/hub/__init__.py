@@ -2,6 +2,7 @@
 shares streams between gateway nodes through NATS JetStream."""
 
 from airlane.hub.base import (
+    EventTooLarge,
     Hub,
     HubError,
     HubFull,
@@ -18,6 +19,7 @@ from airlane.hub.base import (
 from airlane.hub.memory import MemoryHub, MemoryHubConfig
 
 __all__ = [
+    "EventTooLarge",
     "Hub",
     "HubError",
     "HubFull",

@@ -27,6 +27,7 @@ from airlane.core.errors import AirlaneError, ErrorCode
 from airlane.core.info import StreamInfo
 
 __all__ = [
+    "EventTooLarge",
     "Hub",
     "HubError",
     "HubFull",
@@ -70,6 +71,13 @@ class HubFull(HubError):
     """A configured limit on streams or subscribers was reached."""
 
     code = ErrorCode.HUB_FULL
+
+
+class EventTooLarge(HubError):
+    """What was appended cannot be stored: more than the store takes in one message (a
+    JetStream hub's broker, its ``max_payload``). Trying again does not help."""
+
+    code = ErrorCode.EVENT_TOO_LARGE
 
 
 class HubUnavailable(HubError):

@@ -60,7 +60,13 @@ from typing import Any
 import msgspec
 
 from airlane.core import Event, Folded, StreamInfo, StreamLog, StreamTooLarge
-from airlane.hub.base import HubError, HubUnavailable, StreamEnded, StreamNotFound
+from airlane.hub.base import (
+    EventTooLarge,
+    HubError,
+    HubUnavailable,
+    StreamEnded,
+    StreamNotFound,
+)
 from airlane.hub.jetstream.config import JetStreamHubConfig
 from airlane.hub.jetstream.follower import LogFollower
 from airlane.hub.jetstream.hub import (
@@ -729,29 +735,49 @@ class HomeLogHub(JetStreamHub):
         home = replica.home
         assert home is not None
         if self._maybe_alive(home):
-            request = encode_entry(replica.stream_id, 0, events)  # seqs are the home's
-            # No answer in time raises: the home may have stored it, and a direct write
-            # then would store it twice. Only "nobody serves that subject" (it is gone)
-            # falls through to the direct write.
-            answer = await self._store.ask(
-                self._forward_subject(home), request, self.js_config.request_timeout_s
-            )
-            if answer is not None:
-                status, value, first = _forward_answer(answer)
-                if status == "ok":
-                    _numbered(events, first)  # the seqs the home gave them
-                    await self._reach(await self._follower(home), int(value))
-                    return
-                if status == "ended":
-                    raise StreamEnded(str(value))
-                if status == "missing":
-                    raise StreamNotFound(str(value))
-                if status == "busy":
-                    raise HubUnavailable(str(value))
-                if status == "too_large":
-                    raise StreamTooLarge(str(value))
-                raise HubError(str(value))
+            # A request carries what one message may (the home stores it in its next one):
+            # a backlog goes as several, one after another, in order.
+            while events:
+                # Seqs are the home's: 0 here.
+                request, count = _entry_within(replica.stream_id, events, 0, self._message_bytes)
+                if not await self._forward(replica, home, events[:count], request):
+                    break  # the home is gone: the rest is written directly
+                replica.appends.stored_part(events[:count])
+                events = events[count:]
+            else:
+                return
         await self._write_direct(replica, events)
+
+    async def _forward(
+        self, replica: Replica, home: str, events: list[Event], request: bytes
+    ) -> bool:
+        """Ask ``home`` to store ``events`` (``request``); True once this node's replica
+        shows them, False if nobody serves the home's subject (it is gone)."""
+        self._store.check_size(request)
+        # No answer in time raises: the home may have stored it, and a direct write then
+        # would store it twice. Only "nobody serves that subject" (it is gone) falls
+        # through to the direct write.
+        answer = await self._store.ask(
+            self._forward_subject(home), request, self.js_config.request_timeout_s
+        )
+        if answer is None:
+            return False
+        status, value, first = _forward_answer(answer)
+        if status == "ok":
+            _numbered(events, first)  # the seqs the home gave them
+            await self._reach(await self._follower(home), int(value))
+            return True
+        if status == "ended":
+            raise StreamEnded(str(value))
+        if status == "missing":
+            raise StreamNotFound(str(value))
+        if status == "busy":
+            raise HubUnavailable(str(value))
+        if status == "too_large":
+            raise StreamTooLarge(str(value))
+        if status == "event_too_large":
+            raise EventTooLarge(str(value))
+        raise HubError(str(value))
 
     async def _write_direct(self, replica: Replica, events: list[Event]) -> None:
         """Publish to the stream's home log, conditional on its newest message, once this
@@ -833,6 +859,8 @@ class HomeLogHub(JetStreamHub):
                 return _encoder.encode(["missing", str(exc)])
             except StreamTooLarge as exc:
                 return _encoder.encode(["too_large", str(exc)])
+            except EventTooLarge as exc:
+                return _encoder.encode(["event_too_large", str(exc)])
             except (HubError, ValueError, TypeError, msgspec.DecodeError) as exc:
                 return _encoder.encode(["error", str(exc)])
             except Exception as exc:  # a bug: the asking node gets an answer, not a timeout

@@ -29,7 +29,7 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext, api
 from nats.js.kv import KeyValue
 
-from airlane.hub.base import HubError, HubUnavailable
+from airlane.hub.base import EventTooLarge, HubError, HubUnavailable
 from airlane.hub.jetstream.config import JetStreamHubConfig
 
 __all__ = ["Conflict", "JetStreamStore", "StoredBatch"]
@@ -301,10 +301,12 @@ class JetStreamStore:
 
         Raises:
             Conflict: another message was appended after ``after``.
+            EventTooLarge: the message is more than the server takes (its ``max_payload``).
             HubUnavailable: JetStream did not answer in time.
             HubError: JetStream refused for another reason.
         """
         headers = {"Nats-Msg-Id": msg_id, "Nats-Expected-Last-Subject-Sequence": str(after)}
+        self.check_size(payload, headers)
         deadline = time.monotonic() + self.config.unavailable_after_s
         delay = 0.05
         while True:
@@ -651,6 +653,20 @@ class JetStreamStore:
     def max_payload(self) -> int:
         """The largest message the connected server takes (its ``max_payload``)."""
         return self._client().max_payload
+
+    def check_size(self, payload: bytes, headers: dict[str, str] | None = None) -> None:
+        """Raise `EventTooLarge` unless the server takes ``payload`` with ``headers`` in one
+        message. It counts the headers in (nats-py checks the payload alone, and a message
+        the server refuses costs the connection); nats-py's own MaxPayloadError, from deep
+        in a publish, would read as a broker that is gone, worth trying again."""
+        size = len(payload)
+        if headers:  # as nats-py writes them: the status line, "key: value" lines, a blank
+            size += 12 + sum(len(k) + len(v) + 4 for k, v in headers.items())
+        if size > self.max_payload:
+            raise EventTooLarge(
+                f"an append of {size} bytes (as stored) is more than the broker takes in "
+                f"one message (its max_payload, {self.max_payload} bytes)"
+            )
 
     async def _on_error(self, exc: Exception) -> None:
         # The client reconnects by itself; requests made meanwhile fail and are retried.
