@@ -404,3 +404,76 @@ async def _records(hub: MemoryHub, stream: str, last_seq: int) -> list[dict]:
                 seq = batch[-1].seq
                 kept += [e.data["payload"] for e in batch if e.kind is Kind.MESSAGE]
     return kept
+
+
+async def test_a_room_state_is_bounded_and_ops_that_shrink_it_still_pass():
+    # Nothing bounded a room's state: every new key grew it, and every compaction wrote it
+    # whole as one hub event. Ops that would grow it past max_state_bytes are refused (the
+    # state's size counted on every node alike); deletes and smaller values still pass.
+    hub = MemoryHub()
+    await hub.start()
+    config = RoomConfig(max_state_bytes=4096)
+    one, two = Rooms(hub, node="one", config=config), Rooms(hub, node="two", config=config)
+    try:
+        room, other = await one.room("bounded"), await two.room("bounded")
+        writer = replica("w")
+        for i in range(6):  # about 560 bytes each as JSON
+            await room.submit([writer.set(f"k{i}", "v" * 500, now_ms()).to_dict()])
+        with pytest.raises(RoomError) as refused:
+            await room.submit([writer.set("k6", "v" * 1000, now_ms()).to_dict()])
+        assert refused.value.code == "stream_too_large"
+        assert "4096 bytes" in str(refused.value)
+        assert "k6" not in room.map.to_dict()
+        await room.submit([writer.set("k0", "v" * 400, now_ms()).to_dict()])  # smaller
+        await room.submit([writer.delete("k1", now_ms()).to_dict()])  # a tombstone
+        await room.submit([writer.set("k6", "v" * 500, now_ms()).to_dict()])  # room again
+        await eventually(
+            lambda: other.map.to_dict() == room.map.to_dict() == writer.to_dict(),
+            what="node two to take every record",
+        )
+        assert other.state_bytes == room.state_bytes <= 4096
+        assert room.state_bytes == sum(len(orjson.dumps(op.to_dict())) for op in room.map.entries())
+    finally:
+        await one.aclose()
+        await two.aclose()
+        await hub.aclose()
+
+
+async def test_a_room_at_its_bound_still_compacts_on_a_jetstream_cluster(nats_session):
+    # A compacted state is one hub event, which in a cluster is one broker message (1 MiB):
+    # past it the compaction could not be stored (and nothing said so), and once the count
+    # retention trimmed the last stored state, a node opening the room lost every op before
+    # it. Held to the default bound, a room as full as it may be compacts.
+    from tests.hub.test_jetstream import hub_config, two_nodes
+
+    config = hub_config(nats_session, layout="node", compression="none")
+    rooms_config = RoomConfig(compact_every=11)  # a compaction of the room at its fullest
+    async with two_nodes(config) as (a, b):
+        one = Rooms(a, node="one", config=rooms_config)
+        try:
+            room = await one.room("full")
+            writer = replica("w")
+            blob = "x" * (64 * 1024)
+            refused = None
+            for i in range(20):  # 11 fit in 768 KiB
+                try:
+                    await room.submit([writer.set(f"k{i:02d}", blob, now_ms()).to_dict()])
+                except RoomError as exc:
+                    refused = exc
+                    break
+            assert refused is not None and refused.code == "stream_too_large"
+            assert len(room.map.entries()) == 11  # 65,605 bytes each as JSON
+            async with await a.subscribe("rooms/full") as stream:
+                records: list[dict] = []
+                async with asyncio.timeout(10):  # the compaction is stored, whole
+                    while not any("state" in r for r in records):
+                        batch = await stream.next_batch(100)
+                        assert batch, "the room's stream ended"
+                        records += [e.data["payload"] for e in batch]
+            state = next(r for r in records if "state" in r)
+            assert len(state["state"]) == len(room.map.entries())
+            late = Rooms(b, node="late", config=rooms_config)  # the other node opens it
+            assert (await late.state("full"))["state"] == room.map.to_dict()
+            await late.aclose()
+        finally:
+            await one.aclose()

@@ -18,6 +18,11 @@ re-reading records, duplicates and compactions written by several nodes at once 
 
 A joining client gets the node's current state, then the operations that follow. Retention keeps
 at least one compacted state: streams are made with room for ``4 x compact_every`` records.
+
+A room's state is bounded (`RoomConfig.max_state_bytes`, its winning ops as JSON): a compacted
+state is one hub event, and in a cluster one broker message; a state that could not be stored
+would leave the stream to be trimmed past its last compaction. Ops that would grow it past the
+bound are refused (``stream_too_large``); ops that shrink it (deletes, smaller values) are not.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from airlane.core import Event, Kind, Retention
 from airlane.core.errors import AirlaneError, ErrorCode
@@ -67,6 +74,14 @@ class RoomConfig:
     """A room without clients for this long is closed here (its state stays in the hub)."""
     max_drift_ms: int = 60_000
     """Operations stamped further ahead of this node's clock are refused (HLC drift bound)."""
+    max_state_bytes: int = 768 * 1024
+    """A room's state at most: its winning ops (tombstones included) as JSON. A compacted
+    state must fit in one broker message (nats-server's ``max_payload``, 1 MiB by default)."""
+
+
+TAKE_WAIT_S = 5.0
+"""How long a submit waits for this node's replica to take its stored record before it
+answers anyway (the record is stored: only this node's view of it is late)."""
 
 
 def _stream(name: str) -> str:
@@ -85,6 +100,12 @@ class Room:
         self.map = LWWMap(self.clock)
         self.listeners: set[Listener] = set()
         self.since_compaction = 0
+        self.state_bytes = 0
+        """The state's size: the JSON of every key's winning op (`RoomConfig.max_state_bytes`)."""
+        self._sizes: dict[str, int] = {}  # key -> its winning op's JSON size
+        self._growing = 0  # what submits under way may add to state_bytes
+        self._taken_seq = 0
+        self._taking: list[tuple[int, asyncio.Future[None]]] = []  # (seq, its submit), in order
         self.idle_since: float | None = time.monotonic()
         self._ready = asyncio.Event()
         self.lost = asyncio.Event()
@@ -107,6 +128,7 @@ class Room:
 
     async def close(self) -> None:
         """Stop following (clients are dropped by their own transports)."""
+        self._release_taken(everything=True)
         if self._follower is not None:
             self._follower.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -136,11 +158,59 @@ class Room:
                 self.clock.receive(op.stamp, now_ms)
         except SyncError as exc:
             raise RoomError(f"refused: {exc}") from None
+        growth = self._check_growth(ops)
         # With the time they were accepted at: every node checks the drift bound against it,
         # and so reaches the same answer whatever its own clock says.
         record = {"ops": [op.to_dict() for op in ops], "at": now_ms}
-        await self.rooms.hub.append(_stream(self.name), Event.message(record))
+        self._growing += growth
+        try:
+            stored = await self.rooms.hub.append(_stream(self.name), Event.message(record))
+            # Answered once this node's replica has it: the next submit is checked against
+            # a state that counts it, and a read here after the answer shows it.
+            await self._taken(stored.seq)
+        finally:
+            self._growing -= growth
         return len(ops)
+
+    async def _taken(self, seq: int) -> None:
+        """Return once the follower has taken the record at ``seq`` (or the room is lost)."""
+        if seq <= self._taken_seq or self.lost.is_set():
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._taking.append((seq, waiter))
+        with contextlib.suppress(TimeoutError):  # a stuck follower does not hold clients
+            await asyncio.wait_for(waiter, TAKE_WAIT_S)
+
+    def _release_taken(self, everything: bool = False) -> None:
+        taking = self._taking
+        while taking and (everything or taking[0][0] <= self._taken_seq):
+            _, waiter = taking.pop(0)
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _check_growth(self, ops: list[Op]) -> int:
+        """How much ``ops`` would grow the state (as if each won its key: a loser changes
+        nothing, so the bound errs on the safe side); refused if past the bound, counting
+        what submits under way may add."""
+        sizes: dict[str, int] = {}
+        for op in ops:  # the last op of a key is the one that stays
+            sizes[op.key] = len(orjson.dumps(op.to_dict()))
+        growth = sum(size - self._sizes.get(key, 0) for key, size in sizes.items())
+        limit = self.rooms.config.max_state_bytes
+        held = self.state_bytes + max(0, self._growing)
+        if growth > 0 and held + growth > limit:
+            raise RoomError(
+                f"the room's state would pass its bound of {limit} bytes "
+                f"({held} now, {growth} more): delete keys or write smaller values",
+                code=ErrorCode.STREAM_TOO_LARGE,
+            )
+        return max(0, growth)
+
+    def _count(self, item: dict[str, Any], key: str) -> None:
+        """``item`` (an op's dict) won ``key``: the state's size follows."""
+        size = len(orjson.dumps(item))
+        self.state_bytes += size - self._sizes.get(key, 0)
+        self._sizes[key] = size
 
     async def _follow(self) -> None:
         assert self._subscription is not None
@@ -158,6 +228,7 @@ class Room:
         log.warning("room %s stopped following its stream (%s); closing it", self.name, why)
         self.rooms.forget(self)
         self.lost.set()
+        self._release_taken(everything=True)
         with contextlib.suppress(HubError, StreamNotFound):
             await self._subscription.aclose()  # (the hub frees a deleted stream's log then)
 
@@ -182,6 +253,7 @@ class Room:
                     op = Op.from_dict(item)
                     if self.map.apply(op, clock_ms):
                         applied.append(item)
+                        self._count(item, op.key)
                 except SyncError as exc:  # written by something else: skipped, not fatal
                     log.warning("room %s: skipping a stored op: %s", self.name, exc)
             if "state" in record:
@@ -191,6 +263,10 @@ class Room:
             if applied:
                 for listener in tuple(self.listeners):
                     listener(applied)
+        if batch:
+            self._taken_seq = batch[-1].seq
+            if self._taking:
+                self._release_taken()
 
     async def _maybe_compact(self) -> None:
         if self.since_compaction < self.rooms.config.compact_every:
