@@ -181,6 +181,39 @@ async def flood(args: argparse.Namespace) -> None:
         await pc.close()
 
 
+async def channels(args: argparse.Namespace) -> None:
+    """Open --channels more ``airlane`` channels on one peer connection; say how many the
+    gateway kept open and whether each of those answers a ping."""
+    async with asyncio.timeout(args.timeout_s), httpx.AsyncClient(timeout=10) as http:
+        pc, first, inbox, _ = await connect(http, args.url)
+        settled: list[asyncio.Future[str]] = []
+        extra = []
+        for _ in range(args.channels):
+            channel = pc.createDataChannel("airlane")
+            outcome: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+            channel.on("close", lambda f=outcome: f.done() or f.set_result("closed"))
+            extra.append(channel)
+            settled.append(outcome)
+        await asyncio.sleep(3)  # each is either served or closed by now
+        kept = [c for c, f in zip(extra, settled, strict=True) if not f.done()]
+        replies: asyncio.Queue = asyncio.Queue()
+        for n, channel in enumerate([first, *kept]):
+            if channel is not first:
+                channel.on("message", lambda data: replies.put_nowait(json.loads(data)))
+            channel.send(json.dumps({"op": "ping", "ref": n}))
+        pongs = [await inbox.get()]
+        pongs += [await replies.get() for _ in kept]
+        say(
+            {
+                "event": "channels",
+                "open": 1 + len(kept),
+                "closed": sum(f.done() for f in settled),
+                "pongs": sorted(p["ref"] for p in pongs if p.get("op") == "pong"),
+            }
+        )
+        await pc.close()
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--url", required=True)
@@ -188,6 +221,7 @@ async def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=200)
     parser.add_argument("--timeout-s", type=float, default=30.0)
     parser.add_argument("--flood", type=int, default=0, help="send this many pings at once")
+    parser.add_argument("--channels", type=int, default=0, help="open this many more channels")
     parser.add_argument("--ice", action="store_true", help="use the gateway's ICE servers")
     parser.add_argument(
         "--turn-tcp", action="store_true", help="TURN over TCP (aiortc uses one TURN URL)"
@@ -216,6 +250,9 @@ async def main() -> None:
             if args.turn_tls and "username" in server:
                 server["urls"] = [url for url in server["urls"] if url.startswith("turns:")]
             ICE.append(RTCIceServer(**server))
+    if args.channels:
+        await channels(args)
+        return
     if args.flood:
         await flood(args)
         return

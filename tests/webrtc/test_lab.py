@@ -83,6 +83,25 @@ def test_a_peer_that_floods_its_channel_is_closed_and_the_gateway_goes_on(
     assert lines["after"]["message"] == {"op": "pong", "ref": "after"}
 
 
+def test_a_peer_opening_more_channels_than_max_channels_gets_the_rest_closed(
+    tmp_path: Path,
+) -> None:
+    # Each channel is a session with its own queue (max_queued messages of up to 256 KiB):
+    # nothing bounded how many one peer connection opened.
+    with gateway_in_lab(tmp_path, PORT + 50, "[webrtc]\nmax_channels = 4\n") as (lab, url):
+        done = lab.run(
+            "a",
+            [sys.executable, str(CLIENT), "--url", url, "--channels", "9"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert_ran(done, tmp_path)
+    (line,) = [json.loads(x) for x in done.stdout.splitlines() if '"channels"' in x]
+    assert (line["open"], line["closed"]) == (4, 6), line
+    assert line["pongs"] == [0, 1, 2, 3]  # the four served answer
+
+
 def test_signalled_over_airc_with_a_realtime_channel_beside_the_reliable_one(
     tmp_path: Path,
 ) -> None:

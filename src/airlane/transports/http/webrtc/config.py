@@ -30,6 +30,9 @@ class WebRtcConfig:
     """Largest offer (and trickled candidate fragment) taken."""
     max_candidates: int = 64
     """Remote candidates one peer connection takes (trickled and in the offer)."""
+    max_channels: int = 16
+    """Data channels one peer connection is served on at once; one more is closed as it
+    opens. (Each holds a session with its own queue: without it a peer could open thousands.)"""
     max_queued: int = 256
     """Messages from a channel waiting for the gateway; a peer that sends faster is closed."""
     send_high_water: int = 1 << 20
@@ -43,6 +46,7 @@ class WebRtcConfig:
             "max_peers",
             "max_sdp_bytes",
             "max_candidates",
+            "max_channels",
             "max_queued",
             "max_message_bytes",
         ):

@@ -238,6 +238,15 @@ class WebRtcPeer:
             log.info("webrtc: channel %r is not served; closed", channel.label)
             channel.close()
             return
+        if len(self._sessions) >= self.peers.config.max_channels:
+            log.info(
+                "webrtc: peer %s already has %d channels; %r closed",
+                self.id,
+                len(self._sessions),
+                channel.label,
+            )
+            channel.close()
+            return
         subprotocol, lossy = served
         pair = self.pair
         if pair is not None and not self._counted:
