@@ -140,6 +140,36 @@ def test_an_offer_is_answered_and_a_session_that_never_connects_is_closed(
     _alive(server)
 
 
+def test_the_offers_candidates_and_trickled_ones_count_together(server: ServerProcess) -> None:
+    # max_candidates (4 here) bounds a connection's candidates, the offer's and trickled
+    # ones together; the offer's used to be counted apart (twice the bound got in), and two
+    # fragments at once could pass it together.
+    def host(i: int) -> str:
+        return f"a=candidate:{i} 1 udp 2130706431 127.0.0.1 {9 + i} typ host\r\n"
+
+    offer = asyncio.run(_offer()).replace("a=mid:0\r\n", "a=mid:0\r\n" + host(1) + host(2), 1)
+    response = _post(server, offer)
+    assert response.status_code == 201, response.text
+    url = f"{server.url}{response.headers['location']}"
+    headers = {"content-type": "application/trickle-ice-sdpfrag"}
+    refused = httpx.patch(url, content=f"a=mid:0\r\n{host(3)}{host(4)}{host(5)}", headers=headers)
+    assert refused.status_code == 400 and "at most 4 candidates" in refused.text
+
+    async def both() -> list[int]:
+        async with httpx.AsyncClient() as client:
+            answers = await asyncio.gather(
+                *(
+                    client.patch(url, content=f"a=mid:0\r\n{host(n)}{host(n + 1)}", headers=headers)
+                    for n in (6, 8)
+                )
+            )
+        return sorted(answer.status_code for answer in answers)
+
+    assert asyncio.run(both()) == [204, 400]  # two fit beside the offer's two, not four
+    httpx.delete(url)
+    _alive(server)
+
+
 def _ufrag(sdp: str) -> str:
     return next(line.split(":", 1)[1] for line in sdp.splitlines() if "ice-ufrag" in line)
 

@@ -163,6 +163,7 @@ class WebRtcPeer:
             reason = str(exc) or type(exc).__name__
             raise BadRequest(f"the offer cannot be used: {reason}", param="sdp") from None
         self._remote_ufrag = parse_fragment(offer).ufrag
+        self.candidates = offer.count("a=candidate:")  # trickled ones count on from these
         loop = asyncio.get_running_loop()
         self._timeout = loop.call_later(self.peers.config.ice_timeout_s, self._ice_timed_out)
         return sha256_fingerprint_only(str(self.connection.localDescription.sdp))
@@ -176,15 +177,23 @@ class WebRtcPeer:
         if remote.ufrag is not None and remote.ufrag != self._remote_ufrag:
             return await self._restart_ice(remote)
         self._count(remote.candidates)
-        restart = self._restart
-        if restart is not None and not restart.done.is_set():
-            await _refusing_bad_candidates(restart.add_candidates(remote))
-        else:
-            await _refusing_bad_candidates(self._add_candidates(remote))
+        # Counted before the awaits below: concurrent fragments must not pass the bound
+        # together. Bad candidates are refused whole and count for nothing.
         self.candidates += len(remote.candidates)
+        restart = self._restart
+        try:
+            if restart is not None and not restart.done.is_set():
+                await _refusing_bad_candidates(restart.add_candidates(remote))
+            else:
+                await _refusing_bad_candidates(self._add_candidates(remote))
+        except BadRequest:
+            self.candidates -= len(remote.candidates)
+            raise
         return None
 
     def _count(self, candidates: list[str]) -> None:
+        """Refuse ``candidates`` if, with those taken (the offer's and trickled ones), the
+        connection would hold more than ``max_candidates``."""
         limit = self.peers.config.max_candidates
         if self.candidates + len(candidates) > limit:
             raise BadRequest(f"at most {limit} candidates a connection")
