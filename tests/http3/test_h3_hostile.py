@@ -149,7 +149,9 @@ async def test_past_max_streams_a_request_is_answered_503_and_past_max_connectio
             assert [r.status for r in readers] == [200, 200]
             third = await client.request("GET", "/healthz")
             assert third.status == 503
-            assert b"too many requests on this connection" in await third.read()
+            assert third.header("content-type") == "application/json"
+            assert b'"code":"too_many_requests"' in (body := await third.read())
+            assert b"too many requests on this connection" in body
             # A second connection has its own two; a third connection is refused.
             async with await H3Client.connect(host, port, verify=False, timeout_s=10) as other:
                 answer = await other.request("GET", "/healthz")

@@ -18,6 +18,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import pytest
 
 from airlane.artifacts.packer import pack
@@ -100,7 +101,11 @@ async def test_a_lane_that_is_none_is_a_400_and_the_connection_serves_on(
     async with await H3Client.connect(*server.h3, verify=False) as client:
         refused = await client.request("GET", "/healthz", headers=[("airlane-lane", "fastest")])
         assert refused.status == 400
-        assert b"control, interactive or bulk" in await refused.read()
+        # The JSON error every other refusal has (it was a text/plain line).
+        assert refused.header("content-type") == "application/json"
+        error = orjson.loads(await refused.read())["error"]
+        assert error["code"] == "invalid_request"
+        assert "control, interactive or bulk" in error["message"]
         await healthy(client)
 
 

@@ -43,11 +43,12 @@ from aioquic.quic.events import (
     StreamReset,
 )
 
-from airlane.core import Lane
+from airlane.core import AirlaneError, ErrorCode, Lane
 from airlane.runtime.datagram_lanes import DatagramLane
 from airlane.runtime.quic_protocol import QuicProtocol, now
 from airlane.runtime.socket_lanes import LanesConfig
 from airlane.transports.http.asgi import FLUSHED_EXTENSION, LANE_EXTENSION
+from airlane.transports.http.errors import error_json
 from airlane.transports.http.h3.request import H3Request
 from airlane.transports.http.h3.webtransport import WEBTRANSPORT, WebTransportSession
 
@@ -57,6 +58,12 @@ if TYPE_CHECKING:
 __all__ = ["H3Protocol"]
 
 log = logging.getLogger("airlane.http3")
+
+_INVALID, _TOO_MANY, _UNSUPPORTED = (
+    ErrorCode.INVALID_REQUEST,
+    ErrorCode.TOO_MANY_REQUESTS,
+    ErrorCode.UNSUPPORTED,
+)
 
 _ASGI = {"version": "3.0", "spec_version": "2.3"}
 H3_REQUEST_CANCELLED = 0x10C
@@ -197,21 +204,23 @@ class H3Protocol(QuicProtocol):
     def _start(self, stream_id: int, headers: Headers, ended: bool) -> None:
         config = self.server.config
         if len(self._requests) >= config.max_streams:
-            self._refuse(stream_id, 503, b"too many requests on this connection")
+            self._refuse(stream_id, 503, _TOO_MANY, "too many requests on this connection")
             return
         scope = self._scope(headers)
         if scope is None:
-            self._refuse(stream_id, 400, b"a request needs :method, :scheme and :path")
+            self._refuse(stream_id, 400, _INVALID, "a request needs :method, :scheme and :path")
             return
         if not self._declare_lane(scope):
-            self._refuse(stream_id, 400, b"airlane-lane must be control, interactive or bulk")
+            self._refuse(
+                stream_id, 400, _INVALID, "airlane-lane must be control, interactive or bulk"
+            )
             return
         if scope["method"] == "CONNECT":
             self._start_session(stream_id, scope, headers)
             return
         if not self._handshake_done:  # 0-RTT: early data that anyone could have replayed
             if scope["method"] not in REPLAY_SAFE:
-                self._refuse(stream_id, 425, b"too early: send it again once connected")
+                self._refuse(stream_id, 425, _INVALID, "too early: send it again once connected")
                 return
             self.early_requests += 1
         scope["extensions"][FLUSHED_EXTENSION] = partial(self.flushed, stream_id)
@@ -242,10 +251,10 @@ class H3Protocol(QuicProtocol):
         WebSocket on the same path (`WebTransportSession`)."""
         protocol = next((v for k, v in headers if k == b":protocol"), None)
         if protocol != b"webtransport":
-            self._refuse(stream_id, 501, b"CONNECT is for WebTransport sessions only")
+            self._refuse(stream_id, 501, _UNSUPPORTED, "CONNECT is for WebTransport sessions only")
             return
         if not self._handshake_done:  # a session changes state: never from 0-RTT data
-            self._refuse(stream_id, 425, b"too early: send it again once connected")
+            self._refuse(stream_id, 425, _INVALID, "too early: send it again once connected")
             return
         fec = _fec_group(scope["query_string"])
         session = WebTransportSession(self, stream_id, fec_group=fec)
@@ -309,12 +318,15 @@ class H3Protocol(QuicProtocol):
             "extensions": {} if self.lane is None else {LANE_EXTENSION: self.lane},
         }
 
-    def _refuse(self, stream_id: int, status: int, reason: bytes) -> None:
+    def _refuse(self, stream_id: int, status: int, code: ErrorCode, reason: str) -> None:
+        """Answer a request the application never sees with ``status`` and the JSON error
+        body every other refusal has."""
         if self._h3 is None or not _writable(self, stream_id):
             return  # (HEADERS on a stream already answered or reset: trailers, say)
-        head = [(b":status", b"%d" % status), (b"content-type", b"text/plain")]
+        body = error_json(AirlaneError(reason, code=code), status=status)
+        head = [(b":status", b"%d" % status), (b"content-type", b"application/json")]
         self._h3.send_headers(stream_id, head)
-        self._h3.send_data(stream_id, reason, end_stream=True)
+        self._h3.send_data(stream_id, body, end_stream=True)
         self.transmit()
 
     def _ended(self, request: H3Request, task: asyncio.Task[None]) -> None:
