@@ -360,6 +360,18 @@ def test_refused_qos2_message_is_not_remembered() -> None:
     assert client.session.received == set()
 
 
+def test_a_311_refusal_is_a_plain_pubrec_and_the_message_is_remembered() -> None:
+    # MQTT 3.1.1 acknowledgements carry no reason: the PUBREC says "taken", the broker
+    # releases the message, and a copy sent again before that is not delivered twice.
+    client, broker = connected(MQTT_311)
+    message = Publish("a", b"m", 2, packet_id=9)
+    broker.send(message)
+    client.ack(message, 0x83)
+    assert broker.received() == [Ack(PUBREC, 9)]
+    assert client.session.received == {9}
+    assert broker.send(Publish("a", b"m", 2, dup=True, packet_id=9)) == []
+
+
 @pytest.mark.parametrize("version", VERSIONS)
 def test_pubrel_for_an_unknown_id_is_completed(version: int) -> None:
     client, broker = connected(version)
@@ -518,6 +530,26 @@ def test_keepalive_answered(version: int) -> None:
     assert client.handle_timer(120.0) == []
     assert broker.received() == [PingReq()]
     assert not client.closed
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_keepalive_while_not_reading_pings_without_awaiting_the_answer(version: int) -> None:
+    # A caller that has stopped reading (backpressure) cannot see PINGRESP: PINGREQ still
+    # goes out at each keep-alive, and the connection is not closed for a missing answer.
+    client, broker = connected(version, keepalive=60)
+    assert client.handle_timer(60.0) == []  # reading: PINGREQ, its answer awaited until 120
+    assert broker.received() == [PingReq()]
+    assert client.get_timer() == 120.0
+    for now in (120.0, 180.0, 240.0):
+        assert client.handle_timer(now, reading=False) == []
+        assert broker.received() == [PingReq()]
+        assert client.get_timer() == now + 60.0
+    assert not client.closed
+    # Reading again: the next PINGREQ awaits its answer as before.
+    assert client.handle_timer(300.0) == []
+    assert broker.received() == [PingReq()]
+    (event,) = client.handle_timer(360.0)
+    assert isinstance(event, ConnectionClosed) and event.reason_code == 0x8D
 
 
 def test_keepalive_counts_from_the_last_packet_sent() -> None:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from airlane.core.errors import ErrorCode
 
-__all__ = ["MQTT_REASON", "RETRIED", "retried"]
+__all__ = ["MQTT_REASON", "RETRIED", "ack_reason", "retried"]
 
 RETRIED = frozenset(
     {
@@ -54,6 +54,19 @@ MQTT_REASON: Mapping[ErrorCode, int] = {
 }
 """The MQTT 5 reason code a dead letter names for each `ErrorCode` (0x83: implementation
 specific error, for the codes MQTT has no word for)."""
+
+
+_ACK_REASONS = frozenset({0x80, 0x83, 0x87, 0x90, 0x91, 0x97, 0x99})
+"""The failure reason codes MQTT 5 allows in a PUBACK (section 3.4.2.1); any other is a
+protocol error there."""
+
+
+def ack_reason(code: ErrorCode) -> int:
+    """The failure reason code the bridge refuses a QoS 1 message back to the broker with (in
+    its PUBACK) when the message can be neither stored nor dead-lettered: `MQTT_REASON` where
+    a PUBACK may carry it, else 0x83 (implementation specific error)."""
+    reason = MQTT_REASON[code]
+    return reason if reason in _ACK_REASONS else 0x83
 
 
 def retried(code: ErrorCode) -> bool:

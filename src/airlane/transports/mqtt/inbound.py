@@ -7,7 +7,14 @@ its topic, appended (consecutive messages for one log in one append), and only t
 acknowledged to the broker (PUBACK; PUBREC at QoS 2). A message that cannot be stored goes to
 the dead-letter topic with the reason and is acknowledged once the broker has the dead letter;
 one the hub cannot take *now* stays unacknowledged and is stored again after
-``retry_store_s`` (`airlane.transports.mqtt.errors`).
+``retry_store_s`` (`airlane.transports.mqtt.errors`). When the broker refuses the dead letter
+itself (MQTT 5: a PUBACK with a failure reason code, say 0x87 where its ACL does not let the
+bridge publish on the dead-letter topic), the message is lost: the bridge logs it as an error,
+counts it (``dead_letters_refused``) and ends its flow, at QoS 1 with a PUBACK that carries
+the failure reason code (`ack_reason`), at QoS 2 with a plain PUBREC (see `Inbound._refuse`).
+Left unacknowledged it would hold one of the ``receive_maximum`` places the subscriber reads
+with, for good (the broker sends nothing again until the next connection, where it would be
+refused again); enough of them stopped all ingestion.
 
 A rule that reads a topic filter adds a *tap* (`airlane.gateway.rules.Tap`): every message
 matching it is also appended to the rule's input log, as the rule's owner, before the message
@@ -43,7 +50,7 @@ from airlane.core.events import Event, Lane
 from airlane.gateway import NewEvent, Principal
 from airlane.gateway.rules import Tap
 from airlane.transports.mqtt.config import DataClass, InboundRoute, MqttBridgeConfig, fill
-from airlane.transports.mqtt.errors import MQTT_REASON, retried
+from airlane.transports.mqtt.errors import MQTT_REASON, ack_reason, retried
 from airlane.transports.mqtt.journal import InflightJournal
 from airlane.transports.mqtt.link import BrokerLink, LinkClosed, PublishRefused
 from airlane.wire.mqtt import FilterTree, Properties, Publish
@@ -79,6 +86,9 @@ class InboundStats:
     received: int = 0
     stored: int = 0
     dead_lettered: int = 0
+    dead_letters_refused: int = 0
+    """Messages lost: neither stored nor dead-lettered (the broker refused their dead
+    letter), and acknowledged all the same (a QoS 1 one with a failure reason code)."""
     retried: int = 0
     unrouted: int = 0
 
@@ -404,12 +414,17 @@ class Inbound:
             self._known_logs.add(name)
             await logs.append(principal, name, records)
 
-    def _ack(self, items: list[_Item]) -> None:
+    def _ack(self, items: list[_Item], reason_code: int = 0) -> None:
+        """Acknowledge ``items`` to the broker; a ``reason_code`` of 0x80 or more refuses
+        them (MQTT 5), which ends their flow too."""
+        # QoS 2 stays live until PUBREL (`release`): until then the broker may resend it. A
+        # refusal gets no PUBREL (MQTT 3.1.1 has no refusal: its PUBREC is always "taken").
+        refused = reason_code >= 0x80 and self.config.protocol == 5
         lines = []
         for item in items:
             message = item.message
-            # QoS 2 stays live until PUBREL (`release`): until then the broker may resend it.
-            live = message.qos == 1 and item.number is not None and _alive(item.link)
+            ends = message.qos == 1 or (message.qos == 2 and refused)
+            live = ends and item.number is not None and _alive(item.link)
             if live and item.number is not None and message.packet_id is not None:
                 line = self.journal.settle(message.packet_id, item.number)
                 if line is not None:
@@ -418,7 +433,7 @@ class Inbound:
         self.journal.write(lines)
         links = {}
         for item in items:
-            item.link.settle(item.message, flush=False)
+            item.link.settle(item.message, reason_code, flush=False)
             links[id(item.link)] = item.link
         for link in links.values():
             link.flush()
@@ -449,12 +464,38 @@ class Inbound:
             await self._publish(
                 self.config.dead_letter_topic, orjson.dumps(body), qos=1, properties=props
             )
-        except (LinkClosed, PublishRefused) as exc:
-            # Not acknowledged: the broker sends the message again and it is refused again.
+        except LinkClosed as exc:
+            # Only when the bridge closes (the publisher waits for a connection otherwise).
+            # Not acknowledged: the broker sends the message again to the next run.
             log.warning("mqtt bridge %s: dead letter not delivered: %s", self.config.name, exc)
+            return
+        except PublishRefused as exc:
+            self._refuse(item, code, text, exc)
             return
         self.stats.dead_lettered += 1
         self._ack([item])
+
+    def _refuse(self, item: _Item, code: ErrorCode, text: str, exc: PublishRefused) -> None:
+        """The broker refused the dead letter: end the message's flow rather than hold it
+        unacknowledged (see the module docstring). It is lost.
+
+        A QoS 1 message is refused back with the reason code in its PUBACK. A QoS 2 one gets
+        a plain PUBREC: Mosquitto (2.0.11) does not give back the place in its receive
+        maximum of a message refused in a PUBREC, so after ``receive_maximum`` of them it
+        sent the bridge nothing more until the next connection."""
+        self.stats.dead_letters_refused += 1
+        reason = ack_reason(code) if item.message.qos == 1 else 0
+        log.error(
+            "mqtt bridge %s: a message on %s is lost: it cannot be stored (%s) and the broker "
+            "refused its dead letter on %s (%s); settled with the broker (reason code %#04x)",
+            self.config.name,
+            item.message.topic,
+            text,
+            self.config.dead_letter_topic,
+            exc,
+            reason,
+        )
+        self._ack([item], reason)
 
 
 def _alive(link: BrokerLink) -> bool:

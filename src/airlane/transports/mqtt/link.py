@@ -8,6 +8,15 @@ writes whatever the connection wants written. Reading pauses while the bridge ho
 faster than the hub stores waits in its own TCP window, not in Airlane's memory. So nothing
 that settles messages may wait on this link for the broker's answer to a publish: the bridge
 publishes on a second link, which receives nothing (see `airlane.transports.mqtt.bridge`).
+
+While paused the link still keeps the connection: it sends PINGREQ at the keep-alive (without
+awaiting the answer, which waits unread behind the messages), and it ends at once, with
+`LinkClosed`, when the socket reports the end of the connection (the broker closed it, a
+reset, a write that failed), so that the bridge connects again. What the broker sent and the
+link had not read yet is dropped with the connection: none of it was acknowledged, so the
+broker sends it again on the next one. The socket's read buffer stays bounded meanwhile
+(asyncio stops reading past twice `READ_CHUNK`).
+
 The session (`ClientSession`) is the caller's, so that the next link resumes it.
 """
 
@@ -71,6 +80,42 @@ def tls_context(config: MqttBridgeConfig) -> ssl.SSLContext | None:
     return context
 
 
+class _Reader(asyncio.StreamReader):
+    """A stream reader that also tells when the connection ends (end of file, or an error:
+    a reset, a failed write), even while nobody reads: the link must notice while paused."""
+
+    def __init__(self, on_end: Callable[[], None]) -> None:
+        super().__init__(limit=READ_CHUNK)
+        self._on_end = on_end
+        self.ended = False
+        """Whether the connection has ended (what is buffered may still be read)."""
+
+    def feed_eof(self) -> None:
+        """The peer closed its side, or the connection was lost without an error."""
+        super().feed_eof()
+        self._end()
+
+    def set_exception(self, exc: Exception) -> None:
+        """The connection was lost with an error."""
+        super().set_exception(exc)
+        self._end()
+
+    def _end(self) -> None:
+        self.ended = True
+        self._on_end()
+
+
+async def _open(
+    host: str, port: int, context: ssl.SSLContext | None, on_end: Callable[[], None]
+) -> tuple[_Reader, asyncio.StreamWriter]:
+    """`asyncio.open_connection` with a `_Reader`."""
+    loop = asyncio.get_running_loop()
+    reader = _Reader(on_end)
+    protocol = asyncio.StreamReaderProtocol(reader)
+    transport, _ = await loop.create_connection(lambda: protocol, host, port, ssl=context)
+    return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
+
+
 class BrokerLink:
     """One connection; `connect`, then `run` until it ends."""
 
@@ -94,9 +139,10 @@ class BrokerLink:
         self._max_pending = max_pending
         self.pending = 0
         """Messages handed to ``on_message`` and not yet acknowledged (`settle`)."""
-        self._resume_reading = asyncio.Event()
-        self._resume_reading.set()
-        self._reader: asyncio.StreamReader | None = None
+        self._stirred = asyncio.Event()
+        """Set when a paused link may have to act: a message was settled, or the connection
+        ended."""
+        self._reader: _Reader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self.connection: MQTTClientConnection | None = None
         self.connected: Connected | None = None
@@ -135,7 +181,7 @@ class BrokerLink:
         where = f"{address.host}:{address.port}"
         try:
             self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(address.host, address.port, ssl=context, limit=READ_CHUNK),
+                _open(address.host, address.port, context, self._stirred.set),
                 config.connect_timeout_s,
             )
         except ssl.SSLCertVerificationError as exc:
@@ -158,10 +204,39 @@ class BrokerLink:
         return self.connected
 
     async def run(self) -> None:
-        """Read until the connection ends; raises `LinkClosed` with the reason."""
+        """Read until the connection ends; raises `LinkClosed` with the reason. While
+        `paused`, keep the connection alive and watch for its end instead of reading."""
         while True:
-            await self._resume_reading.wait()
-            await self._read_once()
+            if self.paused:
+                await self._wait_paused()
+            else:
+                await self._read_once()
+
+    @property
+    def paused(self) -> bool:
+        """Whether reading has stopped: the bridge holds `max_pending` messages."""
+        return self.pending >= self._max_pending
+
+    async def _wait_paused(self) -> None:
+        """Wait, without reading, until a message is settled, the connection ends (raises
+        `LinkClosed`) or the keep-alive is due (PINGREQ goes out)."""
+        connection = self.connection
+        assert connection is not None and self._reader is not None
+        self._stirred.clear()
+        if self._reader.ended:
+            # Whatever is still buffered was not acknowledged: the broker sends it again.
+            cause = self._reader.exception()
+            reason = f"broke: {cause}" if cause is not None else "was closed by the broker"
+            self._lost(f"the connection {reason} while the bridge was full (not reading)")
+        if not self.paused:
+            return
+        timer = connection.get_timer()
+        timeout = None if timer is None else max(0.0, timer - time.monotonic())
+        try:
+            async with asyncio.timeout(timeout):
+                await self._stirred.wait()
+        except TimeoutError:
+            self._dispatch(connection.handle_timer(time.monotonic(), reading=False))
 
     async def _read_once(self) -> None:
         connection = self.connection
@@ -234,8 +309,6 @@ class BrokerLink:
         for event in events:
             if isinstance(event, MessageReceived):
                 self.pending += 1
-                if self.pending >= self._max_pending:
-                    self._resume_reading.clear()
                 self._on_message(self, event.message)
             elif isinstance(event, MessageReleased):
                 released.append(event.packet_id)
@@ -282,8 +355,8 @@ class BrokerLink:
         once fewer than `max_pending` are held. ``flush=False`` leaves the acknowledgement
         queued for one `flush` after a batch: one write for many."""
         self.pending -= 1
-        if self.pending < self._max_pending:
-            self._resume_reading.set()
+        if not self.paused:
+            self._stirred.set()
         connection = self.connection
         if connection is not None and not connection.closed:
             connection.ack(message, reason_code)

@@ -323,10 +323,15 @@ class MQTTClientConnection:
 
     def ack(self, message: Publish, reason_code: int = 0) -> None:
         """Acknowledge a received QoS 1 (PUBACK) or QoS 2 (PUBREC) message: the caller has it
-        now. Nothing to do at QoS 0, or once the connection is closed (the broker sends the
-        message again on the next connection)."""
+        now, or (MQTT 5, ``reason_code`` 0x80 or more) refuses it, which ends its flow: the
+        broker drops it. Nothing to do at QoS 0, or once the connection is closed (the broker
+        sends the message again on the next connection)."""
         if message.qos == 0 or message.packet_id is None or self.state is not State.CONNECTED:
             return
+        if self.version != MQTT_5:
+            # MQTT 3.1.1 acknowledgements carry no reason: a PUBREC there is always "taken",
+            # and the broker's PUBREL follows.
+            reason_code = 0
         if message.qos == 1:
             self._send(Ack(PacketType.PUBACK, message.packet_id, reason_code))
             return
@@ -364,19 +369,27 @@ class MQTTClientConnection:
             deadlines.append(self._last_sent + self.keepalive)
         return min(deadlines) if deadlines else None
 
-    def handle_timer(self, now: float) -> list[Event]:
-        """Send PINGREQ when idle for the keep-alive; close when the broker stays silent."""
+    def handle_timer(self, now: float, *, reading: bool = True) -> list[Event]:
+        """Send PINGREQ when idle for the keep-alive; close when the broker stays silent.
+
+        ``reading=False``: the caller is not reading the socket now (it holds as many
+        messages as it can take), so the broker's answer cannot arrive. PINGREQ still goes
+        out, which keeps the broker from dropping an idle client, but no answer is awaited:
+        one already awaited is forgotten, and the next PINGREQ sent while reading awaits
+        its own."""
         if self.state is State.CONNECTING:
             if self._connect_deadline is not None and now >= self._connect_deadline:
                 return self._close(0x88, "no CONNACK in time", send=False)
             return []
         if self.state is not State.CONNECTED:
             return []
-        if self._ping_deadline is not None and now >= self._ping_deadline:
+        if not reading:
+            self._ping_deadline = None
+        elif self._ping_deadline is not None and now >= self._ping_deadline:
             return self._close(KEEP_ALIVE_TIMEOUT, "the broker did not answer PINGREQ in time")
         if self.keepalive and now >= self._last_sent + self.keepalive:
             self._send(PingReq(), now)
-            if self._ping_deadline is None:
+            if reading and self._ping_deadline is None:
                 self._ping_deadline = now + self.keepalive
         return []
 
