@@ -194,3 +194,35 @@ async def test_a_paused_subscriber_notices_the_broker_closing_and_reconnects(
     # The copies the broker sent again were stored under the numbers they had: once each.
     assert [r.json() for r in records] == [0, 1, 2]
     assert bridge.stats.connects == 2
+
+
+async def test_a_batch_that_fails_unexpectedly_is_sent_again_and_the_bridge_goes_on(
+    broker: Mosquitto, gateway: Gateway, state_dir: Path
+) -> None:
+    # An exception nothing handles (a bug) ended the inbound task: the bridge stayed
+    # connected, held what it had taken, and stored nothing more, with nothing in the log.
+    # The fault here: routing one message raises once (the hub's own failures are retried).
+    config = MqttBridgeConfig(broker.url, reconnect_min_s=0.1, reconnect_max_s=0.5)
+    bridge = MqttBridge(gateway, config, state_dir=state_dir)
+    plans = bridge.inbound._plans
+    failures = [RuntimeError("a bug")]
+
+    def failing_once(*args: Any, **kwargs: Any) -> Any:
+        if failures:
+            raise failures.pop()
+        return plans(*args, **kwargs)
+
+    bridge.inbound._plans = failing_once  # type: ignore[method-assign]
+    await bridge.start()
+    try:
+        await bridge.wait_connected(10)
+        async with v5_client(broker.port, "sensor") as sensor:
+            await sensor.publish("airlane/logs/bug", orjson.dumps(0), qos=1)
+            assert (await stored(gateway, "bug", 1))[0].json() == 0  # sent again, stored
+            await sensor.publish("airlane/logs/bug", orjson.dumps(1), qos=1)
+            records = await stored(gateway, "bug", 2)
+    finally:
+        await bridge.aclose()
+    assert [r.json() for r in records] == [0, 1]
+    assert bridge.inbound_stats.failed_batches == 1
+    assert bridge.stats.connects == 2

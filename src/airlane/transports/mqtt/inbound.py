@@ -91,6 +91,8 @@ class InboundStats:
     letter), and acknowledged all the same (a QoS 1 one with a failure reason code)."""
     retried: int = 0
     unrouted: int = 0
+    failed_batches: int = 0
+    """Batches that failed unexpectedly (a bug, logged): sent again by the broker."""
 
 
 @dataclass(slots=True)
@@ -218,7 +220,20 @@ class Inbound:
                 # The numbers are on disk before anything is stored under them.
                 self.journal.write(self._lines)
                 self._lines.clear()
-                await self._handle(batch)
+                try:
+                    await self._handle(batch)
+                except Exception:
+                    self._failed(batch)
+
+    def _failed(self, batch: list[_Item]) -> None:
+        """``batch`` failed in a way nothing handles (a bug: the hub's and the broker's
+        failures are handled where they happen). Said loudly, and its connections closed
+        without acknowledging what is left of it, so that the broker sends that again on
+        the next one; the task serves on (it used to end, and ingestion with it, silently)."""
+        log.exception("mqtt bridge %s: a batch failed unexpectedly", self.config.name)
+        self.stats.failed_batches += 1
+        for link in {id(item.link): item.link for item in batch}.values():
+            link.close()
 
     async def _handle(self, batch: list[_Item]) -> None:
         group: list[tuple[_Item, list[_Plan]]] = []
