@@ -75,6 +75,12 @@ class PeerConnection:
         self._write_lock = asyncio.Lock()
         self._plain_rest = b""
 
+    @property
+    def open_streams(self) -> int:
+        """Streams of this connection that mplex still holds (not closed both ways, not
+        reset), each counted against ``max_streams``."""
+        return self._mplex.open_streams
+
     # -- running ----------------------------------------------------------------------------
 
     async def run(self) -> None:

@@ -3,7 +3,8 @@
 A light node subscribes (a pubsub topic and up to `WakuConfig.max_topics_per_peer` content
 topics); the service reads each subscribed content topic's stream from its end with one hub
 subscription per topic however many peers want it (`_TopicWatch`), and pushes every new event,
-as a Waku message, to each subscriber over a ``filter-push`` stream of that peer's connection.
+as a Waku message, to each subscriber over one ``filter-push`` stream of that peer's
+connection, kept open while the subscription lasts (js-waku never closes its side of one).
 Each subscriber has a bounded queue and one pushing task: a slow or vanished subscriber loses
 its oldest pushes (counted in `FilterStats.dropped`), never the node's memory; the store keeps
 everything that is not ephemeral. Subscriptions lapse `WakuConfig.subscription_ttl_s` after
@@ -28,6 +29,7 @@ from airlane.transports.waku.bridge import Refused, WakuBridge
 from airlane.transports.waku.config import WakuConfig
 from airlane.transports.waku.connection import PeerConnection
 from airlane.transports.waku.feeds import TopicFeed
+from airlane.transports.waku.streams import MuxedStream, StreamClosed
 from airlane.wire.errors import WireError
 from airlane.wire.libp2p import PeerId
 from airlane.wire.waku import FILTER_PUSH, FilterRequest, MessagePush, Status, WakuMessage
@@ -50,7 +52,7 @@ class FilterStats:
 
 
 class _Subscriber:
-    __slots__ = ("expires", "pusher", "queue", "topics", "wake")
+    __slots__ = ("connection", "expires", "pusher", "queue", "stream", "topics", "wake")
 
     def __init__(self, expires: float) -> None:
         self.topics: dict[str, str] = {}  # content topic -> pubsub topic
@@ -58,6 +60,20 @@ class _Subscriber:
         self.queue: deque[MessagePush] = deque()
         self.wake = asyncio.Event()
         self.pusher: asyncio.Task[None] | None = None
+        self.stream: MuxedStream | None = None
+        """The push stream, kept open while the subscription lasts (see `_push`)."""
+        self.connection: PeerConnection | None = None
+        """The connection ``stream`` belongs to."""
+
+    async def abandon(self) -> None:
+        """Reset the push stream, if any (both sides then forget it), and let go of it."""
+        stream, connection = self.stream, self.connection
+        self.stream = self.connection = None
+        if stream is None or connection is None:
+            return
+        with contextlib.suppress(ConnectionError, OSError, WireError):
+            await stream.reset()
+        connection.release(stream)
 
 
 class FilterService:
@@ -231,28 +247,56 @@ class FilterService:
             subscriber.wake.set()
 
     async def _push(self, peer: PeerId, subscriber: _Subscriber) -> None:
+        """Push what is queued for ``peer``, on one ``filter-push`` stream per connection.
+
+        The stream stays open for the subscription's life: js-waku reads a push stream until
+        the node closes it and never closes its own side, so a stream per push would stay
+        half open on both sides, and past the connection's stream limit (or js-libp2p's 100
+        inbound filter-push streams) every later push, and the peer's own requests, would
+        be refused. The stream is reset when the subscription ends, which frees it on both
+        sides.
+        """
         queue = subscriber.queue
-        while True:
-            await subscriber.wake.wait()
-            subscriber.wake.clear()
-            if not queue:
-                continue
-            connection = self.connection_to(peer)
-            if connection is None:
-                self.stats.dropped += len(queue)
-                queue.clear()
-                continue
-            try:
-                stream = await connection.open_stream(FILTER_PUSH)
+        try:
+            while True:
+                await subscriber.wake.wait()
+                subscriber.wake.clear()
+                if not queue:
+                    continue
+                connection = self.connection_to(peer)
+                if connection is None:
+                    self.stats.dropped += len(queue)
+                    queue.clear()
+                    continue
                 try:
-                    # Everything queued goes out on one stream, in order.
-                    while queue:
-                        await stream.write_message(queue.popleft().encode())
-                        self.stats.pushed += 1
-                    await stream.close()
-                finally:
-                    connection.release(stream)
-            except (ConnectionError, OSError, WireError) as exc:
-                log.debug("waku: pushing to %s failed: %s", peer, exc)
-                self.stats.dropped += len(queue)
-                queue.clear()
+                    await self._write_queue(connection, subscriber)
+                except (ConnectionError, OSError, WireError) as exc:
+                    log.debug("waku: pushing to %s failed: %s", peer, exc)
+                    self.stats.dropped += len(queue)
+                    queue.clear()
+                    await subscriber.abandon()
+        finally:
+            await subscriber.abandon()
+
+    async def _write_queue(self, connection: PeerConnection, subscriber: _Subscriber) -> None:
+        """Write everything queued, in order, on the subscriber's push stream (opened on
+        ``connection`` when it has none there); a reused stream found broken (the peer reset
+        it) is replaced once."""
+        if subscriber.connection is not connection:
+            await subscriber.abandon()  # none yet, or the peer came back on a new connection
+        queue = subscriber.queue
+        fresh = False
+        while queue:
+            stream = subscriber.stream
+            if stream is None:
+                stream = await connection.open_stream(FILTER_PUSH)
+                subscriber.stream, subscriber.connection, fresh = stream, connection, True
+            try:
+                await stream.write_message(queue[0].encode())
+            except StreamClosed:
+                if fresh:
+                    raise
+                await subscriber.abandon()
+                continue
+            queue.popleft()
+            self.stats.pushed += 1
