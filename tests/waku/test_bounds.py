@@ -9,14 +9,34 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import socket
+from collections.abc import AsyncIterator
 
 import pytest
 
 from airlane.core import Event
-from airlane.wire.libp2p import PeerId
-from tests.waku.support import TOPIC, js_waku, local_node, node_binary
+from airlane.transports.waku import WakuNode
+from airlane.transports.waku.connection import PeerConnection
+from airlane.transports.waku.pipe import TcpPipe
+from airlane.transports.waku.relay import QUEUE_BYTES
+from airlane.transports.waku.streams import MuxedStream
+from airlane.wire.libp2p import Identity, PeerId
+from airlane.wire.waku import (
+    LIGHTPUSH_V3,
+    RELAY_PROTOCOL,
+    LightPushRequest,
+    LightPushResponse,
+    RelayRpc,
+    Status,
+    WakuMessage,
+    auto_shard,
+    shard_topic,
+)
+from tests.waku.support import CLUSTER, TOPIC, dial, js_waku, local_node, node_binary
 
 pytestmark = pytest.mark.timeout(90)
+
+PUBSUB = shard_topic(CLUSTER, auto_shard(TOPIC, 8))
 
 
 async def test_a_js_waku_light_node_keeps_receiving_past_the_stream_limit() -> None:
@@ -60,3 +80,155 @@ async def test_a_js_waku_light_node_keeps_receiving_past_the_stream_limit() -> N
         again = await light.wait_messages(202)
         assert base64.b64decode(again[-1]["payload"]) == b'"again"'
         assert connection.open_streams < 16
+
+
+class _StallablePipe:
+    """A TCP pipe with a small receive buffer whose reading a test can stop: the node's writes
+    to it then back up into the node's own queue for the peer."""
+
+    websocket = False
+
+    def __init__(self, pipe: TcpPipe) -> None:
+        self._pipe = pipe
+        self.remote = pipe.remote
+        self.local = pipe.local
+        self.reading = asyncio.Event()
+        self.reading.set()
+
+    async def read(self) -> bytes:
+        await self.reading.wait()
+        return await self._pipe.read()
+
+    async def write(self, data: bytes) -> None:
+        await self._pipe.write(data)
+
+    async def close(self) -> None:
+        self.reading.set()
+        await self._pipe.close()
+
+
+@contextlib.asynccontextmanager
+async def _stalling_relay_peer(
+    node: WakuNode,
+) -> AsyncIterator[tuple[PeerConnection, _StallablePipe, MuxedStream]]:
+    """A relay peer (this project's libp2p) on the node's TCP listener, subscribed to
+    ``PUBSUB``; its pipe's ``reading`` can be cleared to stop reading."""
+    address = next(a for a in node.multiaddrs if a.value("ws") is None)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # little slack in the kernel
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", int(address.value("tcp"))))
+    reader, writer = await asyncio.open_connection(sock=sock)
+    pipe = _StallablePipe(TcpPipe(reader, writer))
+
+    async def inbound(connection: PeerConnection, stream: MuxedStream) -> None:
+        while await stream.read():  # the node's own relay stream: read and let go
+            pass
+
+    connection = PeerConnection(
+        pipe, Identity(), {RELAY_PROTOCOL: inbound}, initiator=True, remote=node.peer_id
+    )
+    runner = asyncio.create_task(connection.run())
+    try:
+        await asyncio.wait_for(connection.ready.wait(), 10)
+        stream = await connection.open_stream(RELAY_PROTOCOL)
+        await stream.write_message(RelayRpc(subscribe=(PUBSUB,)).encode())
+        yield connection, pipe, stream
+    finally:
+        await connection.close()
+        await asyncio.wait_for(runner, 10)
+
+
+async def _push(connection: PeerConnection, message: WakuMessage) -> None:
+    stream = await connection.open_stream(LIGHTPUSH_V3)
+    await stream.write_message(LightPushRequest("p", message).encode())
+    await stream.close()
+    reply = await asyncio.wait_for(stream.read_message(1 << 16), 10)
+    assert reply is not None
+    assert LightPushResponse.decode(reply).status_code == Status.OK
+
+
+async def _most_queued(node: WakuNode, peer: PeerId, seconds: float) -> int:
+    """The most bytes queued for ``peer`` seen over ``seconds`` (sampled every 10 ms)."""
+    relay = node.relay
+    assert relay is not None
+    most = 0
+    for _ in range(int(seconds / 0.01)):
+        most = max(most, relay.queued(peer)[1])
+        await asyncio.sleep(0.01)
+    return most
+
+
+async def test_a_relay_peer_that_stops_reading_cannot_make_the_node_queue_gigabytes() -> None:
+    """A peer stops reading and asks (IWANT) for one 100 KiB cached message 5,000 times in one
+    RPC, and again one at a time: it is answered three times in all. Then it asks for more
+    distinct messages than the peer's queue holds in bytes: the queue stays within
+    `QUEUE_BYTES` (the oldest are dropped). Meanwhile another node relaying with the same
+    node keeps getting what is pushed."""
+    async with (
+        local_node(tcp_port=0) as node,
+        local_node(peers=(str(node.multiaddrs[0]),)) as other,
+    ):
+        relay = node.relay
+        assert relay is not None and other.relay is not None
+        async with asyncio.timeout(10):
+            while relay.peer_count < 1:
+                await asyncio.sleep(0.02)
+        async with (
+            dial(node.multiaddrs[0]) as pusher,
+            _stalling_relay_peer(node) as (hostile, pipe, stream),
+        ):
+            me = hostile.identity.peer_id
+            async with asyncio.timeout(10):
+                while relay.peer_count < 2:
+                    await asyncio.sleep(0.02)
+            big = [
+                WakuMessage(bytes([n]) * (100 * 1024), TOPIC, timestamp=n + 1) for n in range(60)
+            ]
+            for message in big:  # cached for five heartbeats: asked for at once below
+                await _push(pusher, message)
+            ids = [message.hash(PUBSUB) for message in big]
+            async with asyncio.timeout(10):  # the pushes were flooded to it: let them go out
+                while relay.queued(me) != (0, 0):
+                    await asyncio.sleep(0.02)
+            pipe.reading.clear()
+            await stream.write_message(RelayRpc(iwant=(ids[-1],) * 5000).encode())
+            for _ in range(10):
+                await stream.write_message(RelayRpc(iwant=(ids[-1],)).encode())
+            # Three answers at most, however many asks: 5,000 would be 500 MB.
+            one = len(big[0].encode()) + 256
+            most = await _most_queued(node, me, 1.0)
+            assert most <= 3 * one
+            for _ in range(3):  # 18 MB asked for: more than the queue and the node's socket take
+                await stream.write_message(RelayRpc(iwant=tuple(ids)).encode())
+            most = await _most_queued(node, me, 1.0)
+            assert most <= QUEUE_BYTES
+            assert relay.stats.dropped > 0
+            # The node still relays with the other node.
+            await _push(pusher, WakuMessage(b"still relayed", TOPIC, timestamp=999))
+            async with asyncio.timeout(10):
+                while True:
+                    stored = await other.bridge.history(TOPIC, PUBSUB, lambda entry: True)
+                    if any(entry.message.payload == b"still relayed" for entry in stored):
+                        break
+                    await asyncio.sleep(0.05)
+
+
+async def test_an_iwant_answer_of_large_messages_fits_what_a_node_reads() -> None:
+    """Three 140 KiB messages a node joining late asks for (IWANT, after the offer it gets on
+    subscribing) go out in RPCs it reads whole: one RPC of all three would be past the
+    `max_payload` + 256 KiB a node reads in one, and it would reset the relay stream."""
+    async with local_node() as node:
+        relay = node.relay
+        assert relay is not None
+        messages = [
+            WakuMessage(bytes([n]) * (140 * 1024), TOPIC, timestamp=n + 1) for n in range(3)
+        ]
+        for message in messages:
+            await node.bridge.publish(message, PUBSUB)
+        await relay.follow(TOPIC)  # from the stream's start: the three are cached
+        async with local_node(peers=(str(node.multiaddrs[0]),)) as late:
+            async with asyncio.timeout(10):
+                while len(await late.bridge.history(TOPIC, PUBSUB, lambda entry: True)) < 3:
+                    await asyncio.sleep(0.05)
+            assert relay.peer_count == 1

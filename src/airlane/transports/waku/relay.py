@@ -20,8 +20,12 @@ content-topic streams that it has not seen: the streams are found by listing the
 `DISCOVER_S` (those that exist when relay starts are read from their end, later ones from their
 first event, and a light push on a new topic has it followed at once).
 
-Each relay peer has a bounded queue of RPCs and one writer task: a slow peer loses its oldest
-RPCs (counted), never the node's memory. Peer scoring is left out (see docs/waku.md).
+Each relay peer has a queue of RPCs bounded in count (`QUEUE`) and in bytes (`QUEUE_BYTES`),
+and one writer task: a slow peer loses its oldest RPCs (counted), never the node's memory. An
+IWANT is answered with each message it names once, and one peer gets the same message through
+IWANT at most `GOSSIP_RETRANSMISSION` times (gossipsub's own rule), so a peer that stops
+reading and asks for one large message thousands of times gets it three times. Peer scoring is
+left out (see docs/waku.md).
 """
 
 from __future__ import annotations
@@ -73,6 +77,16 @@ SEEN_TTL_S = 120.0
 """Message hashes remembered, and for how long: a message seen again is dropped."""
 QUEUE = 1024
 """RPCs queued for one relay peer at most; past it the oldest are dropped."""
+QUEUE_BYTES = 4 << 20
+"""Bytes of RPCs queued for one relay peer at most (27 messages of the largest payload); past
+it the oldest are dropped. A count alone would let 1,024 RPCs of large messages pile up for a
+peer that stops reading."""
+GOSSIP_RETRANSMISSION = 3
+"""Times one peer is sent the same message in answer to its IWANTs (gossipsub's
+``GossipSubGossipRetransmission``); more asks for it are ignored."""
+ANSWER_MESSAGES = 64
+"""Messages in one RPC answering an IWANT at most (and at most `WakuConfig.max_payload` bytes
+of them, so the RPC stays within what a peer reads in one)."""
 DISCOVER_S = 1.0
 MAX_TOPICS = 1000
 """Content topics relayed out at most."""
@@ -92,23 +106,42 @@ class RelayStats:
 
 
 class _RelayPeer:
-    __slots__ = ("connection", "queue", "stream", "topics", "wake", "writer")
+    __slots__ = ("connection", "queue", "queued_bytes", "stream", "topics", "wake", "writer")
 
     def __init__(self, connection: PeerConnection) -> None:
         self.connection = connection
         self.topics: set[str] = set()
         self.stream: MuxedStream | None = None
         self.queue: deque[bytes] = deque()
+        self.queued_bytes = 0
+        """The bytes of the RPCs in ``queue``."""
         self.wake = asyncio.Event()
         self.writer: asyncio.Task[None] | None = None
 
 
 class _MessageCache:
-    """Recent messages by id, in heartbeat windows (gossipsub's mcache)."""
+    """Recent messages by id, in heartbeat windows (gossipsub's mcache), and how many times each
+    was sent to a peer that asked for it (IWANT)."""
 
     def __init__(self) -> None:
         self.messages: dict[bytes, RelayMessage] = {}
         self.windows: deque[list[bytes]] = deque([[]])
+        self.sent: dict[bytes, dict[PeerId, int]] = {}
+        """Message id -> peer -> IWANT answers: forgotten with the message, so bounded by
+        the cache."""
+
+    def wanted(self, message_id: bytes, peer: PeerId) -> RelayMessage | None:
+        """The message for ``peer``'s IWANT, None if it is not cached or ``peer`` had it
+        `GOSSIP_RETRANSMISSION` times already."""
+        message = self.messages.get(message_id)
+        if message is None:
+            return None
+        sent = self.sent.setdefault(message_id, {})
+        count = sent.get(peer, 0)
+        if count >= GOSSIP_RETRANSMISSION:
+            return None
+        sent[peer] = count + 1
+        return message
 
     def put(self, message_id: bytes, message: RelayMessage) -> None:
         # Past the bound a burst's newest messages are relayed but not offered in gossip.
@@ -128,6 +161,7 @@ class _MessageCache:
         while len(self.windows) > CACHE_WINDOWS:
             for message_id in self.windows.pop():
                 self.messages.pop(message_id, None)
+                self.sent.pop(message_id, None)
 
 
 class RelayService:
@@ -156,6 +190,13 @@ class RelayService:
     def mesh(self, topic: str) -> set[PeerId]:
         """The peers in this node's mesh for ``topic``."""
         return set(self._mesh.get(topic, ()))
+
+    def queued(self, peer: PeerId) -> tuple[int, int]:
+        """RPCs queued for ``peer`` and their bytes (``(0, 0)`` for a peer not relaying)."""
+        relay_peer = self._peers.get(peer)
+        if relay_peer is None:
+            return 0, 0
+        return len(relay_peer.queue), relay_peer.queued_bytes
 
     async def start(self) -> None:
         """Follow the content-topic streams that exist (from their end), then look for new
@@ -283,17 +324,23 @@ class RelayService:
                 await relay_peer.wake.wait()
                 relay_peer.wake.clear()
                 while relay_peer.queue:
-                    await stream.write_message(relay_peer.queue.popleft())
+                    rpc = relay_peer.queue.popleft()
+                    relay_peer.queued_bytes -= len(rpc)
+                    await stream.write_message(rpc)
         except (ConnectionError, OSError, WireError) as exc:
             log.info("waku relay: writing to %s failed: %s", peer, exc)
             if self._peers.get(peer) is relay_peer:
                 self._drop(peer)
 
     def _send(self, relay_peer: _RelayPeer, rpc: bytes) -> None:
-        if len(relay_peer.queue) >= QUEUE:
-            relay_peer.queue.popleft()
+        """Queue ``rpc`` for the peer, dropping the oldest past `QUEUE` or `QUEUE_BYTES` (an
+        RPC larger than `QUEUE_BYTES` alone is still sent)."""
+        queue = relay_peer.queue
+        while queue and (len(queue) >= QUEUE or relay_peer.queued_bytes + len(rpc) > QUEUE_BYTES):
+            relay_peer.queued_bytes -= len(queue.popleft())
             self.stats.dropped += 1
-        relay_peer.queue.append(rpc)
+        queue.append(rpc)
+        relay_peer.queued_bytes += len(rpc)
         relay_peer.wake.set()
 
     def _subscribed(self, topic: str) -> list[PeerId]:
@@ -382,19 +429,39 @@ class RelayService:
             for message_id in ids
             if not self._seen_now(message_id)
         ][:MAX_IWANT]
-        offered = [
-            self._cache.messages[message_id]
-            for message_id in rpc.iwant
-            if message_id in self._cache.messages
-        ]
         for message_id in wanted:
             self._asked[message_id] = None
         while len(self._asked) > MAX_IWANT * 10:
             self._asked.popitem(last=False)
         if refused or wanted:
             self._send(relay_peer, RelayRpc(prune=tuple(refused), iwant=tuple(wanted)).encode())
-        for start in range(0, len(offered), 64):
-            self._send(relay_peer, RelayRpc(messages=tuple(offered[start : start + 64])).encode())
+        if rpc.iwant:
+            self._answer(peer, relay_peer, rpc.iwant)
+
+    def _answer(self, peer: PeerId, relay_peer: _RelayPeer, iwant: tuple[bytes, ...]) -> None:
+        """Send the cached messages an IWANT names: each id once however often it is named,
+        each message at most `GOSSIP_RETRANSMISSION` times to one peer, in RPCs of at most
+        `ANSWER_MESSAGES` messages and ``max_payload`` bytes, and no more than `QUEUE_BYTES`
+        in all (the queue would drop the rest at once)."""
+        limit = self.node.config.max_payload
+        batch: list[RelayMessage] = []
+        size = total = 0
+        for message_id in dict.fromkeys(iwant):
+            cached = self._cache.messages.get(message_id)
+            if cached is not None and total + len(cached.data) > QUEUE_BYTES:
+                self.stats.dropped += 1  # it would only push out what this answer queued
+                continue
+            message = self._cache.wanted(message_id, peer)
+            if message is None:
+                continue
+            if batch and (len(batch) >= ANSWER_MESSAGES or size + len(message.data) > limit):
+                self._send(relay_peer, RelayRpc(messages=tuple(batch)).encode())
+                batch, size = [], 0
+            batch.append(message)
+            size += len(message.data)
+            total += len(message.data)
+        if batch:
+            self._send(relay_peer, RelayRpc(messages=tuple(batch)).encode())
 
     def _offer_recent(self, relay_peer: _RelayPeer, topics: set[str]) -> None:
         """Offer a peer that has just joined ``topics`` their recent messages (IHAVE).
