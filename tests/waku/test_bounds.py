@@ -1,7 +1,8 @@
 """Bounds that hostile or merely long-lived peers reach, with real peers: a js-waku light node
 that gets hundreds of filter pushes (it never closes its side of a push stream), a relay peer
 that stops reading and asks (IWANT) for one large cached message thousands of times, and a
-light-push client that pushes to more content topics than the node relays.
+light-push client that pushes to more content topics than the node relays (each followed
+topic holds a reader of its stream, which keeps the stream from expiring).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from airlane.core import Event
-from airlane.transports.waku import WakuNode
+from airlane.transports.waku import LightClient, RequestFailed, WakuNode
 from airlane.transports.waku.connection import PeerConnection
 from airlane.transports.waku.pipe import TcpPipe
 from airlane.transports.waku.relay import QUEUE_BYTES
@@ -232,3 +233,80 @@ async def test_an_iwant_answer_of_large_messages_fits_what_a_node_reads() -> Non
                 while len(await late.bridge.history(TOPIC, PUBSUB, lambda entry: True)) < 3:
                     await asyncio.sleep(0.05)
             assert relay.peer_count == 1
+
+
+async def _until_stored(node: WakuNode, topic: str, payload: bytes) -> None:
+    pubsub = shard_topic(CLUSTER, auto_shard(topic, 8))
+    async with asyncio.timeout(10):
+        while True:
+            stored = await node.bridge.history(topic, pubsub, lambda entry: True)
+            if any(entry.message.payload == payload for entry in stored):
+                return
+            await asyncio.sleep(0.05)
+
+
+async def test_topics_past_the_relay_bound_are_refused_and_idle_ones_let_go() -> None:
+    """A light-push client pushes to six new content topics of a node that follows three at
+    most: the last three are refused (503, and not stored), the node follows three and keeps
+    relaying them to another node. Without messages for a second the three are let go (their
+    streams keep no reader, so they can expire); then a new topic is taken again, and a topic
+    let go is followed again, from where it was let go, when a message arrives on it."""
+    async with (
+        local_node(max_relay_topics=3, relay_topic_idle_s=1.0) as node,
+        local_node(peers=(str(node.multiaddrs[0]),)) as other,
+    ):
+        relay = node.relay
+        assert relay is not None
+        async with asyncio.timeout(10):
+            while relay.peer_count < 1:
+                await asyncio.sleep(0.02)
+        topics = [f"/airlane-test/1/t{n}/proto" for n in range(6)]
+        async with LightClient.connect(node.multiaddrs[0]) as client:
+            statuses = []
+            for n, topic in enumerate(topics):
+                try:
+                    await client.push(WakuMessage(b"m%d" % n, topic, timestamp=n + 1))
+                except RequestFailed as exc:
+                    statuses.append(exc.status)
+                    assert "max_relay_topics" in (exc.description or "")
+                else:
+                    statuses.append(Status.OK)
+            assert statuses == [Status.OK] * 3 + [Status.SERVICE_UNAVAILABLE] * 3
+            assert sorted(relay.followed) == topics[:3]
+            assert await node.content_topics() == topics[2::-1]  # the refused were not stored
+            await client.push(WakuMessage(b"again", topics[0], timestamp=10))
+            await _until_stored(other, topics[0], b"again")
+
+            async with asyncio.timeout(10):  # idle: let go
+                while relay.followed:
+                    await asyncio.sleep(0.05)
+            for topic in topics[:3]:
+                info = await node.gateway.info(node.bridge.principal, "waku" + topic)
+                assert info.subscribers == 0  # nothing holds the stream: it can expire
+            await client.push(WakuMessage(b"room again", topics[3], timestamp=11))
+            await _until_stored(other, topics[3], b"room again")
+            await node.gateway.publish(
+                node.bridge.principal, "waku" + topics[1], Event.message({"back": 1})
+            )
+            await _until_stored(other, topics[1], b'{"back":1}')
+
+
+async def test_a_message_relayed_in_past_the_relay_bound_is_stored_not_followed() -> None:
+    """Relay brings a message on a new topic to a node that follows its one topic already:
+    the message is stored (and forwarded), its topic is not followed."""
+    async with (
+        local_node(max_relay_topics=1) as node,
+        local_node(peers=(str(node.multiaddrs[0]),)) as other,
+    ):
+        relay = node.relay
+        assert relay is not None
+        async with asyncio.timeout(10):
+            while relay.peer_count < 1:
+                await asyncio.sleep(0.02)
+        first, second = "/airlane-test/1/first/proto", "/airlane-test/1/second/proto"
+        async with LightClient.connect(node.multiaddrs[0]) as client:
+            await client.push(WakuMessage(b"first", first, timestamp=1))
+        async with LightClient.connect(other.multiaddrs[0]) as client:
+            await client.push(WakuMessage(b"second", second, timestamp=2))
+        await _until_stored(node, second, b"second")
+        assert relay.followed == [first]

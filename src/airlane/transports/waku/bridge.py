@@ -206,9 +206,12 @@ class WakuBridge:
         event.cache(_CACHE, message.encode())
         return message
 
-    async def subscribe_live(self, content_topic: str, *, from_start: bool = False) -> Subscription:
-        """A reader of the content topic's stream from its current end, or from its first
-        event (creating the stream if needed).
+    async def subscribe_live(
+        self, content_topic: str, *, from_start: bool = False, after: Position | None = None
+    ) -> Subscription:
+        """A reader of the content topic's stream from its current end, from its first event,
+        or after ``after`` (a position of another epoch starts over at the stream's first
+        event); the stream is created if needed.
 
         Raises:
             AirlaneError: the gateway refused (not allowed, the hub is down...).
@@ -216,6 +219,8 @@ class WakuBridge:
         stream_id = self.stream_for(content_topic)
         gateway = self.gateway
         await gateway.create_named(self.principal, stream_id, exist_ok=True)
+        if after is not None:
+            return await gateway.subscribe(self.principal, stream_id, resume=after)
         if from_start:
             return await gateway.subscribe(self.principal, stream_id)
         info = await gateway.info(self.principal, stream_id)

@@ -96,6 +96,13 @@ class WakuConfig:
     """Content topics kept in event logs (``[[waku.logs]]``); every other one is a stream."""
     relay: bool = True
     """Relay messages with other Waku nodes (``/vac/waku/relay/2.0.0``)."""
+    max_relay_topics: int = 1000
+    """Content topics relay follows at once (each holds a reader of its stream); a light push
+    to a new one past it is answered 503."""
+    relay_topic_idle_s: float = 600.0
+    """A followed content topic with no new message for this long is let go, so its stream
+    can expire as an idle stream does (``[streams] idle_ttl_s``); a new message has it
+    followed again from where it was let go."""
     peers: tuple[str, ...] = ()
     """Nodes to connect to at start, relay with, and stay connected with (multiaddrs with
     ``/p2p/``: ``/ip4/10.0.0.2/tcp/8645/ws/p2p/12D3KooW...``, or ``.../tcp/60000/p2p/...``
@@ -132,5 +139,9 @@ class WakuConfig:
         topics = [route.content_topic for route in self.logs]
         if len(set(topics)) != len(topics):
             raise ValueError("[[waku.logs]]: a content topic is routed to one log only")
+        if self.max_relay_topics < 1:
+            raise ValueError("[waku] max_relay_topics is at least 1")
+        if not self.relay_topic_idle_s > 0:
+            raise ValueError("[waku] relay_topic_idle_s is above 0")
         if not 1 <= self.store_page <= self.store_max_page:
             raise ValueError("[waku] store_page is 1 to store_max_page")

@@ -3,8 +3,10 @@
 The filter service keeps one per subscribed content topic, relay one per content topic it
 forwards. A topic's stream is followed with a hub subscription; a feed that loses its stream
 (deleted, or ended) follows it again once it exists, after `RESUBSCRIBE_S`, and one whose
-stream cannot be read any more stops, with a log line. A topic kept in an event log
-(``[[waku.logs]]``) is read every `airlane.transports.waku.logs.POLL_S`.
+stream cannot be read any more stops, with a log line. A feed starts at the stream's end, at
+its first event, or after a given position (relay following a topic again where it let it
+go). A topic kept in an event log (``[[waku.logs]]``) is read every
+`airlane.transports.waku.logs.POLL_S`.
 
 The call-back gets the content topic, the message, and the pubsub topic the message came on
 when it came from Waku (None for one made here: the receiver picks the pubsub topic).
@@ -17,7 +19,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from airlane.core import Event
+from airlane.core import Event, Position
 from airlane.core.errors import AirlaneError
 from airlane.gateway import Subscription
 from airlane.transports.waku.bridge import Refused, WakuBridge
@@ -44,13 +46,23 @@ class TopicFeed:
         on_message: OnMessage,
         *,
         from_start: bool = False,
+        after: Position | None = None,
     ) -> None:
         self.bridge = bridge
         self.content_topic = content_topic
         self.on_message = on_message
         self.from_start = from_start
+        self.after = after
+        """Where a stream (not a log) is read from, if given: after this position."""
         self._subscription: Subscription | None = None
         self._task: asyncio.Task[None] | None = None
+
+    @property
+    def position(self) -> Position | None:
+        """The last event of the stream handed to ``on_message`` (None for a log, or while
+        the stream is being followed again)."""
+        subscription = self._subscription
+        return subscription.position if subscription is not None else None
 
     async def start(self) -> None:
         """Subscribe (creating the stream if needed) and start reading.
@@ -66,7 +78,7 @@ class TopicFeed:
             reading = self._poll(log, start)
         else:
             self._subscription = await self.bridge.subscribe_live(
-                self.content_topic, from_start=self.from_start
+                self.content_topic, from_start=self.from_start, after=self.after
             )
             reading = self._read()
         self._task = asyncio.create_task(reading, name=f"waku-feed {self.content_topic}")

@@ -32,6 +32,7 @@ from airlane.wire.waku import PEER_EXCHANGE, PeerExchangeQuery, PeerExchangeResp
 from airlane.wire.waku.enr import Enr
 
 if TYPE_CHECKING:
+    from airlane.core import StreamInfo
     from airlane.gateway import Gateway
 
 __all__ = ["NodeStats", "WakuNode", "load_identity"]
@@ -199,13 +200,22 @@ class WakuNode:
     async def content_topics(self) -> list[str]:
         """The content topics this node keeps (a store query that names none, relay): those
         routed to event logs, and those with streams, at most 1,000."""
+        return [topic for topic, _ in await self.content_topic_streams()]
+
+    async def content_topic_streams(self) -> list[tuple[str, StreamInfo | None]]:
+        """`content_topics`, each with its stream's info (None for a topic routed to an event
+        log): how far each stream is, for relay."""
         bridge = self.bridge
         infos = await self.gateway.list_streams(
             bridge.principal, prefix=self.config.stream_prefix + "/", limit=1000
         )
-        topics = (bridge.content_topic_of(info.stream_id) for info in infos)
-        routed = list(bridge.logs.routes)
-        return routed + [topic for topic in topics if topic is not None][: 1000 - len(routed)]
+        routed: list[tuple[str, StreamInfo | None]] = [(t, None) for t in bridge.logs.routes]
+        streams: list[tuple[str, StreamInfo | None]] = [
+            (topic, info)
+            for info in infos
+            if (topic := bridge.content_topic_of(info.stream_id)) is not None
+        ]
+        return routed + streams[: 1000 - len(routed)]
 
     def record(self) -> Enr | None:
         """This node's own record (made once it listens), if its key is secp256k1."""

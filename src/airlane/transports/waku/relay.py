@@ -20,6 +20,13 @@ content-topic streams that it has not seen: the streams are found by listing the
 `DISCOVER_S` (those that exist when relay starts are read from their end, later ones from their
 first event, and a light push on a new topic has it followed at once).
 
+Each followed topic holds a reader of its stream, and a stream with a reader never expires, so
+followed topics are bounded (`WakuConfig.max_relay_topics`: a light push to a new topic past it
+is answered 503, a message relayed in on one is stored and forwarded but its topic is not
+followed) and a topic without messages for `WakuConfig.relay_topic_idle_s` is let go: its
+stream may then expire as any idle stream does, and a new message on it (seen by the listing,
+or pushed or relayed in) has it followed again from where it was let go.
+
 Each relay peer has a queue of RPCs bounded in count (`QUEUE`) and in bytes (`QUEUE_BYTES`),
 and one writer task: a slow peer loses its oldest RPCs (counted), never the node's memory. An
 IWANT is answered with each message it names once, and one peer gets the same message through
@@ -39,6 +46,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from airlane.core import Position
 from airlane.core.errors import AirlaneError
 from airlane.transports.waku.bridge import Refused
 from airlane.transports.waku.connection import PeerConnection
@@ -50,6 +58,7 @@ from airlane.wire.waku import (
     RELAY_PROTOCOL,
     RelayMessage,
     RelayRpc,
+    Status,
     WakuMessage,
     auto_shard,
     shard_topic,
@@ -88,8 +97,9 @@ ANSWER_MESSAGES = 64
 """Messages in one RPC answering an IWANT at most (and at most `WakuConfig.max_payload` bytes
 of them, so the RPC stays within what a peer reads in one)."""
 DISCOVER_S = 1.0
-MAX_TOPICS = 1000
-"""Content topics relayed out at most."""
+"""How often the content-topic streams are listed (and idle topics let go)."""
+PARKED_MAX = 10_000
+"""Topics not followed whose position relay remembers (where it let them go)."""
 
 
 @dataclass(slots=True)
@@ -180,6 +190,12 @@ class RelayService:
         self._seen: OrderedDict[bytes, float] = OrderedDict()
         self._asked: OrderedDict[bytes, None] = OrderedDict()  # ids this node asked for
         self._feeds: dict[str, TopicFeed] = {}
+        self._active: dict[str, float] = {}  # followed topic -> when it last had a message
+        # Topics not followed -> the position relay has relayed them to (where a topic was
+        # let go, or where its stream was when listed with no room to follow it).
+        self._parked: OrderedDict[str, Position] = OrderedDict()
+        self._listed: set[str] = set()  # the topics of the last listing
+        self._following = asyncio.Lock()  # feeds start and stop one at a time
         self._tasks: list[asyncio.Task[None]] = []
 
     @property
@@ -191,6 +207,11 @@ class RelayService:
         """The peers in this node's mesh for ``topic``."""
         return set(self._mesh.get(topic, ()))
 
+    @property
+    def followed(self) -> list[str]:
+        """The content topics relay follows now (at most `WakuConfig.max_relay_topics`)."""
+        return list(self._feeds)
+
     def queued(self, peer: PeerId) -> tuple[int, int]:
         """RPCs queued for ``peer`` and their bytes (``(0, 0)`` for a peer not relaying)."""
         relay_peer = self._peers.get(peer)
@@ -199,8 +220,8 @@ class RelayService:
         return len(relay_peer.queue), relay_peer.queued_bytes
 
     async def start(self) -> None:
-        """Follow the content-topic streams that exist (from their end), then look for new
-        ones, and start the heartbeat."""
+        """Follow the content-topic streams that exist (from their end, up to
+        `WakuConfig.max_relay_topics`), then look for new ones, and start the heartbeat."""
         await self._discover(from_start=False)
         self._tasks = [
             asyncio.create_task(self._discover_forever(), name="waku-relay-discovery"),
@@ -216,6 +237,7 @@ class RelayService:
         for feed in self._feeds.values():
             await feed.aclose()
         self._feeds.clear()
+        self._active.clear()
         for peer in list(self._peers):
             self._drop(peer)
 
@@ -225,28 +247,131 @@ class RelayService:
         while True:
             await asyncio.sleep(DISCOVER_S)
             try:
+                await self._let_go_idle()
                 await self._discover(from_start=True)
             except AirlaneError as exc:
                 log.warning("waku relay: cannot list the content-topic streams: %s", exc)
 
     async def _discover(self, *, from_start: bool) -> None:
-        for topic in await self.node.content_topics():
-            if topic not in self._feeds and len(self._feeds) < MAX_TOPICS:
+        """Follow the listed topics not followed yet: a stream first listed now from its first
+        event (``from_start``; those there when relay starts from their end); a topic let go,
+        or not followed for want of room, only once it has messages past where relay left
+        it, from there. A followed topic holds a reader of its stream, which keeps the stream
+        from expiring: one without messages is let go (`_let_go_idle`) and stays so."""
+        listed = set()
+        parked = self._parked
+        for topic, info in await self.node.content_topic_streams():
+            listed.add(topic)
+            if topic in self._feeds:
+                continue
+            if info is None:  # a topic kept in an event log (configured): always followed
                 await self.follow(topic, from_start=from_start)
+                continue
+            now = Position(info.epoch, info.last_seq)
+            since = parked.get(topic)
+            if since is None:
+                new = from_start and topic not in self._listed
+                if not await self.follow(topic, from_start=new):
+                    # No room: relayed from here once there is (what came before is not, so
+                    # that nothing relayed in and forwarded already goes out again).
+                    self._park(topic, now)
+            elif since != now:
+                await self.follow(topic, after=since)
+        self._listed = listed
 
-    async def follow(self, content_topic: str, *, from_start: bool = True) -> None:
-        """Relay what the content topic's stream gets (from its first event by default)."""
+    def _park(self, topic: str, position: Position) -> None:
+        """Remember where relay left a topic it does not follow, for `PARKED_MAX` topics (the
+        oldest is forgotten: pushed to again, such a topic is followed from its stream's
+        first event, and its messages older than `SEEN_TTL_S` are relayed again)."""
+        self._parked[topic] = position
+        self._parked.move_to_end(topic)
+        while len(self._parked) > PARKED_MAX:
+            self._parked.popitem(last=False)
+
+    async def _let_go_idle(self) -> None:
+        """Stop following the topics without a message for `WakuConfig.relay_topic_idle_s`,
+        remembering where each was, so their streams can expire and their share of
+        `WakuConfig.max_relay_topics` goes to other topics."""
+        before = time.monotonic() - self.node.config.relay_topic_idle_s
+        idle = [topic for topic, at in self._active.items() if at < before]
+        if not idle:
+            return
+        async with self._following:
+            for topic in idle:
+                feed = self._feeds.get(topic)
+                if feed is None or self._active.get(topic, 0.0) >= before:
+                    continue
+                if self.bridge.logs.log_for(topic) is not None:
+                    self._active[topic] = time.monotonic()  # a configured log: holds no reader
+                    continue
+                position = feed.position
+                del self._feeds[topic]
+                del self._active[topic]
+                await feed.aclose()
+                if position is not None:
+                    self._park(topic, position)
+                log.debug("waku relay: %s was idle; let go", topic)
+
+    def admit(self, content_topic: str) -> None:
+        """Check that ``content_topic`` can be followed (it is, or there is room): what a light
+        push asks before storing a message on a new topic.
+
+        Raises:
+            Refused: 503, this node follows `WakuConfig.max_relay_topics` topics already.
+        """
+        if content_topic not in self._feeds:
+            self._check_room()
+
+    def _check_room(self) -> None:
+        limit = self.node.config.max_relay_topics
+        if len(self._feeds) >= limit:
+            raise Refused(
+                Status.SERVICE_UNAVAILABLE,
+                f"this node relays at most {limit} content topics at once (max_relay_topics); "
+                f"a topic is let go after {self.node.config.relay_topic_idle_s:g} s without "
+                "messages",
+            )
+
+    async def follow(
+        self, content_topic: str, *, from_start: bool = True, after: Position | None = None
+    ) -> bool:
+        """Relay what the content topic's stream gets: from its first event by default, from
+        its end with ``from_start=False``, after ``after`` if given; a topic let go is followed
+        again from where it was let go. Whether it is followed (False past
+        `WakuConfig.max_relay_topics`, or if the gateway refused: logged)."""
         if content_topic in self._feeds:
-            return
-        feed = TopicFeed(self.bridge, content_topic, self._on_message, from_start=from_start)
-        try:
-            await feed.start()
-        except (AirlaneError, Refused) as exc:
-            log.warning("waku relay: cannot follow %s: %s", content_topic, exc)
-            return
-        self._feeds[content_topic] = feed
+            self._active[content_topic] = time.monotonic()
+            return True
+        async with self._following:
+            if content_topic in self._feeds:
+                return True
+            try:
+                self._check_room()
+            except Refused as exc:
+                log.debug("waku relay: not following %s: %s", content_topic, exc.reason)
+                return False
+            parked = self._parked.pop(content_topic, None)
+            feed = TopicFeed(
+                self.bridge,
+                content_topic,
+                self._on_message,
+                from_start=from_start,
+                after=after or parked,
+            )
+            try:
+                await feed.start()
+            except (AirlaneError, Refused) as exc:
+                log.info("waku relay: cannot follow %s: %s", content_topic, exc)
+                if parked is not None:
+                    self._park(content_topic, parked)
+                return False
+            self._feeds[content_topic] = feed
+            self._active[content_topic] = time.monotonic()
+            return True
 
     def _on_message(self, content_topic: str, message: WakuMessage, pubsub: str | None) -> None:
+        if content_topic in self._active:
+            self._active[content_topic] = time.monotonic()
         if pubsub is None:
             config = self.node.config
             shard = auto_shard(content_topic, config.shards_in_cluster)
@@ -504,4 +629,7 @@ class RelayService:
             self.stats.gossip_in += 1
         self._cache.put(digest, relayed)
         self._forward(relayed, source=peer)
-        await self.follow(message.content_topic)
+        # Followed from here on (this message is forwarded already); past max_relay_topics it
+        # is not: the message is stored and forwarded all the same, and its stream, which no
+        # reader holds, expires as any idle stream does.
+        await self.follow(message.content_topic, from_start=False)

@@ -191,6 +191,8 @@ class _Service:
                 if message.version not in (None, 0):
                     raise Refused(Status.BAD_REQUEST, f"message version {message.version}")
                 pubsub = bridge.pubsub_for(message.content_topic, request.pubsub_topic)
+                if relay is not None:  # past max_relay_topics a new topic is refused, unstored
+                    relay.admit(message.content_topic)
                 await bridge.publish(message, pubsub)
                 if relay is not None:  # a new topic is relayed now, not at the next discovery
                     await relay.follow(message.content_topic)
