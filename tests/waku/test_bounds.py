@@ -310,3 +310,26 @@ async def test_a_message_relayed_in_past_the_relay_bound_is_stored_not_followed(
             await client.push(WakuMessage(b"second", second, timestamp=2))
         await _until_stored(node, second, b"second")
         assert relay.followed == [first]
+
+
+async def test_a_message_pushed_after_relay_brought_it_is_stored_once() -> None:
+    """A light push of a message this node already has through relay is answered OK and not
+    stored again (docs/waku.md: appended once)."""
+    async with (
+        local_node() as node,
+        local_node(peers=(str(node.multiaddrs[0]),)) as other,
+    ):
+        relay = node.relay
+        assert relay is not None
+        async with asyncio.timeout(10):
+            while relay.peer_count < 1:
+                await asyncio.sleep(0.02)
+        message = WakuMessage(b"once", TOPIC, timestamp=7)
+        async with LightClient.connect(other.multiaddrs[0]) as client:
+            await client.push(message)
+        await _until_stored(node, TOPIC, b"once")  # relayed in
+        async with LightClient.connect(node.multiaddrs[0]) as client:
+            await client.push(message)  # the same message, pushed straight to this node
+        await asyncio.sleep(0.3)
+        stored = await node.bridge.history(TOPIC, PUBSUB, lambda entry: True)
+        assert [entry.message.payload for entry in stored].count(b"once") == 1

@@ -385,6 +385,11 @@ class RelayService:
         self._cache.put(digest, relayed)
         self._forward(relayed, source=None)
 
+    def has_seen(self, message: WakuMessage, pubsub: str) -> bool:
+        """Whether ``message`` (on ``pubsub``) went through this node's relay within
+        `SEEN_TTL_S`, relayed in or out: it is stored here already."""
+        return self._seen_now(message.hash(pubsub))
+
     def _seen_before(self, digest: bytes) -> bool:
         """Whether ``digest`` was seen within `SEEN_TTL_S`; remembers it either way."""
         if self._seen_now(digest):

@@ -191,6 +191,13 @@ class _Service:
                 if message.version not in (None, 0):
                     raise Refused(Status.BAD_REQUEST, f"message version {message.version}")
                 pubsub = bridge.pubsub_for(message.content_topic, request.pubsub_topic)
+                if relay is not None and relay.has_seen(message, pubsub):
+                    # Relayed here already (from another node, or pushed before): stored
+                    # once, as relay stores what it sees twice once.
+                    count = self.node.relay_peer_count()
+                    return LightPushResponse(request.request_id, Status.OK, None, count).encode(
+                        version
+                    )
                 if relay is not None:  # past max_relay_topics a new topic is refused, unstored
                     relay.admit(message.content_topic)
                 await bridge.publish(message, pubsub)
