@@ -202,6 +202,7 @@ class PyClient:
         self.synced = asyncio.Event()
         self.changed = asyncio.Event()
         self.awareness: dict[int, Any] = {}
+        self.seen_peers: set[str] = set()  # every name that has been in the awareness states
         self._applying = False
         self._outgoing: list[bytes] = []
         self.doc.observe(self._on_change)
@@ -238,6 +239,7 @@ class PyClient:
                         self.awareness.pop(entry.client_id, None)
                     else:
                         self.awareness[entry.client_id] = entry.state
+                self.seen_peers.update(self.peers())
                 self.changed.set()
 
     async def flush(self) -> None:

@@ -67,6 +67,7 @@ def test_exports() -> None:
     assert sorted(yjs.__all__) == sorted(
         [
             "ROOM_NAME_PATTERN",
+            "AwarenessTooLarge",
             "InvalidRoomName",
             "InvalidUpdate",
             "MalformedMessage",

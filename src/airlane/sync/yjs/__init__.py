@@ -15,6 +15,7 @@ The WebSocket endpoint is `airlane.transports.http.yjs` (``/v1/yjs/<room>``).
 
 from airlane.sync.yjs.config import ROOM_NAME_PATTERN, YRoomsConfig, valid_room_name
 from airlane.sync.yjs.errors import (
+    AwarenessTooLarge,
     InvalidRoomName,
     InvalidUpdate,
     MalformedMessage,
@@ -33,6 +34,7 @@ from airlane.sync.yjs.rooms import YRooms
 
 __all__ = [
     "ROOM_NAME_PATTERN",
+    "AwarenessTooLarge",
     "InvalidRoomName",
     "InvalidUpdate",
     "MalformedMessage",

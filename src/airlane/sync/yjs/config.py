@@ -12,9 +12,12 @@ __all__ = [
     "DEFAULT_AWARENESS_TIMEOUT_S",
     "DEFAULT_COMPACT_EVERY",
     "DEFAULT_IDLE_CLOSE_S",
+    "DEFAULT_MAX_AWARENESS_IDS_PER_PEER",
+    "DEFAULT_MAX_AWARENESS_STATE_BYTES",
     "DEFAULT_MAX_PEERS_PER_ROOM",
     "DEFAULT_MAX_QUEUED_BYTES",
     "DEFAULT_MAX_QUEUED_MESSAGES",
+    "DEFAULT_MAX_REMOTE_AWARENESS_STATES",
     "DEFAULT_MAX_ROOMS",
     "ROOM_NAME_PATTERN",
     "YRoomsConfig",
@@ -43,6 +46,16 @@ DEFAULT_AWARENESS_TIMEOUT_S = 30.0
 renew theirs every 15 s)."""
 DEFAULT_AWARENESS_RETENTION = 256
 """Awareness records a presence stream keeps: presence is ephemeral, nobody reads it back."""
+DEFAULT_MAX_AWARENESS_IDS_PER_PEER = 4
+"""Awareness client ids one connection may hold at once. A y-websocket provider announces one
+(its document's ``clientID``); the others it sends are echoes of what the room told it, which
+are not its own and are not counted."""
+DEFAULT_MAX_AWARENESS_STATE_BYTES = 16 * 1024
+"""One awareness state, as JSON. Presence is a user's name and colour, a cursor and a selection
+(relative positions), a few hundred bytes; 16 KiB leaves room for richer ones."""
+DEFAULT_MAX_REMOTE_AWARENESS_STATES = 4096
+"""Awareness states a room holds for peers on other nodes (one node's records may claim at
+most `YRoomsConfig.max_awareness_ids_per_node` of them)."""
 
 
 def valid_room_name(name: str) -> bool:
@@ -72,13 +85,42 @@ class YRoomsConfig:
     """Events kept by each room's presence stream."""
     read_batch: int = 64
     """Hub events taken per read when loading and following a room."""
+    max_awareness_ids_per_peer: int = DEFAULT_MAX_AWARENESS_IDS_PER_PEER
+    """Awareness client ids one peer may hold; an update claiming more closes it (4400)."""
+    max_awareness_state_bytes: int = DEFAULT_MAX_AWARENESS_STATE_BYTES
+    """Bytes of one awareness state (its JSON); a peer sending a larger one is closed (4400),
+    another node's larger one is skipped."""
+    max_remote_awareness_states: int = DEFAULT_MAX_REMOTE_AWARENESS_STATES
+    """Awareness states of other nodes' peers a room holds; past it their new ones are
+    skipped."""
 
     def __post_init__(self) -> None:
-        for name in ("max_rooms", "max_peers_per_room", "compact_every", "max_queued_messages"):
+        for name in (
+            "max_rooms",
+            "max_peers_per_room",
+            "compact_every",
+            "max_queued_messages",
+            "max_awareness_ids_per_peer",
+            "max_awareness_state_bytes",
+            "max_remote_awareness_states",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"YRoomsConfig.{name} must be at least 1")
         if self.idle_close_s < 0 or self.awareness_timeout_s <= 0:
             raise ValueError("YRoomsConfig timers must be positive")
+
+    @property
+    def max_awareness_ids_per_node(self) -> int:
+        """Awareness client ids one other node's records may make a room hold: what that
+        node's own peers could hold (`max_peers_per_room` x `max_awareness_ids_per_peer`)."""
+        return self.max_peers_per_room * self.max_awareness_ids_per_peer
+
+    @property
+    def max_removed_awareness_ids(self) -> int:
+        """Removed awareness client ids whose clock a room remembers (for
+        `awareness_timeout_s`, so a late echo of a state cannot bring it back): as many as it
+        may hold live ones."""
+        return self.max_awareness_ids_per_node + self.max_remote_awareness_states
 
     @property
     def doc_retention(self) -> Retention:

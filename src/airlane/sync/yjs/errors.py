@@ -6,8 +6,10 @@ Exceptions::
     ├── YProtocolError        the peer sent something that is not the y-websocket protocol
     │   ├── MalformedMessage  truncated, overlong or otherwise unreadable framing
     │   ├── UnknownMessage    a message type or sync step this server does not take
-    │   └── InvalidUpdate     a CRDT update or state vector the document cannot decode
-    │                         (all three: invalid_message)
+    │   ├── InvalidUpdate     a CRDT update or state vector the document cannot decode
+    │   └── AwarenessTooLarge presence past its bounds: more client ids than a peer may
+    │                         hold, or a state over the size limit
+    │                         (all four: invalid_message)
     ├── ReadOnlyPeer          the peer may read the room but sent a change to it (read_only)
     ├── InvalidRoomName       not a room name (invalid_room)
     └── RoomUnavailable       a bound or shutdown keeps the peer out for now (room_unavailable)
@@ -25,6 +27,7 @@ from __future__ import annotations
 from airlane.core.errors import AirlaneError, ErrorCode
 
 __all__ = [
+    "AwarenessTooLarge",
     "InvalidRoomName",
     "InvalidUpdate",
     "MalformedMessage",
@@ -61,6 +64,13 @@ class UnknownMessage(YProtocolError):
 
 class InvalidUpdate(YProtocolError):
     """A CRDT update or state vector that the document cannot decode."""
+
+
+class AwarenessTooLarge(YProtocolError):
+    """An awareness update that would make the peer hold more client ids than
+    `YRoomsConfig.max_awareness_ids_per_peer`, or carries a state larger than
+    `YRoomsConfig.max_awareness_state_bytes`. Not applied; the peer is closed (4400: sending
+    it again after a reconnect would be refused again)."""
 
 
 class ReadOnlyPeer(YjsError):

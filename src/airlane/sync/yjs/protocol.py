@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import enum
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pycrdt import (
@@ -144,6 +144,8 @@ class AwarenessEntry:
     """Increases with every change of that client's state; the higher clock wins."""
     state: Any
     """The state as JSON-compatible data; None means the client is gone."""
+    size: int = field(default=0, compare=False)
+    """The state's length in bytes as it was read (its JSON); 0 for an entry made here."""
 
 
 # -- reading -----------------------------------------------------------------------------------
@@ -249,7 +251,11 @@ def parse_awareness_update(update: bytes) -> tuple[AwarenessEntry, ...]:
     for _ in range(count):
         client_id = reader.var_uint("awareness client id")
         clock = reader.var_uint("awareness clock")
-        text = reader.var_string("awareness state")
+        raw = reader.var_bytes("awareness state")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise MalformedMessage("the awareness state is not UTF-8") from None
         try:
             # json, not orjson: the states are applied by pycrdt's Awareness, which uses json,
             # and JSON.stringify may write lone surrogates (\ud800) that orjson refuses.
@@ -258,7 +264,7 @@ def parse_awareness_update(update: bytes) -> tuple[AwarenessEntry, ...]:
             raise MalformedMessage(
                 f"the awareness state of client {client_id} is not JSON"
             ) from None
-        entries.append(AwarenessEntry(client_id, clock, state))
+        entries.append(AwarenessEntry(client_id, clock, state, len(raw)))
     reader.end("awareness update")
     return tuple(entries)
 

@@ -40,8 +40,24 @@ local peer's awareness update is applied to the room's `Awareness`, sent to ever
 "no message received" watchdog quiet in an otherwise idle room) and appended as an
 ``awareness`` record; the other nodes apply it and send it to their peers. A room that opens
 appends a ``query`` record and the others answer with their peers' states. A peer that leaves
-has its states removed (sent everywhere); states of peers on other nodes that are not renewed
-within `YRoomsConfig.awareness_timeout_s` are dropped locally (their node died).
+has its states removed (sent everywhere); states not renewed within
+`YRoomsConfig.awareness_timeout_s` are dropped (clients renew theirs every 15 s; a live client
+told its state was dropped announces it again at once).
+
+Presence is bounded. Every client id the room holds has one owner: the local peer that
+announced it, or the room instance on another node whose record did. An entry naming an id
+that another owner holds is skipped, not applied: a y-websocket provider echoes every change
+it is told of (other clients' states, and their removal when its own timer drops them), and
+nobody may overwrite or remove someone else's presence. Entries pycrdt would ignore (an older
+or repeated clock) are skipped first, so an echo never counts as a claim. A local peer may
+hold `YRoomsConfig.max_awareness_ids_per_peer` ids and send states of at most
+`YRoomsConfig.max_awareness_state_bytes`; an update past either is not applied and closes it
+(`AwarenessTooLarge`). Another node's records may make the room hold
+`YRoomsConfig.max_awareness_ids_per_node` ids, and all of them together
+`YRoomsConfig.max_remote_awareness_states`; entries past those or over the state size are
+skipped (logged). pycrdt keeps a clock for every id it ever saw; the room forgets a removed
+id's clock after `YRoomsConfig.awareness_timeout_s` (until then a late echo of its old state
+is refused by that clock), keeping `YRoomsConfig.max_removed_awareness_ids` at most.
 
 Tasks. A room owns two follower tasks (document, presence) and, while it has no peer, an idle
 timer; `YRoom.aclose` cancels them. `YRooms` owns its rooms and closes them all in `aclose`.
@@ -51,11 +67,13 @@ Nothing here touches a socket: peers are `YPeer` queues drained by the transport
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pycrdt import Awareness, Doc, TransactionEvent
@@ -65,6 +83,7 @@ from airlane.core.errors import ErrorCode
 from airlane.hub import Hub, HubError, Subscription
 from airlane.sync.yjs.config import YRoomsConfig
 from airlane.sync.yjs.errors import (
+    AwarenessTooLarge,
     InvalidUpdate,
     ReadOnlyPeer,
     RoomFull,
@@ -76,6 +95,7 @@ from airlane.sync.yjs.peer import YPeer
 from airlane.sync.yjs.protocol import (
     EMPTY_UPDATE,
     AuthDenied,
+    AwarenessEntry,
     AwarenessMessage,
     QueryAwareness,
     SyncStep1,
@@ -84,6 +104,7 @@ from airlane.sync.yjs.protocol import (
     check_state_vector,
     check_update,
     encode,
+    encode_awareness_update,
     parse_awareness_update,
     parse_message,
 )
@@ -108,6 +129,18 @@ _HUB = "hub"
 """Origin of changes that came from another node through the hub."""
 _TIMEOUT = "timeout"
 """Origin of presence dropped because it was not renewed."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Node:
+    """Origin of presence applied from another node's record: that room instance."""
+
+    origin: str
+
+
+_Owner = YPeer | str
+"""Who holds an awareness client id: a local peer, or another node's room instance (the
+``origin`` of its records)."""
 
 
 class YRoom:
@@ -138,6 +171,10 @@ class YRoom:
         self._awareness.set_local_state(None)  # the server itself has no presence
         self._awareness.observe(self._on_awareness)
         self._awareness_out: list[bytes] = []  # local peers' awareness updates to append
+        self._owners: dict[int, _Owner] = {}  # every client id with a state: who holds it
+        self._remote_held: collections.Counter[str] = collections.Counter()  # ids per origin
+        self._removed: dict[int, float] = {}  # removed ids whose clock is kept: when (monotonic)
+        self._swept = time.monotonic()
         self._peers: set[YPeer] = set()
         self._doc_sub: Subscription | None = None
         self._awareness_sub: Subscription | None = None
@@ -283,8 +320,7 @@ class YRoom:
         elif isinstance(message, SyncStep2 | SyncUpdate):
             await self._receive_update(peer, message.update)
         elif isinstance(message, AwarenessMessage):
-            parse_awareness_update(message.update)  # pycrdt's reader trusts its input
-            self._awareness.apply_awareness_update(message.update, peer)
+            self._receive_awareness(peer, message.update)
             await self._flush_awareness()
         elif isinstance(message, QueryAwareness):
             states = self._awareness_update(list(self._awareness.states))
@@ -473,27 +509,127 @@ class YRoom:
 
     # -- presence ---------------------------------------------------------------------------
 
+    def _receive_awareness(self, peer: YPeer, update: bytes) -> None:
+        """Apply what ``peer`` may change of ``update``; raise `AwarenessTooLarge` (applying
+        nothing) if that would pass its bounds."""
+        entries = parse_awareness_update(update)  # pycrdt's reader trusts its input
+        kept, claims = self._admissible(entries, peer)
+        if not kept:
+            return
+        config = self._config
+        dropped = {
+            e.client_id for e in kept if e.state is None and e.client_id in peer.awareness_ids
+        }
+        held = len(peer.awareness_ids) - len(dropped) + len(claims)
+        if held > config.max_awareness_ids_per_peer:
+            raise AwarenessTooLarge(
+                f"presence for {held} client ids; a connection may hold "
+                f"{config.max_awareness_ids_per_peer}"
+            )
+        for entry in kept:
+            if entry.size > config.max_awareness_state_bytes:
+                raise AwarenessTooLarge(
+                    f"the presence state of client {entry.client_id} takes {entry.size} bytes; "
+                    f"at most {config.max_awareness_state_bytes}"
+                )
+        if len(kept) < len(entries):
+            update = encode_awareness_update(kept)
+        self._awareness.apply_awareness_update(update, peer)
+
+    def _admissible(
+        self, entries: Sequence[AwarenessEntry], owner: _Owner
+    ) -> tuple[list[AwarenessEntry], list[int]]:
+        """The entries ``owner`` may apply that would change something, and the ids among
+        them it does not hold yet (its claims). Skipped: ids another owner holds, entries
+        pycrdt would ignore (its rule: a higher clock wins; an equal one only removes), and
+        removals of ids nobody holds (pycrdt would keep their clock for ever)."""
+        meta, states = self._awareness.meta, self._awareness.states
+        kept: list[AwarenessEntry] = []
+        claims: list[int] = []
+        for entry in entries:
+            client_id = entry.client_id
+            holder = self._owners.get(client_id)
+            if holder is not None and holder != owner:  # a peer equals only itself
+                continue
+            known = meta.get(client_id)
+            clock = 0 if known is None else known["clock"]
+            if not (
+                clock < entry.clock
+                or (clock == entry.clock and entry.state is None and client_id in states)
+            ):
+                continue
+            if holder is None:
+                if entry.state is None:
+                    continue
+                if client_id not in claims:
+                    claims.append(client_id)
+            kept.append(entry)
+        return kept, claims
+
     def _awareness_update(self, client_ids: list[int]) -> bytes | None:
         if not client_ids:
             return None
         return encode(AwarenessMessage(self._awareness.encode_awareness_update(client_ids)))
 
     def _on_awareness(self, topic: str, args: tuple[dict[str, Any], Any]) -> None:
-        # pycrdt's observer, called synchronously by apply/remove: relay, and collect what
-        # local peers said for the hub (appended by `_flush_awareness` after the call).
+        # pycrdt's observer, called synchronously by apply/remove: relay, keep the owners,
+        # and collect what local peers said for the hub (appended by `_flush_awareness`).
         if topic != "update":
             return
         changes, origin = args
-        added, removed = changes["added"], changes["removed"]
-        changed = [*added, *changes["updated"], *removed]
-        payload = self._awareness.encode_awareness_update(changed)
+        set_ids = [*changes["added"], *changes["updated"]]
+        removed = changes["removed"]
+        payload = self._awareness.encode_awareness_update([*set_ids, *removed])
         message = encode(AwarenessMessage(payload))
         for peer in self._peers:
             peer.send(message)
+        owner: _Owner | None = origin if isinstance(origin, YPeer) else None
+        if isinstance(origin, _Node):
+            owner = origin.origin
+        if owner is not None:
+            for client_id in set_ids:
+                self._hold(client_id, owner)
+        for client_id in removed:
+            self._release(client_id)
         if isinstance(origin, YPeer):
-            origin.awareness_ids.update(added)
-            origin.awareness_ids.difference_update(removed)
             self._awareness_out.append(payload)
+
+    def _hold(self, client_id: int, owner: _Owner) -> None:
+        holder = self._owners.get(client_id)
+        if holder == owner:
+            return
+        if holder is not None:
+            self._unhold(client_id, holder)
+        self._owners[client_id] = owner
+        self._removed.pop(client_id, None)
+        if isinstance(owner, YPeer):
+            owner.awareness_ids.add(client_id)
+        else:
+            self._remote_held[owner] += 1
+
+    def _release(self, client_id: int) -> None:
+        """``client_id`` has no state any more: nobody holds it; its clock is kept a while."""
+        holder = self._owners.pop(client_id, None)
+        if holder is not None:
+            self._unhold(client_id, holder)
+        self._removed.pop(client_id, None)
+        self._removed[client_id] = time.monotonic()
+        while len(self._removed) > self._config.max_removed_awareness_ids:
+            self._forget(next(iter(self._removed)))
+
+    def _unhold(self, client_id: int, holder: _Owner) -> None:
+        if isinstance(holder, YPeer):
+            holder.awareness_ids.discard(client_id)
+        else:
+            self._remote_held[holder] -= 1
+            if self._remote_held[holder] <= 0:
+                del self._remote_held[holder]
+
+    def _forget(self, client_id: int) -> None:
+        """Drop the clock pycrdt keeps for a removed ``client_id``."""
+        del self._removed[client_id]
+        if client_id not in self._awareness.states:
+            self._awareness.meta.pop(client_id, None)
 
     async def _flush_awareness(self) -> None:
         out, self._awareness_out = self._awareness_out, []
@@ -505,11 +641,13 @@ class YRoom:
         period = self._config.awareness_timeout_s / 3
         try:
             while True:
-                try:
+                batch: list[Event] | None = None
+                with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(period):
                         batch = await sub.next_batch(self._config.read_batch)
-                except TimeoutError:
-                    self._drop_outdated()
+                if time.monotonic() - self._swept >= period:
+                    self._drop_outdated()  # whether or not records keep coming
+                if batch is None:
                     continue
                 if not batch:
                     break
@@ -523,18 +661,25 @@ class YRoom:
             log.warning("room %s: presence from other nodes stopped (its stream ended)", self.name)
 
     async def _awareness_record(self, event: Event) -> None:
+        if event.kind is Kind.SNAPSHOT:
+            return  # records folded away before this room read them: stale presence anyway
         record = self._decode(event)
         if record is None or record.origin == self.origin:
             return
         if isinstance(record, AwarenessRecord):
             try:
-                parse_awareness_update(record.update)
+                entries = parse_awareness_update(record.update)
             except YProtocolError as exc:
                 log.warning("room %s: presence record %d skipped: %s", self.name, event.seq, exc)
                 return
-            self._awareness.apply_awareness_update(record.update, _HUB)
+            kept = self._admissible_remote(record.origin, entries, event.seq)
+            if kept:
+                update = record.update
+                if len(kept) < len(entries):
+                    update = encode_awareness_update(kept)
+                self._awareness.apply_awareness_update(update, _Node(record.origin))
         elif isinstance(record, AwarenessQuery):
-            local = sorted({i for peer in self._peers for i in peer.awareness_ids})
+            local = sorted(i for i, owner in self._owners.items() if isinstance(owner, YPeer))
             if local:
                 update = self._awareness.encode_awareness_update(local)
                 answer = record_event(AwarenessRecord(self.origin, update))
@@ -543,16 +688,46 @@ class YRoom:
                 except HubError as exc:  # they will see our peers' next renewal
                     log.warning("room %s: could not answer a presence query: %s", self.name, exc)
 
+    def _admissible_remote(
+        self, origin: str, entries: Sequence[AwarenessEntry], seq: int
+    ) -> list[AwarenessEntry]:
+        """The entries of another node's record this room applies: those `_admissible`
+        keeps, with states within the size bound, and claims within that node's share and
+        the room's bound for other nodes' presence."""
+        config = self._config
+        kept, claims = self._admissible(entries, origin)
+        room = config.max_remote_awareness_states - sum(self._remote_held.values())
+        share = config.max_awareness_ids_per_node - self._remote_held[origin]
+        refused = set(claims[max(0, min(room, share)) :])
+        admitted = [
+            entry
+            for entry in kept
+            if entry.client_id not in refused and entry.size <= config.max_awareness_state_bytes
+        ]
+        if len(admitted) < len(kept):
+            log.warning(
+                "room %s: presence record %d: %d of its states skipped (over the size or the "
+                "number of states a node's records may make this room hold)",
+                self.name,
+                seq,
+                len(kept) - len(admitted),
+            )
+        return admitted
+
     def _drop_outdated(self) -> None:
-        """Drop other nodes' presence not renewed in time (their node may have died)."""
-        local = {i for peer in self._peers for i in peer.awareness_ids}
+        """Drop presence not renewed in time (the peer or its node may be gone; a live
+        client told so announces itself again), and forget removed ids' clocks after as
+        long."""
+        self._swept = time.monotonic()
         now_ms = time.time() * 1000  # pycrdt stamps ``lastUpdated`` with wall-clock ms
         timeout_ms = self._config.awareness_timeout_s * 1000
         outdated = [
             client_id
             for client_id in self._awareness.states
-            if client_id not in local
-            and now_ms - self._awareness.meta[client_id]["lastUpdated"] >= timeout_ms
+            if now_ms - self._awareness.meta[client_id]["lastUpdated"] >= timeout_ms
         ]
         if outdated:
             self._awareness.remove_awareness_states(outdated, _TIMEOUT)
+        expired = self._swept - self._config.awareness_timeout_s
+        for client_id in [i for i, removed in self._removed.items() if removed <= expired]:
+            self._forget(client_id)

@@ -19,7 +19,8 @@ close code for the refusal's `ErrorCode` (`airlane.transports.http.errors.WS_CLO
 1009   a message over `HttpConfig.max_ws_message_bytes`
 1011   a bug on this side (logged here)
 1013   a bound (rooms per node, peers per room) or the hub not answering: retry later
-4400   a malformed or unknown message, an undecodable update, a bad room name
+4400   a malformed or unknown message, an undecodable update, a bad room name, presence
+       past its bounds (too many client ids for one connection, a state over the size limit)
 4401   missing or refused credentials; 4403: not allowed (subscribe, or a change while
        read-only)
 4503   the peer read too slowly and its send queue overflowed (reconnect resyncs it)
