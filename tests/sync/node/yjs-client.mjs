@@ -4,10 +4,11 @@
 //   node yjs-client.mjs '{"url": "ws://127.0.0.1:PORT/v1/yjs", "room": "r", "name": "alice",
 //                         "text": ["alpha"], "map": {"a": 1},
 //                         "expectText": ["bravo"], "expectMap": ["b"], "expectPeers": ["bob"],
-//                         "timeoutMs": 15000}'
+//                         "timeoutMs": 15000, "repeat": 1}'
 //
 // It connects, waits until synced, appends each "text" piece to the Y.Text "text" (one
-// transaction, so one update message, each) and sets each "map" entry on the Y.Map "map", then
+// transaction, so one update message, each; "repeat" times over: a large piece without a large
+// command line) and sets each "map" entry on the Y.Map "map", then
 // waits until every "expectText" substring is in the text, every "expectMap" key is in the map
 // and every "expectPeers" name has been among the awareness states (state.user.name), and
 // prints the document as one JSON line: {"name", "clientID", "text", "map", "peers",
@@ -32,7 +33,8 @@ const {
   expectMap = [],
   expectPeers = [],
   timeoutMs = 15000,
-  params = {}
+  params = {},
+  repeat = 1
 } = options
 
 const doc = new Y.Doc()
@@ -115,7 +117,7 @@ provider.on('sync', (synced) => {
   if (synced && !edited) {
     edited = true
     for (const piece of text) {
-      ytext.insert(ytext.length, piece)
+      ytext.insert(ytext.length, piece.repeat(repeat))
     }
     for (const [key, value] of Object.entries(map)) {
       ymap.set(key, value)

@@ -247,7 +247,11 @@ async def test_authentication_and_read_only_peers(hub: MemoryHub, node: str) -> 
 
 
 async def test_a_peer_that_does_not_read_is_disconnected(hub: MemoryHub) -> None:
-    config = YRoomsConfig(max_queued_messages=16, max_queued_bytes=256 * 1024)
+    config = YRoomsConfig(
+        max_queued_messages=16,
+        max_queued_bytes=256 * 1024,
+        max_document_bytes=64 << 20,  # the writer writes up to 30 MB
+    )
     async with running_node(hub, config) as server, py_client(server, "flood", "writer") as w:
         # A client that stops reading once one message is queued, with a small receive
         # buffer and no compression, so that the server's writes back up soon.

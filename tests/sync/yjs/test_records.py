@@ -68,6 +68,7 @@ def test_exports() -> None:
         [
             "ROOM_NAME_PATTERN",
             "AwarenessTooLarge",
+            "DocumentTooLarge",
             "InvalidRoomName",
             "InvalidUpdate",
             "MalformedMessage",

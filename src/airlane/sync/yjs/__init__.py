@@ -6,6 +6,7 @@ open follows the room's hub streams, so peers on different nodes edit one docume
 
 - `airlane.sync.yjs.protocol`: the y-websocket messages, sans I/O.
 - `airlane.sync.yjs.records`: how a room's document and presence are kept in the hub.
+- `airlane.sync.yjs.growth`: how much an update adds to a document, told before applying it.
 - `airlane.sync.yjs.room`: `YRoom` (loading, relaying, compaction, presence).
 - `airlane.sync.yjs.rooms`: `YRooms`, the rooms of one node (bounds, idle close, shutdown).
 - `airlane.sync.yjs.peer`: `YPeer`, a client with a bounded send queue.
@@ -16,6 +17,7 @@ The WebSocket endpoint is `airlane.transports.http.yjs` (``/v1/yjs/<room>``).
 from airlane.sync.yjs.config import ROOM_NAME_PATTERN, YRoomsConfig, valid_room_name
 from airlane.sync.yjs.errors import (
     AwarenessTooLarge,
+    DocumentTooLarge,
     InvalidRoomName,
     InvalidUpdate,
     MalformedMessage,
@@ -35,6 +37,7 @@ from airlane.sync.yjs.rooms import YRooms
 __all__ = [
     "ROOM_NAME_PATTERN",
     "AwarenessTooLarge",
+    "DocumentTooLarge",
     "InvalidRoomName",
     "InvalidUpdate",
     "MalformedMessage",

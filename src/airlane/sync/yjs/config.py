@@ -14,6 +14,7 @@ __all__ = [
     "DEFAULT_IDLE_CLOSE_S",
     "DEFAULT_MAX_AWARENESS_IDS_PER_PEER",
     "DEFAULT_MAX_AWARENESS_STATE_BYTES",
+    "DEFAULT_MAX_DOCUMENT_BYTES",
     "DEFAULT_MAX_PEERS_PER_ROOM",
     "DEFAULT_MAX_QUEUED_BYTES",
     "DEFAULT_MAX_QUEUED_MESSAGES",
@@ -46,6 +47,11 @@ DEFAULT_AWARENESS_TIMEOUT_S = 30.0
 renew theirs every 15 s)."""
 DEFAULT_AWARENESS_RETENTION = 256
 """Awareness records a presence stream keeps: presence is ephemeral, nobody reads it back."""
+DEFAULT_MAX_DOCUMENT_BYTES = 640 * 1024
+"""A document's encoded state (what its state record holds). The record is one hub event, and
+in a cluster one broker message (nats-server's ``max_payload``, 1 MiB by default) carrying the
+state in base64: 640 KiB, and the 40 KiB that deletions may add past it, make 907 KiB as
+stored, which leaves room for what nodes accept at the same moment."""
 DEFAULT_MAX_AWARENESS_IDS_PER_PEER = 4
 """Awareness client ids one connection may hold at once. A y-websocket provider announces one
 (its document's ``clientID``); the others it sends are echoes of what the room told it, which
@@ -85,6 +91,9 @@ class YRoomsConfig:
     """Events kept by each room's presence stream."""
     read_batch: int = 64
     """Hub events taken per read when loading and following a room."""
+    max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES
+    """A document's encoded state; a change that would grow it past this is refused and its
+    peer closed (4413). Changes that only delete may take it `delete_allowance` further."""
     max_awareness_ids_per_peer: int = DEFAULT_MAX_AWARENESS_IDS_PER_PEER
     """Awareness client ids one peer may hold; an update claiming more closes it (4400)."""
     max_awareness_state_bytes: int = DEFAULT_MAX_AWARENESS_STATE_BYTES
@@ -100,6 +109,7 @@ class YRoomsConfig:
             "max_peers_per_room",
             "compact_every",
             "max_queued_messages",
+            "max_document_bytes",
             "max_awareness_ids_per_peer",
             "max_awareness_state_bytes",
             "max_remote_awareness_states",
@@ -108,6 +118,13 @@ class YRoomsConfig:
                 raise ValueError(f"YRoomsConfig.{name} must be at least 1")
         if self.idle_close_s < 0 or self.awareness_timeout_s <= 0:
             raise ValueError("YRoomsConfig timers must be positive")
+
+    @property
+    def delete_allowance(self) -> int:
+        """How far past `max_document_bytes` changes that only delete may take a document (a
+        sixteenth of it): deleting is how a full document is made smaller, but a deletion
+        inside an item splits it and adds a few bytes before the content it frees shows."""
+        return self.max_document_bytes // 16
 
     @property
     def max_awareness_ids_per_node(self) -> int:

@@ -11,6 +11,8 @@ Exceptions::
     │                         hold, or a state over the size limit
     │                         (all four: invalid_message)
     ├── ReadOnlyPeer          the peer may read the room but sent a change to it (read_only)
+    ├── DocumentTooLarge      a change would grow the document past its bound
+    │                         (stream_too_large)
     ├── InvalidRoomName       not a room name (invalid_room)
     └── RoomUnavailable       a bound or shutdown keeps the peer out for now (room_unavailable)
         ├── TooManyRooms      the node holds its limit of open rooms
@@ -28,6 +30,7 @@ from airlane.core.errors import AirlaneError, ErrorCode
 
 __all__ = [
     "AwarenessTooLarge",
+    "DocumentTooLarge",
     "InvalidRoomName",
     "InvalidUpdate",
     "MalformedMessage",
@@ -77,6 +80,14 @@ class ReadOnlyPeer(YjsError):
     """The peer may subscribe to the room but not publish to it, and sent a change."""
 
     code = ErrorCode.READ_ONLY
+
+
+class DocumentTooLarge(YjsError):
+    """A change would grow the document past `YRoomsConfig.max_document_bytes` (its state
+    record must fit in one hub event). Not applied; the peer is closed (4413: its document
+    holds the change, and would send it again after a reconnect)."""
+
+    code = ErrorCode.STREAM_TOO_LARGE
 
 
 class InvalidRoomName(YjsError):

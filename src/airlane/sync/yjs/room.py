@@ -23,6 +23,24 @@ dependencies have not arrived) is sent to the room's other peers and appended to
 this node only. The follower skips the room's own records (``origin``) and applies the
 others' records to the document, sending what changed to the local peers.
 
+Size. A document is bounded (`YRoomsConfig.max_document_bytes`): its state record is one hub
+event, and in a cluster one broker message. Encoding the state to measure it costs O(document),
+so the room keeps an estimate: the size it last measured (on loading, at each compaction) plus
+the growth of every change applied since (`airlane.sync.yjs.growth`: a change's new structs,
+and a few dozen bytes per newly deleted range), plus whatever pycrdt holds apart waiting for
+what precedes it. A peer's change is checked before it is applied, so a refused one is in
+neither the document nor the stream: a change that fits with room to spare passes on its size
+alone; near the bound its growth is worked out (ranges the document has already deleted count
+nothing: every peer's sync step 2 carries its whole delete set). The estimate is high (new
+structs count twice, for the item an insertion splits; deletions that free content count as
+growth), so before refusing a change on it the room applies it to a copy of the document and
+measures (O(document): at most once per ten times what the last try took, the writer waiting),
+which also re-bases the estimate. A change that would pass the bound is refused
+(`DocumentTooLarge`, close 4413); one that only deletes may go
+`YRoomsConfig.delete_allowance` further, so a full document can be made smaller. Changes from
+other nodes are applied whatever their size (the stream has them), so nodes accepting changes
+at the same moment can together pass the bound by what they accept meanwhile.
+
 Compaction. History is bounded (`YRoomsConfig.doc_retention`): the hub folds the oldest records
 away and drops their content. So whenever a room's follower has seen ``compact_every`` updates
 after the latest state record (anyone's), it appends a new one: the whole document, with
@@ -70,6 +88,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+import math
 import secrets
 import time
 from collections.abc import Callable, Sequence
@@ -84,12 +103,21 @@ from airlane.hub import Hub, HubError, Subscription
 from airlane.sync.yjs.config import YRoomsConfig
 from airlane.sync.yjs.errors import (
     AwarenessTooLarge,
+    DocumentTooLarge,
     InvalidUpdate,
     ReadOnlyPeer,
     RoomFull,
     RoomUnavailable,
     UnknownMessage,
     YProtocolError,
+)
+from airlane.sync.yjs.growth import (
+    MAX_GROWTH_PER_BYTE,
+    applied_growth,
+    delete_set_of,
+    growth_of,
+    new_ranges,
+    pending_of,
 )
 from airlane.sync.yjs.peer import YPeer
 from airlane.sync.yjs.protocol import (
@@ -129,6 +157,8 @@ _HUB = "hub"
 """Origin of changes that came from another node through the hub."""
 _TIMEOUT = "timeout"
 """Origin of presence dropped because it was not renewed."""
+_MAX_PROBE_WAIT_S = 5.0
+"""The longest a writer waits for its change to be tried on a copy of a full document."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +214,10 @@ class YRoom:
         self._followed_seq = 0  # the last document record applied (or skipped as covered)
         self._progress = asyncio.Event()  # set whenever the follower moved on
         self._max_lag = max(1, config.compact_every // 2)
+        self._size = 0  # the document's encoded state: last measured, plus growth since
+        self._pending = 0  # what pycrdt holds apart, waiting for what precedes it
+        self._probed_at = -math.inf  # when a change was last tried on a copy, and how long it took
+        self._probe_s = 0.0
         self.updates_since_state = 0
         """Update records in the stream after the latest state record this room has seen."""
         self.compactions = 0
@@ -202,6 +236,12 @@ class YRoom:
     def peers(self) -> int:
         """Peers in the room on this node."""
         return len(self._peers)
+
+    @property
+    def document_bytes(self) -> int:
+        """The document's encoded size as the room estimates it (at least what its state
+        record would hold, as a rule; exact just after loading and compacting)."""
+        return self._size + self._pending
 
     @property
     def awareness_states(self) -> dict[int, Any]:
@@ -336,7 +376,11 @@ class YRoom:
             if self._would_change(update):
                 raise ReadOnlyPeer(f"read-only: may not change {self.doc_stream!r}")
             return
-        for change in self._apply(update, peer):
+        measured = await self._admit(update)
+        changes = self._apply(update, peer)
+        if measured is not None:  # tried on a copy: the size it has now, exactly
+            self._size = measured
+        for change in changes:
             record = record_event(UpdateRecord(self.origin, change))
             try:
                 appended = await self._hub.append(self.doc_stream, record)
@@ -357,6 +401,64 @@ class YRoom:
         while seq - self._followed_seq > self._max_lag and not self.closing:
             self._progress.clear()
             await self._progress.wait()
+
+    async def _admit(self, update: bytes) -> int | None:
+        """Raise `DocumentTooLarge` if applying ``update`` would grow the document past its
+        bound (see the module docstring). Return None if it may be applied, or the
+        document's encoded size with it applied if that was measured to decide."""
+        config = self._config
+        bound = config.max_document_bytes
+        if self.document_bytes + MAX_GROWTH_PER_BYTE * len(update) <= bound:
+            return None  # the most it could add fits
+        check_update(update)
+        try:
+            growth = growth_of(update, self._doc.get_state())
+            limit = bound + (config.delete_allowance if growth.only_deletes else 0)
+            cost = growth.bytes()
+            if self.document_bytes + cost <= limit:
+                return None
+            if growth.deleted:  # ranges the document has deleted already add nothing
+                known = delete_set_of(self._doc.get_update(self._doc.get_state()))
+                cost = growth.bytes(new_ranges(growth.deleted, known))
+        except ValueError as exc:
+            raise InvalidUpdate(f"update cannot be applied: {exc}") from None
+        if cost == 0 or self.document_bytes + cost <= limit:
+            return None
+        # The estimate says no; it is high (structs counted twice, deletions that free
+        # content counted as growth): apply the change to a copy and measure.
+        before, after, waiting = await self._probe_soon(update)
+        if after + waiting + self._pending <= limit:
+            return after
+        raise DocumentTooLarge(
+            f"document full: this change would take it from {before + self._pending} to "
+            f"{after + waiting + self._pending} bytes, past {limit}"
+        )
+
+    async def _probe_soon(self, update: bytes) -> tuple[int, int, int]:
+        """The document's encoded size now and with ``update`` applied, and what of it pycrdt
+        would hold apart, measured on a copy, O(document). First waits, if need be, so that
+        probing takes at most a tenth of the room's time (the writer waits: its messages are
+        handled one at a time). Re-bases the estimate on what it measured."""
+        wait = self._probed_at + 10 * self._probe_s - time.monotonic()
+        if wait > 0:
+            await asyncio.sleep(min(wait, _MAX_PROBE_WAIT_S))
+            if self.closing:
+                raise RoomUnavailable("the room closed")
+        started = time.perf_counter()
+        state = self._doc.get_update()
+        copy: Doc[Any] = Doc()
+        copy.apply_update(state)
+        try:
+            copy.apply_update(update)
+            after = len(copy.get_update())
+            waiting = pending_of(update, copy.get_state())
+        except ValueError as exc:
+            raise InvalidUpdate(f"update cannot be applied: {exc}") from None
+        finally:
+            self._probe_s = time.perf_counter() - started
+            self._probed_at = time.monotonic()
+        self._size = len(state)
+        return len(state), after, waiting
 
     def _would_change(self, update: bytes) -> bool:
         """True if ``update`` holds something the document lacks. A peer's answer to our
@@ -379,8 +481,9 @@ class YRoom:
         # pycrdt's observer: runs inside apply_update; must not raise (pycrdt would keep it).
         self._changes.append(event.update)
 
-    def _apply(self, update: bytes, origin: YPeer | str) -> list[bytes]:
-        """Apply ``update`` and send what changed to every peer but ``origin``; return it."""
+    def _apply(self, update: bytes, origin: YPeer | str, *, count: bool = True) -> list[bytes]:
+        """Apply ``update`` and send what changed to every peer but ``origin``; return it.
+        With ``count``, what changed is counted into the document's size (`_count`)."""
         check_update(update)
         self._changes.clear()
         try:
@@ -389,12 +492,29 @@ class YRoom:
             self._changes.clear()
             raise InvalidUpdate(f"update cannot be applied: {exc}") from None
         changes, self._changes = self._changes, []
+        if count:
+            self._count(update, changes, held_apart=isinstance(origin, YPeer))
         for change in changes:
             message = encode(SyncUpdate(change))
             for peer in self._peers:
                 if peer is not origin:
                     peer.send(message)
         return changes
+
+    def _count(self, update: bytes, changes: list[bytes], *, held_apart: bool) -> None:
+        """Count what applying ``update`` changed into the document's size, and with
+        ``held_apart`` what pycrdt holds apart of it, waiting for what precedes it."""
+        if changes == [update]:
+            held_apart = False  # it went in whole: the usual case
+        elif not changes and not held_apart:
+            return
+        state_vector = self._doc.get_state()
+        self._size += sum(applied_growth(change, state_vector) for change in changes)
+        if held_apart:
+            try:
+                self._pending += pending_of(update, state_vector)
+            except ValueError:  # not expected of an update pycrdt applied: count all of it
+                self._pending += len(update)
 
     async def _load(self, sub: Subscription, until: int) -> None:
         """Read the stream up to seq ``until``: the latest state, the updates it lacks."""
@@ -417,24 +537,25 @@ class YRoom:
         updates = 0
         with self._doc.transaction():
             if best is not None:
-                self._apply_logged(best[1].state, best[0])
+                self._apply_logged(best[1].state, best[0], count=False)
             for seq, record in records:
                 if seq <= covers or (best is not None and record is best[1]):
                     continue
                 if isinstance(record, StateRecord):
-                    self._apply_logged(record.state, seq)
+                    self._apply_logged(record.state, seq, count=False)
                 elif isinstance(record, UpdateRecord):
-                    self._apply_logged(record.update, seq)
+                    self._apply_logged(record.update, seq, count=False)
                     updates += 1
         self._changes.clear()
+        self._size = len(self._doc.get_update())  # measured
         self.updates_since_state = updates
         if events:
             self._followed_seq = events[-1].seq
         log.debug("room %s: loaded %d records, %d updates", self.name, len(records), updates)
 
-    def _apply_logged(self, update: bytes, seq: int) -> None:
+    def _apply_logged(self, update: bytes, seq: int, *, count: bool = True) -> None:
         try:
-            self._apply(update, _HUB)
+            self._apply(update, _HUB, count=count)
         except InvalidUpdate as exc:
             log.warning("room %s: record %d skipped: %s", self.name, seq, exc)
 
@@ -492,6 +613,7 @@ class YRoom:
         """Append the whole document as a state record covering seq ``covers``: every
         record up to it has been applied (or was already covered)."""
         state = StateRecord(self.origin, self._doc.get_update(), covers)
+        self._size = len(state.state)  # measured, for free
         self.updates_since_state = 0
         await self._hub.append(self.doc_stream, record_event(state))
         self.compactions += 1

@@ -23,6 +23,8 @@ close code for the refusal's `ErrorCode` (`airlane.transports.http.errors.WS_CLO
        past its bounds (too many client ids for one connection, a state over the size limit)
 4401   missing or refused credentials; 4403: not allowed (subscribe, or a change while
        read-only)
+4413   a change that would grow the document past `YRoomsConfig.max_document_bytes`
+       (the change is not applied; the provider, whose document holds it, stops there)
 4503   the peer read too slowly and its send queue overflowed (reconnect resyncs it)
 ====== =============================================================================
 
