@@ -146,14 +146,26 @@ def lag_samples(metrics: str) -> float:
 
 
 async def test_the_delivery_lag_metric_times_live_writes_only(server: ServerProcess) -> None:
+    # A named stream, its reader connected before the live writes: a generation started
+    # first could end (under a loaded machine) before its reader came, and nothing was live.
+    name = "lag/live"
+    events_url = f"/v1/streams/{name}/events"
     async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
-        created = await http.post("/v1/streams", json=BODY)
+        created = await http.post("/v1/streams", json={"name": name})
         assert created.status_code == 201, created.text
-        info = created.json()
+        epoch = created.json()["epoch"]
+        published = await http.post(events_url, json={"kind": "delta", "text": "old "})
+        assert published.status_code == 200, published.text
         before = lag_samples((await http.get("/metrics")).text)
-        await read_all(http, f"/v1/streams/{info['id']}/events")  # partly live: timed
+        async with asyncio.timeout(30), reader("sse", server, name) as events:
+            assert (await anext(events)).text == "old "  # history: not timed
+            published = await http.post(events_url, json={"kind": "delta", "text": "new"})
+            assert published.status_code == 200, published.text
+            assert (await http.post(f"/v1/streams/{name}/cancel")).status_code == 200
+            rest = [event async for event in events]  # live: timed
+        assert "".join(e.text for e in rest if e.kind == "delta") == "new"
         live = lag_samples((await http.get("/metrics")).text)
         assert live > before
         for wire in ("sse", "ws"):  # the HTTP listener's wires; then history only
-            await read_to_end(wire, server, info["id"], f"{info['epoch']}:0")
+            await read_to_end(wire, server, name, f"{epoch}:0")
         assert lag_samples((await http.get("/metrics")).text) == live
