@@ -19,7 +19,7 @@ from airlane.core import Event
 from airlane.transports.waku import LightClient, RequestFailed, WakuNode
 from airlane.transports.waku.connection import PeerConnection
 from airlane.transports.waku.pipe import TcpPipe
-from airlane.transports.waku.relay import QUEUE_BYTES
+from airlane.transports.waku.relay import QUEUE_BYTES, RelayService
 from airlane.transports.waku.streams import MuxedStream
 from airlane.wire.libp2p import Identity, PeerId
 from airlane.wire.waku import (
@@ -170,11 +170,8 @@ async def test_a_relay_peer_that_stops_reading_cannot_make_the_node_queue_gigaby
         local_node(tcp_port=0) as node,
         local_node(peers=(str(node.multiaddrs[0]),)) as other,
     ):
-        relay = node.relay
-        assert relay is not None and other.relay is not None
-        async with asyncio.timeout(10):
-            while relay.peer_count < 1:
-                await asyncio.sleep(0.02)
+        relay = await _relaying(node)
+        assert other.relay is not None
         async with (
             dial(node.multiaddrs[0]) as pusher,
             _stalling_relay_peer(node) as (hostile, pipe, stream),
@@ -235,6 +232,16 @@ async def test_an_iwant_answer_of_large_messages_fits_what_a_node_reads() -> Non
             assert relay.peer_count == 1
 
 
+async def _relaying(node: WakuNode) -> RelayService:
+    """``node``'s relay, once it has a relay peer (within 10 s)."""
+    relay = node.relay
+    assert relay is not None
+    async with asyncio.timeout(10):
+        while relay.peer_count < 1:
+            await asyncio.sleep(0.02)
+    return relay
+
+
 async def _until_stored(node: WakuNode, topic: str, payload: bytes) -> None:
     pubsub = shard_topic(CLUSTER, auto_shard(topic, 8))
     async with asyncio.timeout(10):
@@ -255,11 +262,7 @@ async def test_topics_past_the_relay_bound_are_refused_and_idle_ones_let_go() ->
         local_node(max_relay_topics=3, relay_topic_idle_s=1.0) as node,
         local_node(peers=(str(node.multiaddrs[0]),)) as other,
     ):
-        relay = node.relay
-        assert relay is not None
-        async with asyncio.timeout(10):
-            while relay.peer_count < 1:
-                await asyncio.sleep(0.02)
+        relay = await _relaying(node)
         topics = [f"/airlane-test/1/t{n}/proto" for n in range(6)]
         async with LightClient.connect(node.multiaddrs[0]) as client:
             statuses = []
@@ -298,11 +301,7 @@ async def test_a_message_relayed_in_past_the_relay_bound_is_stored_not_followed(
         local_node(max_relay_topics=1) as node,
         local_node(peers=(str(node.multiaddrs[0]),)) as other,
     ):
-        relay = node.relay
-        assert relay is not None
-        async with asyncio.timeout(10):
-            while relay.peer_count < 1:
-                await asyncio.sleep(0.02)
+        relay = await _relaying(node)
         first, second = "/airlane-test/1/first/proto", "/airlane-test/1/second/proto"
         async with LightClient.connect(node.multiaddrs[0]) as client:
             await client.push(WakuMessage(b"first", first, timestamp=1))
@@ -319,11 +318,7 @@ async def test_a_message_pushed_after_relay_brought_it_is_stored_once() -> None:
         local_node() as node,
         local_node(peers=(str(node.multiaddrs[0]),)) as other,
     ):
-        relay = node.relay
-        assert relay is not None
-        async with asyncio.timeout(10):
-            while relay.peer_count < 1:
-                await asyncio.sleep(0.02)
+        await _relaying(node)
         message = WakuMessage(b"once", TOPIC, timestamp=7)
         async with LightClient.connect(other.multiaddrs[0]) as client:
             await client.push(message)
